@@ -1,0 +1,37 @@
+/* Backend-independent parts of the op interface: the sticky error and destruction. */
+#include "backend/backend.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void gt_backend_fail(gt_backend *b, int code, const char *fmt, ...) {
+    if (!b || b->sticky.code != GT_OK) return;
+    b->sticky.code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->sticky.msg, sizeof b->sticky.msg, fmt, ap);
+    va_end(ap);
+}
+
+int gt_backend_check(gt_backend *b, gt_error *err) {
+    if (!b || b->sticky.code == GT_OK) return GT_OK;
+    int code = gt_error_set(err, b->sticky.code, "%s", b->sticky.msg);
+    gt_error_clear(&b->sticky);
+    return code;
+}
+
+void gt_backend_destroy(gt_backend *b) {
+    if (b && b->ops && b->ops->destroy) b->ops->destroy(b);
+}
+
+#ifndef GT_HAVE_CUDA
+int gt_backend_create_cuda(gt_backend **b, int device, gt_error *err) {
+    (void)device;
+    *b = NULL;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                        "this graphtrain was built without CUDA (nvcc was not found at build "
+                        "time); rebuild on a machine with the CUDA toolkit or set "
+                        "runtime.device=cpu");
+}
+#endif

@@ -1,0 +1,244 @@
+/* The one op interface every backend implements (DESIGN.md, backend/): memory, copies,
+ * streams, graph capture and the math ops of the model and optimizer. cpu/ is the fp32
+ * reference; cuda/ runs bf16 kernels and cuBLASLt. Model, training and graph code call only
+ * this table, so eager steps, captured steps and CPU tests run the very same code.
+ *
+ * Conventions shared by every op (the contract both backends are tested against):
+ * - Row-major. N = tokens of one micro-batch (B*T). "act" tensors (void *) hold the backend's
+ *   compute dtype: fp32 on cpu, bf16 on cuda (b->act_bytes says which). float * tensors are
+ *   always fp32 (master weights, gradients, moments, statistics), int32_t * are indices.
+ * - Ops never allocate, never synchronize, never read values back to the host. Every op is
+ *   enqueued on the stream `s`; on the cpu backend it runs at once, or is recorded when the
+ *   stream is capturing. Per-step values (step number, lr, loss...) are read from the
+ *   device-resident gt_step_state, never passed by value, so replays see fresh values.
+ * - Op errors inside a step (a failed launch, an unplanned shape) do not return: the first one
+ *   is kept in b->sticky and reported by gt_backend_check() after the step.
+ * - "+=" marks an output that is accumulated into; otherwise outputs are overwritten.
+ * - Weight gradients are fp32 and always accumulated (+=); the trainer zeroes them per step.
+ * - Planning: while b->planning is set, ops only record their shapes (the cuda backend builds
+ *   cuBLASLt descriptors, algorithms and attention plans for each) and compute nothing. The
+ *   trainer runs one planning pass of the step when it is built, then calls plan_finish. */
+#ifndef GT_BACKEND_BACKEND_H
+#define GT_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/step_state.h"
+
+typedef struct gt_backend gt_backend;
+typedef struct gt_stream gt_stream;
+typedef struct gt_graph gt_graph;
+
+typedef enum { GT_BACKEND_CPU = 1, GT_BACKEND_CUDA = 2 } gt_backend_kind;
+
+/* Identifies one use of randomness: with rng.seed, the step counter (read from the step
+ * state) and the element index it gives the Philox counter (core/philox.h). */
+typedef struct gt_rng_site {
+    uint64_t seed;
+    uint32_t site;  /* unique per call site: layer * 16 + which dropout */
+    uint32_t micro; /* micro-batch index inside the step */
+} gt_rng_site;
+
+typedef struct gt_graph_info {
+    int nodes;
+    double capture_ms;
+    double instantiate_ms;
+} gt_graph_info;
+
+typedef enum { GT_CAPTURE_THREAD_LOCAL = 0, GT_CAPTURE_GLOBAL = 1 } gt_capture_mode;
+
+typedef struct gt_backend_ops {
+    /* ---- memory (only outside steps) ---- */
+    int (*alloc)(gt_backend *b, size_t bytes, void **ptr, gt_error *err);
+    void (*free)(gt_backend *b, void *ptr);
+    int (*host_alloc)(gt_backend *b, size_t bytes, void **ptr, gt_error *err); /* pinned */
+    void (*host_free)(gt_backend *b, void *ptr);
+    /* free and total device memory, and the peak bytes this backend has allocated */
+    void (*mem_info)(gt_backend *b, size_t *free_bytes, size_t *total_bytes, size_t *peak);
+
+    /* ---- streams, copies ---- */
+    int (*stream_create)(gt_backend *b, gt_stream **s, gt_error *err);
+    void (*stream_destroy)(gt_backend *b, gt_stream *s);
+    int (*stream_sync)(gt_backend *b, gt_stream *s, gt_error *err);
+    void (*memcpy_h2d)(gt_backend *b, gt_stream *s, void *dst, const void *src, size_t bytes);
+    void (*memcpy_d2h)(gt_backend *b, gt_stream *s, void *dst, const void *src, size_t bytes);
+    void (*memcpy_d2d)(gt_backend *b, gt_stream *s, void *dst, const void *src, size_t bytes);
+    void (*memset0)(gt_backend *b, gt_stream *s, void *dst, size_t bytes);
+    /* dtype conversion between act tensors and fp32 */
+    void (*to_float)(gt_backend *b, gt_stream *s, float *dst, const void *src, size_t n);
+    void (*from_float)(gt_backend *b, gt_stream *s, void *dst, const float *src, size_t n);
+
+    /* ---- planning ---- */
+    int (*plan_finish)(gt_backend *b, gt_error *err);
+
+    /* ---- capture: cuda maps these to stream capture; cpu records the op sequence ---- */
+    int (*begin_capture)(gt_backend *b, gt_stream *s, gt_capture_mode mode, gt_error *err);
+    /* ends capture and instantiates; on failure no graph is returned and none stays alive */
+    int (*end_capture)(gt_backend *b, gt_stream *s, gt_graph **g, gt_graph_info *info,
+                       gt_error *err);
+    int (*graph_launch)(gt_backend *b, gt_graph *g, gt_stream *s, gt_error *err);
+    void (*graph_destroy)(gt_backend *b, gt_graph *g);
+    int (*live_graphs)(gt_backend *b); /* graphs created and not destroyed */
+
+    /* ---- dense transformer ops ---- */
+    /* out[N,d] = wte[tokens[n]] */
+    void (*embedding_fwd)(gt_backend *b, gt_stream *s, void *out, const int32_t *tokens,
+                          const void *wte, int N, int d);
+    /* dwte[V,d] += scatter of dout by token; deterministic (fixed summation order) */
+    void (*embedding_bwd)(gt_backend *b, gt_stream *s, float *dwte, const void *dout,
+                          const int32_t *tokens, int N, int V, int d);
+    /* out = inp * rstd * w, rstd[n] = 1/sqrt(mean(inp[n]^2) + eps) */
+    void (*rmsnorm_fwd)(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *inp,
+                        const void *w, int N, int d, float eps);
+    /* dinp[N,d] += ..., dw[d] += ... */
+    void (*rmsnorm_bwd)(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
+                        const void *inp, const void *w, const float *rstd, int N, int d);
+    /* out[n] = a[n] + x[n]; out may alias a or x */
+    void (*add)(gt_backend *b, gt_stream *s, void *out, const void *a, const void *x, size_t n);
+    /* out = in * keep / (1-p) with keep from Philox(site, step from st); in-place allowed */
+    void (*dropout_fwd)(gt_backend *b, gt_stream *s, void *out, const void *in, size_t n,
+                        float p, gt_rng_site site, const gt_step_state *st);
+    /* dx = dy * keep / (1-p), the same mask as dropout_fwd; in-place allowed */
+    void (*dropout_bwd)(gt_backend *b, gt_stream *s, void *dx, const void *dy, size_t n,
+                        float p, gt_rng_site site, const gt_step_state *st);
+    /* out[M,N] = a[M,K] @ w[N,K]^T (+ bias[N] if bias) */
+    void (*matmul_fwd)(gt_backend *b, gt_stream *s, void *out, const void *a, const void *w,
+                       const void *bias, int M, int N, int K);
+    /* da[M,K] = (or += if accumulate) dout[M,N] @ w[N,K] */
+    void (*matmul_bwd_data)(gt_backend *b, gt_stream *s, void *da, const void *dout,
+                            const void *w, int M, int N, int K, int accumulate);
+    /* dw[N,K] += dout[M,N]^T @ a[M,K]; dbias[N] += column sums of dout (if dbias) */
+    void (*matmul_bwd_weight)(gt_backend *b, gt_stream *s, float *dw, float *dbias,
+                              const void *dout, const void *a, int M, int N, int K);
+    /* rotary embedding, in place on the q and k heads of qkv[B*T, (H + 2*KV) * hd] (q heads,
+     * then k heads, then v heads); position = t; pairs (i, i + hd/2) rotate by
+     * t * theta^(-2i/hd) */
+    void (*rope_fwd)(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H, int KV,
+                     int hd, float theta);
+    /* inverse rotation of the q and k parts of dqkv, in place */
+    void (*rope_bwd)(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
+                     int hd, float theta);
+    /* causal grouped-query attention. out[B*T, H*hd]; lse[B,H,T] log-sum-exp of the scaled
+     * scores (saved for backward); scale 1/sqrt(hd); query head h uses kv head h/(H/KV);
+     * dropout p on the probabilities (site, step from st) */
+    void (*attention_fwd)(gt_backend *b, gt_stream *s, void *out, float *lse, const void *qkv,
+                          int B, int T, int H, int KV, int hd, float p, gt_rng_site site,
+                          const gt_step_state *st);
+    /* dqkv[B*T, (H+2KV)*hd] overwritten */
+    void (*attention_bwd)(gt_backend *b, gt_stream *s, void *dqkv, const void *dout,
+                          const void *qkv, const void *out, const float *lse, int B, int T,
+                          int H, int KV, int hd, float p, gt_rng_site site,
+                          const gt_step_state *st);
+    /* out[N,f] = silu(gu[:, :f]) * gu[:, f:] (gate first, then up) */
+    void (*swiglu_fwd)(gt_backend *b, gt_stream *s, void *out, const void *gu, int N, int f);
+    /* dgu[N,2f] overwritten */
+    void (*swiglu_bwd)(gt_backend *b, gt_stream *s, void *dgu, const void *dout,
+                       const void *gu, int N, int f);
+    /* losses[n] = -log softmax(logits[n])[targets[n]]; dlogits = (softmax - onehot) * dscale;
+     * dlogits may alias logits; targets[n] < 0 are ignored (loss 0, gradient 0) */
+    void (*cross_entropy)(gt_backend *b, gt_stream *s, float *losses, void *dlogits,
+                          const void *logits, const int32_t *targets, int N, int V,
+                          float dscale);
+    /* st->loss += scale * sum(losses[0..N)), summed in a fixed order */
+    void (*loss_accumulate)(gt_backend *b, gt_stream *s, gt_step_state *st,
+                            const float *losses, int N, float scale);
+
+    /* ---- step state and optimizer ---- */
+    /* st->lr from st->step and the schedule; zero loss, aux_loss, nan_flags, skipped */
+    void (*step_begin)(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched);
+    /* test hook: if st->step == st->inject_nan, set st->loss and grads[0] to NaN */
+    void (*inject_nan)(gt_backend *b, gt_stream *s, gt_step_state *st, float *grads);
+    /* set GT_NAN_LOSS in st->nan_flags when check_loss and st->loss is not finite;
+     * grad_norm = ||grads||_2 in a fixed order; set GT_NAN_GRAD when check_grad and the norm
+     * is not finite. clip_coef = min(1, clip / (norm + 1e-6)) when clip > 0, else 1. */
+    void (*grad_norm)(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads,
+                      size_t n, int check_loss, int check_grad, float clip);
+    /* AdamW over flat arrays: if st->nan_flags, set st->skipped and change nothing. Otherwise,
+     * with t = st->step + 1, g = grads * clip_coef, weight decay on the first n_decay
+     * elements: master -= lr * (mhat / (sqrt(vhat) + eps) + wd * master); params = master
+     * in compute dtype. */
+    void (*adamw)(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
+                  float *m, float *v, size_t n, size_t n_decay, gt_adamw_params hp,
+                  gt_step_state *st);
+    /* records the first NaN step, then st->step++ */
+    void (*step_end)(gt_backend *b, gt_stream *s, gt_step_state *st);
+
+    /* ---- mixture of experts ---- */
+    /* probs[N,E] = softmax(logits) in fp32; topk_idx/topk_w[N,k]: the k largest (ties: lower
+     * expert first), weights renormalized to sum to 1; counts[E] = tokens routed per expert
+     * (before any capacity drop) */
+    void (*moe_router_fwd)(gt_backend *b, gt_stream *s, float *probs, int32_t *topk_idx,
+                           float *topk_w, int32_t *counts, const void *logits, int N, int E,
+                           int k);
+    /* st->aux_loss += coeff * E * sum_e (counts[e] / (N*k)) * mean_n probs[n,e] */
+    void (*moe_aux_loss)(gt_backend *b, gt_stream *s, gt_step_state *st, const float *probs,
+                         const int32_t *counts, int N, int E, int k, float coeff);
+    /* dlogits[N,E] (overwritten) from dtopk_w[N,k] through renormalization and softmax, plus
+     * the aux-loss gradient (aux_coeff as given to moe_aux_loss; 0 = none) */
+    void (*moe_router_bwd)(gt_backend *b, gt_stream *s, void *dlogits, const float *dtopk_w,
+                           const float *probs, const int32_t *topk_idx, const float *topk_w,
+                           const int32_t *counts, int N, int E, int k, float aux_coeff);
+    /* Permutation, stable by token order. capacity == 0 (dropless): R = N*k rows, expert e
+     * owns rows [offsets[e], offsets[e+1]). capacity C > 0 (drop-and-pad): R = E*C rows,
+     * expert e owns [e*C, e*C + C), tokens past C are dropped, unused rows are padding.
+     * slot_token[R] = n*k + j of the assignment in that row, or -1 (padding);
+     * token_slot[N*k] = row of assignment (n, j), or -1 (dropped); offsets[E+1]. */
+    void (*moe_permute)(gt_backend *b, gt_stream *s, int32_t *slot_token, int32_t *token_slot,
+                        int32_t *offsets, const int32_t *topk_idx, int N, int E, int k,
+                        int capacity);
+    /* xe[r] = x[slot_token[r] / k], or zeros for padding rows */
+    void (*moe_gather)(gt_backend *b, gt_stream *s, void *xe, const void *x,
+                       const int32_t *slot_token, int R, int k, int d);
+    /* dx[n] += sum over j of dxe[token_slot[n*k+j]] (skipping -1), per token: deterministic */
+    void (*moe_gather_bwd)(gt_backend *b, gt_stream *s, void *dx, const void *dxe,
+                           const int32_t *token_slot, int N, int k, int d);
+    /* grouped GEMM: rows [offsets[e], offsets[e+1]) of a use expert e's weight:
+     * out[R,Nf] = a[R,K] @ w[e][Nf,K]^T; rows outside every group are left untouched */
+    void (*moe_matmul_fwd)(gt_backend *b, gt_stream *s, void *out, const void *a,
+                           const void *w, const int32_t *offsets, int R, int E, int Nf, int K);
+    /* da[R,K] = dout[R,Nf] @ w[e] per group */
+    void (*moe_matmul_bwd_data)(gt_backend *b, gt_stream *s, void *da, const void *dout,
+                                const void *w, const int32_t *offsets, int R, int E, int Nf,
+                                int K);
+    /* dw[e][Nf,K] += dout[group]^T @ a[group] */
+    void (*moe_matmul_bwd_weight)(gt_backend *b, gt_stream *s, float *dw, const void *dout,
+                                  const void *a, const int32_t *offsets, int R, int E, int Nf,
+                                  int K);
+    /* y[n] = sum_j topk_w[n,j] * ye[token_slot[n*k+j]] (dropped assignments contribute 0) */
+    void (*moe_combine_fwd)(gt_backend *b, gt_stream *s, void *y, const void *ye,
+                            const float *topk_w, const int32_t *token_slot, int N, int k,
+                            int d);
+    /* dye[R,d] overwritten (zeros on padding rows); dtopk_w[N,k] overwritten */
+    void (*moe_combine_bwd)(gt_backend *b, gt_stream *s, void *dye, float *dtopk_w,
+                            const void *dy, const void *ye, const float *topk_w,
+                            const int32_t *token_slot, const int32_t *slot_token, int N,
+                            int R, int k, int d);
+
+    void (*destroy)(gt_backend *b);
+} gt_backend_ops;
+
+struct gt_backend {
+    const gt_backend_ops *ops;
+    gt_backend_kind kind;
+    const char *name;
+    size_t act_bytes; /* bytes per element of act tensors */
+    int planning;     /* see the planning note above */
+    gt_error sticky;  /* first error raised by an op inside a step */
+    void *impl;
+};
+
+/* The backends. gt_backend_create_cuda returns GT_ERR_UNSUPPORTED in a build without CUDA
+ * and GT_ERR_DEVICE when no GPU can be used. */
+int gt_backend_create_cpu(gt_backend **b, gt_error *err);
+int gt_backend_create_cuda(gt_backend **b, int device, gt_error *err);
+void gt_backend_destroy(gt_backend *b);
+
+/* Records an op failure (first one wins); used by backends inside steps. */
+void gt_backend_fail(gt_backend *b, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Returns the sticky error, if any, into err and clears it. */
+int gt_backend_check(gt_backend *b, gt_error *err);
+
+#endif

@@ -1,0 +1,194 @@
+/* The configuration struct. Every field is reached through one key table (config/keys.c):
+ * parsing YAML recipes, key=value overrides, printing and the README reference all read it.
+ * Names mirror Megatron Bridge's nesting so `cfg.model.cuda_graph_impl` there is
+ * `model.cuda_graph_impl` here. */
+#ifndef GT_CONFIG_CONFIG_H
+#define GT_CONFIG_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GT_PATH_MAX 512
+#define GT_PATTERN_MAX 256
+
+typedef enum { GT_GRAPH_IMPL_NONE, GT_GRAPH_IMPL_LOCAL, GT_GRAPH_IMPL_TE } gt_graph_impl;
+
+/* model.cuda_graph_scope is a set, stored as bits. */
+enum {
+    GT_SCOPE_FULL_ITERATION = 1u << 0,
+    GT_SCOPE_ATTN = 1u << 1,
+    GT_SCOPE_MLP = 1u << 2,
+    GT_SCOPE_MOE = 1u << 3,
+    GT_SCOPE_MOE_ROUTER = 1u << 4,
+    GT_SCOPE_MOE_PREPROCESS = 1u << 5,
+    GT_SCOPE_MAMBA = 1u << 6,
+};
+
+typedef enum { GT_RECOMPUTE_NONE, GT_RECOMPUTE_FULL, GT_RECOMPUTE_SELECTIVE } gt_recompute_granularity;
+typedef enum { GT_RECOMPUTE_METHOD_UNIFORM, GT_RECOMPUTE_METHOD_BLOCK } gt_recompute_method;
+
+/* model.recompute_modules is a set, stored as bits. */
+enum {
+    GT_RECOMPUTE_CORE_ATTN = 1u << 0,
+    GT_RECOMPUTE_MLP = 1u << 1,
+    GT_RECOMPUTE_MOE = 1u << 2,
+    GT_RECOMPUTE_MOE_ACT = 1u << 3,
+    GT_RECOMPUTE_LAYERNORM = 1u << 4,
+    GT_RECOMPUTE_SHARED_EXPERTS = 1u << 5,
+};
+
+typedef enum { GT_DISPATCHER_ALLGATHER, GT_DISPATCHER_ALLTOALL, GT_DISPATCHER_FLEX } gt_dispatcher;
+typedef enum {
+    GT_DTYPE_BF16,
+    GT_DTYPE_FP32,
+    GT_DTYPE_FP8_CS, /* fp8 current scaling */
+    GT_DTYPE_FP8_MX, /* fp8 MX block scaling */
+    GT_DTYPE_FP8_DS, /* fp8 delayed scaling */
+} gt_compute_dtype;
+typedef enum { GT_LR_CONSTANT, GT_LR_LINEAR, GT_LR_COSINE } gt_lr_style;
+typedef enum { GT_DEVICE_AUTO, GT_DEVICE_CPU, GT_DEVICE_CUDA } gt_device_kind;
+typedef enum { GT_CAPTURE_FAIL_STOP, GT_CAPTURE_FAIL_EAGER } gt_capture_failure;
+typedef enum { GT_DATA_MOCK, GT_DATA_SHARDS } gt_data_source;
+
+typedef struct gt_model_config {
+    /* shape */
+    int num_layers;
+    int hidden_size;
+    int num_attention_heads;
+    int num_query_groups; /* kv heads; 0 = same as num_attention_heads */
+    int ffn_hidden_size;
+    int vocab_size;
+    int seq_length;
+    double rotary_base;
+    double norm_epsilon;
+    double init_method_std;
+    /* hybrid layer pattern, Megatron's hybrid_override_pattern alphabet: '*' attention,
+     * '-' dense MLP, 'E' MoE, 'M' Mamba; empty = every layer attention + (MLP or MoE). */
+    char layer_pattern[GT_PATTERN_MAX];
+    double attention_dropout;
+    double hidden_dropout;
+    bool add_bias_linear;
+    bool add_qkv_bias;
+    gt_compute_dtype compute_dtype;
+    /* MoE */
+    int num_moe_experts; /* 0 = dense model */
+    int moe_router_topk;
+    int moe_ffn_hidden_size;
+    int moe_layer_freq; /* every n-th layer is MoE (1 = all) */
+    gt_dispatcher moe_token_dispatcher_type;
+    double moe_expert_capacity_factor; /* <= 0: unset (dropless) */
+    bool moe_pad_expert_input_to_capacity;
+    double moe_aux_loss_coeff;
+    /* recompute */
+    gt_recompute_granularity recompute_granularity;
+    gt_recompute_method recompute_method;
+    uint32_t recompute_modules; /* GT_RECOMPUTE_* bits */
+    int recompute_num_layers;
+    bool cpu_offloading;
+    bool delay_wgrad_compute;
+    bool gradient_accumulation_fusion;
+    /* parallelism */
+    int tensor_model_parallel_size;
+    int pipeline_model_parallel_size;
+    int expert_model_parallel_size;
+    int context_parallel_size;
+    /* CUDA graphs (Bridge's keys) */
+    gt_graph_impl cuda_graph_impl;
+    uint32_t cuda_graph_scope; /* GT_SCOPE_* bits */
+    int cuda_graph_warmup_steps;
+    bool use_te_rng_tracker;
+} gt_model_config;
+
+typedef struct gt_train_config {
+    int micro_batch_size;
+    int global_batch_size;
+    int train_iters;
+    int eval_interval; /* 0 = never */
+    int eval_iters;
+    int exit_interval; /* 0 = never; stop after this many steps of this run */
+} gt_train_config;
+
+typedef struct gt_rng_config {
+    uint64_t seed;
+    bool te_rng_tracker;
+} gt_rng_config;
+
+typedef struct gt_ddp_config {
+    bool check_for_nan_in_grad;
+    int data_parallel_size; /* 0 = derived from num_gpus / (tp * pp * cp) */
+} gt_ddp_config;
+
+typedef struct gt_rerun_config {
+    bool check_for_nan_in_loss;
+} gt_rerun_config;
+
+typedef struct gt_optimizer_config {
+    double lr;
+    double min_lr;
+    double weight_decay;
+    double adam_beta1;
+    double adam_beta2;
+    double adam_eps;
+    double clip_grad; /* <= 0: no clipping */
+} gt_optimizer_config;
+
+typedef struct gt_scheduler_config {
+    gt_lr_style lr_decay_style;
+    int lr_warmup_iters;
+    int lr_decay_iters; /* 0 = train_iters */
+} gt_scheduler_config;
+
+typedef struct gt_dataset_config {
+    gt_data_source source;
+    char data_path[GT_PATH_MAX]; /* shard prefix or directory for source=shards */
+    bool shuffle;
+    bool packed_sequence;
+    bool pad_to_max_length;
+    bool pad_cu_seqlens;
+} gt_dataset_config;
+
+typedef struct gt_checkpoint_config {
+    char save[GT_PATH_MAX]; /* directory; empty = never save */
+    char load[GT_PATH_MAX]; /* directory; empty = fresh start */
+    int save_interval;      /* 0 = only at the end */
+} gt_checkpoint_config;
+
+typedef struct gt_logger_config {
+    int log_interval;
+    char metrics_file[GT_PATH_MAX]; /* JSONL; empty = none */
+} gt_logger_config;
+
+/* Environment settings the rules read. Taken from the environment when the config is
+ * created, overridable in the config. */
+typedef struct gt_env_config {
+    bool expandable_segments; /* PYTORCH_CUDA_ALLOC_CONF contains expandable_segments:True */
+    int nccl_graph_register;  /* NCCL_GRAPH_REGISTER; -1 = unset (NCCL's default, on) */
+} gt_env_config;
+
+/* graphtrain's own keys, beyond Bridge. */
+typedef struct gt_runtime_config {
+    gt_device_kind device;
+    int num_gpus;
+    gt_capture_failure capture_failure; /* graphs.capture_failure */
+    int max_shape_buckets;              /* graphs.max_shape_buckets */
+    bool deterministic;                 /* deterministic attention backward etc. */
+    int inject_nan_at_step;             /* test hook: -1 = off */
+    bool debug_capture_check;           /* run one step under global-mode capture */
+} gt_runtime_config;
+
+typedef struct gt_config {
+    gt_model_config model;
+    gt_train_config train;
+    gt_rng_config rng;
+    gt_ddp_config ddp;
+    gt_rerun_config rerun_state_machine;
+    gt_optimizer_config optimizer;
+    gt_scheduler_config scheduler;
+    gt_dataset_config dataset;
+    gt_checkpoint_config checkpoint;
+    gt_logger_config logger;
+    gt_env_config env;
+    gt_runtime_config runtime;
+} gt_config;
+
+#endif

@@ -1,0 +1,20 @@
+/* Helpers shared by the tests: paths into the source tree, temp dirs, running the binary. */
+#ifndef GT_TESTS_TESTLIB_H
+#define GT_TESTS_TESTLIB_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+/* Absolute path of a file in the source tree (from GT_SOURCE_DIR set by ctest). */
+const char *gt_test_source_path(const char *rel, char *buf, size_t n);
+/* Creates a fresh temporary directory and returns its path (static buffer per call site). */
+void gt_test_tmpdir(char *buf, size_t n);
+/* Runs the graphtrain binary (GT_BINARY) with args; captures stdout+stderr into out;
+ * returns the exit status. */
+int gt_test_run(const char *args, char *out, size_t n);
+
+#endif
