@@ -33,12 +33,13 @@ typedef struct gt_graph gt_graph;
 
 typedef enum { GT_BACKEND_CPU = 1, GT_BACKEND_CUDA = 2 } gt_backend_kind;
 
-/* Identifies one use of randomness: with rng.seed, the step counter (read from the step
- * state) and the element index it gives the Philox counter (core/philox.h). */
+/* Identifies one use of randomness: with rng.seed, the step counter and micro-batch index
+ * (both read from the step state at run time) and the element index it gives the Philox
+ * counter (core/philox.h). */
 typedef struct gt_rng_site {
     uint64_t seed;
-    uint32_t site;  /* unique per call site: layer * 16 + which dropout */
-    uint32_t micro; /* micro-batch index inside the step */
+    uint32_t site; /* unique per call site: layer * 16 + which dropout */
+    uint32_t pad_;
 } gt_rng_site;
 
 typedef struct gt_graph_info {
@@ -146,8 +147,10 @@ typedef struct gt_backend_ops {
                             const float *losses, int N, float scale);
 
     /* ---- step state and optimizer ---- */
-    /* st->lr from st->step and the schedule; zero loss, aux_loss, nan_flags, skipped */
+    /* st->lr from st->step and the schedule; zero loss, aux_loss, nan_flags, skipped, micro */
     void (*step_begin)(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched);
+    /* st->micro++ (called after each micro-batch's backward) */
+    void (*micro_next)(gt_backend *b, gt_stream *s, gt_step_state *st);
     /* test hook: if st->step == st->inject_nan, set st->loss and grads[0] to NaN */
     void (*inject_nan)(gt_backend *b, gt_stream *s, gt_step_state *st, float *grads);
     /* set GT_NAN_LOSS in st->nan_flags when check_loss and st->loss is not finite;

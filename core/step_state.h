@@ -24,7 +24,8 @@ typedef struct gt_step_state {
     int32_t nan_step;    /* step at which a NaN was first seen, -1 if never */
     uint32_t nan_first;  /* GT_NAN_* bits at that first step */
     int32_t inject_nan;  /* test hook: step at which the loss is forced to NaN, -1 = off */
-    uint32_t pad_[2];
+    int32_t micro;       /* micro-batch index inside the step (dropout counters read it) */
+    uint32_t pad_;
 } gt_step_state;
 
 /* Hyper-parameters of the learning-rate schedule: constants for the whole run, so passing

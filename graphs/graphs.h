@@ -1,0 +1,35 @@
+/* The graph engine: decides from model.cuda_graph_impl / cuda_graph_scope which parts of a
+ * step run eagerly and which through captured graphs; runs cuda_graph_warmup_steps eager
+ * steps, captures where Bridge captures, replays afterwards, destroys every graph at the end
+ * and on every early exit, and reports what it did. Works over any backend: real stream
+ * capture on cuda, recorded op sequences on cpu. */
+#ifndef GT_GRAPHS_GRAPHS_H
+#define GT_GRAPHS_GRAPHS_H
+
+#include <stdio.h>
+
+#include "train/trainer.h"
+
+typedef struct gt_graph_stats {
+    const char *mode; /* "eager", "full_iteration", "scoped(attn,mlp)" */
+    int graphs;       /* alive executable graphs */
+    int nodes;        /* total nodes over them */
+    double capture_ms, instantiate_ms;
+    size_t mem_before_capture, mem_after_capture; /* device bytes in use (peak on cpu) */
+    int fallbacks;    /* scopes that fell back to eager after a failed capture */
+    int buckets, evictions; /* shape buckets alive and evicted (full_iteration) */
+} gt_graph_stats;
+
+/* Created by the trainer once it is built. */
+int gt_graph_runner_create(gt_graph_runner **r, gt_trainer *t, gt_error *err);
+/* Destroys every graph it holds; accepts NULL. */
+void gt_graph_runner_destroy(gt_graph_runner *r);
+
+/* Enqueues one training step through the policy (eager, capture, or replay) on the trainer's
+ * stream, and says which it was. Does not synchronize. */
+int gt_graph_runner_step(gt_graph_runner *r, gt_step_mode *mode, gt_error *err);
+
+void gt_graph_runner_stats(const gt_graph_runner *r, gt_graph_stats *stats);
+void gt_graph_runner_report(const gt_graph_runner *r, FILE *f);
+
+#endif

@@ -1,0 +1,62 @@
+/* The trainer: owns the backend, model, optimizer state, step state, data source and graph
+ * runner, and runs one training step at a time. Everything a step does on the device is
+ * enqueued by gt_trainer_enqueue_step(), the function a full-iteration graph captures. */
+#ifndef GT_TRAIN_TRAINER_H
+#define GT_TRAIN_TRAINER_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "model/model.h"
+
+typedef struct gt_trainer gt_trainer;
+typedef struct gt_graph_runner gt_graph_runner;
+
+typedef enum {
+    GT_STEP_EAGER,    /* every kernel launched from the host */
+    GT_STEP_CAPTURED, /* this step captured graphs (and ran them) */
+    GT_STEP_REPLAYED, /* this step replayed graphs */
+} gt_step_mode;
+
+typedef struct gt_step_stats {
+    int64_t step; /* step number just completed (1-based) */
+    float loss, lr, grad_norm, aux_loss;
+    int skipped;         /* update skipped (NaN) */
+    uint32_t nan_flags;  /* GT_NAN_* of this step */
+    double ms;           /* wall time of the step, host view, including the final sync */
+    double tokens_per_s;
+    gt_step_mode mode;
+} gt_step_stats;
+
+/* Builds everything from a validated config: backend (runtime.device), arenas, plans,
+ * initial weights (or a checkpoint from checkpoint.load), data source. */
+int gt_trainer_create(gt_trainer **t, const gt_config *cfg, gt_error *err);
+/* Destroys every graph (graphs/ cleanup), arena, stream and the backend. Accepts NULL. */
+void gt_trainer_destroy(gt_trainer *t);
+
+/* Runs one training step (loads the next batch, runs eager / captures / replays as the graph
+ * policy says, reads the step state back). Returns GT_ERR_NUMERIC with the step and failed
+ * check in err when a NaN check fires (the update of that step was skipped). */
+int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err);
+
+/* Evaluation loss over train.eval_iters batches of the held-out split. */
+int gt_trainer_eval(gt_trainer *t, float *loss, gt_error *err);
+
+/* Checkpoint of the current state (atomic: temp file + rename). */
+int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err);
+
+/* Enqueues one whole step on stream s (batch copy-in from pinned memory, all micro-batches,
+ * clipping, NaN checks, optimizer, step advance); exec may route units through graphs. */
+void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec);
+
+/* Accessors for graphs/, bench/ and tests. */
+gt_backend *gt_trainer_backend(gt_trainer *t);
+gt_model *gt_trainer_model(gt_trainer *t);
+gt_stream *gt_trainer_stream(gt_trainer *t);
+const gt_config *gt_trainer_config(const gt_trainer *t);
+int64_t gt_trainer_step_count(const gt_trainer *t);
+/* Copies the fp32 master weights to host memory [n_params]. */
+int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err);
+
+#endif
