@@ -1,0 +1,11 @@
+/* graphtrain train: placeholder until the command lands (owned by its module's author). */
+#include <stdio.h>
+
+#include "cli/cli.h"
+
+int gt_cmd_train(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "graphtrain train: not available in this build yet\n");
+    return 2;
+}
