@@ -1,11 +1,174 @@
-/* graphtrain bench: placeholder until the command lands (owned by its module's author). */
+/* graphtrain bench: steady-state timing of the graph modes side by side (bench/bench.h), plus
+ * the hidden exchange paths for bench/torch_reference.py (--export-weights, --parity). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "bench/bench.h"
+#include "bench/weights_io.h"
+#include "cli/args.h"
 #include "cli/cli.h"
+#include "train/trainer.h"
+
+static const char *usage =
+    "usage: graphtrain bench [--recipe R | -mr R] [--config FILE]\n"
+    "                        [--modes eager,attn,attn+mlp,full_iteration | --modes all]\n"
+    "                        [--steps N] [--warmup W] [--json FILE] [--csv FILE] [--quiet]\n"
+    "                        [Bridge harness flags] [key=value ...]\n"
+    "  --modes      graph modes to compare (default all): eager, full_iteration, or scopes\n"
+    "               joined by '+' (attn, attn+mlp, ...). On MoE models attn+mlp means\n"
+    "               attn+moe_router+moe_preprocess.\n"
+    "  --steps N    timed steady-state steps per mode (default 30); --warmup W untimed\n"
+    "               steps after the capture step (default 3)\n"
+    "  --cuda_graph_impl X --cuda_graph_scope a,b   run that single mode (Bridge's harness)\n"
+    "  --json FILE, --csv FILE   also write the results there\n"
+    "  --export-weights FILE     write the initial fp32 weights (bench/weights_io.h) and exit\n"
+    "  --parity DIR [--parity-steps K]   write weights, batches, losses and step-1 gradients\n"
+    "               for `bench/torch_reference.py parity DIR` (K default 10)\n";
+
+typedef struct bench_args {
+    const char *modes, *json, *csv, *export_weights, *parity;
+    int steps, warmup, parity_steps, quiet, help;
+} bench_args;
+
+static int parse_int(const char *flag, const char *v, int lo, int *out, gt_error *err) {
+    char *end = NULL;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || x < lo || x > 1000000)
+        return gt_error_set(err, GT_ERR_INVALID, "bench: %s needs an integer >= %d, got '%s'",
+                            flag, lo, v ? v : "");
+    *out = (int)x;
+    return GT_OK;
+}
+
+/* The flags gt_cli_load_config left over. */
+static int parse_rest(int argc, char **argv, bench_args *a, gt_error *err) {
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        const char *v = NULL;
+        const char *eq = strchr(f, '=');
+        char name[64];
+        if (!strncmp(f, "--", 2) && eq && (size_t)(eq - f) < sizeof name) {
+            snprintf(name, sizeof name, "%.*s", (int)(eq - f), f);
+            v = eq + 1;
+            f = name;
+        }
+#define VALUE() (v ? v : (i + 1 < argc ? argv[++i] : NULL))
+#define STRING(dst)                                                                    \
+    do {                                                                               \
+        (dst) = VALUE();                                                               \
+        if (!(dst) || !*(dst))                                                         \
+            return gt_error_set(err, GT_ERR_INVALID, "bench: %s needs a value", f);    \
+    } while (0)
+        int rc = GT_OK;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) a->help = 1;
+        else if (!strcmp(f, "--quiet")) a->quiet = 1;
+        else if (!strcmp(f, "--modes")) STRING(a->modes);
+        else if (!strcmp(f, "--json")) STRING(a->json);
+        else if (!strcmp(f, "--csv")) STRING(a->csv);
+        else if (!strcmp(f, "--export-weights")) STRING(a->export_weights);
+        else if (!strcmp(f, "--parity")) STRING(a->parity);
+        else if (!strcmp(f, "--steps")) rc = parse_int(f, VALUE(), 1, &a->steps, err);
+        else if (!strcmp(f, "--warmup")) rc = parse_int(f, VALUE(), 0, &a->warmup, err);
+        else if (!strcmp(f, "--parity-steps")) rc = parse_int(f, VALUE(), 1, &a->parity_steps, err);
+        else
+            return gt_error_set(err, GT_ERR_INVALID, "bench: unknown argument '%s'; run "
+                                "`graphtrain bench --help`", argv[i]);
+#undef STRING
+#undef VALUE
+        if (rc) return rc;
+    }
+    return GT_OK;
+}
+
+/* Value of a flag in the original arguments ("--f v" or "--f=v"), or NULL. */
+static const char *find_flag(int argc, char **argv, const char *f1, const char *f2) {
+    for (int i = 1; i < argc; i++) {
+        const char *fl[2] = {f1, f2};
+        for (int k = 0; k < 2; k++) {
+            if (!fl[k]) continue;
+            size_t n = strlen(fl[k]);
+            if (!strcmp(argv[i], fl[k])) return i + 1 < argc ? argv[i + 1] : "";
+            if (!strncmp(argv[i], fl[k], n) && argv[i][n] == '=') return argv[i] + n + 1;
+        }
+    }
+    return NULL;
+}
+
+static int export_weights(const gt_config *base, const char *path, gt_error *err) {
+    gt_config c = *base;
+    c.dataset.source = GT_DATA_MOCK;
+    gt_trainer *t = NULL;
+    int rc = gt_trainer_create(&t, &c, err);
+    if (!rc) rc = gt_weights_export(t, path, err);
+    gt_trainer_destroy(t);
+    return rc;
+}
+
+static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err) {
+    int rest_argc = 0;
+    int rc = gt_cli_load_config(argc, argv, cfg, &rest_argc, rest, err);
+    if (rc) return rc;
+    bench_args a = {.steps = 30, .warmup = 3, .parity_steps = 10};
+    if ((rc = parse_rest(rest_argc, rest, &a, err))) return rc;
+    if (a.help) {
+        fputs(usage, stdout);
+        return GT_OK;
+    }
+    if (a.export_weights) return export_weights(cfg, a.export_weights, err);
+    if (a.parity) return gt_bench_parity(cfg, a.parity, a.parity_steps, err);
+
+    gt_bench_options o;
+    gt_bench_options_init(&o);
+    o.steps = a.steps;
+    o.warmup = a.warmup;
+    o.quiet = a.quiet;
+    const char *recipe = find_flag(argc, argv, "--recipe", "-mr");
+    if (!recipe) recipe = find_flag(argc, argv, "--model_recipe_name", NULL);
+    char label[GT_BENCH_NAME_MAX];
+    snprintf(label, sizeof label, "%s", recipe && *recipe ? recipe : "custom");
+    o.label = label;
+    int harness = find_flag(argc, argv, "--cuda_graph_impl", NULL) ||
+                  find_flag(argc, argv, "--cuda_graph_scope", NULL);
+    if (harness && a.modes)
+        return gt_error_set(err, GT_ERR_INVALID, "bench: give either --modes or "
+                            "--cuda_graph_impl/--cuda_graph_scope (one mode), not both");
+    if (harness) {
+        o.n_modes = 1;
+        gt_bench_mode_from_config(&o.modes[0], cfg);
+    } else if ((rc = gt_bench_parse_modes(&o, a.modes ? a.modes : "all",
+                                          cfg->model.num_moe_experts > 0, err))) {
+        return rc;
+    }
+    gt_bench_report *rep = calloc(1, sizeof *rep);
+    if (!rep) return gt_error_set(err, GT_ERR_NOMEM, "bench: out of host memory");
+    rc = gt_bench_run(cfg, &o, rep, err);
+    if (!rc) {
+        gt_bench_print_table(rep, stdout);
+        if (a.json) rc = gt_bench_write_json(rep, a.json, err);
+        if (!rc && a.csv) rc = gt_bench_write_csv(rep, a.csv, err);
+        int failed = 0;
+        for (int i = 0; i < rep->n; i++) failed += !rep->results[i].ok;
+        if (!rc && (failed || rep->losses_identical == 0))
+            rc = gt_error_set(err, GT_ERR_NUMERIC, "bench: %d mode(s) failed%s", failed,
+                              rep->losses_identical == 0 ? "; losses differ between modes" : "");
+    }
+    gt_bench_report_free(rep);
+    free(rep);
+    return rc;
+}
 
 int gt_cmd_bench(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "graphtrain bench: not available in this build yet\n");
-    return 2;
+    gt_error err = {0};
+    gt_config *cfg = calloc(1, sizeof *cfg);
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int rc = (!cfg || !rest) ? gt_error_set(&err, GT_ERR_NOMEM, "bench: out of host memory")
+                             : run(argc, argv, cfg, rest, &err);
+    free(cfg);
+    free(rest);
+    if (rc) {
+        fprintf(stderr, "graphtrain bench: %s\n", err.msg);
+        return rc == GT_ERR_NUMERIC ? 1 : 2;
+    }
+    return 0;
 }

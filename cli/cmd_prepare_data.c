@@ -1,11 +1,222 @@
-/* graphtrain prepare-data: placeholder until the command lands (owned by its module's author). */
+/* graphtrain prepare-data: turns text files into token shards. Learns a byte-level BPE from
+ * the text itself (or uses GPT-2's with --gpt2 encoder.json vocab.bpe), encodes everything,
+ * checks the round trip, and writes PREFIX_train_NNNNNN.bin, PREFIX_val_000000.bin (the last
+ * --val-fraction of the tokens, held out for evaluation) and the vocabulary PREFIX.vocab. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
+#include "core/error.h"
+#include "train/shard.h"
+#include "train/tokenizer.h"
+
+#define PREP_DEFAULT_VOCAB 1024
+#define PREP_DEFAULT_VAL_FRACTION 0.05
+#define PREP_DEFAULT_SHARD_TOKENS 100000000LL
+#define PREP_EXIT_FAILED 1
+#define PREP_EXIT_USAGE 2
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: graphtrain prepare-data --input FILE... --output PREFIX [--vocab-size N]\n"
+            "                               [--gpt2 ENCODER.json VOCAB.bpe]\n"
+            "                               [--val-fraction F] [--shard-tokens N]\n\n"
+            "Tokenizes text files into shards for dataset.source=shards dataset.data_path=PREFIX.\n"
+            "  --input FILE...      text files (any bytes), concatenated in order\n"
+            "  --output PREFIX      writes PREFIX_train_000000.bin..., PREFIX_val_000000.bin and\n"
+            "                       the vocabulary PREFIX.vocab\n"
+            "  --vocab-size N       byte-level BPE learned from the input with N tokens (256 bytes\n"
+            "                       + merges; default %d); set model.vocab_size to the size printed\n"
+            "  --gpt2 ENC BPE       use GPT-2's tokenizer from its encoder.json and vocab.bpe\n"
+            "  --val-fraction F     share of the tokens held out for evaluation (default %.2f)\n"
+            "  --shard-tokens N     tokens per training shard (default %lld)\n",
+            PREP_DEFAULT_VOCAB, PREP_DEFAULT_VAL_FRACTION, PREP_DEFAULT_SHARD_TOKENS);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int append_file(const char *path, unsigned char **buf, size_t *n, size_t *cap,
+                       gt_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return gt_error_set(err, GT_ERR_IO, "--input %s: %s", path, strerror(errno));
+    for (;;) {
+        if (*cap - *n < 65536) {
+            size_t c = *cap ? *cap * 2 : 1 << 20;
+            unsigned char *b = realloc(*buf, c);
+            if (!b) {
+                fclose(f);
+                return gt_error_set(err, GT_ERR_NOMEM, "out of host memory reading %s", path);
+            }
+            *buf = b;
+            *cap = c;
+        }
+        size_t got = fread(*buf + *n, 1, *cap - *n, f);
+        *n += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) return gt_error_set(err, GT_ERR_IO, "--input %s: read error", path);
+    return GT_OK;
+}
+
+static int parse_long(const char *flag, const char *s, long long lo, long long hi,
+                      long long *out, gt_error *err) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s ? s : "", &end, 10);
+    if (!s || !*s || *end || errno || v < lo || v > hi)
+        return gt_error_set(err, GT_ERR_INVALID, "%s needs an integer in %lld..%lld (got '%s')",
+                            flag, lo, hi, s ? s : "");
+    *out = v;
+    return GT_OK;
+}
+
+typedef struct prep_args {
+    const char **inputs;
+    int n_inputs;
+    const char *output, *gpt2_enc, *gpt2_bpe;
+    long long vocab, shard_tokens;
+    double val_fraction;
+} prep_args;
+
+static int parse(int argc, char **argv, prep_args *a, gt_error *err) {
+    a->vocab = PREP_DEFAULT_VOCAB;
+    a->shard_tokens = PREP_DEFAULT_SHARD_TOKENS;
+    a->val_fraction = PREP_DEFAULT_VAL_FRACTION;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        int rc = GT_OK;
+        if (!strcmp(f, "--input")) {
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) a->inputs[a->n_inputs++] = argv[++i];
+        } else if (!strcmp(f, "--output") && i + 1 < argc) {
+            a->output = argv[++i];
+        } else if (!strcmp(f, "--vocab-size")) {
+            rc = parse_long(f, i + 1 < argc ? argv[++i] : NULL, GT_BPE_MIN_VOCAB,
+                            GT_BPE_MAX_VOCAB, &a->vocab, err);
+        } else if (!strcmp(f, "--shard-tokens")) {
+            rc = parse_long(f, i + 1 < argc ? argv[++i] : NULL, 1024, 1LL << 40,
+                            &a->shard_tokens, err);
+        } else if (!strcmp(f, "--val-fraction") && i + 1 < argc) {
+            char *end;
+            a->val_fraction = strtod(argv[++i], &end);
+            if (*end || a->val_fraction <= 0 || a->val_fraction >= 0.5)
+                rc = gt_error_set(err, GT_ERR_INVALID, "--val-fraction needs a number in "
+                                  "(0, 0.5), got '%s'", argv[i]);
+        } else if (!strcmp(f, "--gpt2") && i + 2 < argc) {
+            a->gpt2_enc = argv[++i];
+            a->gpt2_bpe = argv[++i];
+        } else {
+            rc = gt_error_set(err, GT_ERR_INVALID, "unknown or incomplete argument '%.100s'; see "
+                              "`graphtrain prepare-data --help`", f);
+        }
+        if (rc) return rc;
+    }
+    if (a->n_inputs == 0 || !a->output)
+        return gt_error_set(err, GT_ERR_INVALID, "needs --input FILE... and --output PREFIX; "
+                            "see `graphtrain prepare-data --help`");
+    return GT_OK;
+}
+
+static int write_shards(const prep_args *a, const uint32_t *ids, size_t n, int vocab,
+                        gt_error *err) {
+    size_t n_val = (size_t)((double)n * a->val_fraction);
+    if (n_val < 2 || n - n_val < 2)
+        return gt_error_set(err, GT_ERR_INVALID, "the input gives only %zu tokens, too few to "
+                            "split into training and validation shards; give more text", n);
+    size_t n_train = n - n_val;
+    char path[1024];
+    int shard = 0;
+    for (size_t off = 0; off < n_train; off += (size_t)a->shard_tokens, shard++) {
+        size_t len = n_train - off < (size_t)a->shard_tokens ? n_train - off
+                                                              : (size_t)a->shard_tokens;
+        snprintf(path, sizeof path, "%s_train_%06d.bin", a->output, shard);
+        int rc = gt_shard_write(path, ids + off, (int64_t)len, vocab, err);
+        if (rc) return rc;
+        printf("  wrote %s (%zu tokens)\n", path, len);
+    }
+    snprintf(path, sizeof path, "%s_val_%06d.bin", a->output, 0);
+    int rc = gt_shard_write(path, ids + n_train, (int64_t)n_val, vocab, err);
+    if (!rc) printf("  wrote %s (%zu tokens, held out)\n", path, n_val);
+    return rc;
+}
+
+static int prepare(const prep_args *a, gt_error *err) {
+    unsigned char *text = NULL;
+    size_t n = 0, cap = 0;
+    int rc = GT_OK;
+    for (int i = 0; !rc && i < a->n_inputs; i++) rc = append_file(a->inputs[i], &text, &n, &cap, err);
+    gt_tokenizer *tk = NULL;
+    uint32_t *ids = NULL;
+    size_t n_ids = 0, ids_cap = 0;
+    unsigned char *back = NULL;
+    size_t back_n = 0;
+    if (!rc) printf("prepare-data: %d file%s, %zu bytes\n", a->n_inputs,
+                    a->n_inputs == 1 ? "" : "s", n);
+    double t0 = now_s();
+    if (!rc && a->gpt2_enc) rc = gt_tokenizer_load_gpt2(&tk, a->gpt2_enc, a->gpt2_bpe, err);
+    else if (!rc) rc = gt_bpe_train(&tk, text, n, (int)a->vocab, err);
+    double t1 = now_s();
+    if (!rc) {
+        int v = gt_tokenizer_vocab_size(tk);
+        printf("tokenizer: %s, %d tokens (%d merges) in %.2f s%s\n",
+               a->gpt2_enc ? "GPT-2 BPE" : "byte-level BPE learned from the input", v,
+               gt_tokenizer_num_merges(tk), t1 - t0,
+               !a->gpt2_enc && v < a->vocab ? " (the input has no more repeated pairs)" : "");
+        rc = gt_tokenizer_encode(tk, text, n, &ids, &n_ids, &ids_cap, err);
+    }
+    if (!rc) {
+        printf("encoded: %zu tokens (%.2f bytes/token) in %.2f s\n", n_ids,
+               n_ids ? (double)n / (double)n_ids : 0.0, now_s() - t1);
+        rc = gt_tokenizer_decode(tk, ids, n_ids, &back, &back_n, err);
+        if (!rc && (back_n != n || memcmp(back, text, n)))
+            rc = gt_error_set(err, GT_ERR_INVALID, "decoding the tokens did not give the input "
+                              "back (a tokenizer bug); nothing was written");
+    }
+    if (!rc) rc = write_shards(a, ids, n_ids, gt_tokenizer_vocab_size(tk), err);
+    if (!rc) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s.vocab", a->output);
+        rc = gt_tokenizer_save(tk, path, err);
+        if (!rc)
+            printf("  wrote %s\nround trip exact. Train with:\n  graphtrain train "
+                   "dataset.source=shards dataset.data_path=%s model.vocab_size=%d\n",
+                   path, a->output, gt_tokenizer_vocab_size(tk));
+    }
+    free(text);
+    free(ids);
+    free(back);
+    gt_tokenizer_destroy(tk);
+    return rc;
+}
 
 int gt_cmd_prepare_data(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "graphtrain prepare-data: not available in this build yet\n");
-    return 2;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+    const char *inputs[argc > 0 ? argc : 1];
+    prep_args a;
+    memset(&a, 0, sizeof a);
+    a.inputs = inputs;
+    gt_error err = {0};
+    int rc = parse(argc, argv, &a, &err);
+    if (rc) {
+        fprintf(stderr, "graphtrain prepare-data: %s\n", err.msg);
+        return PREP_EXIT_USAGE;
+    }
+    rc = prepare(&a, &err);
+    if (rc) {
+        fprintf(stderr, "graphtrain prepare-data: %s\n", err.msg);
+        return rc == GT_ERR_INVALID ? PREP_EXIT_USAGE : PREP_EXIT_FAILED;
+    }
+    return 0;
 }

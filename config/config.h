@@ -174,6 +174,7 @@ typedef struct gt_runtime_config {
     bool deterministic;                 /* deterministic attention backward etc. */
     int inject_nan_at_step;             /* test hook: -1 = off */
     bool debug_capture_check;           /* run one step under global-mode capture */
+    char gpu[32]; /* runtime.gpu: GPU the config targets (Bridge's -g: h100, b200...); "" = this one */
 } gt_runtime_config;
 
 typedef struct gt_config {

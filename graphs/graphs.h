@@ -29,6 +29,23 @@ void gt_graph_runner_destroy(gt_graph_runner *r);
  * stream, and says which it was. Does not synchronize. */
 int gt_graph_runner_step(gt_graph_runner *r, gt_step_mode *mode, gt_error *err);
 
+/* Shape buckets (beyond Bridge): enqueues a step whose shape is named by shape_key (e.g. the
+ * valid tokens of a last partial batch, or an eval shape) through fn(ctx, s, exec); with
+ * local + full_iteration one graph is kept per key, at most graphs.max_shape_buckets, least
+ * recently used evicted. Per-unit graphs only serve the ordinary shape: other keys run
+ * eagerly there. fn == NULL enqueues the ordinary step (gt_trainer_enqueue_step), whose key
+ * gt_graph_runner_step uses: tokens per micro-batch. */
+typedef void (*gt_graph_enqueue_fn)(void *ctx, gt_stream *s, const gt_unit_exec *exec);
+int gt_graph_runner_step_shape(gt_graph_runner *r, int64_t shape_key, gt_graph_enqueue_fn fn,
+                               void *ctx, gt_step_mode *mode, gt_error *err);
+
+/* Test hook: every capture whose label starts with `label` fails as if the captured code
+ * synchronized the stream. Labels: "full_iteration", "capture_check", "layer <l> <scope>
+ * forward|backward" (so "layer 1 attn" fails both graphs of layer 1's attention). NULL or ""
+ * clears it. The environment variable GT_GRAPHS_FORCE_CAPTURE_FAILURE, read at create, sets
+ * it too. */
+void gt_graph_runner_force_capture_failure(gt_graph_runner *r, const char *label);
+
 void gt_graph_runner_stats(const gt_graph_runner *r, gt_graph_stats *stats);
 void gt_graph_runner_report(const gt_graph_runner *r, FILE *f);
 

@@ -58,5 +58,7 @@ const gt_config *gt_trainer_config(const gt_trainer *t);
 int64_t gt_trainer_step_count(const gt_trainer *t);
 /* Copies the fp32 master weights to host memory [n_params]. */
 int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err);
+/* The trainer's graph runner (graphs/graphs.h), for bench/ to read gt_graph_runner_stats. */
+gt_graph_runner *gt_trainer_graph_runner(gt_trainer *t);
 
 #endif

@@ -104,8 +104,18 @@ static void cpu_stream_destroy(gt_backend *b, gt_stream *s) {
     free(s);
 }
 
+/* A sync inside a captured region is a bug that CUDA rejects (cudaErrorStreamCaptureUnsupported)
+ * and that invalidates the capture; the CPU does the same, so CI catches it. */
 static int cpu_stream_sync(gt_backend *b, gt_stream *s, gt_error *err) {
-    (void)s;
+    if (s && s->recording) {
+        static const char msg[] =
+            "stream_sync called while the stream is capturing a graph; nothing inside a "
+            "captured step may synchronize: move the sync after end_capture (the capture is "
+            "invalidated)";
+        s->capture_failed = 1;
+        gt_backend_fail(b, GT_ERR_INVALID, "%s", msg);
+        return gt_error_set(err, GT_ERR_INVALID, "%s", msg);
+    }
     return gt_backend_check(b, err);
 }
 
@@ -204,10 +214,15 @@ static int cpu_end_capture(gt_backend *b, gt_stream *s, gt_graph **g, gt_graph_i
     double t0 = now_ms();
     gt_graph *rec = s->recording;
     s->recording = NULL;
-    if (s->capture_failed) {
+    /* An op that failed while recording (sticky error) invalidates the capture, as a
+     * failed launch or a stream sync invalidates a CUDA stream capture. */
+    if (s->capture_failed || b->sticky.code != GT_OK) {
         graph_free(rec);
         s->capture_failed = 0;
-        return gt_backend_check(b, err);
+        int code = gt_backend_check(b, err);
+        if (code == GT_OK)
+            code = gt_error_set(err, GT_ERR_DEVICE, "capture failed while recording the graph");
+        return code;
     }
     *g = rec;
     im->live_graphs++;

@@ -1,6 +1,357 @@
-/* CPU reference: dense ops (placeholder until implemented). */
-#include "backend/cpu/cpu_backend.h"
+/* CPU reference: dense transformer ops (embedding, rmsnorm, add, dropout, matmul, swiglu) in
+ * fp32 with double accumulators. Every reduction runs in one fixed loop order, so results are
+ * bitwise reproducible run to run and eager vs replay. Attention and rope live in
+ * cpu_attention.c, cross entropy and the loss sum in cpu_loss.c. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/philox.h"
+
+/* ---- embedding ---- */
+
+typedef struct emb_args {
+    gt_backend *b;         /* for run-time errors (a token id out of range) */
+    float *out;            /* [N,d] fwd output; NULL in bwd */
+    float *dwte;           /* [V,d] bwd output (+=) */
+    const float *x;        /* fwd: wte [V,d]; bwd: dout [N,d] */
+    const int32_t *tokens; /* [N] */
+    int N, V, d;
+} emb_args;
+
+static void k_embedding_fwd(const void *p) {
+    const emb_args *a = p;
+    for (int n = 0; n < a->N; n++) {
+        int32_t t = a->tokens[n];
+        float *o = a->out + (size_t)n * a->d;
+        if (t < 0 || t >= a->V) {
+            gt_backend_fail(a->b, GT_ERR_INVALID,
+                            "embedding: token id %d at position %d is outside the vocabulary "
+                            "[0, %d); check the data's vocabulary against model.vocab_size",
+                            (int)t, n, a->V);
+            memset(o, 0, (size_t)a->d * sizeof *o);
+            continue;
+        }
+        memcpy(o, a->x + (size_t)t * a->d, (size_t)a->d * sizeof *o);
+    }
+}
+
+/* Tokens in sequence order: each row of dwte sums its contributions in token order. */
+static void k_embedding_bwd(const void *p) {
+    const emb_args *a = p;
+    for (int n = 0; n < a->N; n++) {
+        int32_t t = a->tokens[n];
+        if (t < 0 || t >= a->V) {
+            gt_backend_fail(a->b, GT_ERR_INVALID,
+                            "embedding backward: token id %d at position %d is outside the "
+                            "vocabulary [0, %d)",
+                            (int)t, n, a->V);
+            continue;
+        }
+        float *g = a->dwte + (size_t)t * a->d;
+        const float *dy = a->x + (size_t)n * a->d;
+        for (int i = 0; i < a->d; i++)
+            g[i] += dy[i];
+    }
+}
+
+/* The forward does not know V: wte's row count is not part of the op; ids are only checked
+ * against INT32_MAX there (the backward, which gets V, checks the range). */
+static void cpu_embedding_fwd(gt_backend *b, gt_stream *s, void *out, const int32_t *tokens,
+                              const void *wte, int N, int d) {
+    CPU_REQUIRE(b, N >= 0 && d > 0, "embedding_fwd: bad shape N=%d d=%d", N, d);
+    emb_args a = {b, out, NULL, wte, tokens, N, INT32_MAX, d};
+    gt_cpu_submit(b, s, k_embedding_fwd, &a, sizeof a);
+}
+
+static void cpu_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, const void *dout,
+                              const int32_t *tokens, int N, int V, int d) {
+    CPU_REQUIRE(b, N >= 0 && V > 0 && d > 0, "embedding_bwd: bad shape N=%d V=%d d=%d", N, V, d);
+    emb_args a = {b, NULL, dwte, dout, tokens, N, V, d};
+    gt_cpu_submit(b, s, k_embedding_bwd, &a, sizeof a);
+}
+
+/* ---- rmsnorm ---- */
+
+typedef struct rms_args {
+    float *out;        /* fwd: out [N,d]; bwd: dinp [N,d] (+=) */
+    float *stat;       /* fwd: rstd [N] written; bwd: dw [d] (+=) */
+    const float *inp;  /* [N,d] */
+    const float *w;    /* [d] */
+    const float *dout; /* bwd: [N,d] */
+    const float *rstd; /* bwd: [N] */
+    int N, d;
+    float eps;
+} rms_args;
+
+static void k_rmsnorm_fwd(const void *p) {
+    const rms_args *a = p;
+    for (int n = 0; n < a->N; n++) {
+        const float *x = a->inp + (size_t)n * a->d;
+        float *o = a->out + (size_t)n * a->d;
+        double ss = 0;
+        for (int i = 0; i < a->d; i++)
+            ss += (double)x[i] * x[i];
+        float r = (float)(1.0 / sqrt(ss / a->d + (double)a->eps));
+        if (a->stat) a->stat[n] = r;
+        for (int i = 0; i < a->d; i++)
+            o[i] = x[i] * r * a->w[i];
+    }
+}
+
+/* y_i = x_i r w_i with r = (mean x^2 + eps)^-1/2:
+ * dx_i = r w_i dy_i - r^3 x_i / d * sum_j w_j dy_j x_j;  dw_i = sum_n dy_i x_i r. */
+static void k_rmsnorm_bwd(const void *p) {
+    const rms_args *a = p;
+    for (int n = 0; n < a->N; n++) {
+        const float *x = a->inp + (size_t)n * a->d;
+        const float *dy = a->dout + (size_t)n * a->d;
+        float *dx = a->out + (size_t)n * a->d;
+        double r = a->rstd[n], dot = 0;
+        for (int i = 0; i < a->d; i++)
+            dot += (double)a->w[i] * dy[i] * x[i];
+        double c = r * r * r * dot / a->d;
+        for (int i = 0; i < a->d; i++)
+            dx[i] += (float)(r * a->w[i] * dy[i] - c * x[i]);
+    }
+    for (int i = 0; a->stat && i < a->d; i++) {
+        double acc = 0;
+        for (int n = 0; n < a->N; n++) {
+            size_t o = (size_t)n * a->d + (size_t)i;
+            acc += (double)a->dout[o] * a->inp[o] * a->rstd[n];
+        }
+        a->stat[i] += (float)acc;
+    }
+}
+
+static void cpu_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *inp,
+                            const void *w, int N, int d, float eps) {
+    CPU_REQUIRE(b, N >= 0 && d > 0, "rmsnorm_fwd: bad shape N=%d d=%d", N, d);
+    CPU_REQUIRE(b, eps >= 0, "rmsnorm_fwd: eps must be >= 0, got %g", (double)eps);
+    rms_args a = {out, rstd, inp, w, NULL, NULL, N, d, eps};
+    gt_cpu_submit(b, s, k_rmsnorm_fwd, &a, sizeof a);
+}
+
+static void cpu_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
+                            const void *inp, const void *w, const float *rstd, int N, int d) {
+    CPU_REQUIRE(b, N >= 0 && d > 0, "rmsnorm_bwd: bad shape N=%d d=%d", N, d);
+    rms_args a = {dinp, dw, inp, w, dout, rstd, N, d, 0};
+    gt_cpu_submit(b, s, k_rmsnorm_bwd, &a, sizeof a);
+}
+
+/* ---- add ---- */
+
+typedef struct add_args {
+    float *out;
+    const float *x, *y;
+    size_t n;
+} add_args;
+
+static void k_add(const void *p) {
+    const add_args *a = p;
+    for (size_t i = 0; i < a->n; i++)
+        a->out[i] = a->x[i] + a->y[i];
+}
+
+static void cpu_add(gt_backend *b, gt_stream *s, void *out, const void *x, const void *y,
+                    size_t n) {
+    add_args a = {out, x, y, n};
+    gt_cpu_submit(b, s, k_add, &a, sizeof a);
+}
+
+/* ---- dropout ---- */
+
+typedef struct drop_args {
+    float *out;
+    const float *in;
+    size_t n;
+    float p;
+    gt_rng_site site;
+    const gt_step_state *st; /* step and micro read at run time: replays see fresh masks */
+} drop_args;
+
+/* Forward and backward are the same map: scale kept elements by 1/(1-p), zero the rest. */
+static void k_dropout(const void *p) {
+    const drop_args *a = p;
+    if (a->p <= 0) {
+        if (a->out != a->in) memmove(a->out, a->in, a->n * sizeof *a->out);
+        return;
+    }
+    uint32_t micro = (uint32_t)a->st->micro, step = (uint32_t)a->st->step;
+    float scale = 1.0f / (1.0f - a->p);
+    for (size_t i = 0; i < a->n; i++) {
+        int keep = gt_dropout_keep(a->site.seed, a->site.site, micro, step, i, a->p);
+        a->out[i] = keep ? a->in[i] * scale : 0.0f;
+    }
+}
+
+static void submit_dropout(gt_backend *b, gt_stream *s, const char *what, void *out, const void *in,
+                           size_t n, float p, gt_rng_site site, const gt_step_state *st) {
+    CPU_REQUIRE(b, p >= 0 && p < 1,
+                "%s: dropout probability must be in [0, 1), got %g; fix the model's "
+                "dropout settings",
+                what, (double)p);
+    CPU_REQUIRE(b, st != NULL || p == 0, "%s: a step state is needed for dropout", what);
+    drop_args a = {out, in, n, p, site, st};
+    gt_cpu_submit(b, s, k_dropout, &a, sizeof a);
+}
+
+static void cpu_dropout_fwd(gt_backend *b, gt_stream *s, void *out, const void *in, size_t n,
+                            float p, gt_rng_site site, const gt_step_state *st) {
+    submit_dropout(b, s, "dropout_fwd", out, in, n, p, site, st);
+}
+
+static void cpu_dropout_bwd(gt_backend *b, gt_stream *s, void *dx, const void *dy, size_t n,
+                            float p, gt_rng_site site, const gt_step_state *st) {
+    submit_dropout(b, s, "dropout_bwd", dx, dy, n, p, site, st);
+}
+
+/* ---- matmul ---- */
+
+typedef struct mm_args {
+    float *out;        /* fwd: out [M,N]; data: da [M,K]; weight: dw [N,K] (+=) */
+    float *dbias;      /* weight: [N] (+=) or NULL */
+    const float *x;    /* fwd: a [M,K]; data/weight: dout [M,N] */
+    const float *y;    /* fwd: w [N,K]; data: w [N,K]; weight: a [M,K] */
+    const float *bias; /* fwd: [N] or NULL */
+    int M, N, K, accumulate;
+} mm_args;
+
+static void k_matmul_fwd(const void *p) {
+    const mm_args *a = p;
+    for (int m = 0; m < a->M; m++) {
+        const float *x = a->x + (size_t)m * a->K;
+        float *o = a->out + (size_t)m * a->N;
+        for (int n = 0; n < a->N; n++) {
+            const float *w = a->y + (size_t)n * a->K;
+            double acc = a->bias ? (double)a->bias[n] : 0.0;
+            for (int k = 0; k < a->K; k++)
+                acc += (double)x[k] * w[k];
+            o[n] = (float)acc;
+        }
+    }
+}
+
+static void k_matmul_bwd_data(const void *p) {
+    const mm_args *a = p;
+    for (int m = 0; m < a->M; m++) {
+        const float *dy = a->x + (size_t)m * a->N;
+        float *da = a->out + (size_t)m * a->K;
+        for (int k = 0; k < a->K; k++) {
+            double acc = 0;
+            for (int n = 0; n < a->N; n++)
+                acc += (double)dy[n] * a->y[(size_t)n * a->K + k];
+            da[k] = a->accumulate ? da[k] + (float)acc : (float)acc;
+        }
+    }
+}
+
+static void k_matmul_bwd_weight(const void *p) {
+    const mm_args *a = p;
+    for (int n = 0; n < a->N; n++) {
+        float *dw = a->out + (size_t)n * a->K;
+        for (int k = 0; k < a->K; k++) {
+            double acc = 0;
+            for (int m = 0; m < a->M; m++)
+                acc += (double)a->x[(size_t)m * a->N + n] * a->y[(size_t)m * a->K + k];
+            dw[k] += (float)acc;
+        }
+        if (a->dbias) {
+            double acc = 0;
+            for (int m = 0; m < a->M; m++)
+                acc += a->x[(size_t)m * a->N + n];
+            a->dbias[n] += (float)acc;
+        }
+    }
+}
+
+#define MM_SHAPE_OK(M, N, K) ((M) >= 0 && (N) > 0 && (K) > 0)
+
+static void cpu_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *x, const void *w,
+                           const void *bias, int M, int N, int K) {
+    CPU_REQUIRE(b, MM_SHAPE_OK(M, N, K), "matmul_fwd: bad shape M=%d N=%d K=%d", M, N, K);
+    mm_args a = {out, NULL, x, w, bias, M, N, K, 0};
+    gt_cpu_submit(b, s, k_matmul_fwd, &a, sizeof a);
+}
+
+static void cpu_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, const void *dout,
+                                const void *w, int M, int N, int K, int accumulate) {
+    CPU_REQUIRE(b, MM_SHAPE_OK(M, N, K), "matmul_bwd_data: bad shape M=%d N=%d K=%d", M, N, K);
+    mm_args a = {da, NULL, dout, w, NULL, M, N, K, accumulate != 0};
+    gt_cpu_submit(b, s, k_matmul_bwd_data, &a, sizeof a);
+}
+
+static void cpu_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, float *dbias,
+                                  const void *dout, const void *x, int M, int N, int K) {
+    CPU_REQUIRE(b, MM_SHAPE_OK(M, N, K), "matmul_bwd_weight: bad shape M=%d N=%d K=%d", M, N, K);
+    mm_args a = {dw, dbias, dout, x, NULL, M, N, K, 0};
+    gt_cpu_submit(b, s, k_matmul_bwd_weight, &a, sizeof a);
+}
+
+/* ---- swiglu ---- */
+
+typedef struct swiglu_args {
+    float *out;        /* fwd: out [N,f]; bwd: dgu [N,2f] */
+    const float *gu;   /* [N,2f]: gate, then up */
+    const float *dout; /* bwd: [N,f] */
+    int N, f;
+} swiglu_args;
+
+static void k_swiglu_fwd(const void *p) {
+    const swiglu_args *a = p;
+    for (int n = 0; n < a->N; n++) {
+        const float *g = a->gu + (size_t)n * 2 * a->f, *u = g + a->f;
+        float *o = a->out + (size_t)n * a->f;
+        for (int i = 0; i < a->f; i++) {
+            double sig = 1.0 / (1.0 + exp(-(double)g[i]));
+            o[i] = (float)(g[i] * sig * u[i]);
+        }
+    }
+}
+
+/* silu'(g) = sig(g) * (1 + g * (1 - sig(g))) */
+static void k_swiglu_bwd(const void *p) {
+    const swiglu_args *a = p;
+    for (int n = 0; n < a->N; n++) {
+        const float *g = a->gu + (size_t)n * 2 * a->f, *u = g + a->f;
+        const float *dy = a->dout + (size_t)n * a->f;
+        float *dg = a->out + (size_t)n * 2 * a->f, *du = dg + a->f;
+        for (int i = 0; i < a->f; i++) {
+            double gi = g[i], sig = 1.0 / (1.0 + exp(-gi));
+            double dsilu = sig * (1.0 + gi * (1.0 - sig));
+            double dyi = dy[i], ui = u[i]; /* read before writing: dgu may alias gu */
+            dg[i] = (float)(dyi * ui * dsilu);
+            du[i] = (float)(dyi * gi * sig);
+        }
+    }
+}
+
+static void cpu_swiglu_fwd(gt_backend *b, gt_stream *s, void *out, const void *gu, int N, int f) {
+    CPU_REQUIRE(b, N >= 0 && f > 0, "swiglu_fwd: bad shape N=%d f=%d", N, f);
+    swiglu_args a = {out, gu, NULL, N, f};
+    gt_cpu_submit(b, s, k_swiglu_fwd, &a, sizeof a);
+}
+
+static void cpu_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *dout, const void *gu,
+                           int N, int f) {
+    CPU_REQUIRE(b, N >= 0 && f > 0, "swiglu_bwd: bad shape N=%d f=%d", N, f);
+    swiglu_args a = {dgu, gu, dout, N, f};
+    gt_cpu_submit(b, s, k_swiglu_bwd, &a, sizeof a);
+}
 
 void gt_cpu_register_dense_ops(gt_backend_ops *ops) {
-    (void)ops;
+    ops->embedding_fwd = cpu_embedding_fwd;
+    ops->embedding_bwd = cpu_embedding_bwd;
+    ops->rmsnorm_fwd = cpu_rmsnorm_fwd;
+    ops->rmsnorm_bwd = cpu_rmsnorm_bwd;
+    ops->add = cpu_add;
+    ops->dropout_fwd = cpu_dropout_fwd;
+    ops->dropout_bwd = cpu_dropout_bwd;
+    ops->matmul_fwd = cpu_matmul_fwd;
+    ops->matmul_bwd_data = cpu_matmul_bwd_data;
+    ops->matmul_bwd_weight = cpu_matmul_bwd_weight;
+    ops->swiglu_fwd = cpu_swiglu_fwd;
+    ops->swiglu_bwd = cpu_swiglu_bwd;
+    gt_cpu_register_loss_ops(ops);
+    gt_cpu_register_attention_ops(ops);
 }

@@ -1,6 +1,206 @@
-/* CPU reference: optim ops (placeholder until implemented). */
-#include "backend/cpu/cpu_backend.h"
+/* CPU reference: step-state ops and the optimizer (LR schedule, micro-batch counter, NaN
+ * injection hook, gradient norm and clipping coefficient, AdamW, step end). Every per-step
+ * value is read from the gt_step_state when the kernel runs, never when it is enqueued, so a
+ * replayed graph behaves exactly like an eager step. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "config/config.h"
+
+#define CPU_PI 3.14159265358979323846
+
+/* ---- step_begin: the learning-rate schedule ---- */
+
+typedef struct sched_args {
+    gt_step_state *st;
+    gt_lr_schedule sched; /* constant for the run, so freezing it in a graph is safe */
+} sched_args;
+
+/* Megatron-style schedule with step = st->step (0-based):
+ *   step < warmup:            lr_max * (step + 1) / warmup
+ *   constant style:           lr_max
+ *   step >= decay_iters:      lr_min (also right after warmup when decay_iters <= warmup)
+ *   otherwise, r = (step - warmup) / (decay_iters - warmup):
+ *     linear: lr_max - r * (lr_max - lr_min); cosine: lr_min + (lr_max - lr_min)(1+cos(pi r))/2 */
+static float lr_at(gt_lr_schedule sc, int64_t step) {
+    if (step < sc.warmup_iters)
+        return (float)((double)sc.lr_max * (double)(step + 1) / (double)sc.warmup_iters);
+    if (sc.style == GT_LR_CONSTANT) return sc.lr_max;
+    if (step >= sc.decay_iters) return sc.lr_min;
+    double r = (double)(step - sc.warmup_iters) / (double)(sc.decay_iters - sc.warmup_iters);
+    double hi = sc.lr_max, lo = sc.lr_min;
+    if (sc.style == GT_LR_LINEAR) return (float)(hi - r * (hi - lo));
+    return (float)(lo + 0.5 * (hi - lo) * (1.0 + cos(CPU_PI * r)));
+}
+
+static void k_step_begin(const void *p) {
+    const sched_args *a = p;
+    gt_step_state *st = a->st;
+    st->lr = lr_at(a->sched, st->step);
+    st->loss = 0;
+    st->aux_loss = 0;
+    st->nan_flags = 0;
+    st->skipped = 0;
+    st->micro = 0;
+}
+
+static void cpu_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched) {
+    if (!st || sched.warmup_iters < 0 || sched.decay_iters < 0 ||
+        (sched.style != GT_LR_CONSTANT && sched.style != GT_LR_LINEAR &&
+         sched.style != GT_LR_COSINE)) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "step_begin: bad learning-rate schedule (warmup %d, decay %d, style %d); "
+                        "iterations must be >= 0 and the style constant, linear or cosine",
+                        (int)sched.warmup_iters, (int)sched.decay_iters, (int)sched.style);
+        return;
+    }
+    sched_args a = {st, sched};
+    gt_cpu_submit(b, s, k_step_begin, &a, sizeof a);
+}
+
+/* ---- micro_next, inject_nan, step_end ---- */
+
+typedef struct st_args {
+    gt_step_state *st;
+    float *grads; /* inject_nan only; may be NULL */
+} st_args;
+
+static void k_micro_next(const void *p) {
+    ((const st_args *)p)->st->micro++;
+}
+
+static void k_inject_nan(const void *p) {
+    const st_args *a = p;
+    if (a->st->step != a->st->inject_nan) return;
+    a->st->loss = NAN;
+    if (a->grads) a->grads[0] = NAN;
+}
+
+static void k_step_end(const void *p) {
+    gt_step_state *st = ((const st_args *)p)->st;
+    if (st->nan_flags && st->nan_step < 0) {
+        st->nan_step = (int32_t)st->step;
+        st->nan_first = st->nan_flags;
+    }
+    st->step++;
+}
+
+static void submit_st(gt_backend *b, gt_stream *s, const char *what, gt_cpu_kernel fn,
+                      gt_step_state *st, float *grads) {
+    if (!st) {
+        gt_backend_fail(b, GT_ERR_INVALID, "%s: no step state given", what);
+        return;
+    }
+    st_args a = {st, grads};
+    gt_cpu_submit(b, s, fn, &a, sizeof a);
+}
+
+static void cpu_micro_next(gt_backend *b, gt_stream *s, gt_step_state *st) {
+    submit_st(b, s, "micro_next", k_micro_next, st, NULL);
+}
+
+static void cpu_inject_nan(gt_backend *b, gt_stream *s, gt_step_state *st, float *grads) {
+    submit_st(b, s, "inject_nan", k_inject_nan, st, grads);
+}
+
+static void cpu_step_end(gt_backend *b, gt_stream *s, gt_step_state *st) {
+    submit_st(b, s, "step_end", k_step_end, st, NULL);
+}
+
+/* ---- grad_norm ---- */
+
+typedef struct norm_args {
+    gt_step_state *st;
+    const float *grads;
+    size_t n;
+    int check_loss, check_grad;
+    float clip;
+} norm_args;
+
+static void k_grad_norm(const void *p) {
+    const norm_args *a = p;
+    gt_step_state *st = a->st;
+    if (a->check_loss && !isfinite(st->loss)) st->nan_flags |= GT_NAN_LOSS;
+    double ss = 0;
+    for (size_t i = 0; i < a->n; i++)
+        ss += (double)a->grads[i] * a->grads[i];
+    double norm = sqrt(ss);
+    st->grad_norm = (float)norm;
+    if (a->check_grad && !isfinite(st->grad_norm)) st->nan_flags |= GT_NAN_GRAD;
+    /* min(1, c) with a NaN norm giving 1: the NaN flag, not clipping, must stop that step */
+    double c = a->clip > 0 ? (double)a->clip / (norm + 1e-6) : 1.0;
+    st->clip_coef = c < 1.0 ? (float)c : 1.0f;
+}
+
+static void cpu_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads,
+                          size_t n, int check_loss, int check_grad, float clip) {
+    if (!st || (n > 0 && !grads)) {
+        gt_backend_fail(b, GT_ERR_INVALID, "grad_norm: missing step state or gradients");
+        return;
+    }
+    norm_args a = {st, grads, n, check_loss, check_grad, clip};
+    gt_cpu_submit(b, s, k_grad_norm, &a, sizeof a);
+}
+
+/* ---- adamw ---- */
+
+typedef struct adamw_args {
+    float *params; /* [n] compute dtype (fp32 here); may alias master */
+    float *master; /* [n] */
+    const float *grads;
+    float *m, *v;
+    size_t n, n_decay;
+    gt_adamw_params hp; /* constant for the run */
+    gt_step_state *st;  /* step, lr, clip_coef, nan_flags read at run time */
+} adamw_args;
+
+static void k_adamw(const void *p) {
+    const adamw_args *a = p;
+    gt_step_state *st = a->st;
+    if (st->nan_flags) {
+        st->skipped = 1;
+        return;
+    }
+    double t = (double)(st->step + 1);
+    double b1 = a->hp.beta1, b2 = a->hp.beta2;
+    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    double lr = st->lr, coef = st->clip_coef, eps = a->hp.eps, wd = a->hp.weight_decay;
+    for (size_t i = 0; i < a->n; i++) {
+        double g = (double)a->grads[i] * coef;
+        /* the stored (fp32) moments are the ones the update uses, as on the device */
+        a->m[i] = (float)(b1 * a->m[i] + (1.0 - b1) * g);
+        a->v[i] = (float)(b2 * a->v[i] + (1.0 - b2) * g * g);
+        double m = a->m[i], v = a->v[i];
+        double w = a->master[i];
+        double upd = (m / bc1) / (sqrt(v / bc2) + eps);
+        if (i < a->n_decay) upd += wd * w;
+        a->master[i] = (float)(w - lr * upd);
+        a->params[i] = a->master[i];
+    }
+}
+
+static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
+                      float *m, float *v, size_t n, size_t n_decay, gt_adamw_params hp,
+                      gt_step_state *st) {
+    if (!st || n_decay > n || !(hp.beta1 >= 0 && hp.beta1 < 1) ||
+        !(hp.beta2 >= 0 && hp.beta2 < 1) || !(hp.eps > 0) || !(hp.weight_decay >= 0)) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "adamw: bad arguments (n=%zu n_decay=%zu beta1=%g beta2=%g eps=%g "
+                        "weight_decay=%g); betas must be in [0,1), eps > 0, weight_decay >= 0",
+                        n, n_decay, (double)hp.beta1, (double)hp.beta2, (double)hp.eps,
+                        (double)hp.weight_decay);
+        return;
+    }
+    adamw_args a = {params, master, grads, m, v, n, n_decay, hp, st};
+    gt_cpu_submit(b, s, k_adamw, &a, sizeof a);
+}
 
 void gt_cpu_register_optim_ops(gt_backend_ops *ops) {
-    (void)ops;
+    ops->step_begin = cpu_step_begin;
+    ops->micro_next = cpu_micro_next;
+    ops->inject_nan = cpu_inject_nan;
+    ops->grad_norm = cpu_grad_norm;
+    ops->adamw = cpu_adamw;
+    ops->step_end = cpu_step_end;
 }

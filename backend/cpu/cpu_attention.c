@@ -1,0 +1,276 @@
+/* CPU reference: rotary embedding and causal grouped-query attention with dropout on the
+ * probabilities. Naive O(T^2) per head; probabilities are recomputed from the saved lse in the
+ * backward (as flash attention does), and dropout masks come from Philox with the element
+ * index ((b*H + h)*T + i)*T + j, so forward, backward and every backend agree. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/philox.h"
+
+/* Per-row accumulators live on the stack (ops never allocate); this bounds the head size. */
+#define CPU_ATTN_MAX_HD 512
+
+/* ---- rope ---- */
+
+typedef struct rope_args {
+    float *qkv; /* [B*T, (H + 2*KV) * hd], q and k heads rotated in place */
+    int B, T, H, KV, hd, inverse;
+    float theta;
+} rope_args;
+
+static void k_rope(const void *p) {
+    const rope_args *a = p;
+    int half = a->hd / 2, C = (a->H + 2 * a->KV) * a->hd;
+    for (int b = 0; b < a->B; b++)
+        for (int t = 0; t < a->T; t++) {
+            float *row = a->qkv + ((size_t)b * a->T + t) * C;
+            for (int i = 0; i < half; i++) {
+                double ang = t * pow((double)a->theta, -2.0 * i / a->hd);
+                double c = cos(ang), s = a->inverse ? -sin(ang) : sin(ang);
+                for (int h = 0; h < a->H + a->KV; h++) { /* q heads, then k heads */
+                    float *x = row + (size_t)h * a->hd;
+                    double x1 = x[i], x2 = x[i + half];
+                    x[i] = (float)(x1 * c - x2 * s);
+                    x[i + half] = (float)(x1 * s + x2 * c);
+                }
+            }
+        }
+}
+
+static void submit_rope(gt_backend *b, gt_stream *s, const char *what, void *qkv, int B, int T,
+                        int H, int KV, int hd, float theta, int inverse) {
+    if (B < 0 || T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 != 0 || theta <= 0) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s: bad shape B=%d T=%d H=%d KV=%d hd=%d theta=%g (the head size must "
+                        "be even and theta > 0)",
+                        what, B, T, H, KV, hd, (double)theta);
+        return;
+    }
+    rope_args a = {qkv, B, T, H, KV, hd, inverse, theta};
+    gt_cpu_submit(b, s, k_rope, &a, sizeof a);
+}
+
+static void cpu_rope_fwd(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H, int KV,
+                         int hd, float theta) {
+    submit_rope(b, s, "rope_fwd", qkv, B, T, H, KV, hd, theta, 0);
+}
+
+/* The rotation is orthogonal, so its adjoint is the inverse rotation. */
+static void cpu_rope_bwd(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
+                         int hd, float theta) {
+    submit_rope(b, s, "rope_bwd", dqkv, B, T, H, KV, hd, theta, 1);
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_args {
+    float *out;        /* fwd: out [B*T, H*hd]; bwd: dqkv [B*T, (H+2KV)*hd] */
+    float *lse_out;    /* fwd: lse [B,H,T] */
+    const float *qkv;  /* [B*T, (H+2KV)*hd] */
+    const float *dout; /* bwd: [B*T, H*hd] */
+    const float *o;    /* bwd: the forward output [B*T, H*hd] */
+    const float *lse;  /* bwd: [B,H,T] */
+    int B, T, H, KV, hd;
+    float p;
+    gt_rng_site site;
+    const gt_step_state *st; /* step and micro read at run time */
+} attn_args;
+
+/* Geometry of one launch, with the per-step dropout counters already read. */
+typedef struct attn_geom {
+    const attn_args *a;
+    int C, group;
+    double scale, keep_scale; /* keep_scale = 1/(1-p) */
+    uint32_t micro, step;
+} attn_geom;
+
+static attn_geom attn_geom_of(const attn_args *a) {
+    attn_geom g;
+    g.a = a;
+    g.C = (a->H + 2 * a->KV) * a->hd;
+    g.group = a->H / a->KV;
+    g.scale = 1.0 / sqrt((double)a->hd);
+    g.keep_scale = a->p > 0 ? 1.0 / (1.0 - (double)a->p) : 1.0;
+    g.micro = a->p > 0 ? (uint32_t)a->st->micro : 0;
+    g.step = a->p > 0 ? (uint32_t)a->st->step : 0;
+    return g;
+}
+
+static const float *q_at(const attn_geom *g, int b, int t, int h) {
+    return g->a->qkv + ((size_t)b * g->a->T + t) * g->C + (size_t)h * g->a->hd;
+}
+static const float *k_at(const attn_geom *g, int b, int t, int kvh) {
+    return q_at(g, b, t, g->a->H + kvh);
+}
+static const float *v_at(const attn_geom *g, int b, int t, int kvh) {
+    return q_at(g, b, t, g->a->H + g->a->KV + kvh);
+}
+
+static double dot(const float *x, const float *y, int n) {
+    double acc = 0;
+    for (int i = 0; i < n; i++)
+        acc += (double)x[i] * y[i];
+    return acc;
+}
+
+/* Dropout multiplier of probability (b, h, i, j): 0 or 1/(1-p); 1 without dropout. */
+static double drop_mult(const attn_geom *g, int b, int h, int i, int j) {
+    const attn_args *a = g->a;
+    if (a->p <= 0) return 1.0;
+    uint64_t idx = (((uint64_t)b * a->H + h) * a->T + i) * a->T + j;
+    return gt_dropout_keep(a->site.seed, a->site.site, g->micro, g->step, idx, a->p) ? g->keep_scale
+                                                                                     : 0.0;
+}
+
+static void k_attention_fwd(const void *p) {
+    const attn_args *a = p;
+    attn_geom g = attn_geom_of(a);
+    double acc[CPU_ATTN_MAX_HD];
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < a->H; h++) {
+            int kvh = h / g.group;
+            for (int i = 0; i < a->T; i++) {
+                const float *q = q_at(&g, b, i, h);
+                double mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= i; j++) {
+                    double sc = g.scale * dot(q, k_at(&g, b, j, kvh), a->hd);
+                    if (sc > mx) mx = sc;
+                }
+                for (int j = 0; j <= i; j++)
+                    sum += exp(g.scale * dot(q, k_at(&g, b, j, kvh), a->hd) - mx);
+                double lse = mx + log(sum);
+                a->lse_out[((size_t)b * a->H + h) * a->T + i] = (float)lse;
+                memset(acc, 0, sizeof acc);
+                for (int j = 0; j <= i; j++) {
+                    double pr = exp(g.scale * dot(q, k_at(&g, b, j, kvh), a->hd) - lse) *
+                                drop_mult(&g, b, h, i, j);
+                    const float *v = v_at(&g, b, j, kvh);
+                    for (int d = 0; d < a->hd; d++)
+                        acc[d] += pr * v[d];
+                }
+                float *o = a->out + ((size_t)b * a->T + i) * a->H * a->hd + (size_t)h * a->hd;
+                for (int d = 0; d < a->hd; d++)
+                    o[d] = (float)acc[d];
+            }
+        }
+}
+
+/* Everything the backward needs about probability (b, h, i, j), recomputed from lse:
+ * ds = dL/dscore and pd = the dropped-out probability that multiplied v_j. */
+static void attn_pair_grads(const attn_geom *g, int b, int h, int i, int j, double di, double *ds,
+                            double *pd) {
+    const attn_args *a = g->a;
+    int kvh = h / g->group;
+    const float *q = q_at(g, b, i, h);
+    const float *dy = a->dout + ((size_t)b * a->T + i) * a->H * a->hd + (size_t)h * a->hd;
+    double lse = a->lse[((size_t)b * a->H + h) * a->T + i];
+    double pr = exp(g->scale * dot(q, k_at(g, b, j, kvh), a->hd) - lse);
+    double m = drop_mult(g, b, h, i, j);
+    double dp = dot(dy, v_at(g, b, j, kvh), a->hd);
+    *ds = pr * (m * dp - di);
+    *pd = pr * m;
+}
+
+/* D_i = dout_i . out_i = sum_j P_ij m_ij (dout_i . v_j): the softmax backward's row term. */
+static double attn_row_term(const attn_args *a, int b, int h, int i) {
+    size_t off = ((size_t)b * a->T + i) * a->H * a->hd + (size_t)h * a->hd;
+    return dot(a->dout + off, a->o + off, a->hd);
+}
+
+/* Two passes so every gradient row is one double sum in a fixed order: dq over keys j <= i;
+ * dk and dv over the query heads of the kv group and queries i >= j. */
+static void k_attention_bwd(const void *p) {
+    const attn_args *a = p;
+    attn_geom g = attn_geom_of(a);
+    double acc[CPU_ATTN_MAX_HD], acc2[CPU_ATTN_MAX_HD];
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < a->H; h++)
+            for (int i = 0; i < a->T; i++) {
+                double di = attn_row_term(a, b, h, i), ds, pd;
+                memset(acc, 0, sizeof acc);
+                for (int j = 0; j <= i; j++) {
+                    attn_pair_grads(&g, b, h, i, j, di, &ds, &pd);
+                    const float *k = k_at(&g, b, j, h / g.group);
+                    for (int d = 0; d < a->hd; d++)
+                        acc[d] += ds * k[d];
+                }
+                float *dq = a->out + ((size_t)b * a->T + i) * g.C + (size_t)h * a->hd;
+                for (int d = 0; d < a->hd; d++)
+                    dq[d] = (float)(g.scale * acc[d]);
+            }
+    for (int b = 0; b < a->B; b++)
+        for (int kvh = 0; kvh < a->KV; kvh++)
+            for (int j = 0; j < a->T; j++) {
+                memset(acc, 0, sizeof acc);
+                memset(acc2, 0, sizeof acc2);
+                for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++)
+                    for (int i = j; i < a->T; i++) {
+                        double di = attn_row_term(a, b, h, i), ds, pd;
+                        attn_pair_grads(&g, b, h, i, j, di, &ds, &pd);
+                        const float *q = q_at(&g, b, i, h);
+                        const float *dy =
+                            a->dout + ((size_t)b * a->T + i) * a->H * a->hd + (size_t)h * a->hd;
+                        for (int d = 0; d < a->hd; d++) {
+                            acc[d] += ds * q[d];
+                            acc2[d] += pd * dy[d];
+                        }
+                    }
+                float *row = a->out + ((size_t)b * a->T + j) * g.C;
+                float *dk = row + (size_t)(a->H + kvh) * a->hd;
+                float *dv = row + (size_t)(a->H + a->KV + kvh) * a->hd;
+                for (int d = 0; d < a->hd; d++) {
+                    dk[d] = (float)(g.scale * acc[d]);
+                    dv[d] = (float)acc2[d];
+                }
+            }
+}
+
+static int attn_check(gt_backend *b, const char *what, int B, int T, int H, int KV, int hd, float p,
+                      const gt_step_state *st) {
+    if (B < 0 || T < 0 || H <= 0 || KV <= 0 || hd <= 0 || H % KV != 0) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s: bad shape B=%d T=%d H=%d KV=%d hd=%d; the number of heads must be "
+                        "a multiple of the kv heads (model.num_query_groups)",
+                        what, B, T, H, KV, hd);
+        return 0;
+    }
+    if (hd > CPU_ATTN_MAX_HD) {
+        gt_backend_fail(b, GT_ERR_UNSUPPORTED,
+                        "%s: head size %d exceeds the CPU reference limit %d; use a smaller "
+                        "kv_channels or the cuda backend",
+                        what, hd, CPU_ATTN_MAX_HD);
+        return 0;
+    }
+    if (!(p >= 0 && p < 1) || (p > 0 && !st)) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s: attention dropout must be in [0, 1) with a step state, got %g", what,
+                        (double)p);
+        return 0;
+    }
+    return 1;
+}
+
+static void cpu_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *lse, const void *qkv,
+                              int B, int T, int H, int KV, int hd, float p, gt_rng_site site,
+                              const gt_step_state *st) {
+    if (!attn_check(b, "attention_fwd", B, T, H, KV, hd, p, st)) return;
+    attn_args a = {out, lse, qkv, NULL, NULL, NULL, B, T, H, KV, hd, p, site, st};
+    gt_cpu_submit(b, s, k_attention_fwd, &a, sizeof a);
+}
+
+static void cpu_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const void *dout,
+                              const void *qkv, const void *out, const float *lse, int B, int T,
+                              int H, int KV, int hd, float p, gt_rng_site site,
+                              const gt_step_state *st) {
+    if (!attn_check(b, "attention_bwd", B, T, H, KV, hd, p, st)) return;
+    attn_args a = {dqkv, NULL, qkv, dout, out, lse, B, T, H, KV, hd, p, site, st};
+    gt_cpu_submit(b, s, k_attention_bwd, &a, sizeof a);
+}
+
+void gt_cpu_register_attention_ops(gt_backend_ops *ops) {
+    ops->rope_fwd = cpu_rope_fwd;
+    ops->rope_bwd = cpu_rope_bwd;
+    ops->attention_fwd = cpu_attention_fwd;
+    ops->attention_bwd = cpu_attention_bwd;
+}

@@ -1,0 +1,105 @@
+/* CUDA backend internals shared by the host code (cuda_backend.c, cuda_matmul.c) and the
+ * kernel files (*.cu): the backend state, the one error-checking path for CUDA calls, the
+ * scratch regions sized at planning time, and the registration of each file's ops. */
+#ifndef GT_BACKEND_CUDA_CUDA_BACKEND_H
+#define GT_BACKEND_CUDA_CUDA_BACKEND_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct gt_stream {
+    cudaStream_t cs;
+    double capture_t0_ms; /* host clock at begin_capture */
+    int capturing;
+};
+
+/* Transient device scratch used inside one op. Each user has its own region so ops on
+ * different streams never share one; sizes are the maxima recorded while planning. */
+typedef enum {
+    GT_SCRATCH_RMSNORM = 0, /* per-block dw partials [blocks][d] */
+    GT_SCRATCH_EMBED,       /* sorted (token, n) keys [N] */
+    GT_SCRATCH_GRADNORM,    /* per-block sums of squares */
+    GT_SCRATCH_ATTN,        /* D_i = dO_i . O_i [B,H,T] */
+    GT_SCRATCH_MOE,         /* column means of router probs [E] */
+    GT_SCRATCH_DBIAS,       /* per-block dbias partials */
+    GT_SCRATCH_COUNT
+} gt_scratch_kind;
+
+typedef struct gt_cuda_gemm_plan gt_cuda_gemm_plan; /* cuda_matmul.c */
+
+typedef struct gt_cuda_alloc_rec {
+    void *ptr;
+    size_t bytes;
+} gt_cuda_alloc_rec;
+
+typedef struct gt_cuda_impl {
+    int device;
+    int sm_count;
+    size_t allocated, peak; /* bytes through ops->alloc */
+    gt_cuda_alloc_rec *allocs;
+    int n_allocs, cap_allocs;
+    int live_graphs;
+    /* cuBLASLt */
+    void *lt; /* cublasLtHandle_t */
+    void *lt_ws;
+    size_t lt_ws_bytes;
+    gt_cuda_gemm_plan *plans;
+    int n_plans, cap_plans;
+    /* scratch: one allocation carved into GT_SCRATCH_COUNT regions */
+    void *scratch_base;
+    size_t scratch_need[GT_SCRATCH_COUNT]; /* recorded while planning */
+    size_t scratch_have[GT_SCRATCH_COUNT]; /* allocated by plan_finish */
+    void *scratch[GT_SCRATCH_COUNT];
+} gt_cuda_impl;
+
+/* Reports a failed CUDA runtime call into the sticky error (ops) and returns nonzero. */
+int gt_cuda_fail_call(gt_backend *b, cudaError_t e, const char *call, const char *file,
+                      int line);
+#define GT_CUDA_OP(b, call)                                                                  \
+    do {                                                                                     \
+        cudaError_t gt_e_ = (call);                                                          \
+        if (gt_e_ != cudaSuccess) gt_cuda_fail_call((b), gt_e_, #call, __FILE__, __LINE__); \
+    } while (0)
+/* After a kernel launch: a bad configuration shows up in cudaGetLastError. */
+#define GT_CUDA_LAUNCHED(b, what) \
+    gt_cuda_fail_call((b), cudaGetLastError(), what, __FILE__, __LINE__)
+
+/* The raw CUDA stream of s (the legacy default stream for NULL). */
+static inline cudaStream_t gt_cuda_stream(gt_stream *s) {
+    return s ? s->cs : (cudaStream_t)0;
+}
+
+/* While planning: records that `kind` needs `bytes` and returns NULL (compute nothing).
+ * Otherwise: the region, or NULL after raising a sticky "not planned" error naming `what`. */
+void *gt_cuda_scratch(gt_backend *b, gt_scratch_kind kind, size_t bytes, const char *what);
+
+/* dbias[N] += column sums of dout[M,N] (bf16), deterministic two-pass (k_dense.cu). */
+void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const void *dout, int M, int N);
+
+/* Registration of the op table entries implemented in each file. */
+void gt_cuda_register_matmul_ops(gt_backend_ops *ops);
+void gt_cuda_register_dense_ops(gt_backend_ops *ops);
+void gt_cuda_register_attention_ops(gt_backend_ops *ops);
+void gt_cuda_register_optim_ops(gt_backend_ops *ops);
+void gt_cuda_register_moe_ops(gt_backend_ops *ops);
+
+/* One-time kernel attributes (large dynamic shared memory); at backend creation. */
+int gt_cuda_attention_init(gt_error *err);
+int gt_cuda_dense_init(gt_error *err);
+
+/* cuda_matmul.c: plan storage lifetime */
+int gt_cuda_matmul_init(gt_backend *b, gt_error *err);
+int gt_cuda_matmul_plan_finish(gt_backend *b, gt_error *err);
+void gt_cuda_matmul_destroy(gt_backend *b);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

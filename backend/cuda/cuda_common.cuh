@@ -1,0 +1,73 @@
+/* Device helpers shared by the kernel files: bf16 conversions, deterministic warp and block
+ * reductions (fixed shuffle trees, fixed warp order) and launch-size helpers. Included only
+ * by .cu files. */
+#ifndef GT_BACKEND_CUDA_CUDA_COMMON_CUH
+#define GT_BACKEND_CUDA_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_backend.h"
+
+typedef __nv_bfloat16 bf16;
+
+#define GT_WARP 32
+#define GT_MAX_GRID 65535u
+
+static __device__ __forceinline__ float ldf(const bf16 *p) {
+    return __bfloat162float(*p);
+}
+static __device__ __forceinline__ bf16 tobf(float x) {
+    return __float2bfloat16(x);
+}
+
+static __device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+ * result. `sh` is 32 floats of shared memory; the order of additions is fixed. */
+static __device__ __forceinline__ float block_sum(float v, float *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* sh may still be read by a previous call */
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum(r);
+}
+
+static __device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ double block_sum_d(double v, double *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    double r = lane < nw ? sh[lane] : 0.0;
+    return warp_sum_d(r);
+}
+
+/* A grid for a grid-stride loop over n items. */
+static inline unsigned gt_grid(size_t n, int threads) {
+    size_t g = (n + (size_t)threads - 1) / (size_t)threads;
+    if (g < 1) g = 1;
+    if (g > 4u * GT_MAX_GRID) g = 4u * GT_MAX_GRID;
+    return (unsigned)g;
+}
+
+#define GT_GRID_STRIDE(i, n) \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)gridDim.x * blockDim.x)
+
+#endif

@@ -1,0 +1,267 @@
+/* Dense GEMMs through cuBLASLt: bf16 inputs, fp32 compute. One plan per (op, shape) is built
+ * while planning (descriptors, layouts and one heuristic algorithm for 256-byte aligned and
+ * one for unaligned pointers), so a step only looks the plan up and launches; an unplanned
+ * shape inside a step is a sticky error. Row-major out[M,N] = a[M,K] @ w[N,K]^T is the
+ * column-major product out^T[N,M] = w^T... as spelled out at each op below. */
+#include <cublasLt.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+
+#define GT_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define GT_LT_ALIGN_HI 256
+#define GT_LT_ALIGN_LO 2
+
+typedef enum {
+    GEMM_FWD = 0,      /* out bf16 = a @ w^T */
+    GEMM_FWD_BIAS,     /* + bias epilogue */
+    GEMM_BWD_DATA,     /* da bf16 = dout @ w */
+    GEMM_BWD_DATA_ACC, /* da += dout @ w (beta 1) */
+    GEMM_BWD_WEIGHT,   /* dw fp32 += dout^T @ a (beta 1) */
+    GEMM_KINDS
+} gemm_kind;
+
+static const char *const gemm_names[GEMM_KINDS] = {
+    "matmul_fwd", "matmul_fwd(bias)", "matmul_bwd_data", "matmul_bwd_data(accumulate)",
+    "matmul_bwd_weight"};
+
+struct gt_cuda_gemm_plan {
+    int kind, M, N, K;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo[2]; /* [0] aligned, [1] any alignment */
+    int has_algo[2];
+};
+
+#define GT_LT_RET(b, err, call)                                                              \
+    do {                                                                                     \
+        cublasStatus_t st_ = (call);                                                         \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                    \
+            return gt_error_set((err), GT_ERR_DEVICE, "%s failed: cuBLAS status %d at %s:%d", \
+                                #call, (int)st_, __FILE__, __LINE__);                        \
+    } while (0)
+
+int gt_cuda_matmul_init(gt_backend *b, gt_error *err) {
+    gt_cuda_impl *im = b->impl;
+    cublasLtHandle_t h = NULL;
+    GT_LT_RET(b, err, cublasLtCreate(&h));
+    im->lt = h;
+    return GT_OK;
+}
+
+static void plan_release(gt_cuda_gemm_plan *p) {
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    memset(p, 0, sizeof *p);
+}
+
+void gt_cuda_matmul_destroy(gt_backend *b) {
+    gt_cuda_impl *im = b->impl;
+    for (int i = 0; i < im->n_plans; i++) plan_release(&im->plans[i]);
+    free(im->plans);
+    im->plans = NULL;
+    im->n_plans = im->cap_plans = 0;
+    if (im->lt_ws) {
+        b->ops->free(b, im->lt_ws);
+        im->lt_ws = NULL;
+    }
+    if (im->lt) cublasLtDestroy((cublasLtHandle_t)im->lt);
+    im->lt = NULL;
+}
+
+int gt_cuda_matmul_plan_finish(gt_backend *b, gt_error *err) {
+    gt_cuda_impl *im = b->impl;
+    if (im->lt_ws || im->n_plans == 0) return GT_OK;
+    int rc = b->ops->alloc(b, GT_LT_WORKSPACE_BYTES, &im->lt_ws, err);
+    if (rc) return gt_error_wrap(err, "allocating the cuBLASLt workspace: ");
+    im->lt_ws_bytes = GT_LT_WORKSPACE_BYTES;
+    return GT_OK;
+}
+
+static gt_cuda_gemm_plan *plan_find(gt_cuda_impl *im, int kind, int M, int N, int K) {
+    for (int i = 0; i < im->n_plans; i++) {
+        gt_cuda_gemm_plan *p = &im->plans[i];
+        if (p->kind == kind && p->M == M && p->N == N && p->K == K) return p;
+    }
+    return NULL;
+}
+
+static int pick_algo(cublasLtHandle_t lt, gt_cuda_gemm_plan *p, int slot, uint32_t align) {
+    cublasLtMatmulPreference_t pref = NULL;
+    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return 0;
+    size_t ws = GT_LT_WORKSPACE_BYTES;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &align, sizeof align);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc,
+                                                       pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found < 1) return 0;
+    p->algo[slot] = res.algo;
+    p->has_algo[slot] = 1;
+    return 1;
+}
+
+/* Column-major problem: D[m,n] = op(A)[m,k] @ op(B)[k,n] (+ beta C). */
+static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
+    gt_cuda_impl *im = b->impl;
+    int M = p->M, N = p->N, K = p->K;
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    uint64_t arows, acols, lda, brows, bcols, ldb, crows, ccols, ldc;
+    cudaDataType_t ctype = CUDA_R_16BF;
+    switch (p->kind) {
+    case GEMM_FWD:
+    case GEMM_FWD_BIAS:
+        /* out^T[N,M] = (w stored K x N)^T @ (a stored K x M) */
+        ta = CUBLAS_OP_T;
+        arows = K, acols = N, lda = K;
+        brows = K, bcols = M, ldb = K;
+        crows = N, ccols = M, ldc = N;
+        break;
+    case GEMM_BWD_DATA:
+    case GEMM_BWD_DATA_ACC:
+        /* da^T[K,M] = (w stored K x N) @ (dout stored N x M) */
+        arows = K, acols = N, lda = K;
+        brows = N, bcols = M, ldb = N;
+        crows = K, ccols = M, ldc = K;
+        break;
+    default:
+        /* dw^T[K,N] += (a stored K x M) @ (dout stored N x M)^T */
+        tb = CUBLAS_OP_T;
+        arows = K, acols = M, lda = K;
+        brows = N, bcols = M, ldb = N;
+        crows = K, ccols = N, ldc = K;
+        ctype = CUDA_R_32F;
+        break;
+    }
+    if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
+        CUBLAS_STATUS_SUCCESS)
+        return 0;
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (p->kind == GEMM_FWD_BIAS) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_16BF;
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                       sizeof bt);
+    }
+    if (cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, arows, acols, (int64_t)lda) ||
+        cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, brows, bcols, (int64_t)ldb) ||
+        cublasLtMatrixLayoutCreate(&p->lc, ctype, crows, ccols, (int64_t)ldc))
+        return 0;
+    cublasLtHandle_t lt = (cublasLtHandle_t)im->lt;
+    int hi = pick_algo(lt, p, 0, GT_LT_ALIGN_HI);
+    int lo = pick_algo(lt, p, 1, GT_LT_ALIGN_LO);
+    return hi || lo;
+}
+
+static gt_cuda_gemm_plan *plan_get(gt_backend *b, int kind, int M, int N, int K) {
+    gt_cuda_impl *im = b->impl;
+    gt_cuda_gemm_plan *p = plan_find(im, kind, M, N, K);
+    if (p) return p;
+    if (!b->planning) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s with M=%d N=%d K=%d was not planned: run the op once while "
+                        "b->planning is set (the trainer's planning pass), then plan_finish",
+                        gemm_names[kind], M, N, K);
+        return NULL;
+    }
+    if (im->n_plans == im->cap_plans) {
+        int cap = im->cap_plans ? im->cap_plans * 2 : 32;
+        gt_cuda_gemm_plan *np = realloc(im->plans, (size_t)cap * sizeof *np);
+        if (!np) {
+            gt_backend_fail(b, GT_ERR_NOMEM, "out of host memory planning %s", gemm_names[kind]);
+            return NULL;
+        }
+        im->plans = np;
+        im->cap_plans = cap;
+    }
+    p = &im->plans[im->n_plans];
+    memset(p, 0, sizeof *p);
+    p->kind = kind, p->M = M, p->N = N, p->K = K;
+    if (!plan_build(b, p)) {
+        plan_release(p);
+        gt_backend_fail(b, GT_ERR_DEVICE,
+                        "%s with M=%d N=%d K=%d: cuBLASLt offers no algorithm for this shape",
+                        gemm_names[kind], M, N, K);
+        return NULL;
+    }
+    im->n_plans++;
+    return p;
+}
+
+static uintptr_t align_of(uintptr_t acc, const void *p) {
+    return p ? acc | (uintptr_t)p : acc;
+}
+
+static void gemm_run(gt_backend *b, gt_stream *s, int kind, int M, int N, int K, const void *A,
+                     const void *B, void *C, const void *bias, float beta) {
+    if (M <= 0 || N <= 0 || K <= 0) {
+        if (M < 0 || N < 0 || K < 0)
+            gt_backend_fail(b, GT_ERR_INVALID, "%s: negative shape M=%d N=%d K=%d",
+                            gemm_names[kind], M, N, K);
+        return;
+    }
+    gt_cuda_gemm_plan *p = plan_get(b, kind, M, N, K);
+    if (!p || b->planning) return;
+    gt_cuda_impl *im = b->impl;
+    if (!im->lt_ws) {
+        gt_backend_fail(b, GT_ERR_INVALID, "%s: plan_finish was not called after planning",
+                        gemm_names[kind]);
+        return;
+    }
+    uintptr_t bits = align_of(align_of(align_of(align_of(0, A), B), C), bias);
+    int slot = (bits & (GT_LT_ALIGN_HI - 1)) == 0 ? 0 : 1;
+    if (!p->has_algo[slot]) slot = 1 - slot;
+    if (slot == 0 && (bits & (GT_LT_ALIGN_HI - 1))) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s M=%d N=%d K=%d: pointers are not 256-byte aligned and cuBLASLt has "
+                        "no algorithm for unaligned operands",
+                        gemm_names[kind], M, N, K);
+        return;
+    }
+    if (bias)
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof bias);
+    float alpha = 1.0f;
+    cublasStatus_t st = cublasLtMatmul((cublasLtHandle_t)im->lt, p->desc, &alpha, A, p->la, B,
+                                       p->lb, &beta, C, p->lc, C, p->lc, &p->algo[slot],
+                                       im->lt_ws, im->lt_ws_bytes, gt_cuda_stream(s));
+    if (st != CUBLAS_STATUS_SUCCESS)
+        gt_backend_fail(b, GT_ERR_DEVICE, "cublasLtMatmul (%s M=%d N=%d K=%d) failed: status %d",
+                        gemm_names[kind], M, N, K, (int)st);
+}
+
+static void cuda_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *a,
+                            const void *w, const void *bias, int M, int N, int K) {
+    gemm_run(b, s, bias ? GEMM_FWD_BIAS : GEMM_FWD, M, N, K, w, a, out, bias, 0.0f);
+}
+
+static void cuda_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, const void *dout,
+                                 const void *w, int M, int N, int K, int accumulate) {
+    gemm_run(b, s, accumulate ? GEMM_BWD_DATA_ACC : GEMM_BWD_DATA, M, N, K, w, dout, da, NULL,
+             accumulate ? 1.0f : 0.0f);
+}
+
+static void cuda_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, float *dbias,
+                                   const void *dout, const void *a, int M, int N, int K) {
+    gemm_run(b, s, GEMM_BWD_WEIGHT, M, N, K, a, dout, dw, NULL, 1.0f);
+    if (dbias) gt_cuda_dbias(b, s, dbias, dout, M, N);
+}
+
+void gt_cuda_register_matmul_ops(gt_backend_ops *ops) {
+    ops->matmul_fwd = cuda_matmul_fwd;
+    ops->matmul_bwd_data = cuda_matmul_bwd_data;
+    ops->matmul_bwd_weight = cuda_matmul_bwd_weight;
+}

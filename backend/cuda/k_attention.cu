@@ -1,0 +1,461 @@
+/* Causal grouped-query attention without a T x T matrix in memory (flash-style tiles with an
+ * online softmax), and rotary embeddings. Forward saves lse; backward recomputes the
+ * probabilities from it and is deterministic: dK/dV per key tile (looping over the query
+ * heads of its group and the query tiles in order) and dQ per query tile in separate kernels,
+ * so no float atomics. Dropout masks use the CPU reference's element index
+ * ((b*H + h)*T + i)*T + j, so GPU and CPU drop the same probabilities. bf16 I/O, fp32 math;
+ * the head size is a compile-time parameter (64 or 128). */
+#include "backend/cuda/cuda_common.cuh"
+#include "core/philox.h"
+
+#define ATT_BR 64 /* query rows per tile */
+#define ATT_BC 64 /* keys per tile */
+#define ATT_THREADS 256
+
+typedef struct attn_geo {
+    int B, T, H, KV, C; /* C = (H + 2KV) * hd: row stride of qkv */
+    float scale, p, keep_scale;
+    uint64_t seed;
+    uint32_t site;
+} attn_geo;
+
+static __device__ __forceinline__ float drop_mult(const attn_geo &g, uint32_t micro,
+                                                  uint32_t step, int b, int h, int i, int j) {
+    if (g.p <= 0.0f) return 1.0f;
+    uint64_t idx = (((uint64_t)b * g.H + h) * g.T + i) * (uint64_t)g.T + j;
+    return gt_dropout_keep(g.seed, g.site, micro, step, idx, g.p) ? g.keep_scale : 0.0f;
+}
+
+/* Loads rows [r0, r0 + 64) of one head (column offset col0) into a float tile with row
+ * stride HD + 1; rows past T are zeros. */
+template <int HD>
+static __device__ __forceinline__ void load_tile(float *dst, const bf16 *src, int row_base,
+                                                 int r0, int T, int stride, int col0) {
+    for (int idx = threadIdx.x; idx < ATT_BR * HD; idx += blockDim.x) {
+        int r = idx / HD, c = idx % HD;
+        int t = r0 + r;
+        dst[r * (HD + 1) + c] =
+            t < T ? ldf(src + (size_t)(row_base + t) * stride + col0 + c) : 0.0f;
+    }
+}
+
+/* 4x4 block of A[r] . B[c] for r = ty + 16a, c = tx + 16b (A, B tiles of stride HD + 1). */
+template <int HD>
+static __device__ __forceinline__ void tile_dot(float acc[4][4], const float *A, const float *Bm,
+                                                int ty, int tx) {
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[a][c] = 0.0f;
+    for (int k = 0; k < HD; k++) {
+        float av[4], bv[4];
+#pragma unroll
+        for (int a = 0; a < 4; a++) av[a] = A[(ty + 16 * a) * (HD + 1) + k];
+#pragma unroll
+        for (int c = 0; c < 4; c++) bv[c] = Bm[(tx + 16 * c) * (HD + 1) + k];
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[a][c] += av[a] * bv[c];
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(ATT_THREADS)
+    k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, attn_geo g, const gt_step_state *st) {
+    extern __shared__ float sm[];
+    float *Qs = sm, *Ks = Qs + ATT_BR * (HD + 1), *Vs = Ks + ATT_BC * (HD + 1);
+    float *Ps = Vs + ATT_BC * (HD + 1); /* [BR][BC + 1] */
+    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int kvh = h / (g.H / g.KV);
+    int q0 = qt * ATT_BR, T = g.T, row_base = b * T;
+    uint32_t micro = g.p > 0.0f ? (uint32_t)st->micro : 0u;
+    uint32_t step = g.p > 0.0f ? (uint32_t)st->step : 0u;
+    int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+    int orow = tid / 4, oq = tid % 4; /* output row and column phase */
+    float acc[HD / 4];
+#pragma unroll
+    for (int i = 0; i < HD / 4; i++) acc[i] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    load_tile<HD>(Qs, qkv, row_base, q0, T, g.C, h * HD);
+    int last_key = min(T - 1, q0 + ATT_BR - 1);
+    for (int k0 = 0; k0 <= last_key; k0 += ATT_BC) {
+        __syncthreads();
+        load_tile<HD>(Ks, qkv, row_base, k0, T, g.C, (g.H + kvh) * HD);
+        load_tile<HD>(Vs, qkv, row_base, k0, T, g.C, (g.H + g.KV + kvh) * HD);
+        __syncthreads();
+        float s[4][4];
+        tile_dot<HD>(s, Qs, Ks, ty, tx);
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int i = q0 + ty + 16 * a, j = k0 + tx + 16 * c;
+                Ps[(ty + 16 * a) * (ATT_BC + 1) + tx + 16 * c] =
+                    (j <= i && j < T) ? s[a][c] * g.scale : -INFINITY;
+            }
+        __syncthreads();
+        /* online softmax of row orow: the 4 threads of the row take 16 columns each */
+        int i = q0 + orow;
+        float *prow = Ps + orow * (ATT_BC + 1);
+        float tmax = -INFINITY;
+        for (int c = oq; c < ATT_BC; c += 4) tmax = fmaxf(tmax, prow[c]);
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+        float mnew = fmaxf(m, tmax);
+        float alpha = (m == -INFINITY) ? (mnew == -INFINITY ? 1.0f : 0.0f) : expf(m - mnew);
+        float rsum = 0.0f;
+        for (int c = oq; c < ATT_BC; c += 4) {
+            float sv = prow[c];
+            float pv = (sv == -INFINITY) ? 0.0f : expf(sv - mnew);
+            rsum += pv;
+            prow[c] = pv * drop_mult(g, micro, step, b, h, i, k0 + c);
+        }
+        rsum += __shfl_xor_sync(0xffffffffu, rsum, 1);
+        rsum += __shfl_xor_sync(0xffffffffu, rsum, 2);
+        l = l * alpha + rsum;
+        m = mnew;
+#pragma unroll
+        for (int x = 0; x < HD / 4; x++) acc[x] *= alpha;
+        __syncwarp();
+        for (int c = 0; c < ATT_BC; c++) {
+            float pv = prow[c];
+            const float *vrow = Vs + c * (HD + 1) + oq;
+#pragma unroll
+            for (int x = 0; x < HD / 4; x++) acc[x] += pv * vrow[4 * x];
+        }
+    }
+    int i = q0 + orow;
+    if (i < T) {
+        float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        bf16 *o = out + (size_t)(row_base + i) * (g.H * HD) + h * HD + oq;
+#pragma unroll
+        for (int x = 0; x < HD / 4; x++) o[4 * x] = tobf(acc[x] * inv);
+        if (oq == 0) lse[((size_t)b * g.H + h) * T + i] = m + logf(l);
+    }
+}
+
+/* D[b,h,i] = dO_i . O_i: one warp per row. */
+__global__ void k_attn_bwd_pre(float *D, const bf16 *dout, const bf16 *out, int B, int T, int H,
+                               int hd) {
+    size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    size_t rows = (size_t)B * H * T;
+    if (w >= rows) return;
+    int i = (int)(w % T), h = (int)((w / T) % H), b = (int)(w / ((size_t)T * H));
+    size_t off = ((size_t)b * T + i) * ((size_t)H * hd) + (size_t)h * hd;
+    float acc = 0.0f;
+    for (int c = lane; c < hd; c += 32) acc += ldf(dout + off + c) * ldf(out + off + c);
+    acc = warp_sum(acc);
+    if (lane == 0) D[w] = acc;
+}
+
+/* Probability and dS of one (query r, key c) entry of the current tiles. */
+static __device__ __forceinline__ void p_ds(const attn_geo &g, uint32_t micro, uint32_t step,
+                                            int b, int h, int i, int j, float s, float dp,
+                                            float lse_i, float D_i, float *pd, float *ds) {
+    if (j > i || i >= g.T || j >= g.T) {
+        *pd = 0.0f;
+        *ds = 0.0f;
+        return;
+    }
+    float pr = expf(s * g.scale - lse_i);
+    float mult = drop_mult(g, micro, step, b, h, i, j);
+    *pd = pr * mult;
+    *ds = pr * (dp * mult - D_i);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(ATT_THREADS)
+    k_attn_bwd_dkv(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                   const float *D, attn_geo g, const gt_step_state *st) {
+    extern __shared__ float sm[];
+    float *Ks = sm, *Vs = Ks + ATT_BC * (HD + 1), *Qs = Vs + ATT_BC * (HD + 1);
+    float *dOs = Qs + ATT_BR * (HD + 1);
+    float *Ps = dOs + ATT_BR * (HD + 1), *dSs = Ps + ATT_BR * (ATT_BC + 1);
+    float *Ls = dSs + ATT_BR * (ATT_BC + 1), *Ds = Ls + ATT_BR;
+    int kt = gridDim.x - 1 - blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    int T = g.T, row_base = b * T, k0 = kt * ATT_BC, group = g.H / g.KV;
+    uint32_t micro = g.p > 0.0f ? (uint32_t)st->micro : 0u;
+    uint32_t step = g.p > 0.0f ? (uint32_t)st->step : 0u;
+    int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+    int krow = tid / 4, kq = tid % 4;
+    float dk[HD / 4], dv[HD / 4];
+#pragma unroll
+    for (int x = 0; x < HD / 4; x++) dk[x] = dv[x] = 0.0f;
+    load_tile<HD>(Ks, qkv, row_base, k0, T, g.C, (g.H + kvh) * HD);
+    load_tile<HD>(Vs, qkv, row_base, k0, T, g.C, (g.H + g.KV + kvh) * HD);
+    int HO = g.H * HD;
+    for (int hh = 0; hh < group; hh++) {
+        int h = kvh * group + hh;
+        for (int q0 = k0; q0 < T; q0 += ATT_BR) {
+            __syncthreads();
+            load_tile<HD>(Qs, qkv, row_base, q0, T, g.C, h * HD);
+            load_tile<HD>(dOs, dout, row_base, q0, T, HO, h * HD);
+            for (int r = tid; r < ATT_BR; r += blockDim.x) {
+                int i = q0 + r;
+                size_t li = ((size_t)b * g.H + h) * T + i;
+                Ls[r] = i < T ? lse[li] : 0.0f;
+                Ds[r] = i < T ? D[li] : 0.0f;
+            }
+            __syncthreads();
+            float s[4][4], dp[4][4];
+            tile_dot<HD>(s, Qs, Ks, ty, tx);
+            tile_dot<HD>(dp, dOs, Vs, ty, tx);
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    int r = ty + 16 * a, cc = tx + 16 * c;
+                    float pd, ds;
+                    p_ds(g, micro, step, b, h, q0 + r, k0 + cc, s[a][c], dp[a][c], Ls[r], Ds[r],
+                         &pd, &ds);
+                    Ps[r * (ATT_BC + 1) + cc] = pd;
+                    dSs[r * (ATT_BC + 1) + cc] = ds;
+                }
+            __syncthreads();
+            for (int r = 0; r < ATT_BR; r++) {
+                float pv = Ps[r * (ATT_BC + 1) + krow], dsv = dSs[r * (ATT_BC + 1) + krow];
+                const float *dorow = dOs + r * (HD + 1) + kq, *qrow = Qs + r * (HD + 1) + kq;
+#pragma unroll
+                for (int x = 0; x < HD / 4; x++) {
+                    dv[x] += pv * dorow[4 * x];
+                    dk[x] += dsv * qrow[4 * x];
+                }
+            }
+        }
+    }
+    int j = k0 + krow;
+    if (j < T) {
+        bf16 *dkp = dqkv + (size_t)(row_base + j) * g.C + (g.H + kvh) * HD + kq;
+        bf16 *dvp = dqkv + (size_t)(row_base + j) * g.C + (g.H + g.KV + kvh) * HD + kq;
+#pragma unroll
+        for (int x = 0; x < HD / 4; x++) {
+            dkp[4 * x] = tobf(dk[x] * g.scale);
+            dvp[4 * x] = tobf(dv[x]);
+        }
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(ATT_THREADS)
+    k_attn_bwd_dq(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                  const float *D, attn_geo g, const gt_step_state *st) {
+    extern __shared__ float sm[];
+    float *Qs = sm, *dOs = Qs + ATT_BR * (HD + 1), *Ks = dOs + ATT_BR * (HD + 1);
+    float *Vs = Ks + ATT_BC * (HD + 1), *dSs = Vs + ATT_BC * (HD + 1);
+    float *Ls = dSs + ATT_BR * (ATT_BC + 1), *Ds = Ls + ATT_BR;
+    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int kvh = h / (g.H / g.KV);
+    int T = g.T, row_base = b * T, q0 = qt * ATT_BR;
+    uint32_t micro = g.p > 0.0f ? (uint32_t)st->micro : 0u;
+    uint32_t step = g.p > 0.0f ? (uint32_t)st->step : 0u;
+    int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+    int qrow = tid / 4, qq = tid % 4;
+    float dq[HD / 4];
+#pragma unroll
+    for (int x = 0; x < HD / 4; x++) dq[x] = 0.0f;
+    load_tile<HD>(Qs, qkv, row_base, q0, T, g.C, h * HD);
+    load_tile<HD>(dOs, dout, row_base, q0, T, g.H * HD, h * HD);
+    for (int r = tid; r < ATT_BR; r += blockDim.x) {
+        int i = q0 + r;
+        size_t li = ((size_t)b * g.H + h) * T + i;
+        Ls[r] = i < T ? lse[li] : 0.0f;
+        Ds[r] = i < T ? D[li] : 0.0f;
+    }
+    int last_key = min(T - 1, q0 + ATT_BR - 1);
+    for (int k0 = 0; k0 <= last_key; k0 += ATT_BC) {
+        __syncthreads();
+        load_tile<HD>(Ks, qkv, row_base, k0, T, g.C, (g.H + kvh) * HD);
+        load_tile<HD>(Vs, qkv, row_base, k0, T, g.C, (g.H + g.KV + kvh) * HD);
+        __syncthreads();
+        float s[4][4], dp[4][4];
+        tile_dot<HD>(s, Qs, Ks, ty, tx);
+        tile_dot<HD>(dp, dOs, Vs, ty, tx);
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int r = ty + 16 * a, cc = tx + 16 * c;
+                float pd, ds;
+                p_ds(g, micro, step, b, h, q0 + r, k0 + cc, s[a][c], dp[a][c], Ls[r], Ds[r], &pd,
+                     &ds);
+                dSs[r * (ATT_BC + 1) + cc] = ds;
+            }
+        __syncthreads();
+        const float *dsrow = dSs + qrow * (ATT_BC + 1);
+        for (int c = 0; c < ATT_BC; c++) {
+            float dsv = dsrow[c];
+            const float *krow = Ks + c * (HD + 1) + qq;
+#pragma unroll
+            for (int x = 0; x < HD / 4; x++) dq[x] += dsv * krow[4 * x];
+        }
+    }
+    int i = q0 + qrow;
+    if (i < T) {
+        bf16 *dqp = dqkv + (size_t)(row_base + i) * g.C + h * HD + qq;
+#pragma unroll
+        for (int x = 0; x < HD / 4; x++) dqp[4 * x] = tobf(dq[x] * g.scale);
+    }
+}
+
+static size_t fwd_smem(int hd) {
+    return sizeof(float) * ((size_t)ATT_BR * (hd + 1) + 2 * (size_t)ATT_BC * (hd + 1) +
+                            (size_t)ATT_BR * (ATT_BC + 1));
+}
+static size_t dkv_smem(int hd) {
+    return sizeof(float) * ((size_t)2 * ATT_BC * (hd + 1) + 2 * (size_t)ATT_BR * (hd + 1) +
+                            2 * (size_t)ATT_BR * (ATT_BC + 1) + 2 * ATT_BR);
+}
+static size_t dq_smem(int hd) {
+    return sizeof(float) * ((size_t)2 * ATT_BR * (hd + 1) + 2 * (size_t)ATT_BC * (hd + 1) +
+                            (size_t)ATT_BR * (ATT_BC + 1) + 2 * ATT_BR);
+}
+
+static int attn_check(gt_backend *b, const char *what, int B, int T, int H, int KV, int hd,
+                      float p, const gt_step_state *st) {
+    if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || H % KV != 0 || (hd != 64 && hd != 128)) {
+        gt_backend_fail(b, GT_ERR_UNSUPPORTED,
+                        "%s: shape B=%d T=%d H=%d KV=%d hd=%d is not supported (the CUDA "
+                        "attention needs hd 64 or 128 and H a multiple of KV)",
+                        what, B, T, H, KV, hd);
+        return 0;
+    }
+    if (!(p >= 0.0f && p < 1.0f) || !st) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s: attention dropout must be in [0, 1) with a step state, got %g", what,
+                        (double)p);
+        return 0;
+    }
+    return 1;
+}
+
+static attn_geo make_geo(int B, int T, int H, int KV, int hd, float p, gt_rng_site site) {
+    attn_geo g;
+    g.B = B, g.T = T, g.H = H, g.KV = KV, g.C = (H + 2 * KV) * hd;
+    g.scale = 1.0f / sqrtf((float)hd);
+    g.p = p;
+    g.keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    g.seed = site.seed;
+    g.site = site.site;
+    return g;
+}
+
+static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *lse,
+                               const void *qkv, int B, int T, int H, int KV, int hd, float p,
+                               gt_rng_site site, const gt_step_state *st) {
+    if (!attn_check(b, "attention_fwd", B, T, H, KV, hd, p, st) || b->planning) return;
+    attn_geo g = make_geo(B, T, H, KV, hd, p, site);
+    dim3 grid((T + ATT_BR - 1) / ATT_BR, H, B);
+    cudaStream_t cs = gt_cuda_stream(s);
+    if (hd == 64)
+        k_attn_fwd<64><<<grid, ATT_THREADS, fwd_smem(64), cs>>>((bf16 *)out, lse,
+                                                               (const bf16 *)qkv, g, st);
+    else
+        k_attn_fwd<128><<<grid, ATT_THREADS, fwd_smem(128), cs>>>((bf16 *)out, lse,
+                                                                 (const bf16 *)qkv, g, st);
+    GT_CUDA_LAUNCHED(b, "attention_fwd");
+}
+
+static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const void *dout,
+                               const void *qkv, const void *out, const float *lse, int B,
+                               int T, int H, int KV, int hd, float p, gt_rng_site site,
+                               const gt_step_state *st) {
+    if (!attn_check(b, "attention_bwd", B, T, H, KV, hd, p, st)) return;
+    float *D = (float *)gt_cuda_scratch(b, GT_SCRATCH_ATTN, (size_t)B * H * T * sizeof(float),
+                                        "attention_bwd");
+    if (!D) return;
+    attn_geo g = make_geo(B, T, H, KV, hd, p, site);
+    cudaStream_t cs = gt_cuda_stream(s);
+    size_t rows = (size_t)B * H * T;
+    k_attn_bwd_pre<<<gt_grid(rows * 32, ATT_THREADS), ATT_THREADS, 0, cs>>>(
+        D, (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
+    dim3 gkv((T + ATT_BC - 1) / ATT_BC, KV, B), gq((T + ATT_BR - 1) / ATT_BR, H, B);
+    if (hd == 64) {
+        k_attn_bwd_dkv<64><<<gkv, ATT_THREADS, dkv_smem(64), cs>>>(
+            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
+        k_attn_bwd_dq<64><<<gq, ATT_THREADS, dq_smem(64), cs>>>(
+            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
+    } else {
+        k_attn_bwd_dkv<128><<<gkv, ATT_THREADS, dkv_smem(128), cs>>>(
+            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
+        k_attn_bwd_dq<128><<<gq, ATT_THREADS, dq_smem(128), cs>>>(
+            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
+    }
+    GT_CUDA_LAUNCHED(b, "attention_bwd");
+}
+
+/* ---- rotary embeddings ---- */
+
+__global__ void k_rope(bf16 *qkv, int B, int T, int H, int KV, int hd, float theta, int inverse) {
+    int half = hd / 2, heads = H + KV;
+    size_t total = (size_t)B * T * heads * half;
+    size_t C = (size_t)(H + 2 * KV) * hd;
+    GT_GRID_STRIDE(idx, total) {
+        int i = (int)(idx % half);
+        size_t rest = idx / half;
+        int hh = (int)(rest % heads);
+        size_t row = rest / heads;
+        int t = (int)(row % T);
+        double ang = (double)t * pow((double)theta, -2.0 * i / hd);
+        double sn, cs;
+        sincos(ang, &sn, &cs);
+        float c = (float)cs, sv = inverse ? -(float)sn : (float)sn;
+        bf16 *x = qkv + row * C + (size_t)hh * hd;
+        float x0 = ldf(x + i), x1 = ldf(x + i + half);
+        x[i] = tobf(x0 * c - x1 * sv);
+        x[i + half] = tobf(x0 * sv + x1 * c);
+    }
+}
+
+static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, int B, int T,
+                     int H, int KV, int hd, float theta, int inverse) {
+    if (B < 0 || T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 != 0 || !(theta > 0.0f)) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s: bad shape B=%d T=%d H=%d KV=%d hd=%d theta=%g (the head size must "
+                        "be even and theta > 0)",
+                        what, B, T, H, KV, hd, (double)theta);
+        return;
+    }
+    if (b->planning || B == 0 || T == 0) return;
+    size_t total = (size_t)B * T * (H + KV) * (hd / 2);
+    k_rope<<<gt_grid(total, ATT_THREADS), ATT_THREADS, 0, gt_cuda_stream(s)>>>(
+        (bf16 *)qkv, B, T, H, KV, hd, theta, inverse);
+    GT_CUDA_LAUNCHED(b, what);
+}
+
+static void cuda_rope_fwd(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H, int KV,
+                          int hd, float theta) {
+    rope_run(b, s, "rope_fwd", qkv, B, T, H, KV, hd, theta, 0);
+}
+static void cuda_rope_bwd(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
+                          int hd, float theta) {
+    rope_run(b, s, "rope_bwd", dqkv, B, T, H, KV, hd, theta, 1);
+}
+
+template <typename K>
+static cudaError_t allow_smem(K kernel, size_t bytes) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+extern "C" int gt_cuda_attention_init(gt_error *err) {
+    cudaError_t e = allow_smem(k_attn_fwd<64>, fwd_smem(64));
+    if (e == cudaSuccess) e = allow_smem(k_attn_fwd<128>, fwd_smem(128));
+    if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dkv<64>, dkv_smem(64));
+    if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dkv<128>, dkv_smem(128));
+    if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dq<64>, dq_smem(64));
+    if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dq<128>, dq_smem(128));
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_DEVICE,
+                            "cudaFuncSetAttribute(attention shared memory): %s (the attention "
+                            "kernels need up to %zu bytes of shared memory per block)",
+                            cudaGetErrorString(e), dkv_smem(128));
+    return GT_OK;
+}
+
+extern "C" void gt_cuda_register_attention_ops(gt_backend_ops *ops) {
+    ops->rope_fwd = cuda_rope_fwd;
+    ops->rope_bwd = cuda_rope_bwd;
+    ops->attention_fwd = cuda_attention_fwd;
+    ops->attention_bwd = cuda_attention_bwd;
+}

@@ -1,0 +1,542 @@
+/* Mixture-of-experts kernels: router softmax/top-k, load-balancing loss and router backward,
+ * a stable single-block permutation (per-expert warps scanning assignments in token order),
+ * gather/combine and their backwards, and grouped GEMMs whose groups are read from DEVICE
+ * offsets: the grid is sized for the worst case (ceil(R/64) + E row tiles) and each block
+ * finds its expert and row tile from the offsets, so nothing is read back to the host.
+ * Everything is deterministic: integer atomics only, fp32 sums in fixed order. */
+#include "backend/cuda/cuda_common.cuh"
+
+#define MOE_THREADS 256
+#define ROUTER_MAX_Q 8 /* experts per lane: E <= 256 */
+#define PERMUTE_THREADS 1024
+#define GM_BM 64
+#define GM_BN 64
+#define GM_BK 16
+
+/* ---- router ---- */
+
+/* One warp per token: softmax, then k rounds of a warp argmax (ties: lower expert). */
+__global__ void k_router_fwd(float *probs, int32_t *topk_idx, float *topk_w, const bf16 *logits,
+                             int N, int E, int k) {
+    int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (n >= N) return;
+    float pv[ROUTER_MAX_Q];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < ROUTER_MAX_Q; q++) {
+        int e = lane + 32 * q;
+        pv[q] = e < E ? ldf(logits + (size_t)n * E + e) : -INFINITY;
+        mx = fmaxf(mx, pv[q]);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int q = 0; q < ROUTER_MAX_Q; q++) {
+        int e = lane + 32 * q;
+        pv[q] = e < E ? expf(pv[q] - mx) : 0.0f;
+        sum += pv[q];
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int q = 0; q < ROUTER_MAX_Q; q++) {
+        int e = lane + 32 * q;
+        pv[q] /= sum;
+        if (e < E) probs[(size_t)n * E + e] = pv[q];
+    }
+    float wsum = 0.0f, chosen_p = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float best = -1.0f;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int q = 0; q < ROUTER_MAX_Q; q++) {
+            int e = lane + 32 * q;
+            if (e < E && pv[q] > best) {
+                best = pv[q];
+                bi = e;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ob > best || (ob == best && oi < bi)) {
+                best = ob;
+                bi = oi;
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < ROUTER_MAX_Q; q++)
+            if (lane + 32 * q == bi) pv[q] = -2.0f; /* taken */
+        wsum += best;
+        if (lane == j) chosen_p = best;
+        if (lane == 0) topk_idx[(size_t)n * k + j] = bi;
+    }
+    if (lane < k) topk_w[(size_t)n * k + lane] = chosen_p / wsum;
+}
+
+__global__ void k_router_counts(int32_t *counts, const int32_t *topk_idx, int NK, int E) {
+    extern __shared__ int hist[];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
+    __syncthreads();
+    for (int a = threadIdx.x; a < NK; a += blockDim.x) {
+        int e = topk_idx[a];
+        if (e >= 0 && e < E) atomicAdd(&hist[e], 1);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = hist[e];
+}
+
+static void cuda_moe_router_fwd(gt_backend *b, gt_stream *s, float *probs, int32_t *topk_idx,
+                                float *topk_w, int32_t *counts, const void *logits, int N,
+                                int E, int k) {
+    if (E <= 0 || E > 32 * ROUTER_MAX_Q || k <= 0 || k > E || k > 32 || N < 0) {
+        gt_backend_fail(b, GT_ERR_UNSUPPORTED,
+                        "moe_router_fwd: E=%d k=%d is not supported (need 1 <= k <= min(E, 32) "
+                        "and E <= %d)",
+                        E, k, 32 * ROUTER_MAX_Q);
+        return;
+    }
+    if (b->planning) return;
+    cudaStream_t cs = gt_cuda_stream(s);
+    int wpb = MOE_THREADS / 32;
+    if (N > 0)
+        k_router_fwd<<<(N + wpb - 1) / wpb, MOE_THREADS, 0, cs>>>(
+            probs, topk_idx, topk_w, (const bf16 *)logits, N, E, k);
+    k_router_counts<<<1, 1024, E * sizeof(int), cs>>>(counts, topk_idx, N * k, E);
+    GT_CUDA_LAUNCHED(b, "moe_router_fwd");
+}
+
+/* Column means of probs in a fixed order: one block per expert. */
+__global__ void k_col_mean(float *mean, const float *probs, int N, int E) {
+    __shared__ double sh[32];
+    int e = blockIdx.x;
+    double acc = 0.0;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) acc += probs[(size_t)n * E + e];
+    acc = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) mean[e] = (float)(acc / (double)N);
+}
+
+__global__ void k_aux_final(gt_step_state *st, const float *mean, const int32_t *counts, int N,
+                            int E, int k, float coeff) {
+    float acc = 0.0f;
+    for (int e = threadIdx.x; e < E; e += 32) acc += (float)counts[e] / (float)(N * k) * mean[e];
+    acc = warp_sum(acc);
+    if (threadIdx.x == 0) st->aux_loss += coeff * (float)E * acc;
+}
+
+static void cuda_moe_aux_loss(gt_backend *b, gt_stream *s, gt_step_state *st,
+                              const float *probs, const int32_t *counts, int N, int E, int k,
+                              float coeff) {
+    float *mean = (float *)gt_cuda_scratch(b, GT_SCRATCH_MOE, (size_t)(E > 0 ? E : 1) * 4,
+                                           "moe_aux_loss");
+    if (!mean || N <= 0 || E <= 0 || k <= 0) return;
+    cudaStream_t cs = gt_cuda_stream(s);
+    k_col_mean<<<E, MOE_THREADS, 0, cs>>>(mean, probs, N, E);
+    k_aux_final<<<1, 32, 0, cs>>>(st, mean, counts, N, E, k, coeff);
+    GT_CUDA_LAUNCHED(b, "moe_aux_loss");
+}
+
+/* One warp per token: gradient through renormalization, the aux loss and the softmax. */
+__global__ void k_router_bwd(bf16 *dlogits, const float *dtopk_w, const float *probs,
+                             const int32_t *topk_idx, const float *topk_w,
+                             const int32_t *counts, int N, int E, int k, float aux_coeff) {
+    int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (n >= N) return;
+    const float *p = probs + (size_t)n * E;
+    const int32_t *idx = topk_idx + (size_t)n * k;
+    const float *tw = topk_w + (size_t)n * k, *dtw = dtopk_w + (size_t)n * k;
+    float S = 0.0f, dot = 0.0f;
+    for (int j = 0; j < k; j++) {
+        S += p[idx[j]];
+        dot += dtw[j] * tw[j];
+    }
+    float pd = 0.0f; /* sum_e p[e] * dp[e] */
+    for (int e = lane; e < E; e += 32) {
+        float dp = aux_coeff * (float)E * (float)counts[e] / ((float)N * (float)k) / (float)N;
+        for (int j = 0; j < k; j++)
+            if (idx[j] == e) dp += (dtw[j] - dot) / S;
+        pd += p[e] * dp;
+    }
+    pd = warp_sum(pd);
+    for (int e = lane; e < E; e += 32) {
+        float dp = aux_coeff * (float)E * (float)counts[e] / ((float)N * (float)k) / (float)N;
+        for (int j = 0; j < k; j++)
+            if (idx[j] == e) dp += (dtw[j] - dot) / S;
+        dlogits[(size_t)n * E + e] = tobf(p[e] * (dp - pd));
+    }
+}
+
+static void cuda_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, const float *dtopk_w,
+                                const float *probs, const int32_t *topk_idx,
+                                const float *topk_w, const int32_t *counts, int N, int E, int k,
+                                float aux_coeff) {
+    if (b->planning || N <= 0 || E <= 0 || k <= 0) return;
+    int wpb = MOE_THREADS / 32;
+    k_router_bwd<<<(N + wpb - 1) / wpb, MOE_THREADS, 0, gt_cuda_stream(s)>>>(
+        (bf16 *)dlogits, dtopk_w, probs, topk_idx, topk_w, counts, N, E, k, aux_coeff);
+    GT_CUDA_LAUNCHED(b, "moe_router_bwd");
+}
+
+/* ---- permutation: one block; warp w owns experts w, w+32, ... ---- */
+
+__global__ void k_permute(int32_t *slot_token, int32_t *token_slot, int32_t *offsets,
+                          const int32_t *topk_idx, int NK, int E, int capacity) {
+    extern __shared__ int sh[]; /* cnt[E], offs[E + 1] */
+    int *cnt = sh, *offs = sh + E;
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    unsigned lt = (1u << lane) - 1u;
+    for (int e = wid; e < E; e += nw) {
+        int c = 0;
+        for (int base = 0; base < NK; base += 32) {
+            int a = base + lane;
+            unsigned m = __ballot_sync(0xffffffffu, a < NK && topk_idx[a] == e);
+            c += __popc(m);
+        }
+        if (lane == 0) cnt[e] = c;
+    }
+    for (int a = threadIdx.x; a < NK; a += blockDim.x) {
+        int e = topk_idx[a];
+        if (e < 0 || e >= E) token_slot[a] = -1;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int acc = 0;
+        for (int e = 0; e < E; e++) {
+            offs[e] = capacity > 0 ? e * capacity : acc;
+            acc += cnt[e];
+        }
+        offs[E] = capacity > 0 ? E * capacity : acc;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e <= E; e += blockDim.x) offsets[e] = offs[e];
+    for (int e = wid; e < E; e += nw) {
+        int run = 0;
+        for (int base = 0; base < NK; base += 32) {
+            int a = base + lane;
+            int hit = a < NK && topk_idx[a] == e;
+            unsigned m = __ballot_sync(0xffffffffu, hit);
+            if (hit) {
+                int rank = run + __popc(m & lt);
+                if (capacity == 0 || rank < capacity) {
+                    int row = offs[e] + rank;
+                    token_slot[a] = row;
+                    slot_token[row] = a;
+                } else {
+                    token_slot[a] = -1;
+                }
+            }
+            run += __popc(m);
+        }
+        if (capacity > 0)
+            for (int r = min(cnt[e], capacity) + lane; r < capacity; r += 32)
+                slot_token[e * capacity + r] = -1;
+    }
+}
+
+static void cuda_moe_permute(gt_backend *b, gt_stream *s, int32_t *slot_token,
+                             int32_t *token_slot, int32_t *offsets, const int32_t *topk_idx,
+                             int N, int E, int k, int capacity) {
+    if (N < 0 || E <= 0 || k <= 0 || capacity < 0 || E > 8192) {
+        gt_backend_fail(b, GT_ERR_INVALID, "moe_permute: bad shape N=%d E=%d k=%d capacity=%d",
+                        N, E, k, capacity);
+        return;
+    }
+    if (b->planning) return;
+    size_t shm = (size_t)(2 * E + 1) * sizeof(int);
+    k_permute<<<1, PERMUTE_THREADS, shm, gt_cuda_stream(s)>>>(slot_token, token_slot, offsets,
+                                                             topk_idx, N * k, E, capacity);
+    GT_CUDA_LAUNCHED(b, "moe_permute");
+}
+
+/* ---- gather / combine ---- */
+
+__global__ void k_gather(bf16 *xe, const bf16 *x, const int32_t *slot_token, int R, int k, int d) {
+    size_t total = (size_t)R * d;
+    GT_GRID_STRIDE(i, total) {
+        size_t r = i / d, c = i % d;
+        int a = slot_token[r];
+        xe[i] = a >= 0 ? x[(size_t)(a / k) * d + c] : tobf(0.0f);
+    }
+}
+
+__global__ void k_gather_bwd(bf16 *dx, const bf16 *dxe, const int32_t *token_slot, int N, int k,
+                             int d) {
+    size_t total = (size_t)N * d;
+    GT_GRID_STRIDE(i, total) {
+        size_t n = i / d, c = i % d;
+        float acc = ldf(dx + i);
+        for (int j = 0; j < k; j++) {
+            int r = token_slot[n * k + j];
+            if (r >= 0) acc += ldf(dxe + (size_t)r * d + c);
+        }
+        dx[i] = tobf(acc);
+    }
+}
+
+__global__ void k_combine_fwd(bf16 *y, const bf16 *ye, const float *topk_w,
+                              const int32_t *token_slot, int N, int k, int d) {
+    size_t total = (size_t)N * d;
+    GT_GRID_STRIDE(i, total) {
+        size_t n = i / d, c = i % d;
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) {
+            int r = token_slot[n * k + j];
+            if (r >= 0) acc += topk_w[n * k + j] * ldf(ye + (size_t)r * d + c);
+        }
+        y[i] = tobf(acc);
+    }
+}
+
+__global__ void k_combine_bwd_dye(bf16 *dye, const bf16 *dy, const float *topk_w,
+                                  const int32_t *slot_token, int R, int k, int d) {
+    size_t total = (size_t)R * d;
+    GT_GRID_STRIDE(i, total) {
+        size_t r = i / d, c = i % d;
+        int a = slot_token[r];
+        dye[i] = a >= 0 ? tobf(topk_w[a] * ldf(dy + (size_t)(a / k) * d + c)) : tobf(0.0f);
+    }
+}
+
+/* One warp per assignment. */
+__global__ void k_combine_bwd_dw(float *dtopk_w, const bf16 *dy, const bf16 *ye,
+                                 const int32_t *token_slot, int NK, int k, int d) {
+    int a = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (a >= NK) return;
+    int r = token_slot[a];
+    float acc = 0.0f;
+    if (r >= 0) {
+        const bf16 *yr = ye + (size_t)r * d, *g = dy + (size_t)(a / k) * d;
+        for (int c = lane; c < d; c += 32) acc += ldf(g + c) * ldf(yr + c);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) dtopk_w[a] = acc;
+}
+
+static void cuda_moe_gather(gt_backend *b, gt_stream *s, void *xe, const void *x,
+                            const int32_t *slot_token, int R, int k, int d) {
+    if (b->planning || R <= 0 || d <= 0) return;
+    size_t total = (size_t)R * d;
+    k_gather<<<gt_grid(total, MOE_THREADS), MOE_THREADS, 0, gt_cuda_stream(s)>>>(
+        (bf16 *)xe, (const bf16 *)x, slot_token, R, k, d);
+    GT_CUDA_LAUNCHED(b, "moe_gather");
+}
+
+static void cuda_moe_gather_bwd(gt_backend *b, gt_stream *s, void *dx, const void *dxe,
+                                const int32_t *token_slot, int N, int k, int d) {
+    if (b->planning || N <= 0 || d <= 0) return;
+    size_t total = (size_t)N * d;
+    k_gather_bwd<<<gt_grid(total, MOE_THREADS), MOE_THREADS, 0, gt_cuda_stream(s)>>>(
+        (bf16 *)dx, (const bf16 *)dxe, token_slot, N, k, d);
+    GT_CUDA_LAUNCHED(b, "moe_gather_bwd");
+}
+
+static void cuda_moe_combine_fwd(gt_backend *b, gt_stream *s, void *y, const void *ye,
+                                 const float *topk_w, const int32_t *token_slot, int N, int k,
+                                 int d) {
+    if (b->planning || N <= 0 || d <= 0) return;
+    size_t total = (size_t)N * d;
+    k_combine_fwd<<<gt_grid(total, MOE_THREADS), MOE_THREADS, 0, gt_cuda_stream(s)>>>(
+        (bf16 *)y, (const bf16 *)ye, topk_w, token_slot, N, k, d);
+    GT_CUDA_LAUNCHED(b, "moe_combine_fwd");
+}
+
+static void cuda_moe_combine_bwd(gt_backend *b, gt_stream *s, void *dye, float *dtopk_w,
+                                 const void *dy, const void *ye, const float *topk_w,
+                                 const int32_t *token_slot, const int32_t *slot_token, int N,
+                                 int R, int k, int d) {
+    if (b->planning || d <= 0) return;
+    cudaStream_t cs = gt_cuda_stream(s);
+    if (R > 0) {
+        size_t total = (size_t)R * d;
+        k_combine_bwd_dye<<<gt_grid(total, MOE_THREADS), MOE_THREADS, 0, cs>>>(
+            (bf16 *)dye, (const bf16 *)dy, topk_w, slot_token, R, k, d);
+    }
+    int NK = N * k, wpb = MOE_THREADS / 32;
+    if (NK > 0)
+        k_combine_bwd_dw<<<(NK + wpb - 1) / wpb, MOE_THREADS, 0, cs>>>(
+            dtopk_w, (const bf16 *)dy, (const bf16 *)ye, token_slot, NK, k, d);
+    GT_CUDA_LAUNCHED(b, "moe_combine_bwd");
+}
+
+/* ---- grouped GEMM over device offsets ---- */
+
+/* Finds the expert and row tile of block `t`; returns 0 when t is past the last tile. */
+static __device__ int find_tile(const int32_t *offsets, int E, int t, int *e_out, int *r0,
+                                int *r1) {
+    int cum = 0;
+    for (int e = 0; e < E; e++) {
+        int lo = offsets[e], hi = offsets[e + 1];
+        int tiles = hi > lo ? (hi - lo + GM_BM - 1) / GM_BM : 0;
+        if (t < cum + tiles) {
+            *e_out = e;
+            *r0 = lo + (t - cum) * GM_BM;
+            *r1 = min(hi, *r0 + GM_BM);
+            return 1;
+        }
+        cum += tiles;
+    }
+    return 0;
+}
+
+/* out[r, c] = sum_k A[r, k] * W_e(c, k) for the rows of one group's tile, where
+ * W_e(c, k) = w[e * w_expert + c * wc + k * wk]; bf16 in and out, fp32 accumulate. */
+__global__ void __launch_bounds__(MOE_THREADS)
+    k_grouped_mm(bf16 *out, const bf16 *A, const bf16 *w, const int32_t *offsets, int E,
+                 int Ncols, int Kdim, size_t w_expert, int wc, int wk) {
+    __shared__ float As[GM_BK][GM_BM + 1];
+    __shared__ float Ws[GM_BK][GM_BN + 1];
+    int e, r0, r1;
+    if (!find_tile(offsets, E, blockIdx.y, &e, &r0, &r1)) return;
+    int c0 = blockIdx.x * GM_BN;
+    int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+    const bf16 *we = w + (size_t)e * w_expert;
+    float acc[4][4];
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[a][c] = 0.0f;
+    for (int k0 = 0; k0 < Kdim; k0 += GM_BK) {
+        for (int idx = tid; idx < GM_BM * GM_BK; idx += blockDim.x) {
+            int r = idx / GM_BK, kk = idx % GM_BK;
+            int row = r0 + r, k = k0 + kk;
+            As[kk][r] = (row < r1 && k < Kdim) ? ldf(A + (size_t)row * Kdim + k) : 0.0f;
+            int c, kw;
+            if (wk == 1) {
+                c = idx / GM_BK;
+                kw = idx % GM_BK;
+            } else {
+                c = idx % GM_BN;
+                kw = idx / GM_BN;
+            }
+            int col = c0 + c, kg = k0 + kw;
+            Ws[kw][c] = (col < Ncols && kg < Kdim)
+                            ? ldf(we + (size_t)col * wc + (size_t)kg * wk)
+                            : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GM_BK; kk++) {
+            float av[4], bv[4];
+#pragma unroll
+            for (int a = 0; a < 4; a++) av[a] = As[kk][ty + 16 * a];
+#pragma unroll
+            for (int c = 0; c < 4; c++) bv[c] = Ws[kk][tx + 16 * c];
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[a][c] += av[a] * bv[c];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int a = 0; a < 4; a++) {
+        int row = r0 + ty + 16 * a;
+        if (row >= r1) continue;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int col = c0 + tx + 16 * c;
+            if (col < Ncols) out[(size_t)row * Ncols + col] = tobf(acc[a][c]);
+        }
+    }
+}
+
+/* dw[e][n, k] += sum over the group's rows r of dout[r, n] * a[r, k], rows in order. */
+__global__ void __launch_bounds__(MOE_THREADS)
+    k_grouped_mm_dw(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets, int Nf,
+                    int K) {
+    __shared__ float Ds[GM_BK][GM_BN + 1];
+    __shared__ float As[GM_BK][GM_BN + 1];
+    int e = blockIdx.z, k0 = blockIdx.x * GM_BN, n0 = blockIdx.y * GM_BN;
+    int lo = offsets[e], hi = offsets[e + 1];
+    int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+    float acc[4][4];
+#pragma unroll
+    for (int x = 0; x < 4; x++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[x][c] = 0.0f;
+    for (int rb = lo; rb < hi; rb += GM_BK) {
+        for (int idx = tid; idx < GM_BK * GM_BN; idx += blockDim.x) {
+            int rr = idx / GM_BN, c = idx % GM_BN;
+            int row = rb + rr;
+            Ds[rr][c] = (row < hi && n0 + c < Nf) ? ldf(dout + (size_t)row * Nf + n0 + c) : 0.0f;
+            As[rr][c] = (row < hi && k0 + c < K) ? ldf(a + (size_t)row * K + k0 + c) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int rr = 0; rr < GM_BK; rr++) {
+            float dv[4], av[4];
+#pragma unroll
+            for (int x = 0; x < 4; x++) dv[x] = Ds[rr][ty + 16 * x];
+#pragma unroll
+            for (int c = 0; c < 4; c++) av[c] = As[rr][tx + 16 * c];
+#pragma unroll
+            for (int x = 0; x < 4; x++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) acc[x][c] += dv[x] * av[c];
+        }
+        __syncthreads();
+    }
+    float *dwe = dw + (size_t)e * Nf * K;
+#pragma unroll
+    for (int x = 0; x < 4; x++) {
+        int n = n0 + ty + 16 * x;
+        if (n >= Nf) continue;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            int k = k0 + tx + 16 * c;
+            if (k < K) dwe[(size_t)n * K + k] += acc[x][c];
+        }
+    }
+}
+
+static int gm_check(gt_backend *b, const char *what, int R, int E, int Nf, int K) {
+    if (R < 0 || E <= 0 || Nf <= 0 || K <= 0) {
+        gt_backend_fail(b, GT_ERR_INVALID, "%s: bad shape R=%d E=%d Nf=%d K=%d", what, R, E, Nf,
+                        K);
+        return 0;
+    }
+    return !b->planning && R > 0;
+}
+
+static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *a,
+                                const void *w, const int32_t *offsets, int R, int E, int Nf,
+                                int K) {
+    if (!gm_check(b, "moe_matmul_fwd", R, E, Nf, K)) return;
+    dim3 grid((Nf + GM_BN - 1) / GM_BN, (R + GM_BM - 1) / GM_BM + E);
+    k_grouped_mm<<<grid, MOE_THREADS, 0, gt_cuda_stream(s)>>>(
+        (bf16 *)out, (const bf16 *)a, (const bf16 *)w, offsets, E, Nf, K, (size_t)Nf * K, K, 1);
+    GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
+}
+
+static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, const void *dout,
+                                     const void *w, const int32_t *offsets, int R, int E, int Nf,
+                                     int K) {
+    if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K)) return;
+    dim3 grid((K + GM_BN - 1) / GM_BN, (R + GM_BM - 1) / GM_BM + E);
+    k_grouped_mm<<<grid, MOE_THREADS, 0, gt_cuda_stream(s)>>>(
+        (bf16 *)da, (const bf16 *)dout, (const bf16 *)w, offsets, E, K, Nf, (size_t)Nf * K, 1, K);
+    GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
+}
+
+static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, const void *dout,
+                                       const void *a, const int32_t *offsets, int R, int E,
+                                       int Nf, int K) {
+    if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K)) return;
+    dim3 grid((K + GM_BN - 1) / GM_BN, (Nf + GM_BN - 1) / GM_BN, E);
+    k_grouped_mm_dw<<<grid, MOE_THREADS, 0, gt_cuda_stream(s)>>>(dw, (const bf16 *)dout,
+                                                                 (const bf16 *)a, offsets, Nf, K);
+    GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
+}
+
+extern "C" void gt_cuda_register_moe_ops(gt_backend_ops *ops) {
+    ops->moe_router_fwd = cuda_moe_router_fwd;
+    ops->moe_aux_loss = cuda_moe_aux_loss;
+    ops->moe_router_bwd = cuda_moe_router_bwd;
+    ops->moe_permute = cuda_moe_permute;
+    ops->moe_gather = cuda_moe_gather;
+    ops->moe_gather_bwd = cuda_moe_gather_bwd;
+    ops->moe_matmul_fwd = cuda_moe_matmul_fwd;
+    ops->moe_matmul_bwd_data = cuda_moe_matmul_bwd_data;
+    ops->moe_matmul_bwd_weight = cuda_moe_matmul_bwd_weight;
+    ops->moe_combine_fwd = cuda_moe_combine_fwd;
+    ops->moe_combine_bwd = cuda_moe_combine_bwd;
+}

@@ -1,0 +1,170 @@
+/* Step state and optimizer kernels: the LR schedule on device, the micro-batch counter, the
+ * NaN test hook, a deterministic two-pass gradient norm (fixed per-block partials, then a
+ * fixed-order final sum) that sets the NaN flags and the clip coefficient, and AdamW over the
+ * whole flat parameter array in one launch, reading lr/step/clip/flags from the step state. */
+#include "backend/cuda/cuda_common.cuh"
+
+#define OPT_THREADS 256
+#define GN_MAX_BLOCKS 1024 /* partials of the gradient norm */
+#define GN_ITEMS_PER_THREAD 8
+#define FINAL_THREADS 1024
+/* gt_lr_style values (config/config.h) */
+#define LR_CONSTANT 0
+#define LR_LINEAR 1
+#define LR_COSINE 2
+
+static __device__ float lr_at(int64_t step, gt_lr_schedule sc) {
+    if (sc.warmup_iters > 0 && step < sc.warmup_iters)
+        return sc.lr_max * (float)(step + 1) / (float)sc.warmup_iters;
+    if (sc.style == LR_CONSTANT) return sc.lr_max;
+    if (step >= sc.decay_iters || sc.decay_iters <= sc.warmup_iters) return sc.lr_min;
+    float prog = (float)(step - sc.warmup_iters) / (float)(sc.decay_iters - sc.warmup_iters);
+    if (sc.style == LR_LINEAR) return sc.lr_max + (sc.lr_min - sc.lr_max) * prog;
+    return sc.lr_min + 0.5f * (sc.lr_max - sc.lr_min) * (1.0f + cosf(3.14159265358979f * prog));
+}
+
+__global__ void k_step_begin(gt_step_state *st, gt_lr_schedule sc) {
+    st->lr = lr_at(st->step, sc);
+    st->loss = 0.0f;
+    st->aux_loss = 0.0f;
+    st->nan_flags = 0;
+    st->skipped = 0;
+    st->micro = 0;
+}
+
+__global__ void k_micro_next(gt_step_state *st) {
+    st->micro++;
+}
+
+__global__ void k_inject_nan(gt_step_state *st, float *grads) {
+    if (st->step == (int64_t)st->inject_nan) {
+        st->loss = nanf("");
+        if (grads) grads[0] = nanf("");
+    }
+}
+
+__global__ void k_step_end(gt_step_state *st) {
+    if (st->nan_flags && st->nan_step < 0) {
+        st->nan_step = (int32_t)st->step;
+        st->nan_first = st->nan_flags;
+    }
+    st->step++;
+}
+
+__global__ void k_gradnorm_partial(double *part, const float *g, size_t n) {
+    __shared__ double sh[32];
+    double acc = 0.0;
+    GT_GRID_STRIDE(i, n) {
+        double v = g[i];
+        acc += v * v;
+    }
+    acc = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+__global__ void k_gradnorm_final(gt_step_state *st, const double *part, int parts,
+                                 int check_loss, int check_grad, float clip) {
+    __shared__ double sh[32];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < parts; i += blockDim.x) acc += part[i];
+    acc = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) {
+        float norm = (float)sqrt(acc);
+        uint32_t flags = st->nan_flags;
+        if (check_loss && !isfinite(st->loss)) flags |= GT_NAN_LOSS;
+        if (check_grad && !isfinite(norm)) flags |= GT_NAN_GRAD;
+        st->nan_flags = flags;
+        st->grad_norm = norm;
+        st->clip_coef = clip > 0.0f ? fminf(1.0f, clip / (norm + 1e-6f)) : 1.0f;
+    }
+}
+
+__global__ void k_adamw(bf16 *params, float *master, const float *grads, float *m, float *v,
+                        size_t n, size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
+    if (st->nan_flags) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) st->skipped = 1;
+        return;
+    }
+    float lr = st->lr, clip = st->clip_coef;
+    float t = (float)(st->step + 1);
+    float bc1 = 1.0f - powf(hp.beta1, t), bc2 = 1.0f - powf(hp.beta2, t);
+    GT_GRID_STRIDE(i, n) {
+        float g = grads[i] * clip;
+        float mi = hp.beta1 * m[i] + (1.0f - hp.beta1) * g;
+        float vi = hp.beta2 * v[i] + (1.0f - hp.beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        float w = master[i];
+        float wd = i < n_decay ? hp.weight_decay : 0.0f;
+        w -= lr * (mhat / (sqrtf(vhat) + hp.eps) + wd * w);
+        master[i] = w;
+        params[i] = tobf(w);
+    }
+}
+
+static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st,
+                            gt_lr_schedule sched) {
+    if (b->planning) return;
+    k_step_begin<<<1, 1, 0, gt_cuda_stream(s)>>>(st, sched);
+    GT_CUDA_LAUNCHED(b, "step_begin");
+}
+
+static void cuda_micro_next(gt_backend *b, gt_stream *s, gt_step_state *st) {
+    if (b->planning) return;
+    k_micro_next<<<1, 1, 0, gt_cuda_stream(s)>>>(st);
+    GT_CUDA_LAUNCHED(b, "micro_next");
+}
+
+static void cuda_inject_nan(gt_backend *b, gt_stream *s, gt_step_state *st, float *grads) {
+    if (b->planning) return;
+    k_inject_nan<<<1, 1, 0, gt_cuda_stream(s)>>>(st, grads);
+    GT_CUDA_LAUNCHED(b, "inject_nan");
+}
+
+static void cuda_step_end(gt_backend *b, gt_stream *s, gt_step_state *st) {
+    if (b->planning) return;
+    k_step_end<<<1, 1, 0, gt_cuda_stream(s)>>>(st);
+    GT_CUDA_LAUNCHED(b, "step_end");
+}
+
+static int gradnorm_blocks(size_t n) {
+    size_t per_block = (size_t)OPT_THREADS * GN_ITEMS_PER_THREAD;
+    size_t blocks = (n + per_block - 1) / per_block;
+    if (blocks < 1) blocks = 1;
+    if (blocks > GN_MAX_BLOCKS) blocks = GN_MAX_BLOCKS;
+    return (int)blocks;
+}
+
+static void cuda_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads,
+                           size_t n, int check_loss, int check_grad, float clip) {
+    int blocks = gradnorm_blocks(n);
+    double *part = (double *)gt_cuda_scratch(b, GT_SCRATCH_GRADNORM,
+                                             (size_t)GN_MAX_BLOCKS * sizeof(double), "grad_norm");
+    if (!part) return;
+    cudaStream_t cs = gt_cuda_stream(s);
+    k_gradnorm_partial<<<blocks, OPT_THREADS, 0, cs>>>(part, grads, n);
+    k_gradnorm_final<<<1, FINAL_THREADS, 0, cs>>>(st, part, blocks, check_loss, check_grad,
+                                                   clip);
+    GT_CUDA_LAUNCHED(b, "grad_norm");
+}
+
+static void cuda_adamw(gt_backend *b, gt_stream *s, void *params, float *master,
+                       const float *grads, float *m, float *v, size_t n, size_t n_decay,
+                       gt_adamw_params hp, gt_step_state *st) {
+    if (b->planning) return;
+    unsigned grid = gt_grid(n, OPT_THREADS);
+    if (grid > 8192) grid = 8192;
+    k_adamw<<<grid, OPT_THREADS, 0, gt_cuda_stream(s)>>>((bf16 *)params, master, grads, m, v, n,
+                                                          n_decay, hp, st);
+    GT_CUDA_LAUNCHED(b, "adamw");
+}
+
+extern "C" void gt_cuda_register_optim_ops(gt_backend_ops *ops) {
+    ops->step_begin = cuda_step_begin;
+    ops->micro_next = cuda_micro_next;
+    ops->inject_nan = cuda_inject_nan;
+    ops->grad_norm = cuda_grad_norm;
+    ops->adamw = cuda_adamw;
+    ops->step_end = cuda_step_end;
+}

@@ -1,0 +1,117 @@
+/* The benchmark harness behind `graphtrain bench`: for each graph mode (eager, TE-style
+ * scopes, full iteration) it builds a trainer, runs warmup and capture, times steady-state
+ * steps, and derives throughput, MFU, the step-time limit, graph and memory statistics and the
+ * per-step losses that must agree bitwise across modes. Output: table, JSON, CSV. */
+#ifndef GT_BENCH_BENCH_H
+#define GT_BENCH_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/config.h"
+#include "core/error.h"
+
+#define GT_BENCH_MAX_MODES 8
+#define GT_BENCH_NAME_MAX 96
+#define GT_BENCH_LOSS_STEPS 10       /* leading steps whose losses must agree across modes */
+#define GT_BENCH_PEAK_FLOPS 790e12   /* measured bf16 GEMM rate of one H200 (WORKLOADS.md) */
+#define GT_BENCH_PEAK_BYTES_S 4.3e12 /* measured device-to-device copy rate of one H200 */
+#define GT_BENCH_ADAMW_BYTES 20.0    /* bytes AdamW streams per parameter (WORKLOADS.md) */
+#define GT_BENCH_GEMM_PASSES 3       /* forward, backward-data, backward-weight */
+
+/* One mode: which Bridge settings it runs with. */
+typedef struct gt_bench_mode {
+    char name[GT_BENCH_NAME_MAX]; /* "eager", "attn", "attn+mlp", "full_iteration", ... */
+    gt_graph_impl impl;
+    uint32_t scope; /* GT_SCOPE_* bits */
+} gt_bench_mode;
+
+typedef struct gt_bench_options {
+    int steps;  /* timed steady-state steps (default 30) */
+    int warmup; /* untimed steps after the capture step (default 3) */
+    int n_modes;
+    gt_bench_mode modes[GT_BENCH_MAX_MODES];
+    const char *label; /* workload name for the output, e.g. the recipe; may be NULL */
+    int quiet;         /* no progress lines on stderr */
+} gt_bench_options;
+
+/* Static figures of the workload (same for every mode). */
+typedef struct gt_bench_workload {
+    char label[GT_BENCH_NAME_MAX];
+    char backend[16];  /* "cpu" or "cuda" */
+    int tokens_per_step;
+    double n_params;        /* every parameter */
+    double n_active;        /* parameters a token passes through (FLOPs formula's N) */
+    double n_gemm;          /* parameters read by the GEMMs (every matrix but the embedding) */
+    double flops_per_step;  /* 6*N_active*tokens + 6*layers*B*T^2*d */
+    double bytes_per_step;  /* ADAMW_BYTES*n_params + GEMM_PASSES*2*n_gemm */
+    double limit_ms;        /* flops/PEAK_FLOPS + bytes/PEAK_BYTES_S, in ms */
+    int flops_from_model;   /* 1 if gt_model_get_info's flops_per_token was used */
+} gt_bench_workload;
+
+typedef struct gt_bench_result {
+    gt_bench_mode mode;
+    char graph_mode[GT_BENCH_NAME_MAX]; /* what the graph runner says it did */
+    int ok;                             /* 0: the mode failed; error holds why */
+    gt_error error;
+    int steps_total;  /* steps run: eager warmup + capture + warmup + timed */
+    int capture_step; /* 1-based step that captured; 0 = none */
+    int timed;        /* timed steps */
+    double median_ms, min_ms, max_ms, mean_ms;
+    double tokens_per_s, tflops, mfu, limit_fraction;
+    double capture_ms, instantiate_ms;
+    int graphs, nodes, fallbacks;
+    size_t peak_bytes;
+    double peak_ratio; /* peak / eager's peak; 0 when no eager mode ran */
+    int n_losses;
+    float *losses; /* [n_losses] loss of every step run, step 1 first */
+} gt_bench_result;
+
+typedef struct gt_bench_report {
+    gt_bench_workload w;
+    int n;
+    gt_bench_result results[GT_BENCH_MAX_MODES];
+    int loss_steps_compared; /* leading steps compared across the successful modes */
+    int losses_identical;    /* 1 if they agree bitwise, -1 when fewer than 2 modes ran */
+    int first_mismatch_step; /* 1-based, 0 if none */
+} gt_bench_report;
+
+/* Defaults: 30 timed steps, 3 warmup steps, no modes. */
+void gt_bench_options_init(gt_bench_options *o);
+
+/* Parses "eager,attn,attn+mlp,full_iteration" or "all" into o->modes. moe says whether the
+ * model has MoE layers: then "attn+mlp" means attn+moe_router+moe_preprocess (dropless MoE
+ * graphs only the router and preprocessing, as Bridge does), and "all" uses it too. */
+int gt_bench_parse_modes(gt_bench_options *o, const char *list, int moe, gt_error *err);
+/* The single mode a config's model.cuda_graph_impl / cuda_graph_scope select. */
+void gt_bench_mode_from_config(gt_bench_mode *m, const gt_config *cfg);
+/* Writes a config's scope bits as "attn+mlp" (or "none"). */
+void gt_bench_scope_name(uint32_t scope, char *buf, size_t n);
+
+/* Workload figures from a config (and flops_per_token from the model when nonzero). */
+void gt_bench_workload_compute(gt_bench_workload *w, const gt_config *cfg, double n_params,
+                               double model_flops_per_token);
+
+/* Runs every mode of o on copies of cfg (mock data, train_iters raised as needed). A mode that
+ * fails is recorded with ok = 0 and its error; the run continues with the next mode. Returns
+ * an error only when nothing could run. Free with gt_bench_report_free. */
+int gt_bench_run(const gt_config *cfg, const gt_bench_options *o, gt_bench_report *rep,
+                 gt_error *err);
+void gt_bench_report_free(gt_bench_report *rep);
+
+/* Outputs (bench/bench_output.c). */
+void gt_bench_print_table(const gt_bench_report *rep, FILE *f);
+int gt_bench_write_json(const gt_bench_report *rep, const char *path, gt_error *err);
+int gt_bench_write_csv(const gt_bench_report *rep, const char *path, gt_error *err);
+
+/* Parity export for bench/torch_reference.py (bench/parity.c): writes into dir config.json,
+ * weights.gtw (initial master weights, bench/weights_io.h), tokens.bin (every step's batches),
+ * graphtrain_losses.json (loss, aux_loss, lr, grad_norm per step) and grads_step1.gtw (the
+ * fp32 gradients of step 1), running `steps` steps without dropout. */
+#define GT_PARITY_TOKENS_MAGIC 0x4b545447u /* "GTTK" read as a little-endian u32 */
+int gt_bench_parity(const gt_config *cfg, const char *dir, int steps, gt_error *err);
+
+/* Median of n values (the array is sorted in place). */
+double gt_bench_median(double *v, int n);
+
+#endif

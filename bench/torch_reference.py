@@ -1,0 +1,698 @@
+#!/usr/bin/env python3
+"""PyTorch reference for graphtrain: the same Llama-style decoder (RMSNorm pre-norm, rotary
+embeddings pairing (i, i + hd/2), grouped-query causal attention, SwiGLU with the gate rows first
+in one gate_up matrix, or MoE with softmax top-k renormalised + Switch aux loss, untied head, no
+biases), used two ways:
+
+  bench   times PyTorch's ways of running a training step on the workloads of WORKLOADS.md:
+          eager, TE-style per-layer make_graphed_callables (attn; attn+mlp, or attn+router for
+          MoE), one full-iteration torch.cuda.graph with capturable fused AdamW, torch.compile.
+  parity  replays a short graphtrain run (written by `graphtrain bench --parity DIR`) in fp32
+          and in bf16 (bf16 params, fp32 master weights) and compares losses and step-1
+          gradients, printing max relative errors and PASS/FAIL per precision.
+
+Examples:
+  python3 bench/torch_reference.py bench --workloads tiny,gpt124m --json torch.json
+  python3 bench/torch_reference.py parity /tmp/parity
+
+Imports without torch or a GPU, so --help always works.
+"""
+import argparse
+import gc
+import json
+import math
+import os
+import statistics
+import struct
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError:  # --help must work anywhere
+    torch = None
+    F = None
+    nn = None
+
+PEAK_FLOPS = 790e12  # bf16 GEMM rate of one H200 (WORKLOADS.md)
+
+# name: vocab, d_model, layers, heads, kv heads, ffn, experts, top-k, expert ffn, seq, micro-batch
+WORKLOADS = {
+    "tiny": dict(vocab=32768, d=512, layers=8, heads=8, kv=8, ffn=1536, seq=256, mb=4),
+    "gpt124m": dict(vocab=50304, d=768, layers=12, heads=12, kv=12, ffn=2048, seq=1024, mb=8),
+    "llama1b": dict(vocab=32768, d=2048, layers=16, heads=16, kv=8, ffn=5632, seq=2048, mb=4),
+    "moe": dict(vocab=32768, d=1024, layers=8, heads=16, kv=4, ffn=0, experts=64, topk=8,
+                expert_ffn=384, seq=1024, mb=4),
+    # small shapes for machines without a GPU (tests of this script itself)
+    "micro": dict(vocab=256, d=64, layers=2, heads=4, kv=2, ffn=128, seq=32, mb=2),
+    "micro_moe": dict(vocab=256, d=64, layers=2, heads=4, kv=2, ffn=0, experts=4, topk=2,
+                      expert_ffn=32, seq=32, mb=2),
+}
+BENCH_MODES = ["eager", "te_attn", "te_attn_mlp", "full_iteration", "compile"]
+
+# Tolerances of parity: (torch precision, graphtrain precision) -> max relative errors.
+# fp32 vs graphtrain's fp32 CPU backend differs only by summation order; bf16 on either side
+# carries bf16 rounding (8 bits of mantissa) through every activation.
+TOLERANCES = {
+    ("fp32", "fp32"): dict(loss=1e-4, grad=1e-3),
+    ("fp32", "bf16"): dict(loss=3e-2, grad=1e-1),
+    ("bf16", "fp32"): dict(loss=3e-2, grad=1e-1),
+    ("bf16", "bf16"): dict(loss=3e-2, grad=1e-1),
+}
+
+
+def default_config(**shape):
+    """Full hyper-parameter set (graphtrain's key defaults) around a workload shape."""
+    c = dict(vocab=32768, d=512, layers=8, heads=8, kv=0, ffn=1536, experts=0, topk=2,
+             expert_ffn=0, moe_layer_freq=1, capacity_factor=0.0, aux_coeff=0.0, seq=256, mb=4,
+             global_batch=0, theta=10000.0, eps=1e-5, init_std=0.02, lr=3e-4, min_lr=3e-5,
+             weight_decay=0.1, beta1=0.9, beta2=0.95, adam_eps=1e-8, clip=1.0,
+             lr_style="cosine", warmup_iters=10, decay_iters=0, train_iters=100, seed=1234)
+    c.update(shape)
+    if not c["kv"]:
+        c["kv"] = c["heads"]
+    if c["experts"] and not c["expert_ffn"]:
+        c["expert_ffn"] = c["ffn"]
+    if not c["global_batch"]:
+        c["global_batch"] = c["mb"]
+    return c
+
+
+def config_from_graphtrain(keys):
+    """The reference config from graphtrain's config.json (dotted keys)."""
+    for k, why in (("model.hybrid_override_pattern", "hybrid layer patterns"),
+                   ("model.add_bias_linear", "linear biases"), ("model.add_qkv_bias", "qkv bias")):
+        if keys.get(k):
+            raise SystemExit(f"parity: {k}={keys[k]!r}: {why} are not in the reference model")
+    m = lambda k: keys["model." + k]
+    return default_config(
+        vocab=m("vocab_size"), d=m("hidden_size"), layers=m("num_layers"),
+        heads=m("num_attention_heads"), kv=m("num_query_groups"), ffn=m("ffn_hidden_size"),
+        experts=m("num_moe_experts"), topk=m("moe_router_topk"),
+        expert_ffn=m("moe_ffn_hidden_size"), moe_layer_freq=m("moe_layer_freq"),
+        capacity_factor=max(0.0, m("moe_expert_capacity_factor")),
+        aux_coeff=m("moe_aux_loss_coeff"), seq=m("seq_length"),
+        mb=keys["train.micro_batch_size"], global_batch=keys["train.global_batch_size"],
+        theta=m("rotary_base"), eps=m("layernorm_epsilon"), init_std=m("init_method_std"),
+        lr=keys["optimizer.lr"], min_lr=keys["optimizer.min_lr"],
+        weight_decay=keys["optimizer.weight_decay"], beta1=keys["optimizer.adam_beta1"],
+        beta2=keys["optimizer.adam_beta2"], adam_eps=keys["optimizer.adam_eps"],
+        clip=keys["optimizer.clip_grad"], lr_style=keys["scheduler.lr_decay_style"],
+        warmup_iters=keys["scheduler.lr_warmup_iters"],
+        decay_iters=keys["scheduler.lr_decay_iters"], train_iters=keys["train.train_iters"],
+        seed=keys["rng.seed"])
+
+
+def lr_at(c, step):
+    """graphtrain's schedule (step = optimizer steps completed, 0-based)."""
+    warm, decay = c["warmup_iters"], c["decay_iters"] or c["train_iters"]
+    if step < warm:
+        return c["lr"] * (step + 1) / warm
+    if c["lr_style"] == "constant":
+        return c["lr"]
+    if step >= decay:
+        return c["min_lr"]
+    r = (step - warm) / (decay - warm)
+    if c["lr_style"] == "linear":
+        return c["lr"] - r * (c["lr"] - c["min_lr"])
+    return c["min_lr"] + 0.5 * (c["lr"] - c["min_lr"]) * (1.0 + math.cos(math.pi * r))
+
+
+def flops_per_step(c):
+    """WORKLOADS.md: 6 * N_active * tokens + 6 * layers * micro_batch * seq^2 * d_model."""
+    d, H, KV = c["d"], c["heads"], c["kv"]
+    hd = d // H
+    n = c["vocab"] * d
+    for layer in range(c["layers"]):
+        n += d * (H + 2 * KV) * hd + H * hd * d
+        if c["experts"] and layer % c["moe_layer_freq"] == 0:
+            n += d * c["experts"] + c["topk"] * 3 * d * c["expert_ffn"]
+        else:
+            n += 3 * d * c["ffn"]
+    tokens = c["global_batch"] * c["seq"]
+    return 6 * n * tokens + 6 * c["layers"] * c["global_batch"] * c["seq"] ** 2 * d
+
+
+# ---------------------------------------------------------------------------------------------
+# The model. Modules hold graphtrain's tensor names (see gt_name) so weights map one to one.
+
+_Module = nn.Module if nn is not None else object
+
+
+def rmsnorm(x, w, eps):
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * w.float()).to(x.dtype)
+
+
+def rope(x, cos, sin):
+    """x [B, H, T, hd]; pairs (i, i + hd/2) rotate by t * theta^(-2i/hd)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x.float()[..., :half], x.float()[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1).to(x.dtype)
+
+
+def swiglu(gu, f):
+    g, u = gu.float()[..., :f], gu.float()[..., f:]
+    return (F.silu(g) * u).to(gu.dtype)
+
+
+class Attn(_Module):
+    def __init__(self, c, dtype, device):
+        super().__init__()
+        d, H, KV = c["d"], c["heads"], c["kv"]
+        self.c, self.hd = c, d // H
+        self.norm_w = nn.Parameter(torch.ones(d, dtype=dtype, device=device))
+        self.qkv_w = nn.Parameter(torch.empty((H + 2 * KV) * self.hd, d, dtype=dtype, device=device))
+        self.o_w = nn.Parameter(torch.empty(d, H * self.hd, dtype=dtype, device=device))
+        i = torch.arange(self.hd // 2, dtype=torch.float64, device=device)
+        inv = c["theta"] ** (-2.0 * i / self.hd)
+        ang = torch.arange(c["seq"], dtype=torch.float64, device=device)[:, None] * inv[None]
+        self.register_buffer("cos", ang.cos().float(), persistent=False)
+        self.register_buffer("sin", ang.sin().float(), persistent=False)
+
+    def forward(self, x):
+        B, T, d = x.shape
+        H, KV, hd = self.c["heads"], self.c["kv"], self.hd
+        qkv = F.linear(rmsnorm(x, self.norm_w, self.c["eps"]), self.qkv_w)
+        q, k, v = qkv.split([H * hd, KV * hd, KV * hd], -1)
+        q = rope(q.view(B, T, H, hd).transpose(1, 2), self.cos, self.sin)
+        k = rope(k.view(B, T, KV, hd).transpose(1, 2), self.cos, self.sin)
+        v = v.view(B, T, KV, hd).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=KV != H)
+        return x + F.linear(o.transpose(1, 2).reshape(B, T, H * hd), self.o_w)
+
+
+class MLP(_Module):
+    def __init__(self, c, dtype, device):
+        super().__init__()
+        d, f = c["d"], c["ffn"]
+        self.c = c
+        self.norm_w = nn.Parameter(torch.ones(d, dtype=dtype, device=device))
+        self.gu_w = nn.Parameter(torch.empty(2 * f, d, dtype=dtype, device=device))
+        self.down_w = nn.Parameter(torch.empty(d, f, dtype=dtype, device=device))
+
+    def forward(self, x):
+        gu = F.linear(rmsnorm(x, self.norm_w, self.c["eps"]), self.gu_w)
+        return x + F.linear(swiglu(gu, self.c["ffn"]), self.down_w)
+
+
+class MoERouter(_Module):
+    """norm -> router logits -> softmax (fp32) -> top-k, weights renormalised to sum to 1."""
+
+    def __init__(self, c, dtype, device):
+        super().__init__()
+        self.c = c
+        self.norm_w = nn.Parameter(torch.ones(c["d"], dtype=dtype, device=device))
+        self.router_w = nn.Parameter(torch.empty(c["experts"], c["d"], dtype=dtype, device=device))
+
+    def forward(self, x):
+        h = rmsnorm(x, self.norm_w, self.c["eps"])
+        probs = torch.softmax(F.linear(h, self.router_w).float(), -1).flatten(0, 1)  # [N, E]
+        topw, topi = probs.topk(self.c["topk"], -1)
+        return h, probs, topw / topw.sum(-1, keepdim=True), topi
+
+
+class MoEExperts(_Module):
+    """Permutation (stable by token order), expert GEMMs, combine. Dropless unless capacity."""
+
+    def __init__(self, c, dtype, device, grouped):
+        super().__init__()
+        E, d, fe = c["experts"], c["d"], c["expert_ffn"]
+        self.c, self.grouped = c, grouped
+        self.gu_w = nn.Parameter(torch.empty(E, 2 * fe, d, dtype=dtype, device=device))
+        self.down_w = nn.Parameter(torch.empty(E, d, fe, dtype=dtype, device=device))
+
+    def gemm(self, a, w, counts, offs):
+        if self.grouped:  # device offsets, no host sync: capturable
+            return F.grouped_mm(a, w.transpose(1, 2), offs=offs)
+        parts = [a[s:e] @ w[i].t() for i, (s, e) in enumerate(zip([0] + counts[:-1], counts))]
+        return torch.cat(parts, 0)
+
+    def forward(self, h, topw, topi):
+        c = self.c
+        N, k, E, fe = topi.shape[0], c["topk"], c["experts"], c["expert_ffn"]
+        flat = topi.flatten()
+        order = torch.sort(flat, stable=True).indices  # row r holds assignment order[r]
+        counts = torch.zeros(E, dtype=torch.int32, device=h.device)
+        counts.scatter_add_(0, flat.int(), torch.ones_like(flat, dtype=torch.int32))
+        offs = torch.cumsum(counts, 0, dtype=torch.int32)
+        host_offs = None if self.grouped else offs.tolist()
+        xe = h.flatten(0, 1)[order // k]
+        he = swiglu(self.gemm(xe, self.gu_w, host_offs, offs), fe)
+        ye = self.gemm(he, self.down_w, host_offs, offs)
+        if c["capacity_factor"] > 0:  # drop assignments past the capacity of their expert
+            cap = math.ceil(c["capacity_factor"] * N * k / E)
+            start = offs - counts
+            rank = torch.arange(N * k, device=h.device) - start[flat[order]]
+            ye = ye * (rank < cap).to(ye.dtype)[:, None]
+        back = torch.empty_like(order)
+        back[order] = torch.arange(N * k, device=h.device)
+        ye = ye[back].view(N, k, -1)  # assignment order n*k + j
+        y = (ye.float() * topw[..., None]).sum(1)
+        return y.to(h.dtype), counts
+
+
+class Layer(_Module):
+    def __init__(self, c, moe, dtype, device, grouped):
+        super().__init__()
+        self.c, self.moe = c, moe
+        self.attn = Attn(c, dtype, device)
+        if moe:
+            self.moe_router = MoERouter(c, dtype, device)
+            self.moe_experts = MoEExperts(c, dtype, device, grouped)
+        else:
+            self.mlp = MLP(c, dtype, device)
+
+    def forward(self, x, aux):
+        x = self.attn(x)
+        if not self.moe:
+            return self.mlp(x), aux
+        h, probs, topw, topi = self.moe_router(x)
+        y, counts = self.moe_experts(h, topw, topi)
+        c = self.c
+        N, k, E = topi.shape[0], c["topk"], c["experts"]
+        if c["aux_coeff"] > 0:  # Switch: coeff * E * sum_e f_e * P_e
+            aux = aux + c["aux_coeff"] * E * (counts.float() / (N * k) * probs.mean(0)).sum()
+        return x + y.view_as(x), aux
+
+
+class Model(_Module):
+    def __init__(self, c, dtype, device, grouped=False):
+        super().__init__()
+        self.c = c
+        d, V = c["d"], c["vocab"]
+        self.wte = nn.Parameter(torch.empty(V, d, dtype=dtype, device=device))
+        self.layers = nn.ModuleList(
+            Layer(c, bool(c["experts"]) and i % c["moe_layer_freq"] == 0, dtype, device, grouped)
+            for i in range(c["layers"]))
+        self.final_w = nn.Parameter(torch.ones(d, dtype=dtype, device=device))
+        self.lm_w = nn.Parameter(torch.empty(V, d, dtype=dtype, device=device))
+
+    def init_weights(self, seed):
+        g = torch.Generator(device=self.wte.device).manual_seed(seed)
+        for _, p in self.named_parameters():
+            if p.ndim >= 2:
+                with torch.no_grad():
+                    p.copy_(torch.randn(p.shape, generator=g, device=p.device) * self.c["init_std"])
+
+    def forward(self, tokens, targets, blocks=None):
+        """Returns (mean cross-entropy, aux loss). blocks: per-layer callables replacing
+        attn / mlp / router (TE-style graphs)."""
+        x = F.embedding(tokens, self.wte)
+        aux = torch.zeros((), device=x.device)
+        for i, layer in enumerate(self.layers):
+            if blocks is None:
+                x, aux = layer(x, aux)
+                continue
+            x = blocks[i]["attn"](x)
+            if not layer.moe:
+                x = blocks[i]["mlp"](x)
+                continue
+            h, probs, topw, topi = blocks[i]["router"](x)
+            y, counts = layer.moe_experts(h, topw, topi)
+            c = self.c
+            if c["aux_coeff"] > 0:
+                aux = aux + c["aux_coeff"] * c["experts"] * (
+                    counts.float() / (topi.shape[0] * c["topk"]) * probs.mean(0)).sum()
+            x = x + y.view_as(x)
+        logits = F.linear(rmsnorm(x, self.final_w, self.c["eps"]), self.lm_w)
+        ce = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1,
+                             reduction="sum") / targets.numel()
+        return ce, aux
+
+
+def gt_name(torch_name):
+    """graphtrain's tensor name (gt_model_tensor) of a parameter of Model."""
+    n = torch_name.replace("moe_router.", "moe.").replace("moe_experts.", "moe.")
+    return {"wte": "embedding.wte", "lm_w": "lm_head.w", "final_w": "final_norm.w"}.get(n, n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizer: AdamW over fp32 master weights (the params themselves in fp32), decay on matrices.
+
+class MasterAdamW:
+    def __init__(self, model, c, fused):
+        self.c = c
+        self.params = [p for p in model.parameters()]
+        for p in self.params:
+            p.grad = torch.zeros_like(p)  # static gradient buffers (graph-safe)
+        self.mixed = self.params[0].dtype != torch.float32
+        if self.mixed:
+            self.masters = [p.detach().float().clone() for p in self.params]
+            for m in self.masters:
+                m.grad = torch.zeros_like(m)
+        else:
+            self.masters = self.params
+        decay = [m for m, p in zip(self.masters, self.params) if p.ndim >= 2]
+        rest = [m for m, p in zip(self.masters, self.params) if p.ndim < 2]
+        groups = [dict(params=decay, weight_decay=c["weight_decay"]),
+                  dict(params=rest, weight_decay=0.0)]
+        kw = dict(fused=True, capturable=True) if fused else dict(foreach=False)
+        self.opt = torch.optim.AdamW(groups, lr=c["lr"], betas=(c["beta1"], c["beta2"]),
+                                     eps=c["adam_eps"], **kw)
+
+    def step(self):
+        grads = [m.grad for m in self.masters]
+        if self.mixed:
+            torch._foreach_copy_(grads, [p.grad for p in self.params])
+        if self.c["clip"] > 0:
+            norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+            torch._foreach_mul_(grads, torch.clamp(self.c["clip"] / (norm + 1e-6), max=1.0))
+        self.opt.step()
+        if self.mixed:
+            torch._foreach_copy_(self.params, self.masters)
+        torch._foreach_zero_([p.grad for p in self.params])
+
+
+# ---------------------------------------------------------------------------------------------
+# bench
+
+def bench_one(c, mode, steps, warmup, device):
+    """Times one (workload, mode); returns a result dict."""
+    torch.manual_seed(c["seed"])
+    grouped = device.type == "cuda" and hasattr(F, "grouped_mm") and bool(c["experts"])
+    model = Model(c, torch.bfloat16 if device.type == "cuda" else torch.float32, device, grouped)
+    model.init_weights(c["seed"])
+    opt = MasterAdamW(model, c, fused=device.type == "cuda")
+    B, T, V = c["mb"], c["seq"], c["vocab"]
+    g = torch.Generator(device=device).manual_seed(c["seed"])
+    batches = [torch.randint(0, V, (B, T + 1), generator=g, device=device) for _ in range(8)]
+    tokens, targets = batches[0][:, :-1].clone(), batches[0][:, 1:].clone()
+
+    blocks, fwd = None, model
+    if mode == "compile":
+        fwd = torch.compile(model)
+    if mode in ("te_attn", "te_attn_mlp"):
+        if device.type != "cuda":
+            raise RuntimeError("TE-style graphs need CUDA")
+        x = torch.randn(B, T, c["d"], dtype=torch.bfloat16, device=device, requires_grad=True)
+        mods, slots = [], []
+        for i, layer in enumerate(model.layers):
+            mods.append(layer.attn)
+            slots.append((i, "attn"))
+            if mode == "te_attn_mlp":
+                mods.append(layer.moe_router if layer.moe else layer.mlp)
+                slots.append((i, "router" if layer.moe else "mlp"))
+        graphed = torch.cuda.make_graphed_callables(tuple(mods), tuple((x,) for _ in mods))
+        blocks = [{"attn": l.attn, "mlp": getattr(l, "mlp", None),
+                   "router": getattr(l, "moe_router", None)} for l in model.layers]
+        for (i, kind), gm in zip(slots, graphed):
+            blocks[i][kind] = gm
+        torch._foreach_zero_([p.grad for p in opt.params])  # warmup of the capture left grads
+
+    def step():
+        ce, aux = fwd(tokens, targets, blocks) if blocks else fwd(tokens, targets)
+        (ce + aux).backward()
+        opt.step()
+        return ce.detach()
+
+    graph = None
+    losses, times = [], []
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t_capture = 0.0
+    if mode == "full_iteration":
+        if device.type != "cuda":
+            raise RuntimeError("full-iteration graphs need CUDA")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                losses.append(step())
+        torch.cuda.current_stream().wait_stream(side)
+        sync()
+        t0 = time.perf_counter()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_loss = step()
+        sync()
+        t_capture = (time.perf_counter() - t0) * 1e3
+
+    def run_step(i):
+        b = batches[i % len(batches)]
+        tokens.copy_(b[:, :-1])
+        targets.copy_(b[:, 1:])
+        if graph is not None:
+            graph.replay()
+            return static_loss.clone()
+        return step()
+
+    for i in range(warmup):
+        losses.append(run_step(i))
+    sync()
+    for i in range(steps):
+        if device.type == "cuda":
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            losses.append(run_step(i))
+            e1.record()
+            times.append((e0, e1))
+        else:
+            t0 = time.perf_counter()
+            losses.append(run_step(i))
+            times.append((time.perf_counter() - t0) * 1e3)
+    sync()
+    ms = [a.elapsed_time(b) for a, b in times] if device.type == "cuda" else times
+    med = statistics.median(ms)
+    fl = flops_per_step(c)
+    res = dict(mode=mode, median_ms=med, min_ms=min(ms), max_ms=max(ms), steps=steps,
+               tokens_per_s=B * T / (med * 1e-3), tflops=fl / (med * 1e-3) / 1e12,
+               mfu=fl / (med * 1e-3) / PEAK_FLOPS, capture_ms=t_capture,
+               losses=[float(x) for x in losses[:10]])
+    if device.type == "cuda":
+        res["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        res["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    del model, opt, graph, blocks, fwd
+    return res
+
+
+def cmd_bench(a):
+    if torch is None:
+        raise SystemExit("bench needs PyTorch (python3 -m pip install torch)")
+    device = torch.device(a.device if a.device != "auto" else
+                          ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    out = dict(torch=torch.__version__, device=str(device),
+               gpu=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+               date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), steps=a.steps,
+               warmup=a.warmup, results=[])
+    t_start = time.time()
+    for w in a.workloads.split(","):
+        if w not in WORKLOADS:
+            raise SystemExit(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
+        c = default_config(**WORKLOADS[w])
+        for mode in a.modes.split(","):
+            if mode not in BENCH_MODES:
+                raise SystemExit(f"unknown mode {mode!r}; known: {', '.join(BENCH_MODES)}")
+            if a.time_budget and time.time() - t_start > a.time_budget:
+                r = dict(mode=mode, error="skipped: --time-budget spent")
+            else:
+                try:
+                    r = bench_one(c, mode, a.steps, a.warmup, device)
+                except Exception as e:  # one failing mode must not hide the others
+                    r = dict(mode=mode, error=f"{type(e).__name__}: {str(e)[:300]}")
+            r["workload"] = w
+            out["results"].append(r)
+            print_row(r)
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+def print_row(r, header=[True]):
+    if header[0]:
+        print(f"{'workload':10} {'mode':15} {'median_ms':>10} {'min_ms':>9} {'max_ms':>9} "
+              f"{'tokens/s':>11} {'TFLOP/s':>8} {'MFU':>6} {'peak_GiB':>9}")
+        header[0] = False
+    if "error" in r:
+        print(f"{r['workload']:10} {r['mode']:15} FAILED {r['error']}", flush=True)
+        return
+    peak = r.get("peak_reserved_bytes", 0) / 2**30
+    print(f"{r['workload']:10} {r['mode']:15} {r['median_ms']:10.3f} {r['min_ms']:9.3f} "
+          f"{r['max_ms']:9.3f} {r['tokens_per_s']:11.0f} {r['tflops']:8.2f} "
+          f"{100 * r['mfu']:5.1f}% {peak:9.2f}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# parity: file formats written by graphtrain (bench/weights_io.h, bench/parity.c)
+
+def read_weights(path):
+    """GTWT file -> list of (name, shape, fp32 tensor)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, version, n, _, total, _ = struct.unpack_from("<IIIIQQ", data, 0)
+    if magic != 0x54575447 or version != 1:
+        raise SystemExit(f"{path}: not a graphtrain weights file version 1")
+    out, at = [], 32 + 96 * n
+    values = torch.frombuffer(bytearray(data[at:]), dtype=torch.float32)
+    if values.numel() != total:
+        raise SystemExit(f"{path}: {values.numel()} values, header says {total}")
+    pos = 0
+    for i in range(n):
+        rec = data[32 + 96 * i: 32 + 96 * (i + 1)]
+        name = rec[:64].split(b"\0", 1)[0].decode()
+        ndim, s0, s1, s2, numel, _ = struct.unpack_from("<IIIIQQ", rec, 64)
+        shape = (s0, s1, s2)[:ndim]
+        out.append((name, shape, values[pos:pos + numel].view(shape)))
+        pos += numel
+    return out
+
+
+def read_tokens(path):
+    """GTTK file -> list (per step) of lists (per micro-batch) of (tokens, targets) [B, T]."""
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, version, steps, micro, B, T = struct.unpack_from("<IIIIII", data, 0)
+    if magic != 0x4B545447 or version != 1:
+        raise SystemExit(f"{path}: not a graphtrain token file version 1")
+    ids = torch.frombuffer(bytearray(data[32:]), dtype=torch.int32).long()
+    ids = ids.view(steps, micro, 2, B, T)
+    return [[(ids[s, m, 0], ids[s, m, 1]) for m in range(micro)] for s in range(steps)]
+
+
+def rel(a, b):
+    """||a - b|| / ||b|| (0 when both are 0)."""
+    nb = float(torch.linalg.vector_norm(b.double()))
+    nd = float(torch.linalg.vector_norm(a.double() - b.double()))
+    return nd / nb if nb > 0 else nd
+
+
+def replay(c, weights, batches, precision, device):
+    """Runs the steps in PyTorch; returns (losses, aux, lrs, grad_norms, step-1 grads by name).
+    AdamW here mirrors graphtrain's update exactly (fp32 moments, bias correction, decoupled
+    decay on matrices, clipping coefficient min(1, clip / (norm + 1e-6)))."""
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    model = Model(c, dtype, device)
+    by_name = {name: t for name, _, t in weights}
+    named = [(gt_name(n), p) for n, p in model.named_parameters()]
+    missing = [n for n, _ in named if n not in by_name]
+    if missing or len(named) != len(by_name):
+        raise SystemExit(f"parity: weights file and reference model disagree: missing {missing}, "
+                         f"file has {sorted(set(by_name) - {n for n, _ in named})}")
+    masters = []
+    for n, p in named:
+        if tuple(p.shape) != tuple(by_name[n].shape):
+            raise SystemExit(f"parity: {n}: shape {tuple(by_name[n].shape)} in the file, "
+                             f"{tuple(p.shape)} in the reference model")
+        m = by_name[n].to(device=device, dtype=torch.float32).clone()
+        masters.append(m)
+        with torch.no_grad():
+            p.copy_(m)
+    ms = [torch.zeros_like(m) for m in masters]
+    vs = [torch.zeros_like(m) for m in masters]
+    losses, auxes, lrs, norms, grads1 = [], [], [], [], {}
+    for step, micro in enumerate(batches):
+        for p in model.parameters():
+            p.grad = None
+        ce_sum, aux_sum = 0.0, 0.0
+        for tok, tgt in micro:
+            ce, aux = model(tok.to(device), tgt.to(device))
+            ((ce + aux) / len(micro)).backward()
+            ce_sum += float(ce) / len(micro)
+            aux_sum += float(aux) / len(micro)
+        grads = [p.grad.double() for _, p in named]
+        if step == 0:
+            grads1 = {n: g.float().cpu() for (n, _), g in zip(named, grads)}
+        norm = math.sqrt(sum(float((g * g).sum()) for g in grads))
+        coef = min(1.0, c["clip"] / (norm + 1e-6)) if c["clip"] > 0 else 1.0
+        lr = lr_at(c, step)
+        t = step + 1
+        bc1, bc2 = 1 - c["beta1"] ** t, 1 - c["beta2"] ** t
+        with torch.no_grad():
+            for (n, p), w, m, v, g in zip(named, masters, ms, vs, grads):
+                g = g * coef
+                m.copy_(c["beta1"] * m.double() + (1 - c["beta1"]) * g)
+                v.copy_(c["beta2"] * v.double() + (1 - c["beta2"]) * g * g)
+                upd = (m.double() / bc1) / (torch.sqrt(v.double() / bc2) + c["adam_eps"])
+                if p.ndim >= 2:
+                    upd = upd + c["weight_decay"] * w.double()
+                w.copy_(w.double() - lr * upd)
+                p.copy_(w)
+        losses.append(ce_sum)
+        auxes.append(aux_sum)
+        lrs.append(lr)
+        norms.append(norm)
+    return losses, auxes, lrs, norms, grads1
+
+
+def cmd_parity(a):
+    if torch is None:
+        raise SystemExit("parity needs PyTorch (python3 -m pip install torch)")
+    d = a.dir
+    with open(os.path.join(d, "config.json")) as f:
+        c = config_from_graphtrain(json.load(f))
+    with open(os.path.join(d, "graphtrain_losses.json")) as f:
+        gt = json.load(f)
+    weights = read_weights(os.path.join(d, "weights.gtw"))
+    gt_grads = {n: t for n, _, t in read_weights(os.path.join(d, "grads_step1.gtw"))}
+    batches = read_tokens(os.path.join(d, "tokens.bin"))[: gt["steps"]]
+    device = torch.device(a.device if a.device != "auto" else
+                          ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    gt_prec = "fp32" if gt["backend"] == "cpu" else "bf16"
+    print(f"parity: graphtrain on {gt['backend']} ({gt_prec}), {gt['steps']} steps, "
+          f"reference on {device}")
+    ok, runs = True, {}
+    for prec in a.precisions.split(","):
+        losses, auxes, lrs, norms, grads = replay(c, weights, batches, prec, device)
+        runs[prec] = (losses, grads)
+        tol = TOLERANCES[(prec, gt_prec)]
+        loss_err = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(losses, gt["loss"]))
+        lr_err = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(lrs, gt["lr"]))
+        errs = {n: rel(gt_grads[n], g) for n, g in grads.items()}
+        worst = max(errs, key=errs.get)
+        all_err = rel(torch.cat([gt_grads[n].flatten() for n in grads]),
+                      torch.cat([g.flatten() for g in grads.values()]))
+        passed = loss_err <= tol["loss"] and errs[worst] <= tol["grad"] and lr_err <= 1e-5
+        ok &= passed
+        print(f"  {prec:5} loss max rel err {loss_err:.3e} (tol {tol['loss']:.0e}), "
+              f"grad max rel err {errs[worst]:.3e} in {worst} (tol {tol['grad']:.0e}), "
+              f"all grads {all_err:.3e}, lr {lr_err:.1e}: {'PASS' if passed else 'FAIL'}")
+        for s, (x, y) in enumerate(zip(losses, gt["loss"])):
+            if a.verbose or s < 3 or s == len(losses) - 1:
+                print(f"    step {s + 1:3}  graphtrain {y:.7f}  torch {x:.7f}  "
+                      f"aux {gt['aux_loss'][s]:.3g}/{auxes[s]:.3g}  "
+                      f"grad_norm {gt['grad_norm'][s]:.5g}/{norms[s]:.5g}")
+        if abs(losses[0] - gt["loss"][0]) > 0.1 * abs(gt["loss"][0]):
+            print("    hint: step 1 differs by >10%: the token batches or the initial weights "
+                  "do not match what graphtrain used")
+    if "fp32" in runs and "bf16" in runs:  # the noise floor of bf16 itself
+        (l32, g32), (l16, g16) = runs["fp32"], runs["bf16"]
+        print(f"  torch bf16 vs torch fp32: loss {max(abs(x - y) / abs(y) for x, y in zip(l16, l32)):.3e}, "
+              f"grads {max(rel(g16[n], g32[n]) for n in g32):.3e}")
+    print(f"parity: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("bench", help="time PyTorch on the WORKLOADS.md workloads")
+    b.add_argument("--workloads", default="tiny,gpt124m,llama1b,moe")
+    b.add_argument("--modes", default=",".join(BENCH_MODES), help=", ".join(BENCH_MODES))
+    b.add_argument("--steps", type=int, default=20, help="timed steps (median over them)")
+    b.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    b.add_argument("--device", default="auto", help="auto, cuda or cpu")
+    b.add_argument("--time-budget", type=float, default=0, help="seconds; skip what is left after")
+    b.add_argument("--json", help="write the results here")
+    q = sub.add_parser("parity", help="compare with a graphtrain run (bench --parity DIR)")
+    q.add_argument("dir")
+    q.add_argument("--precisions", default="fp32,bf16")
+    q.add_argument("--device", default="auto")
+    q.add_argument("--verbose", action="store_true", help="print every step")
+    a = p.parse_args(argv)
+    return cmd_bench(a) if a.cmd == "bench" else cmd_parity(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+/* Command-line configuration: finds recipes, maps Bridge's harness flags onto keys and applies
+ * every source in a fixed order (recipe, --config, harness flags, key=value overrides). */
+#include "cli/args.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/keys.h"
+
+#define ARGS_MAX_OVERRIDES 256
+#define ARGS_DIR_MAX (GT_PATH_MAX + 32)
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Candidate recipe folders in search order; returns how many were written. */
+static int recipe_dirs(char dirs[3][ARGS_DIR_MAX]) {
+    int n = 0;
+    const char *env = getenv("GT_RECIPE_DIR");
+    if (env && *env) snprintf(dirs[n++], ARGS_DIR_MAX, "%.*s", GT_PATH_MAX, env);
+    snprintf(dirs[n++], ARGS_DIR_MAX, "recipes");
+    char exe[GT_PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(dirs[n++], ARGS_DIR_MAX, "%s/../recipes", exe);
+        }
+    }
+    return n;
+}
+
+int gt_cli_recipe_dir(char *dir, size_t n, gt_error *err) {
+    char dirs[3][ARGS_DIR_MAX];
+    int count = recipe_dirs(dirs);
+    for (int i = 0; i < count; i++) {
+        if (is_dir(dirs[i])) {
+            snprintf(dir, n, "%s", dirs[i]);
+            return GT_OK;
+        }
+    }
+    return gt_error_set(err, GT_ERR_IO,
+                        "no recipes folder found (looked in $GT_RECIPE_DIR, ./recipes and next "
+                        "to the executable); set GT_RECIPE_DIR to the repository's recipes/");
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+int gt_cli_find_recipe(const char *name, char *path, size_t n, gt_error *err) {
+    if (!name || !*name)
+        return gt_error_set(err, GT_ERR_INVALID, "--recipe needs a name; `graphtrain recipes` lists them");
+    if (strchr(name, '/') || ends_with(name, ".yaml") || ends_with(name, ".yml")) {
+        if (!is_file(name))
+            return gt_error_set(err, GT_ERR_IO, "recipe file %s: not found; check the path", name);
+        snprintf(path, n, "%s", name);
+        return GT_OK;
+    }
+    char dirs[3][ARGS_DIR_MAX];
+    int count = recipe_dirs(dirs);
+    for (int i = 0; i < count; i++) {
+        char p[ARGS_DIR_MAX + 160];
+        snprintf(p, sizeof p, "%s/%.128s.yaml", dirs[i], name);
+        if (is_file(p)) {
+            if (strlen(p) >= n) return gt_error_set(err, GT_ERR_IO, "recipe path too long: %s", p);
+            snprintf(path, n, "%s", p);
+            return GT_OK;
+        }
+    }
+    return gt_error_set(err, GT_ERR_IO,
+                        "unknown recipe '%.100s'; `graphtrain recipes` lists them (or give a "
+                        "path to a YAML file)",
+                        name);
+}
+
+typedef struct harness_flag {
+    const char *short_name, *long_name;
+    const char *key; /* NULL: handled specially */
+} harness_flag;
+
+static const harness_flag k_harness[] = {
+    {"-m", "--model_family_name", NULL},
+    {"-mr", "--model_recipe_name", NULL},
+    {NULL, "--task", NULL},
+    {"-g", "--gpu", "runtime.gpu"},
+    {"-c", "--compute_dtype", "model.compute_dtype"},
+    {"-ng", "--num_gpus", "runtime.num_gpus"},
+    {NULL, "--cuda_graph_impl", "model.cuda_graph_impl"},
+    {NULL, "--cuda_graph_scope", "model.cuda_graph_scope"},
+    {NULL, "--recipe", NULL},
+    {NULL, "--config", NULL},
+};
+enum { HF_FAMILY, HF_RECIPE_NAME, HF_TASK, HF_GPU, HF_DTYPE, HF_NGPU, HF_IMPL, HF_SCOPE,
+       HF_RECIPE, HF_CONFIG, HF_COUNT };
+
+/* Matches "--flag", "--flag=value" (and the short name); sets *value when inline. */
+static int match_flag(const char *arg, const harness_flag *f, const char **value) {
+    const char *names[2] = {f->short_name, f->long_name};
+    for (int i = 0; i < 2; i++) {
+        if (!names[i]) continue;
+        size_t len = strlen(names[i]);
+        if (!strncmp(arg, names[i], len) && (arg[len] == '\0' || arg[len] == '=')) {
+            *value = arg[len] == '=' ? arg + len + 1 : NULL;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int is_override(const char *arg) {
+    /* key=value, where key looks like a dotted name (not a flag, not a path) */
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || arg[0] == '-') return 0;
+    for (const char *p = arg; p < eq; p++)
+        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '+') return 0;
+    return 1;
+}
+
+static int apply_harness(gt_config *cfg, const char *vals[HF_COUNT], gt_error *err) {
+    if (vals[HF_TASK] && strcmp(vals[HF_TASK], "pretrain"))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "--task %.64s: graphtrain only pretrains; use --task pretrain",
+                            vals[HF_TASK]);
+    for (int i = HF_GPU; i <= HF_SCOPE; i++) {
+        if (!vals[i]) continue;
+        char v[256];
+        snprintf(v, sizeof v, "%s", vals[i]);
+        if (i == HF_GPU)
+            for (char *p = v; *p; p++) *p = (char)tolower((unsigned char)*p);
+        if (gt_config_set(cfg, k_harness[i].key, v, err) != GT_OK)
+            return gt_error_wrap(err, "%s: ", k_harness[i].long_name);
+        /* Bridge's harness (_set_cuda_graph_overrides) turns the RNG tracker keys on */
+        if (i == HF_IMPL && cfg->model.cuda_graph_impl != GT_GRAPH_IMPL_NONE) {
+            cfg->model.use_te_rng_tracker = true;
+            cfg->rng.te_rng_tracker = true;
+        }
+    }
+    return GT_OK;
+}
+
+int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, char **rest_argv,
+                       gt_error *err) {
+    const char *vals[HF_COUNT] = {0};
+    const char *overrides[ARGS_MAX_OVERRIDES];
+    int n_over = 0, n_rest = 0;
+    if (rest_argv && argc > 0) rest_argv[n_rest++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int matched = -1;
+        const char *value = NULL;
+        for (int f = 0; f < HF_COUNT && matched < 0; f++)
+            if (match_flag(a, &k_harness[f], &value)) matched = f;
+        if (matched >= 0) {
+            if (!value) {
+                if (i + 1 >= argc)
+                    return gt_error_set(err, GT_ERR_INVALID, "%s needs a value", a);
+                value = argv[++i];
+            }
+            vals[matched] = value;
+        } else if (is_override(a)) {
+            if (n_over >= ARGS_MAX_OVERRIDES)
+                return gt_error_set(err, GT_ERR_INVALID, "more than %d overrides",
+                                    ARGS_MAX_OVERRIDES);
+            overrides[n_over++] = a;
+        } else if (rest_argv) {
+            rest_argv[n_rest++] = argv[i];
+        }
+    }
+    if (rest_argc) *rest_argc = n_rest;
+
+    gt_config_defaults(cfg);
+    gt_config_read_env(cfg);
+    const char *recipe = vals[HF_RECIPE] ? vals[HF_RECIPE] : vals[HF_RECIPE_NAME];
+    if (recipe) {
+        char path[GT_PATH_MAX + 128];
+        int rc = gt_cli_find_recipe(recipe, path, sizeof path, err);
+        if (rc != GT_OK) return rc;
+        if ((rc = gt_config_load_yaml(cfg, path, err)) != GT_OK) return rc;
+    }
+    if (vals[HF_CONFIG]) {
+        int rc = gt_config_load_yaml(cfg, vals[HF_CONFIG], err);
+        if (rc != GT_OK) return rc;
+    }
+    int rc = apply_harness(cfg, vals, err);
+    if (rc != GT_OK) return rc;
+    for (int i = 0; i < n_over; i++) {
+        if ((rc = gt_config_override(cfg, overrides[i], err)) != GT_OK) return rc;
+    }
+    gt_config_finalize(cfg);
+    return GT_OK;
+}

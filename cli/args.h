@@ -1,0 +1,35 @@
+/* Command-line configuration shared by validate, train and bench: --recipe, --config,
+ * Bridge's performance-harness flags and key=value overrides, resolved into one gt_config. */
+#ifndef GT_CLI_ARGS_H
+#define GT_CLI_ARGS_H
+
+#include <stddef.h>
+
+#include "config/config.h"
+#include "core/error.h"
+
+/* Parses --recipe NAME|PATH, --config FILE, Bridge harness flags, key=value overrides (overrides
+ * win; applied in order recipe, config, harness flags, overrides); leaves unknown --flags for
+ * the caller in *rest.
+ *
+ * argv[0] is the command name (main passes argv + 1), and is skipped; rest_argv (room for argc
+ * pointers) receives argv[0] first, then every argument not consumed here (unknown flags,
+ * their values, plain words), in order, so the caller can parse it with getopt.
+ * cfg is filled from scratch: defaults, then the environment (env.*), then the sources above,
+ * then gt_config_finalize. Harness flags: -m/--model_family_name, -mr/--model_recipe_name
+ * (selects recipes/<name>.yaml when no --recipe is given), --task (pretrain), -g/--gpu,
+ * -c/--compute_dtype, -ng/--num_gpus, --cuda_graph_impl (auto-enables model.use_te_rng_tracker
+ * and rng.te_rng_tracker unless none, as Bridge's harness does), --cuda_graph_scope a,b,c.
+ * Flags take their value as the next argument or after '='. Returns GT_OK, GT_ERR_INVALID
+ * (bad flag or value) or GT_ERR_IO (recipe/config file unreadable). */
+int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, char **rest_argv,
+                       gt_error *err);
+
+/* Resolves a recipe name to a file: a name containing '/' or ending in .yaml is a path;
+ * otherwise <dir>/<name>.yaml for dir in $GT_RECIPE_DIR, ./recipes, <executable>/../recipes. */
+int gt_cli_find_recipe(const char *name, char *path, size_t n, gt_error *err);
+
+/* The first recipe folder that exists (same search order); GT_OK or GT_ERR_IO. */
+int gt_cli_recipe_dir(char *dir, size_t n, gt_error *err);
+
+#endif

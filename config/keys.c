@@ -1,0 +1,226 @@
+/* The key table itself, plus lookup ("did you mean"), defaults and the environment.
+ * Adding a key = adding one row here; parsing, printing and the reference follow from it. */
+#include "config/keys.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define F(field) offsetof(gt_config, field), sizeof(((gt_config *)0)->field)
+#define BIG 1e9
+#define HUGE_U64 1.8446744073709552e19
+
+static const char *const k_graph_impl[] = {"none", "local", "transformer_engine", NULL};
+/* order = GT_SCOPE_* bit order */
+static const char *const k_scopes[] = {"full_iteration", "attn",           "mlp",   "moe",
+                                       "moe_router",     "moe_preprocess", "mamba", NULL};
+static const char *const k_recompute_gran[] = {"none", "full", "selective", NULL};
+static const char *const k_recompute_method[] = {"uniform", "block", NULL};
+/* order = GT_RECOMPUTE_* bit order */
+static const char *const k_recompute_modules[] = {"core_attn", "mlp",       "moe",
+                                                  "moe_act",   "layernorm", "shared_experts",
+                                                  NULL};
+static const char *const k_dispatcher[] = {"allgather", "alltoall", "flex", NULL};
+static const char *const k_dtype[] = {"bf16", "fp32", "fp8_cs", "fp8_mx", "fp8_ds", NULL};
+static const char *const k_lr_style[] = {"constant", "linear", "cosine", NULL};
+static const char *const k_device[] = {"auto", "cpu", "cuda", NULL};
+static const char *const k_capture_failure[] = {"stop", "eager", NULL};
+static const char *const k_data_source[] = {"mock", "shards", NULL};
+
+/* clang-format off */
+static const gt_key k_keys[] = {
+    /* ---- model shape ---- */
+    {"model.num_layers", GT_KEY_INT, F(model.num_layers), "8", NULL, 1, 100000, "Number of transformer layers.", NULL},
+    {"model.hidden_size", GT_KEY_INT, F(model.hidden_size), "512", NULL, 1, BIG, "Model width d_model.", NULL},
+    {"model.num_attention_heads", GT_KEY_INT, F(model.num_attention_heads), "8", NULL, 1, 100000, "Attention (query) heads; must divide hidden_size.", NULL},
+    {"model.num_query_groups", GT_KEY_INT, F(model.num_query_groups), "0", NULL, 0, 100000, "Key/value heads for grouped-query attention; 0 = num_attention_heads.", "0"},
+    {"model.ffn_hidden_size", GT_KEY_INT, F(model.ffn_hidden_size), "1536", NULL, 0, BIG, "Width of the dense SwiGLU MLP.", NULL},
+    {"model.vocab_size", GT_KEY_INT, F(model.vocab_size), "32768", NULL, 1, BIG, "Vocabulary size (embedding and output head rows).", NULL},
+    {"model.seq_length", GT_KEY_INT, F(model.seq_length), "256", NULL, 1, 10000000, "Sequence length; fixed for the whole run (graphs need static shapes).", NULL},
+    {"model.rotary_base", GT_KEY_DOUBLE, F(model.rotary_base), "10000", NULL, 1, 1e12, "Rotary embedding base (theta).", NULL},
+    {"model.layernorm_epsilon", GT_KEY_DOUBLE, F(model.norm_epsilon), "1e-05", NULL, 0, 1, "RMSNorm epsilon.", NULL},
+    {"model.init_method_std", GT_KEY_DOUBLE, F(model.init_method_std), "0.02", NULL, 0, 10, "Standard deviation of the normal weight initialisation.", NULL},
+    {"model.hybrid_override_pattern", GT_KEY_STRING, F(model.layer_pattern), "", NULL, 0, 0, "Hybrid layer pattern, one char per layer: * attention, - dense MLP, E MoE, M Mamba; empty = attention + MLP/MoE every layer.", NULL},
+    {"model.attention_dropout", GT_KEY_DOUBLE, F(model.attention_dropout), "0", NULL, 0, 1, "Dropout probability on attention probabilities.", "0"},
+    {"model.hidden_dropout", GT_KEY_DOUBLE, F(model.hidden_dropout), "0", NULL, 0, 1, "Dropout probability on attention and MLP outputs.", "0"},
+    {"model.add_bias_linear", GT_KEY_BOOL, F(model.add_bias_linear), "false", NULL, 0, 0, "Biases on the linear layers.", NULL},
+    {"model.add_qkv_bias", GT_KEY_BOOL, F(model.add_qkv_bias), "false", NULL, 0, 0, "Bias on the QKV projection only.", NULL},
+    {"model.compute_dtype", GT_KEY_ENUM, F(model.compute_dtype), "bf16", k_dtype, 0, 0, "Compute precision (Bridge's -c): bf16, fp32, or an fp8 recipe (current, MX, delayed scaling).", NULL},
+    /* ---- MoE ---- */
+    {"model.num_moe_experts", GT_KEY_INT, F(model.num_moe_experts), "0", NULL, 0, 100000, "Experts per MoE layer; 0 = dense model.", NULL},
+    {"model.moe_router_topk", GT_KEY_INT, F(model.moe_router_topk), "2", NULL, 1, 1024, "Experts each token is routed to.", NULL},
+    {"model.moe_ffn_hidden_size", GT_KEY_INT, F(model.moe_ffn_hidden_size), "0", NULL, 0, BIG, "Width of each expert's MLP; 0 = ffn_hidden_size.", "0"},
+    {"model.moe_layer_freq", GT_KEY_INT, F(model.moe_layer_freq), "1", NULL, 1, 100000, "Every n-th layer is MoE (1 = all layers), the others dense.", NULL},
+    {"model.moe_token_dispatcher_type", GT_KEY_ENUM, F(model.moe_token_dispatcher_type), "alltoall", k_dispatcher, 0, 0, "How tokens reach their experts.", NULL},
+    {"model.moe_expert_capacity_factor", GT_KEY_DOUBLE, F(model.moe_expert_capacity_factor), "0", NULL, -1, 1000, "Drop-and-pad capacity per expert (x fair share); <= 0 = unset (dropless).", "0"},
+    {"model.moe_pad_expert_input_to_capacity", GT_KEY_BOOL, F(model.moe_pad_expert_input_to_capacity), "false", NULL, 0, 0, "Pad every expert's input to its capacity (static shapes).", NULL},
+    {"model.moe_aux_loss_coeff", GT_KEY_DOUBLE, F(model.moe_aux_loss_coeff), "0", NULL, 0, 1000, "Load-balancing auxiliary loss coefficient.", "0"},
+    /* ---- recompute, offloading, wgrad ---- */
+    {"model.recompute_granularity", GT_KEY_ENUM, F(model.recompute_granularity), "none", k_recompute_gran, 0, 0, "Activation recompute: none, full (whole layers) or selective (recompute_modules).", NULL},
+    {"model.recompute_method", GT_KEY_ENUM, F(model.recompute_method), "uniform", k_recompute_method, 0, 0, "How full recompute picks layers.", NULL},
+    {"model.recompute_modules", GT_KEY_SET, F(model.recompute_modules), "core_attn", k_recompute_modules, 0, 0, "Sub-modules recomputed under selective recompute.", NULL},
+    {"model.recompute_num_layers", GT_KEY_INT, F(model.recompute_num_layers), "0", NULL, 0, 100000, "Layers recomputed under full recompute; 0 = unset.", "0"},
+    {"model.cpu_offloading", GT_KEY_BOOL, F(model.cpu_offloading), "false", NULL, 0, 0, "Offload activations/weights to host memory.", NULL},
+    {"model.delay_wgrad_compute", GT_KEY_BOOL, F(model.delay_wgrad_compute), "false", NULL, 0, 0, "Delay weight-gradient GEMMs to overlap communication.", NULL},
+    {"model.gradient_accumulation_fusion", GT_KEY_BOOL, F(model.gradient_accumulation_fusion), "false", NULL, 0, 0, "Fuse weight-gradient accumulation into the fp32 main_grad GEMM.", NULL},
+    /* ---- parallelism ---- */
+    {"model.tensor_model_parallel_size", GT_KEY_INT, F(model.tensor_model_parallel_size), "1", NULL, 1, 100000, "Tensor-parallel size.", NULL},
+    {"model.pipeline_model_parallel_size", GT_KEY_INT, F(model.pipeline_model_parallel_size), "1", NULL, 1, 100000, "Pipeline-parallel size.", NULL},
+    {"model.expert_model_parallel_size", GT_KEY_INT, F(model.expert_model_parallel_size), "1", NULL, 1, 100000, "Expert-parallel size.", NULL},
+    {"model.context_parallel_size", GT_KEY_INT, F(model.context_parallel_size), "1", NULL, 1, 100000, "Context-parallel size.", NULL},
+    {"ddp.data_parallel_size", GT_KEY_INT, F(ddp.data_parallel_size), "0", NULL, 0, 1000000, "Data-parallel size; 0 = num_gpus / (tp * pp * cp).", "0"},
+    /* ---- CUDA graphs (Bridge's keys) ---- */
+    {"model.cuda_graph_impl", GT_KEY_ENUM, F(model.cuda_graph_impl), "none", k_graph_impl, 0, 0, "CUDA graphs: none (eager), local (one full-iteration graph) or transformer_engine (per-layer scoped graphs).", NULL},
+    {"model.cuda_graph_scope", GT_KEY_SET, F(model.cuda_graph_scope), "", k_scopes, 0, 0, "What is captured: full_iteration (local) or any of attn, mlp, moe, moe_router, moe_preprocess, mamba (transformer_engine).", NULL},
+    {"model.cuda_graph_warmup_steps", GT_KEY_INT, F(model.cuda_graph_warmup_steps), "3", NULL, 0, 1000000, "Eager steps before capture.", NULL},
+    {"model.use_te_rng_tracker", GT_KEY_BOOL, F(model.use_te_rng_tracker), "false", NULL, 0, 0, "Graph-safe (device-counter) RNG for the model; required by graphs.", NULL},
+    {"rng.te_rng_tracker", GT_KEY_BOOL, F(rng.te_rng_tracker), "false", NULL, 0, 0, "Graph-safe RNG tracker at initialisation; required by graphs.", NULL},
+    {"rng.seed", GT_KEY_U64, F(rng.seed), "1234", NULL, 0, HUGE_U64, "Random seed (initialisation, dropout, mock data).", NULL},
+    /* ---- training ---- */
+    {"train.micro_batch_size", GT_KEY_INT, F(train.micro_batch_size), "4", NULL, 1, 1000000, "Sequences per micro-batch; fixed (graphs need static shapes).", NULL},
+    {"train.global_batch_size", GT_KEY_INT, F(train.global_batch_size), "4", NULL, 1, 100000000, "Sequences per optimizer step over all data-parallel ranks and micro-batches.", NULL},
+    {"train.train_iters", GT_KEY_INT, F(train.train_iters), "100", NULL, 1, 1000000000, "Optimizer steps to train.", NULL},
+    {"train.eval_interval", GT_KEY_INT, F(train.eval_interval), "0", NULL, 0, 1000000000, "Evaluate every n steps; 0 = never.", "0"},
+    {"train.eval_iters", GT_KEY_INT, F(train.eval_iters), "0", NULL, 0, 1000000000, "Batches per evaluation.", NULL},
+    {"train.exit_interval", GT_KEY_INT, F(train.exit_interval), "0", NULL, 0, 1000000000, "Stop after this many steps of this run; 0 = never.", "0"},
+    /* ---- checks ---- */
+    {"rerun_state_machine.check_for_nan_in_loss", GT_KEY_BOOL, F(rerun_state_machine.check_for_nan_in_loss), "true", NULL, 0, 0, "Stop on a NaN/Inf loss (a device-side check here, so it survives graph capture).", NULL},
+    {"ddp.check_for_nan_in_grad", GT_KEY_BOOL, F(ddp.check_for_nan_in_grad), "true", NULL, 0, 0, "Skip the update and stop on NaN/Inf gradients (device-side).", NULL},
+    /* ---- optimizer and schedule ---- */
+    {"optimizer.lr", GT_KEY_DOUBLE, F(optimizer.lr), "0.0003", NULL, 0, 100, "Peak learning rate (AdamW).", NULL},
+    {"optimizer.min_lr", GT_KEY_DOUBLE, F(optimizer.min_lr), "3e-05", NULL, 0, 100, "Learning rate at the end of decay.", NULL},
+    {"optimizer.weight_decay", GT_KEY_DOUBLE, F(optimizer.weight_decay), "0.1", NULL, 0, 100, "Decoupled weight decay.", NULL},
+    {"optimizer.adam_beta1", GT_KEY_DOUBLE, F(optimizer.adam_beta1), "0.9", NULL, 0, 0.999999, "Adam beta1.", NULL},
+    {"optimizer.adam_beta2", GT_KEY_DOUBLE, F(optimizer.adam_beta2), "0.95", NULL, 0, 0.999999999, "Adam beta2.", NULL},
+    {"optimizer.adam_eps", GT_KEY_DOUBLE, F(optimizer.adam_eps), "1e-08", NULL, 1e-30, 1, "Adam epsilon.", NULL},
+    {"optimizer.clip_grad", GT_KEY_DOUBLE, F(optimizer.clip_grad), "1", NULL, -1, 1e9, "Global gradient-norm clip; <= 0 = no clipping.", "0"},
+    {"scheduler.lr_decay_style", GT_KEY_ENUM, F(scheduler.lr_decay_style), "cosine", k_lr_style, 0, 0, "Learning-rate decay after warmup.", NULL},
+    {"scheduler.lr_warmup_iters", GT_KEY_INT, F(scheduler.lr_warmup_iters), "10", NULL, 0, 1000000000, "Linear warmup steps.", NULL},
+    {"scheduler.lr_decay_iters", GT_KEY_INT, F(scheduler.lr_decay_iters), "0", NULL, 0, 1000000000, "Steps over which the rate decays; 0 = train_iters.", "0"},
+    /* ---- data ---- */
+    {"dataset.source", GT_KEY_ENUM, F(dataset.source), "mock", k_data_source, 0, 0, "mock (random token ids, like Bridge's mock data) or shards (prepare-data output).", NULL},
+    {"dataset.data_path", GT_KEY_STRING, F(dataset.data_path), "", NULL, 0, 0, "Shard prefix or directory when dataset.source=shards.", NULL},
+    {"dataset.shuffle", GT_KEY_BOOL, F(dataset.shuffle), "true", NULL, 0, 0, "Shuffle sequences each epoch.", NULL},
+    {"dataset.packed_sequence", GT_KEY_BOOL, F(dataset.packed_sequence), "false", NULL, 0, 0, "Pack several documents per sequence (variable cu_seqlens).", NULL},
+    {"dataset.pad_to_max_length", GT_KEY_BOOL, F(dataset.pad_to_max_length), "false", NULL, 0, 0, "Pad packed sequences to seq_length (static shapes).", NULL},
+    {"dataset.pad_cu_seqlens", GT_KEY_BOOL, F(dataset.pad_cu_seqlens), "false", NULL, 0, 0, "Pad the cu_seqlens array to a fixed length (static shapes).", NULL},
+    /* ---- checkpoints and logging ---- */
+    {"checkpoint.save", GT_KEY_STRING, F(checkpoint.save), "", NULL, 0, 0, "Directory to save checkpoints to; empty = never.", NULL},
+    {"checkpoint.load", GT_KEY_STRING, F(checkpoint.load), "", NULL, 0, 0, "Directory to resume from; empty = fresh start.", NULL},
+    {"checkpoint.save_interval", GT_KEY_INT, F(checkpoint.save_interval), "0", NULL, 0, 1000000000, "Save every n steps; 0 = only at the end.", "0"},
+    {"logger.log_interval", GT_KEY_INT, F(logger.log_interval), "10", NULL, 1, 1000000000, "Print and record metrics every n steps.", NULL},
+    {"logger.metrics_file", GT_KEY_STRING, F(logger.metrics_file), "", NULL, 0, 0, "JSONL metrics file; empty = none.", NULL},
+    /* ---- environment the rules read ---- */
+    {"env.expandable_segments", GT_KEY_BOOL, F(env.expandable_segments), "false", NULL, 0, 0, "Allocator expandable segments (from PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).", NULL},
+    {"env.nccl_graph_register", GT_KEY_TRI, F(env.nccl_graph_register), "unset", NULL, 0, 1, "NCCL_GRAPH_REGISTER: 0, 1 or unset (NCCL's default, on).", NULL},
+    /* ---- graphtrain's own ---- */
+    {"runtime.device", GT_KEY_ENUM, F(runtime.device), "auto", k_device, 0, 0, "Backend: auto (CUDA when present), cpu (fp32 reference) or cuda.", NULL},
+    {"runtime.num_gpus", GT_KEY_INT, F(runtime.num_gpus), "1", NULL, 1, 100000, "GPUs to use (Bridge's -ng).", NULL},
+    {"runtime.deterministic", GT_KEY_BOOL, F(runtime.deterministic), "true", NULL, 0, 0, "Deterministic kernels (eager and graph runs bitwise equal).", NULL},
+    {"runtime.gpu", GT_KEY_STRING, F(runtime.gpu), "", NULL, 0, 0, "GPU the config targets (Bridge's -g: h100, h200, b200, gb200, gb300); empty = this machine's.", NULL},
+    {"graphs.capture_failure", GT_KEY_ENUM, F(runtime.capture_failure), "stop", k_capture_failure, 0, 0, "When capture fails: stop with the error, or continue eagerly.", NULL},
+    {"graphs.max_shape_buckets", GT_KEY_INT, F(runtime.max_shape_buckets), "4", NULL, 1, 64, "Most distinct batch shapes that get their own graph.", NULL},
+    {"debug.inject_nan_at_step", GT_KEY_INT, F(runtime.inject_nan_at_step), "-1", NULL, -1, 1000000000, "Test hook: make the loss NaN at this step; -1 = off.", "-1"},
+    {"debug.capture_check", GT_KEY_BOOL, F(runtime.debug_capture_check), "false", NULL, 0, 0, "Run one step under global-mode capture to catch host syncs.", NULL},
+};
+/* clang-format on */
+
+/* Other spellings users write for the same key: our struct's field names, Bridge's
+ * harness names. */
+static const struct {
+    const char *alias, *name;
+} k_aliases[] = {
+    {"model.norm_epsilon", "model.layernorm_epsilon"},
+    {"model.layer_pattern", "model.hybrid_override_pattern"},
+    {"model.rotary_emb_base", "model.rotary_base"},
+    {"model.num_experts", "model.num_moe_experts"},
+    {"dataset.data_prefix", "dataset.data_path"},
+    {"graphs.warmup_steps", "model.cuda_graph_warmup_steps"},
+};
+
+const gt_key *gt_config_keys(size_t *count) {
+    if (count) *count = sizeof k_keys / sizeof k_keys[0];
+    return k_keys;
+}
+
+const gt_key *gt_config_find_key(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < sizeof k_keys / sizeof k_keys[0]; i++)
+        if (!strcmp(k_keys[i].name, name)) return &k_keys[i];
+    for (size_t i = 0; i < sizeof k_aliases / sizeof k_aliases[0]; i++)
+        if (!strcmp(k_aliases[i].alias, name)) return gt_config_find_key(k_aliases[i].name);
+    return NULL;
+}
+
+/* Levenshtein distance, capped: names are short (< 64 chars compared). */
+static size_t edit_distance(const char *a, const char *b) {
+    enum { N = 64 };
+    size_t la = strlen(a), lb = strlen(b);
+    if (la >= N) la = N - 1;
+    if (lb >= N) lb = N - 1;
+    size_t prev[N], cur[N];
+    for (size_t j = 0; j <= lb; j++) prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof prev[0]);
+    }
+    return prev[lb];
+}
+
+static const char *last_part(const char *s) {
+    const char *dot = strrchr(s, '.');
+    return dot ? dot + 1 : s;
+}
+
+const char *gt_config_suggest_key(const char *name) {
+    if (!name || !*name) return NULL;
+    const char *best = NULL;
+    size_t best_d = (size_t)-1;
+    for (size_t i = 0; i < sizeof k_keys / sizeof k_keys[0]; i++) {
+        const char *k = k_keys[i].name;
+        /* the right field under the wrong (or no) section: "cuda_graph_scope" */
+        if (!strcmp(last_part(k), last_part(name))) return k;
+        size_t d = edit_distance(name, k);
+        size_t d2 = edit_distance(last_part(name), last_part(k));
+        /* a truncated or extended name: micro_batch -> micro_batch_size */
+        size_t ln = strlen(last_part(name)), lk = strlen(last_part(k));
+        size_t shorter = ln < lk ? ln : lk;
+        if (shorter >= 5 && !strncmp(last_part(name), last_part(k), shorter)) d2 = 1;
+        if (d2 < d) d = d2 + 1;
+        if (d < best_d) best_d = d, best = k;
+    }
+    size_t len = strlen(last_part(name));
+    size_t limit = len < 6 ? 2 : len / 3 + 1;
+    return best_d <= limit ? best : NULL;
+}
+
+void gt_config_defaults(gt_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < sizeof k_keys / sizeof k_keys[0]; i++) {
+        gt_error err = {0};
+        /* the table's defaults are tested to parse (tests/test_config.c), so this cannot fail */
+        (void)gt_config_set(cfg, k_keys[i].name, k_keys[i].def, &err);
+    }
+}
+
+void gt_config_read_env(gt_config *cfg) {
+    const char *alloc = getenv("PYTORCH_CUDA_ALLOC_CONF");
+    cfg->env.expandable_segments = false;
+    if (alloc) {
+        /* PyTorch's syntax: comma-separated "name:value" pairs */
+        const char *p = strstr(alloc, "expandable_segments:");
+        if (p) {
+            p += strlen("expandable_segments:");
+            cfg->env.expandable_segments = !strncasecmp(p, "true", 4) || *p == '1';
+        }
+    }
+    const char *reg = getenv("NCCL_GRAPH_REGISTER");
+    cfg->env.nccl_graph_register = -1;
+    if (reg && *reg) cfg->env.nccl_graph_register = atoi(reg) != 0;
+}

@@ -1,0 +1,459 @@
+/* The validation rules: Bridge's and Megatron's CUDA-graph constraints (the seed skill and
+ * reference/anchors-graph-systems.md), shape sanity, and notes where graphtrain differs
+ * (lifts a Bridge limitation, or cannot run a valid setting yet). Every rule runs; none
+ * stops the others, so a user sees all problems at once. */
+#include "config/rules.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* Arch >= sm_100 (Blackwell) GPUs: MCore skips the NCCL_GRAPH_REGISTER check for `local`. */
+static const char *const k_blackwell[] = {"b200", "b300", "gb200", "gb300", NULL};
+
+static void add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
+                const char *fix, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
+                const char *fix, const char *fmt, ...) {
+    if (sev == GT_SEVERITY_ERROR) r->errors++;
+    else r->notes++;
+    if (r->count >= GT_REPORT_MAX) {
+        r->dropped++;
+        return;
+    }
+    gt_finding *f = &r->findings[r->count++];
+    memset(f, 0, sizeof *f);
+    f->severity = sev;
+    f->rule = rule;
+    for (int i = 0; keys[i] && i < GT_FINDING_KEYS_MAX - 1; i++) f->keys[f->n_keys++] = keys[i];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->message, sizeof f->message, fmt, ap);
+    va_end(ap);
+    snprintf(f->fix, sizeof f->fix, "%s", fix);
+}
+
+/* What the model contains, from the layer pattern or (without one) from the MoE keys. */
+typedef struct layers {
+    bool attention, dense_mlp, moe, mamba;
+} layers;
+
+static layers model_layers(const gt_model_config *m) {
+    layers l = {0};
+    if (m->layer_pattern[0]) {
+        l.attention = strchr(m->layer_pattern, '*') != NULL;
+        l.dense_mlp = strchr(m->layer_pattern, '-') != NULL;
+        l.moe = strchr(m->layer_pattern, 'E') != NULL;
+        l.mamba = strchr(m->layer_pattern, 'M') != NULL;
+    } else {
+        l.attention = true;
+        l.moe = m->num_moe_experts > 0;
+        l.dense_mlp = m->num_moe_experts == 0 || m->moe_layer_freq > 1;
+    }
+    return l;
+}
+
+static bool in_list(const char *const *list, const char *s) {
+    for (int i = 0; list[i]; i++)
+        if (!strcmp(list[i], s)) return true;
+    return false;
+}
+
+static const char *impl_name(gt_graph_impl i) {
+    return i == GT_GRAPH_IMPL_LOCAL ? "local" : i == GT_GRAPH_IMPL_TE ? "transformer_engine" : "none";
+}
+
+/* ---- graph rules (Bridge / Megatron) ---- */
+static void check_graph_rules(const gt_config *c, gt_report *r) {
+    const gt_model_config *m = &c->model;
+    const uint32_t s = m->cuda_graph_scope;
+    const bool on = m->cuda_graph_impl != GT_GRAPH_IMPL_NONE;
+    const bool local = m->cuda_graph_impl == GT_GRAPH_IMPL_LOCAL;
+    const bool te = m->cuda_graph_impl == GT_GRAPH_IMPL_TE;
+    const bool full = (s & GT_SCOPE_FULL_ITERATION) != 0;
+    const layers l = model_layers(m);
+
+    if (!on) {
+        if (s)
+            add(r, GT_SEVERITY_NOTE, "scope_cleared_without_impl",
+                KEYS("model.cuda_graph_impl", "model.cuda_graph_scope"),
+                "set model.cuda_graph_impl to local or transformer_engine to capture graphs",
+                "model.cuda_graph_impl is none, so model.cuda_graph_scope is ignored (Bridge "
+                "empties the list)");
+        return;
+    }
+    if (!m->use_te_rng_tracker || !c->rng.te_rng_tracker)
+        add(r, GT_SEVERITY_ERROR, "graphs_need_rng_tracker",
+            KEYS("model.cuda_graph_impl", "model.use_te_rng_tracker", "rng.te_rng_tracker"),
+            "set model.use_te_rng_tracker=true rng.te_rng_tracker=true (the --cuda_graph_impl "
+            "harness flag sets both)",
+            "CUDA graphs need the graph-safe RNG tracker, or dropout masks would freeze across "
+            "replays (Bridge asserts in gpt_provider.py)");
+    if (full && !local)
+        add(r, GT_SEVERITY_ERROR, "full_iteration_needs_local",
+            KEYS("model.cuda_graph_scope", "model.cuda_graph_impl"),
+            "set model.cuda_graph_impl=local, or use per-layer scopes (attn, mlp, ...) with "
+            "transformer_engine",
+            "scope full_iteration is captured by the local implementation only, but "
+            "cuda_graph_impl is %s",
+            impl_name(m->cuda_graph_impl));
+    if (full && (s & ~(uint32_t)GT_SCOPE_FULL_ITERATION))
+        add(r, GT_SEVERITY_ERROR, "full_iteration_alone", KEYS("model.cuda_graph_scope"),
+            "use model.cuda_graph_scope=full_iteration alone, or drop it and keep the "
+            "per-layer scopes",
+            "full_iteration already captures the whole step; it cannot be combined with "
+            "per-layer scopes");
+    if (local && !full)
+        add(r, GT_SEVERITY_ERROR, "local_needs_full_iteration",
+            KEYS("model.cuda_graph_impl", "model.cuda_graph_scope"),
+            "set model.cuda_graph_scope=full_iteration, or model.cuda_graph_impl="
+            "transformer_engine for per-layer scopes",
+            "cuda_graph_impl=local captures the full iteration only; its scope must be "
+            "full_iteration");
+    if (te && !s)
+        add(r, GT_SEVERITY_ERROR, "transformer_engine_needs_scope",
+            KEYS("model.cuda_graph_impl", "model.cuda_graph_scope"),
+            "name the scopes, e.g. model.cuda_graph_scope=attn (dense) or "
+            "attn,moe_router,moe_preprocess (dropless MoE)",
+            "cuda_graph_impl=transformer_engine with an empty cuda_graph_scope captures "
+            "nothing");
+    if ((s & GT_SCOPE_MOE) && (s & GT_SCOPE_MOE_ROUTER))
+        add(r, GT_SEVERITY_ERROR, "moe_excludes_moe_router", KEYS("model.cuda_graph_scope"),
+            "keep one: moe (drop-and-pad MoE) or moe_router (+ moe_preprocess)",
+            "scopes moe and moe_router are mutually exclusive (moe already contains the "
+            "router)");
+    if ((s & GT_SCOPE_MOE_PREPROCESS) && !(s & GT_SCOPE_MOE_ROUTER))
+        add(r, GT_SEVERITY_ERROR, "moe_preprocess_needs_moe_router",
+            KEYS("model.cuda_graph_scope"), "add moe_router to model.cuda_graph_scope",
+            "scope moe_preprocess requires scope moe_router");
+    if ((s & (GT_SCOPE_MOE | GT_SCOPE_MOE_ROUTER | GT_SCOPE_MOE_PREPROCESS)) && !l.moe)
+        add(r, GT_SEVERITY_ERROR, "moe_scopes_need_moe_layers",
+            KEYS("model.cuda_graph_scope", "model.num_moe_experts",
+                 "model.hybrid_override_pattern"),
+            "drop moe, moe_router and moe_preprocess from the scope (use attn, mlp), or make "
+            "the model MoE (model.num_moe_experts > 0)",
+            "MoE scopes (moe, moe_router, moe_preprocess) are set but the model has no MoE "
+            "layers");
+    if ((s & GT_SCOPE_MOE) && l.moe &&
+        (m->moe_expert_capacity_factor <= 0 || !m->moe_pad_expert_input_to_capacity))
+        add(r, GT_SEVERITY_ERROR, "moe_scope_needs_drop_and_pad",
+            KEYS("model.cuda_graph_scope", "model.moe_expert_capacity_factor",
+                 "model.moe_pad_expert_input_to_capacity"),
+            "for dropless MoE use model.cuda_graph_scope=attn,moe_router,moe_preprocess "
+            "(Bridge's advice); or set model.moe_expert_capacity_factor (e.g. 1.0) and "
+            "model.moe_pad_expert_input_to_capacity=true",
+            "scope moe graphs the experts, whose token counts change every step unless "
+            "drop-and-pad fixes them; this MoE is %s",
+            m->moe_expert_capacity_factor <= 0 ? "dropless (no capacity factor)"
+                                               : "not padded to capacity");
+    if ((s & GT_SCOPE_MOE_PREPROCESS) && l.moe &&
+        m->moe_token_dispatcher_type == GT_DISPATCHER_ALLTOALL && m->moe_expert_capacity_factor > 0)
+        add(r, GT_SEVERITY_ERROR, "moe_preprocess_no_host_sync",
+            KEYS("model.cuda_graph_scope", "model.moe_token_dispatcher_type",
+                 "model.moe_expert_capacity_factor"),
+            "drop moe_preprocess from the scope, or use the dropless alltoall dispatcher "
+            "(moe_expert_capacity_factor unset)",
+            "the alltoall dispatcher with a capacity factor copies token counts to the host "
+            "in its preprocess step, which cannot be captured");
+    if (local && full && l.moe && m->moe_expert_capacity_factor <= 0)
+        add(r, GT_SEVERITY_NOTE, "dropless_moe_in_full_iteration",
+            KEYS("model.cuda_graph_scope", "model.moe_expert_capacity_factor"),
+            "nothing to change; with Bridge use transformer_engine + "
+            "attn,moe_router,moe_preprocess instead",
+            "in Bridge, dropless MoE limits graphs to the dense modules (its dispatcher syncs "
+            "with the host); graphtrain keeps expert offsets on the device, so the full "
+            "iteration, experts included, is captured");
+    if ((s & GT_SCOPE_MLP) && !l.dense_mlp)
+        add(r, GT_SEVERITY_ERROR, "mlp_scope_needs_dense_layers",
+            KEYS("model.cuda_graph_scope", "model.num_moe_experts", "model.moe_layer_freq",
+                 "model.hybrid_override_pattern"),
+            "drop mlp from the scope; for MoE layers use moe_router,moe_preprocess (dropless) "
+            "or moe (drop-and-pad)",
+            "scope mlp graphs dense MLP layers, but every layer of this model is MoE");
+    if ((s & GT_SCOPE_MAMBA) && !l.mamba)
+        add(r, GT_SEVERITY_ERROR, "mamba_scope_needs_mamba_layers",
+            KEYS("model.cuda_graph_scope", "model.hybrid_override_pattern"),
+            "drop mamba from the scope, or give a hybrid pattern with M layers",
+            "scope mamba is set but the model has no Mamba layers");
+    if ((s & GT_SCOPE_ATTN) && !l.attention)
+        add(r, GT_SEVERITY_ERROR, "attn_scope_needs_attention_layers",
+            KEYS("model.cuda_graph_scope", "model.hybrid_override_pattern"),
+            "drop attn from the scope, or put * layers in the hybrid pattern",
+            "scope attn is set but the hybrid pattern has no attention layers");
+    if (te && m->recompute_granularity == GT_RECOMPUTE_FULL)
+        add(r, GT_SEVERITY_ERROR, "full_recompute_needs_full_iteration",
+            KEYS("model.recompute_granularity", "model.recompute_num_layers",
+                 "model.cuda_graph_impl", "model.cuda_graph_scope"),
+            "use selective recompute (model.recompute_granularity=selective with "
+            "model.recompute_modules), switch to local + full_iteration, or turn graphs off",
+            "full (layer) recompute%s is only supported with the full-iteration graph, not "
+            "with transformer_engine scopes (MCore: \"full recompute is only supported with "
+            "full iteration CUDA graph\")",
+            m->recompute_num_layers > 0 ? " with recompute_num_layers" : "");
+    const bool selective = m->recompute_granularity == GT_RECOMPUTE_SELECTIVE;
+    if (te && selective && (m->recompute_modules & (GT_RECOMPUTE_MOE | GT_RECOMPUTE_MOE_ACT)) &&
+        (s & GT_SCOPE_MOE_ROUTER))
+        add(r, GT_SEVERITY_ERROR, "moe_recompute_not_with_moe_router",
+            KEYS("model.recompute_modules", "model.cuda_graph_scope"),
+            "remove moe/moe_act from model.recompute_modules, or moe_router from the scope",
+            "MoE recompute is not supported with the moe_router graph scope");
+    if (te && selective && (m->recompute_modules & GT_RECOMPUTE_CORE_ATTN) &&
+        (s & GT_SCOPE_ATTN) && m->attention_dropout > 0)
+        add(r, GT_SEVERITY_ERROR, "attention_dropout_with_graphed_attn_recompute",
+            KEYS("model.attention_dropout", "model.recompute_modules", "model.cuda_graph_scope"),
+            "set model.attention_dropout=0, drop core_attn from model.recompute_modules, or "
+            "attn from the scope",
+            "attention dropout (%g) cannot be recomputed inside a graphed attention block",
+            m->attention_dropout);
+    if (te && selective &&
+        (m->recompute_modules & (GT_RECOMPUTE_MLP | GT_RECOMPUTE_MOE | GT_RECOMPUTE_MOE_ACT)) &&
+        (s & (GT_SCOPE_MLP | GT_SCOPE_MOE)) && m->hidden_dropout > 0)
+        add(r, GT_SEVERITY_ERROR, "hidden_dropout_with_graphed_mlp_recompute",
+            KEYS("model.hidden_dropout", "model.recompute_modules", "model.cuda_graph_scope"),
+            "set model.hidden_dropout=0, drop mlp/moe from model.recompute_modules, or "
+            "mlp/moe from the scope",
+            "hidden dropout (%g) cannot be recomputed inside a graphed MLP/MoE block",
+            m->hidden_dropout);
+    if (m->cpu_offloading)
+        add(r, GT_SEVERITY_ERROR, "cpu_offloading_with_graphs",
+            KEYS("model.cpu_offloading", "model.cuda_graph_impl"),
+            "set model.cpu_offloading=false or model.cuda_graph_impl=none",
+            "CPU offloading is incompatible with CUDA graphs (MCore transformer_config.py)");
+    if (te && m->delay_wgrad_compute && (s & (GT_SCOPE_ATTN | GT_SCOPE_MOE_ROUTER))) {
+        if (!m->gradient_accumulation_fusion)
+            add(r, GT_SEVERITY_ERROR, "delay_wgrad_needs_gradient_accumulation_fusion",
+                KEYS("model.delay_wgrad_compute", "model.gradient_accumulation_fusion",
+                     "model.cuda_graph_scope"),
+                "set model.gradient_accumulation_fusion=true, or model.delay_wgrad_compute="
+                "false",
+                "delay_wgrad_compute with attn or moe_router in the graph scope needs "
+                "gradient_accumulation_fusion");
+        if ((s & GT_SCOPE_ATTN) && (m->add_bias_linear || m->add_qkv_bias))
+            add(r, GT_SEVERITY_ERROR, "delay_wgrad_attn_needs_no_bias",
+                KEYS("model.delay_wgrad_compute", "model.add_bias_linear", "model.add_qkv_bias",
+                     "model.cuda_graph_scope"),
+                "set model.add_bias_linear=false model.add_qkv_bias=false, or "
+                "model.delay_wgrad_compute=false",
+                "delay_wgrad_compute with the attn graph scope does not support attention "
+                "biases");
+    }
+    bool blackwell = in_list(k_blackwell, c->runtime.gpu);
+    if (c->env.expandable_segments && c->env.nccl_graph_register != 0 && (te || !blackwell))
+        add(r, GT_SEVERITY_ERROR, "expandable_segments_need_nccl_graph_register_0",
+            KEYS("env.expandable_segments", "env.nccl_graph_register", "model.cuda_graph_impl"),
+            "export NCCL_GRAPH_REGISTER=0 (or env.nccl_graph_register=0), or drop "
+            "expandable_segments:True from PYTORCH_CUDA_ALLOC_CONF",
+            "allocator expandable segments with NCCL graph registration (NCCL_GRAPH_REGISTER "
+            "%s) cause illegal memory accesses and hangs in captured collectives%s",
+            c->env.nccl_graph_register < 0 ? "unset, i.e. on" : "=1",
+            te ? " (asserted for transformer_engine on every GPU)"
+               : " (asserted for local on GPUs before sm_100)");
+    if (c->dataset.packed_sequence && (!c->dataset.pad_to_max_length || !c->dataset.pad_cu_seqlens))
+        add(r, GT_SEVERITY_ERROR, "graphs_need_padded_packed_sequences",
+            KEYS("dataset.packed_sequence", "dataset.pad_to_max_length", "dataset.pad_cu_seqlens"),
+            "set dataset.pad_to_max_length=true dataset.pad_cu_seqlens=true, or "
+            "dataset.packed_sequence=false",
+            "graphs need static shapes, but unpadded packed sequences change length (and "
+            "cu_seqlens) every batch, forcing a re-capture each step");
+    int steps = c->train.train_iters;
+    if (c->train.exit_interval > 0 && c->train.exit_interval < steps) steps = c->train.exit_interval;
+    if (m->cuda_graph_warmup_steps >= steps)
+        add(r, GT_SEVERITY_ERROR, "warmup_steps_bound",
+            KEYS("model.cuda_graph_warmup_steps", "train.train_iters", "train.exit_interval"),
+            "lower model.cuda_graph_warmup_steps (3 is Bridge's default) or train longer",
+            "capture happens after %d eager warmup steps, but the run has only %d steps: no "
+            "graph would ever be replayed",
+            m->cuda_graph_warmup_steps, steps);
+    if (local && full && (c->rerun_state_machine.check_for_nan_in_loss || c->ddp.check_for_nan_in_grad))
+        add(r, GT_SEVERITY_NOTE, "nan_checks_inside_full_iteration",
+            KEYS("rerun_state_machine.check_for_nan_in_loss", "ddp.check_for_nan_in_grad",
+                 "model.cuda_graph_scope"),
+            "nothing to change; Bridge configs that set them false also work",
+            "Bridge requires NaN checks off with a full_iteration graph; graphtrain runs them "
+            "as device kernels inside the graph (DESIGN.md principle 5), so they stay on");
+}
+
+/* ---- shape and run sanity (not graph-specific) ---- */
+static void check_shape_rules(const gt_config *c, gt_report *r) {
+    const gt_model_config *m = &c->model;
+    if (m->hidden_size % m->num_attention_heads)
+        add(r, GT_SEVERITY_ERROR, "heads_divide_hidden_size",
+            KEYS("model.hidden_size", "model.num_attention_heads"),
+            "pick num_attention_heads that divides hidden_size",
+            "hidden_size %d is not divisible by num_attention_heads %d", m->hidden_size,
+            m->num_attention_heads);
+    if (m->num_query_groups > 0 && m->num_attention_heads % m->num_query_groups)
+        add(r, GT_SEVERITY_ERROR, "query_groups_divide_heads",
+            KEYS("model.num_query_groups", "model.num_attention_heads"),
+            "pick num_query_groups that divides num_attention_heads (0 = one per head)",
+            "num_attention_heads %d is not divisible by num_query_groups %d",
+            m->num_attention_heads, m->num_query_groups);
+    if (m->layer_pattern[0]) {
+        size_t len = strlen(m->layer_pattern);
+        size_t bad = strspn(m->layer_pattern, "*-EM");
+        if (bad < len)
+            add(r, GT_SEVERITY_ERROR, "layer_pattern_alphabet", KEYS("model.hybrid_override_pattern"),
+                "use only * (attention), - (dense MLP), E (MoE), M (Mamba)",
+                "hybrid_override_pattern has '%c' at position %zu", m->layer_pattern[bad], bad);
+        else if ((int)len != m->num_layers)
+            add(r, GT_SEVERITY_ERROR, "layer_pattern_length",
+                KEYS("model.hybrid_override_pattern", "model.num_layers"),
+                "give one character per layer, or set num_layers to the pattern length",
+                "hybrid_override_pattern has %zu characters but num_layers is %d", len,
+                m->num_layers);
+        if (strchr(m->layer_pattern, 'E') && m->num_moe_experts == 0)
+            add(r, GT_SEVERITY_ERROR, "pattern_moe_needs_experts",
+                KEYS("model.hybrid_override_pattern", "model.num_moe_experts"),
+                "set model.num_moe_experts, or replace E by - in the pattern",
+                "the hybrid pattern has MoE layers (E) but num_moe_experts is 0");
+    }
+    layers l = model_layers(m);
+    if (l.dense_mlp && m->ffn_hidden_size <= 0)
+        add(r, GT_SEVERITY_ERROR, "dense_layers_need_ffn_hidden_size", KEYS("model.ffn_hidden_size"),
+            "set model.ffn_hidden_size (Llama: about 8/3 x hidden_size)",
+            "the model has dense MLP layers but ffn_hidden_size is 0");
+    if (m->num_moe_experts > 0) {
+        if (m->moe_router_topk > m->num_moe_experts)
+            add(r, GT_SEVERITY_ERROR, "moe_topk_le_experts",
+                KEYS("model.moe_router_topk", "model.num_moe_experts"),
+                "lower model.moe_router_topk or add experts",
+                "moe_router_topk %d exceeds num_moe_experts %d", m->moe_router_topk,
+                m->num_moe_experts);
+        if (m->moe_ffn_hidden_size <= 0 && m->ffn_hidden_size <= 0)
+            add(r, GT_SEVERITY_ERROR, "moe_needs_expert_ffn",
+                KEYS("model.moe_ffn_hidden_size", "model.ffn_hidden_size"),
+                "set model.moe_ffn_hidden_size", "MoE experts have no width (both "
+                "moe_ffn_hidden_size and ffn_hidden_size are 0)");
+        if (m->num_moe_experts % m->expert_model_parallel_size)
+            add(r, GT_SEVERITY_ERROR, "expert_parallel_divides_experts",
+                KEYS("model.expert_model_parallel_size", "model.num_moe_experts"),
+                "pick expert_model_parallel_size dividing num_moe_experts",
+                "num_moe_experts %d is not divisible by expert_model_parallel_size %d",
+                m->num_moe_experts, m->expert_model_parallel_size);
+    }
+    long model_par = (long)m->tensor_model_parallel_size * m->pipeline_model_parallel_size *
+                     m->context_parallel_size;
+    int gpus = c->runtime.num_gpus;
+    int dp = c->ddp.data_parallel_size;
+    if (gpus > 1 && gpus % model_par)
+        add(r, GT_SEVERITY_ERROR, "parallel_sizes_fit_gpus",
+            KEYS("runtime.num_gpus", "model.tensor_model_parallel_size",
+                 "model.pipeline_model_parallel_size", "model.context_parallel_size"),
+            "make runtime.num_gpus a multiple of tp * pp * cp",
+            "num_gpus %d is not a multiple of tp * pp * cp = %ld", gpus, model_par);
+    if (dp <= 0) dp = gpus > model_par && gpus % model_par == 0 ? (int)(gpus / model_par) : 1;
+    long per_step = (long)c->train.micro_batch_size * dp;
+    if (c->train.global_batch_size % per_step)
+        add(r, GT_SEVERITY_ERROR, "global_batch_divisible",
+            KEYS("train.global_batch_size", "train.micro_batch_size", "ddp.data_parallel_size"),
+            "make global_batch_size a multiple of micro_batch_size x data-parallel size",
+            "global_batch_size %d is not a multiple of micro_batch_size %d x data-parallel "
+            "size %d",
+            c->train.global_batch_size, c->train.micro_batch_size, dp);
+    if (c->dataset.source == GT_DATA_SHARDS && !c->dataset.data_path[0])
+        add(r, GT_SEVERITY_ERROR, "shards_need_data_path",
+            KEYS("dataset.source", "dataset.data_path"),
+            "set dataset.data_path to the prefix prepare-data wrote, or dataset.source=mock",
+            "dataset.source=shards needs dataset.data_path");
+    if (c->optimizer.min_lr > c->optimizer.lr)
+        add(r, GT_SEVERITY_ERROR, "min_lr_le_lr", KEYS("optimizer.min_lr", "optimizer.lr"),
+            "set optimizer.min_lr <= optimizer.lr",
+            "min_lr %g is above the peak lr %g", c->optimizer.min_lr, c->optimizer.lr);
+    if (c->train.eval_interval > 0 && c->train.eval_iters == 0)
+        add(r, GT_SEVERITY_ERROR, "eval_needs_iters",
+            KEYS("train.eval_interval", "train.eval_iters"),
+            "set train.eval_iters > 0, or train.eval_interval=0",
+            "evaluation every %d steps with eval_iters=0 evaluates nothing",
+            c->train.eval_interval);
+}
+
+/* ---- valid settings this engine cannot run yet: say so instead of pretending ---- */
+static void check_engine_notes(const gt_config *c, gt_report *r) {
+    const gt_model_config *m = &c->model;
+    if (model_layers(m).mamba)
+        add(r, GT_SEVERITY_NOTE, "engine_no_mamba", KEYS("model.hybrid_override_pattern"),
+            "validate only; to train here, use a pattern without M",
+            "graphtrain has no Mamba layers yet; this config validates but cannot be trained "
+            "or benchmarked by this engine");
+    if (m->compute_dtype >= GT_DTYPE_FP8_CS)
+        add(r, GT_SEVERITY_NOTE, "engine_no_fp8", KEYS("model.compute_dtype"),
+            "use model.compute_dtype=bf16 to run here",
+            "graphtrain computes in bf16 (or fp32 on the CPU); fp8 recipes validate but do not "
+            "run yet");
+    if (m->tensor_model_parallel_size > 1 || m->pipeline_model_parallel_size > 1 ||
+        m->expert_model_parallel_size > 1 || m->context_parallel_size > 1)
+        add(r, GT_SEVERITY_NOTE, "engine_no_model_parallel",
+            KEYS("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+                 "model.expert_model_parallel_size", "model.context_parallel_size"),
+            "set the parallel sizes to 1 (use a *_1gpu recipe) to run here",
+            "graphtrain runs data parallelism only; tp=%d pp=%d ep=%d cp=%d validate but cannot "
+            "run yet%s",
+            m->tensor_model_parallel_size, m->pipeline_model_parallel_size,
+            m->expert_model_parallel_size, m->context_parallel_size,
+            c->runtime.num_gpus == 1 ? " (and need more than runtime.num_gpus=1)" : "");
+    if (m->cpu_offloading)
+        add(r, GT_SEVERITY_NOTE, "engine_no_cpu_offloading", KEYS("model.cpu_offloading"),
+            "set model.cpu_offloading=false", "graphtrain does not offload to the CPU");
+    if (m->recompute_granularity != GT_RECOMPUTE_NONE)
+        add(r, GT_SEVERITY_NOTE, "engine_no_recompute", KEYS("model.recompute_granularity"),
+            "nothing to change; expect eager-sized activation memory",
+            "graphtrain keeps all activations (static arenas); recompute settings are "
+            "validated but not applied");
+    if (c->dataset.packed_sequence)
+        add(r, GT_SEVERITY_NOTE, "engine_no_packed_sequences", KEYS("dataset.packed_sequence"),
+            "set dataset.packed_sequence=false to run here",
+            "graphtrain's loader feeds fixed-length sequences; packing is validated but not "
+            "implemented");
+}
+
+int gt_config_validate(const gt_config *cfg, gt_report *report) {
+    memset(report, 0, sizeof *report);
+    check_graph_rules(cfg, report);
+    check_shape_rules(cfg, report);
+    check_engine_notes(cfg, report);
+    return report->errors;
+}
+
+int gt_report_has(const gt_report *r, const char *rule) {
+    for (int i = 0; i < r->count; i++)
+        if (!strcmp(r->findings[i].rule, rule)) return 1;
+    return 0;
+}
+
+void gt_report_print(const gt_report *r, FILE *out) {
+    for (int i = 0; i < r->count; i++) {
+        const gt_finding *f = &r->findings[i];
+        fprintf(out, "%s [%s] ", f->severity == GT_SEVERITY_ERROR ? "error" : "note", f->rule);
+        for (int k = 0; k < f->n_keys; k++) fprintf(out, "%s%s", k ? ", " : "", f->keys[k]);
+        fprintf(out, "\n  why: %s\n  fix: %s\n", f->message, f->fix);
+    }
+    if (r->dropped) fprintf(out, "(%d more findings not shown)\n", r->dropped);
+    if (r->errors)
+        fprintf(out, "%d error%s, %d note%s: the configuration is not valid\n", r->errors,
+                r->errors == 1 ? "" : "s", r->notes, r->notes == 1 ? "" : "s");
+    else
+        fprintf(out, "configuration is valid (%d note%s)\n", r->notes, r->notes == 1 ? "" : "s");
+}
+
+void gt_report_print_json(const gt_report *r, FILE *out) {
+    fputc('[', out);
+    for (int i = 0; i < r->count; i++) {
+        const gt_finding *f = &r->findings[i];
+        fprintf(out, "%s{\"severity\": \"%s\", \"rule\": ", i ? ", " : "",
+                f->severity == GT_SEVERITY_ERROR ? "error" : "note");
+        gt_json_write_string(out, f->rule);
+        fputs(", \"keys\": [", out);
+        for (int k = 0; k < f->n_keys; k++) {
+            if (k) fputs(", ", out);
+            gt_json_write_string(out, f->keys[k]);
+        }
+        fputs("], \"message\": ", out);
+        gt_json_write_string(out, f->message);
+        fputs(", \"fix\": ", out);
+        gt_json_write_string(out, f->fix);
+        fputc('}', out);
+    }
+    fputc(']', out);
+}

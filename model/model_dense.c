@@ -1,0 +1,99 @@
+/* The dense units, forward and backward: attention (rmsnorm, qkv, rope, causal GQA attention,
+ * output projection, dropout, residual) and the SwiGLU MLP. Each reads its input residual,
+ * writes the next one and saves what its backward needs in the activations arena. Backward
+ * turns sc.dres from the gradient of the output residual into that of the input residual. */
+#include "model/model_internal.h"
+
+/* y = dropout(branch); out = x + y. Dropout only in training and when p > 0. */
+void gt_model_residual_out(gt_model *m, gt_stream *s, void *out, const void *x, void *y, int layer,
+                           int site, int train, gt_step_state *st) {
+    gt_backend *b = m->b;
+    size_t n = (size_t)m->dm.N * m->dm.d;
+    if (train && m->dm.p_hidden > 0)
+        b->ops->dropout_fwd(b, s, y, y, n, m->dm.p_hidden, gt_model_site(m, layer, site), st);
+    b->ops->add(b, s, out, x, y, n);
+}
+
+/* Gradient of the branch output from that of the residual: dres through the dropout mask
+ * into sc.y, or dres itself when there is no dropout. */
+const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int layer, int site,
+                                 gt_step_state *st) {
+    gt_backend *b = m->b;
+    if (m->dm.p_hidden <= 0) return m->sc.dres;
+    b->ops->dropout_bwd(b, s, m->sc.y, m->sc.dres, (size_t)m->dm.N * m->dm.d, m->dm.p_hidden,
+                        gt_model_site(m, layer, site), st);
+    return m->sc.y;
+}
+
+void gt_attn_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    gt_attn_block *a = &m->layers[layer].attn;
+    const void *x = m->res[a->res_in];
+    float p = train ? dm->p_attn : 0.0f;
+    b->ops->rmsnorm_fwd(b, s, a->ln, a->rstd, x, gt_model_param(m, a->norm_w), dm->N, dm->d,
+                        dm->eps);
+    b->ops->matmul_fwd(b, s, a->qkv, a->ln, gt_model_param(m, a->qkv_w),
+                       gt_model_param(m, a->qkv_b), dm->N, dm->qkv, dm->d);
+    b->ops->rope_fwd(b, s, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
+    b->ops->attention_fwd(b, s, a->att, a->lse, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, p,
+                          gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
+    b->ops->matmul_fwd(b, s, m->sc.y, a->att, gt_model_param(m, a->o_w), gt_model_param(m, a->o_b),
+                       dm->N, dm->d, dm->H * dm->hd);
+    gt_model_residual_out(m, s, m->res[a->res_out], x, m->sc.y, layer, GT_SITE_ATTN_OUT, train, st);
+}
+
+void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    gt_attn_block *a = &m->layers[layer].attn;
+    int hh = dm->H * dm->hd;
+    const void *dy = gt_model_branch_grad(m, s, layer, GT_SITE_ATTN_OUT, st);
+    b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->o_w), gt_model_grad(m, a->o_b), dy, a->att,
+                              dm->N, dm->d, hh);
+    b->ops->matmul_bwd_data(b, s, m->sc.a, dy, gt_model_param(m, a->o_w), dm->N, dm->d, hh, 0);
+    b->ops->attention_bwd(b, s, m->sc.bb, m->sc.a, a->qkv, a->att, a->lse, dm->B, dm->T, dm->H,
+                          dm->KV, dm->hd, dm->p_attn, gt_model_site(m, layer, GT_SITE_ATTN_PROBS),
+                          st);
+    b->ops->rope_bwd(b, s, m->sc.bb, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
+    b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->qkv_w), gt_model_grad(m, a->qkv_b),
+                              m->sc.bb, a->ln, dm->N, dm->qkv, dm->d);
+    b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.bb, gt_model_param(m, a->qkv_w), dm->N, dm->qkv,
+                            dm->d, 0);
+    /* rmsnorm_bwd adds into dres: the residual's own gradient plus the branch's */
+    b->ops->rmsnorm_bwd(b, s, m->sc.dres, gt_model_grad(m, a->norm_w), m->sc.dln, m->res[a->res_in],
+                        gt_model_param(m, a->norm_w), a->rstd, dm->N, dm->d);
+}
+
+void gt_mlp_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    gt_mlp_block *p = &m->layers[layer].mlp;
+    const void *x = m->res[p->res_in];
+    b->ops->rmsnorm_fwd(b, s, p->ln, p->rstd, x, gt_model_param(m, p->norm_w), dm->N, dm->d,
+                        dm->eps);
+    b->ops->matmul_fwd(b, s, p->gu, p->ln, gt_model_param(m, p->gu_w), gt_model_param(m, p->gu_b),
+                       dm->N, 2 * dm->f, dm->d);
+    b->ops->swiglu_fwd(b, s, p->h, p->gu, dm->N, dm->f);
+    b->ops->matmul_fwd(b, s, m->sc.y, p->h, gt_model_param(m, p->down_w),
+                       gt_model_param(m, p->down_b), dm->N, dm->d, dm->f);
+    gt_model_residual_out(m, s, m->res[p->res_out], x, m->sc.y, layer, GT_SITE_MLP_OUT, train, st);
+}
+
+void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    gt_mlp_block *p = &m->layers[layer].mlp;
+    const void *dy = gt_model_branch_grad(m, s, layer, GT_SITE_MLP_OUT, st);
+    b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, p->down_w), gt_model_grad(m, p->down_b), dy,
+                              p->h, dm->N, dm->d, dm->f);
+    b->ops->matmul_bwd_data(b, s, m->sc.a, dy, gt_model_param(m, p->down_w), dm->N, dm->d, dm->f,
+                            0);
+    b->ops->swiglu_bwd(b, s, m->sc.bb, m->sc.a, p->gu, dm->N, dm->f);
+    b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, p->gu_w), gt_model_grad(m, p->gu_b), m->sc.bb,
+                              p->ln, dm->N, 2 * dm->f, dm->d);
+    b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.bb, gt_model_param(m, p->gu_w), dm->N, 2 * dm->f,
+                            dm->d, 0);
+    b->ops->rmsnorm_bwd(b, s, m->sc.dres, gt_model_grad(m, p->norm_w), m->sc.dln, m->res[p->res_in],
+                        gt_model_param(m, p->norm_w), p->rstd, dm->N, dm->d);
+}

@@ -1,0 +1,160 @@
+/* Internals of the transformer shared by the model sources: the parameter table, the per-layer
+ * blocks with the activations they save for backward, and the scratch buffers the units share.
+ * Every pointer here is bound to an arena once at gt_model_create and never changes. */
+#ifndef GT_MODEL_MODEL_INTERNAL_H
+#define GT_MODEL_MODEL_INTERNAL_H
+
+#include "core/arena.h"
+#include "model/model.h"
+
+#define GT_MODEL_NAME_MAX 48
+/* Every tensor starts at a multiple of this many elements of the flat parameter array, so
+ * each one is aligned for vectorized loads and cuBLASLt (128 bytes in bf16). */
+#define GT_MODEL_TENSOR_ALIGN 64
+
+/* Dropout call sites inside a layer: gt_rng_site.site = layer * GT_SITES_PER_LAYER + k. */
+enum {
+    GT_SITE_ATTN_PROBS = 0, /* attention probabilities (model.attention_dropout) */
+    GT_SITE_ATTN_OUT = 1,   /* attention block output (model.hidden_dropout) */
+    GT_SITE_MLP_OUT = 2,    /* MLP block output */
+    GT_SITE_MOE_OUT = 3,    /* MoE block output */
+    GT_SITES_PER_LAYER = 16,
+};
+
+typedef struct gt_model_tensor_desc {
+    char name[GT_MODEL_NAME_MAX];
+    size_t offset; /* elements into the flat parameter / gradient arrays */
+    size_t numel;
+    int ndim;
+    int shape[3];
+    int decay;
+} gt_model_tensor_desc;
+
+/* Attention block: rmsnorm -> qkv (+bias) -> rope -> causal GQA attention -> o (+bias) ->
+ * dropout -> residual add. Tensor fields are indices into the parameter table (-1: absent). */
+typedef struct gt_attn_block {
+    int res_in, res_out; /* residual stream buffers read and written */
+    int norm_w, qkv_w, qkv_b, o_w, o_b;
+    void *ln;    /* [N, d] normalized input */
+    float *rstd; /* [N] */
+    void *qkv;   /* [N, (H + 2*KV) * hd] after rope */
+    void *att;   /* [N, H * hd] attention output */
+    float *lse;  /* [B, H, T] */
+} gt_attn_block;
+
+/* MLP block: rmsnorm -> gate_up (+bias) -> swiglu -> down (+bias) -> dropout -> add. */
+typedef struct gt_mlp_block {
+    int res_in, res_out;
+    int norm_w, gu_w, gu_b, down_w, down_b;
+    void *ln;    /* [N, d] */
+    float *rstd; /* [N] */
+    void *gu;    /* [N, 2f] gate then up */
+    void *h;     /* [N, f] swiglu output */
+} gt_mlp_block;
+
+/* MoE block, split over three units: router (norm, logits, top-k, aux loss), preprocess
+ * (permutation and gather), experts (grouped GEMMs, combine, dropout, residual add). */
+typedef struct gt_moe_block {
+    int res_in, res_out;
+    int norm_w, router_w, gu_w, down_w;
+    void *ln;            /* [N, d] */
+    float *rstd;         /* [N] */
+    float *probs;        /* [N, E] */
+    int32_t *topk_idx;   /* [N, k] */
+    float *topk_w;       /* [N, k] */
+    int32_t *counts;     /* [E] */
+    int32_t *slot_token; /* [R] */
+    int32_t *token_slot; /* [N * k] */
+    int32_t *offsets;    /* [E + 1] */
+    void *xe;            /* [R, d] permuted tokens */
+    void *gue;           /* [R, 2 * fe] */
+    void *he;            /* [R, fe] */
+    void *ye;            /* [R, d] expert outputs */
+} gt_moe_block;
+
+typedef struct gt_layer {
+    int n_units;
+    gt_unit_kind kinds[GT_MAX_UNITS_PER_LAYER];
+    int has_attn, has_mlp, has_moe;
+    gt_attn_block attn;
+    gt_mlp_block mlp;
+    gt_moe_block moe;
+} gt_layer;
+
+/* Buffers shared by every unit; none of them carries a value from forward to backward. */
+typedef struct gt_model_scratch {
+    void *dres;     /* [N, d] gradient of the residual stream (lives through all backward) */
+    void *y;        /* [N, d] branch output (forward) / its gradient (backward) */
+    void *dln;      /* [N, d] gradient of a normalized input */
+    void *a;        /* [max(N*H*hd, N*f, R*fe)] datt / dh / dhe */
+    void *bb;       /* [max(N*qkv, N*2f, R*2fe)] dqkv / dgu / dgue */
+    void *r;        /* [R, d] dye, then dxe */
+    void *e;        /* [N, E] router logits / their gradient */
+    float *dtopk_w; /* [N, k] */
+    void *logits;   /* [N, V] logits, then their gradient */
+    float *losses;  /* [N] */
+} gt_model_scratch;
+
+/* Shapes derived from the config, fixed for the model's lifetime. */
+typedef struct gt_model_dims {
+    int B, T, N, d, H, KV, hd, qkv, f, V;
+    int E, k, fe, capacity, R; /* MoE: R rows of the permuted tokens */
+    float eps, theta, p_attn, p_hidden, aux_coeff;
+    int qkv_bias, lin_bias;
+} gt_model_dims;
+
+struct gt_model {
+    gt_config cfg;
+    gt_backend *b; /* NULL for a plan without allocation */
+    gt_model_dims dm;
+    int num_layers;
+    gt_layer *layers; /* [num_layers] */
+    int n_res;        /* residual buffers */
+    void **res;       /* [n_res] each [N, d] */
+    gt_model_tensor_desc *tensors;
+    int n_tensors, cap_tensors;
+    int wte, lm_w, final_w; /* tensor indices */
+    void *lnf;              /* [N, d] final norm output */
+    float *rstdf;           /* [N] */
+    gt_model_scratch sc;
+    gt_arena params, grads, acts, scratch;
+    void *params_base; /* [n_params] act dtype */
+    float *grads_base; /* [n_params] */
+    size_t act_elem;   /* bytes per act element */
+    gt_model_info info;
+    float dscale;  /* of the running forward_backward (constant over a run) */
+    size_t n_real; /* parameters without alignment padding */
+};
+
+/* Planning (model_plan.c): fills everything but the arena allocations. */
+int gt_model_build(gt_model *m, const gt_config *cfg, size_t act_elem, gt_error *err);
+void gt_model_release(gt_model *m);
+
+/* Parameter / gradient pointers of tensor i (NULL for i < 0). */
+void *gt_model_param(const gt_model *m, int i);
+float *gt_model_grad(const gt_model *m, int i);
+
+/* Unit bodies (model_dense.c, model_moe.c); train = 0 disables dropout and the aux loss. */
+void gt_attn_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st);
+void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+void gt_mlp_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st);
+void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+void gt_moe_router_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st);
+void gt_moe_router_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+void gt_moe_preprocess_fwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+void gt_moe_preprocess_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+void gt_moe_experts_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st);
+void gt_moe_experts_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+
+/* Block output (model_dense.c): y = dropout(y) in training; out = x + y. */
+void gt_model_residual_out(gt_model *m, gt_stream *s, void *out, const void *x, void *y, int layer,
+                           int site, int train, gt_step_state *st);
+/* Gradient of a block's output branch from sc.dres (through the dropout mask into sc.y). */
+const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int layer, int site, gt_step_state *st);
+
+static inline gt_rng_site gt_model_site(const gt_model *m, int layer, int k) {
+    gt_rng_site site = {m->cfg.rng.seed, (uint32_t)(layer * GT_SITES_PER_LAYER + k), 0};
+    return site;
+}
+
+#endif

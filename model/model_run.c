@@ -1,0 +1,121 @@
+/* One micro-batch through the model: embedding, the units (eagerly or through graphs/ via
+ * gt_unit_exec), final norm, output head and cross-entropy, then the same backwards. The
+ * parts outside the units belong to the full-iteration scope only. */
+#include "model/model_internal.h"
+
+static void unit_fwd_bwd(gt_model *m, gt_stream *s, int layer, int unit, int backward, int train,
+                         gt_step_state *st) {
+    switch (m->layers[layer].kinds[unit]) {
+    case GT_UNIT_ATTN:
+        if (backward)
+            gt_attn_bwd(m, s, layer, st);
+        else
+            gt_attn_fwd(m, s, layer, train, st);
+        break;
+    case GT_UNIT_MLP:
+        if (backward)
+            gt_mlp_bwd(m, s, layer, st);
+        else
+            gt_mlp_fwd(m, s, layer, train, st);
+        break;
+    case GT_UNIT_MOE_ROUTER:
+        if (backward)
+            gt_moe_router_bwd(m, s, layer, st);
+        else
+            gt_moe_router_fwd(m, s, layer, train, st);
+        break;
+    case GT_UNIT_MOE_PREPROCESS:
+        if (backward)
+            gt_moe_preprocess_bwd(m, s, layer, st);
+        else
+            gt_moe_preprocess_fwd(m, s, layer, st);
+        break;
+    case GT_UNIT_MOE:
+        if (backward)
+            gt_moe_experts_bwd(m, s, layer, st);
+        else
+            gt_moe_experts_fwd(m, s, layer, train, st);
+        break;
+    default:
+        gt_backend_fail(m->b, GT_ERR_INVALID, "layer %d unit %d has an unknown kind", layer, unit);
+    }
+}
+
+void gt_model_unit_run(gt_model *m, gt_stream *s, int layer, int unit, int backward,
+                       gt_step_state *st) {
+    if (layer < 0 || layer >= m->num_layers || unit < 0 || unit >= m->layers[layer].n_units) {
+        gt_backend_fail(m->b, GT_ERR_INVALID,
+                        "gt_model_unit_run: layer %d unit %d does not exist (%d layers)", layer,
+                        unit, m->num_layers);
+        return;
+    }
+    unit_fwd_bwd(m, s, layer, unit, backward, 1, st);
+}
+
+static void run_unit(gt_model *m, gt_stream *s, int layer, int unit, int backward,
+                     gt_step_state *st, const gt_unit_exec *exec) {
+    if (exec && exec->run)
+        exec->run(exec->ctx, m, s, layer, unit, backward, st);
+    else
+        unit_fwd_bwd(m, s, layer, unit, backward, 1, st);
+}
+
+/* Final norm, logits, per-token losses; the logits buffer then holds the gradient of the
+ * loss scaled by `scale` (the weight of this micro-batch's mean). */
+static void head_fwd(gt_model *m, gt_stream *s, const int32_t *targets, float scale,
+                     gt_step_state *st) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    float per_token = scale / (float)dm->N;
+    b->ops->rmsnorm_fwd(b, s, m->lnf, m->rstdf, m->res[m->n_res - 1], gt_model_param(m, m->final_w),
+                        dm->N, dm->d, dm->eps);
+    b->ops->matmul_fwd(b, s, m->sc.logits, m->lnf, gt_model_param(m, m->lm_w), NULL, dm->N, dm->V,
+                       dm->d);
+    b->ops->cross_entropy(b, s, m->sc.losses, m->sc.logits, m->sc.logits, targets, dm->N, dm->V,
+                          per_token);
+    b->ops->loss_accumulate(b, s, st, m->sc.losses, dm->N, per_token);
+}
+
+/* Starts the residual gradient: dres = gradient through the final norm and the head. */
+static void head_bwd(gt_model *m, gt_stream *s) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, m->lm_w), NULL, m->sc.logits, m->lnf, dm->N,
+                              dm->V, dm->d);
+    b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.logits, gt_model_param(m, m->lm_w), dm->N, dm->V,
+                            dm->d, 0);
+    b->ops->memset0(b, s, m->sc.dres, (size_t)dm->N * dm->d * m->act_elem);
+    b->ops->rmsnorm_bwd(b, s, m->sc.dres, gt_model_grad(m, m->final_w), m->sc.dln,
+                        m->res[m->n_res - 1], gt_model_param(m, m->final_w), m->rstdf, dm->N,
+                        dm->d);
+}
+
+void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
+                               const int32_t *targets, float dscale, gt_step_state *st,
+                               const gt_unit_exec *exec) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    /* units read it (aux-loss weight); it is the same for every step of a run */
+    m->dscale = dscale;
+    b->ops->embedding_fwd(b, s, m->res[0], tokens, gt_model_param(m, m->wte), dm->N, dm->d);
+    for (int l = 0; l < m->num_layers; l++)
+        for (int u = 0; u < m->layers[l].n_units; u++)
+            run_unit(m, s, l, u, 0, st, exec);
+    head_fwd(m, s, targets, dscale, st);
+    head_bwd(m, s);
+    for (int l = m->num_layers - 1; l >= 0; l--)
+        for (int u = m->layers[l].n_units - 1; u >= 0; u--)
+            run_unit(m, s, l, u, 1, st, exec);
+    b->ops->embedding_bwd(b, s, gt_model_grad(m, m->wte), m->sc.dres, tokens, dm->N, dm->V, dm->d);
+}
+
+void gt_model_forward_loss(gt_model *m, gt_stream *s, const int32_t *tokens, const int32_t *targets,
+                           float scale, gt_step_state *st) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    b->ops->embedding_fwd(b, s, m->res[0], tokens, gt_model_param(m, m->wte), dm->N, dm->d);
+    for (int l = 0; l < m->num_layers; l++)
+        for (int u = 0; u < m->layers[l].n_units; u++)
+            unit_fwd_bwd(m, s, l, u, 0, 0, st);
+    head_fwd(m, s, targets, scale, st);
+}

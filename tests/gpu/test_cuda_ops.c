@@ -1,0 +1,501 @@
+/* GPU tests of the dense and optimizer ops: every CUDA op against the CPU reference on the
+ * same random inputs (rounded to bf16 so both see identical values), relative L2 error per
+ * precision, plus determinism (two runs bitwise equal) of the ops that reduce. */
+#include "gpu/gpu_testutil.h"
+
+static int setup(void **state) {
+    gpu_env *e = NULL;
+    if (env_open(&e)) return -1;
+    *state = e;
+    return 0;
+}
+static int teardown(void **state) {
+    return env_close(*state);
+}
+static int free_bufs(void **state) {
+    env_free_all(*state);
+    return 0;
+}
+
+static void test_from_float_rounds_to_nearest_bf16(void **state) {
+    gpu_env *e = *state;
+    size_t n = 4096;
+    float *h = malloc(n * sizeof *h), *back = malloc(n * sizeof *back);
+    for (size_t i = 0; i < n; i++) h[i] = env_uniform(e) * 100.0f;
+    void *d = g_act(e, h, n);
+    g_read_act(e, back, d, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += back[i] != bf16_round(h[i]);
+    assert_int_equal(bad, 0);
+    free(h);
+    free(back);
+}
+
+static void test_embedding_matches_cpu_and_backward_is_deterministic(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, embedding_fwd);
+    NEED_CPU(e, embedding_bwd);
+    int N = 300, V = 97, d = 96;
+    int32_t tok[300];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(env_next(e) % (uint64_t)V);
+    tok[5] = tok[6] = tok[7] = tok[200] = 3; /* repeated rows */
+    float *wte = rand_vec(e, (size_t)V * d, 1.0f), *dout = rand_vec(e, (size_t)N * d, 1.0f);
+    float *dw0 = rand_vec(e, (size_t)V * d, 0.5f);
+    float *got = malloc((size_t)V * d * sizeof *got), *got2 = malloc((size_t)V * d * 4);
+    float *c_out = c_f32(e, NULL, (size_t)N * d), *c_dw = c_f32(e, dw0, (size_t)V * d);
+    e->cpu->ops->embedding_fwd(e->cpu, e->cs, c_out, c_i32(e, tok, N), c_f32(e, wte, V * d), N, d);
+    e->cpu->ops->embedding_bwd(e->cpu, e->cs, c_dw, c_f32(e, dout, (size_t)N * d),
+                               c_i32(e, tok, N), N, V, d);
+    int32_t *g_tok = g_i32(e, tok, N);
+    void *g_wte = g_act(e, wte, (size_t)V * d), *g_out = g_act(e, NULL, (size_t)N * d);
+    void *g_dout = g_act(e, dout, (size_t)N * d);
+    e->gpu->ops->embedding_fwd(e->gpu, e->gs, g_out, g_tok, g_wte, N, d);
+    g_read_act(e, got, g_out, (size_t)N * d);
+    EXPECT_CLOSE("embedding_fwd out", got, c_out, (size_t)N * d, 1e-6);
+    float *g_dw = g_f32(e, dw0, (size_t)V * d), *g_dw2 = g_f32(e, dw0, (size_t)V * d);
+    GPU_PLAN(e, e->gpu->ops->embedding_bwd(e->gpu, e->gs, g_dw, g_dout, g_tok, N, V, d));
+    e->gpu->ops->embedding_bwd(e->gpu, e->gs, g_dw, g_dout, g_tok, N, V, d);
+    e->gpu->ops->embedding_bwd(e->gpu, e->gs, g_dw2, g_dout, g_tok, N, V, d);
+    g_read_f32(e, got, g_dw, (size_t)V * d);
+    g_read_f32(e, got2, g_dw2, (size_t)V * d);
+    EXPECT_CLOSE("embedding_bwd dwte", got, c_dw, (size_t)V * d, TOL_F32);
+    assert_memory_equal(got, got2, (size_t)V * d * sizeof(float));
+    free(wte), free(dout), free(dw0), free(got), free(got2);
+}
+
+static void test_rmsnorm_matches_cpu_and_dw_is_deterministic(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, rmsnorm_fwd);
+    NEED_CPU(e, rmsnorm_bwd);
+    int N = 77, d = 320;
+    size_t nd = (size_t)N * d;
+    float *x = rand_vec(e, nd, 2.0f), *w = rand_vec(e, d, 0.2f), *dy = rand_vec(e, nd, 1.0f);
+    for (int i = 0; i < d; i++) w[i] = bf16_round(1.0f + w[i]);
+    float *dx0 = rand_vec(e, nd, 0.5f), *dw0 = rand_vec(e, d, 0.5f);
+    float *got = malloc(nd * 4), *got2 = malloc(nd * 4);
+    float *c_out = c_f32(e, NULL, nd), *c_rstd = c_f32(e, NULL, N), *c_x = c_f32(e, x, nd);
+    float *c_w = c_f32(e, w, d), *c_dx = c_f32(e, dx0, nd), *c_dw = c_f32(e, dw0, d);
+    e->cpu->ops->rmsnorm_fwd(e->cpu, e->cs, c_out, c_rstd, c_x, c_w, N, d, 1e-5f);
+    e->cpu->ops->rmsnorm_bwd(e->cpu, e->cs, c_dx, c_dw, c_f32(e, dy, nd), c_x, c_w, c_rstd, N,
+                             d);
+    void *g_x = g_act(e, x, nd), *g_w = g_act(e, w, d), *g_out = g_act(e, NULL, nd);
+    void *g_dy = g_act(e, dy, nd), *g_dx = g_act(e, dx0, nd), *g_dx2 = g_act(e, dx0, nd);
+    float *g_rstd = g_f32(e, NULL, N), *g_dw = g_f32(e, dw0, d), *g_dw2 = g_f32(e, dw0, d);
+    e->gpu->ops->rmsnorm_fwd(e->gpu, e->gs, g_out, g_rstd, g_x, g_w, N, d, 1e-5f);
+    g_read_act(e, got, g_out, nd);
+    EXPECT_CLOSE("rmsnorm_fwd out", got, c_out, nd, TOL_BF16);
+    g_read_f32(e, got, g_rstd, N);
+    EXPECT_CLOSE("rmsnorm_fwd rstd", got, c_rstd, N, TOL_F32);
+    GPU_PLAN(e, e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx, g_dw, g_dy, g_x, g_w, g_rstd, N, d));
+    e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx, g_dw, g_dy, g_x, g_w, g_rstd, N, d);
+    e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx2, g_dw2, g_dy, g_x, g_w, g_rstd, N, d);
+    g_read_act(e, got, g_dx, nd);
+    EXPECT_CLOSE("rmsnorm_bwd dinp (+=)", got, c_dx, nd, TOL_BF16);
+    g_read_f32(e, got, g_dw, d);
+    g_read_f32(e, got2, g_dw2, d);
+    EXPECT_CLOSE("rmsnorm_bwd dw (+=)", got, c_dw, d, TOL_F32);
+    assert_memory_equal(got, got2, (size_t)d * 4);
+    free(x), free(w), free(dy), free(dx0), free(dw0), free(got), free(got2);
+}
+
+static void test_add_and_dropout_match_cpu_masks(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, add);
+    NEED_CPU(e, dropout_fwd);
+    NEED_CPU(e, dropout_bwd);
+    size_t n = 5000;
+    float *a = rand_vec(e, n, 1.0f), *x = rand_vec(e, n, 1.0f), *got = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) a[i] = bf16_round(0.5f + fabsf(a[i])); /* no zeros */
+    float *c_out = c_f32(e, NULL, n);
+    e->cpu->ops->add(e->cpu, e->cs, c_out, c_f32(e, a, n), c_f32(e, x, n), n);
+    void *g_a = g_act(e, a, n), *g_out = g_act(e, NULL, n);
+    e->gpu->ops->add(e->gpu, e->gs, g_out, g_a, g_act(e, x, n), n);
+    g_read_act(e, got, g_out, n);
+    EXPECT_CLOSE("add", got, c_out, n, TOL_BF16);
+    gt_step_state init = default_state(), *cst, *gst;
+    make_states(e, &init, &cst, &gst);
+    gt_rng_site site = {1234, 17, 0};
+    for (int bwd = 0; bwd < 2; bwd++) {
+        float *c_d = c_f32(e, NULL, n);
+        void *g_d = g_act(e, NULL, n);
+        if (bwd) {
+            e->cpu->ops->dropout_bwd(e->cpu, e->cs, c_d, c_f32(e, a, n), n, 0.3f, site, cst);
+            e->gpu->ops->dropout_bwd(e->gpu, e->gs, g_d, g_a, n, 0.3f, site, gst);
+        } else {
+            e->cpu->ops->dropout_fwd(e->cpu, e->cs, c_d, c_f32(e, a, n), n, 0.3f, site, cst);
+            e->gpu->ops->dropout_fwd(e->gpu, e->gs, g_d, g_a, n, 0.3f, site, gst);
+        }
+        g_read_act(e, got, g_d, n);
+        size_t mism = 0, dropped = 0;
+        for (size_t i = 0; i < n; i++) {
+            mism += (got[i] == 0.0f) != (c_d[i] == 0.0f);
+            dropped += got[i] == 0.0f;
+        }
+        printf("    dropout %s: %zu of %zu dropped, %zu mask mismatches\n", bwd ? "bwd" : "fwd",
+               dropped, n, mism);
+        assert_int_equal(mism, 0);
+        assert_true(dropped > n / 5 && dropped < n * 2 / 5);
+        EXPECT_CLOSE(bwd ? "dropout_bwd" : "dropout_fwd", got, c_d, n, TOL_BF16);
+    }
+    free(a), free(x), free(got);
+}
+
+static void matmul_case(gpu_env *e, int M, int N, int K) {
+    char what[96];
+    float *a = rand_vec(e, (size_t)M * K, 1.0f), *w = rand_vec(e, (size_t)N * K, 1.0f);
+    float *bias = rand_vec(e, N, 1.0f), *dout = rand_vec(e, (size_t)M * N, 1.0f);
+    float *da0 = rand_vec(e, (size_t)M * K, 1.0f), *dw0 = rand_vec(e, (size_t)N * K, 1.0f);
+    size_t big = (size_t)(M > N ? M : N) * (K > N ? K : N);
+    float *got = malloc(big * 4);
+    float *c_a = c_f32(e, a, (size_t)M * K), *c_w = c_f32(e, w, (size_t)N * K);
+    float *c_dout = c_f32(e, dout, (size_t)M * N);
+    void *g_a = g_act(e, a, (size_t)M * K), *g_w = g_act(e, w, (size_t)N * K);
+    void *g_bias = g_act(e, bias, N), *g_dout = g_act(e, dout, (size_t)M * N);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        float *c_out = c_f32(e, NULL, (size_t)M * N);
+        void *g_out = g_act(e, NULL, (size_t)M * N);
+        e->cpu->ops->matmul_fwd(e->cpu, e->cs, c_out, c_a, c_w,
+                                with_bias ? c_f32(e, bias, N) : NULL, M, N, K);
+        const void *gb = with_bias ? g_bias : NULL;
+        GPU_PLAN(e, e->gpu->ops->matmul_fwd(e->gpu, e->gs, g_out, g_a, g_w, gb, M, N, K));
+        e->gpu->ops->matmul_fwd(e->gpu, e->gs, g_out, g_a, g_w, gb, M, N, K);
+        g_read_act(e, got, g_out, (size_t)M * N);
+        snprintf(what, sizeof what, "matmul_fwd %dx%dx%d%s", M, N, K, with_bias ? " +bias" : "");
+        EXPECT_CLOSE(what, got, c_out, (size_t)M * N, TOL_BF16);
+    }
+    for (int acc = 0; acc < 2; acc++) {
+        float *c_da = c_f32(e, da0, (size_t)M * K);
+        void *g_da = g_act(e, da0, (size_t)M * K);
+        e->cpu->ops->matmul_bwd_data(e->cpu, e->cs, c_da, c_dout, c_w, M, N, K, acc);
+        GPU_PLAN(e, e->gpu->ops->matmul_bwd_data(e->gpu, e->gs, g_da, g_dout, g_w, M, N, K, acc));
+        e->gpu->ops->matmul_bwd_data(e->gpu, e->gs, g_da, g_dout, g_w, M, N, K, acc);
+        g_read_act(e, got, g_da, (size_t)M * K);
+        snprintf(what, sizeof what, "matmul_bwd_data %dx%dx%d%s", M, N, K, acc ? " (+=)" : "");
+        EXPECT_CLOSE(what, got, c_da, (size_t)M * K, TOL_BF16);
+    }
+    float *c_dw = c_f32(e, dw0, (size_t)N * K), *c_db = c_f32(e, bias, N);
+    float *g_dw = g_f32(e, dw0, (size_t)N * K), *g_db = g_f32(e, bias, N);
+    e->cpu->ops->matmul_bwd_weight(e->cpu, e->cs, c_dw, c_db, c_dout, c_a, M, N, K);
+    GPU_PLAN(e,
+             e->gpu->ops->matmul_bwd_weight(e->gpu, e->gs, g_dw, g_db, g_dout, g_a, M, N, K));
+    e->gpu->ops->matmul_bwd_weight(e->gpu, e->gs, g_dw, g_db, g_dout, g_a, M, N, K);
+    g_read_f32(e, got, g_dw, (size_t)N * K);
+    snprintf(what, sizeof what, "matmul_bwd_weight dw %dx%dx%d", M, N, K);
+    EXPECT_CLOSE(what, got, c_dw, (size_t)N * K, TOL_F32);
+    g_read_f32(e, got, g_db, N);
+    EXPECT_CLOSE("matmul_bwd_weight dbias", got, c_db, N, TOL_F32);
+    free(a), free(w), free(bias), free(dout), free(da0), free(dw0), free(got);
+}
+
+static void test_matmul_matches_cpu_aligned_and_odd_shapes(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, matmul_fwd);
+    matmul_case(e, 96, 80, 72);
+    matmul_case(e, 256, 384, 128);
+    matmul_case(e, 33, 17, 24);
+}
+
+static void test_rope_matches_cpu(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, rope_fwd);
+    int B = 2, T = 50, H = 4, KV = 2, hd = 64;
+    size_t n = (size_t)B * T * (H + 2 * KV) * hd;
+    float *x = rand_vec(e, n, 1.0f), *got = malloc(n * 4);
+    for (int inv = 0; inv < 2; inv++) {
+        float *c = c_f32(e, x, n);
+        void *g = g_act(e, x, n);
+        if (inv) {
+            e->cpu->ops->rope_bwd(e->cpu, e->cs, c, B, T, H, KV, hd, 10000.0f);
+            e->gpu->ops->rope_bwd(e->gpu, e->gs, g, B, T, H, KV, hd, 10000.0f);
+        } else {
+            e->cpu->ops->rope_fwd(e->cpu, e->cs, c, B, T, H, KV, hd, 10000.0f);
+            e->gpu->ops->rope_fwd(e->gpu, e->gs, g, B, T, H, KV, hd, 10000.0f);
+        }
+        g_read_act(e, got, g, n);
+        EXPECT_CLOSE(inv ? "rope_bwd" : "rope_fwd", got, c, n, TOL_BF16);
+    }
+    free(x), free(got);
+}
+
+static void attention_case(gpu_env *e, int B, int T, int H, int KV, int hd, float p) {
+    char what[128];
+    int C = (H + 2 * KV) * hd;
+    size_t nq = (size_t)B * T * C, no = (size_t)B * T * H * hd, nl = (size_t)B * H * T;
+    float *qkv = rand_vec(e, nq, 1.0f), *dout = rand_vec(e, no, 1.0f);
+    float *got = malloc(nq * 4), *got2 = malloc(nq * 4);
+    gt_step_state init = default_state(), *cst, *gst;
+    make_states(e, &init, &cst, &gst);
+    gt_rng_site site = {42, 3, 0};
+    float *c_qkv = c_f32(e, qkv, nq), *c_out = c_f32(e, NULL, no), *c_lse = c_f32(e, NULL, nl);
+    float *c_dqkv = c_f32(e, NULL, nq);
+    e->cpu->ops->attention_fwd(e->cpu, e->cs, c_out, c_lse, c_qkv, B, T, H, KV, hd, p, site, cst);
+    e->cpu->ops->attention_bwd(e->cpu, e->cs, c_dqkv, c_f32(e, dout, no), c_qkv, c_out, c_lse, B,
+                               T, H, KV, hd, p, site, cst);
+    void *g_qkv = g_act(e, qkv, nq), *g_out = g_act(e, NULL, no), *g_dout = g_act(e, dout, no);
+    void *g_dqkv = g_act(e, NULL, nq), *g_dqkv2 = g_act(e, NULL, nq);
+    float *g_lse = g_f32(e, NULL, nl);
+    e->gpu->ops->attention_fwd(e->gpu, e->gs, g_out, g_lse, g_qkv, B, T, H, KV, hd, p, site, gst);
+    g_read_act(e, got, g_out, no);
+    snprintf(what, sizeof what, "attention_fwd out B%d T%d H%d KV%d hd%d p%.1f", B, T, H, KV, hd,
+             (double)p);
+    EXPECT_CLOSE(what, got, c_out, no, TOL_BF16);
+    g_read_f32(e, got, g_lse, nl);
+    EXPECT_CLOSE("attention_fwd lse", got, c_lse, nl, TOL_F32);
+    GPU_PLAN(e, e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B,
+                                           T, H, KV, hd, p, site, gst));
+    e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T, H, KV,
+                               hd, p, site, gst);
+    e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv2, g_dout, g_qkv, g_out, g_lse, B, T, H, KV,
+                               hd, p, site, gst);
+    g_read_act(e, got, g_dqkv, nq);
+    g_read_act(e, got2, g_dqkv2, nq);
+    snprintf(what, sizeof what, "attention_bwd dqkv hd%d p%.1f", hd, (double)p);
+    /* dropout doubles the dynamic range of the gradients: the same bf16 budget, twice */
+    EXPECT_CLOSE(what, got, c_dqkv, nq, p > 0 ? 2 * TOL_BF16 : TOL_BF16);
+    assert_memory_equal(got, got2, nq * 4);
+    free(qkv), free(dout), free(got), free(got2);
+}
+
+static void test_attention_hd64_gqa_matches_cpu_deterministically(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, attention_fwd);
+    attention_case(e, 2, 100, 4, 2, 64, 0.0f);
+    attention_case(e, 1, 64, 2, 1, 64, 0.0f);
+    attention_case(e, 2, 130, 4, 2, 64, 0.2f);
+}
+
+static void test_attention_hd128_gqa_matches_cpu_deterministically(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, attention_fwd);
+    attention_case(e, 2, 100, 4, 1, 128, 0.0f);
+    attention_case(e, 1, 150, 2, 2, 128, 0.1f);
+}
+
+static void test_swiglu_matches_cpu(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, swiglu_fwd);
+    int N = 50, f = 70;
+    size_t n2 = (size_t)N * 2 * f, n1 = (size_t)N * f;
+    float *gu = rand_vec(e, n2, 3.0f), *dy = rand_vec(e, n1, 1.0f), *got = malloc(n2 * 4);
+    float *c_gu = c_f32(e, gu, n2), *c_out = c_f32(e, NULL, n1), *c_dgu = c_f32(e, NULL, n2);
+    e->cpu->ops->swiglu_fwd(e->cpu, e->cs, c_out, c_gu, N, f);
+    e->cpu->ops->swiglu_bwd(e->cpu, e->cs, c_dgu, c_f32(e, dy, n1), c_gu, N, f);
+    void *g_gu = g_act(e, gu, n2), *g_out = g_act(e, NULL, n1), *g_dgu = g_act(e, NULL, n2);
+    e->gpu->ops->swiglu_fwd(e->gpu, e->gs, g_out, g_gu, N, f);
+    e->gpu->ops->swiglu_bwd(e->gpu, e->gs, g_dgu, g_act(e, dy, n1), g_gu, N, f);
+    g_read_act(e, got, g_out, n1);
+    EXPECT_CLOSE("swiglu_fwd", got, c_out, n1, TOL_BF16);
+    g_read_act(e, got, g_dgu, n2);
+    EXPECT_CLOSE("swiglu_bwd", got, c_dgu, n2, TOL_BF16);
+    free(gu), free(dy), free(got);
+}
+
+static void test_cross_entropy_in_place_and_loss_sum_match_cpu(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, cross_entropy);
+    NEED_CPU(e, loss_accumulate);
+    int N = 37, V = 1000;
+    size_t nv = (size_t)N * V;
+    float *logits = rand_vec(e, nv, 4.0f), *got = malloc(nv * 4);
+    int32_t tg[37];
+    for (int i = 0; i < N; i++) tg[i] = (int32_t)(env_next(e) % (uint64_t)V);
+    tg[3] = tg[20] = -1; /* ignored */
+    float dscale = 1.0f / (float)N;
+    float *c_loss = c_f32(e, NULL, N), *c_dl = c_f32(e, NULL, nv);
+    e->cpu->ops->cross_entropy(e->cpu, e->cs, c_loss, c_dl, c_f32(e, logits, nv),
+                               c_i32(e, tg, N), N, V, dscale);
+    float *g_loss = g_f32(e, NULL, N);
+    void *g_logits = g_act(e, logits, nv);
+    e->gpu->ops->cross_entropy(e->gpu, e->gs, g_loss, g_logits, g_logits, g_i32(e, tg, N), N, V,
+                               dscale);
+    g_read_f32(e, got, g_loss, N);
+    EXPECT_CLOSE("cross_entropy losses", got, c_loss, N, TOL_F32);
+    assert_true(got[3] == 0.0f && got[20] == 0.0f);
+    g_read_act(e, got, g_logits, nv);
+    EXPECT_CLOSE("cross_entropy dlogits (in place)", got, c_dl, nv, TOL_BF16);
+    gt_step_state init = default_state(), *cst, *gst, hs;
+    init.loss = 1.25f;
+    make_states(e, &init, &cst, &gst);
+    e->cpu->ops->loss_accumulate(e->cpu, e->cs, cst, c_loss, N, 0.5f);
+    e->gpu->ops->loss_accumulate(e->gpu, e->gs, gst, g_loss, N, 0.5f);
+    read_state(e, &hs, gst);
+    printf("    loss_accumulate: gpu %.7g cpu %.7g\n", (double)hs.loss, (double)cst->loss);
+    assert_true(fabsf(hs.loss - cst->loss) <= 1e-5f * fabsf(cst->loss));
+    free(logits), free(got);
+}
+
+static void test_lr_schedule_matches_cpu_for_every_style(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, step_begin);
+    const int steps[] = {0, 4, 9, 10, 50, 150, 199, 200, 500};
+    for (int style = 0; style < 3; style++) {
+        gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, style};
+        for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+            gt_step_state init = default_state(), *cst, *gst, hs;
+            init.step = steps[i];
+            init.loss = 7.0f;
+            init.nan_flags = 3;
+            make_states(e, &init, &cst, &gst);
+            e->cpu->ops->step_begin(e->cpu, e->cs, cst, sc);
+            e->gpu->ops->step_begin(e->gpu, e->gs, gst, sc);
+            read_state(e, &hs, gst);
+            if (!(fabsf(hs.lr - cst->lr) <= 1e-6f * cst->lr + 1e-12f))
+                fail_msg("style %d step %d: gpu lr %g cpu lr %g", style, steps[i],
+                         (double)hs.lr, (double)cst->lr);
+            assert_true(hs.loss == 0.0f && hs.nan_flags == 0 && hs.micro == 0);
+        }
+    }
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, 2};
+    gt_step_state init = default_state(), *cst, *gst, hs;
+    init.step = 4;
+    make_states(e, &init, &cst, &gst);
+    e->gpu->ops->step_begin(e->gpu, e->gs, gst, sc);
+    read_state(e, &hs, gst);
+    assert_true(fabsf(hs.lr - 5e-4f) < 1e-9f); /* warmup: lr_max * (step + 1) / warmup */
+}
+
+static void test_optimizer_step_matches_cpu(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, adamw);
+    NEED_CPU(e, grad_norm);
+    size_t n = 5000, n_decay = 3000;
+    float *master = rand_vec(e, n, 1.0f), *grads = rand_vec(e, n, 0.1f);
+    float *m = rand_vec(e, n, 0.01f), *v = rand_vec(e, n, 0.01f), *got = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 2, 100, 2};
+    gt_step_state init = default_state(), *cst, *gst, hs;
+    make_states(e, &init, &cst, &gst);
+    float *c_master = c_f32(e, master, n), *c_params = c_f32(e, master, n);
+    float *c_g = c_f32(e, grads, n), *c_m = c_f32(e, m, n), *c_v = c_f32(e, v, n);
+    float *g_master = g_f32(e, master, n), *g_g = g_f32(e, grads, n);
+    float *g_m = g_f32(e, m, n), *g_v = g_f32(e, v, n);
+    void *g_params = g_act(e, master, n);
+    for (int be = 0; be < 2; be++) {
+        gt_backend *b = be ? e->gpu : e->cpu;
+        gt_stream *s = be ? e->gs : e->cs;
+        gt_step_state *st = be ? gst : cst;
+        if (be)
+            GPU_PLAN(e, b->ops->grad_norm(b, s, st, g_g, n, 1, 1, hp.clip_grad));
+        b->ops->step_begin(b, s, st, sc);
+        b->ops->grad_norm(b, s, st, be ? g_g : c_g, n, 1, 1, hp.clip_grad);
+        b->ops->adamw(b, s, be ? g_params : (void *)c_params, be ? g_master : c_master,
+                      be ? g_g : c_g, be ? g_m : c_m, be ? g_v : c_v, n, n_decay, hp, st);
+        b->ops->step_end(b, s, st);
+    }
+    read_state(e, &hs, gst);
+    printf("    grad_norm gpu %.7g cpu %.7g, clip %.6g / %.6g, lr %.6g / %.6g\n",
+           (double)hs.grad_norm, (double)cst->grad_norm, (double)hs.clip_coef,
+           (double)cst->clip_coef, (double)hs.lr, (double)cst->lr);
+    assert_true(fabsf(hs.grad_norm - cst->grad_norm) <= 1e-5f * cst->grad_norm);
+    assert_true(hs.clip_coef < 1.0f);
+    assert_int_equal(hs.step, cst->step);
+    assert_int_equal(hs.skipped, 0);
+    g_read_f32(e, got, g_master, n);
+    EXPECT_CLOSE("adamw master", got, c_master, n, 1e-5);
+    g_read_f32(e, got, g_m, n);
+    EXPECT_CLOSE("adamw m", got, c_m, n, 1e-5);
+    g_read_f32(e, got, g_v, n);
+    EXPECT_CLOSE("adamw v", got, c_v, n, 1e-5);
+    g_read_act(e, got, g_params, n);
+    EXPECT_CLOSE("adamw params (bf16)", got, c_master, n, TOL_BF16);
+    free(master), free(grads), free(m), free(v), free(got);
+}
+
+static void test_injected_nan_skips_the_update_and_is_recorded(void **state) {
+    gpu_env *e = *state;
+    size_t n = 3000;
+    float *master = rand_vec(e, n, 1.0f), *grads = rand_vec(e, n, 0.1f), *got = malloc(n * 4);
+    float *losses = rand_vec(e, 10, 1.0f);
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 100, 0};
+    gt_step_state init = default_state(), *cst, *gst, hs;
+    init.inject_nan = 3; /* == init.step */
+    make_states(e, &init, &cst, &gst);
+    float *g_master = g_f32(e, master, n), *g_g = g_f32(e, grads, n), *g_m = g_f32(e, NULL, n);
+    float *g_v = g_f32(e, NULL, n), *g_l = g_f32(e, losses, 10);
+    void *g_params = g_act(e, master, n);
+    GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, 1.0f));
+    e->gpu->ops->step_begin(e->gpu, e->gs, gst, sc);
+    e->gpu->ops->loss_accumulate(e->gpu, e->gs, gst, g_l, 10, 1.0f);
+    e->gpu->ops->inject_nan(e->gpu, e->gs, gst, g_g);
+    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, 1.0f);
+    e->gpu->ops->adamw(e->gpu, e->gs, g_params, g_master, g_g, g_m, g_v, n, n, hp, gst);
+    e->gpu->ops->step_end(e->gpu, e->gs, gst);
+    read_state(e, &hs, gst);
+    assert_int_equal(hs.nan_flags, GT_NAN_LOSS | GT_NAN_GRAD);
+    assert_int_equal(hs.skipped, 1);
+    assert_int_equal(hs.nan_step, 3);
+    assert_int_equal(hs.nan_first, GT_NAN_LOSS | GT_NAN_GRAD);
+    assert_int_equal(hs.step, 4);
+    g_read_f32(e, got, g_master, n);
+    assert_memory_equal(got, master, n * 4);
+    free(master), free(grads), free(got), free(losses);
+}
+
+static void test_grad_norm_is_deterministic_and_exact(void **state) {
+    gpu_env *e = *state;
+    size_t n = 3000001;
+    float *g = rand_vec(e, n, 1.0f);
+    double ref = 0;
+    for (size_t i = 0; i < n; i++) ref += (double)g[i] * g[i];
+    ref = sqrt(ref);
+    gt_step_state init = default_state(), *cst, *gst, h1, h2;
+    make_states(e, &init, &cst, &gst);
+    float *dg = g_f32(e, g, n);
+    GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f));
+    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f);
+    read_state(e, &h1, gst);
+    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f);
+    read_state(e, &h2, gst);
+    printf("    grad_norm %.9g, host double %.9g\n", (double)h1.grad_norm, ref);
+    assert_memory_equal(&h1.grad_norm, &h2.grad_norm, sizeof(float));
+    assert_true(fabs(h1.grad_norm - ref) <= 1e-6 * ref);
+    assert_true(h1.clip_coef == 1.0f && h1.nan_flags == 0);
+    free(g);
+}
+
+static void test_unplanned_matmul_shape_is_a_sticky_error_naming_it(void **state) {
+    gpu_env *e = *state;
+    void *a = g_act(e, NULL, 40 * 16), *w = g_act(e, NULL, 24 * 16), *o = g_act(e, NULL, 40 * 24);
+    e->gpu->ops->matmul_fwd(e->gpu, e->gs, o, a, w, NULL, 40, 24, 16);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(e->gpu, &err), GT_ERR_INVALID);
+    printf("    %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "matmul_fwd"));
+    assert_non_null(strstr(err.msg, "M=40 N=24 K=16"));
+    assert_int_equal(gt_backend_check(e->gpu, &err), GT_OK); /* reported once */
+}
+
+static void test_memory_is_tracked_with_a_peak(void **state) {
+    gpu_env *e = *state;
+    size_t fr = 0, tot = 0, peak0 = 0, peak1 = 0;
+    e->gpu->ops->mem_info(e->gpu, &fr, &tot, &peak0);
+    g_alloc(e, peak0 + ((size_t)64 << 20));
+    e->gpu->ops->mem_info(e->gpu, &fr, &tot, &peak1);
+    assert_true(tot > 0 && fr > 0 && fr <= tot);
+    assert_true(peak1 >= peak0 + ((size_t)64 << 20));
+}
+
+int main(void) {
+#define T(f) cmocka_unit_test_teardown(f, free_bufs)
+    const struct CMUnitTest tests[] = {
+        T(test_from_float_rounds_to_nearest_bf16),
+        T(test_embedding_matches_cpu_and_backward_is_deterministic),
+        T(test_rmsnorm_matches_cpu_and_dw_is_deterministic),
+        T(test_add_and_dropout_match_cpu_masks),
+        T(test_matmul_matches_cpu_aligned_and_odd_shapes),
+        T(test_rope_matches_cpu),
+        T(test_attention_hd64_gqa_matches_cpu_deterministically),
+        T(test_attention_hd128_gqa_matches_cpu_deterministically),
+        T(test_swiglu_matches_cpu),
+        T(test_cross_entropy_in_place_and_loss_sum_match_cpu),
+        T(test_lr_schedule_matches_cpu_for_every_style),
+        T(test_optimizer_step_matches_cpu),
+        T(test_injected_nan_skips_the_update_and_is_recorded),
+        T(test_grad_norm_is_deterministic_and_exact),
+        T(test_unplanned_matmul_shape_is_a_sticky_error_naming_it),
+        T(test_memory_is_tracked_with_a_peak),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

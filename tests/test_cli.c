@@ -1,0 +1,205 @@
+/* The graphtrain binary's front-end: help texts, exit codes of validate (0 valid, 2 not),
+ * JSON output, recipes listing, and the README's configuration reference staying in sync. */
+#include "testlib.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OUT_MAX (256 * 1024)
+
+/* group state: one buffer for the binary's output, shared by the tests in turn */
+static int setup(void **state) {
+    *state = malloc(OUT_MAX);
+    if (!*state) return -1;
+    char dir[1024];
+    setenv("GT_RECIPE_DIR", gt_test_source_path("recipes", dir, sizeof dir), 1);
+    unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+    unsetenv("NCCL_GRAPH_REGISTER");
+    return 0;
+}
+
+static int teardown(void **state) {
+    free(*state);
+    return 0;
+}
+
+static void test_help_lists_every_command(void **state) {
+    char *out = *state;
+    assert_int_equal(gt_test_run("--help", out, OUT_MAX), 0);
+    const char *cmds[] = {"train", "bench", "validate", "recipes", "prepare-data", "config-reference"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) assert_non_null(strstr(out, cmds[i]));
+    assert_non_null(strstr(out, "--cuda_graph_scope"));
+    assert_int_equal(gt_test_run("", out, OUT_MAX), 2);
+}
+
+static void test_unknown_command_exits_2_and_points_to_help(void **state) {
+    char *out = *state;
+    assert_int_equal(gt_test_run("frobnicate", out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "unknown command 'frobnicate'"));
+}
+
+static void test_command_help_exits_0(void **state) {
+    char *out = *state;
+    assert_int_equal(gt_test_run("validate --help", out, OUT_MAX), 0);
+    assert_non_null(strstr(out, "usage: graphtrain validate"));
+    assert_int_equal(gt_test_run("recipes --help", out, OUT_MAX), 0);
+    assert_non_null(strstr(out, "usage: graphtrain recipes"));
+    assert_int_equal(gt_test_run("config-reference --help", out, OUT_MAX), 0);
+}
+
+static void test_validate_valid_recipe_exits_0(void **state) {
+    char *out = *state;
+    assert_int_equal(gt_test_run("validate --recipe tiny", out, OUT_MAX), 0);
+    assert_non_null(strstr(out, "model.hidden_size"));
+    assert_non_null(strstr(out, "configuration is valid"));
+    assert_non_null(strstr(out, "note [nan_checks_inside_full_iteration]"));
+}
+
+static void test_validate_reports_every_violation_and_exits_2(void **state) {
+    char *out = *state;
+    int rc = gt_test_run("validate --quiet model.cuda_graph_impl=transformer_engine "
+                         "model.cuda_graph_scope=full_iteration,attn model.cpu_offloading=true "
+                         "model.hidden_size=500",
+                         out, OUT_MAX);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "5 errors"));
+    assert_non_null(strstr(out, "error [graphs_need_rng_tracker]"));
+    assert_non_null(strstr(out, "error [heads_divide_hidden_size]"));
+    assert_non_null(strstr(out, "fix: "));
+}
+
+static void test_validate_dropless_moe_scope_is_an_error_with_bridges_advice(void **state) {
+    char *out = *state;
+    int rc = gt_test_run("validate --quiet --recipe moe model.cuda_graph_impl=transformer_engine "
+                         "model.cuda_graph_scope=attn,moe",
+                         out, OUT_MAX);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "moe_scope_needs_drop_and_pad"));
+    assert_non_null(strstr(out, "attn,moe_router,moe_preprocess"));
+}
+
+static void test_validate_json_is_one_object(void **state) {
+    char *out = *state;
+    assert_int_equal(gt_test_run("validate --json --recipe tiny model.cuda_graph_scope=attn", out, OUT_MAX), 2);
+    assert_true(out[0] == '{');
+    assert_non_null(strstr(out, "\"valid\": false"));
+    assert_non_null(strstr(out, "\"rule\": \"local_needs_full_iteration\""));
+    assert_non_null(strstr(out, "\"config\": {"));
+    assert_int_equal(gt_test_run("validate --json --recipe tiny", out, OUT_MAX), 0);
+    assert_non_null(strstr(out, "\"valid\": true"));
+    assert_int_equal(gt_test_run("validate --json model.nope=1", out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "\"load_error\": "));
+}
+
+static void test_validate_bad_input_names_the_problem(void **state) {
+    char *out = *state;
+    assert_int_equal(gt_test_run("validate model.cuda_graph_scop=attn", out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "did you mean 'model.cuda_graph_scope'"));
+    assert_int_equal(gt_test_run("validate --recipe nosuch", out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "unknown recipe 'nosuch'"));
+    assert_int_equal(gt_test_run("validate --frobnicate", out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "unknown argument '--frobnicate'"));
+    char dir[256], path[512], args[700];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/bad.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("model:\n  num_layers: 4\n  cuda_graph_impl: fast\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "validate --config %s", path);
+    assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
+    char want[600];
+    snprintf(want, sizeof want, "%s:3: model.cuda_graph_impl: 'fast' is not one of", path);
+    assert_non_null(strstr(out, want));
+}
+
+static void test_validate_accepts_bridge_harness_flags(void **state) {
+    char *out = *state;
+    int rc = gt_test_run("validate --quiet -m qwen -mr qwen3_30b_a3b_1gpu --task pretrain -g h100 "
+                         "-c bf16 -ng 1 --cuda_graph_impl transformer_engine "
+                         "--cuda_graph_scope attn,moe_router,moe_preprocess",
+                         out, OUT_MAX);
+    assert_int_equal(rc, 0);
+    /* without the harness, impl alone lacks the RNG keys */
+    rc = gt_test_run("validate --quiet --recipe tiny model.use_te_rng_tracker=false", out, OUT_MAX);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "graphs_need_rng_tracker"));
+}
+
+static void test_validate_notes_what_this_engine_cannot_run(void **state) {
+    char *out = *state;
+    assert_int_equal(gt_test_run("validate --quiet --recipe llama3_70b -c fp8_cs", out, OUT_MAX), 0);
+    assert_non_null(strstr(out, "note [engine_no_fp8]"));
+    assert_non_null(strstr(out, "note [engine_no_model_parallel]"));
+}
+
+static void test_recipes_lists_each_with_a_description(void **state) {
+    char *out = *state;
+    assert_int_equal(gt_test_run("recipes", out, OUT_MAX), 0);
+    const char *names[] = {"tiny ", "gpt124m ", "llama1b ", "moe ", "demo ", "llama3_8b ",
+                           "llama3_70b ", "qwen3_30b_a3b ", "deepseek_v3 ", "gpt_oss_120b ",
+                           "llama3_8b_1gpu ", "qwen3_30b_a3b_1gpu "};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char *line = strstr(out, names[i]);
+        if (!line) fail_msg("recipe %s not listed", names[i]);
+        char *eol = strchr(line, '\n');
+        assert_true(eol && eol - line > (long)strlen(names[i]) + 20); /* has a description */
+    }
+    assert_null(strstr(out, "no description"));
+    assert_int_equal(gt_test_run("recipes tiny", out, OUT_MAX), 0);
+    assert_non_null(strstr(out, "hidden_size: 512"));
+}
+
+/* The text between the config-reference markers of a file in the source tree. */
+static char *marked_block(const char *rel) {
+    char path[1024];
+    gt_test_source_path(rel, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("cannot read %s", path);
+    static const char begin[] = "<!-- config-reference:begin -->\n";
+    char *text = calloc(1, OUT_MAX);
+    assert_non_null(text);
+    size_t n = fread(text, 1, OUT_MAX - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *b = strstr(text, begin), *e = strstr(text, "<!-- config-reference:end -->");
+    if (!b || !e || e < b) fail_msg("%s lacks the config-reference markers", rel);
+    b += sizeof begin - 1;
+    memmove(text, b, (size_t)(e - b));
+    text[e - b] = '\0';
+    return text;
+}
+
+static void test_readme_and_docs_reference_match_the_generated_one(void **state) {
+    char *out = *state;
+    assert_int_equal(gt_test_run("config-reference", out, OUT_MAX), 0);
+    assert_non_null(strstr(out, "| `model.cuda_graph_scope` |"));
+    const char *files[] = {"README.md", "docs/config-reference.md"};
+    for (int i = 0; i < 2; i++) {
+        char *block = marked_block(files[i]);
+        if (strcmp(block, out))
+            fail_msg("%s's configuration reference is out of date: paste the output of "
+                     "`graphtrain config-reference` between its config-reference markers",
+                     files[i]);
+        free(block);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help_lists_every_command),
+        cmocka_unit_test(test_unknown_command_exits_2_and_points_to_help),
+        cmocka_unit_test(test_command_help_exits_0),
+        cmocka_unit_test(test_validate_valid_recipe_exits_0),
+        cmocka_unit_test(test_validate_reports_every_violation_and_exits_2),
+        cmocka_unit_test(test_validate_dropless_moe_scope_is_an_error_with_bridges_advice),
+        cmocka_unit_test(test_validate_json_is_one_object),
+        cmocka_unit_test(test_validate_bad_input_names_the_problem),
+        cmocka_unit_test(test_validate_accepts_bridge_harness_flags),
+        cmocka_unit_test(test_validate_notes_what_this_engine_cannot_run),
+        cmocka_unit_test(test_recipes_lists_each_with_a_description),
+        cmocka_unit_test(test_readme_and_docs_reference_match_the_generated_one),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

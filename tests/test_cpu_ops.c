@@ -1,0 +1,648 @@
+/* CPU reference dense ops: forward results against hand/naive computations, every backward
+ * against central finite differences of L = sum(upstream * output), dropout masks, and shape
+ * errors reported through the sticky error. */
+#include "testlib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/philox.h"
+
+#define FD_EPS 1e-3f
+#define FD_REL_TOL 1e-2
+/* gradients smaller than this are compared absolutely (FD noise of fp32 outputs ~1e-4) */
+#define FD_FLOOR 0.1
+
+typedef struct fixture {
+    gt_backend *b;
+    gt_stream *s;
+    gt_step_state st;
+    uint32_t rng;
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    gt_error err = {0};
+    if (!f || gt_backend_create_cpu(&f->b, &err) != GT_OK) return -1;
+    if (f->b->ops->stream_create(f->b, &f->s, &err) != GT_OK) return -1;
+    f->st.nan_step = -1;
+    f->st.inject_nan = -1;
+    f->rng = 12345u;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    f->b->ops->stream_destroy(f->b, f->s);
+    gt_backend_destroy(f->b);
+    free(f);
+    return 0;
+}
+
+static float urand(uint32_t *s) { /* xorshift32 in [-1, 1) */
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return (float)((*s >> 8) * (1.0 / 8388608.0) - 1.0);
+}
+
+static float *rand_buf(fixture *f, size_t n, float scale) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = scale * urand(&f->rng);
+    return x;
+}
+
+static float *zeros(size_t n) {
+    return calloc(n, sizeof(float));
+}
+
+static double dotd(const float *x, const float *y, size_t n) {
+    double acc = 0;
+    for (size_t i = 0; i < n; i++)
+        acc += (double)x[i] * y[i];
+    return acc;
+}
+
+/* Largest relative error between an analytic gradient and central differences of loss(ctx)
+ * with respect to x[0..n). */
+typedef double (*loss_fn)(void *ctx);
+
+static double fd_max_err(loss_fn loss, void *ctx, float *x, size_t n, const float *an,
+                         const char *what) {
+    double worst = 0;
+    size_t wi = 0;
+    double wfd = 0;
+    for (size_t i = 0; i < n; i++) {
+        float save = x[i];
+        x[i] = save + FD_EPS;
+        double lp = loss(ctx);
+        x[i] = save - FD_EPS;
+        double lm = loss(ctx);
+        x[i] = save;
+        double fd = (lp - lm) / (2.0 * FD_EPS);
+        double den = fmax(fmax(fabs(fd), fabs((double)an[i])), FD_FLOOR);
+        double e = fabs(fd - an[i]) / den;
+        if (e > worst) {
+            worst = e;
+            wi = i;
+            wfd = fd;
+        }
+    }
+    print_message("  %-28s max rel err %.2e (at %zu: fd %.6f analytic %.6f)\n", what, worst, wi,
+                  wfd, n ? (double)an[wi] : 0.0);
+    return worst;
+}
+
+/* ---------------- embedding ---------------- */
+
+static void test_embedding_gathers_rows_and_backward_sums_repeated_tokens(void **state) {
+    fixture *f = *state;
+    const int V = 5, d = 3, N = 4;
+    int32_t tok[4] = {2, 0, 2, 4};
+    float *wte = rand_buf(f, (size_t)V * d, 1), *out = zeros((size_t)N * d);
+    float *dout = rand_buf(f, (size_t)N * d, 1), *dwte = zeros((size_t)V * d);
+    dwte[3] = 1.5f; /* row 1 must keep its old value: += */
+    f->b->ops->embedding_fwd(f->b, f->s, out, tok, wte, N, d);
+    f->b->ops->embedding_bwd(f->b, f->s, dwte, dout, tok, N, V, d);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < d; i++)
+            assert_true(out[n * d + i] == wte[tok[n] * d + i]);
+    for (int i = 0; i < d; i++) {
+        assert_true(dwte[0 * d + i] == dout[1 * d + i]);
+        assert_float_equal(dwte[2 * d + i], dout[0 * d + i] + dout[2 * d + i], 1e-6);
+        assert_true(dwte[4 * d + i] == dout[3 * d + i]);
+        assert_true(dwte[3 * d + i] == 0.0f);
+    }
+    assert_true(dwte[1 * d + 0] == 1.5f);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(f->b, &err), GT_OK);
+    free(wte), free(out), free(dout), free(dwte);
+}
+
+static void test_embedding_rejects_token_outside_vocabulary(void **state) {
+    fixture *f = *state;
+    int32_t tok[2] = {1, 7};
+    float wte[6] = {0}, dwte[6] = {0}, dout[4] = {1, 1, 1, 1};
+    f->b->ops->embedding_bwd(f->b, f->s, dwte, dout, tok, 2, 3, 2);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "vocab"));
+    (void)wte;
+}
+
+typedef struct emb_ctx {
+    fixture *f;
+    float *wte, *out, *g;
+    const int32_t *tok;
+    int N, V, d;
+} emb_ctx;
+
+static double emb_loss(void *p) {
+    emb_ctx *c = p;
+    c->f->b->ops->embedding_fwd(c->f->b, c->f->s, c->out, c->tok, c->wte, c->N, c->d);
+    return dotd(c->g, c->out, (size_t)c->N * c->d);
+}
+
+static void test_embedding_backward_matches_finite_differences(void **state) {
+    fixture *f = *state;
+    static const int32_t tok[6] = {3, 1, 3, 0, 3, 1}; /* token 2 unused: zero gradient */
+    emb_ctx c = {f, rand_buf(f, 4 * 5, 1), zeros(6 * 5), rand_buf(f, 6 * 5, 1), tok, 6, 4, 5};
+    float *dwte = zeros(4 * 5);
+    f->b->ops->embedding_bwd(f->b, f->s, dwte, c.g, tok, c.N, c.V, c.d);
+    assert_true(fd_max_err(emb_loss, &c, c.wte, 4 * 5, dwte, "embedding dwte") < FD_REL_TOL);
+    free(c.wte), free(c.out), free(c.g), free(dwte);
+}
+
+/* ---------------- rmsnorm ---------------- */
+
+typedef struct rms_ctx {
+    fixture *f;
+    float *x, *w, *out, *rstd, *g;
+    int N, d;
+} rms_ctx;
+
+static double rms_loss(void *p) {
+    rms_ctx *c = p;
+    c->f->b->ops->rmsnorm_fwd(c->f->b, c->f->s, c->out, c->rstd, c->x, c->w, c->N, c->d, 1e-5f);
+    return dotd(c->g, c->out, (size_t)c->N * c->d);
+}
+
+static void
+test_rmsnorm_forward_matches_formula_and_backward_matches_finite_differences(void **state) {
+    fixture *f = *state;
+    const int N = 3, d = 8;
+    rms_ctx c = {f,
+                 rand_buf(f, N * d, 1.5f),
+                 rand_buf(f, d, 1),
+                 zeros(N * d),
+                 zeros(N),
+                 rand_buf(f, N * d, 1),
+                 N,
+                 d};
+    rms_loss(&c);
+    for (int n = 0; n < N; n++) {
+        double ss = 0;
+        for (int i = 0; i < d; i++)
+            ss += (double)c.x[n * d + i] * c.x[n * d + i];
+        double r = 1.0 / sqrt(ss / d + 1e-5);
+        assert_float_equal(c.rstd[n], r, 1e-5 * r);
+        for (int i = 0; i < d; i++)
+            assert_float_equal(c.out[n * d + i], c.x[n * d + i] * r * c.w[i], 1e-5);
+    }
+    float *dx = zeros(N * d), *dw = zeros(d);
+    f->b->ops->rmsnorm_bwd(f->b, f->s, dx, dw, c.g, c.x, c.w, c.rstd, N, d);
+    assert_true(fd_max_err(rms_loss, &c, c.x, N * d, dx, "rmsnorm dinp") < FD_REL_TOL);
+    assert_true(fd_max_err(rms_loss, &c, c.w, d, dw, "rmsnorm dw") < FD_REL_TOL);
+    /* both outputs accumulate */
+    float dx0 = dx[0], dw0 = dw[0];
+    f->b->ops->rmsnorm_bwd(f->b, f->s, dx, dw, c.g, c.x, c.w, c.rstd, N, d);
+    assert_float_equal(dx[0], 2 * dx0, 1e-5);
+    assert_float_equal(dw[0], 2 * dw0, 1e-5);
+    free(c.x), free(c.w), free(c.out), free(c.rstd), free(c.g), free(dx), free(dw);
+}
+
+/* ---------------- matmul ---------------- */
+
+typedef struct mm_ctx {
+    fixture *f;
+    float *a, *w, *bias, *out, *g;
+    int M, N, K;
+} mm_ctx;
+
+static double mm_loss(void *p) {
+    mm_ctx *c = p;
+    c->f->b->ops->matmul_fwd(c->f->b, c->f->s, c->out, c->a, c->w, c->bias, c->M, c->N, c->K);
+    return dotd(c->g, c->out, (size_t)c->M * c->N);
+}
+
+static void test_matmul_with_bias_forward_and_backward_match_reference(void **state) {
+    fixture *f = *state;
+    const int M = 4, N = 5, K = 6;
+    mm_ctx c = {f,
+                rand_buf(f, M * K, 1),
+                rand_buf(f, N * K, 1),
+                rand_buf(f, N, 1),
+                zeros(M * N),
+                rand_buf(f, M * N, 1),
+                M,
+                N,
+                K};
+    mm_loss(&c);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double ref = c.bias[n];
+            for (int k = 0; k < K; k++)
+                ref += (double)c.a[m * K + k] * c.w[n * K + k];
+            assert_float_equal(c.out[m * N + n], ref, 1e-5);
+        }
+    float *da = rand_buf(f, M * K, 1), *dw = zeros(N * K), *db = zeros(N);
+    f->b->ops->matmul_bwd_data(f->b, f->s, da, c.g, c.w, M, N, K, 0); /* overwrites */
+    f->b->ops->matmul_bwd_weight(f->b, f->s, dw, db, c.g, c.a, M, N, K);
+    assert_true(fd_max_err(mm_loss, &c, c.a, M * K, da, "matmul da") < FD_REL_TOL);
+    assert_true(fd_max_err(mm_loss, &c, c.w, N * K, dw, "matmul dw") < FD_REL_TOL);
+    assert_true(fd_max_err(mm_loss, &c, c.bias, N, db, "matmul dbias") < FD_REL_TOL);
+    /* accumulate flag for da; weight gradients always accumulate */
+    float da0 = da[0], dw0 = dw[0], db0 = db[0];
+    f->b->ops->matmul_bwd_data(f->b, f->s, da, c.g, c.w, M, N, K, 1);
+    f->b->ops->matmul_bwd_weight(f->b, f->s, dw, db, c.g, c.a, M, N, K);
+    assert_float_equal(da[0], 2 * da0, 1e-5);
+    assert_float_equal(dw[0], 2 * dw0, 1e-5);
+    assert_float_equal(db[0], 2 * db0, 1e-5);
+    free(c.a), free(c.w), free(c.bias), free(c.out), free(c.g), free(da), free(dw), free(db);
+}
+
+/* ---------------- rope ---------------- */
+
+typedef struct rope_ctx {
+    fixture *f;
+    float *qkv, *tmp, *g;
+    int B, T, H, KV, hd;
+} rope_ctx;
+
+static size_t rope_n(const rope_ctx *c) {
+    return (size_t)c->B * c->T * (c->H + 2 * c->KV) * c->hd;
+}
+
+static double rope_loss(void *p) {
+    rope_ctx *c = p;
+    memcpy(c->tmp, c->qkv, rope_n(c) * sizeof(float));
+    c->f->b->ops->rope_fwd(c->f->b, c->f->s, c->tmp, c->B, c->T, c->H, c->KV, c->hd, 10000.0f);
+    return dotd(c->g, c->tmp, rope_n(c));
+}
+
+static void test_rope_rotates_q_and_k_only_and_backward_is_the_adjoint(void **state) {
+    fixture *f = *state;
+    rope_ctx c = {f, NULL, NULL, NULL, 2, 4, 2, 1, 8};
+    size_t n = rope_n(&c);
+    int C = (c.H + 2 * c.KV) * c.hd, half = c.hd / 2;
+    c.qkv = rand_buf(f, n, 1), c.tmp = zeros(n), c.g = rand_buf(f, n, 1);
+    rope_loss(&c);
+    for (int t = 0; t < c.T; t++) {
+        const float *x = c.qkv + (size_t)t * C, *y = c.tmp + (size_t)t * C;
+        /* pair (1, 1+half) of head 0 rotated by t * theta^(-2/hd) */
+        double ang = t * pow(10000.0, -2.0 / c.hd), c0 = cos(ang), s0 = sin(ang);
+        assert_float_equal(y[1], x[1] * c0 - x[1 + half] * s0, 1e-5);
+        assert_float_equal(y[1 + half], x[1] * s0 + x[1 + half] * c0, 1e-5);
+        for (int i = (c.H + c.KV) * c.hd; i < C; i++)
+            assert_true(y[i] == x[i]); /* v intact */
+        if (t == 0)
+            for (int i = 0; i < C; i++)
+                assert_float_equal(y[i], x[i], 1e-7);
+    }
+    float *dq = zeros(n);
+    memcpy(dq, c.g, n * sizeof(float));
+    f->b->ops->rope_bwd(f->b, f->s, dq, c.B, c.T, c.H, c.KV, c.hd, 10000.0f);
+    assert_true(fd_max_err(rope_loss, &c, c.qkv, n, dq, "rope dqkv") < FD_REL_TOL);
+    free(c.qkv), free(c.tmp), free(c.g), free(dq);
+}
+
+/* ---------------- swiglu ---------------- */
+
+typedef struct swiglu_ctx {
+    fixture *f;
+    float *gu, *out, *g;
+    int N, F;
+} swiglu_ctx;
+
+static double swiglu_loss(void *p) {
+    swiglu_ctx *c = p;
+    c->f->b->ops->swiglu_fwd(c->f->b, c->f->s, c->out, c->gu, c->N, c->F);
+    return dotd(c->g, c->out, (size_t)c->N * c->F);
+}
+
+static void test_swiglu_gate_first_and_backward_matches_finite_differences(void **state) {
+    fixture *f = *state;
+    swiglu_ctx c = {f, rand_buf(f, 3 * 2 * 5, 2), zeros(3 * 5), rand_buf(f, 3 * 5, 1), 3, 5};
+    swiglu_loss(&c);
+    for (int n = 0; n < c.N; n++)
+        for (int i = 0; i < c.F; i++) {
+            double g = c.gu[n * 2 * c.F + i], u = c.gu[n * 2 * c.F + c.F + i];
+            assert_float_equal(c.out[n * c.F + i], g / (1 + exp(-g)) * u, 1e-5);
+        }
+    float *dgu = zeros(3 * 2 * 5);
+    f->b->ops->swiglu_bwd(f->b, f->s, dgu, c.g, c.gu, c.N, c.F);
+    assert_true(fd_max_err(swiglu_loss, &c, c.gu, 30, dgu, "swiglu dgu") < FD_REL_TOL);
+    free(c.gu), free(c.out), free(c.g), free(dgu);
+}
+
+/* ---------------- cross entropy ---------------- */
+
+typedef struct ce_ctx {
+    fixture *f;
+    float *logits, *losses;
+    int32_t *targets;
+    int N, V;
+} ce_ctx;
+
+static double ce_loss(void *p) {
+    ce_ctx *c = p;
+    c->f->b->ops->cross_entropy(c->f->b, c->f->s, c->losses, NULL, c->logits, c->targets, c->N,
+                                c->V, 1.0f);
+    double s = 0;
+    for (int n = 0; n < c->N; n++)
+        s += c->losses[n];
+    return s;
+}
+
+static void test_cross_entropy_loss_gradient_and_ignored_targets(void **state) {
+    fixture *f = *state;
+    const int N = 4, V = 7;
+    int32_t tgt[4] = {3, -1, 0, 6};
+    ce_ctx c = {f, rand_buf(f, N * V, 3), zeros(N), tgt, N, V};
+    c.logits[2 * V + 5] = 80.0f; /* large logit: the softmax must stay finite */
+    ce_loss(&c);
+    for (int n = 0; n < N; n++) {
+        if (tgt[n] < 0) {
+            assert_true(c.losses[n] == 0.0f);
+            continue;
+        }
+        double mx = -1e30, s = 0;
+        for (int v = 0; v < V; v++)
+            mx = fmax(mx, c.logits[n * V + v]);
+        for (int v = 0; v < V; v++)
+            s += exp(c.logits[n * V + v] - mx);
+        assert_float_equal(c.losses[n], mx + log(s) - c.logits[n * V + tgt[n]], 1e-4);
+    }
+    assert_true(isfinite(c.losses[2]) && c.losses[2] > 70.0f);
+    /* dlogits aliasing logits, scaled by dscale */
+    const float dscale = 0.25f;
+    float *dl = malloc(N * V * sizeof(float)), *dummy = zeros(N);
+    memcpy(dl, c.logits, N * V * sizeof(float));
+    f->b->ops->cross_entropy(f->b, f->s, dummy, dl, dl, tgt, N, V, dscale);
+    for (int v = 0; v < V; v++)
+        assert_true(dl[1 * V + v] == 0.0f); /* ignored row */
+    for (int i = 0; i < N; i++)
+        assert_true(dummy[i] == c.losses[i]);
+    for (int i = 0; i < N * V; i++)
+        dl[i] /= dscale;
+    assert_true(fd_max_err(ce_loss, &c, c.logits, N * V, dl, "cross_entropy dlogits") < FD_REL_TOL);
+    free(c.logits), free(c.losses), free(dl), free(dummy);
+}
+
+static void test_loss_accumulate_adds_scaled_sum_to_step_state(void **state) {
+    fixture *f = *state;
+    float losses[3] = {1.0f, 2.0f, 4.5f};
+    f->st.loss = 0.5f;
+    f->b->ops->loss_accumulate(f->b, f->s, &f->st, losses, 3, 0.5f);
+    assert_float_equal(f->st.loss, 0.5f + 0.5f * 7.5f, 1e-6);
+}
+
+static void test_add_allows_aliasing_output(void **state) {
+    fixture *f = *state;
+    float a[3] = {1, 2, 3}, x[3] = {10, 20, 30};
+    f->b->ops->add(f->b, f->s, a, a, x, 3);
+    assert_true(a[0] == 11 && a[1] == 22 && a[2] == 33);
+}
+
+/* ---------------- dropout ---------------- */
+
+static void test_dropout_backward_uses_forward_mask_and_mask_depends_on_step(void **state) {
+    fixture *f = *state;
+    const size_t n = 4000;
+    const float p = 0.25f;
+    gt_rng_site site = {777, 3, 0};
+    float *x = rand_buf(f, n, 1), *y = zeros(n), *dy = zeros(n), *ones = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        ones[i] = 1.0f, x[i] += 2.0f; /* x never 0 */
+    f->st.step = 5;
+    f->st.micro = 1;
+    f->b->ops->dropout_fwd(f->b, f->s, y, x, n, p, site, &f->st);
+    f->b->ops->dropout_bwd(f->b, f->s, dy, ones, n, p, site, &f->st);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        int keep = gt_dropout_keep(site.seed, site.site, 1, 5, i, p);
+        assert_int_equal(keep, y[i] != 0.0f);
+        assert_int_equal(keep, dy[i] != 0.0f);
+        if (keep) {
+            kept++;
+            assert_float_equal(y[i], x[i] / (1 - p), 1e-6);
+            assert_float_equal(dy[i], 1 / (1 - p), 1e-6);
+        }
+    }
+    assert_true(kept > n * 0.70 && kept < n * 0.80);
+    /* a new step, a new micro-batch or another site draws another mask */
+    float *y2 = zeros(n);
+    f->st.step = 6;
+    f->b->ops->dropout_fwd(f->b, f->s, y2, x, n, p, site, &f->st);
+    assert_memory_not_equal(y, y2, n * sizeof(float));
+    f->st.step = 5;
+    f->st.micro = 2;
+    f->b->ops->dropout_fwd(f->b, f->s, y2, x, n, p, site, &f->st);
+    assert_memory_not_equal(y, y2, n * sizeof(float));
+    f->st.micro = 1;
+    f->b->ops->dropout_fwd(f->b, f->s, y2, x, n, p, site, &f->st);
+    assert_memory_equal(y, y2, n * sizeof(float));
+    /* in place */
+    f->b->ops->dropout_fwd(f->b, f->s, x, x, n, p, site, &f->st);
+    assert_memory_equal(y, x, n * sizeof(float));
+    free(x), free(y), free(dy), free(ones), free(y2);
+}
+
+static void test_dropout_rejects_probability_one(void **state) {
+    fixture *f = *state;
+    float x[4] = {1, 2, 3, 4};
+    gt_rng_site site = {1, 1, 0};
+    f->b->ops->dropout_fwd(f->b, f->s, x, x, 4, 1.0f, site, &f->st);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "dropout"));
+    assert_true(x[0] == 1.0f);
+}
+
+/* ---------------- attention ---------------- */
+
+typedef struct attn_ctx {
+    fixture *f;
+    float *qkv, *out, *lse, *g;
+    int B, T, H, KV, hd;
+    float p;
+    gt_rng_site site;
+} attn_ctx;
+
+static size_t attn_nqkv(const attn_ctx *c) {
+    return (size_t)c->B * c->T * (c->H + 2 * c->KV) * c->hd;
+}
+static size_t attn_nout(const attn_ctx *c) {
+    return (size_t)c->B * c->T * c->H * c->hd;
+}
+
+static double attn_loss(void *p) {
+    attn_ctx *c = p;
+    c->f->b->ops->attention_fwd(c->f->b, c->f->s, c->out, c->lse, c->qkv, c->B, c->T, c->H, c->KV,
+                                c->hd, c->p, c->site, &c->f->st);
+    return dotd(c->g, c->out, attn_nout(c));
+}
+
+static attn_ctx attn_make(fixture *f, int B, int T, int H, int KV, int hd, float p) {
+    attn_ctx c = {f, NULL, NULL, NULL, NULL, B, T, H, KV, hd, p, {99, 7, 0}};
+    c.qkv = rand_buf(f, attn_nqkv(&c), 1.5f);
+    c.out = zeros(attn_nout(&c));
+    c.lse = zeros((size_t)B * H * T);
+    c.g = rand_buf(f, attn_nout(&c), 1);
+    return c;
+}
+
+static void attn_free(attn_ctx *c) {
+    free(c->qkv), free(c->out), free(c->lse), free(c->g);
+}
+
+/* Independent naive reference: explicit score matrix, softmax, kept mask, weighted sum. */
+static void attn_reference(const attn_ctx *c, const gt_step_state *st, double *out, double *lse) {
+    int C = (c->H + 2 * c->KV) * c->hd, grp = c->H / c->KV;
+    for (int b = 0; b < c->B; b++)
+        for (int h = 0; h < c->H; h++)
+            for (int i = 0; i < c->T; i++) {
+                double sc[64], mx = -1e300, sum = 0;
+                const float *q = c->qkv + (size_t)(b * c->T + i) * C + h * c->hd;
+                for (int j = 0; j <= i; j++) {
+                    const float *k = c->qkv + (size_t)(b * c->T + j) * C + (c->H + h / grp) * c->hd;
+                    sc[j] = 0;
+                    for (int d = 0; d < c->hd; d++)
+                        sc[j] += (double)q[d] * k[d];
+                    sc[j] /= sqrt((double)c->hd);
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j <= i; j++)
+                    sum += exp(sc[j] - mx);
+                lse[(b * c->H + h) * c->T + i] = mx + log(sum);
+                double *o = out + (size_t)(b * c->T + i) * c->H * c->hd + h * c->hd;
+                for (int d = 0; d < c->hd; d++)
+                    o[d] = 0;
+                for (int j = 0; j <= i; j++) {
+                    double pr = exp(sc[j] - mx) / sum;
+                    if (c->p > 0) {
+                        uint64_t idx = (((uint64_t)b * c->H + h) * c->T + i) * c->T + j;
+                        pr = gt_dropout_keep(c->site.seed, c->site.site, (uint32_t)st->micro,
+                                             (uint32_t)st->step, idx, c->p)
+                                 ? pr / (1 - c->p)
+                                 : 0;
+                    }
+                    const float *v =
+                        c->qkv + (size_t)(b * c->T + j) * C + (c->H + c->KV + h / grp) * c->hd;
+                    for (int d = 0; d < c->hd; d++)
+                        o[d] += pr * v[d];
+                }
+            }
+}
+
+static void attn_check_forward(attn_ctx *c) {
+    attn_loss(c);
+    double *ro = calloc(attn_nout(c), sizeof(double));
+    double *rl = calloc((size_t)c->B * c->H * c->T, sizeof(double));
+    attn_reference(c, &c->f->st, ro, rl);
+    for (size_t i = 0; i < attn_nout(c); i++)
+        assert_float_equal(c->out[i], ro[i], 1e-5);
+    for (int i = 0; i < c->B * c->H * c->T; i++)
+        assert_float_equal(c->lse[i], rl[i], 1e-5);
+    free(ro), free(rl);
+}
+
+static void attn_check_backward(attn_ctx *c, const char *what) {
+    attn_loss(c);
+    float *dqkv = rand_buf(c->f, attn_nqkv(c), 1); /* overwritten */
+    c->f->b->ops->attention_bwd(c->f->b, c->f->s, dqkv, c->g, c->qkv, c->out, c->lse, c->B, c->T,
+                                c->H, c->KV, c->hd, c->p, c->site, &c->f->st);
+    assert_true(fd_max_err(attn_loss, c, c->qkv, attn_nqkv(c), dqkv, what) < FD_REL_TOL);
+    free(dqkv);
+}
+
+static void test_attention_gqa_forward_matches_naive_reference(void **state) {
+    fixture *f = *state;
+    attn_ctx c = attn_make(f, 2, 5, 4, 2, 4, 0.0f);
+    attn_check_forward(&c);
+    attn_free(&c);
+}
+
+static void test_attention_is_causal(void **state) {
+    fixture *f = *state;
+    attn_ctx c = attn_make(f, 1, 4, 2, 1, 4, 0.0f);
+    attn_loss(&c);
+    float *before = malloc(attn_nout(&c) * sizeof(float));
+    memcpy(before, c.out, attn_nout(&c) * sizeof(float));
+    int C = (c.H + 2 * c.KV) * c.hd;
+    for (int i = 0; i < C; i++)
+        c.qkv[3 * C + i] += 1.0f; /* change the last token only */
+    attn_loss(&c);
+    size_t first3 = (size_t)3 * c.H * c.hd;
+    assert_memory_equal(before, c.out, first3 * sizeof(float));
+    assert_memory_not_equal(before + first3, c.out + first3, (size_t)c.H * c.hd * sizeof(float));
+    free(before);
+    attn_free(&c);
+}
+
+static void test_attention_gqa_backward_matches_finite_differences(void **state) {
+    fixture *f = *state;
+    attn_ctx c = attn_make(f, 2, 5, 4, 2, 4, 0.0f);
+    attn_check_backward(&c, "attention gqa dqkv");
+    attn_free(&c);
+}
+
+static void test_attention_with_dropout_uses_same_mask_forward_and_backward(void **state) {
+    fixture *f = *state;
+    f->st.step = 3;
+    f->st.micro = 1;
+    attn_ctx c = attn_make(f, 2, 6, 4, 2, 4, 0.3f);
+    attn_check_forward(&c);
+    attn_check_backward(&c, "attention dropout dqkv");
+    /* the mask actually dropped something: output differs from the p = 0 output */
+    float *with = malloc(attn_nout(&c) * sizeof(float));
+    memcpy(with, c.out, attn_nout(&c) * sizeof(float));
+    c.p = 0;
+    attn_loss(&c);
+    assert_memory_not_equal(with, c.out, attn_nout(&c) * sizeof(float));
+    free(with);
+    attn_free(&c);
+}
+
+static void test_attention_rejects_heads_not_multiple_of_kv_heads(void **state) {
+    fixture *f = *state;
+    float buf[64] = {0}, lse[8] = {0};
+    gt_rng_site site = {0, 0, 0};
+    f->b->ops->attention_fwd(f->b, f->s, buf, lse, buf, 1, 2, 3, 2, 2, 0, site, &f->st);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "num_query_groups"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(
+            test_embedding_gathers_rows_and_backward_sums_repeated_tokens, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_embedding_backward_matches_finite_differences, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_embedding_rejects_token_outside_vocabulary, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_rmsnorm_forward_matches_formula_and_backward_matches_finite_differences, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(test_matmul_with_bias_forward_and_backward_match_reference,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rope_rotates_q_and_k_only_and_backward_is_the_adjoint,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_swiglu_gate_first_and_backward_matches_finite_differences, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cross_entropy_loss_gradient_and_ignored_targets, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_loss_accumulate_adds_scaled_sum_to_step_state, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_add_allows_aliasing_output, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_dropout_backward_uses_forward_mask_and_mask_depends_on_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dropout_rejects_probability_one, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_attention_gqa_forward_matches_naive_reference, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_attention_is_causal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_attention_gqa_backward_matches_finite_differences,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_attention_with_dropout_uses_same_mask_forward_and_backward, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_attention_rejects_heads_not_multiple_of_kv_heads,
+                                        setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,231 @@
+/* CPU reference step-state and optimizer ops: LR schedule values, AdamW on hand-computed
+ * numbers (bias correction, weight decay, clipping), gradient norm, NaN flags and skipped
+ * updates, the inject_nan hook and step_end's first-NaN record. */
+#include "testlib.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "config/config.h"
+
+typedef struct fixture {
+    gt_backend *b;
+    gt_stream *s;
+    gt_step_state st;
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    gt_error err = {0};
+    if (!f || gt_backend_create_cpu(&f->b, &err) != GT_OK) return -1;
+    if (f->b->ops->stream_create(f->b, &f->s, &err) != GT_OK) return -1;
+    f->st.nan_step = -1;
+    f->st.inject_nan = -1;
+    f->st.clip_coef = 1.0f;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    f->b->ops->stream_destroy(f->b, f->s);
+    gt_backend_destroy(f->b);
+    free(f);
+    return 0;
+}
+
+static float lr_at_step(fixture *f, gt_lr_schedule sc, int64_t step) {
+    f->st.step = step;
+    f->b->ops->step_begin(f->b, f->s, &f->st, sc);
+    return f->st.lr;
+}
+
+static void test_lr_warmup_is_linear_from_first_step(void **state) {
+    fixture *f = *state;
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, GT_LR_COSINE};
+    assert_float_equal(lr_at_step(f, sc, 0), 1e-4f, 1e-9);
+    assert_float_equal(lr_at_step(f, sc, 4), 5e-4f, 1e-9);
+    assert_float_equal(lr_at_step(f, sc, 9), 1e-3f, 1e-9);
+}
+
+static void test_lr_cosine_decays_to_min_at_decay_iters(void **state) {
+    fixture *f = *state;
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, GT_LR_COSINE};
+    assert_float_equal(lr_at_step(f, sc, 10), 1e-3f, 1e-9);
+    assert_float_equal(lr_at_step(f, sc, 60), 5.5e-4f, 1e-9); /* half way: mean */
+    assert_float_equal(lr_at_step(f, sc, 35), 1e-4f + 9e-4f * 0.5 * (1 + sqrt(0.5)), 1e-9);
+    assert_float_equal(lr_at_step(f, sc, 110), 1e-4f, 1e-9);
+    assert_float_equal(lr_at_step(f, sc, 5000), 1e-4f, 1e-9);
+}
+
+static void test_lr_linear_and_constant_styles(void **state) {
+    fixture *f = *state;
+    gt_lr_schedule lin = {1e-3f, 1e-4f, 10, 110, GT_LR_LINEAR};
+    assert_float_equal(lr_at_step(f, lin, 35), 7.75e-4f, 1e-9);
+    assert_float_equal(lr_at_step(f, lin, 110), 1e-4f, 1e-9);
+    gt_lr_schedule cst = {1e-3f, 1e-4f, 10, 110, GT_LR_CONSTANT};
+    assert_float_equal(lr_at_step(f, cst, 3), 4e-4f, 1e-9);
+    assert_float_equal(lr_at_step(f, cst, 500), 1e-3f, 1e-9);
+    gt_lr_schedule nowarm = {2e-3f, 0.0f, 0, 100, GT_LR_LINEAR};
+    assert_float_equal(lr_at_step(f, nowarm, 0), 2e-3f, 1e-9);
+    assert_float_equal(lr_at_step(f, nowarm, 50), 1e-3f, 1e-9);
+}
+
+static void test_step_begin_resets_per_step_values(void **state) {
+    fixture *f = *state;
+    f->st.loss = 3, f->st.aux_loss = 1, f->st.nan_flags = GT_NAN_LOSS, f->st.skipped = 1;
+    f->st.micro = 4;
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, GT_LR_COSINE};
+    f->b->ops->step_begin(f->b, f->s, &f->st, sc);
+    assert_true(f->st.loss == 0 && f->st.aux_loss == 0);
+    assert_int_equal(f->st.nan_flags, 0);
+    assert_int_equal(f->st.skipped, 0);
+    assert_int_equal(f->st.micro, 0);
+    f->b->ops->micro_next(f->b, f->s, &f->st);
+    f->b->ops->micro_next(f->b, f->s, &f->st);
+    assert_int_equal(f->st.micro, 2);
+}
+
+static void test_lr_schedule_rejects_unknown_style(void **state) {
+    fixture *f = *state;
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, 9};
+    f->st.lr = 7;
+    f->b->ops->step_begin(f->b, f->s, &f->st, sc);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_true(f->st.lr == 7);
+}
+
+static void test_grad_norm_and_clip_coefficient(void **state) {
+    fixture *f = *state;
+    float g[3] = {3, 4, 12};
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 3, 1, 1, 1.0f);
+    assert_float_equal(f->st.grad_norm, 13.0f, 1e-6);
+    assert_float_equal(f->st.clip_coef, 1.0 / (13.0 + 1e-6), 1e-7);
+    assert_int_equal(f->st.nan_flags, 0);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 3, 1, 1, 100.0f);
+    assert_true(f->st.clip_coef == 1.0f);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 3, 1, 1, 0.0f);
+    assert_true(f->st.clip_coef == 1.0f);
+}
+
+static void test_adamw_first_step_matches_hand_computation_with_weight_decay(void **state) {
+    fixture *f = *state;
+    /* t = 1: mhat = g, vhat = g^2, so the Adam direction is sign(g) (eps negligible) */
+    float master[3] = {1.0f, -2.0f, 0.5f}, params[3] = {0}, g[3] = {0.1f, -0.2f, 0.3f};
+    float m[3] = {0}, v[3] = {0};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 0.0f};
+    f->st.lr = 0.01f;
+    f->st.step = 0;
+    f->b->ops->adamw(f->b, f->s, params, master, g, m, v, 3, 2, hp, &f->st);
+    assert_float_equal(master[0], 0.989f, 1e-6);  /* 1 - 0.01 * (1 + 0.1 * 1) */
+    assert_float_equal(master[1], -1.988f, 1e-6); /* -2 - 0.01 * (-1 + 0.1 * -2) */
+    assert_float_equal(master[2], 0.49f, 1e-6);   /* not decayed: 0.5 - 0.01 */
+    assert_memory_equal(params, master, sizeof master);
+    assert_float_equal(m[0], 0.01f, 1e-8);
+    assert_float_equal(m[2], 0.03f, 1e-8);
+    assert_float_equal(v[1], 4e-5f, 1e-8); /* beta2 is a float: 1 - 0.999f = 0.99999e-3 */
+    assert_int_equal(f->st.skipped, 0);
+}
+
+static void test_adamw_bias_correction_uses_step_plus_one(void **state) {
+    fixture *f = *state;
+    /* second step with the same gradient: m = 0.019, mhat = 0.019/0.19 = 0.1;
+     * vhat = 1.999e-5 / 0.001999 = 0.01 -> direction 1 again (t = 1 would give 1.34) */
+    float master[1] = {1.0f}, g[1] = {0.1f}, m[1] = {0.01f}, v[1] = {1e-5f};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 0.0f};
+    f->st.lr = 0.01f;
+    f->st.step = 1;
+    f->b->ops->adamw(f->b, f->s, master, master, g, m, v, 1, 1, hp, &f->st);
+    assert_float_equal(m[0], 0.019f, 1e-8);
+    assert_float_equal(master[0], 0.99f, 1e-5);
+}
+
+static void test_adamw_applies_clip_coefficient_to_gradients(void **state) {
+    fixture *f = *state;
+    float master[2] = {0, 0}, g[2] = {3, 4}, m[2] = {0}, v[2] = {0};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 1.0f};
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, 1, 1, hp.clip_grad);
+    assert_float_equal(f->st.clip_coef, 0.2f, 1e-6);
+    f->st.lr = 0.1f;
+    f->b->ops->adamw(f->b, f->s, master, master, g, m, v, 2, 2, hp, &f->st);
+    assert_float_equal(m[0], 0.06f, 1e-6); /* 0.1 * 3 * 0.2 */
+    assert_float_equal(m[1], 0.08f, 1e-6);
+    assert_float_equal(v[1], 0.001f * 0.64f, 1e-7);
+    assert_float_equal(master[0], -0.1f, 1e-6);
+}
+
+static void test_nan_loss_sets_flag_and_skips_update(void **state) {
+    fixture *f = *state;
+    float master[2] = {1, 2}, g[2] = {0.5f, 0.5f}, m[2] = {0}, v[2] = {0};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 1.0f};
+    f->st.step = 7;
+    f->st.lr = 0.1f;
+    f->st.loss = NAN;
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, 1, 1, 1.0f);
+    assert_int_equal(f->st.nan_flags, GT_NAN_LOSS);
+    f->b->ops->adamw(f->b, f->s, master, master, g, m, v, 2, 2, hp, &f->st);
+    assert_true(master[0] == 1 && master[1] == 2 && m[0] == 0 && v[0] == 0);
+    assert_int_equal(f->st.skipped, 1);
+    f->b->ops->step_end(f->b, f->s, &f->st);
+    assert_int_equal(f->st.step, 8);
+    assert_int_equal(f->st.nan_step, 7);
+    assert_int_equal(f->st.nan_first, GT_NAN_LOSS);
+    /* a later NaN of another kind keeps the first record */
+    g[1] = INFINITY;
+    f->st.loss = 1;
+    f->st.nan_flags = 0;
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, 1, 1, 1.0f);
+    assert_int_equal(f->st.nan_flags, GT_NAN_GRAD);
+    f->b->ops->step_end(f->b, f->s, &f->st);
+    assert_int_equal(f->st.nan_step, 7);
+    assert_int_equal(f->st.nan_first, GT_NAN_LOSS);
+}
+
+static void test_nan_checks_off_leave_flags_clear(void **state) {
+    fixture *f = *state;
+    float g[2] = {NAN, 1};
+    f->st.loss = INFINITY;
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, 0, 0, 1.0f);
+    assert_int_equal(f->st.nan_flags, 0);
+    assert_true(isnan(f->st.grad_norm));
+    f->b->ops->step_end(f->b, f->s, &f->st);
+    assert_int_equal(f->st.nan_step, -1);
+}
+
+static void test_inject_nan_fires_only_at_its_step(void **state) {
+    fixture *f = *state;
+    float g[2] = {1, 2};
+    f->st.inject_nan = 3;
+    f->st.step = 2;
+    f->st.loss = 1.5f;
+    f->b->ops->inject_nan(f->b, f->s, &f->st, g);
+    assert_true(f->st.loss == 1.5f && g[0] == 1.0f);
+    f->st.step = 3;
+    f->b->ops->inject_nan(f->b, f->s, &f->st, g);
+    assert_true(isnan(f->st.loss) && isnan(g[0]) && g[1] == 2.0f);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, 1, 1, 1.0f);
+    assert_int_equal(f->st.nan_flags, GT_NAN_LOSS | GT_NAN_GRAD);
+}
+
+int main(void) {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_lr_warmup_is_linear_from_first_step),
+        T(test_lr_cosine_decays_to_min_at_decay_iters),
+        T(test_lr_linear_and_constant_styles),
+        T(test_step_begin_resets_per_step_values),
+        T(test_lr_schedule_rejects_unknown_style),
+        T(test_grad_norm_and_clip_coefficient),
+        T(test_adamw_first_step_matches_hand_computation_with_weight_decay),
+        T(test_adamw_bias_correction_uses_step_plus_one),
+        T(test_adamw_applies_clip_coefficient_to_gradients),
+        T(test_nan_loss_sets_flag_and_skips_update),
+        T(test_nan_checks_off_leave_flags_clear),
+        T(test_inject_nan_fires_only_at_its_step),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,48 @@
+/* Checkpoint files: a versioned header (magic, version, a fingerprint of the parameter shapes,
+ * step state, RNG seed, data position), then the fp32 master weights and the Adam moments m
+ * and v, with a CRC32 over everything. Written to a temporary name, fsync'ed and renamed, so
+ * a crash never leaves a half checkpoint; anything corrupt or truncated is refused. */
+#ifndef GT_TRAIN_CHECKPOINT_H
+#define GT_TRAIN_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "core/step_state.h"
+#include "train/data.h"
+
+#define GT_CKPT_MAGIC 0x54504b4354475447ull /* "GTGTCKPT" little-endian */
+#define GT_CKPT_VERSION 1
+#define GT_CKPT_FILE "checkpoint.bin"
+#define GT_CKPT_SHAPE_MAX 1024
+
+typedef struct gt_ckpt_meta {
+    uint64_t fingerprint;           /* gt_ckpt_fingerprint of the model's shape keys */
+    char shape[GT_CKPT_SHAPE_MAX];  /* the same keys as text, for error messages */
+    uint64_t n_params;
+    uint64_t seed;                  /* rng.seed of the run */
+    gt_data_pos data;               /* training data position after the last step */
+    gt_step_state state;            /* device step state after the last step */
+} gt_ckpt_meta;
+
+/* Fingerprint (FNV-1a) and text of the keys that decide parameter shapes. */
+uint64_t gt_ckpt_fingerprint(const gt_config *cfg, size_t n_params, char *shape, size_t n);
+
+/* The file a checkpoint path names: dir/checkpoint.bin for a directory, else the path. */
+const char *gt_ckpt_file(const char *path, char *buf, size_t n);
+
+/* Writes dir/checkpoint.bin (creating dir). master, m, v are host arrays [n_params]. */
+int gt_ckpt_write(const char *dir, const gt_ckpt_meta *meta, const float *master,
+                  const float *m, const float *v, gt_error *err);
+
+/* Reads and verifies a checkpoint (directory or file); master, m, v are malloc'ed
+ * [n_params] arrays the caller frees. */
+int gt_ckpt_read(const char *path, gt_ckpt_meta *meta, float **master, float **m, float **v,
+                 gt_error *err);
+
+/* CRC32 (IEEE), continuing from crc (start with 0). */
+uint32_t gt_crc32(uint32_t crc, const void *data, size_t n);
+
+#endif

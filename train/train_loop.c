@@ -1,0 +1,145 @@
+/* The training loop; see train_loop.h. */
+#include "train/train_loop.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "graphs/graphs.h"
+#include "train/checkpoint.h"
+#include "train/trainer_extra.h"
+
+static const char *mode_name(gt_step_mode m) {
+    switch (m) {
+    case GT_STEP_EAGER: return "eager";
+    case GT_STEP_CAPTURED: return "captured";
+    case GT_STEP_REPLAYED: return "replayed";
+    }
+    return "?";
+}
+
+static void log_step(FILE *out, FILE *jsonl, const gt_step_stats *s, long long total) {
+    fprintf(out, "step %6lld/%lld | loss %8.4f | lr %.3e | grad norm %8.4f | %9.0f tok/s | "
+            "%8.2f ms/step | %s\n", (long long)s->step, total, (double)s->loss, (double)s->lr,
+            (double)s->grad_norm, s->tokens_per_s, s->ms, mode_name(s->mode));
+    fflush(out);
+    if (jsonl) {
+        fprintf(jsonl, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                "\"aux_loss\": %.9g, \"tokens_per_s\": %.1f, \"ms\": %.3f, \"mode\": \"%s\", "
+                "\"skipped\": %d}\n", (long long)s->step, (double)s->loss, (double)s->lr,
+                (double)s->grad_norm, (double)s->aux_loss, s->tokens_per_s, s->ms,
+                mode_name(s->mode), s->skipped);
+        fflush(jsonl);
+    }
+}
+
+static int save(gt_trainer *t, const char *dir, FILE *out, gt_train_result *res, gt_error *err) {
+    int rc = gt_trainer_save(t, dir, err);
+    if (rc) return rc;
+    char path[1024];
+    fprintf(out, "saved checkpoint %s (step %lld)\n", gt_ckpt_file(dir, path, sizeof path),
+            (long long)gt_trainer_step_count(t));
+    fflush(out);
+    res->saved++;
+    return GT_OK;
+}
+
+static int eval(gt_trainer *t, FILE *out, FILE *jsonl, gt_train_result *res, gt_error *err) {
+    float loss;
+    int rc = gt_trainer_eval(t, &loss, err);
+    if (rc) return rc;
+    long long step = (long long)gt_trainer_step_count(t);
+    fprintf(out, "eval   step %6lld | eval loss %8.4f | ppl %10.3f\n", step, (double)loss,
+            exp((double)loss));
+    fflush(out);
+    if (jsonl) {
+        fprintf(jsonl, "{\"step\": %lld, \"eval_loss\": %.9g}\n", step, (double)loss);
+        fflush(jsonl);
+    }
+    res->last_eval_loss = loss;
+    return GT_OK;
+}
+
+static int stop_requested(const gt_train_run_opts *o) {
+    return o && o->stop && *o->stop;
+}
+
+int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_result *res_out,
+                 gt_error *err) {
+    gt_train_result res_local, *res = res_out ? res_out : &res_local;
+    memset(res, 0, sizeof *res);
+    res->last_eval_loss = NAN;
+    FILE *out = opts && opts->out ? opts->out : stdout;
+    int quiet = opts && opts->quiet;
+    gt_trainer *t = NULL;
+    int rc = gt_trainer_create(&t, cfg, err);
+    if (rc) return rc;
+    const char *save_dir = cfg->checkpoint.save;
+    long long total = cfg->train.train_iters;
+    gt_trainer_print_summary(t, out);
+    if (!quiet) gt_trainer_print_memory(t, out);
+    long long start = (long long)gt_trainer_step_count(t);
+    if (gt_trainer_resumed(t))
+        fprintf(out, "resumed from %s at step %lld\n", cfg->checkpoint.load, start);
+    FILE *jsonl = NULL;
+    if (cfg->logger.metrics_file[0]) {
+        jsonl = fopen(cfg->logger.metrics_file, gt_trainer_resumed(t) ? "a" : "w");
+        if (!jsonl) {
+            rc = gt_error_set(err, GT_ERR_IO, "logger.metrics_file=%s: cannot open: %s",
+                              cfg->logger.metrics_file, strerror(errno));
+            gt_trainer_destroy(t);
+            return rc;
+        }
+    }
+    if (start >= total)
+        fprintf(out, "nothing to do: step %lld already reached train.train_iters=%lld\n", start,
+                total);
+    long long run = 0, last_saved = -1;
+    int log_every = cfg->logger.log_interval > 0 ? cfg->logger.log_interval : 1;
+    while (!rc && gt_trainer_step_count(t) < total) {
+        if (stop_requested(opts)) break;
+        if (cfg->train.exit_interval > 0 && run >= cfg->train.exit_interval) {
+            fprintf(out, "stopping after %lld steps (train.exit_interval)\n", run);
+            break;
+        }
+        gt_step_stats s;
+        rc = gt_trainer_step(t, &s, err);
+        if (rc) {
+            if (rc == GT_ERR_NUMERIC) log_step(out, jsonl, &s, total);
+            break;
+        }
+        run++;
+        if (run == 1) {
+            res->first_step = s.step;
+            res->first_loss = s.loss;
+        }
+        res->last_step = s.step;
+        res->last_loss = s.loss;
+        if (s.step % log_every == 0 || run == 1 || s.step == total) log_step(out, jsonl, &s, total);
+        if (cfg->train.eval_interval > 0 && s.step % cfg->train.eval_interval == 0)
+            rc = eval(t, out, jsonl, res, err);
+        if (!rc && save_dir[0] && cfg->checkpoint.save_interval > 0 &&
+            s.step % cfg->checkpoint.save_interval == 0) {
+            rc = save(t, save_dir, out, res, err);
+            last_saved = s.step;
+        }
+    }
+    int interrupted = rc == GT_OK && stop_requested(opts);
+    /* a final checkpoint on normal completion, exit_interval and Ctrl-C (not after errors:
+     * the state that failed is not worth resuming) */
+    if (rc == GT_OK && save_dir[0] && last_saved != gt_trainer_step_count(t) && run > 0)
+        rc = save(t, save_dir, out, res, err);
+    if (!quiet) {
+        gt_graph_runner *gr = gt_trainer_graph_runner(t);
+        if (gr) gt_graph_runner_report(gr, out);
+    }
+    if (jsonl) fclose(jsonl);
+    gt_trainer_destroy(t);
+    if (rc == GT_OK && interrupted) {
+        fprintf(out, "interrupted: stopped after step %lld%s\n", res->last_step ? res->last_step
+                                                                                : start,
+                save_dir[0] ? ", checkpoint saved" : " (set checkpoint.save to keep the state)");
+        return gt_error_set(err, GT_ERR_INTERRUPTED, "interrupted by the user (Ctrl-C)");
+    }
+    return rc;
+}

@@ -1,0 +1,267 @@
+/* Building the trainer: backend, model, optimizer and step-state arenas, pinned batch
+ * buffers, data sources, the planning pass, initial weights (or a checkpoint), the graph
+ * runner; plus teardown and accessors. The step itself is in trainer_step.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphs/graphs.h"
+#include "train/trainer_extra.h"
+#include "train/trainer_impl.h"
+
+static int make_backend(gt_trainer *t, gt_error *err) {
+    switch (t->cfg.runtime.device) {
+    case GT_DEVICE_CPU: return gt_backend_create_cpu(&t->b, err);
+    case GT_DEVICE_CUDA: {
+        int rc = gt_backend_create_cuda(&t->b, 0, err);
+        if (rc) return gt_error_wrap(err, "runtime.device=cuda: ");
+        return GT_OK;
+    }
+    case GT_DEVICE_AUTO: {
+        gt_error cuda_err = {0};
+        if (gt_backend_create_cuda(&t->b, 0, &cuda_err) == GT_OK) return GT_OK;
+        fprintf(stderr, "graphtrain: note: using the CPU backend (fp32 reference): %s\n",
+                cuda_err.msg);
+        return gt_backend_create_cpu(&t->b, err);
+    }
+    }
+    return gt_error_set(err, GT_ERR_INVALID, "runtime.device: unknown value %d; use auto, cpu "
+                        "or cuda", (int)t->cfg.runtime.device);
+}
+
+/* Batch shape rules the trainer itself depends on (the config rules check the rest). */
+static int check_shapes(gt_trainer *t, gt_error *err) {
+    const gt_train_config *tr = &t->cfg.train;
+    if (tr->micro_batch_size <= 0 || tr->global_batch_size <= 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "train.micro_batch_size (%d) and train.global_batch_size (%d) must "
+                            "be > 0", tr->micro_batch_size, tr->global_batch_size);
+    if (tr->global_batch_size % tr->micro_batch_size != 0) {
+        int lo = tr->global_batch_size / tr->micro_batch_size * tr->micro_batch_size;
+        if (lo == 0) lo = tr->micro_batch_size;
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "train.global_batch_size=%d is not a multiple of "
+                            "train.micro_batch_size=%d (each step runs whole micro-batches); "
+                            "set train.global_batch_size=%d or %d",
+                            tr->global_batch_size, tr->micro_batch_size, lo,
+                            lo + tr->micro_batch_size);
+    }
+    if (t->cfg.runtime.inject_nan_at_step == 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "debug.inject_nan_at_step=0: steps are numbered from 1; use a step "
+                            ">= 1, or -1 to turn the hook off");
+    if (tr->eval_interval > 0 && tr->eval_iters <= 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "train.eval_interval=%d needs train.eval_iters > 0 (batches per "
+                            "evaluation); set train.eval_iters=10, or train.eval_interval=0",
+                            tr->eval_interval);
+    t->n_micro = tr->global_batch_size / tr->micro_batch_size;
+    t->B = tr->micro_batch_size;
+    t->T = t->cfg.model.seq_length;
+    t->N = t->B * t->T;
+    return GT_OK;
+}
+
+static void set_hyper(gt_trainer *t) {
+    const gt_config *c = &t->cfg;
+    t->sched.lr_max = (float)c->optimizer.lr;
+    t->sched.lr_min = (float)c->optimizer.min_lr;
+    t->sched.warmup_iters = c->scheduler.lr_warmup_iters;
+    t->sched.decay_iters =
+        c->scheduler.lr_decay_iters > 0 ? c->scheduler.lr_decay_iters : c->train.train_iters;
+    t->sched.style = (int32_t)c->scheduler.lr_decay_style;
+    t->hp.beta1 = (float)c->optimizer.adam_beta1;
+    t->hp.beta2 = (float)c->optimizer.adam_beta2;
+    t->hp.eps = (float)c->optimizer.adam_eps;
+    t->hp.weight_decay = (float)c->optimizer.weight_decay;
+    t->hp.clip_grad = (float)c->optimizer.clip_grad;
+    t->check_loss = c->rerun_state_machine.check_for_nan_in_loss;
+    t->check_grad = c->ddp.check_for_nan_in_grad;
+    t->inject_nan = c->runtime.inject_nan_at_step > 0 ? c->runtime.inject_nan_at_step - 1 : -1;
+}
+
+static int alloc_state(gt_trainer *t, gt_error *err) {
+    size_t n = t->n_params * sizeof(float);
+    gt_arena_init(&t->opt, "optimizer");
+    gt_arena_init(&t->state, "step_state");
+    gt_arena_init(&t->batch, "batch");
+    int rc = gt_arena_add(&t->opt, "master", n, (void **)&t->master, err);
+    if (!rc) rc = gt_arena_add(&t->opt, "adam_m", n, (void **)&t->adam_m, err);
+    if (!rc) rc = gt_arena_add(&t->opt, "adam_v", n, (void **)&t->adam_v, err);
+    if (!rc) rc = gt_arena_add(&t->state, "train", sizeof(gt_step_state), (void **)&t->st, err);
+    if (!rc) rc = gt_arena_add(&t->state, "eval", sizeof(gt_step_state), (void **)&t->eval_st,
+                               err);
+    t->batch_bytes = (size_t)t->n_micro * 2 * (size_t)t->N * sizeof(int32_t);
+    if (!rc) rc = gt_arena_add(&t->batch, "tokens+targets", t->batch_bytes,
+                               (void **)&t->d_batch, err);
+    if (!rc) rc = gt_arena_alloc(&t->opt, t->b, err);
+    if (!rc) rc = gt_arena_alloc(&t->state, t->b, err);
+    if (!rc) rc = gt_arena_alloc(&t->batch, t->b, err);
+    if (!rc) rc = t->b->ops->host_alloc(t->b, t->batch_bytes, (void **)&t->h_batch, err);
+    if (!rc) rc = t->b->ops->host_alloc(t->b, 2 * sizeof(gt_step_state), (void **)&t->h_st, err);
+    return rc;
+}
+
+/* The planning pass: ops record every shape of a step and of an eval forward (the cuda
+ * backend builds its GEMM algorithms and attention plans) and compute nothing. */
+static int plan(gt_trainer *t, gt_error *err) {
+    t->b->planning = 1;
+    gt_trainer_enqueue_step(t, t->s, NULL);
+    gt_model_forward_loss(t->m, t->s, t->d_batch, t->d_batch + t->N, 1.0f, t->eval_st);
+    int rc = t->b->ops->plan_finish(t->b, err);
+    t->b->planning = 0;
+    if (rc) return gt_error_wrap(err, "planning the training step: ");
+    return GT_OK;
+}
+
+/* Fresh step state in device memory: step 0, no NaN seen, the injection hook. */
+static int init_step_state(gt_trainer *t, const gt_step_state *from, gt_error *err) {
+    gt_step_state h[2];
+    memset(h, 0, sizeof h);
+    if (from) h[0] = *from;
+    else h[0].nan_step = -1;
+    h[1].nan_step = -1;
+    h[0].inject_nan = h[1].inject_nan = t->inject_nan;
+    h[1].inject_nan = -1;
+    memcpy(t->h_st, h, sizeof h);
+    t->b->ops->memcpy_h2d(t->b, t->s, t->st, &t->h_st[0], sizeof(gt_step_state));
+    t->b->ops->memcpy_h2d(t->b, t->s, t->eval_st, &t->h_st[1], sizeof(gt_step_state));
+    t->steps = h[0].step;
+    return t->b->ops->stream_sync(t->b, t->s, err);
+}
+
+/* Seeded initial weights: master = init, params = master in the compute dtype. */
+static int init_weights(gt_trainer *t, gt_error *err) {
+    float *host = malloc(t->n_params * sizeof *host);
+    if (!host) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory initializing weights");
+    int rc = gt_model_init_params(t->m, t->cfg.rng.seed, host, err);
+    if (!rc) {
+        const gt_backend_ops *o = t->b->ops;
+        o->memcpy_h2d(t->b, t->s, t->master, host, t->n_params * sizeof(float));
+        o->from_float(t->b, t->s, t->mi->params, t->master, t->n_params);
+        o->memset0(t->b, t->s, t->adam_m, t->n_params * sizeof(float));
+        o->memset0(t->b, t->s, t->adam_v, t->n_params * sizeof(float));
+        rc = o->stream_sync(t->b, t->s, err);
+    }
+    free(host);
+    if (!rc) rc = init_step_state(t, NULL, err);
+    return rc;
+}
+
+int gt_trainer_create(gt_trainer **out, const gt_config *cfg, gt_error *err) {
+    *out = NULL;
+    gt_trainer *t = calloc(1, sizeof *t);
+    if (!t) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory creating the trainer");
+    t->cfg = *cfg;
+    int rc = check_shapes(t, err);
+    if (!rc) rc = make_backend(t, err);
+    if (!rc) rc = t->b->ops->stream_create(t->b, &t->s, err);
+    if (!rc) rc = gt_model_create(&t->m, &t->cfg, t->b, err);
+    if (!rc) {
+        t->mi = gt_model_get_info(t->m);
+        t->n_params = t->mi->n_params;
+        t->n_decay = t->mi->n_decay;
+        if (t->mi->tokens != t->N)
+            rc = gt_error_set(err, GT_ERR_INVALID, "model plans %d tokens per micro-batch, the "
+                              "trainer %d (micro_batch_size %d x seq_length %d)",
+                              t->mi->tokens, t->N, t->B, t->T);
+    }
+    set_hyper(t);
+    if (!rc) rc = alloc_state(t, err);
+    if (!rc) rc = gt_data_create(&t->train, &t->cfg, GT_SPLIT_TRAIN, err);
+    if (!rc && t->cfg.train.eval_interval > 0 && t->cfg.train.eval_iters > 0)
+        rc = gt_data_create(&t->valid, &t->cfg, GT_SPLIT_VALID, err);
+    if (!rc) rc = plan(t, err);
+    if (!rc) rc = init_weights(t, err);
+    if (!rc && t->cfg.checkpoint.load[0]) {
+        rc = gt_trainer_load(t, t->cfg.checkpoint.load, err);
+        t->resumed = rc == GT_OK;
+    }
+    if (!rc) rc = gt_graph_runner_create(&t->runner, t, err);
+    if (rc) {
+        gt_trainer_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return GT_OK;
+}
+
+void gt_trainer_destroy(gt_trainer *t) {
+    if (!t) return;
+    gt_graph_runner_destroy(t->runner); /* graphs first: they point into the arenas */
+    gt_data_destroy(t->train);
+    gt_data_destroy(t->valid);
+    if (t->b) {
+        if (t->h_batch) t->b->ops->host_free(t->b, t->h_batch);
+        if (t->h_st) t->b->ops->host_free(t->b, t->h_st);
+    }
+    gt_arena_release(&t->opt);
+    gt_arena_release(&t->state);
+    gt_arena_release(&t->batch);
+    gt_model_destroy(t->m);
+    if (t->b && t->s) t->b->ops->stream_destroy(t->b, t->s);
+    gt_backend_destroy(t->b);
+    free(t);
+}
+
+gt_backend *gt_trainer_backend(gt_trainer *t) {
+    return t->b;
+}
+
+gt_model *gt_trainer_model(gt_trainer *t) {
+    return t->m;
+}
+
+gt_stream *gt_trainer_stream(gt_trainer *t) {
+    return t->s;
+}
+
+const gt_config *gt_trainer_config(const gt_trainer *t) {
+    return &t->cfg;
+}
+
+int64_t gt_trainer_step_count(const gt_trainer *t) {
+    return t->steps;
+}
+
+gt_graph_runner *gt_trainer_graph_runner(gt_trainer *t) {
+    return t->runner;
+}
+
+int gt_trainer_resumed(const gt_trainer *t) {
+    return t->resumed;
+}
+
+gt_data_pos gt_trainer_data_pos(const gt_trainer *t) {
+    return gt_data_get_pos(t->train);
+}
+
+int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err) {
+    t->b->ops->memcpy_d2h(t->b, t->s, host, t->master, t->n_params * sizeof(float));
+    return t->b->ops->stream_sync(t->b, t->s, err);
+}
+
+int gt_trainer_read_moments(gt_trainer *t, float *m, float *v, gt_error *err) {
+    t->b->ops->memcpy_d2h(t->b, t->s, m, t->adam_m, t->n_params * sizeof(float));
+    t->b->ops->memcpy_d2h(t->b, t->s, v, t->adam_v, t->n_params * sizeof(float));
+    return t->b->ops->stream_sync(t->b, t->s, err);
+}
+
+void gt_trainer_print_memory(const gt_trainer *t, FILE *f) {
+    fprintf(f, "memory plan (%s backend, allocated once):\n", t->b->name);
+    gt_model_print_plan(t->m, f, 0);
+    gt_arena_print(&t->opt, f, 0);
+    gt_arena_print(&t->state, f, 0);
+    gt_arena_print(&t->batch, f, 0);
+    fprintf(f, "  %-14s %10.2f MiB  (pinned host: batch + step state)\n", "host",
+            (double)(t->batch_bytes + 2 * sizeof(gt_step_state)) / (1024.0 * 1024.0));
+}
+
+void gt_trainer_print_summary(const gt_trainer *t, FILE *f) {
+    fprintf(f, "model: %d layers, d=%d, %d heads, vocab %d, seq %d: %.3f M parameters\n",
+            t->cfg.model.num_layers, t->cfg.model.hidden_size, t->cfg.model.num_attention_heads,
+            t->cfg.model.vocab_size, t->T, (double)t->n_params / 1e6);
+    fprintf(f, "batch: %d micro-batch%s of %d x %d tokens per step (global batch %d)\n",
+            t->n_micro, t->n_micro == 1 ? "" : "es", t->B, t->T, t->cfg.train.global_batch_size);
+    fprintf(f, "data: %s\n", gt_data_describe(t->train));
+    if (t->valid) fprintf(f, "eval: %s\n", gt_data_describe(t->valid));
+}

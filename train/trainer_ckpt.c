@@ -1,0 +1,76 @@
+/* Saving and resuming the trainer: master weights, Adam moments, the device step state, the
+ * RNG seed and the training data position, so a resumed run continues bitwise as if it had
+ * never stopped (the learning rate and dropout derive from the restored step counter). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/checkpoint.h"
+#include "train/trainer_extra.h"
+#include "train/trainer_impl.h"
+
+int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
+    if (!dir || !dir[0])
+        return gt_error_set(err, GT_ERR_INVALID, "no checkpoint directory given; set "
+                            "checkpoint.save=DIR");
+    size_t n = t->n_params;
+    float *buf = malloc(3 * n * sizeof(float));
+    if (!buf) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory saving a checkpoint");
+    gt_backend *b = t->b;
+    b->ops->memcpy_d2h(b, t->s, buf, t->master, n * sizeof(float));
+    b->ops->memcpy_d2h(b, t->s, buf + n, t->adam_m, n * sizeof(float));
+    b->ops->memcpy_d2h(b, t->s, buf + 2 * n, t->adam_v, n * sizeof(float));
+    b->ops->memcpy_d2h(b, t->s, &t->h_st[0], t->st, sizeof(gt_step_state));
+    int rc = b->ops->stream_sync(b, t->s, err);
+    if (!rc) {
+        gt_ckpt_meta meta;
+        memset(&meta, 0, sizeof meta);
+        meta.fingerprint = gt_ckpt_fingerprint(&t->cfg, n, meta.shape, sizeof meta.shape);
+        meta.n_params = n;
+        meta.seed = t->cfg.rng.seed;
+        meta.data = gt_data_get_pos(t->train);
+        meta.state = t->h_st[0];
+        rc = gt_ckpt_write(dir, &meta, buf, buf + n, buf + 2 * n, err);
+    }
+    free(buf);
+    if (rc) return gt_error_wrap(err, "saving checkpoint at step %lld: ", (long long)t->steps);
+    return GT_OK;
+}
+
+int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err) {
+    gt_ckpt_meta meta;
+    float *master = NULL, *m = NULL, *v = NULL;
+    int rc = gt_ckpt_read(path, &meta, &master, &m, &v, err);
+    if (rc) return gt_error_wrap(err, "checkpoint.load=%s: ", path);
+    char shape[GT_CKPT_SHAPE_MAX];
+    uint64_t fp = gt_ckpt_fingerprint(&t->cfg, t->n_params, shape, sizeof shape);
+    if (fp != meta.fingerprint || meta.n_params != t->n_params)
+        rc = gt_error_set(err, GT_ERR_INVALID,
+                          "checkpoint.load=%s was saved for another model shape:\n  checkpoint: "
+                          "%s\n  this run:   %s\nset the model keys to the checkpoint's, or "
+                          "start fresh (checkpoint.load=)", path, meta.shape, shape);
+    else if (meta.seed != t->cfg.rng.seed)
+        rc = gt_error_set(err, GT_ERR_INVALID,
+                          "checkpoint.load=%s was trained with rng.seed=%llu, this run has "
+                          "rng.seed=%llu; set rng.seed=%llu to resume it exactly",
+                          path, (unsigned long long)meta.seed,
+                          (unsigned long long)t->cfg.rng.seed, (unsigned long long)meta.seed);
+    if (!rc) rc = gt_data_set_pos(t->train, meta.data, err);
+    if (!rc) {
+        gt_backend *b = t->b;
+        size_t bytes = t->n_params * sizeof(float);
+        b->ops->memcpy_h2d(b, t->s, t->master, master, bytes);
+        b->ops->memcpy_h2d(b, t->s, t->adam_m, m, bytes);
+        b->ops->memcpy_h2d(b, t->s, t->adam_v, v, bytes);
+        b->ops->from_float(b, t->s, t->mi->params, t->master, t->n_params);
+        gt_step_state st = meta.state;
+        st.inject_nan = t->inject_nan; /* the hook belongs to this run's config */
+        t->h_st[0] = st;
+        b->ops->memcpy_h2d(b, t->s, t->st, &t->h_st[0], sizeof st);
+        rc = b->ops->stream_sync(b, t->s, err);
+        t->steps = st.step;
+    }
+    free(master);
+    free(m);
+    free(v);
+    return rc;
+}

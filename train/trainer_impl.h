@@ -1,0 +1,53 @@
+/* The trainer's insides, shared by trainer.c (build, plan, accessors), trainer_step.c (the
+ * step, evaluation) and trainer_ckpt.c (save and resume). Everything device-side sits in
+ * arenas allocated once, so the addresses a captured graph holds never change. */
+#ifndef GT_TRAIN_TRAINER_IMPL_H
+#define GT_TRAIN_TRAINER_IMPL_H
+
+#include <stdio.h>
+
+#include "core/arena.h"
+#include "train/data.h"
+#include "train/trainer.h"
+
+struct gt_trainer {
+    gt_config cfg;
+    gt_backend *b;
+    gt_stream *s;
+    gt_model *m;
+    const gt_model_info *mi;
+    size_t n_params, n_decay;
+    int n_micro;   /* micro-batches per step = global_batch_size / micro_batch_size */
+    int B, T, N;   /* micro_batch_size, seq_length, tokens per micro-batch */
+
+    gt_arena opt;  /* optimizer state, fp32 */
+    float *master; /* [n_params] master weights */
+    float *adam_m; /* [n_params] first moment */
+    float *adam_v; /* [n_params] second moment */
+
+    gt_arena state;          /* the small device step-state arena */
+    gt_step_state *st;       /* [1] training step state */
+    gt_step_state *eval_st;  /* [1] evaluation step state (loss only) */
+
+    gt_arena batch;          /* device batch */
+    int32_t *d_batch;        /* [n_micro][2][N]: tokens then targets of each micro-batch */
+    int32_t *h_batch;        /* pinned host copy, same layout: one copy per step */
+    size_t batch_bytes;
+    gt_step_state *h_st;     /* pinned [2]: training, evaluation state read back */
+
+    gt_data *train;
+    gt_data *valid;          /* NULL when evaluation is off */
+    gt_graph_runner *runner;
+
+    gt_lr_schedule sched;
+    gt_adamw_params hp;
+    int check_loss, check_grad;
+    int inject_nan;          /* device value: 0-based step to poison, -1 = off */
+    int64_t steps;           /* optimizer steps completed (host copy after each step) */
+    int resumed;             /* started from checkpoint.load */
+};
+
+/* Resume from checkpoint.load (trainer_ckpt.c): weights, moments, step state, data position. */
+int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err);
+
+#endif

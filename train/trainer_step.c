@@ -1,0 +1,125 @@
+/* One training step and one evaluation. gt_trainer_enqueue_step is what a full-iteration
+ * graph captures: it only enqueues device work (one batch copy from pinned memory, zeroed
+ * gradients, every micro-batch, NaN checks, clipping, AdamW, step advance) and never reads a
+ * value back. gt_trainer_step wraps it with the host side: batch loading before, one
+ * read-back of the step state and one sync after. */
+#include <string.h>
+#include <time.h>
+
+#include "graphs/graphs.h"
+#include "train/trainer_impl.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec) {
+    gt_backend *b = t->b;
+    const gt_backend_ops *o = b->ops;
+    o->memcpy_h2d(b, s, t->d_batch, t->h_batch, t->batch_bytes);
+    o->memset0(b, s, t->mi->grads, t->n_params * sizeof(float));
+    o->step_begin(b, s, t->st, t->sched);
+    float dscale = 1.0f / (float)t->n_micro;
+    for (int i = 0; i < t->n_micro; i++) {
+        const int32_t *tok = t->d_batch + (size_t)i * 2 * (size_t)t->N;
+        gt_model_forward_backward(t->m, s, tok, tok + t->N, dscale, t->st, exec);
+        o->micro_next(b, s, t->st);
+    }
+    if (t->inject_nan >= 0) o->inject_nan(b, s, t->st, t->mi->grads);
+    o->grad_norm(b, s, t->st, t->mi->grads, t->n_params, t->check_loss, t->check_grad,
+                 t->hp.clip_grad);
+    o->adamw(b, s, t->mi->params, t->master, t->mi->grads, t->adam_m, t->adam_v, t->n_params,
+             t->n_decay, t->hp, t->st);
+    o->step_end(b, s, t->st);
+}
+
+static int load_batch(gt_trainer *t, gt_error *err) {
+    for (int i = 0; i < t->n_micro; i++) {
+        int32_t *tok = t->h_batch + (size_t)i * 2 * (size_t)t->N;
+        int rc = gt_data_next(t->train, tok, tok + t->N, t->B, err);
+        if (rc) return gt_error_wrap(err, "loading the batch of step %lld: ",
+                                     (long long)t->steps + 1);
+    }
+    return GT_OK;
+}
+
+static int numeric_error(const gt_step_state *h, gt_error *err) {
+    const char *which = (h->nan_flags & GT_NAN_LOSS) && (h->nan_flags & GT_NAN_GRAD)
+                            ? "the loss and the gradient norm are"
+                        : (h->nan_flags & GT_NAN_LOSS) ? "the loss is"
+                                                       : "the gradient norm is";
+    const char *check = (h->nan_flags & GT_NAN_LOSS)
+                            ? "rerun_state_machine.check_for_nan_in_loss"
+                            : "ddp.check_for_nan_in_grad";
+    return gt_error_set(err, GT_ERR_NUMERIC,
+                        "step %lld: %s NaN or Inf (check %s%s); the update of this step was "
+                        "skipped, so the weights are those of step %lld. Lower optimizer.lr, "
+                        "set optimizer.clip_grad, or resume from an earlier checkpoint",
+                        (long long)h->step, which, check,
+                        (h->nan_flags & GT_NAN_LOSS) && (h->nan_flags & GT_NAN_GRAD)
+                            ? " and ddp.check_for_nan_in_grad"
+                            : "",
+                        (long long)h->step - 1);
+}
+
+int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
+    memset(stats, 0, sizeof *stats);
+    double t0 = now_ms();
+    int rc = load_batch(t, err);
+    if (rc) return rc;
+    gt_step_mode mode = GT_STEP_EAGER;
+    rc = gt_graph_runner_step(t->runner, &mode, err);
+    if (rc) return gt_error_wrap(err, "step %lld: ", (long long)t->steps + 1);
+    t->b->ops->memcpy_d2h(t->b, t->s, &t->h_st[0], t->st, sizeof(gt_step_state));
+    rc = t->b->ops->stream_sync(t->b, t->s, err);
+    if (!rc) rc = gt_backend_check(t->b, err);
+    if (rc) return gt_error_wrap(err, "step %lld: ", (long long)t->steps + 1);
+    double ms = now_ms() - t0;
+    const gt_step_state *h = &t->h_st[0];
+    t->steps = h->step;
+    stats->step = h->step;
+    stats->loss = h->loss;
+    stats->lr = h->lr;
+    stats->grad_norm = h->grad_norm;
+    stats->aux_loss = h->aux_loss;
+    stats->skipped = (int)h->skipped;
+    stats->nan_flags = h->nan_flags;
+    stats->ms = ms;
+    stats->tokens_per_s = ms > 0 ? (double)t->n_micro * t->N / (ms / 1e3) : 0;
+    stats->mode = mode;
+    if (h->nan_flags) return numeric_error(h, err);
+    return GT_OK;
+}
+
+int gt_trainer_eval(gt_trainer *t, float *loss, gt_error *err) {
+    *loss = 0;
+    if (!t->valid)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "evaluation is off: set train.eval_interval > 0 and "
+                            "train.eval_iters > 0 to build the held-out split");
+    gt_backend *b = t->b;
+    const gt_backend_ops *o = b->ops;
+    /* every evaluation reads the same held-out batches, so losses compare across steps */
+    gt_data_pos start = {0, 0};
+    int rc = gt_data_set_pos(t->valid, start, err);
+    o->memset0(b, t->s, t->eval_st, sizeof(gt_step_state));
+    float scale = 1.0f / (float)t->cfg.train.eval_iters;
+    for (int i = 0; !rc && i < t->cfg.train.eval_iters; i++) {
+        rc = gt_data_next(t->valid, t->h_batch, t->h_batch + t->N, t->B, err);
+        if (rc) break;
+        o->memcpy_h2d(b, t->s, t->d_batch, t->h_batch, 2 * (size_t)t->N * sizeof(int32_t));
+        gt_model_forward_loss(t->m, t->s, t->d_batch, t->d_batch + t->N, scale, t->eval_st);
+        /* the pinned batch is refilled next iteration: wait for the copy to finish */
+        rc = o->stream_sync(b, t->s, err);
+    }
+    if (!rc) {
+        o->memcpy_d2h(b, t->s, &t->h_st[1], t->eval_st, sizeof(gt_step_state));
+        rc = o->stream_sync(b, t->s, err);
+    }
+    if (!rc) rc = gt_backend_check(b, err);
+    if (rc) return gt_error_wrap(err, "evaluation after step %lld: ", (long long)t->steps);
+    *loss = t->h_st[1].loss;
+    return GT_OK;
+}
