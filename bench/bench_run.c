@@ -40,8 +40,8 @@ static void mode_config(gt_config *c, const gt_config *base, const gt_bench_mode
     *c = *base;
     c->model.cuda_graph_impl = m->impl;
     c->model.cuda_graph_scope = m->scope;
-    if (m->impl == GT_GRAPH_IMPL_TE) {
-        /* Bridge's harness turns the RNG tracker on with any scoped graph. */
+    if (m->impl != GT_GRAPH_IMPL_NONE) {
+        /* Bridge's harness turns the RNG tracker on with any graph impl. */
         c->model.use_te_rng_tracker = true;
         c->rng.te_rng_tracker = true;
     }

@@ -44,11 +44,11 @@ WORKLOADS = {
     "gpt124m": dict(vocab=50304, d=768, layers=12, heads=12, kv=12, ffn=2048, seq=1024, mb=8),
     "llama1b": dict(vocab=32768, d=2048, layers=16, heads=16, kv=8, ffn=5632, seq=2048, mb=4),
     "moe": dict(vocab=32768, d=1024, layers=8, heads=16, kv=4, ffn=0, experts=64, topk=8,
-                expert_ffn=384, seq=1024, mb=4),
+                expert_ffn=384, seq=1024, mb=4, aux_coeff=1e-2),
     # small shapes for machines without a GPU (tests of this script itself)
     "micro": dict(vocab=256, d=64, layers=2, heads=4, kv=2, ffn=128, seq=32, mb=2),
     "micro_moe": dict(vocab=256, d=64, layers=2, heads=4, kv=2, ffn=0, experts=4, topk=2,
-                      expert_ffn=32, seq=32, mb=2),
+                      expert_ffn=32, seq=32, mb=2, aux_coeff=1e-2),
 }
 BENCH_MODES = ["eager", "te_attn", "te_attn_mlp", "full_iteration", "compile"]
 
@@ -597,8 +597,8 @@ def replay(c, weights, batches, precision, device):
         for tok, tgt in micro:
             ce, aux = model(tok.to(device), tgt.to(device))
             ((ce + aux) / len(micro)).backward()
-            ce_sum += float(ce) / len(micro)
-            aux_sum += float(aux) / len(micro)
+            ce_sum += float(ce.detach()) / len(micro)
+            aux_sum += float(aux.detach()) / len(micro)
         grads = [p.grad.double() for _, p in named]
         if step == 0:
             grads1 = {n: g.float().cpu() for (n, _), g in zip(named, grads)}
@@ -674,6 +674,54 @@ def cmd_parity(a):
     return 0 if ok else 1
 
 
+# ---------------------------------------------------------------------------------------------
+# compare: one markdown table from graphtrain bench JSONs and torch bench JSONs (no torch needed)
+
+def cmd_compare(a):
+    gt_modes = ["eager", "attn", "attn+mlp", "full_iteration"]
+    tr_modes = BENCH_MODES
+    gt, tr = {}, {}
+    for path in filter(None, a.graphtrain.split(",")):
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"compare: skipping {path}: {e}", file=sys.stderr)
+            continue
+        for m in d["modes"]:
+            name = "attn+mlp" if m["mode"].startswith("attn+moe_router") else m["mode"]
+            if m.get("ok"):
+                gt.setdefault(d["workload"], {})[name] = m
+        gt.setdefault(d["workload"], {})["_identical"] = d.get("losses_identical")
+    for path in filter(None, a.torch.split(",")):
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            print(f"compare: skipping {path}: {e}", file=sys.stderr)
+            continue
+        for r in d["results"]:
+            if "error" not in r:
+                tr.setdefault(r["workload"], {})[r["mode"]] = r
+    fmt = lambda r: f"{r['median_ms']:.2f}" if r else "-"
+    print("ms per step, median (graphtrain: gt_*, PyTorch: pt_*); ratio = best PyTorch / best graphtrain\n")
+    print("| workload | " + " | ".join("gt_" + m for m in gt_modes) + " | " +
+          " | ".join("pt_" + m for m in tr_modes) + " | ratio | MFU gt best | gt peak/eager max | losses identical |")
+    print("|" + "---|" * (len(gt_modes) + len(tr_modes) + 5))
+    for w in sorted(set(gt) | set(tr), key=lambda w: list(WORKLOADS).index(w) if w in WORKLOADS else 99):
+        g, t = gt.get(w, {}), tr.get(w, {})
+        gbest = min((g[m]["median_ms"] for m in gt_modes if m in g), default=None)
+        tbest = min((t[m]["median_ms"] for m in tr_modes if m in t), default=None)
+        ratio = f"{tbest / gbest:.2f}x" if gbest and tbest else "-"
+        mfu = max((g[m]["mfu"] for m in gt_modes if m in g), default=None)
+        peak = max((g[m]["peak_ratio_to_eager"] for m in gt_modes if m in g), default=None)
+        print(f"| {w} | " + " | ".join(fmt(g.get(m)) for m in gt_modes) + " | " +
+              " | ".join(fmt(t.get(m)) for m in tr_modes) +
+              f" | {ratio} | {f'{100 * mfu:.1f}%' if mfu is not None else '-'} | "
+              f"{f'{peak:.3f}' if peak is not None else '-'} | {g.get('_identical', '-')} |")
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -690,8 +738,11 @@ def main(argv=None):
     q.add_argument("--precisions", default="fp32,bf16")
     q.add_argument("--device", default="auto")
     q.add_argument("--verbose", action="store_true", help="print every step")
+    r = sub.add_parser("compare", help="markdown table of graphtrain and PyTorch bench JSONs")
+    r.add_argument("--graphtrain", default="", help="comma-separated `graphtrain bench --json` files")
+    r.add_argument("--torch", default="", help="comma-separated `bench --json` files of this script")
     a = p.parse_args(argv)
-    return cmd_bench(a) if a.cmd == "bench" else cmd_parity(a)
+    return {"bench": cmd_bench, "parity": cmd_parity, "compare": cmd_compare}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ static int ends_with(const char *s, const char *suffix) {
 
 int gt_cli_find_recipe(const char *name, char *path, size_t n, gt_error *err) {
     if (!name || !*name)
-        return gt_error_set(err, GT_ERR_INVALID, "--recipe needs a name; `graphtrain recipes` lists them");
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "--recipe needs a name; `graphtrain recipes` lists them");
     if (strchr(name, '/') || ends_with(name, ".yaml") || ends_with(name, ".yml")) {
         if (!is_file(name))
             return gt_error_set(err, GT_ERR_IO, "recipe file %s: not found; check the path", name);
@@ -105,8 +106,19 @@ static const harness_flag k_harness[] = {
     {NULL, "--recipe", NULL},
     {NULL, "--config", NULL},
 };
-enum { HF_FAMILY, HF_RECIPE_NAME, HF_TASK, HF_GPU, HF_DTYPE, HF_NGPU, HF_IMPL, HF_SCOPE,
-       HF_RECIPE, HF_CONFIG, HF_COUNT };
+enum {
+    HF_FAMILY,
+    HF_RECIPE_NAME,
+    HF_TASK,
+    HF_GPU,
+    HF_DTYPE,
+    HF_NGPU,
+    HF_IMPL,
+    HF_SCOPE,
+    HF_RECIPE,
+    HF_CONFIG,
+    HF_COUNT
+};
 
 /* Matches "--flag", "--flag=value" (and the short name); sets *value when inline. */
 static int match_flag(const char *arg, const harness_flag *f, const char **value) {
@@ -138,10 +150,15 @@ static int apply_harness(gt_config *cfg, const char *vals[HF_COUNT], gt_error *e
                             vals[HF_TASK]);
     for (int i = HF_GPU; i <= HF_SCOPE; i++) {
         if (!vals[i]) continue;
-        char v[256];
-        snprintf(v, sizeof v, "%s", vals[i]);
-        if (i == HF_GPU)
-            for (char *p = v; *p; p++) *p = (char)tolower((unsigned char)*p);
+        char lower[GT_PATH_MAX];
+        const char *v = vals[i];
+        if (i == HF_GPU && strlen(v) < sizeof lower) { /* -g H100 and -g h100 alike */
+            size_t j = 0;
+            for (; v[j]; j++)
+                lower[j] = (char)tolower((unsigned char)v[j]);
+            lower[j] = '\0';
+            v = lower;
+        }
         if (gt_config_set(cfg, k_harness[i].key, v, err) != GT_OK)
             return gt_error_wrap(err, "%s: ", k_harness[i].long_name);
         /* Bridge's harness (_set_cuda_graph_overrides) turns the RNG tracker keys on */
@@ -167,8 +184,7 @@ int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, ch
             if (match_flag(a, &k_harness[f], &value)) matched = f;
         if (matched >= 0) {
             if (!value) {
-                if (i + 1 >= argc)
-                    return gt_error_set(err, GT_ERR_INVALID, "%s needs a value", a);
+                if (i + 1 >= argc) return gt_error_set(err, GT_ERR_INVALID, "%s needs a value", a);
                 value = argv[++i];
             }
             vals[matched] = value;

@@ -30,7 +30,8 @@ static void read_description(const char *path, char *desc, size_t n) {
     while (fgets(line, sizeof line, f)) {
         if (line[0] != '#') continue;
         char *s = line + 1;
-        while (*s == ' ') s++;
+        while (*s == ' ')
+            s++;
         s[strcspn(s, "\r\n")] = '\0';
         snprintf(desc, n, "%s", s);
         break;
@@ -53,7 +54,8 @@ static int show(const char *name) {
     printf("# %s\n", path);
     char buf[4096];
     size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, got, stdout);
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, got, stdout);
     fclose(f);
     return 0;
 }
@@ -92,7 +94,8 @@ int gt_cmd_recipes(int argc, char **argv) {
     struct dirent *e;
     while ((e = readdir(d)) && n < RECIPES_MAX) {
         size_t len = strlen(e->d_name);
-        if (len <= 5 || len - 5 >= RECIPE_NAME_MAX || strcmp(e->d_name + len - 5, ".yaml")) continue;
+        if (len <= 5 || len - 5 >= RECIPE_NAME_MAX || strcmp(e->d_name + len - 5, ".yaml"))
+            continue;
         snprintf(entries[n].name, RECIPE_NAME_MAX, "%.*s", (int)(len - 5), e->d_name);
         char path[GT_PATH_MAX + 64 + 260];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
@@ -102,7 +105,8 @@ int gt_cmd_recipes(int argc, char **argv) {
     closedir(d);
     qsort(entries, (size_t)n, sizeof entries[0], by_name);
     printf("recipes in %s:\n", dir);
-    for (int i = 0; i < n; i++) printf("  %-22s %s\n", entries[i].name, entries[i].desc);
+    for (int i = 0; i < n; i++)
+        printf("  %-22s %s\n", entries[i].name, entries[i].desc);
     free(entries);
     return 0;
 }

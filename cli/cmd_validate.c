@@ -27,8 +27,8 @@ static void usage(FILE *out) {
 }
 
 static void print_json(const gt_config *cfg, const gt_report *r, const char *load_error) {
-    printf("{\"valid\": %s, \"errors\": %d, \"notes\": %d", r && !r->errors && !load_error ? "true" : "false",
-           r ? r->errors : 1, r ? r->notes : 0);
+    printf("{\"valid\": %s, \"errors\": %d, \"notes\": %d",
+           r && !r->errors && !load_error ? "true" : "false", r ? r->errors : 1, r ? r->notes : 0);
     if (load_error) {
         fputs(", \"load_error\": ", stdout);
         gt_json_write_string(stdout, load_error);
@@ -63,8 +63,10 @@ int gt_cmd_validate(int argc, char **argv) {
     gt_error err = {0};
     int rc = gt_cli_load_config(argc, argv, &cfg, &n_rest, rest, &err);
     for (int i = 1; i < n_rest; i++) {
-        if (!strcmp(rest[i], "--json")) json = 1;
-        else if (!strcmp(rest[i], "--quiet") || !strcmp(rest[i], "-q")) quiet = 1;
+        if (!strcmp(rest[i], "--json"))
+            json = 1;
+        else if (!strcmp(rest[i], "--quiet") || !strcmp(rest[i], "-q"))
+            quiet = 1;
         else if (rc == GT_OK) {
             rc = gt_error_set(&err, GT_ERR_INVALID,
                               "unknown argument '%.100s'; settings are key=value, see "
@@ -73,8 +75,10 @@ int gt_cmd_validate(int argc, char **argv) {
         }
     }
     if (rc != GT_OK) {
-        if (json) print_json(NULL, NULL, err.msg);
-        else fprintf(stderr, "graphtrain validate: %s\n", err.msg);
+        if (json)
+            print_json(NULL, NULL, err.msg);
+        else
+            fprintf(stderr, "graphtrain validate: %s\n", err.msg);
         return VALIDATE_EXIT_INVALID;
     }
     gt_report report;

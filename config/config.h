@@ -79,6 +79,7 @@ typedef struct gt_model_config {
     double moe_expert_capacity_factor; /* <= 0: unset (dropless) */
     bool moe_pad_expert_input_to_capacity;
     double moe_aux_loss_coeff;
+    bool moe_router_padding_for_fp8; /* pad routing maps for fp8 GEMMs (a host sync) */
     /* recompute */
     gt_recompute_granularity recompute_granularity;
     gt_recompute_method recompute_method;
@@ -174,7 +175,7 @@ typedef struct gt_runtime_config {
     bool deterministic;                 /* deterministic attention backward etc. */
     int inject_nan_at_step;             /* test hook: -1 = off */
     bool debug_capture_check;           /* run one step under global-mode capture */
-    char gpu[32]; /* runtime.gpu: GPU the config targets (Bridge's -g: h100, b200...); "" = this one */
+    char gpu[32];                       /* runtime.gpu: Bridge's -g (h100, b200...); "" = this GPU */
 } gt_runtime_config;
 
 typedef struct gt_config {

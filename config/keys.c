@@ -18,9 +18,8 @@ static const char *const k_scopes[] = {"full_iteration", "attn",           "mlp"
 static const char *const k_recompute_gran[] = {"none", "full", "selective", NULL};
 static const char *const k_recompute_method[] = {"uniform", "block", NULL};
 /* order = GT_RECOMPUTE_* bit order */
-static const char *const k_recompute_modules[] = {"core_attn", "mlp",       "moe",
-                                                  "moe_act",   "layernorm", "shared_experts",
-                                                  NULL};
+static const char *const k_recompute_modules[] = {
+    "core_attn", "mlp", "moe", "moe_act", "layernorm", "shared_experts", NULL};
 static const char *const k_dispatcher[] = {"allgather", "alltoall", "flex", NULL};
 static const char *const k_dtype[] = {"bf16", "fp32", "fp8_cs", "fp8_mx", "fp8_ds", NULL};
 static const char *const k_lr_style[] = {"constant", "linear", "cosine", NULL};
@@ -56,6 +55,7 @@ static const gt_key k_keys[] = {
     {"model.moe_expert_capacity_factor", GT_KEY_DOUBLE, F(model.moe_expert_capacity_factor), "0", NULL, -1, 1000, "Drop-and-pad capacity per expert (x fair share); <= 0 = unset (dropless).", "0"},
     {"model.moe_pad_expert_input_to_capacity", GT_KEY_BOOL, F(model.moe_pad_expert_input_to_capacity), "false", NULL, 0, 0, "Pad every expert's input to its capacity (static shapes).", NULL},
     {"model.moe_aux_loss_coeff", GT_KEY_DOUBLE, F(model.moe_aux_loss_coeff), "0", NULL, 0, 1000, "Load-balancing auxiliary loss coefficient.", "0"},
+    {"model.moe_router_padding_for_fp8", GT_KEY_BOOL, F(model.moe_router_padding_for_fp8), "false", NULL, 0, 0, "Pad the routing map for fp8 expert GEMMs (syncs with the host).", NULL},
     /* ---- recompute, offloading, wgrad ---- */
     {"model.recompute_granularity", GT_KEY_ENUM, F(model.recompute_granularity), "none", k_recompute_gran, 0, 0, "Activation recompute: none, full (whole layers) or selective (recompute_modules).", NULL},
     {"model.recompute_method", GT_KEY_ENUM, F(model.recompute_method), "uniform", k_recompute_method, 0, 0, "How full recompute picks layers.", NULL},
@@ -153,21 +153,27 @@ const gt_key *gt_config_find_key(const char *name) {
     return NULL;
 }
 
-/* Levenshtein distance, capped: names are short (< 64 chars compared). */
-static size_t edit_distance(const char *a, const char *b) {
+/* Levenshtein distance of the first 63 characters, or cap + 1 as soon as it must exceed cap
+ * (the suggester only cares about close names; fuzzed input must stay cheap). */
+static size_t edit_distance(const char *a, const char *b, size_t cap) {
     enum { N = 64 };
     size_t la = strlen(a), lb = strlen(b);
     if (la >= N) la = N - 1;
     if (lb >= N) lb = N - 1;
+    if ((la > lb ? la - lb : lb - la) > cap) return cap + 1;
     size_t prev[N], cur[N];
-    for (size_t j = 0; j <= lb; j++) prev[j] = j;
+    for (size_t j = 0; j <= lb; j++)
+        prev[j] = j;
     for (size_t i = 1; i <= la; i++) {
         cur[0] = i;
+        size_t row_min = cur[0];
         for (size_t j = 1; j <= lb; j++) {
             size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
             size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
             cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            if (cur[j] < row_min) row_min = cur[j];
         }
+        if (row_min > cap) return cap + 1;
         memcpy(prev, cur, (lb + 1) * sizeof prev[0]);
     }
     return prev[lb];
@@ -180,23 +186,24 @@ static const char *last_part(const char *s) {
 
 const char *gt_config_suggest_key(const char *name) {
     if (!name || !*name) return NULL;
+    size_t len = strlen(last_part(name));
+    const size_t limit = len < 6 ? 2 : len / 3 + 1;
     const char *best = NULL;
-    size_t best_d = (size_t)-1;
+    size_t best_d = limit + 1;
     for (size_t i = 0; i < sizeof k_keys / sizeof k_keys[0]; i++) {
         const char *k = k_keys[i].name;
         /* the right field under the wrong (or no) section: "cuda_graph_scope" */
         if (!strcmp(last_part(k), last_part(name))) return k;
-        size_t d = edit_distance(name, k);
-        size_t d2 = edit_distance(last_part(name), last_part(k));
+        size_t d = edit_distance(name, k, best_d);
+        /* the field alone, one step worse than a whole-name match */
+        size_t d2 = edit_distance(last_part(name), last_part(k), best_d) + 1;
         /* a truncated or extended name: micro_batch -> micro_batch_size */
         size_t ln = strlen(last_part(name)), lk = strlen(last_part(k));
         size_t shorter = ln < lk ? ln : lk;
-        if (shorter >= 5 && !strncmp(last_part(name), last_part(k), shorter)) d2 = 1;
-        if (d2 < d) d = d2 + 1;
+        if (shorter >= 5 && !strncmp(last_part(name), last_part(k), shorter)) d2 = 2;
+        if (d2 < d) d = d2;
         if (d < best_d) best_d = d, best = k;
     }
-    size_t len = strlen(last_part(name));
-    size_t limit = len < 6 ? 2 : len / 3 + 1;
     return best_d <= limit ? best : NULL;
 }
 

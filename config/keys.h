@@ -22,15 +22,15 @@ typedef enum {
 } gt_key_type;
 
 typedef struct gt_key {
-    const char *name;          /* dotted: "model.cuda_graph_scope" */
+    const char *name; /* dotted: "model.cuda_graph_scope" */
     gt_key_type type;
-    size_t offset;             /* offsetof(gt_config, ...) */
-    size_t size;               /* sizeof the field (string buffer size) */
-    const char *def;           /* default, in the syntax a user writes */
-    const char *const *names;  /* ENUM/SET: allowed values, NULL-terminated */
-    double min, max;           /* INT/U64/DOUBLE: inclusive range */
-    const char *doc;           /* one line */
-    const char *null_value;    /* what YAML null / None means for this key; NULL = not allowed */
+    size_t offset;            /* offsetof(gt_config, ...) */
+    size_t size;              /* sizeof the field (string buffer size) */
+    const char *def;          /* default, in the syntax a user writes */
+    const char *const *names; /* ENUM/SET: allowed values, NULL-terminated */
+    double min, max;          /* INT/U64/DOUBLE: inclusive range */
+    const char *doc;          /* one line */
+    const char *null_value;   /* what YAML null / None means for this key; NULL = not allowed */
 } gt_key;
 
 /* The whole table, in printing order; *count receives the number of entries. */
@@ -58,6 +58,14 @@ int gt_config_load_yaml_string(gt_config *cfg, const char *text, size_t len, con
                                gt_error *err);
 /* Normalisation Bridge applies after all settings: impl=none empties the scope list. */
 void gt_config_finalize(gt_config *cfg);
+
+/* Handle-style API (include/graphtrain.h's sketch): create = malloc + defaults + environment;
+ * destroy accepts NULL; load_recipe = load_yaml + finalize; apply_override = override +
+ * finalize. */
+int gt_config_create(gt_config **cfg, gt_error *err);
+void gt_config_destroy(gt_config *cfg);
+int gt_config_load_recipe(gt_config *cfg, const char *path, gt_error *err);
+int gt_config_apply_override(gt_config *cfg, const char *key_eq_value, gt_error *err);
 
 /* Writes one key's current value as text (the syntax gt_config_set accepts). */
 void gt_config_format_value(const gt_config *cfg, const gt_key *key, char *buf, size_t n);

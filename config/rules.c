@@ -17,8 +17,10 @@ static void add(gt_report *r, gt_severity sev, const char *rule, const char *con
 
 static void add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
                 const char *fix, const char *fmt, ...) {
-    if (sev == GT_SEVERITY_ERROR) r->errors++;
-    else r->notes++;
+    if (sev == GT_SEVERITY_ERROR)
+        r->errors++;
+    else
+        r->notes++;
     if (r->count >= GT_REPORT_MAX) {
         r->dropped++;
         return;
@@ -27,7 +29,8 @@ static void add(gt_report *r, gt_severity sev, const char *rule, const char *con
     memset(f, 0, sizeof *f);
     f->severity = sev;
     f->rule = rule;
-    for (int i = 0; keys[i] && i < GT_FINDING_KEYS_MAX - 1; i++) f->keys[f->n_keys++] = keys[i];
+    for (int i = 0; keys[i] && i < GT_FINDING_KEYS_MAX - 1; i++)
+        f->keys[f->n_keys++] = keys[i];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(f->message, sizeof f->message, fmt, ap);
@@ -62,7 +65,9 @@ static bool in_list(const char *const *list, const char *s) {
 }
 
 static const char *impl_name(gt_graph_impl i) {
-    return i == GT_GRAPH_IMPL_LOCAL ? "local" : i == GT_GRAPH_IMPL_TE ? "transformer_engine" : "none";
+    return i == GT_GRAPH_IMPL_LOCAL ? "local"
+           : i == GT_GRAPH_IMPL_TE  ? "transformer_engine"
+                                    : "none";
 }
 
 /* ---- graph rules (Bridge / Megatron) ---- */
@@ -125,8 +130,8 @@ static void check_graph_rules(const gt_config *c, gt_report *r) {
             "scopes moe and moe_router are mutually exclusive (moe already contains the "
             "router)");
     if ((s & GT_SCOPE_MOE_PREPROCESS) && !(s & GT_SCOPE_MOE_ROUTER))
-        add(r, GT_SEVERITY_ERROR, "moe_preprocess_needs_moe_router",
-            KEYS("model.cuda_graph_scope"), "add moe_router to model.cuda_graph_scope",
+        add(r, GT_SEVERITY_ERROR, "moe_preprocess_needs_moe_router", KEYS("model.cuda_graph_scope"),
+            "add moe_router to model.cuda_graph_scope",
             "scope moe_preprocess requires scope moe_router");
     if ((s & (GT_SCOPE_MOE | GT_SCOPE_MOE_ROUTER | GT_SCOPE_MOE_PREPROCESS)) && !l.moe)
         add(r, GT_SEVERITY_ERROR, "moe_scopes_need_moe_layers",
@@ -157,6 +162,12 @@ static void check_graph_rules(const gt_config *c, gt_report *r) {
             "(moe_expert_capacity_factor unset)",
             "the alltoall dispatcher with a capacity factor copies token counts to the host "
             "in its preprocess step, which cannot be captured");
+    if ((s & GT_SCOPE_MOE_PREPROCESS) && l.moe && m->moe_router_padding_for_fp8)
+        add(r, GT_SEVERITY_ERROR, "moe_preprocess_no_fp8_router_padding",
+            KEYS("model.cuda_graph_scope", "model.moe_router_padding_for_fp8"),
+            "set model.moe_router_padding_for_fp8=false, or drop moe_preprocess from the scope",
+            "router padding for fp8 reads token counts on the host in the preprocess step, "
+            "which cannot be captured");
     if (local && full && l.moe && m->moe_expert_capacity_factor <= 0)
         add(r, GT_SEVERITY_NOTE, "dropless_moe_in_full_iteration",
             KEYS("model.cuda_graph_scope", "model.moe_expert_capacity_factor"),
@@ -199,8 +210,8 @@ static void check_graph_rules(const gt_config *c, gt_report *r) {
             KEYS("model.recompute_modules", "model.cuda_graph_scope"),
             "remove moe/moe_act from model.recompute_modules, or moe_router from the scope",
             "MoE recompute is not supported with the moe_router graph scope");
-    if (te && selective && (m->recompute_modules & GT_RECOMPUTE_CORE_ATTN) &&
-        (s & GT_SCOPE_ATTN) && m->attention_dropout > 0)
+    if (te && selective && (m->recompute_modules & GT_RECOMPUTE_CORE_ATTN) && (s & GT_SCOPE_ATTN) &&
+        m->attention_dropout > 0)
         add(r, GT_SEVERITY_ERROR, "attention_dropout_with_graphed_attn_recompute",
             KEYS("model.attention_dropout", "model.recompute_modules", "model.cuda_graph_scope"),
             "set model.attention_dropout=0, drop core_attn from model.recompute_modules, or "
@@ -258,7 +269,8 @@ static void check_graph_rules(const gt_config *c, gt_report *r) {
             "graphs need static shapes, but unpadded packed sequences change length (and "
             "cu_seqlens) every batch, forcing a re-capture each step");
     int steps = c->train.train_iters;
-    if (c->train.exit_interval > 0 && c->train.exit_interval < steps) steps = c->train.exit_interval;
+    if (c->train.exit_interval > 0 && c->train.exit_interval < steps)
+        steps = c->train.exit_interval;
     if (m->cuda_graph_warmup_steps >= steps)
         add(r, GT_SEVERITY_ERROR, "warmup_steps_bound",
             KEYS("model.cuda_graph_warmup_steps", "train.train_iters", "train.exit_interval"),
@@ -266,7 +278,8 @@ static void check_graph_rules(const gt_config *c, gt_report *r) {
             "capture happens after %d eager warmup steps, but the run has only %d steps: no "
             "graph would ever be replayed",
             m->cuda_graph_warmup_steps, steps);
-    if (local && full && (c->rerun_state_machine.check_for_nan_in_loss || c->ddp.check_for_nan_in_grad))
+    if (local && full &&
+        (c->rerun_state_machine.check_for_nan_in_loss || c->ddp.check_for_nan_in_grad))
         add(r, GT_SEVERITY_NOTE, "nan_checks_inside_full_iteration",
             KEYS("rerun_state_machine.check_for_nan_in_loss", "ddp.check_for_nan_in_grad",
                  "model.cuda_graph_scope"),
@@ -294,7 +307,8 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
         size_t len = strlen(m->layer_pattern);
         size_t bad = strspn(m->layer_pattern, "*-EM");
         if (bad < len)
-            add(r, GT_SEVERITY_ERROR, "layer_pattern_alphabet", KEYS("model.hybrid_override_pattern"),
+            add(r, GT_SEVERITY_ERROR, "layer_pattern_alphabet",
+                KEYS("model.hybrid_override_pattern"),
                 "use only * (attention), - (dense MLP), E (MoE), M (Mamba)",
                 "hybrid_override_pattern has '%c' at position %zu", m->layer_pattern[bad], bad);
         else if ((int)len != m->num_layers)
@@ -311,7 +325,8 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
     }
     layers l = model_layers(m);
     if (l.dense_mlp && m->ffn_hidden_size <= 0)
-        add(r, GT_SEVERITY_ERROR, "dense_layers_need_ffn_hidden_size", KEYS("model.ffn_hidden_size"),
+        add(r, GT_SEVERITY_ERROR, "dense_layers_need_ffn_hidden_size",
+            KEYS("model.ffn_hidden_size"),
             "set model.ffn_hidden_size (Llama: about 8/3 x hidden_size)",
             "the model has dense MLP layers but ffn_hidden_size is 0");
     if (m->num_moe_experts > 0) {
@@ -324,7 +339,8 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
         if (m->moe_ffn_hidden_size <= 0 && m->ffn_hidden_size <= 0)
             add(r, GT_SEVERITY_ERROR, "moe_needs_expert_ffn",
                 KEYS("model.moe_ffn_hidden_size", "model.ffn_hidden_size"),
-                "set model.moe_ffn_hidden_size", "MoE experts have no width (both "
+                "set model.moe_ffn_hidden_size",
+                "MoE experts have no width (both "
                 "moe_ffn_hidden_size and ffn_hidden_size are 0)");
         if (m->num_moe_experts % m->expert_model_parallel_size)
             add(r, GT_SEVERITY_ERROR, "expert_parallel_divides_experts",
@@ -359,8 +375,8 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
             "dataset.source=shards needs dataset.data_path");
     if (c->optimizer.min_lr > c->optimizer.lr)
         add(r, GT_SEVERITY_ERROR, "min_lr_le_lr", KEYS("optimizer.min_lr", "optimizer.lr"),
-            "set optimizer.min_lr <= optimizer.lr",
-            "min_lr %g is above the peak lr %g", c->optimizer.min_lr, c->optimizer.lr);
+            "set optimizer.min_lr <= optimizer.lr", "min_lr %g is above the peak lr %g",
+            c->optimizer.min_lr, c->optimizer.lr);
     if (c->train.eval_interval > 0 && c->train.eval_iters == 0)
         add(r, GT_SEVERITY_ERROR, "eval_needs_iters",
             KEYS("train.eval_interval", "train.eval_iters"),
@@ -414,46 +430,4 @@ int gt_config_validate(const gt_config *cfg, gt_report *report) {
     check_shape_rules(cfg, report);
     check_engine_notes(cfg, report);
     return report->errors;
-}
-
-int gt_report_has(const gt_report *r, const char *rule) {
-    for (int i = 0; i < r->count; i++)
-        if (!strcmp(r->findings[i].rule, rule)) return 1;
-    return 0;
-}
-
-void gt_report_print(const gt_report *r, FILE *out) {
-    for (int i = 0; i < r->count; i++) {
-        const gt_finding *f = &r->findings[i];
-        fprintf(out, "%s [%s] ", f->severity == GT_SEVERITY_ERROR ? "error" : "note", f->rule);
-        for (int k = 0; k < f->n_keys; k++) fprintf(out, "%s%s", k ? ", " : "", f->keys[k]);
-        fprintf(out, "\n  why: %s\n  fix: %s\n", f->message, f->fix);
-    }
-    if (r->dropped) fprintf(out, "(%d more findings not shown)\n", r->dropped);
-    if (r->errors)
-        fprintf(out, "%d error%s, %d note%s: the configuration is not valid\n", r->errors,
-                r->errors == 1 ? "" : "s", r->notes, r->notes == 1 ? "" : "s");
-    else
-        fprintf(out, "configuration is valid (%d note%s)\n", r->notes, r->notes == 1 ? "" : "s");
-}
-
-void gt_report_print_json(const gt_report *r, FILE *out) {
-    fputc('[', out);
-    for (int i = 0; i < r->count; i++) {
-        const gt_finding *f = &r->findings[i];
-        fprintf(out, "%s{\"severity\": \"%s\", \"rule\": ", i ? ", " : "",
-                f->severity == GT_SEVERITY_ERROR ? "error" : "note");
-        gt_json_write_string(out, f->rule);
-        fputs(", \"keys\": [", out);
-        for (int k = 0; k < f->n_keys; k++) {
-            if (k) fputs(", ", out);
-            gt_json_write_string(out, f->keys[k]);
-        }
-        fputs("], \"message\": ", out);
-        gt_json_write_string(out, f->message);
-        fputs(", \"fix\": ", out);
-        gt_json_write_string(out, f->fix);
-        fputc('}', out);
-    }
-    fputc(']', out);
 }

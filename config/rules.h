@@ -8,8 +8,8 @@
 
 #include "config/config.h"
 
-#define GT_REPORT_MAX 64       /* findings kept; more are counted in `dropped` */
-#define GT_FINDING_KEYS_MAX 6  /* keys named by one finding */
+#define GT_REPORT_MAX 64      /* findings kept; more are counted in `dropped` */
+#define GT_FINDING_KEYS_MAX 6 /* keys named by one finding */
 #define GT_FINDING_TEXT_MAX 512
 
 typedef enum { GT_SEVERITY_ERROR, GT_SEVERITY_NOTE } gt_severity;
@@ -19,8 +19,8 @@ typedef struct gt_finding {
     const char *rule;                      /* stable id, e.g. "full_iteration_needs_local" */
     const char *keys[GT_FINDING_KEYS_MAX]; /* dotted key names (static strings); NULL-ended */
     int n_keys;
-    char message[GT_FINDING_TEXT_MAX];     /* why */
-    char fix[GT_FINDING_TEXT_MAX];         /* what to change */
+    char message[GT_FINDING_TEXT_MAX]; /* why */
+    char fix[GT_FINDING_TEXT_MAX];     /* what to change */
 } gt_finding;
 
 typedef struct gt_report {

@@ -13,15 +13,19 @@
 
 #define VALUE_SHOW_MAX 64 /* how much of a bad value an error message quotes */
 
-static void *field(gt_config *cfg, const gt_key *k) { return (char *)cfg + k->offset; }
+static void *field(gt_config *cfg, const gt_key *k) {
+    return (char *)cfg + k->offset;
+}
 static const void *cfield(const gt_config *cfg, const gt_key *k) {
     return (const char *)cfg + k->offset;
 }
 
 /* Copies s without surrounding blanks into buf (truncating at n-1). */
 static void trim_copy(const char *s, size_t len, char *buf, size_t n) {
-    while (len && isspace((unsigned char)*s)) s++, len--;
-    while (len && isspace((unsigned char)s[len - 1])) len--;
+    while (len && isspace((unsigned char)*s))
+        s++, len--;
+    while (len && isspace((unsigned char)s[len - 1]))
+        len--;
     if (len >= n) len = n - 1;
     memcpy(buf, s, len);
     buf[len] = '\0';
@@ -60,7 +64,8 @@ static int set_number(gt_config *cfg, const gt_key *k, const char *v, gt_error *
     snprintf(range, sizeof range, "between %.17g and %.17g", k->min, k->max);
     if (k->type == GT_KEY_DOUBLE) {
         double d = strtod(v, &end);
-        if (end == v || *end) return bad_value(err, k, v, "is not a number; write e.g. 0.5 or 1e-5");
+        if (end == v || *end)
+            return bad_value(err, k, v, "is not a number; write e.g. 0.5 or 1e-5");
         if (!isfinite(d) || d < k->min || d > k->max) {
             char msg[160];
             snprintf(msg, sizeof msg, "is out of range; use a value %s", range);
@@ -107,13 +112,17 @@ static int parse_bool(const char *v, bool *out) {
 static int set_bits(gt_config *cfg, const gt_key *k, const char *v, gt_error *err) {
     uint32_t bits = 0;
     char buf[512];
+    if (strlen(v) >= sizeof buf)
+        return gt_error_set(err, GT_ERR_INVALID, "%s: list is too long (%zu characters)", k->name,
+                            strlen(v));
     trim_copy(v, strlen(v), buf, sizeof buf);
     char *s = buf;
     size_t len = strlen(s);
     if (len >= 2 && s[0] == '[' && s[len - 1] == ']') s[len - 1] = '\0', s++;
     if (!is_null_word(s)) {
         char *save = NULL;
-        for (char *tok = strtok_r(s, ", \t\n\r", &save); tok; tok = strtok_r(NULL, ", \t\n\r", &save)) {
+        for (char *tok = strtok_r(s, ", \t\n\r", &save); tok;
+             tok = strtok_r(NULL, ", \t\n\r", &save)) {
             size_t tl = strlen(tok);
             if (tl >= 2 && (tok[0] == '\'' || tok[0] == '"') && tok[tl - 1] == tok[0])
                 tok[tl - 1] = '\0', tok++;
@@ -202,8 +211,8 @@ int gt_config_set(gt_config *cfg, const char *key, const char *value, gt_error *
     }
     char v[1024];
     if (strlen(value) >= sizeof v)
-        return gt_error_set(err, GT_ERR_INVALID, "%s: value is too long (%zu characters)",
-                            k->name, strlen(value));
+        return gt_error_set(err, GT_ERR_INVALID, "%s: value is too long (%zu characters)", k->name,
+                            strlen(value));
     trim_copy(value, strlen(value), v, sizeof v);
     int rc = set_one(cfg, k, v, err);
     /* Bridge: cuda_graph_impl == "none" -> cuda_graph_scope = [] */
@@ -218,7 +227,8 @@ int gt_config_override(gt_config *cfg, const char *kv, gt_error *err) {
     const char *eq = strchr(kv, '=');
     if (!eq || eq == kv)
         return gt_error_set(err, GT_ERR_INVALID,
-                            "override '%.128s' is not key=value; write e.g. model.num_layers=4", kv);
+                            "override '%.128s' is not key=value; write e.g. model.num_layers=4",
+                            kv);
     char key[256];
     if ((size_t)(eq - kv) >= sizeof key)
         return gt_error_set(err, GT_ERR_INVALID, "override key is too long (%zu characters)",
@@ -226,7 +236,8 @@ int gt_config_override(gt_config *cfg, const char *kv, gt_error *err) {
     trim_copy(kv, (size_t)(eq - kv), key, sizeof key);
     /* "--model.num_layers=4" and "+model.x=1" (Hydra) mean the same thing */
     char *kp = key;
-    while (*kp == '-' || *kp == '+') kp++;
+    while (*kp == '-' || *kp == '+')
+        kp++;
     return gt_config_set(cfg, kp, eq + 1, err);
 }
 
@@ -239,10 +250,18 @@ void gt_config_format_value(const gt_config *cfg, const gt_key *k, char *buf, si
     if (!n) return;
     buf[0] = '\0';
     switch (k->type) {
-    case GT_KEY_INT: snprintf(buf, n, "%d", *(const int *)f); break;
-    case GT_KEY_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)f); break;
-    case GT_KEY_DOUBLE: snprintf(buf, n, "%.10g", *(const double *)f); break;
-    case GT_KEY_BOOL: snprintf(buf, n, "%s", *(const bool *)f ? "true" : "false"); break;
+    case GT_KEY_INT:
+        snprintf(buf, n, "%d", *(const int *)f);
+        break;
+    case GT_KEY_U64:
+        snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)f);
+        break;
+    case GT_KEY_DOUBLE:
+        snprintf(buf, n, "%.10g", *(const double *)f);
+        break;
+    case GT_KEY_BOOL:
+        snprintf(buf, n, "%s", *(const bool *)f ? "true" : "false");
+        break;
     case GT_KEY_TRI: {
         int t = *(const int *)f;
         snprintf(buf, n, "%s", t < 0 ? "unset" : t ? "1" : "0");
@@ -250,7 +269,8 @@ void gt_config_format_value(const gt_config *cfg, const gt_key *k, char *buf, si
     }
     case GT_KEY_ENUM: {
         int i = *(const int *)f, count = 0;
-        while (k->names[count]) count++;
+        while (k->names[count])
+            count++;
         snprintf(buf, n, "%s", i >= 0 && i < count ? k->names[i] : "?");
         break;
     }
@@ -265,104 +285,8 @@ void gt_config_format_value(const gt_config *cfg, const gt_key *k, char *buf, si
         }
         break;
     }
-    case GT_KEY_STRING: snprintf(buf, n, "%s", (const char *)f); break;
-    }
-}
-
-void gt_config_print(const gt_config *cfg, FILE *out) {
-    size_t count;
-    const gt_key *keys = gt_config_keys(&count);
-    for (size_t i = 0; i < count; i++) {
-        char v[600];
-        gt_config_format_value(cfg, &keys[i], v, sizeof v);
-        fprintf(out, "  %-44s = %s\n", keys[i].name, keys[i].type == GT_KEY_SET && !*v ? "[]" : v);
-    }
-}
-
-void gt_json_write_string(FILE *out, const char *s) {
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-        else if (*p == '\n') fputs("\\n", out);
-        else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
-        else fputc(*p, out);
-    }
-    fputc('"', out);
-}
-
-void gt_config_print_json(const gt_config *cfg, FILE *out) {
-    size_t count;
-    const gt_key *keys = gt_config_keys(&count);
-    fputc('{', out);
-    for (size_t i = 0; i < count; i++) {
-        const gt_key *k = &keys[i];
-        char v[600];
-        gt_config_format_value(cfg, k, v, sizeof v);
-        fprintf(out, "%s", i ? ", " : "");
-        gt_json_write_string(out, k->name);
-        fputs(": ", out);
-        switch (k->type) {
-        case GT_KEY_INT:
-        case GT_KEY_U64:
-        case GT_KEY_DOUBLE:
-        case GT_KEY_BOOL: fputs(v, out); break;
-        case GT_KEY_TRI: fputs(*(const int *)cfield(cfg, k) < 0 ? "null" : v, out); break;
-        case GT_KEY_SET: {
-            fputc('[', out);
-            char *save = NULL;
-            int first = 1;
-            for (char *t = strtok_r(v, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (!first) fputs(", ", out);
-                gt_json_write_string(out, t);
-                first = 0;
-            }
-            fputc(']', out);
-            break;
-        }
-        default: gt_json_write_string(out, v); break;
-        }
-    }
-    fputc('}', out);
-}
-
-static const char *type_name(const gt_key *k) {
-    switch (k->type) {
-    case GT_KEY_INT: return "int";
-    case GT_KEY_U64: return "uint64";
-    case GT_KEY_DOUBLE: return "float";
-    case GT_KEY_BOOL: return "bool";
-    case GT_KEY_ENUM: return "enum";
-    case GT_KEY_SET: return "list";
-    case GT_KEY_STRING: return "string";
-    case GT_KEY_TRI: return "0/1/unset";
-    }
-    return "?";
-}
-
-void gt_config_print_reference(FILE *out) {
-    size_t count;
-    const gt_key *keys = gt_config_keys(&count);
-    fputs("| key | type | default | allowed | description |\n", out);
-    fputs("|---|---|---|---|---|\n", out);
-    for (size_t i = 0; i < count; i++) {
-        const gt_key *k = &keys[i];
-        char allowed[256] = "";
-        if (k->names) list_names(k->names, allowed, sizeof allowed);
-        else if (k->type == GT_KEY_INT || k->type == GT_KEY_DOUBLE)
-            snprintf(allowed, sizeof allowed, "%.10g .. %.10g", k->min, k->max);
-        else if (k->type == GT_KEY_BOOL) snprintf(allowed, sizeof allowed, "true, false");
-        else if (k->type == GT_KEY_TRI) snprintf(allowed, sizeof allowed, "0, 1, unset");
-        else if (k->type == GT_KEY_U64) snprintf(allowed, sizeof allowed, "0 .. 2^64-1");
-        else if (k->type == GT_KEY_STRING) snprintf(allowed, sizeof allowed, "text");
-        /* a Markdown table cell cannot hold a bare '|' */
-        char cell[400];
-        size_t j = 0;
-        for (const char *p = allowed; *p && j + 3 < sizeof cell; p++) {
-            if (*p == '|') cell[j++] = '\\';
-            cell[j++] = *p;
-        }
-        cell[j] = '\0';
-        fprintf(out, "| `%s` | %s | `%s` | %s | %s |\n", k->name, type_name(k),
-                *k->def ? k->def : "\"\"", cell, k->doc);
+    case GT_KEY_STRING:
+        snprintf(buf, n, "%s", (const char *)f);
+        break;
     }
 }

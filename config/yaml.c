@@ -10,7 +10,7 @@
 
 #include "config/keys.h"
 
-#define YAML_MAX_DEPTH 8    /* model.x is depth 2; anything deeper is a mistake */
+#define YAML_MAX_DEPTH 8 /* model.x is depth 2; anything deeper is a mistake */
 #define YAML_KEY_MAX 256
 #define YAML_LIST_MAX 1024  /* joined list text */
 #define YAML_MAX_REPORTED 8 /* bad settings reported in one message */
@@ -46,14 +46,31 @@ static void fatal(yaml_ctx *c, size_t line, const char *msg) {
 static int next_event(yaml_ctx *c, yaml_event_t *ev) {
     if (yaml_parser_parse(&c->parser, ev)) return 1;
     char msg[512];
-    snprintf(msg, sizeof msg, "malformed YAML: %s%s%s", c->parser.problem ? c->parser.problem : "syntax error",
-             c->parser.context ? " " : "", c->parser.context ? c->parser.context : "");
+    snprintf(msg, sizeof msg, "malformed YAML: %s%s%s",
+             c->parser.problem ? c->parser.problem : "syntax error", c->parser.context ? " " : "",
+             c->parser.context ? c->parser.context : "");
     fatal(c, c->parser.problem_mark.line + 1, msg);
+    return 0;
+}
+
+/* Is prefix "model" the section of some key ("model.")? */
+static int is_section(const char *name) {
+    size_t n, len = strlen(name);
+    const gt_key *keys = gt_config_keys(&n);
+    for (size_t i = 0; i < n; i++)
+        if (!strncmp(keys[i].name, name, len) && keys[i].name[len] == '.') return 1;
     return 0;
 }
 
 static void apply(yaml_ctx *c, const char *key, const char *value, size_t line) {
     gt_error e = {0};
+    if (is_section(key)) {
+        char msg[YAML_KEY_MAX + 96];
+        snprintf(msg, sizeof msg,
+                 "%s is a section; write its settings below it (%s:\n  name: value)", key, key);
+        add_error(c, GT_ERR_INVALID, line, msg);
+        return;
+    }
     if (gt_config_set(c->cfg, key, value, &e) != GT_OK) add_error(c, GT_ERR_INVALID, line, e.msg);
 }
 
@@ -68,7 +85,9 @@ static void parse_list(yaml_ctx *c, const char *key, size_t line) {
         yaml_event_type_t t = ev.type;
         if (t == YAML_SCALAR_EVENT) {
             size_t len = ev.data.scalar.length;
-            if (used + len + 2 < sizeof joined) {
+            if (strlen((const char *)ev.data.scalar.value) != len) {
+                too_long = 1; /* a NUL byte inside an item: reject rather than cut it */
+            } else if (used + len + 2 < sizeof joined) {
                 if (used) joined[used++] = ',';
                 memcpy(joined + used, ev.data.scalar.value, len);
                 used += len;
@@ -87,7 +106,7 @@ static void parse_list(yaml_ctx *c, const char *key, size_t line) {
     }
     if (too_long) {
         char msg[YAML_KEY_MAX + 64];
-        snprintf(msg, sizeof msg, "%s: list is too long", key);
+        snprintf(msg, sizeof msg, "%s: list is too long or holds a NUL byte", key);
         add_error(c, GT_ERR_INVALID, line, msg);
         return;
     }
@@ -114,7 +133,10 @@ static void parse_mapping(yaml_ctx *c, const char *prefix, int depth) {
             return;
         }
         char key[YAML_KEY_MAX];
-        int n = snprintf(key, sizeof key, "%s%.*s", prefix, (int)(kev.data.scalar.length < YAML_KEY_MAX ? kev.data.scalar.length : YAML_KEY_MAX), (const char *)kev.data.scalar.value);
+        int n = snprintf(
+            key, sizeof key, "%s%.*s", prefix,
+            (int)(kev.data.scalar.length < YAML_KEY_MAX ? kev.data.scalar.length : YAML_KEY_MAX),
+            (const char *)kev.data.scalar.value);
         yaml_event_delete(&kev);
         if (n < 0 || (size_t)n >= sizeof key || strlen(key) != (size_t)n) {
             fatal(c, line, "key is too long or contains a NUL byte");
@@ -140,6 +162,12 @@ static void parse_mapping(yaml_ctx *c, const char *prefix, int depth) {
             break;
         case YAML_MAPPING_START_EVENT: {
             yaml_event_delete(&vev);
+            if (gt_config_find_key(key)) {
+                char msg[YAML_KEY_MAX + 64];
+                snprintf(msg, sizeof msg, "%s takes a value, not a nested mapping", key);
+                fatal(c, line, msg);
+                break;
+            }
             char sub[YAML_KEY_MAX + 1];
             snprintf(sub, sizeof sub, "%s.", key);
             parse_mapping(c, sub, depth + 1);
@@ -147,7 +175,8 @@ static void parse_mapping(yaml_ctx *c, const char *prefix, int depth) {
         }
         default:
             yaml_event_delete(&vev);
-            fatal(c, line, "anchors and aliases (*name) are not supported in recipes; write the value out");
+            fatal(c, line,
+                  "anchors and aliases (*name) are not supported in recipes; write the value out");
             break;
         }
         if (c->fatal) return;
@@ -161,9 +190,10 @@ static int parse_stream(yaml_ctx *c) {
         if (!next_event(c, &ev)) break;
         yaml_event_type_t t = ev.type;
         size_t line = ev.start_mark.line + 1;
-        int empty_scalar = t == YAML_SCALAR_EVENT && (ev.data.scalar.length == 0 ||
-                                                      !strcmp((char *)ev.data.scalar.value, "~") ||
-                                                      !strcmp((char *)ev.data.scalar.value, "null"));
+        int empty_scalar =
+            t == YAML_SCALAR_EVENT &&
+            (ev.data.scalar.length == 0 || !strcmp((char *)ev.data.scalar.value, "~") ||
+             !strcmp((char *)ev.data.scalar.value, "null"));
         yaml_event_delete(&ev);
         if (t == YAML_STREAM_END_EVENT) break;
         if (t == YAML_DOCUMENT_START_EVENT && ++docs > 1) {

@@ -5,28 +5,28 @@
 #include <string.h>
 
 typedef struct scope_entry {
-    uint32_t bit;
     const char *name;
-    unsigned units;
+    uint32_t bit;
+    unsigned units; /* bit (1u << gt_unit_kind) per unit the scope covers */
 } scope_entry;
 
 #define UNIT(k) (1u << (k))
 
 static const scope_entry k_scopes[] = {
-    {GT_SCOPE_ATTN, "attn", UNIT(GT_UNIT_ATTN)},
-    {GT_SCOPE_MLP, "mlp", UNIT(GT_UNIT_MLP)},
-    {GT_SCOPE_MOE, "moe",
+    {"attn", GT_SCOPE_ATTN, UNIT(GT_UNIT_ATTN)},
+    {"mlp", GT_SCOPE_MLP, UNIT(GT_UNIT_MLP)},
+    {"moe", GT_SCOPE_MOE,
      UNIT(GT_UNIT_MOE_ROUTER) | UNIT(GT_UNIT_MOE_PREPROCESS) | UNIT(GT_UNIT_MOE)},
-    {GT_SCOPE_MOE_ROUTER, "moe_router", UNIT(GT_UNIT_MOE_ROUTER)},
-    {GT_SCOPE_MOE_PREPROCESS, "moe_preprocess", UNIT(GT_UNIT_MOE_PREPROCESS)},
+    {"moe_router", GT_SCOPE_MOE_ROUTER, UNIT(GT_UNIT_MOE_ROUTER)},
+    {"moe_preprocess", GT_SCOPE_MOE_PREPROCESS, UNIT(GT_UNIT_MOE_PREPROCESS)},
 };
 #define N_SCOPES (sizeof k_scopes / sizeof k_scopes[0])
 
 /* Every scoped mode name, indexed by the k_scopes entries selected (bit i = k_scopes[i]):
  * static strings, so a gt_graph_stats copied out stays valid after the runner is gone.
- * Index 0 (no scope) is Megatron's whole-layer default. */
+ * Index 0 (no scope) is rejected before it is used. */
 static const char *const k_mode_names[1u << N_SCOPES] = {
-    "scoped(layer)",
+    "scoped()",
     "scoped(attn)",
     "scoped(mlp)",
     "scoped(attn,mlp)",
@@ -109,15 +109,11 @@ static int policy_scoped(const gt_config *cfg, gt_graph_policy *p, gt_error *err
                             "model.cuda_graph_scope: moe_preprocess needs moe_router in the "
                             "scope too (the permutation consumes the router's top-k); add "
                             "moe_router");
-    if (scope == 0) {
-        /* Megatron's default for an empty scope with TE graphs: the whole layer */
-        p->units = UNIT(GT_UNIT_ATTN) | UNIT(GT_UNIT_MLP) | UNIT(GT_UNIT_MOE_ROUTER) |
-                   UNIT(GT_UNIT_MOE_PREPROCESS) | UNIT(GT_UNIT_MOE);
-        for (int k = 0; k < GT_UNIT_KINDS; k++)
-            p->unit_scope[k] = 0;
-        p->mode = k_mode_names[0];
-        return GT_OK;
-    }
+    if (scope == 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "model.cuda_graph_impl=transformer_engine needs a "
+                            "model.cuda_graph_scope: attn, mlp, moe, moe_router and/or "
+                            "moe_preprocess (e.g. attn,mlp for a dense model)");
     unsigned name_index = 0;
     for (size_t i = 0; i < N_SCOPES; i++) {
         if (!(scope & k_scopes[i].bit)) continue;

@@ -170,6 +170,13 @@ static int scoped_step(gt_graph_runner *r, int64_t key, step_body *sb, gt_step_m
 
 int gt_graph_runner_step_shape(gt_graph_runner *r, int64_t shape_key, gt_graph_enqueue_fn fn,
                                void *ctx, gt_step_mode *mode, gt_error *err) {
+    gt_error local; /* failures are reported into *err; callers may pass none */
+    if (!err) err = &local;
+    gt_error_clear(err);
+    if (!r)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "gt_graph_runner_step: no runner (gt_graph_runner_create failed or "
+                            "was not called)");
     gt_step_mode m = GT_STEP_EAGER;
     step_body sb = {r, fn, ctx, NULL};
     int rc = GT_OK;
@@ -190,12 +197,20 @@ int gt_graph_runner_step_shape(gt_graph_runner *r, int64_t shape_key, gt_graph_e
         break;
     }
     r->calls++;
+    if (rc == GT_OK) {
+        if (m == GT_STEP_REPLAYED)
+            r->replayed_steps++;
+        else if (m == GT_STEP_CAPTURED)
+            r->captured_steps++;
+        else
+            r->eager_steps++;
+    }
     if (mode) *mode = m;
     return rc;
 }
 
 int gt_graph_runner_step(gt_graph_runner *r, gt_step_mode *mode, gt_error *err) {
-    return gt_graph_runner_step_shape(r, r->default_key, NULL, NULL, mode, err);
+    return gt_graph_runner_step_shape(r, r ? r->default_key : 0, NULL, NULL, mode, err);
 }
 
 void gt_graph_runner_stats(const gt_graph_runner *r, gt_graph_stats *st) {
@@ -261,15 +276,17 @@ void gt_graph_runner_report(const gt_graph_runner *r, FILE *f) {
     }
     if (r->capture_call > 0)
         fprintf(f,
-                "; captured at step %lld of this run after %d eager warmup step%s; "
-                "capture %.2f ms, instantiate %.2f ms\n",
+                "; first capture at step %lld of this run after %d eager warmup step%s; "
+                "%d capture%s: %.2f ms capturing, %.2f ms instantiating\n",
                 (long long)r->capture_call, r->pol.warmup, r->pol.warmup == 1 ? "" : "s",
-                s.capture_ms, s.instantiate_ms);
+                r->captures, r->captures == 1 ? "" : "s", s.capture_ms, s.instantiate_ms);
     else if (r->pol.kind != GT_POLICY_EAGER)
         fprintf(f, "; nothing captured (warmup %d step%s)\n", r->pol.warmup,
                 r->pol.warmup == 1 ? "" : "s");
     else
         fprintf(f, "\n");
+    fprintf(f, "graphs: steps: %lld eager, %lld captured, %lld replayed\n",
+            (long long)r->eager_steps, (long long)r->captured_steps, (long long)r->replayed_steps);
     if (r->captures > 0) report_memory(r, &s, f);
     if (r->pol.kind == GT_POLICY_FULL)
         fprintf(f, "graphs: shape buckets %d of %d, %d evictions, %d hits\n", s.buckets,

@@ -44,6 +44,7 @@ struct gt_graph_runner {
     size_t mem_before, mem_after;
     int captures;         /* successful captures */
     int64_t capture_call; /* 1-based runner step of the first capture, 0 = none yet */
+    int64_t eager_steps, captured_steps, replayed_steps; /* steps by gt_step_mode */
     int fallbacks;
     int check_nodes; /* nodes of the debug.capture_check graph, -1 = not run */
     char force_fail[GT_FORCE_FAIL_MAX];

@@ -112,8 +112,7 @@ static void keep_pending(gt_graph_runner *r, const gt_error *e) {
 /* Turns every kind of the scope that selected `kind` off (the whole configured scope falls
  * back, e.g. all three MoE units for `moe`). */
 static void fall_back_scope(gt_graph_runner *r, int kind) {
-    uint32_t scope = r->pol.unit_scope[kind];
-    unsigned kinds = scope ? gt_graph_scope_units(scope) : (1u << kind);
+    unsigned kinds = gt_graph_scope_units(r->pol.unit_scope[kind]);
     r->active_units &= ~kinds;
     r->fallen_units |= kinds;
 }
@@ -123,7 +122,9 @@ void gt_runner_unit_run(void *ctx, gt_model *m, gt_stream *s, int layer, int uni
     gt_graph_runner *r = ctx;
     int kind = (int)gt_model_unit_kind(m, layer, unit);
     int i = slot_of(layer, unit, backward);
-    if (layer >= r->layers || unit >= GT_MAX_UNITS_PER_LAYER || !(r->active_units & (1u << kind))) {
+    if (layer < 0 || layer >= r->layers || unit < 0 || unit >= GT_MAX_UNITS_PER_LAYER || kind < 0 ||
+        kind >= GT_UNIT_KINDS || !(r->active_units & (1u << kind))) {
+        /* not a captured scope (or not a unit this table knows: the model reports it) */
         gt_model_unit_run(m, s, layer, unit, backward, st);
         return;
     }
@@ -156,7 +157,7 @@ void gt_runner_unit_run(void *ctx, gt_model *m, gt_stream *s, int layer, int uni
         return;
     }
     char what[128];
-    snprintf(what, sizeof what, "%s scope", gt_graph_unit_scope_name(kind));
+    snprintf(what, sizeof what, "the %s scope", gt_graph_scope_name(r->pol.unit_scope[kind]));
     if (gt_runner_capture_failed(r, what, &e) != GT_OK)
         keep_pending(r, &e);
     else

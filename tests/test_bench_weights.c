@@ -157,6 +157,55 @@ static void test_tensor_whose_shape_disagrees_with_its_count_is_refused(void **s
     expect_refusal(1 << 20, GT_WEIGHTS_HEADER_BYTES + 68, 0x01, "shape holds");
 }
 
+/* gt_weights_export writes exactly the trainer's fp32 master weights; the gradient export has
+ * the same layout and, after one step, holds that step's (nonzero) gradients. */
+static void test_trainer_export_round_trips_master_weights_and_gradients(void **state) {
+    (void)state;
+    gt_config c;
+    small_config(&c, 0);
+    c.runtime.device = GT_DEVICE_CPU;
+    gt_error err = {0};
+    gt_trainer *t = NULL;
+    int rc = gt_trainer_create(&t, &c, &err);
+    if (rc) fprintf(stderr, "gt_trainer_create: %s\n", err.msg);
+    assert_int_equal(rc, GT_OK);
+    const gt_model *m = gt_trainer_model(t);
+    size_t n = gt_model_get_info(m)->n_params;
+    float *master = malloc(n * sizeof *master);
+    assert_non_null(master);
+    assert_int_equal(gt_trainer_read_master(t, master, &err), GT_OK);
+    char dir[256], path[300], gpath[300];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/w.gtw", dir);
+    snprintf(gpath, sizeof gpath, "%s/g.gtw", dir);
+    assert_int_equal(gt_weights_export(t, path, &err), GT_OK);
+    gt_step_stats st;
+    assert_int_equal(gt_trainer_step(t, &st, &err), GT_OK);
+    assert_int_equal(gt_weights_export_grads(t, gpath, &err), GT_OK);
+    gt_weights w, g;
+    assert_int_equal(gt_weights_read(path, &w, &err), GT_OK);
+    assert_int_equal(gt_weights_read(gpath, &g, &err), GT_OK);
+    assert_int_equal(w.n, gt_model_num_tensors(m));
+    assert_int_equal(g.n, w.n);
+    for (int i = 0; i < w.n; i++) {
+        assert_memory_equal(w.tensors[i].data, master + w.tensors[i].offset,
+                            w.tensors[i].numel * sizeof(float));
+        assert_string_equal(g.tensors[i].name, w.tensors[i].name);
+        double ss = 0;
+        for (size_t j = 0; j < g.tensors[i].numel; j++)
+            ss += (double)g.tensors[i].data[j] * g.tensors[i].data[j];
+        if (!(ss > 0)) fprintf(stderr, "zero gradient in %s\n", g.tensors[i].name);
+        assert_true(ss > 0);
+    }
+    gt_weights_free(&w);
+    gt_weights_free(&g);
+    free(master);
+    gt_trainer_destroy(t);
+    remove(path);
+    remove(gpath);
+    remove(dir);
+}
+
 static void test_missing_weights_file_names_the_path(void **state) {
     (void)state;
     gt_weights w;
@@ -172,6 +221,7 @@ int main(void) {
         cmocka_unit_test(test_truncated_weights_file_is_refused),
         cmocka_unit_test(test_file_with_wrong_magic_is_refused),
         cmocka_unit_test(test_tensor_whose_shape_disagrees_with_its_count_is_refused),
+        cmocka_unit_test(test_trainer_export_round_trips_master_weights_and_gradients),
         cmocka_unit_test(test_missing_weights_file_names_the_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

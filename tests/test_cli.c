@@ -27,8 +27,10 @@ static int teardown(void **state) {
 static void test_help_lists_every_command(void **state) {
     char *out = *state;
     assert_int_equal(gt_test_run("--help", out, OUT_MAX), 0);
-    const char *cmds[] = {"train", "bench", "validate", "recipes", "prepare-data", "config-reference"};
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) assert_non_null(strstr(out, cmds[i]));
+    const char *cmds[] = {"train",   "bench",        "validate",
+                          "recipes", "prepare-data", "config-reference"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        assert_non_null(strstr(out, cmds[i]));
     assert_non_null(strstr(out, "--cuda_graph_scope"));
     assert_int_equal(gt_test_run("", out, OUT_MAX), 2);
 }
@@ -46,6 +48,14 @@ static void test_command_help_exits_0(void **state) {
     assert_int_equal(gt_test_run("recipes --help", out, OUT_MAX), 0);
     assert_non_null(strstr(out, "usage: graphtrain recipes"));
     assert_int_equal(gt_test_run("config-reference --help", out, OUT_MAX), 0);
+    const char *others[] = {"train", "bench", "prepare-data"};
+    for (int i = 0; i < 3; i++) {
+        char args[64], want[64];
+        snprintf(args, sizeof args, "%s --help", others[i]);
+        snprintf(want, sizeof want, "usage: graphtrain %s", others[i]);
+        assert_int_equal(gt_test_run(args, out, OUT_MAX), 0);
+        assert_non_null(strstr(out, want));
+    }
 }
 
 static void test_validate_valid_recipe_exits_0(void **state) {
@@ -81,7 +91,8 @@ static void test_validate_dropless_moe_scope_is_an_error_with_bridges_advice(voi
 
 static void test_validate_json_is_one_object(void **state) {
     char *out = *state;
-    assert_int_equal(gt_test_run("validate --json --recipe tiny model.cuda_graph_scope=attn", out, OUT_MAX), 2);
+    assert_int_equal(
+        gt_test_run("validate --json --recipe tiny model.cuda_graph_scope=attn", out, OUT_MAX), 2);
     assert_true(out[0] == '{');
     assert_non_null(strstr(out, "\"valid\": false"));
     assert_non_null(strstr(out, "\"rule\": \"local_needs_full_iteration\""));
@@ -129,7 +140,8 @@ static void test_validate_accepts_bridge_harness_flags(void **state) {
 
 static void test_validate_notes_what_this_engine_cannot_run(void **state) {
     char *out = *state;
-    assert_int_equal(gt_test_run("validate --quiet --recipe llama3_70b -c fp8_cs", out, OUT_MAX), 0);
+    assert_int_equal(gt_test_run("validate --quiet --recipe llama3_70b -c fp8_cs", out, OUT_MAX),
+                     0);
     assert_non_null(strstr(out, "note [engine_no_fp8]"));
     assert_non_null(strstr(out, "note [engine_no_model_parallel]"));
 }
@@ -137,9 +149,10 @@ static void test_validate_notes_what_this_engine_cannot_run(void **state) {
 static void test_recipes_lists_each_with_a_description(void **state) {
     char *out = *state;
     assert_int_equal(gt_test_run("recipes", out, OUT_MAX), 0);
-    const char *names[] = {"tiny ", "gpt124m ", "llama1b ", "moe ", "demo ", "llama3_8b ",
-                           "llama3_70b ", "qwen3_30b_a3b ", "deepseek_v3 ", "gpt_oss_120b ",
-                           "llama3_8b_1gpu ", "qwen3_30b_a3b_1gpu "};
+    const char *names[] = {"tiny ",         "gpt124m ",        "llama1b ",
+                           "moe ",          "demo ",           "llama3_8b ",
+                           "llama3_70b ",   "qwen3_30b_a3b ",  "deepseek_v3 ",
+                           "gpt_oss_120b ", "llama3_8b_1gpu ", "qwen3_30b_a3b_1gpu "};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char *line = strstr(out, names[i]);
         if (!line) fail_msg("recipe %s not listed", names[i]);

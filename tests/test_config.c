@@ -67,11 +67,18 @@ static void test_scope_accepts_list_string_and_commas(void **state) {
     gt_config c;
     gt_error err = {0};
     const uint32_t want = GT_SCOPE_ATTN | GT_SCOPE_MOE_ROUTER | GT_SCOPE_MOE_PREPROCESS;
-    assert_int_equal(load_text(&c, "model:\n  cuda_graph_scope: [attn, moe_router, moe_preprocess]\n", &err), GT_OK);
+    assert_int_equal(
+        load_text(&c, "model:\n  cuda_graph_scope: [attn, moe_router, moe_preprocess]\n", &err),
+        GT_OK);
     assert_int_equal(c.model.cuda_graph_scope, want);
-    assert_int_equal(load_text(&c, "model:\n  cuda_graph_scope:\n    - attn\n    - moe_router\n    - moe_preprocess\n", &err), GT_OK);
+    assert_int_equal(
+        load_text(
+            &c, "model:\n  cuda_graph_scope:\n    - attn\n    - moe_router\n    - moe_preprocess\n",
+            &err),
+        GT_OK);
     assert_int_equal(c.model.cuda_graph_scope, want);
-    assert_int_equal(load_text(&c, "model:\n  cuda_graph_scope: attn,moe_router,moe_preprocess\n", &err), GT_OK);
+    assert_int_equal(
+        load_text(&c, "model:\n  cuda_graph_scope: attn,moe_router,moe_preprocess\n", &err), GT_OK);
     assert_int_equal(c.model.cuda_graph_scope, want);
     assert_int_equal(load_text(&c, "model:\n  cuda_graph_scope: full_iteration\n", &err), GT_OK);
     assert_int_equal(c.model.cuda_graph_scope, GT_SCOPE_FULL_ITERATION);
@@ -86,7 +93,8 @@ static void test_bad_scope_name_lists_the_allowed_ones(void **state) {
     gt_config c;
     gt_config_defaults(&c);
     gt_error err = {0};
-    assert_int_equal(gt_config_override(&c, "model.cuda_graph_scope=attn,router", &err), GT_ERR_INVALID);
+    assert_int_equal(gt_config_override(&c, "model.cuda_graph_scope=attn,router", &err),
+                     GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "model.cuda_graph_scope"));
     assert_non_null(strstr(err.msg, "'router'"));
     assert_non_null(strstr(err.msg, "moe_router"));
@@ -97,7 +105,8 @@ static void test_impl_none_clears_the_scope_as_bridge_does(void **state) {
     gt_config c;
     gt_config_defaults(&c);
     gt_error err = {0};
-    assert_int_equal(gt_config_override(&c, "model.cuda_graph_impl=transformer_engine", &err), GT_OK);
+    assert_int_equal(gt_config_override(&c, "model.cuda_graph_impl=transformer_engine", &err),
+                     GT_OK);
     assert_int_equal(gt_config_override(&c, "model.cuda_graph_scope=attn", &err), GT_OK);
     assert_int_equal(gt_config_override(&c, "model.cuda_graph_impl=none", &err), GT_OK);
     assert_int_equal(c.model.cuda_graph_scope, 0);
@@ -137,7 +146,8 @@ static void test_wrong_types_and_ranges_name_key_and_value(void **state) {
     assert_non_null(strstr(err.msg, "true or false"));
     assert_int_equal(gt_config_override(&c, "model.cuda_graph_impl=full", &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "transformer_engine"));
-    assert_int_equal(gt_config_override(&c, "model.num_layers=99999999999999999999", &err), GT_ERR_INVALID);
+    assert_int_equal(gt_config_override(&c, "model.num_layers=99999999999999999999", &err),
+                     GT_ERR_INVALID);
     assert_int_equal(gt_config_override(&c, "model.rotary_base=nan", &err), GT_ERR_INVALID);
     assert_int_equal(gt_config_override(&c, "no_equals_sign", &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "key=value"));
@@ -150,7 +160,10 @@ static void test_null_means_unset_only_where_a_key_has_an_unset_value(void **sta
     gt_config c;
     gt_error err = {0};
     assert_int_equal(load_text(&c, "model:\n  moe_expert_capacity_factor: 2.0\n", &err), GT_OK);
-    assert_int_equal(load_text(&c, "model:\n  moe_expert_capacity_factor: null\n  recompute_granularity: ~\n", &err), GT_OK);
+    assert_int_equal(
+        load_text(&c, "model:\n  moe_expert_capacity_factor: null\n  recompute_granularity: ~\n",
+                  &err),
+        GT_OK);
     assert_true(c.model.moe_expert_capacity_factor <= 0);
     assert_int_equal(c.model.recompute_granularity, GT_RECOMPUTE_NONE);
     assert_int_equal(load_text(&c, "model:\n  num_layers: null\n", &err), GT_ERR_INVALID);
@@ -161,9 +174,12 @@ static void test_yaml_sections_become_dotted_keys(void **state) {
     (void)state;
     gt_config c;
     gt_error err = {0};
-    assert_int_equal(load_text(&c, "# comment\nmodel:\n  num_layers: 3\n  cuda_graph_impl: local\n"
-                                   "train:\n  micro_batch_size: 2\nrng:\n  seed: 77\n"
-                                   "env:\n  nccl_graph_register: 0\n", &err), GT_OK);
+    assert_int_equal(load_text(&c,
+                               "# comment\nmodel:\n  num_layers: 3\n  cuda_graph_impl: local\n"
+                               "train:\n  micro_batch_size: 2\nrng:\n  seed: 77\n"
+                               "env:\n  nccl_graph_register: 0\n",
+                               &err),
+                     GT_OK);
     assert_int_equal(c.model.num_layers, 3);
     assert_int_equal(c.model.cuda_graph_impl, GT_GRAPH_IMPL_LOCAL);
     assert_int_equal(c.train.micro_batch_size, 2);
@@ -175,8 +191,12 @@ static void test_yaml_errors_carry_file_and_line_and_are_all_reported(void **sta
     (void)state;
     gt_config c;
     gt_error err = {0};
-    assert_int_equal(load_text(&c, "model:\n  num_layers: 4\n  num_layerz: 5\ntrain:\n  micro_batch_size: x\n", &err), GT_ERR_INVALID);
-    assert_non_null(strstr(err.msg, "test.yaml:3: unknown key 'model.num_layerz'; did you mean 'model.num_layers'?"));
+    assert_int_equal(
+        load_text(&c, "model:\n  num_layers: 4\n  num_layerz: 5\ntrain:\n  micro_batch_size: x\n",
+                  &err),
+        GT_ERR_INVALID);
+    assert_non_null(strstr(
+        err.msg, "test.yaml:3: unknown key 'model.num_layerz'; did you mean 'model.num_layers'?"));
     assert_non_null(strstr(err.msg, "test.yaml:5: train.micro_batch_size: 'x'"));
 }
 
@@ -184,7 +204,8 @@ static void test_malformed_yaml_reports_the_line(void **state) {
     (void)state;
     gt_config c;
     gt_error err = {0};
-    assert_int_equal(load_text(&c, "model:\n  num_layers: 4\n   bad: [1, 2\n", &err), GT_ERR_INVALID);
+    assert_int_equal(load_text(&c, "model:\n  num_layers: 4\n   bad: [1, 2\n", &err),
+                     GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "test.yaml:"));
     assert_non_null(strstr(err.msg, "malformed YAML"));
     assert_int_equal(load_text(&c, "- just\n- a list\n", &err), GT_ERR_INVALID);
@@ -192,6 +213,10 @@ static void test_malformed_yaml_reports_the_line(void **state) {
     assert_int_equal(load_text(&c, "a: &x 1\nb: *x\n", &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "aliases"));
     assert_int_equal(load_text(&c, "", &err), GT_OK);
+    assert_int_equal(load_text(&c, "model: 8\n", &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "test.yaml:1: model is a section"));
+    assert_int_equal(load_text(&c, "model:\n  num_layers:\n    value: 8\n", &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "test.yaml:3: model.num_layers takes a value"));
 }
 
 static void test_unreadable_files_are_io_errors_naming_the_path(void **state) {
@@ -294,12 +319,13 @@ static void test_sources_apply_in_order_and_overrides_win(void **state) {
     setenv("GT_RECIPE_DIR", gt_test_source_path("recipes", recipes, sizeof recipes), 1);
     gt_config c;
     gt_error err = {0};
-    char *a1[] = {"validate", "model.num_layers=5", "--recipe", "tiny", "--config", cfgfile, "-ng", "2"};
+    char *a1[] = {"validate", "model.num_layers=5", "--recipe", "tiny", "--config", cfgfile, "-ng",
+                  "2"};
     assert_int_equal(gt_cli_load_config(8, a1, &c, NULL, NULL, &err), GT_OK);
-    assert_int_equal(c.model.num_layers, 5);      /* override beats config and recipe */
-    assert_int_equal(c.model.hidden_size, 256);   /* config beats recipe */
-    assert_int_equal(c.model.seq_length, 256);    /* recipe beats defaults */
-    assert_int_equal(c.runtime.num_gpus, 2);      /* harness flag beats config */
+    assert_int_equal(c.model.num_layers, 5);    /* override beats config and recipe */
+    assert_int_equal(c.model.hidden_size, 256); /* config beats recipe */
+    assert_int_equal(c.model.seq_length, 256);  /* recipe beats defaults */
+    assert_int_equal(c.runtime.num_gpus, 2);    /* harness flag beats config */
     char *a2[] = {"validate", "--recipe=tiny", "--config=/nonexistent.yaml"};
     assert_int_equal(gt_cli_load_config(3, a2, &c, NULL, NULL, &err), GT_ERR_IO);
     char *a3[] = {"validate", "--recipe", "no_such_recipe"};
@@ -313,9 +339,23 @@ static void test_harness_flags_map_onto_keys_and_enable_the_rng_tracker(void **s
     gt_error err = {0};
     char recipes[1024];
     setenv("GT_RECIPE_DIR", gt_test_source_path("recipes", recipes, sizeof recipes), 1);
-    char *a[] = {"bench", "-m", "qwen", "-mr", "qwen3_30b_a3b_1gpu", "--task", "pretrain",
-                 "-g", "H100", "-c", "fp8_cs", "-ng", "1", "--cuda_graph_impl",
-                 "transformer_engine", "--cuda_graph_scope", "attn,moe_router"};
+    char *a[] = {"bench",
+                 "-m",
+                 "qwen",
+                 "-mr",
+                 "qwen3_30b_a3b_1gpu",
+                 "--task",
+                 "pretrain",
+                 "-g",
+                 "H100",
+                 "-c",
+                 "fp8_cs",
+                 "-ng",
+                 "1",
+                 "--cuda_graph_impl",
+                 "transformer_engine",
+                 "--cuda_graph_scope",
+                 "attn,moe_router"};
     unsetenv("PYTORCH_CUDA_ALLOC_CONF");
     assert_int_equal(gt_cli_load_config(17, a, &c, NULL, NULL, &err), GT_OK);
     assert_int_equal(c.model.num_moe_experts, 128); /* -mr picked the recipe */
@@ -389,6 +429,24 @@ static void test_resolved_config_prints_as_json_object(void **state) {
     free(text);
 }
 
+static void test_handle_api_creates_loads_and_overrides(void **state) {
+    (void)state;
+    gt_config *c = NULL;
+    gt_error err = {0};
+    setenv("NCCL_GRAPH_REGISTER", "1", 1);
+    assert_int_equal(gt_config_create(&c, &err), GT_OK);
+    unsetenv("NCCL_GRAPH_REGISTER");
+    assert_int_equal(c->env.nccl_graph_register, 1);
+    char path[1024];
+    gt_test_source_path("recipes/moe.yaml", path, sizeof path);
+    assert_int_equal(gt_config_load_recipe(c, path, &err), GT_OK);
+    assert_int_equal(c->model.num_moe_experts, 64);
+    assert_int_equal(gt_config_apply_override(c, "model.cuda_graph_impl=none", &err), GT_OK);
+    assert_int_equal(c->model.cuda_graph_scope, 0);
+    gt_config_destroy(c);
+    gt_config_destroy(NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_default_round_trips_through_its_text_form),
@@ -411,6 +469,7 @@ int main(void) {
         cmocka_unit_test(test_unknown_flags_are_left_for_the_caller),
         cmocka_unit_test(test_reference_lists_every_key_with_default_and_doc),
         cmocka_unit_test(test_resolved_config_prints_as_json_object),
+        cmocka_unit_test(test_handle_api_creates_loads_and_overrides),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -311,6 +311,12 @@ static void test_policy_rejects_scopes_the_impl_cannot_capture(void **state) {
     cfg.model.cuda_graph_scope = GT_SCOPE_MOE | GT_SCOPE_MOE_ROUTER;
     assert_int_equal(gt_graph_policy_from_config(&cfg, &p, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "moe_router"));
+    cfg.model.cuda_graph_scope = 0;
+    assert_int_equal(gt_graph_policy_from_config(&cfg, &p, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "needs a model.cuda_graph_scope"));
+    cfg.model.cuda_graph_scope = GT_SCOPE_MOE_PREPROCESS;
+    assert_int_equal(gt_graph_policy_from_config(&cfg, &p, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "moe_preprocess needs moe_router"));
     cfg.model.cuda_graph_scope = GT_SCOPE_ATTN;
     cfg.model.cuda_graph_warmup_steps = -1;
     assert_int_equal(gt_graph_policy_from_config(&cfg, &p, &err), GT_ERR_INVALID);

@@ -36,6 +36,19 @@ static void test_eager_run_captures_nothing(void **state) {
     assert_true(g_eager.loss[0] != g_eager.loss[STEPS - 1]);
 }
 
+static void test_dropout_changes_the_losses(void **state) {
+    (void)state;
+    /* without this, equal losses could mean dropout never ran */
+    gt_config c;
+    gtf_tiny_dense(&c);
+    c.model.attention_dropout = 0;
+    c.model.hidden_dropout = 0;
+    gtf_run r;
+    gtf_train(&c, 3, &r);
+    assert_true(r.loss[0] != g_eager.loss[0]);
+    gtf_free(&r);
+}
+
 static void check_scoped(uint32_t scope, const char *mode, int graphs_per_layer) {
     gt_config c;
     gtf_tiny_dense(&c);
@@ -63,6 +76,56 @@ static void test_attn_mlp_scope_replays_bitwise_like_eager(void **state) {
     check_scoped(GT_SCOPE_ATTN | GT_SCOPE_MLP, "scoped(attn,mlp)", 4);
 }
 
+/* Per-layer mix (moe_layer_freq=2): mlp graphs only on dense layers, router graphs only on
+ * MoE layers. */
+static void test_mixed_dense_and_moe_layers_capture_their_own_units(void **state) {
+    (void)state;
+    gt_config c;
+    gtf_tiny_moe(&c);
+    c.model.moe_layer_freq = 2;
+    gtf_run eager, graphed;
+    gtf_train(&c, 10, &eager);
+    gtf_graphs(&c, GT_GRAPH_IMPL_TE,
+               GT_SCOPE_ATTN | GT_SCOPE_MLP | GT_SCOPE_MOE_ROUTER | GT_SCOPE_MOE_PREPROCESS);
+    gtf_train(&c, 10, &graphed);
+    assert_int_equal(graphed.rc, GT_OK);
+    gtf_assert_same(&eager, &graphed);
+    /* one dense layer (attn, mlp) + one MoE layer (attn, router, preprocess): 5 units */
+    assert_int_equal(graphed.gs.graphs, 2 * 5);
+    assert_non_null(strstr(graphed.report, "2 mlp"));
+    assert_non_null(strstr(graphed.report, "2 moe_router"));
+    gtf_free(&eager);
+    gtf_free(&graphed);
+}
+
+/* Evaluation between steps overwrites activations and the device batch; replays after it
+ * must not notice (a known failure of other systems: bad replays after validation). */
+static void test_evaluation_between_replays_changes_nothing(void **state) {
+    (void)state;
+    float loss[2][12], ev[2][4];
+    for (int run = 0; run < 2; run++) {
+        gt_config c;
+        gtf_tiny_dense(&c);
+        c.train.eval_interval = 3;
+        c.train.eval_iters = 2;
+        if (run == 1) gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
+        gt_trainer *t = NULL;
+        gt_error err = {0};
+        if (gt_trainer_create(&t, &c, &err) != GT_OK) fail_msg("%s", err.msg);
+        for (int i = 0; i < 12; i++) {
+            gt_step_stats st;
+            if (gt_trainer_step(t, &st, &err) != GT_OK) fail_msg("%s", err.msg);
+            loss[run][i] = st.loss;
+            if ((i + 1) % 3 == 0 && gt_trainer_eval(t, &ev[run][i / 3], &err) != GT_OK)
+                fail_msg("%s", err.msg);
+        }
+        gt_trainer_destroy(t);
+    }
+    assert_memory_equal(loss[0], loss[1], sizeof loss[0]);
+    assert_memory_equal(ev[0], ev[1], sizeof ev[0]);
+    assert_true(ev[0][0] != ev[0][3]); /* evaluation sees the training progress */
+}
+
 static void test_full_iteration_replays_bitwise_like_eager(void **state) {
     (void)state;
     gt_config c;
@@ -83,6 +146,7 @@ static void test_full_iteration_replays_bitwise_like_eager(void **state) {
     assert_int_equal(r.gs.mem_after_capture, r.gs.mem_before_capture);
     assert_non_null(strstr(r.report, "full_iteration"));
     assert_non_null(strstr(r.report, "before capture"));
+    assert_non_null(strstr(r.report, "steps: 2 eager, 1 captured, 27 replayed"));
     gtf_free(&r);
 }
 
@@ -120,8 +184,11 @@ static void test_debug_capture_check_passes_and_changes_nothing(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eager_run_captures_nothing),
+        cmocka_unit_test(test_dropout_changes_the_losses),
         cmocka_unit_test(test_attn_scope_replays_bitwise_like_eager),
         cmocka_unit_test(test_attn_mlp_scope_replays_bitwise_like_eager),
+        cmocka_unit_test(test_mixed_dense_and_moe_layers_capture_their_own_units),
+        cmocka_unit_test(test_evaluation_between_replays_changes_nothing),
         cmocka_unit_test(test_full_iteration_replays_bitwise_like_eager),
         cmocka_unit_test(test_zero_warmup_captures_the_first_step),
         cmocka_unit_test(test_debug_capture_check_passes_and_changes_nothing),

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "config/keys.h"
+#include "config/rules.h"
 #include "graphs/graphs.h"
 #include "train/trainer.h"
 
@@ -22,7 +23,8 @@ typedef struct gtf_run {
     float loss[GTF_MAX_STEPS];
     gt_step_mode mode[GTF_MAX_STEPS];
     int64_t step_no[GTF_MAX_STEPS];
-    float *master; /* [n_master], final fp32 master weights */
+    double ms[GTF_MAX_STEPS]; /* host wall time of each step */
+    float *master;            /* [n_master], final fp32 master weights */
     size_t n_master;
     gt_graph_stats gs; /* of the trainer's runner before teardown */
     char report[2048]; /* gt_graph_runner_report output */
@@ -78,9 +80,20 @@ static inline void gtf_free(gtf_run *r) {
     r->master = NULL;
 }
 
+/* Fails the test when cfg breaks a validation rule: the tests run what a user can run. */
+static inline void gtf_assert_valid(const gt_config *cfg) {
+    static gt_report rep; /* large; one test thread */
+    if (gt_config_validate(cfg, &rep) == 0) return;
+    gt_report_print(&rep, stderr);
+    fail_msg("the test's configuration does not pass gt_config_validate");
+}
+
 /* Trains `steps` steps (stopping at the first error) and tears the trainer down. force, when
- * not NULL, is set as the runner's capture-failure test hook. */
-static inline void gtf_train_ex(const gt_config *cfg, int steps, const char *force, gtf_run *out) {
+ * not NULL, is set as the runner's capture-failure test hook. validate = 0 lets a test run a
+ * configuration the rules reject (to show what the engine itself can do). */
+static inline void gtf_train_unchecked(const gt_config *cfg, int steps, const char *force,
+                                       int validate, gtf_run *out) {
+    if (validate) gtf_assert_valid(cfg);
     memset(out, 0, sizeof *out);
     out->stop_step = -1;
     gt_error err = {0};
@@ -102,6 +115,7 @@ static inline void gtf_train_ex(const gt_config *cfg, int steps, const char *for
         out->loss[i] = st.loss;
         out->mode[i] = st.mode;
         out->step_no[i] = st.step;
+        out->ms[i] = st.ms;
         out->steps++;
     }
     gt_backend *b = gt_trainer_backend(t);
@@ -120,6 +134,10 @@ static inline void gtf_train_ex(const gt_config *cfg, int steps, const char *for
     }
     out->live = b->ops->live_graphs(b);
     gt_trainer_destroy(t);
+}
+
+static inline void gtf_train_ex(const gt_config *cfg, int steps, const char *force, gtf_run *out) {
+    gtf_train_unchecked(cfg, steps, force, 1, out);
 }
 
 static inline void gtf_train(const gt_config *cfg, int steps, gtf_run *out) {

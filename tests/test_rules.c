@@ -37,7 +37,8 @@ static const rule_case k_cases[] = {
      TE "model.cuda_graph_scope=attn"},
     {"transformer_engine_needs_scope", GT_SEVERITY_ERROR, TE "model.cuda_graph_scope=[]",
      TE "model.cuda_graph_scope=attn"},
-    {"moe_excludes_moe_router", GT_SEVERITY_ERROR, TE MOE DROP_PAD "model.cuda_graph_scope=moe,moe_router",
+    {"moe_excludes_moe_router", GT_SEVERITY_ERROR,
+     TE MOE DROP_PAD "model.cuda_graph_scope=moe,moe_router",
      TE MOE DROP_PAD "model.cuda_graph_scope=attn,moe"},
     {"moe_preprocess_needs_moe_router", GT_SEVERITY_ERROR,
      TE MOE "model.cuda_graph_scope=attn,moe_preprocess",
@@ -52,10 +53,16 @@ static const rule_case k_cases[] = {
                      "model.cuda_graph_scope=attn,moe_router,moe_preprocess",
      TE MOE "model.moe_token_dispatcher_type=alltoall "
             "model.cuda_graph_scope=attn,moe_router,moe_preprocess"},
+    {"moe_preprocess_no_fp8_router_padding", GT_SEVERITY_ERROR,
+     TE MOE "model.moe_router_padding_for_fp8=true "
+            "model.cuda_graph_scope=attn,moe_router,moe_preprocess",
+     TE MOE "model.moe_router_padding_for_fp8=false "
+            "model.cuda_graph_scope=attn,moe_router,moe_preprocess"},
     {"mlp_scope_needs_dense_layers", GT_SEVERITY_ERROR, TE MOE "model.cuda_graph_scope=attn,mlp",
      TE MOE "model.moe_layer_freq=2 model.cuda_graph_scope=attn,mlp"},
     {"mamba_scope_needs_mamba_layers", GT_SEVERITY_ERROR, TE "model.cuda_graph_scope=attn,mamba",
-     TE "model.num_layers=6 model.hybrid_override_pattern=*-M*-M model.cuda_graph_scope=attn,mamba"},
+     TE
+     "model.num_layers=6 model.hybrid_override_pattern=*-M*-M model.cuda_graph_scope=attn,mamba"},
     {"attn_scope_needs_attention_layers", GT_SEVERITY_ERROR,
      TE "model.num_layers=4 model.hybrid_override_pattern=M-M- model.cuda_graph_scope=attn",
      TE "model.num_layers=4 model.hybrid_override_pattern=*-M- model.cuda_graph_scope=attn"},
@@ -115,7 +122,8 @@ static const rule_case k_cases[] = {
     {"layer_pattern_alphabet", GT_SEVERITY_ERROR,
      "model.num_layers=4 model.hybrid_override_pattern=*-X-",
      "model.num_layers=4 model.hybrid_override_pattern=*-*-"},
-    {"layer_pattern_length", GT_SEVERITY_ERROR, "model.num_layers=4 model.hybrid_override_pattern=*-*",
+    {"layer_pattern_length", GT_SEVERITY_ERROR,
+     "model.num_layers=4 model.hybrid_override_pattern=*-*",
      "model.num_layers=3 model.hybrid_override_pattern=*-*"},
     {"pattern_moe_needs_experts", GT_SEVERITY_ERROR,
      "model.num_layers=4 model.hybrid_override_pattern=*E*E",
@@ -126,8 +134,8 @@ static const rule_case k_cases[] = {
      MOE "model.moe_router_topk=8"},
     {"moe_needs_expert_ffn", GT_SEVERITY_ERROR,
      MOE "model.moe_ffn_hidden_size=0 model.ffn_hidden_size=0", MOE "model.ffn_hidden_size=0"},
-    {"expert_parallel_divides_experts", GT_SEVERITY_ERROR,
-     MOE "model.expert_model_parallel_size=3", MOE "model.expert_model_parallel_size=4"},
+    {"expert_parallel_divides_experts", GT_SEVERITY_ERROR, MOE "model.expert_model_parallel_size=3",
+     MOE "model.expert_model_parallel_size=4"},
     {"parallel_sizes_fit_gpus", GT_SEVERITY_ERROR,
      "runtime.num_gpus=6 model.tensor_model_parallel_size=4",
      "runtime.num_gpus=8 model.tensor_model_parallel_size=4"},
@@ -195,7 +203,8 @@ static void run_passes(void **state) {
     config_with(&cfg, c->passes);
     gt_report r;
     gt_config_validate(&cfg, &r);
-    if (find(&r, c->rule)) fail_msg("rule %s tripped on the passing config: %s", c->rule, c->passes);
+    if (find(&r, c->rule))
+        fail_msg("rule %s tripped on the passing config: %s", c->rule, c->passes);
 }
 
 static void test_five_violations_are_reported_together(void **state) {
@@ -231,7 +240,8 @@ static void test_blackwell_lifts_nccl_register_rule_for_local_only(void **state)
     config_with(&cfg, LOCAL "env.expandable_segments=true runtime.gpu=gb200");
     gt_config_validate(&cfg, &r);
     assert_false(gt_report_has(&r, "expandable_segments_need_nccl_graph_register_0"));
-    config_with(&cfg, TE "model.cuda_graph_scope=attn env.expandable_segments=true runtime.gpu=gb200");
+    config_with(&cfg,
+                TE "model.cuda_graph_scope=attn env.expandable_segments=true runtime.gpu=gb200");
     gt_config_validate(&cfg, &r);
     assert_true(gt_report_has(&r, "expandable_segments_need_nccl_graph_register_0"));
 }
@@ -268,11 +278,14 @@ int main(void) {
         snprintf(names[2 * i], sizeof names[0], "%s: trips", k_cases[i].rule);
         snprintf(names[2 * i + 1], sizeof names[0], "%s: passes", k_cases[i].rule);
         tests[n++] = (struct CMUnitTest){names[2 * i], run_trips, NULL, NULL, (void *)&k_cases[i]};
-        tests[n++] = (struct CMUnitTest){names[2 * i + 1], run_passes, NULL, NULL, (void *)&k_cases[i]};
+        tests[n++] =
+            (struct CMUnitTest){names[2 * i + 1], run_passes, NULL, NULL, (void *)&k_cases[i]};
     }
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_five_violations_are_reported_together);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_defaults_are_valid_without_notes);
-    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_blackwell_lifts_nccl_register_rule_for_local_only);
-    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_report_prints_keys_why_and_fix_as_text_and_json);
+    tests[n++] =
+        (struct CMUnitTest)cmocka_unit_test(test_blackwell_lifts_nccl_register_rule_for_local_only);
+    tests[n++] =
+        (struct CMUnitTest)cmocka_unit_test(test_report_prints_keys_why_and_fix_as_text_and_json);
     return _cmocka_run_group_tests("rules", tests, n, NULL, NULL);
 }

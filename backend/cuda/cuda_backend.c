@@ -363,6 +363,8 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
         return gt_error_set(err, GT_ERR_NOMEM, "out of host memory creating the CUDA backend");
     }
     im->device = device;
+    const char *attn = getenv("GT_CUDA_ATTN");
+    im->attn_simt = attn && strcmp(attn, "simt") == 0;
     cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device);
     ops->alloc = cuda_alloc;
     ops->free = cuda_free;

@@ -7,11 +7,11 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
-#include "backend/backend.h"
-
 #ifdef __cplusplus
-extern "C" {
+extern "C" { /* the interface headers are C: give them C linkage in the .cu files */
 #endif
+
+#include "backend/backend.h"
 
 struct gt_stream {
     cudaStream_t cs;
@@ -45,6 +45,7 @@ typedef struct gt_cuda_impl {
     gt_cuda_alloc_rec *allocs;
     int n_allocs, cap_allocs;
     int live_graphs;
+    int attn_simt; /* GT_CUDA_ATTN=simt: use the fp32 SIMT attention kernels (debugging) */
     /* cuBLASLt */
     void *lt; /* cublasLtHandle_t */
     void *lt_ws;

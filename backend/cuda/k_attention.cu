@@ -4,27 +4,15 @@
  * heads of its group and the query tiles in order) and dQ per query tile in separate kernels,
  * so no float atomics. Dropout masks use the CPU reference's element index
  * ((b*H + h)*T + i)*T + j, so GPU and CPU drop the same probabilities. bf16 I/O, fp32 math;
- * the head size is a compile-time parameter (64 or 128). */
+ * the head size is a compile-time parameter (64 or 128). These fp32 SIMT kernels are the
+ * reference and fallback; k_attention_tc.cu runs the same algorithm on tensor cores and is
+ * used whenever it can take the call (GT_CUDA_ATTN=simt at backend creation forces these). */
 #include "backend/cuda/cuda_common.cuh"
-#include "core/philox.h"
+#include "backend/cuda/attention.cuh"
 
 #define ATT_BR 64 /* query rows per tile */
 #define ATT_BC 64 /* keys per tile */
 #define ATT_THREADS 256
-
-typedef struct attn_geo {
-    int B, T, H, KV, C; /* C = (H + 2KV) * hd: row stride of qkv */
-    float scale, p, keep_scale;
-    uint64_t seed;
-    uint32_t site;
-} attn_geo;
-
-static __device__ __forceinline__ float drop_mult(const attn_geo &g, uint32_t micro,
-                                                  uint32_t step, int b, int h, int i, int j) {
-    if (g.p <= 0.0f) return 1.0f;
-    uint64_t idx = (((uint64_t)b * g.H + h) * g.T + i) * (uint64_t)g.T + j;
-    return gt_dropout_keep(g.seed, g.site, micro, step, idx, g.p) ? g.keep_scale : 0.0f;
-}
 
 /* Loads rows [r0, r0 + 64) of one head (column offset col0) into a float tile with row
  * stride HD + 1; rows past T are zeros. */
@@ -148,21 +136,6 @@ __global__ void k_attn_bwd_pre(float *D, const bf16 *dout, const bf16 *out, int 
     for (int c = lane; c < hd; c += 32) acc += ldf(dout + off + c) * ldf(out + off + c);
     acc = warp_sum(acc);
     if (lane == 0) D[w] = acc;
-}
-
-/* Probability and dS of one (query r, key c) entry of the current tiles. */
-static __device__ __forceinline__ void p_ds(const attn_geo &g, uint32_t micro, uint32_t step,
-                                            int b, int h, int i, int j, float s, float dp,
-                                            float lse_i, float D_i, float *pd, float *ds) {
-    if (j > i || i >= g.T || j >= g.T) {
-        *pd = 0.0f;
-        *ds = 0.0f;
-        return;
-    }
-    float pr = expf(s * g.scale - lse_i);
-    float mult = drop_mult(g, micro, step, b, h, i, j);
-    *pd = pr * mult;
-    *ds = pr * (dp * mult - D_i);
 }
 
 template <int HD>
@@ -348,6 +321,11 @@ static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *ls
     attn_geo g = make_geo(B, T, H, KV, hd, p, site);
     dim3 grid((T + ATT_BR - 1) / ATT_BR, H, B);
     cudaStream_t cs = gt_cuda_stream(s);
+    int simt = ((gt_cuda_impl *)b->impl)->attn_simt;
+    if (!simt && gt_cuda_attn_tc_fwd(cs, out, lse, qkv, &g, hd, st)) {
+        GT_CUDA_LAUNCHED(b, "attention_fwd");
+        return;
+    }
     if (hd == 64)
         k_attn_fwd<64><<<grid, ATT_THREADS, fwd_smem(64), cs>>>((bf16 *)out, lse,
                                                                (const bf16 *)qkv, g, st);
@@ -370,6 +348,11 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     size_t rows = (size_t)B * H * T;
     k_attn_bwd_pre<<<gt_grid(rows * 32, ATT_THREADS), ATT_THREADS, 0, cs>>>(
         D, (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
+    int simt = ((gt_cuda_impl *)b->impl)->attn_simt;
+    if (!simt && gt_cuda_attn_tc_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st)) {
+        GT_CUDA_LAUNCHED(b, "attention_bwd");
+        return;
+    }
     dim3 gkv((T + ATT_BC - 1) / ATT_BC, KV, B), gq((T + ATT_BR - 1) / ATT_BR, H, B);
     if (hd == 64) {
         k_attn_bwd_dkv<64><<<gkv, ATT_THREADS, dkv_smem(64), cs>>>(
@@ -445,6 +428,7 @@ extern "C" int gt_cuda_attention_init(gt_error *err) {
     if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dkv<128>, dkv_smem(128));
     if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dq<64>, dq_smem(64));
     if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dq<128>, dq_smem(128));
+    if (e == cudaSuccess) e = gt_cuda_attn_tc_init();
     if (e != cudaSuccess)
         return gt_error_set(err, GT_ERR_DEVICE,
                             "cudaFuncSetAttribute(attention shared memory): %s (the attention "

@@ -151,14 +151,18 @@ __global__ void k_router_bwd(bf16 *dlogits, const float *dtopk_w, const float *p
     }
     float pd = 0.0f; /* sum_e p[e] * dp[e] */
     for (int e = lane; e < E; e += 32) {
-        float dp = aux_coeff * (float)E * (float)counts[e] / ((float)N * (float)k) / (float)N;
+        float dp = aux_coeff != 0.0f
+                       ? aux_coeff * (float)E * (float)counts[e] / ((float)N * (float)k) / (float)N
+                       : 0.0f;
         for (int j = 0; j < k; j++)
             if (idx[j] == e) dp += (dtw[j] - dot) / S;
         pd += p[e] * dp;
     }
     pd = warp_sum(pd);
     for (int e = lane; e < E; e += 32) {
-        float dp = aux_coeff * (float)E * (float)counts[e] / ((float)N * (float)k) / (float)N;
+        float dp = aux_coeff != 0.0f
+                       ? aux_coeff * (float)E * (float)counts[e] / ((float)N * (float)k) / (float)N
+                       : 0.0f;
         for (int j = 0; j < k; j++)
             if (idx[j] == e) dp += (dtw[j] - dot) / S;
         dlogits[(size_t)n * E + e] = tobf(p[e] * (dp - pd));
@@ -169,6 +173,10 @@ static void cuda_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, cons
                                 const float *probs, const int32_t *topk_idx,
                                 const float *topk_w, const int32_t *counts, int N, int E, int k,
                                 float aux_coeff) {
+    if (aux_coeff != 0.0f && !counts) {
+        gt_backend_fail(b, GT_ERR_INVALID, "moe_router_bwd: aux_coeff needs counts");
+        return;
+    }
     if (b->planning || N <= 0 || E <= 0 || k <= 0) return;
     int wpb = MOE_THREADS / 32;
     k_router_bwd<<<(N + wpb - 1) / wpb, MOE_THREADS, 0, gt_cuda_stream(s)>>>(

@@ -105,6 +105,14 @@ __global__ void k_adamw(bf16 *params, float *master, const float *grads, float *
 
 static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st,
                             gt_lr_schedule sched) {
+    if (!st || sched.warmup_iters < 0 || sched.decay_iters < 0 ||
+        (sched.style != LR_CONSTANT && sched.style != LR_LINEAR && sched.style != LR_COSINE)) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "step_begin: bad learning-rate schedule (warmup %d, decay %d, style %d); "
+                        "iterations must be >= 0 and the style constant, linear or cosine",
+                        (int)sched.warmup_iters, (int)sched.decay_iters, (int)sched.style);
+        return;
+    }
     if (b->planning) return;
     k_step_begin<<<1, 1, 0, gt_cuda_stream(s)>>>(st, sched);
     GT_CUDA_LAUNCHED(b, "step_begin");

@@ -28,13 +28,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int argc = 0;
     argv[argc++] = "validate";
     char *save = NULL;
+    gt_config one; /* every line through the single-override path too */
+    gt_config_defaults(&one);
     for (char *line = strtok_r(text, "\n", &save); line && argc < FUZZ_MAX_ARGS;
          line = strtok_r(NULL, "\n", &save)) {
         if (reads_files(line)) continue;
         argv[argc++] = line;
-        /* the same text through the single-override path and the key suggester */
-        gt_config one;
-        gt_config_defaults(&one);
         gt_error e1 = {0};
         gt_config_override(&one, line, &e1);
         (void)gt_config_suggest_key(line);

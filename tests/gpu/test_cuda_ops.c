@@ -41,7 +41,8 @@ static void test_embedding_matches_cpu_and_backward_is_deterministic(void **stat
     tok[5] = tok[6] = tok[7] = tok[200] = 3; /* repeated rows */
     float *wte = rand_vec(e, (size_t)V * d, 1.0f), *dout = rand_vec(e, (size_t)N * d, 1.0f);
     float *dw0 = rand_vec(e, (size_t)V * d, 0.5f);
-    float *got = malloc((size_t)V * d * sizeof *got), *got2 = malloc((size_t)V * d * 4);
+    size_t rows = (size_t)(N > V ? N : V); /* downloads of both [N,d] and [V,d] */
+    float *got = malloc(rows * d * sizeof *got), *got2 = malloc(rows * d * 4);
     float *c_out = c_f32(e, NULL, (size_t)N * d), *c_dw = c_f32(e, dw0, (size_t)V * d);
     e->cpu->ops->embedding_fwd(e->cpu, e->cs, c_out, c_i32(e, tok, N), c_f32(e, wte, V * d), N, d);
     e->cpu->ops->embedding_bwd(e->cpu, e->cs, c_dw, c_f32(e, dout, (size_t)N * d),

@@ -1,0 +1,48 @@
+/* Printing a validation report: one block per finding (severity, rule, keys, why, fix) for
+ * people, or a JSON array for machines. */
+#include <string.h>
+
+#include "config/rules.h"
+
+int gt_report_has(const gt_report *r, const char *rule) {
+    for (int i = 0; i < r->count; i++)
+        if (!strcmp(r->findings[i].rule, rule)) return 1;
+    return 0;
+}
+
+void gt_report_print(const gt_report *r, FILE *out) {
+    for (int i = 0; i < r->count; i++) {
+        const gt_finding *f = &r->findings[i];
+        fprintf(out, "%s [%s] ", f->severity == GT_SEVERITY_ERROR ? "error" : "note", f->rule);
+        for (int k = 0; k < f->n_keys; k++)
+            fprintf(out, "%s%s", k ? ", " : "", f->keys[k]);
+        fprintf(out, "\n  why: %s\n  fix: %s\n", f->message, f->fix);
+    }
+    if (r->dropped) fprintf(out, "(%d more findings not shown)\n", r->dropped);
+    if (r->errors)
+        fprintf(out, "%d error%s, %d note%s: the configuration is not valid\n", r->errors,
+                r->errors == 1 ? "" : "s", r->notes, r->notes == 1 ? "" : "s");
+    else
+        fprintf(out, "configuration is valid (%d note%s)\n", r->notes, r->notes == 1 ? "" : "s");
+}
+
+void gt_report_print_json(const gt_report *r, FILE *out) {
+    fputc('[', out);
+    for (int i = 0; i < r->count; i++) {
+        const gt_finding *f = &r->findings[i];
+        fprintf(out, "%s{\"severity\": \"%s\", \"rule\": ", i ? ", " : "",
+                f->severity == GT_SEVERITY_ERROR ? "error" : "note");
+        gt_json_write_string(out, f->rule);
+        fputs(", \"keys\": [", out);
+        for (int k = 0; k < f->n_keys; k++) {
+            if (k) fputs(", ", out);
+            gt_json_write_string(out, f->keys[k]);
+        }
+        fputs("], \"message\": ", out);
+        gt_json_write_string(out, f->message);
+        fputs(", \"fix\": ", out);
+        gt_json_write_string(out, f->fix);
+        fputc('}', out);
+    }
+    fputc(']', out);
+}

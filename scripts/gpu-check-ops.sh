@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs the CUDA backend's GPU tests on the GPU machine from a carried build-gpu/ (made by
+# scripts/gpu-build.sh on the development machine): every tests/gpu test, then memcheck and
+# racecheck passes, with logs and a summary under $OUT (default /tmp/gt-gpu-out).
+# Usage on the GPU machine: scripts/gpu-check-ops.sh [quick]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${GT_GPU_BUILD_DIR:-build-gpu}
+OUT=${OUT:-/tmp/gt-gpu-out}
+mkdir -p "$OUT"
+NV=$(python3 -c 'import nvidia; print(nvidia.__path__[0])' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$PWD/$BUILD/lib:${NV:+$NV/cudnn/lib:$NV/nccl/lib:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export GT_SOURCE_DIR=$PWD
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
+date -u | tee -a "$SUMMARY"
+
+run() { # name timeout command...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  local line
+  line=$(printf '%-34s rc=%-3d %4ds  %s' "$name" "$rc" $((SECONDS - t0)) \
+    "$(grep -E '^\[  (PASSED|FAILED) \]' "$OUT/$name.log" | tr '\n' ' ')")
+  echo "$line" | tee -a "$SUMMARY"
+  grep -E '^\[  FAILED  \]|FAILURE|Error|error' "$OUT/$name.log" | head -20 | sed 's/^/    /'
+}
+
+for t in "$BUILD"/gpu_test_*; do
+  run "$(basename "$t")" "${TEST_LIMIT:-240}" "$t"
+done
+# the fp32 SIMT attention kernels (the tensor-core kernels' fallback) against the CPU too
+GT_CUDA_ATTN=simt run "gpu_test_cuda_ops_simt_attention" "${TEST_LIMIT:-240}" \
+  "$BUILD/gpu_test_cuda_ops"
+if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
+  for t in gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture; do
+    run "memcheck_$t" "${SAN_LIMIT:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/$t"
+  done
+  if [ "${RACECHECK:-1}" = 1 ]; then
+    run "racecheck_gpu_test_cuda_capture" "${SAN_LIMIT:-150}" compute-sanitizer --tool racecheck \
+      --error-exitcode 9 "$BUILD/gpu_test_cuda_capture"
+  fi
+fi
+echo "logs in $OUT" | tee -a "$SUMMARY"

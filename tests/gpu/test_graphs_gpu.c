@@ -1,0 +1,178 @@
+/* The graph engine on a real GPU (run by developers on the GPU machine): real CUDA stream
+ * capture gives bitwise the losses and master weights of eager bf16 steps with dropout on,
+ * for per-unit graphs captured in the middle of an eager step (attn; attn+mlp; MoE attn +
+ * moe_router + moe_preprocess; moe with drop-and-pad) and for the full-iteration graph; a
+ * forced capture failure leaves no graph alive and the run continues eagerly; capture costs
+ * (almost) no device memory because everything lives in the static arenas. Skips when no GPU
+ * can be used. Prints eager vs replayed step times (information, not a pass criterion). */
+#include "test_graphs_fixture.h"
+
+#define STEPS 20
+#define WARMUP 3
+
+static int g_have_gpu;
+
+static int setup(void **state) {
+    (void)state;
+    gt_backend *b = NULL;
+    gt_error err = {0};
+    g_have_gpu = gt_backend_create_cuda(&b, 0, &err) == GT_OK;
+    if (!g_have_gpu) fprintf(stderr, "skipping: %s\n", err.msg);
+    gt_backend_destroy(b);
+    return 0;
+}
+
+/* A small bf16 model with shapes the CUDA kernels like (hd 64, multiples of 64). */
+static void gpu_dense(gt_config *c) {
+    gtf_tiny_dense(c);
+    c->runtime.device = GT_DEVICE_CUDA;
+    c->model.compute_dtype = GT_DTYPE_BF16;
+    c->model.num_layers = 2;
+    c->model.hidden_size = 256;
+    c->model.num_attention_heads = 4;
+    c->model.num_query_groups = 2;
+    c->model.ffn_hidden_size = 512;
+    c->model.vocab_size = 1024;
+    c->model.seq_length = 128;
+    c->train.micro_batch_size = 2;
+    c->train.global_batch_size = 4;
+    c->model.cuda_graph_warmup_steps = WARMUP;
+    c->runtime.deterministic = true;
+}
+
+static void gpu_moe(gt_config *c) {
+    gpu_dense(c);
+    c->model.num_moe_experts = 4;
+    c->model.moe_router_topk = 2;
+    c->model.moe_ffn_hidden_size = 256;
+    c->model.moe_aux_loss_coeff = 0.01;
+}
+
+static double median_ms(const gtf_run *r, int from) {
+    double v[GTF_MAX_STEPS];
+    int n = 0;
+    for (int i = from; i < r->steps; i++)
+        v[n++] = r->ms[i];
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n ? v[n / 2] : 0;
+}
+
+static void compare(const gt_config *base, gt_graph_impl impl, uint32_t scope, int graphs) {
+    gt_config c = *base;
+    gtf_run eager, graphed;
+    gtf_train(&c, STEPS, &eager);
+    assert_int_equal(eager.rc, GT_OK);
+    gtf_graphs(&c, impl, scope);
+    gtf_train(&c, STEPS, &graphed);
+    assert_int_equal(graphed.rc, GT_OK);
+    gtf_assert_same(&eager, &graphed);
+    gtf_assert_progress(&graphed, WARMUP);
+    assert_int_equal(graphed.gs.graphs, graphs);
+    assert_int_equal(graphed.live, graphs);
+    fprintf(stderr, "%s: eager %.3f ms/step, replayed %.3f ms/step\n%s", graphed.gs.mode,
+            median_ms(&eager, WARMUP + 1), median_ms(&graphed, WARMUP + 1), graphed.report);
+    /* the static arenas: capture allocates no activation memory (allow the driver's own
+     * executable-graph bookkeeping) */
+    assert_true(graphed.gs.mem_after_capture <= graphed.gs.mem_before_capture + (64u << 20));
+    gtf_free(&eager);
+    gtf_free(&graphed);
+}
+
+static void test_gpu_attn_graphs_match_eager_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_dense(&c);
+    compare(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN, 2 * 2);
+}
+
+static void test_gpu_attn_mlp_graphs_match_eager_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_dense(&c);
+    compare(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MLP, 2 * 2 * 2);
+}
+
+static void test_gpu_full_iteration_graph_matches_eager_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_dense(&c);
+    compare(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 1);
+}
+
+static void test_gpu_dropless_moe_scopes_match_eager_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_moe(&c);
+    compare(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MOE_ROUTER | GT_SCOPE_MOE_PREPROCESS,
+            2 * 3 * 2);
+}
+
+static void test_gpu_moe_scope_with_capacity_matches_eager_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_moe(&c);
+    c.model.moe_expert_capacity_factor = 1.0;
+    c.model.moe_pad_expert_input_to_capacity = true;
+    compare(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_MOE, 2 * 3 * 2);
+}
+
+static void test_gpu_failed_capture_falls_back_and_leaves_no_graph(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_dense(&c);
+    gtf_run eager, r;
+    gtf_train(&c, 8, &eager);
+    gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
+    c.runtime.capture_failure = GT_CAPTURE_FAIL_EAGER;
+    gtf_train_ex(&c, 8, "full_iteration", &r);
+    assert_int_equal(r.rc, GT_OK);
+    gtf_assert_same(&eager, &r); /* the stream stayed usable: eager steps after the failure */
+    assert_int_equal(r.gs.fallbacks, 1);
+    assert_int_equal(r.live, 0);
+    c.runtime.capture_failure = GT_CAPTURE_FAIL_STOP;
+    gtf_free(&r);
+    gtf_train_ex(&c, 8, "full_iteration", &r);
+    assert_int_not_equal(r.rc, GT_OK);
+    assert_non_null(strstr(r.err.msg, "full_iteration"));
+    assert_int_equal(r.live, 0);
+    gtf_free(&r);
+    gtf_free(&eager);
+}
+
+static void test_gpu_capture_check_passes_in_global_mode(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_dense(&c);
+    gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN);
+    c.runtime.debug_capture_check = true;
+    gtf_run r;
+    gtf_train(&c, 2, &r);
+    if (r.rc != GT_OK) fail_msg("%s", r.err.msg);
+    assert_non_null(strstr(r.report, "capture_check passed"));
+    gtf_free(&r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_attn_graphs_match_eager_bitwise),
+        cmocka_unit_test(test_gpu_attn_mlp_graphs_match_eager_bitwise),
+        cmocka_unit_test(test_gpu_full_iteration_graph_matches_eager_bitwise),
+        cmocka_unit_test(test_gpu_dropless_moe_scopes_match_eager_bitwise),
+        cmocka_unit_test(test_gpu_moe_scope_with_capacity_matches_eager_bitwise),
+        cmocka_unit_test(test_gpu_failed_capture_falls_back_and_leaves_no_graph),
+        cmocka_unit_test(test_gpu_capture_check_passes_in_global_mode),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
