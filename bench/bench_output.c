@@ -133,7 +133,7 @@ static void json_result(FILE *f, const gt_bench_result *r) {
     json_field_num(f, "nodes", r->nodes, 1);
     json_field_num(f, "fallbacks", r->fallbacks, 1);
     json_field_num(f, "peak_bytes", (double)r->peak_bytes, 1);
-    json_field_num(f, "peak_ratio_to_eager", r->peak_ratio, 1);
+    json_field_num(f, "peak_ratio_to_eager", r->peak_ratio > 0 ? r->peak_ratio : NAN, 1);
     fprintf(f, "\n     \"losses\": [");
     for (int s = 0; s < r->n_losses; s++) {
         if (s) fprintf(f, ", ");

@@ -388,7 +388,6 @@ def bench_one(c, mode, steps, warmup, device):
     if mode in ("te_attn", "te_attn_mlp"):
         if device.type != "cuda":
             raise RuntimeError("TE-style graphs need CUDA")
-        x = torch.randn(B, T, c["d"], dtype=torch.bfloat16, device=device, requires_grad=True)
         mods, slots = [], []
         for i, layer in enumerate(model.layers):
             mods.append(layer.attn)
@@ -396,7 +395,10 @@ def bench_one(c, mode, steps, warmup, device):
             if mode == "te_attn_mlp":
                 mods.append(layer.moe_router if layer.moe else layer.mlp)
                 slots.append((i, "router" if layer.moe else "mlp"))
-        graphed = torch.cuda.make_graphed_callables(tuple(mods), tuple((x,) for _ in mods))
+        # one static input per graph: a graph's saved activations point into its own input
+        sample = tuple((torch.randn(B, T, c["d"], dtype=torch.bfloat16, device=device,
+                                    requires_grad=True),) for _ in mods)
+        graphed = torch.cuda.make_graphed_callables(tuple(mods), sample)
         blocks = [{"attn": l.attn, "mlp": getattr(l, "mlp", None),
                    "router": getattr(l, "moe_router", None)} for l in model.layers]
         for (i, kind), gm in zip(slots, graphed):
@@ -639,7 +641,9 @@ def cmd_parity(a):
                           ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    gt_prec = "fp32" if gt["backend"] == "cpu" else "bf16"
+    with open(os.path.join(d, "config.json")) as f:
+        dtype = json.load(f).get("model.compute_dtype", "bf16")
+    gt_prec = "fp32" if gt["backend"] == "cpu" or dtype == "fp32" else "bf16"
     print(f"parity: graphtrain on {gt['backend']} ({gt_prec}), {gt['steps']} steps, "
           f"reference on {device}")
     ok, runs = True, {}

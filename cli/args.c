@@ -76,7 +76,11 @@ int gt_cli_find_recipe(const char *name, char *path, size_t n, gt_error *err) {
     int count = recipe_dirs(dirs);
     for (int i = 0; i < count; i++) {
         char p[ARGS_DIR_MAX + 160];
-        snprintf(p, sizeof p, "%s/%.128s.yaml", dirs[i], name);
+        size_t dl = strnlen(dirs[i], ARGS_DIR_MAX - 1), nl = strnlen(name, 128);
+        memcpy(p, dirs[i], dl);
+        p[dl] = '/';
+        memcpy(p + dl + 1, name, nl);
+        memcpy(p + dl + 1 + nl, ".yaml", sizeof ".yaml");
         if (is_file(p)) {
             if (strlen(p) >= n) return gt_error_set(err, GT_ERR_IO, "recipe path too long: %s", p);
             snprintf(path, n, "%s", p);

@@ -67,7 +67,7 @@ static void apply(yaml_ctx *c, const char *key, const char *value, size_t line) 
     if (is_section(key)) {
         char msg[YAML_KEY_MAX + 96];
         snprintf(msg, sizeof msg,
-                 "%s is a section; write its settings below it (%s:\n  name: value)", key, key);
+                 "%s is a section, not a setting; indent its settings below '%s:'", key, key);
         add_error(c, GT_ERR_INVALID, line, msg);
         return;
     }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "graphs/graphs.h"
+#include "train/atomic_file.h"
 #include "train/checkpoint.h"
 #include "train/trainer_extra.h"
 
@@ -83,6 +84,17 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
         fprintf(out, "resumed from %s at step %lld\n", cfg->checkpoint.load, start);
     FILE *jsonl = NULL;
     if (cfg->logger.metrics_file[0]) {
+        char dir[GT_PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", cfg->logger.metrics_file);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+            *slash = '\0';
+            rc = gt_mkdirs(dir, err);
+            if (rc) {
+                gt_trainer_destroy(t);
+                return gt_error_wrap(err, "logger.metrics_file=%s: ", cfg->logger.metrics_file);
+            }
+        }
         jsonl = fopen(cfg->logger.metrics_file, gt_trainer_resumed(t) ? "a" : "w");
         if (!jsonl) {
             rc = gt_error_set(err, GT_ERR_IO, "logger.metrics_file=%s: cannot open: %s",

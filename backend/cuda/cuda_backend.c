@@ -2,6 +2,7 @@
  * copies, planning (scratch sized from recorded shapes) and CUDA stream capture into graphs.
  * The math ops live in the .cu files and cuda_matmul.c. */
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cudnn_attention.h"
 
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
@@ -330,6 +331,8 @@ static void cuda_destroy(gt_backend *b) {
         cudaDeviceSynchronize();
         cudaGetLastError();
         gt_cuda_matmul_destroy(b);
+        gt_cudnn_attn_destroy((gt_cudnn_attn *)im->cudnn);
+        free(im->attn_plans);
         if (im->scratch_base) cuda_free(b, im->scratch_base);
         free(im->allocs);
         free(im);
@@ -364,7 +367,10 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     }
     im->device = device;
     const char *attn = getenv("GT_CUDA_ATTN");
-    im->attn_simt = attn && strcmp(attn, "simt") == 0;
+    im->attn_mode = !attn                      ? GT_ATTN_CUDNN
+                    : strcmp(attn, "simt") == 0 ? GT_ATTN_SIMT
+                    : strcmp(attn, "tc") == 0   ? GT_ATTN_TC
+                                                : GT_ATTN_CUDNN;
     cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device);
     ops->alloc = cuda_alloc;
     ops->free = cuda_free;

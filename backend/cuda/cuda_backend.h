@@ -28,10 +28,24 @@ typedef enum {
     GT_SCRATCH_ATTN,        /* D_i = dO_i . O_i [B,H,T] */
     GT_SCRATCH_MOE,         /* column means of router probs [E] */
     GT_SCRATCH_DBIAS,       /* per-block dbias partials */
+    GT_SCRATCH_CUDNN,       /* cuDNN attention workspace (forward and backward share it) */
     GT_SCRATCH_COUNT
 } gt_scratch_kind;
 
 typedef struct gt_cuda_gemm_plan gt_cuda_gemm_plan; /* cuda_matmul.c */
+
+/* Which attention kernels run (GT_CUDA_ATTN=cudnn|tc|simt when the backend is created):
+ * cuDNN fused attention where it can take the shape (no dropout, T % 128 == 0), else the
+ * tensor-core kernels; "tc" and "simt" force the own kernels (the fp32 SIMT ones are the
+ * reference). */
+typedef enum { GT_ATTN_CUDNN = 0, GT_ATTN_TC, GT_ATTN_SIMT } gt_attn_mode;
+
+/* One planned attention shape and whether cuDNN runs it. */
+typedef struct gt_cuda_attn_plan {
+    int B, T, H, KV, hd;
+    int use_cudnn;
+    size_t ws_bytes; /* cuDNN workspace of this shape */
+} gt_cuda_attn_plan;
 
 typedef struct gt_cuda_alloc_rec {
     void *ptr;
@@ -45,7 +59,10 @@ typedef struct gt_cuda_impl {
     gt_cuda_alloc_rec *allocs;
     int n_allocs, cap_allocs;
     int live_graphs;
-    int attn_simt; /* GT_CUDA_ATTN=simt: use the fp32 SIMT attention kernels (debugging) */
+    int attn_mode; /* gt_attn_mode */
+    void *cudnn;   /* gt_cudnn_attn *, created by the first planned attention */
+    gt_cuda_attn_plan *attn_plans;
+    int n_attn_plans, cap_attn_plans;
     /* cuBLASLt */
     void *lt; /* cublasLtHandle_t */
     void *lt_ws;

@@ -19,6 +19,7 @@ enum {
     MAX_OPS = 32,     /* operations of one graph: 14 forward, 21-23 backward */
     MAX_IO = 16,      /* non-virtual tensors of one pass */
     MAX_CFGS = 16,    /* engine configs tried per heuristics mode */
+    MAX_PACKS = 64,   /* variant packs cached per pass: one per layer's buffer set */
     WS_ALIGN = 256,   /* alignment of the regions carved from the workspace */
     TENSOR_ALIGN = 16 /* every pointer handed to cuDNN is 16-byte aligned */
 };
@@ -51,7 +52,15 @@ typedef struct layout {
     int64_t dim[4], str[4]; /* logical [B, heads, rows, cols]; physical order in the strides */
 } layout;
 
-/* One pass (forward or backward) of one shape: its plan and a cached variant pack. */
+/* A variant pack (uid -> pointer table) built once per buffer set, so eager calls of every
+ * layer reuse theirs instead of creating a descriptor per call. */
+typedef struct var_pack {
+    cudnnBackendDescriptor_t d;
+    void *ptrs[MAX_IO];
+    void *ws;
+} var_pack;
+
+/* One pass (forward or backward) of one shape: its plan and its cached variant packs. */
 typedef struct attn_pass {
     builder b;
     cudnnBackendDescriptor_t plan;
@@ -59,9 +68,8 @@ typedef struct attn_pass {
     int64_t engine; /* global engine index, for logs */
     int nio;
     int64_t uids[MAX_IO]; /* uid of each non-virtual tensor, in the order calls pass pointers */
-    cudnnBackendDescriptor_t vpack;
-    void *vp_ptrs[MAX_IO]; /* pointers the cached variant pack was built with */
-    void *vp_ws;
+    var_pack packs[MAX_PACKS];
+    int npacks, next_evict;
 } attn_pass;
 
 typedef struct attn_plan {
@@ -483,34 +491,47 @@ static int choose_plan(attn_pass *p, int deterministic, const char *pass, gt_err
 
 /* ---- execution ---- */
 
+/* The cached variant pack for these pointers, built on a miss (host work only, so also fine
+ * during capture); the oldest entry is replaced when the cache is full. */
+static cudnnStatus_t get_pack(attn_pass *p, void *const *ptrs, void *ws,
+                              cudnnBackendDescriptor_t *out) {
+    size_t bytes = (size_t)p->nio * sizeof *ptrs;
+    for (int i = 0; i < p->npacks; i++)
+        if (p->packs[i].ws == ws && !memcmp(p->packs[i].ptrs, ptrs, bytes)) {
+            *out = p->packs[i].d;
+            return CUDNN_STATUS_SUCCESS;
+        }
+    cudnnBackendDescriptor_t d = NULL;
+    cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &d);
+    if (!st)
+        st = cudnnBackendSetAttribute(d, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                      p->nio, p->uids);
+    if (!st)
+        st = cudnnBackendSetAttribute(d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                      CUDNN_TYPE_VOID_PTR, p->nio, ptrs);
+    if (!st)
+        st = cudnnBackendSetAttribute(d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR,
+                                      1, &ws);
+    if (!st) st = cudnnBackendFinalize(d);
+    if (st) {
+        if (d) cudnnBackendDestroyDescriptor(d);
+        return st;
+    }
+    int slot = p->npacks < MAX_PACKS ? p->npacks++ : p->next_evict++ % MAX_PACKS;
+    if (p->packs[slot].d) cudnnBackendDestroyDescriptor(p->packs[slot].d);
+    p->packs[slot].d = d;
+    memcpy(p->packs[slot].ptrs, ptrs, bytes);
+    p->packs[slot].ws = ws;
+    *out = d;
+    return CUDNN_STATUS_SUCCESS;
+}
+
 static int run_pass(gt_cudnn_attn *a, attn_pass *p, cudaStream_t stream, void *const *ptrs,
                     void *ws, const char *pass, gt_error *err) {
-    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-    if (!p->vpack || p->vp_ws != ws || memcmp(p->vp_ptrs, ptrs, (size_t)p->nio * sizeof *ptrs)) {
-        /* new buffers: rebuild the variant pack (host work only, fine during capture) */
-        if (p->vpack) cudnnBackendDestroyDescriptor(p->vpack);
-        p->vpack = NULL;
-        st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &p->vpack);
-        if (!st)
-            st = cudnnBackendSetAttribute(p->vpack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
-                                          CUDNN_TYPE_INT64, p->nio, p->uids);
-        if (!st)
-            st = cudnnBackendSetAttribute(p->vpack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                          CUDNN_TYPE_VOID_PTR, p->nio, ptrs);
-        if (!st)
-            st = cudnnBackendSetAttribute(p->vpack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-                                          CUDNN_TYPE_VOID_PTR, 1, &ws);
-        if (!st) st = cudnnBackendFinalize(p->vpack);
-        if (st) {
-            if (p->vpack) cudnnBackendDestroyDescriptor(p->vpack);
-            p->vpack = NULL;
-        } else {
-            memcpy(p->vp_ptrs, ptrs, (size_t)p->nio * sizeof *ptrs);
-            p->vp_ws = ws;
-        }
-    }
+    cudnnBackendDescriptor_t pack = NULL;
+    cudnnStatus_t st = get_pack(p, ptrs, ws, &pack);
     if (!st) st = cudnnSetStream(a->h, stream);
-    if (!st) st = cudnnBackendExecute(a->h, p->plan, p->vpack);
+    if (!st) st = cudnnBackendExecute(a->h, p->plan, pack);
     if (st) {
         char why[160] = "";
         cudnnGetLastErrorString(why, sizeof why);
@@ -624,7 +645,7 @@ static int warm_up(gt_cudnn_attn *a, attn_plan *p, gt_error *err) {
 }
 
 static void pass_destroy(attn_pass *p) {
-    if (p->vpack) cudnnBackendDestroyDescriptor(p->vpack);
+    for (int i = 0; i < p->npacks; i++) cudnnBackendDestroyDescriptor(p->packs[i].d);
     if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
     for (int i = p->b.ndesc - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->b.descs[i]);
     memset(p, 0, sizeof *p);

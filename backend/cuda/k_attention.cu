@@ -6,9 +6,15 @@
  * ((b*H + h)*T + i)*T + j, so GPU and CPU drop the same probabilities. bf16 I/O, fp32 math;
  * the head size is a compile-time parameter (64 or 128). These fp32 SIMT kernels are the
  * reference and fallback; k_attention_tc.cu runs the same algorithm on tensor cores and is
- * used whenever it can take the call (GT_CUDA_ATTN=simt at backend creation forces these). */
+ * used whenever it can take the call (GT_CUDA_ATTN=simt at backend creation forces these).
+ * cuDNN's fused attention (cudnn_attention.c) runs the shapes it supports without dropout: its
+ * dropout mask is not the Philox mask the CPU reference and these kernels share. */
 #include "backend/cuda/cuda_common.cuh"
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/cudnn_attention.h"
 
 #define ATT_BR 64 /* query rows per tile */
 #define ATT_BC 64 /* keys per tile */
@@ -314,14 +320,79 @@ static attn_geo make_geo(int B, int T, int H, int KV, int hd, float p, gt_rng_si
     return g;
 }
 
+static int ptr_aligned16(const void *p) {
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+/* Decides whether cuDNN runs this attention call. While planning it builds the cuDNN plans of
+ * a new shape (once) and records the workspace; in a step it only looks the shape up.
+ * Returns 0: use the own kernels; 1: use cuDNN with *ws (nothing to do while planning);
+ * -1: a sticky error was raised. */
+static int cudnn_route(gt_backend *b, gt_stream *s, int B, int T, int H, int KV, int hd,
+                       float p, const void *x, const void *y, const void *z, void **ws) {
+    gt_cuda_impl *im = (gt_cuda_impl *)b->impl;
+    if (im->attn_mode != GT_ATTN_CUDNN || p > 0.0f || T % 128 != 0) return 0;
+    if (!ptr_aligned16(x) || !ptr_aligned16(y) || !ptr_aligned16(z)) return 0;
+    gt_cuda_attn_plan *pl = NULL;
+    for (int i = 0; i < im->n_attn_plans; i++) {
+        gt_cuda_attn_plan *q = &im->attn_plans[i];
+        if (q->B == B && q->T == T && q->H == H && q->KV == KV && q->hd == hd) pl = q;
+    }
+    if (!pl) {
+        if (!b->planning) return 0; /* not planned: the own kernels need no plan */
+        if (im->n_attn_plans == im->cap_attn_plans) {
+            int cap = im->cap_attn_plans ? 2 * im->cap_attn_plans : 8;
+            gt_cuda_attn_plan *np =
+                (gt_cuda_attn_plan *)realloc(im->attn_plans, (size_t)cap * sizeof *np);
+            if (!np) return 0;
+            im->attn_plans = np;
+            im->cap_attn_plans = cap;
+        }
+        pl = &im->attn_plans[im->n_attn_plans++];
+        memset(pl, 0, sizeof *pl);
+        pl->B = B, pl->T = T, pl->H = H, pl->KV = KV, pl->hd = hd;
+        gt_error err = {0};
+        if (gt_cudnn_attn_available()) {
+            if (!im->cudnn &&
+                gt_cudnn_attn_create((gt_cudnn_attn **)&im->cudnn, gt_cuda_stream(s), &err))
+                im->cudnn = NULL;
+            size_t bytes = 0;
+            if (im->cudnn &&
+                gt_cudnn_attn_plan((gt_cudnn_attn *)im->cudnn, B, T, H, KV, hd, &bytes, &err) ==
+                    GT_OK) {
+                pl->use_cudnn = 1;
+                pl->ws_bytes = bytes;
+            }
+        }
+    }
+    if (!pl->use_cudnn) return 0;
+    void *w = gt_cuda_scratch(b, GT_SCRATCH_CUDNN, pl->ws_bytes ? pl->ws_bytes : 256,
+                              "attention (cuDNN workspace)");
+    if (b->planning) return 1;
+    if (!w) return -1;
+    *ws = w;
+    return 1;
+}
+
 static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *lse,
                                const void *qkv, int B, int T, int H, int KV, int hd, float p,
                                gt_rng_site site, const gt_step_state *st) {
-    if (!attn_check(b, "attention_fwd", B, T, H, KV, hd, p, st) || b->planning) return;
+    if (!attn_check(b, "attention_fwd", B, T, H, KV, hd, p, st)) return;
+    cudaStream_t cs = gt_cuda_stream(s);
+    void *ws = NULL;
+    int route = cudnn_route(b, s, B, T, H, KV, hd, p, out, qkv, qkv, &ws);
+    if (route != 0) {
+        gt_error err = {0};
+        if (route > 0 && !b->planning &&
+            gt_cudnn_attn_fwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn, cs, out, lse,
+                              qkv, B, T, H, KV, hd, ws, &err))
+            gt_backend_fail(b, err.code, "attention_fwd (cuDNN): %s", err.msg);
+        return;
+    }
+    if (b->planning) return;
     attn_geo g = make_geo(B, T, H, KV, hd, p, site);
     dim3 grid((T + ATT_BR - 1) / ATT_BR, H, B);
-    cudaStream_t cs = gt_cuda_stream(s);
-    int simt = ((gt_cuda_impl *)b->impl)->attn_simt;
+    int simt = ((gt_cuda_impl *)b->impl)->attn_mode == GT_ATTN_SIMT;
     if (!simt && gt_cuda_attn_tc_fwd(cs, out, lse, qkv, &g, hd, st)) {
         GT_CUDA_LAUNCHED(b, "attention_fwd");
         return;
@@ -340,6 +411,17 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
                                int T, int H, int KV, int hd, float p, gt_rng_site site,
                                const gt_step_state *st) {
     if (!attn_check(b, "attention_bwd", B, T, H, KV, hd, p, st)) return;
+    void *ws = NULL;
+    int route = cudnn_route(b, s, B, T, H, KV, hd, p, dqkv, dout, out, &ws);
+    if (route != 0) {
+        gt_error err = {0};
+        if (route > 0 && !b->planning &&
+            gt_cudnn_attn_bwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn,
+                              gt_cuda_stream(s), dqkv, dout, qkv, out, lse, B, T, H, KV, hd, ws,
+                              &err))
+            gt_backend_fail(b, err.code, "attention_bwd (cuDNN): %s", err.msg);
+        return;
+    }
     float *D = (float *)gt_cuda_scratch(b, GT_SCRATCH_ATTN, (size_t)B * H * T * sizeof(float),
                                         "attention_bwd");
     if (!D) return;
@@ -348,7 +430,7 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     size_t rows = (size_t)B * H * T;
     k_attn_bwd_pre<<<gt_grid(rows * 32, ATT_THREADS), ATT_THREADS, 0, cs>>>(
         D, (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
-    int simt = ((gt_cuda_impl *)b->impl)->attn_simt;
+    int simt = ((gt_cuda_impl *)b->impl)->attn_mode == GT_ATTN_SIMT;
     if (!simt && gt_cuda_attn_tc_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st)) {
         GT_CUDA_LAUNCHED(b, "attention_bwd");
         return;

@@ -393,6 +393,33 @@ static void test_captured_graph_with_t96_replays_equal_to_eager(void **state) {
     check_capture(state, (shape){2, 96, 4, 2, 64});
 }
 
+/* two layers' buffer sets of one shape, calls interleaved: each gets exactly its own results
+ * (the cached variant packs map every call to its own pointers) */
+static void test_interleaved_buffer_sets_keep_their_own_results(void **state) {
+    fixture *f = need_cudnn(state);
+    shape s = {1, 256, 4, 2, 64};
+    bufs a, b;
+    bufs_alloc(f, &a, s);
+    bufs_alloc(f, &b, s);
+    fill_inputs(f, &a, NULL, NULL);
+    fill_inputs(f, &b, NULL, NULL);
+    run_fwd(f, &a);
+    run_bwd(f, &a);
+    unsigned char *alone = snapshot(f, &a);
+    CUDA_OK(cudaMemsetAsync(a.dqkv, 0, a.nqkv * 2, f->stream));
+    run_fwd(f, &a);
+    run_fwd(f, &b);
+    run_bwd(f, &b);
+    run_bwd(f, &a);
+    unsigned char *mixed = snapshot(f, &a), *other = snapshot(f, &b);
+    size_t n = a.nout * 2 + a.nlse * 4 + a.nqkv * 2;
+    assert_memory_equal(alone, mixed, n);
+    assert_memory_not_equal(alone, other, n);
+    free(alone), free(mixed), free(other);
+    bufs_free(&a);
+    bufs_free(&b);
+}
+
 static void test_unplanned_shape_is_rejected(void **state) {
     fixture *f = need_cudnn(state);
     gt_error err = {0};
@@ -425,8 +452,9 @@ static int cmp_float(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* median ms of TIMED_ITERS runs of forward (with_bwd 0) or forward+backward (1) */
-static float time_ms(fixture *f, bufs *d, int with_bwd) {
+/* median ms of TIMED_ITERS runs of forward (with_bwd 0) or forward+backward (1); host_us
+ * receives the host time per iteration spent enqueueing */
+static float time_ms(fixture *f, bufs *d, int with_bwd, double *host_us) {
     cudaEvent_t ev[2 * TIMED_ITERS];
     float ms[TIMED_ITERS];
     for (int i = 0; i < 2 * TIMED_ITERS; i++) CUDA_OK(cudaEventCreate(&ev[i]));
@@ -434,12 +462,15 @@ static float time_ms(fixture *f, bufs *d, int with_bwd) {
         run_fwd(f, d);
         if (with_bwd) run_bwd(f, d);
     }
+    CUDA_OK(cudaStreamSynchronize(f->stream));
+    double t0 = now_ms();
     for (int i = 0; i < TIMED_ITERS; i++) {
         CUDA_OK(cudaEventRecord(ev[2 * i], f->stream));
         run_fwd(f, d);
         if (with_bwd) run_bwd(f, d);
         CUDA_OK(cudaEventRecord(ev[2 * i + 1], f->stream));
     }
+    *host_us = (now_ms() - t0) * 1e3 / TIMED_ITERS;
     CUDA_OK(cudaStreamSynchronize(f->stream));
     for (int i = 0; i < TIMED_ITERS; i++) CUDA_OK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
     for (int i = 0; i < 2 * TIMED_ITERS; i++) cudaEventDestroy(ev[i]);
@@ -497,16 +528,17 @@ static void test_workload_shapes_plan_run_and_report_times(void **state) {
         bufs_alloc(f, &d, w[i].s);
         double plan_ms = now_ms() - t0;
         fill_inputs(f, &d, NULL, NULL);
-        float fwd = time_ms(f, &d, 0), both = time_ms(f, &d, 1);
+        double host_fwd = 0, host_both = 0;
+        float fwd = time_ms(f, &d, 0, &host_fwd), both = time_ms(f, &d, 1, &host_both);
         float gfwd = time_graph_ms(f, &d, 0), gboth = time_graph_ms(f, &d, 1);
         char desc[256];
         gt_cudnn_attn_describe(f->attn, w[i].s.B, w[i].s.T, w[i].s.H, w[i].s.KV, w[i].s.hd, desc,
                                sizeof desc);
         printf("    %-8s B=%d T=%d H=%d KV=%d hd=%d: eager fwd %.3f ms, fwd+bwd %.3f ms; "
                "graph-replayed fwd %.3f ms, fwd+bwd %.3f ms; plan+warm-up %.0f ms, "
-               "workspace %.1f MiB\n      %s\n",
+               "workspace %.1f MiB; host enqueue fwd %.1f us, fwd+bwd %.1f us\n      %s\n",
                w[i].name, w[i].s.B, w[i].s.T, w[i].s.H, w[i].s.KV, w[i].s.hd, fwd, both, gfwd,
-               gboth, plan_ms, d.ws_bytes / 1048576.0, desc);
+               gboth, plan_ms, d.ws_bytes / 1048576.0, host_fwd, host_both, desc);
         bufs_free(&d);
     }
 }
@@ -520,6 +552,7 @@ int main(void) {
         cmocka_unit_test(test_backward_is_bitwise_deterministic),
         cmocka_unit_test(test_captured_graph_replays_equal_to_eager),
         cmocka_unit_test(test_captured_graph_with_t96_replays_equal_to_eager),
+        cmocka_unit_test(test_interleaved_buffer_sets_keep_their_own_results),
         cmocka_unit_test(test_unplanned_shape_is_rejected),
         cmocka_unit_test(test_bad_shapes_fail_with_clear_errors),
         cmocka_unit_test(test_workload_shapes_plan_run_and_report_times),

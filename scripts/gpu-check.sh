@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The one command for the GPU machine: GPU tests, a short training run, graphtrain bench and the
+# PyTorch reference side by side on the four WORKLOADS.md workloads, the parity check, a
+# compute-sanitizer memcheck of a short training run, then torch.compile. Each part has its own
+# time limit and the whole stays under ~9 minutes (GT_CHECK_BUDGET seconds, default 540); the
+# most important results come first. Needs build-gpu/ from scripts/gpu-build.sh (carry it).
+#
+# Results under $OUT (the device sets it; default /tmp/gt-gpu-check): summary.txt (one line per
+# part plus the key figures), compare.md (graphtrain vs PyTorch table) and logs.tar.gz (every
+# log and JSON/CSV; the device returns at most 8 files, so the logs travel as one archive,
+# refreshed after every part). Usage: scripts/gpu-check.sh [quick]  (quick: tiny workload only)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+ROOT=$PWD
+BUILD=${GT_GPU_BUILD_DIR:-build-gpu}
+OUT=${OUT:-/tmp/gt-gpu-check}
+LOGS=$(mktemp -d /tmp/gt-check.XXXXXX)
+BUDGET=${GT_CHECK_BUDGET:-540}
+WORKLOADS=${GT_CHECK_WORKLOADS:-tiny gpt124m llama1b moe}
+[ "${1:-}" = quick ] && WORKLOADS=tiny
+mkdir -p "$OUT"
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+GT=$ROOT/$BUILD/graphtrain
+PY=${PYTHON:-python3}
+
+# ---- environment: cuDNN / NCCL from python's nvidia packages, carried libs (cmocka) ----
+NV=$($PY -c 'import nvidia, os; print(nvidia.__path__[0])' 2>/dev/null || true)
+LIBS="$ROOT/$BUILD/lib"
+[ -n "$NV" ] && LIBS="$LIBS:$NV/cudnn/lib:$NV/nccl/lib:$NV/cublas/lib"
+[ -n "${GT_CARRY_LIB:-}" ] && LIBS="$LIBS:$GT_CARRY_LIB"
+export LD_LIBRARY_PATH="$LIBS:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+PYBIN=$(dirname "$(command -v "$PY")")
+export PATH="$PATH:/usr/local/cuda/bin:$PYBIN"
+export GT_SOURCE_DIR=$ROOT GT_RECIPE_DIR=$ROOT/recipes
+
+say() { echo "$*" | tee -a "$SUMMARY"; }
+# show PART PREFIX REGEX [LAST]: the lines of a part's log worth a place in the summary
+show() {
+  [ -f "$LOGS/$1.log" ] || return 0
+  grep -E "$3" "$LOGS/$1.log" | tail -n "${4:-40}" | sed "s/^/    $2/" | tee -a "$SUMMARY"
+  return 0
+}
+pack() { tar -C "$LOGS" -czf "$OUT/logs.tar.gz.tmp" . 2>/dev/null && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"; }
+# part NAME BUDGET_S COMMAND...: runs with a limit of min(budget, time left), logs with tee
+part() {
+  local name=$1 want=$2
+  shift 2
+  local left=$((BUDGET - SECONDS - 5))
+  local limit=$((want < left ? want : left))
+  if [ "$limit" -lt 10 ]; then
+    say "$(printf '%-26s SKIPPED (time budget spent)' "$name")"
+    return 0
+  fi
+  local t0=$SECONDS
+  timeout -k 5 "$limit" "$@" 2>&1 | tee "$LOGS/$name.log" >/dev/null
+  local rc=${PIPESTATUS[0]}
+  local note=""
+  [ "$rc" = 124 ] && note="(timed out at ${limit}s)"
+  say "$(printf '%-26s rc=%-3s %4ds %s' "$name" "$rc" $((SECONDS - t0)) "$note")"
+  pack
+  return 0
+}
+
+say "gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+say "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)'), torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo missing), budget ${BUDGET}s"
+if [ ! -x "$GT" ]; then
+  say "no $GT: build it on the development machine with scripts/gpu-build.sh and carry $BUILD"
+  exit 2
+fi
+# ctest files hold the build machine's absolute paths: make them resolve here too
+SRC_AT_BUILD=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)
+if [ -n "$SRC_AT_BUILD" ] && [ "$SRC_AT_BUILD" != "$ROOT" ] && [ ! -e "$SRC_AT_BUILD" ]; then
+  mkdir -p "$(dirname "$SRC_AT_BUILD")" && ln -s "$ROOT" "$SRC_AT_BUILD"
+fi
+
+# 1. GPU tests (ctest label gpu); without ctest, the test binaries directly
+if command -v ctest >/dev/null; then
+  part ctest_gpu 150 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 120
+else
+  part ctest_gpu 150 bash -c "for t in $BUILD/gpu_test_*; do echo \"== \$t\"; \$t || echo \"FAILED \$t\"; done"
+fi
+show ctest_gpu "" 'tests passed|tests failed|\(Failed\)|\(Timeout\)|^FAILED'
+
+# 2. a short training run on the GPU (the smoke test everything else relies on)
+part train_tiny 40 "$GT" train --recipe tiny train.train_iters=30 logger.log_interval=10
+show train_tiny "" '[Ee]rror|loss' 3
+
+# 3. graphtrain bench and the PyTorch reference, workload by workload (no compile here)
+declare -A GT_LIMIT=([tiny]=40 [gpt124m]=50 [llama1b]=80 [moe]=60)
+declare -A PT_LIMIT=([tiny]=35 [gpt124m]=40 [llama1b]=60 [moe]=50)
+GT_JSONS="" PT_JSONS=""
+for w in $WORKLOADS; do
+  part "bench_gt_$w" "${GT_LIMIT[$w]:-60}" "$GT" bench --recipe "$w" --modes all --steps 30 \
+    --json "$LOGS/bench_gt_$w.json" --csv "$LOGS/bench_gt_$w.csv"
+  show "bench_gt_$w" "[$w] " '^(eager|attn|full_iteration)|bitwise identical|FAILED|graphtrain bench:'
+  part "bench_pt_$w" "${PT_LIMIT[$w]:-50}" $PY bench/torch_reference.py bench --workloads "$w" \
+    --modes eager,te_attn,te_attn_mlp,full_iteration --steps 20 --warmup 5 --json "$LOGS/bench_pt_$w.json"
+  show "bench_pt_$w" "" "^$w "
+  GT_JSONS="$GT_JSONS,$LOGS/bench_gt_$w.json" PT_JSONS="$PT_JSONS,$LOGS/bench_pt_$w.json"
+done
+$PY bench/torch_reference.py compare --graphtrain "$GT_JSONS" --torch "$PT_JSONS" >"$OUT/compare.md" 2>>"$LOGS/compare.log"
+
+# 4. parity: graphtrain's losses and step-1 gradients against PyTorch fp32 and bf16
+PAR_DENSE="model.num_layers=2 train.global_batch_size=8"
+PAR_MOE="model.num_layers=2 model.hidden_size=256 model.num_attention_heads=4 model.num_query_groups=2 model.num_moe_experts=8 model.moe_router_topk=2 model.moe_ffn_hidden_size=128 model.seq_length=256"
+part parity_dense_export 30 "$GT" bench --recipe tiny $PAR_DENSE --parity "$LOGS/parity_dense" --parity-steps 10
+part parity_dense 60 $PY bench/torch_reference.py parity "$LOGS/parity_dense"
+show parity_dense "[dense] " 'PASS|FAIL|hint|Error'
+part parity_moe_export 30 "$GT" bench --recipe moe $PAR_MOE --parity "$LOGS/parity_moe" --parity-steps 10
+part parity_moe 60 $PY bench/torch_reference.py parity "$LOGS/parity_moe"
+show parity_moe "[moe] " 'PASS|FAIL|hint|Error'
+rm -f "$LOGS"/parity_*/*.gtw "$LOGS"/parity_*/tokens.bin # large and reproducible
+pack
+
+# 5. compute-sanitizer memcheck over a short run that captures and replays a full-iteration graph
+if command -v compute-sanitizer >/dev/null; then
+  part memcheck_train 90 compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check full \
+    "$GT" train --recipe tiny model.num_layers=2 model.cuda_graph_warmup_steps=1 train.train_iters=4
+  show memcheck_train "" 'ERROR SUMMARY|LEAK SUMMARY|[Ee]rror:'
+else
+  say "memcheck_train             SKIPPED (compute-sanitizer not found)"
+fi
+
+# 6. torch.compile for the same workloads (slow to compile: last)
+part bench_pt_compile 150 $PY bench/torch_reference.py bench --workloads "$(echo $WORKLOADS | tr ' ' ,)" \
+  --modes compile --steps 20 --warmup 5 --time-budget 110 --json "$LOGS/bench_pt_compile.json"
+show bench_pt_compile "" "compile"
+$PY bench/torch_reference.py compare --graphtrain "$GT_JSONS" --torch "$PT_JSONS,$LOGS/bench_pt_compile.json" \
+  >"$OUT/compare.md" 2>>"$LOGS/compare.log"
+
+say "total ${SECONDS}s; tables: compare.md; logs and JSON: logs.tar.gz"
+cat "$OUT/compare.md" >>"$SUMMARY"
+pack
+rm -rf "$LOGS"
