@@ -218,9 +218,18 @@ int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, ch
     }
     int rc = apply_harness(cfg, vals, err);
     if (rc != GT_OK) return rc;
+    /* every bad override is reported at once, one per line, not just the first */
+    int first_rc = GT_OK, bad = 0;
+    char all[GT_ERROR_MSG_MAX] = "";
     for (int i = 0; i < n_over; i++) {
-        if ((rc = gt_config_override(cfg, overrides[i], err)) != GT_OK) return rc;
+        gt_error one = {0};
+        if ((rc = gt_config_override(cfg, overrides[i], &one)) == GT_OK) continue;
+        if (!bad++) first_rc = rc;
+        size_t used = strlen(all);
+        snprintf(all + used, sizeof all - used, "%s%s", used ? "\n  " : "", one.msg);
     }
+    if (bad > 1) return gt_error_set(err, first_rc, "%d bad overrides:\n  %s", bad, all);
+    if (bad) return gt_error_set(err, first_rc, "%s", all);
     gt_config_finalize(cfg);
     return GT_OK;
 }

@@ -351,7 +351,8 @@ static int cudnn_route(gt_backend *b, gt_stream *s, int B, int T, int H, int KV,
         pl = &im->attn_plans[im->n_attn_plans++];
         memset(pl, 0, sizeof *pl);
         pl->B = B, pl->T = T, pl->H = H, pl->KV = KV, pl->hd = hd;
-        gt_error err = {0};
+        gt_error err;
+        memset(&err, 0, sizeof err);
         if (gt_cudnn_attn_available()) {
             if (!im->cudnn &&
                 gt_cudnn_attn_create((gt_cudnn_attn **)&im->cudnn, gt_cuda_stream(s), &err))
@@ -382,7 +383,8 @@ static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *ls
     void *ws = NULL;
     int route = cudnn_route(b, s, B, T, H, KV, hd, p, out, qkv, qkv, &ws);
     if (route != 0) {
-        gt_error err = {0};
+        gt_error err;
+        memset(&err, 0, sizeof err);
         if (route > 0 && !b->planning &&
             gt_cudnn_attn_fwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn, cs, out, lse,
                               qkv, B, T, H, KV, hd, ws, &err))
@@ -414,7 +416,8 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     void *ws = NULL;
     int route = cudnn_route(b, s, B, T, H, KV, hd, p, dqkv, dout, out, &ws);
     if (route != 0) {
-        gt_error err = {0};
+        gt_error err;
+        memset(&err, 0, sizeof err);
         if (route > 0 && !b->planning &&
             gt_cudnn_attn_bwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn,
                               gt_cuda_stream(s), dqkv, dout, qkv, out, lse, B, T, H, KV, hd, ws,
