@@ -38,15 +38,15 @@ typedef struct gt_bench_options {
 /* Static figures of the workload (same for every mode). */
 typedef struct gt_bench_workload {
     char label[GT_BENCH_NAME_MAX];
-    char backend[16];  /* "cpu" or "cuda" */
+    char backend[16]; /* "cpu" or "cuda" */
     int tokens_per_step;
-    double n_params;        /* every parameter */
-    double n_active;        /* parameters a token passes through (FLOPs formula's N) */
-    double n_gemm;          /* parameters read by the GEMMs (every matrix but the embedding) */
-    double flops_per_step;  /* 6*N_active*tokens + 6*layers*B*T^2*d */
-    double bytes_per_step;  /* ADAMW_BYTES*n_params + GEMM_PASSES*2*n_gemm */
-    double limit_ms;        /* flops/PEAK_FLOPS + bytes/PEAK_BYTES_S, in ms */
-    int flops_from_model;   /* 1 if gt_model_get_info's flops_per_token was used */
+    double n_params;       /* every parameter */
+    double n_active;       /* parameters a token passes through (FLOPs formula's N) */
+    double n_gemm;         /* parameters read by the GEMMs (every matrix but the embedding) */
+    double flops_per_step; /* 6*N_active*tokens + 6*layers*B*T^2*d */
+    double bytes_per_step; /* ADAMW_BYTES*n_params + GEMM_PASSES*2*n_gemm */
+    double limit_ms;       /* flops/PEAK_FLOPS + bytes/PEAK_BYTES_S, in ms */
+    int flops_from_model;  /* 1 if gt_model_get_info's flops_per_token was used */
 } gt_bench_workload;
 
 typedef struct gt_bench_result {
@@ -54,9 +54,10 @@ typedef struct gt_bench_result {
     char graph_mode[GT_BENCH_NAME_MAX]; /* what the graph runner says it did */
     int ok;                             /* 0: the mode failed; error holds why */
     gt_error error;
-    int steps_total;  /* steps run: eager warmup + capture + warmup + timed */
-    int capture_step; /* 1-based step that captured; 0 = none */
-    int timed;        /* timed steps */
+    int steps_total;      /* steps run: eager warmup + capture + warmup + timed */
+    int capture_step;     /* 1-based step that captured; 0 = none */
+    int timed;            /* timed steps */
+    int timed_unreplayed; /* timed steps of a graph mode that did not replay (should be 0) */
     double median_ms, min_ms, max_ms, mean_ms;
     double tokens_per_s, tflops, mfu, limit_fraction;
     double capture_ms, instantiate_ms;

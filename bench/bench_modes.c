@@ -105,8 +105,9 @@ static int parse_one(gt_bench_mode *m, const char *item, int moe, gt_error *err)
 int gt_bench_parse_modes(gt_bench_options *o, const char *list, int moe, gt_error *err) {
     o->n_modes = 0;
     if (!list || !*list)
-        return gt_error_set(err, GT_ERR_INVALID, "bench: --modes needs a value, e.g. "
-                                                 "eager,attn,attn+mlp,full_iteration or all");
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "bench: --modes needs a value, e.g. "
+                            "eager,attn,attn+mlp,full_iteration or all");
     if (!strcmp(list, "all")) list = "eager,attn,attn+mlp,full_iteration";
     char buf[512];
     if (strlen(list) >= sizeof buf)

@@ -12,9 +12,12 @@
 
 static const char *impl_name(gt_graph_impl impl) {
     switch (impl) {
-    case GT_GRAPH_IMPL_LOCAL: return "local";
-    case GT_GRAPH_IMPL_TE: return "transformer_engine";
-    default: return "none";
+    case GT_GRAPH_IMPL_LOCAL:
+        return "local";
+    case GT_GRAPH_IMPL_TE:
+        return "transformer_engine";
+    default:
+        return "none";
     }
 }
 
@@ -25,10 +28,11 @@ static const char *identical_text(const gt_bench_report *rep) {
 void gt_bench_print_table(const gt_bench_report *rep, FILE *f) {
     const gt_bench_workload *w = &rep->w;
     fprintf(f, "workload %s on %s: %d tokens/step, %.4g params (%.4g active), %.4g FLOP/step%s\n",
-            w->label, w->backend, w->tokens_per_step, w->n_params, w->n_active,
-            w->flops_per_step, w->flops_from_model ? " (model)" : "");
-    fprintf(f, "step-time limit %.4f ms = FLOPs/%.0f TFLOP/s + %.4g bytes/%.1f TB/s "
-               "(bytes = %.0f*params + %d*2*GEMM params)\n",
+            w->label, w->backend, w->tokens_per_step, w->n_params, w->n_active, w->flops_per_step,
+            w->flops_from_model ? " (model)" : "");
+    fprintf(f,
+            "step-time limit %.4f ms = FLOPs/%.0f TFLOP/s + %.4g bytes/%.1f TB/s "
+            "(bytes = %.0f*params + %d*2*GEMM params)\n",
             w->limit_ms, GT_BENCH_PEAK_FLOPS / 1e12, w->bytes_per_step,
             GT_BENCH_PEAK_BYTES_S / 1e12, GT_BENCH_ADAMW_BYTES, GT_BENCH_GEMM_PASSES);
     fprintf(f, "%-32s %10s %10s %10s %12s %9s %7s %7s %9s %9s %6s %7s %10s %6s\n", "mode",
@@ -40,17 +44,23 @@ void gt_bench_print_table(const gt_bench_report *rep, FILE *f) {
             fprintf(f, "%-32s FAILED: %s\n", r->mode.name, r->error.msg);
             continue;
         }
-        fprintf(f, "%-32s %10.3f %10.3f %10.3f %12.0f %9.2f %6.1f%% %6.1f%% %9.2f %9.2f %6d %7d "
-                   "%10.1f %6.3f\n",
+        fprintf(f,
+                "%-32s %10.3f %10.3f %10.3f %12.0f %9.2f %6.1f%% %6.1f%% %9.2f %9.2f %6d %7d "
+                "%10.1f %6.3f\n",
                 r->mode.name, r->median_ms, r->min_ms, r->max_ms, r->tokens_per_s, r->tflops,
-                100 * r->mfu, 100 * r->limit_fraction, r->capture_ms, r->instantiate_ms,
-                r->graphs, r->nodes, r->peak_bytes / MIB, r->peak_ratio);
+                100 * r->mfu, 100 * r->limit_fraction, r->capture_ms, r->instantiate_ms, r->graphs,
+                r->nodes, r->peak_bytes / MIB, r->peak_ratio);
     }
     for (int i = 0; i < rep->n; i++) {
         const gt_bench_result *r = &rep->results[i];
         if (r->ok && r->mode.impl != GT_GRAPH_IMPL_NONE && !r->capture_step)
-            fprintf(f, "note: mode %s never captured a graph (runner reports '%s')\n",
-                    r->mode.name, r->graph_mode);
+            fprintf(f, "note: mode %s never captured a graph (runner reports '%s')\n", r->mode.name,
+                    r->graph_mode);
+        if (r->ok && r->timed_unreplayed)
+            fprintf(f,
+                    "note: mode %s: %d of its %d timed steps did not replay graphs (capture "
+                    "after step %d); raise --warmup\n",
+                    r->mode.name, r->timed_unreplayed, r->timed, r->capture_step);
     }
     fprintf(f, "losses, first %d steps:\n%-6s", rep->loss_steps_compared, "step");
     for (int i = 0; i < rep->n; i++)
@@ -117,6 +127,7 @@ static void json_result(FILE *f, const gt_bench_result *r) {
     json_field_num(f, "steps_total", r->steps_total, 1);
     json_field_num(f, "capture_step", r->capture_step, 1);
     json_field_num(f, "timed_steps", r->timed, 1);
+    json_field_num(f, "timed_unreplayed", r->timed_unreplayed, 1);
     json_field_num(f, "median_ms", r->median_ms, 1);
     json_field_num(f, "min_ms", r->min_ms, 1);
     json_field_num(f, "max_ms", r->max_ms, 1);
@@ -169,14 +180,15 @@ int gt_bench_write_json(const gt_bench_report *rep, const char *path, gt_error *
     fprintf(f, "\n  ");
     json_field_num(f, "peak_tflops", GT_BENCH_PEAK_FLOPS / 1e12, 1);
     json_field_num(f, "peak_tb_per_s", GT_BENCH_PEAK_BYTES_S / 1e12, 1);
-    json_field_str(f, "flops_formula", "6*N_active*tokens + 6*layers*micro_batch*seq^2*d_model",
-                   1);
+    json_field_str(f, "flops_formula", "6*N_active*tokens + 6*layers*micro_batch*seq^2*d_model", 1);
     json_field_str(f, "limit_formula",
                    "flops/790e12 + (20*n_params + 3*2*n_gemm_params)/4.3e12 seconds", 1);
     fprintf(f, "\n  ");
     json_field_num(f, "loss_steps_compared", rep->loss_steps_compared, 1);
     fprintf(f, "\"losses_identical\": %s, ",
-            rep->losses_identical > 0 ? "true" : rep->losses_identical == 0 ? "false" : "null");
+            rep->losses_identical > 0    ? "true"
+            : rep->losses_identical == 0 ? "false"
+                                         : "null");
     json_field_num(f, "first_mismatch_step", rep->first_mismatch_step, 1);
     fprintf(f, "\n  \"modes\": [\n");
     for (int i = 0; i < rep->n; i++) {
@@ -185,8 +197,7 @@ int gt_bench_write_json(const gt_bench_report *rep, const char *path, gt_error *
     }
     fprintf(f, "  ]\n}\n");
     if (fclose(f) != 0)
-        return gt_error_set(err, GT_ERR_IO, "bench: writing %s failed: %s", path,
-                            strerror(errno));
+        return gt_error_set(err, GT_ERR_IO, "bench: writing %s failed: %s", path, strerror(errno));
     return GT_OK;
 }
 
@@ -202,15 +213,15 @@ int gt_bench_write_csv(const gt_bench_report *rep, const char *path, gt_error *e
         const gt_bench_result *r = &rep->results[i];
         char scope[GT_BENCH_NAME_MAX];
         gt_bench_scope_name(r->mode.scope, scope, sizeof scope);
-        fprintf(f, "%s,%s,%s,%s,%s,%d,%.6f,%.6f,%.6f,%.1f,%.4f,%.6f,%.6f,%.6f,%.3f,%.3f,%d,%d,"
-                   "%zu,%.4f,%s\n",
-                rep->w.label, rep->w.backend, r->mode.name, impl_name(r->mode.impl), scope,
-                r->ok, r->median_ms, r->min_ms, r->max_ms, r->tokens_per_s, r->tflops, r->mfu,
+        fprintf(f,
+                "%s,%s,%s,%s,%s,%d,%.6f,%.6f,%.6f,%.1f,%.4f,%.6f,%.6f,%.6f,%.3f,%.3f,%d,%d,"
+                "%zu,%.4f,%s\n",
+                rep->w.label, rep->w.backend, r->mode.name, impl_name(r->mode.impl), scope, r->ok,
+                r->median_ms, r->min_ms, r->max_ms, r->tokens_per_s, r->tflops, r->mfu,
                 rep->w.limit_ms, r->limit_fraction, r->capture_ms, r->instantiate_ms, r->graphs,
                 r->nodes, r->peak_bytes, r->peak_ratio, identical_text(rep));
     }
     if (fclose(f) != 0)
-        return gt_error_set(err, GT_ERR_IO, "bench: writing %s failed: %s", path,
-                            strerror(errno));
+        return gt_error_set(err, GT_ERR_IO, "bench: writing %s failed: %s", path, strerror(errno));
     return GT_OK;
 }

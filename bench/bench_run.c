@@ -89,8 +89,8 @@ static int validate_mode(const gt_config *c, const char *mode, gt_error *err) {
                              f->rule, f->message, f->fix);
             if (w > 0) used += (size_t)w;
         }
-        gt_error_set(err, GT_ERR_INVALID, "mode %s: the config breaks %d rule(s): %s", mode,
-                     errors, msg);
+        gt_error_set(err, GT_ERR_INVALID, "mode %s: the config breaks %d rule(s): %s", mode, errors,
+                     msg);
     }
     free(rep);
     return errors > 0 ? GT_ERR_INVALID : GT_OK;
@@ -133,10 +133,14 @@ static void run_mode(const gt_config *base, const gt_bench_options *o, int train
         r->losses[r->n_losses++] = st.loss;
         r->steps_total = i + 1;
         if (st.mode == GT_STEP_CAPTURED && !r->capture_step) r->capture_step = i + 1;
-        if (i >= timed_from) ms[r->timed++] = dt;
+        if (i >= timed_from) {
+            ms[r->timed++] = dt;
+            if (r->mode.impl != GT_GRAPH_IMPL_NONE && st.mode != GT_STEP_REPLAYED)
+                r->timed_unreplayed++;
+        }
         if (!o->quiet && (i + 1 == total || (i + 1) % 10 == 0))
-            fprintf(stderr, "bench: %s step %d/%d loss %.6f %.3f ms\n", r->mode.name, i + 1,
-                    total, st.loss, dt);
+            fprintf(stderr, "bench: %s step %d/%d loss %.6f %.3f ms\n", r->mode.name, i + 1, total,
+                    st.loss, dt);
     }
     gt_graph_stats gs;
     memset(&gs, 0, sizeof gs);
@@ -196,8 +200,8 @@ int gt_bench_run(const gt_config *cfg, const gt_bench_options *o, gt_bench_repor
                             GT_BENCH_MAX_MODES);
     if (o->steps < 1 || o->warmup < 0)
         return gt_error_set(err, GT_ERR_INVALID,
-                            "bench: --steps must be >= 1 and --warmup >= 0 (got %d, %d)",
-                            o->steps, o->warmup);
+                            "bench: --steps must be >= 1 and --warmup >= 0 (got %d, %d)", o->steps,
+                            o->warmup);
     snprintf(rep->w.label, sizeof rep->w.label, "%s", o->label ? o->label : "custom");
     /* Every mode runs the same steps with the same train_iters: the LR schedule depends on it,
      * and bitwise-equal losses need the same schedule. */
@@ -211,7 +215,8 @@ int gt_bench_run(const gt_config *cfg, const gt_bench_options *o, gt_bench_repor
         if (!o->quiet) fprintf(stderr, "bench: mode %s\n", r->mode.name);
         run_mode(cfg, o, train_iters, rep, r, first);
         if (r->ok || rep->w.tokens_per_step) first = 0;
-        if (r->ok) ran++;
+        if (r->ok)
+            ran++;
         else if (!o->quiet)
             fprintf(stderr, "bench: mode %s failed: %s\n", r->mode.name, r->error.msg);
     }

@@ -14,15 +14,15 @@
 #include "train/trainer.h"
 
 static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
 }
 
 /* The token batches the trainer will read: a second mock source with the same config yields
  * the same sequence. Format (little-endian): u32 magic "GTTK", version, steps, micro-batches
  * per step, B, T, 2 x u32 reserved; then per step and micro-batch tokens[B*T] and
  * targets[B*T] as int32. */
-static int write_tokens(const gt_config *c, const char *path, int steps, int micro,
-                        gt_error *err) {
+static int write_tokens(const gt_config *c, const char *path, int steps, int micro, gt_error *err) {
     int B = c->train.micro_batch_size, T = c->model.seq_length;
     size_t n = (size_t)B * T;
     gt_data *d = NULL;
@@ -67,18 +67,17 @@ static int write_tokens(const gt_config *c, const char *path, int steps, int mic
 static int write_config(const gt_config *c, const char *path, gt_error *err) {
     FILE *f = fopen(path, "w");
     if (!f)
-        return gt_error_set(err, GT_ERR_IO, "parity: cannot write %s: %s", path,
-                            strerror(errno));
+        return gt_error_set(err, GT_ERR_IO, "parity: cannot write %s: %s", path, strerror(errno));
     gt_config_print_json(c, f);
     fputc('\n', f);
-    if (fclose(f) != 0)
-        return gt_error_set(err, GT_ERR_IO, "parity: writing %s failed", path);
+    if (fclose(f) != 0) return gt_error_set(err, GT_ERR_IO, "parity: writing %s failed", path);
     return GT_OK;
 }
 
 static void json_floats(FILE *f, const char *key, const float *v, int n, int comma) {
     fprintf(f, "  \"%s\": [", key);
-    for (int i = 0; i < n; i++) fprintf(f, "%s%.9g", i ? ", " : "", (double)v[i]);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s%.9g", i ? ", " : "", (double)v[i]);
     fprintf(f, "]%s\n", comma ? "," : "");
 }
 
@@ -104,8 +103,10 @@ static int run_steps(gt_trainer *t, const char *dir, int steps, float *vals, gt_
 
 int gt_bench_parity(const gt_config *cfg, const char *dir, int steps, gt_error *err) {
     if (steps < 1 || steps > 10000)
-        return gt_error_set(err, GT_ERR_INVALID, "parity: --parity-steps must be 1..10000 "
-                            "(got %d)", steps);
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "parity: --parity-steps must be 1..10000 "
+                            "(got %d)",
+                            steps);
     int rc = gt_mkdirs(dir, err);
     if (rc) return rc;
     gt_config c = *cfg;
@@ -141,8 +142,7 @@ int gt_bench_parity(const gt_config *cfg, const char *dir, int steps, gt_error *
         snprintf(path, sizeof path, "%s/graphtrain_losses.json", dir);
         FILE *f = fopen(path, "w");
         if (!f) {
-            rc = gt_error_set(err, GT_ERR_IO, "parity: cannot write %s: %s", path,
-                              strerror(errno));
+            rc = gt_error_set(err, GT_ERR_IO, "parity: cannot write %s: %s", path, strerror(errno));
         } else {
             fprintf(f, "{\n  \"backend\": \"%s\",\n  \"steps\": %d,\n  \"micro_batches\": %d,\n",
                     backend, steps, micro);
@@ -151,7 +151,8 @@ int gt_bench_parity(const gt_config *cfg, const char *dir, int steps, gt_error *
             json_floats(f, "lr", vals + 2 * steps, steps, 1);
             json_floats(f, "grad_norm", vals + 3 * steps, steps, 0);
             fprintf(f, "}\n");
-            if (fclose(f) != 0) rc = gt_error_set(err, GT_ERR_IO, "parity: writing %s failed", path);
+            if (fclose(f) != 0)
+                rc = gt_error_set(err, GT_ERR_IO, "parity: writing %s failed", path);
         }
     }
     free(vals);

@@ -61,6 +61,7 @@ TOLERANCES = {
     ("bf16", "fp32"): dict(loss=3e-2, grad=1e-1),
     ("bf16", "bf16"): dict(loss=3e-2, grad=1e-1),
 }
+NOISE_FACTOR = 3.0  # comparisons involving bf16 also allow 3x PyTorch's own bf16-vs-fp32 error
 
 
 def default_config(**shape):
@@ -630,6 +631,11 @@ def cmd_parity(a):
     if torch is None:
         raise SystemExit("parity needs PyTorch (python3 -m pip install torch)")
     d = a.dir
+    for name in ("config.json", "graphtrain_losses.json", "weights.gtw", "grads_step1.gtw",
+                 "tokens.bin"):
+        if not os.path.isfile(os.path.join(d, name)):
+            raise SystemExit(f"parity: {os.path.join(d, name)} is missing; write the folder "
+                             f"with `graphtrain bench [config] --parity {d}` first")
     with open(os.path.join(d, "config.json")) as f:
         c = config_from_graphtrain(json.load(f))
     with open(os.path.join(d, "graphtrain_losses.json")) as f:
@@ -646,22 +652,38 @@ def cmd_parity(a):
     gt_prec = "fp32" if gt["backend"] == "cpu" or dtype == "fp32" else "bf16"
     print(f"parity: graphtrain on {gt['backend']} ({gt_prec}), {gt['steps']} steps, "
           f"reference on {device}")
-    ok, runs = True, {}
-    for prec in a.precisions.split(","):
-        losses, auxes, lrs, norms, grads = replay(c, weights, batches, prec, device)
-        runs[prec] = (losses, grads)
+    precs = a.precisions.split(",")
+    runs = {p: replay(c, weights, batches, p, device) for p in precs}
+    # bf16's own noise, PyTorch bf16 against PyTorch fp32: comparisons that involve bf16 allow
+    # NOISE_FACTOR times it (MoE routing flips make it large), never less than the table
+    noise_loss, noise = 0.0, {}
+    if "fp32" in runs and "bf16" in runs:
+        (l32, g32), (l16, g16) = (runs["fp32"][0], runs["fp32"][4]), (runs["bf16"][0], runs["bf16"][4])
+        noise_loss = max(abs(x - y) / abs(y) for x, y in zip(l16, l32))
+        noise = {n: rel(g16[n], g32[n]) for n in g32}
+        worst = max(noise, key=noise.get)
+        print(f"  torch bf16 vs torch fp32 (bf16 noise): loss {noise_loss:.3e}, grads "
+              f"{noise[worst]:.3e} in {worst}")
+    ok = True
+    for prec in precs:
+        losses, auxes, lrs, norms, grads = runs[prec]
         tol = TOLERANCES[(prec, gt_prec)]
+        bf16 = "bf16" in (prec, gt_prec)
+        tol_loss = max(tol["loss"], NOISE_FACTOR * noise_loss) if bf16 else tol["loss"]
         loss_err = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(losses, gt["loss"]))
         lr_err = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(lrs, gt["lr"]))
         errs = {n: rel(gt_grads[n], g) for n, g in grads.items()}
-        worst = max(errs, key=errs.get)
+        tols = {n: max(tol["grad"], NOISE_FACTOR * noise.get(n, 0.0)) if bf16 else tol["grad"]
+                for n in errs}
+        worst = max(errs, key=lambda n: errs[n] / tols[n])
         all_err = rel(torch.cat([gt_grads[n].flatten() for n in grads]),
                       torch.cat([g.flatten() for g in grads.values()]))
-        passed = loss_err <= tol["loss"] and errs[worst] <= tol["grad"] and lr_err <= 1e-5
+        passed = loss_err <= tol_loss and errs[worst] <= tols[worst] and lr_err <= 1e-5
         ok &= passed
-        print(f"  {prec:5} loss max rel err {loss_err:.3e} (tol {tol['loss']:.0e}), "
-              f"grad max rel err {errs[worst]:.3e} in {worst} (tol {tol['grad']:.0e}), "
-              f"all grads {all_err:.3e}, lr {lr_err:.1e}: {'PASS' if passed else 'FAIL'}")
+        print(f"  {prec:5} loss max rel err {loss_err:.3e} (tol {tol_loss:.1e}), "
+              f"grad rel err {errs[worst]:.3e} in {worst} (tol {tols[worst]:.1e}; worst against "
+              f"its tolerance), all grads {all_err:.3e}, lr {lr_err:.1e}: "
+              f"{'PASS' if passed else 'FAIL'}")
         for s, (x, y) in enumerate(zip(losses, gt["loss"])):
             if a.verbose or s < 3 or s == len(losses) - 1:
                 print(f"    step {s + 1:3}  graphtrain {y:.7f}  torch {x:.7f}  "
@@ -670,10 +692,6 @@ def cmd_parity(a):
         if abs(losses[0] - gt["loss"][0]) > 0.1 * abs(gt["loss"][0]):
             print("    hint: step 1 differs by >10%: the token batches or the initial weights "
                   "do not match what graphtrain used")
-    if "fp32" in runs and "bf16" in runs:  # the noise floor of bf16 itself
-        (l32, g32), (l16, g16) = runs["fp32"], runs["bf16"]
-        print(f"  torch bf16 vs torch fp32: loss {max(abs(x - y) / abs(y) for x, y in zip(l16, l32)):.3e}, "
-              f"grads {max(rel(g16[n], g32[n]) for n in g32):.3e}")
     print(f"parity: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 

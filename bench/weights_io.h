@@ -42,8 +42,7 @@ typedef struct gt_weights {
 
 /* Writes the model's named tensors taken from flat [n_params] (fp32, gt_model layout) to path
  * (atomically: temp file + rename). */
-int gt_weights_write_model(const char *path, const gt_model *m, const float *flat,
-                           gt_error *err);
+int gt_weights_write_model(const char *path, const gt_model *m, const float *flat, gt_error *err);
 /* The trainer's fp32 master weights (gt_trainer_read_master) as a weights file. */
 int gt_weights_export(gt_trainer *t, const char *path, gt_error *err);
 /* The trainer's current fp32 gradients (those of its last step) in the same format. */

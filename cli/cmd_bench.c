@@ -35,8 +35,8 @@ static int parse_int(const char *flag, const char *v, int lo, int *out, gt_error
     char *end = NULL;
     long x = v ? strtol(v, &end, 10) : 0;
     if (!v || !*v || *end || x < lo || x > 1000000)
-        return gt_error_set(err, GT_ERR_INVALID, "bench: %s needs an integer >= %d, got '%s'",
-                            flag, lo, v ? v : "");
+        return gt_error_set(err, GT_ERR_INVALID, "bench: %s needs an integer >= %d, got '%s'", flag,
+                            lo, v ? v : "");
     *out = (int)x;
     return GT_OK;
 }
@@ -54,26 +54,38 @@ static int parse_rest(int argc, char **argv, bench_args *a, gt_error *err) {
             f = name;
         }
 #define VALUE() (v ? v : (i + 1 < argc ? argv[++i] : NULL))
-#define STRING(dst)                                                                    \
-    do {                                                                               \
-        (dst) = VALUE();                                                               \
-        if (!(dst) || !*(dst))                                                         \
-            return gt_error_set(err, GT_ERR_INVALID, "bench: %s needs a value", f);    \
+#define STRING(dst)                                                                                \
+    do {                                                                                           \
+        (dst) = VALUE();                                                                           \
+        if (!(dst) || !*(dst))                                                                     \
+            return gt_error_set(err, GT_ERR_INVALID, "bench: %s needs a value", f);                \
     } while (0)
         int rc = GT_OK;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) a->help = 1;
-        else if (!strcmp(f, "--quiet")) a->quiet = 1;
-        else if (!strcmp(f, "--modes")) STRING(a->modes);
-        else if (!strcmp(f, "--json")) STRING(a->json);
-        else if (!strcmp(f, "--csv")) STRING(a->csv);
-        else if (!strcmp(f, "--export-weights")) STRING(a->export_weights);
-        else if (!strcmp(f, "--parity")) STRING(a->parity);
-        else if (!strcmp(f, "--steps")) rc = parse_int(f, VALUE(), 1, &a->steps, err);
-        else if (!strcmp(f, "--warmup")) rc = parse_int(f, VALUE(), 0, &a->warmup, err);
-        else if (!strcmp(f, "--parity-steps")) rc = parse_int(f, VALUE(), 1, &a->parity_steps, err);
+        if (!strcmp(f, "--help") || !strcmp(f, "-h"))
+            a->help = 1;
+        else if (!strcmp(f, "--quiet"))
+            a->quiet = 1;
+        else if (!strcmp(f, "--modes"))
+            STRING(a->modes);
+        else if (!strcmp(f, "--json"))
+            STRING(a->json);
+        else if (!strcmp(f, "--csv"))
+            STRING(a->csv);
+        else if (!strcmp(f, "--export-weights"))
+            STRING(a->export_weights);
+        else if (!strcmp(f, "--parity"))
+            STRING(a->parity);
+        else if (!strcmp(f, "--steps"))
+            rc = parse_int(f, VALUE(), 1, &a->steps, err);
+        else if (!strcmp(f, "--warmup"))
+            rc = parse_int(f, VALUE(), 0, &a->warmup, err);
+        else if (!strcmp(f, "--parity-steps"))
+            rc = parse_int(f, VALUE(), 1, &a->parity_steps, err);
         else
-            return gt_error_set(err, GT_ERR_INVALID, "bench: unknown argument '%s'; run "
-                                "`graphtrain bench --help`", argv[i]);
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "bench: unknown argument '%s'; run "
+                                "`graphtrain bench --help`",
+                                argv[i]);
 #undef STRING
 #undef VALUE
         if (rc) return rc;
@@ -131,7 +143,8 @@ static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err
     int harness = find_flag(argc, argv, "--cuda_graph_impl", NULL) ||
                   find_flag(argc, argv, "--cuda_graph_scope", NULL);
     if (harness && a.modes)
-        return gt_error_set(err, GT_ERR_INVALID, "bench: give either --modes or "
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "bench: give either --modes or "
                             "--cuda_graph_impl/--cuda_graph_scope (one mode), not both");
     if (harness) {
         o.n_modes = 1;
@@ -148,7 +161,8 @@ static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err
         if (a.json) rc = gt_bench_write_json(rep, a.json, err);
         if (!rc && a.csv) rc = gt_bench_write_csv(rep, a.csv, err);
         int failed = 0;
-        for (int i = 0; i < rep->n; i++) failed += !rep->results[i].ok;
+        for (int i = 0; i < rep->n; i++)
+            failed += !rep->results[i].ok;
         if (!rc && (failed || rep->losses_identical == 0))
             rc = gt_error_set(err, GT_ERR_NUMERIC, "bench: %d mode(s) failed%s", failed,
                               rep->losses_identical == 0 ? "; losses differ between modes" : "");

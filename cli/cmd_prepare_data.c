@@ -20,20 +20,21 @@
 #define PREP_EXIT_USAGE 2
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: graphtrain prepare-data --input FILE... --output PREFIX [--vocab-size N]\n"
-            "                               [--gpt2 ENCODER.json VOCAB.bpe]\n"
-            "                               [--val-fraction F] [--shard-tokens N]\n\n"
-            "Tokenizes text files into shards for dataset.source=shards dataset.data_path=PREFIX.\n"
-            "  --input FILE...      text files (any bytes), concatenated in order\n"
-            "  --output PREFIX      writes PREFIX_train_000000.bin..., PREFIX_val_000000.bin and\n"
-            "                       the vocabulary PREFIX.vocab\n"
-            "  --vocab-size N       byte-level BPE learned from the input with N tokens (256 bytes\n"
-            "                       + merges; default %d); set model.vocab_size to the size printed\n"
-            "  --gpt2 ENC BPE       use GPT-2's tokenizer from its encoder.json and vocab.bpe\n"
-            "  --val-fraction F     share of the tokens held out for evaluation (default %.2f)\n"
-            "  --shard-tokens N     tokens per training shard (default %lld)\n",
-            PREP_DEFAULT_VOCAB, PREP_DEFAULT_VAL_FRACTION, PREP_DEFAULT_SHARD_TOKENS);
+    fprintf(
+        out,
+        "usage: graphtrain prepare-data --input FILE... --output PREFIX [--vocab-size N]\n"
+        "                               [--gpt2 ENCODER.json VOCAB.bpe]\n"
+        "                               [--val-fraction F] [--shard-tokens N]\n\n"
+        "Tokenizes text files into shards for dataset.source=shards dataset.data_path=PREFIX.\n"
+        "  --input FILE...      text files (any bytes), concatenated in order\n"
+        "  --output PREFIX      writes PREFIX_train_000000.bin..., PREFIX_val_000000.bin and\n"
+        "                       the vocabulary PREFIX.vocab\n"
+        "  --vocab-size N       byte-level BPE learned from the input with N tokens (256 bytes\n"
+        "                       + merges; default %d); set model.vocab_size to the size printed\n"
+        "  --gpt2 ENC BPE       use GPT-2's tokenizer from its encoder.json and vocab.bpe\n"
+        "  --val-fraction F     share of the tokens held out for evaluation (default %.2f)\n"
+        "  --shard-tokens N     tokens per training shard (default %lld)\n",
+        PREP_DEFAULT_VOCAB, PREP_DEFAULT_VAL_FRACTION, PREP_DEFAULT_SHARD_TOKENS);
 }
 
 static double now_s(void) {
@@ -67,8 +68,8 @@ static int append_file(const char *path, unsigned char **buf, size_t *n, size_t 
     return GT_OK;
 }
 
-static int parse_long(const char *flag, const char *s, long long lo, long long hi,
-                      long long *out, gt_error *err) {
+static int parse_long(const char *flag, const char *s, long long lo, long long hi, long long *out,
+                      gt_error *err) {
     char *end;
     errno = 0;
     long long v = strtoll(s ? s : "", &end, 10);
@@ -95,32 +96,38 @@ static int parse(int argc, char **argv, prep_args *a, gt_error *err) {
         const char *f = argv[i];
         int rc = GT_OK;
         if (!strcmp(f, "--input")) {
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) a->inputs[a->n_inputs++] = argv[++i];
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+                a->inputs[a->n_inputs++] = argv[++i];
         } else if (!strcmp(f, "--output") && i + 1 < argc) {
             a->output = argv[++i];
         } else if (!strcmp(f, "--vocab-size")) {
-            rc = parse_long(f, i + 1 < argc ? argv[++i] : NULL, GT_BPE_MIN_VOCAB,
-                            GT_BPE_MAX_VOCAB, &a->vocab, err);
+            rc = parse_long(f, i + 1 < argc ? argv[++i] : NULL, GT_BPE_MIN_VOCAB, GT_BPE_MAX_VOCAB,
+                            &a->vocab, err);
         } else if (!strcmp(f, "--shard-tokens")) {
-            rc = parse_long(f, i + 1 < argc ? argv[++i] : NULL, 1024, 1LL << 40,
-                            &a->shard_tokens, err);
+            rc = parse_long(f, i + 1 < argc ? argv[++i] : NULL, 1024, 1LL << 40, &a->shard_tokens,
+                            err);
         } else if (!strcmp(f, "--val-fraction") && i + 1 < argc) {
             char *end;
             a->val_fraction = strtod(argv[++i], &end);
             if (*end || a->val_fraction <= 0 || a->val_fraction >= 0.5)
-                rc = gt_error_set(err, GT_ERR_INVALID, "--val-fraction needs a number in "
-                                  "(0, 0.5), got '%s'", argv[i]);
+                rc = gt_error_set(err, GT_ERR_INVALID,
+                                  "--val-fraction needs a number in "
+                                  "(0, 0.5), got '%s'",
+                                  argv[i]);
         } else if (!strcmp(f, "--gpt2") && i + 2 < argc) {
             a->gpt2_enc = argv[++i];
             a->gpt2_bpe = argv[++i];
         } else {
-            rc = gt_error_set(err, GT_ERR_INVALID, "unknown or incomplete argument '%.100s'; see "
-                              "`graphtrain prepare-data --help`", f);
+            rc = gt_error_set(err, GT_ERR_INVALID,
+                              "unknown or incomplete argument '%.100s'; see "
+                              "`graphtrain prepare-data --help`",
+                              f);
         }
         if (rc) return rc;
     }
     if (a->n_inputs == 0 || !a->output)
-        return gt_error_set(err, GT_ERR_INVALID, "needs --input FILE... and --output PREFIX; "
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "needs --input FILE... and --output PREFIX; "
                             "see `graphtrain prepare-data --help`");
     return GT_OK;
 }
@@ -129,14 +136,16 @@ static int write_shards(const prep_args *a, const uint32_t *ids, size_t n, int v
                         gt_error *err) {
     size_t n_val = (size_t)((double)n * a->val_fraction);
     if (n_val < 2 || n - n_val < 2)
-        return gt_error_set(err, GT_ERR_INVALID, "the input gives only %zu tokens, too few to "
-                            "split into training and validation shards; give more text", n);
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "the input gives only %zu tokens, too few to "
+                            "split into training and validation shards; give more text",
+                            n);
     size_t n_train = n - n_val;
     char path[1024];
     int shard = 0;
     for (size_t off = 0; off < n_train; off += (size_t)a->shard_tokens, shard++) {
-        size_t len = n_train - off < (size_t)a->shard_tokens ? n_train - off
-                                                              : (size_t)a->shard_tokens;
+        size_t len =
+            n_train - off < (size_t)a->shard_tokens ? n_train - off : (size_t)a->shard_tokens;
         snprintf(path, sizeof path, "%s_train_%06d.bin", a->output, shard);
         int rc = gt_shard_write(path, ids + off, (int64_t)len, vocab, err);
         if (rc) return rc;
@@ -152,17 +161,20 @@ static int prepare(const prep_args *a, gt_error *err) {
     unsigned char *text = NULL;
     size_t n = 0, cap = 0;
     int rc = GT_OK;
-    for (int i = 0; !rc && i < a->n_inputs; i++) rc = append_file(a->inputs[i], &text, &n, &cap, err);
+    for (int i = 0; !rc && i < a->n_inputs; i++)
+        rc = append_file(a->inputs[i], &text, &n, &cap, err);
     gt_tokenizer *tk = NULL;
     uint32_t *ids = NULL;
     size_t n_ids = 0, ids_cap = 0;
     unsigned char *back = NULL;
     size_t back_n = 0;
-    if (!rc) printf("prepare-data: %d file%s, %zu bytes\n", a->n_inputs,
-                    a->n_inputs == 1 ? "" : "s", n);
+    if (!rc)
+        printf("prepare-data: %d file%s, %zu bytes\n", a->n_inputs, a->n_inputs == 1 ? "" : "s", n);
     double t0 = now_s();
-    if (!rc && a->gpt2_enc) rc = gt_tokenizer_load_gpt2(&tk, a->gpt2_enc, a->gpt2_bpe, err);
-    else if (!rc) rc = gt_bpe_train(&tk, text, n, (int)a->vocab, err);
+    if (!rc && a->gpt2_enc)
+        rc = gt_tokenizer_load_gpt2(&tk, a->gpt2_enc, a->gpt2_bpe, err);
+    else if (!rc)
+        rc = gt_bpe_train(&tk, text, n, (int)a->vocab, err);
     double t1 = now_s();
     if (!rc) {
         int v = gt_tokenizer_vocab_size(tk);
@@ -177,7 +189,8 @@ static int prepare(const prep_args *a, gt_error *err) {
                n_ids ? (double)n / (double)n_ids : 0.0, now_s() - t1);
         rc = gt_tokenizer_decode(tk, ids, n_ids, &back, &back_n, err);
         if (!rc && (back_n != n || memcmp(back, text, n)))
-            rc = gt_error_set(err, GT_ERR_INVALID, "decoding the tokens did not give the input "
+            rc = gt_error_set(err, GT_ERR_INVALID,
+                              "decoding the tokens did not give the input "
                               "back (a tokenizer bug); nothing was written");
     }
     if (!rc) rc = write_shards(a, ids, n_ids, gt_tokenizer_vocab_size(tk), err);

@@ -23,21 +23,22 @@ static void on_stop_signal(int sig) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: graphtrain train [--recipe NAME|PATH | --config FILE] [harness flags]\n"
-            "                        [key=value ...]\n\n"
-            "Trains a model. Prints the memory plan, a progress line every logger.log_interval\n"
-            "steps (loss, learning rate, gradient norm, tokens/s, ms/step and whether the step\n"
-            "ran eagerly, captured graphs or replayed them), evaluation loss every\n"
-            "train.eval_interval steps, and the graph report at the end.\n\n"
-            "useful keys: train.train_iters, runtime.device=auto|cpu|cuda,\n"
-            "  model.cuda_graph_impl=none|local|transformer_engine, model.cuda_graph_scope=...,\n"
-            "  dataset.source=mock|shards, dataset.data_path=PREFIX (from prepare-data),\n"
-            "  checkpoint.save=DIR, checkpoint.save_interval=N, checkpoint.load=DIR,\n"
-            "  logger.log_interval=N, logger.metrics_file=FILE.jsonl\n\n"
-            "Ctrl-C finishes the current step, saves a checkpoint (when checkpoint.save is set)\n"
-            "and exits with status 130; resume with checkpoint.load=DIR.\n"
-            "exit status: 0 done, 1 failed (e.g. NaN loss), 2 bad configuration, 130 interrupted\n");
+    fprintf(
+        out,
+        "usage: graphtrain train [--recipe NAME|PATH | --config FILE] [harness flags]\n"
+        "                        [key=value ...]\n\n"
+        "Trains a model. Prints the memory plan, a progress line every logger.log_interval\n"
+        "steps (loss, learning rate, gradient norm, tokens/s, ms/step and whether the step\n"
+        "ran eagerly, captured graphs or replayed them), evaluation loss every\n"
+        "train.eval_interval steps, and the graph report at the end.\n\n"
+        "useful keys: train.train_iters, runtime.device=auto|cpu|cuda,\n"
+        "  model.cuda_graph_impl=none|local|transformer_engine, model.cuda_graph_scope=...,\n"
+        "  dataset.source=mock|shards, dataset.data_path=PREFIX (from prepare-data),\n"
+        "  checkpoint.save=DIR, checkpoint.save_interval=N, checkpoint.load=DIR,\n"
+        "  logger.log_interval=N, logger.metrics_file=FILE.jsonl\n\n"
+        "Ctrl-C finishes the current step, saves a checkpoint (when checkpoint.save is set)\n"
+        "and exits with status 130; resume with checkpoint.load=DIR.\n"
+        "exit status: 0 done, 1 failed (e.g. NaN loss), 2 bad configuration, 130 interrupted\n");
 }
 
 int gt_cmd_train(int argc, char **argv) {
@@ -54,7 +55,8 @@ int gt_cmd_train(int argc, char **argv) {
     if (rc == GT_OK && n_rest > 1)
         rc = gt_error_set(&err, GT_ERR_INVALID,
                           "unknown argument '%.100s'; settings are key=value (e.g. "
-                          "train.train_iters=100), see `graphtrain train --help`", rest[1]);
+                          "train.train_iters=100), see `graphtrain train --help`",
+                          rest[1]);
     if (rc != GT_OK) {
         fprintf(stderr, "graphtrain train: %s\n", err.msg);
         return TRAIN_EXIT_INVALID;

@@ -37,13 +37,23 @@ done
 # the fp32 SIMT attention kernels (the tensor-core kernels' fallback) against the CPU too
 run "gpu_test_cuda_ops_simt_attention" "${TEST_LIMIT:-240}" env GT_CUDA_ATTN=simt \
   "$BUILD/gpu_test_cuda_ops"
+# and the tensor-core kernels alone (the default routes cuDNN's shapes to cuDNN)
+run "gpu_test_cuda_ops_tc_attention" "${TEST_LIMIT:-240}" env GT_CUDA_ATTN=tc \
+  "$BUILD/gpu_test_cuda_ops"
+run "gpu_test_cuda_perf_tc_attention" "${TEST_LIMIT:-240}" env GT_CUDA_ATTN=tc \
+  "$BUILD/gpu_test_cuda_perf"
+# the fp32 SIMT grouped GEMMs (the tensor-core ones' reference)
+run "gpu_test_cuda_moe_simt_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=simt \
+  "$BUILD/gpu_test_cuda_moe"
+run "gpu_test_cuda_perf_simt_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=simt GT_CUDA_ATTN=tc \
+  "$BUILD/gpu_test_cuda_perf"
 if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
   for t in gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture; do
     run "memcheck_$t" "${SAN_LIMIT:-150}" compute-sanitizer --tool memcheck \
       --report-api-errors no --error-exitcode 9 "$BUILD/$t"
   done
   if [ "${RACECHECK:-1}" = 1 ]; then
-    run "racecheck_gpu_test_cuda_capture" "${SAN_LIMIT:-150}" compute-sanitizer --tool racecheck \
+    run "racecheck_gpu_test_cuda_capture" "${RACE_LIMIT:-150}" compute-sanitizer --tool racecheck \
       --report-api-errors no --error-exitcode 9 "$BUILD/gpu_test_cuda_capture"
   fi
 fi

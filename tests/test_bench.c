@@ -11,9 +11,9 @@
 #include "config/keys.h"
 #include "testlib.h"
 
-#define TINY_ARGS                                                                             \
-    "runtime.device=cpu model.num_layers=2 model.hidden_size=32 model.num_attention_heads=4 " \
-    "model.num_query_groups=2 model.ffn_hidden_size=64 model.vocab_size=64 "                  \
+#define TINY_ARGS                                                                                  \
+    "runtime.device=cpu model.num_layers=2 model.hidden_size=32 model.num_attention_heads=4 "      \
+    "model.num_query_groups=2 model.ffn_hidden_size=64 model.vocab_size=64 "                       \
     "model.seq_length=16 train.micro_batch_size=2 train.global_batch_size=2"
 
 static void tiny_config(gt_config *c) {
@@ -42,7 +42,8 @@ static char *read_all(const char *path) {
 
 static int count(const char *hay, const char *needle) {
     int n = 0;
-    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        n++;
     return n;
 }
 
@@ -72,6 +73,7 @@ static void test_bench_json_has_every_field_and_modes_agree_bitwise(void **state
         if (!r->ok) fprintf(stderr, "mode %s: %s\n", r->mode.name, r->error.msg);
         assert_true(r->ok);
         assert_int_equal(r->timed, 3);
+        assert_int_equal(r->timed_unreplayed, 0); /* every timed graph step replayed */
         assert_true(r->n_losses >= GT_BENCH_LOSS_STEPS);
         assert_true(r->min_ms > 0 && r->min_ms <= r->median_ms && r->median_ms <= r->max_ms);
         assert_true(r->tokens_per_s > 0 && r->tflops > 0 && r->peak_bytes > 0);
@@ -93,21 +95,41 @@ static void test_bench_json_has_every_field_and_modes_agree_bitwise(void **state
     assert_int_equal(gt_bench_write_json(&rep, path, &err), GT_OK);
     char *json = read_all(path);
     assert_non_null(json);
-    static const char *const top[] = {
-        "\"workload\": \"tiny-cpu\"", "\"backend\": \"cpu\"", "\"date\": ",
-        "\"tokens_per_step\": 32", "\"n_params\": ", "\"n_active_params\": ",
-        "\"flops_per_step\": ", "\"bytes_per_step\": ", "\"limit_ms\": ", "\"peak_tflops\": 790",
-        "\"loss_steps_compared\": 10", "\"losses_identical\": true", "\"limit_formula\": "};
+    static const char *const top[] = {"\"workload\": \"tiny-cpu\"",
+                                      "\"backend\": \"cpu\"",
+                                      "\"date\": ",
+                                      "\"tokens_per_step\": 32",
+                                      "\"n_params\": ",
+                                      "\"n_active_params\": ",
+                                      "\"flops_per_step\": ",
+                                      "\"bytes_per_step\": ",
+                                      "\"limit_ms\": ",
+                                      "\"peak_tflops\": 790",
+                                      "\"loss_steps_compared\": 10",
+                                      "\"losses_identical\": true",
+                                      "\"limit_formula\": "};
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) {
         if (!strstr(json, top[i])) fprintf(stderr, "missing %s in\n%s\n", top[i], json);
         assert_non_null(strstr(json, top[i]));
     }
-    static const char *const per_mode[] = {
-        "\"mode\": ", "\"cuda_graph_impl\": ", "\"cuda_graph_scope\": ", "\"ok\": true",
-        "\"median_ms\": ", "\"min_ms\": ", "\"max_ms\": ", "\"tokens_per_s\": ", "\"tflops\": ",
-        "\"mfu\": ", "\"limit_fraction\": ", "\"capture_ms\": ", "\"instantiate_ms\": ",
-        "\"graphs\": ", "\"nodes\": ", "\"peak_bytes\": ", "\"peak_ratio_to_eager\": ",
-        "\"losses\": ["};
+    static const char *const per_mode[] = {"\"mode\": ",
+                                           "\"cuda_graph_impl\": ",
+                                           "\"cuda_graph_scope\": ",
+                                           "\"ok\": true",
+                                           "\"median_ms\": ",
+                                           "\"min_ms\": ",
+                                           "\"max_ms\": ",
+                                           "\"tokens_per_s\": ",
+                                           "\"tflops\": ",
+                                           "\"mfu\": ",
+                                           "\"limit_fraction\": ",
+                                           "\"capture_ms\": ",
+                                           "\"instantiate_ms\": ",
+                                           "\"graphs\": ",
+                                           "\"nodes\": ",
+                                           "\"peak_bytes\": ",
+                                           "\"peak_ratio_to_eager\": ",
+                                           "\"losses\": ["};
     for (size_t i = 0; i < sizeof per_mode / sizeof per_mode[0]; i++)
         assert_int_equal(count(json, per_mode[i]), 3);
     /* the loss arrays as written are the same text in every mode */
@@ -200,8 +222,10 @@ static void test_parity_export_writes_config_weights_batches_losses_and_gradient
     (void)state;
     char dir[256], args[1024], path[400];
     gt_test_tmpdir(dir, sizeof dir);
-    snprintf(args, sizeof args, "bench " TINY_ARGS " train.global_batch_size=4 --parity %s/p "
-             "--parity-steps 3", dir);
+    snprintf(args, sizeof args,
+             "bench " TINY_ARGS " train.global_batch_size=4 --parity %s/p "
+             "--parity-steps 3",
+             dir);
     static char out[1 << 16];
     int rc = gt_test_run(args, out, sizeof out);
     if (rc) fprintf(stderr, "%s\n", out);

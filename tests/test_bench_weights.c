@@ -142,8 +142,7 @@ static void expect_refusal(long keep, long at, unsigned char flip, const char *w
 
 static void test_truncated_weights_file_is_refused(void **state) {
     (void)state;
-    expect_refusal(GT_WEIGHTS_HEADER_BYTES + GT_WEIGHTS_RECORD_BYTES * 2 + 40, -1, 0,
-                   "truncated");
+    expect_refusal(GT_WEIGHTS_HEADER_BYTES + GT_WEIGHTS_RECORD_BYTES * 2 + 40, -1, 0, "truncated");
 }
 
 static void test_file_with_wrong_magic_is_refused(void **state) {

@@ -25,20 +25,21 @@ static void set(gt_config *c, const char *kv) {
 static void resume_config(gt_config *c, const char *dir) {
     gt_config_defaults(c);
     static const char *kv[] = {
-        "runtime.device=cpu", "model.num_layers=1", "model.hidden_size=32",
-        "model.num_attention_heads=2", "model.num_query_groups=2", "model.ffn_hidden_size=64",
-        "model.vocab_size=64", "model.seq_length=16", "train.micro_batch_size=2",
-        "train.global_batch_size=4", "model.cuda_graph_impl=none", "model.hidden_dropout=0.1",
-        "train.train_iters=10", "dataset.source=shards", "dataset.shuffle=true",
-        "scheduler.lr_warmup_iters=2", "optimizer.lr=0.003", NULL};
-    for (int i = 0; kv[i]; i++) set(c, kv[i]);
+        "runtime.device=cpu",          "model.num_layers=1",         "model.hidden_size=32",
+        "model.num_attention_heads=2", "model.num_query_groups=2",   "model.ffn_hidden_size=64",
+        "model.vocab_size=64",         "model.seq_length=16",        "train.micro_batch_size=2",
+        "train.global_batch_size=4",   "model.cuda_graph_impl=none", "model.hidden_dropout=0.1",
+        "train.train_iters=10",        "dataset.source=shards",      "dataset.shuffle=true",
+        "scheduler.lr_warmup_iters=2", "optimizer.lr=0.003",         NULL};
+    for (int i = 0; kv[i]; i++)
+        set(c, kv[i]);
     char prefix[400], kv2[500];
     snprintf(prefix, sizeof prefix, "%s/data", dir);
     snprintf(kv2, sizeof kv2, "dataset.data_path=%s", prefix);
     set(c, kv2);
     gt_config_finalize(c);
-    /* 40 sequences of 17 tokens: 10 steps x 4 sequences wrap into a second epoch */
-    enum { N = 40 * 16 + 1 };
+    /* 30 sequences: 10 steps x 4 sequences wrap into a second shuffled epoch at step 8 */
+    enum { N = 30 * 16 + 1 };
     uint32_t tok[N];
     uint64_t x = 99;
     for (int i = 0; i < N; i++) {

@@ -35,7 +35,8 @@ static void data_config(gt_config *c, const char *prefix, int shuffle) {
 /* tokens 0, 1, 2, ... n-1 (ids < vocab) */
 static void write_counting(const char *path, int n, int vocab) {
     uint32_t *tok = malloc((size_t)n * sizeof *tok);
-    for (int i = 0; i < n; i++) tok[i] = (uint32_t)(i % vocab);
+    for (int i = 0; i < n; i++)
+        tok[i] = (uint32_t)(i % vocab);
     gt_error err = {0};
     if (gt_shard_write(path, tok, n, vocab, &err) != GT_OK) fail_msg("%s", err.msg);
     free(tok);
@@ -56,11 +57,13 @@ static void test_shard_round_trips_tokens_in_narrowest_width(void **state) {
     assert_int_equal(gt_shard_open(&s, p16, &err), GT_OK);
     assert_int_equal(s.width, 2);
     assert_int_equal(s.count, 5);
-    for (int i = 0; i < 5; i++) assert_int_equal(gt_shard_token(&s, i), tok[i]);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(gt_shard_token(&s, i), tok[i]);
     gt_shard_close(&s);
     assert_int_equal(gt_shard_open(&s, p32, &err), GT_OK);
     assert_int_equal(s.width, 4);
-    for (int i = 0; i < 3; i++) assert_int_equal(gt_shard_token(&s, i), big[i]);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(gt_shard_token(&s, i), big[i]);
     gt_shard_close(&s);
 }
 
@@ -188,7 +191,8 @@ static void test_shuffle_is_seeded_and_visits_each_sequence_once_per_epoch(void 
         seen[sa[i]]++;
         in_order &= sa[i] == i;
     }
-    for (int i = 0; i < S; i++) assert_int_equal(seen[i], 1);
+    for (int i = 0; i < S; i++)
+        assert_int_equal(seen[i], 1);
     assert_false(in_order);
     assert_memory_not_equal(sa, sa + S, S * sizeof(int)); /* each epoch has its own order */
     gt_data_destroy(a);
@@ -230,7 +234,8 @@ static void test_validation_split_reads_the_val_shards_only(void **state) {
     write_counting(p, 10 * T + 1, 1000);
     snprintf(p, sizeof p, "%s_val_000000.bin", prefix);
     uint32_t val[T + 1];
-    for (int i = 0; i <= T; i++) val[i] = 900 + (uint32_t)i;
+    for (int i = 0; i <= T; i++)
+        val[i] = 900 + (uint32_t)i;
     gt_error err = {0};
     assert_int_equal(gt_shard_write(p, val, T + 1, 1000, &err), GT_OK);
     gt_config c;
@@ -310,7 +315,8 @@ static void test_mock_validation_uses_another_seed(void **state) {
     assert_int_equal(gt_data_next(v, tv, tg, 4, &err), GT_OK);
     assert_memory_equal(ta, ta2, sizeof ta);
     assert_memory_not_equal(ta, tv, sizeof ta);
-    for (int i = 0; i < 4 * T; i++) assert_true(ta[i] >= 0 && ta[i] < 1000);
+    for (int i = 0; i < 4 * T; i++)
+        assert_true(ta[i] >= 0 && ta[i] < 1000);
     gt_data_destroy(a);
     gt_data_destroy(a2);
     gt_data_destroy(v);

@@ -7,12 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "train/tokenizer.h"
 
-static void encode(const gt_tokenizer *tk, const char *text, size_t n, uint32_t **ids,
-                   size_t *m) {
+static void encode(const gt_tokenizer *tk, const char *text, size_t n, uint32_t **ids, size_t *m) {
     size_t cap = 0;
     gt_error err = {0};
     *ids = NULL;
@@ -67,8 +67,7 @@ static void test_vocab_size_below_the_bytes_is_refused(void **state) {
     (void)state;
     gt_tokenizer *tk = NULL;
     gt_error err = {0};
-    assert_int_equal(gt_bpe_train(&tk, (const unsigned char *)"ab", 2, 100, &err),
-                     GT_ERR_INVALID);
+    assert_int_equal(gt_bpe_train(&tk, (const unsigned char *)"ab", 2, 100, &err), GT_ERR_INVALID);
     assert_null(tk);
     assert_non_null(strstr(err.msg, "256"));
 }
@@ -81,8 +80,8 @@ static void test_bpe_round_trips_arbitrary_bytes(void **state) {
     uint64_t x = 42;
     for (int i = 0; i < CORPUS; i++) {
         x = x * 6364136223846793005ull + 1;
-        corpus[i] = (x >> 60) < 12 ? (unsigned char)words[i % strlen(words)]
-                                   : (unsigned char)(x >> 33);
+        corpus[i] =
+            (x >> 60) < 12 ? (unsigned char)words[i % strlen(words)] : (unsigned char)(x >> 33);
     }
     for (int i = 0; i < PROBE; i++) {
         x = x * 6364136223846793005ull + 1;
@@ -110,6 +109,40 @@ static void test_bpe_round_trips_arbitrary_bytes(void **state) {
     gt_tokenizer_destroy(tk);
     free(corpus);
     free(probe);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* prepare-data must stay quick on corpora of a few MB: the incremental pair counts make a
+ * 1 MB corpus and 1024 tokens a matter of seconds (even in the sanitizer build). */
+static void test_bpe_learns_1024_tokens_from_a_megabyte_quickly(void **state) {
+    (void)state;
+    enum { BYTES = 1 << 20 };
+    unsigned char *text = malloc(BYTES);
+    uint64_t x = 7;
+    size_t n = 0;
+    while (n < BYTES) { /* pseudo-words from a small alphabet, with spaces and newlines */
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int len = 1 + (int)((x >> 60) % 8);
+        for (int k = 0; k < len && n < BYTES; k++) {
+            x = x * 6364136223846793005ull + 1;
+            text[n++] = (unsigned char)("etaoinshrdlucmfw"[(x >> 59) & 15]);
+        }
+        if (n < BYTES) text[n++] = (x >> 40) % 12 ? ' ' : '\n';
+    }
+    gt_tokenizer *tk = NULL;
+    gt_error err = {0};
+    double t0 = now_s();
+    assert_int_equal(gt_bpe_train(&tk, text, BYTES, 1024, &err), GT_OK);
+    double dt = now_s() - t0;
+    assert_int_equal(gt_tokenizer_vocab_size(tk), 1024);
+    if (dt > 30.0) fail_msg("learning 1024 tokens from 1 MB took %.1f s (limit 30 s)", dt);
+    gt_tokenizer_destroy(tk);
+    free(text);
 }
 
 static void test_pretokenizer_splits_like_gpt2(void **state) {
@@ -185,9 +218,12 @@ static int gpt2_order(int order[256], unsigned cp[256]) {
 }
 
 static void put_json_char(FILE *f, unsigned cp) {
-    if (cp == '"' || cp == '\\') fprintf(f, "\\%c", (char)cp);
-    else if (cp < 0x80) fputc((int)cp, f);
-    else if (cp < 0x800) fprintf(f, "%c%c", (char)(0xC0 | cp >> 6), (char)(0x80 | (cp & 63)));
+    if (cp == '"' || cp == '\\')
+        fprintf(f, "\\%c", (char)cp);
+    else if (cp < 0x80)
+        fputc((int)cp, f);
+    else if (cp < 0x800)
+        fprintf(f, "%c%c", (char)(0xC0 | cp >> 6), (char)(0x80 | (cp & 63)));
 }
 
 static void write_gpt2_files(const char *enc, const char *bpe, int consistent) {
@@ -202,8 +238,7 @@ static void write_gpt2_files(const char *enc, const char *bpe, int consistent) {
         fprintf(f, "\": %d", id);
     }
     /* "\u0120t" is " t" in the byte alphabet, written with a JSON escape on purpose */
-    fputs(",\n \"\\u0120t\": 256, \"he\": 257, \"\xc4\xa0the\": 258, \"<|endoftext|>\": 259}\n",
-          f);
+    fputs(",\n \"\\u0120t\": 256, \"he\": 257, \"\xc4\xa0the\": 258, \"<|endoftext|>\": 259}\n", f);
     fclose(f);
     f = fopen(bpe, "w");
     fputs("#version: 0.2\n\xc4\xa0 t\nh e\n", f);
@@ -246,6 +281,19 @@ static void test_gpt2_hand_made_vocabulary_encodes_like_gpt2(void **state) {
     assert_memory_equal(back, "hehe the\nthe", 12);
     free(back);
     free(ids);
+    /* the vocabulary file written beside the shards reproduces GPT-2's encoding */
+    char saved[300];
+    snprintf(saved, sizeof saved, "%s/gpt2.vocab", dir);
+    assert_int_equal(gt_tokenizer_save(tk, saved, &err), GT_OK);
+    gt_tokenizer *again = NULL;
+    assert_int_equal(gt_tokenizer_load(&again, saved, &err), GT_OK);
+    uint32_t *ids2;
+    size_t m2;
+    encode(again, "hehe the\nthe", 12, &ids2, &m2);
+    assert_int_equal(m2, 6);
+    assert_memory_equal(ids2, e2, sizeof e2);
+    free(ids2);
+    gt_tokenizer_destroy(again);
     uint32_t eot = 259;
     assert_int_equal(gt_tokenizer_decode(tk, &eot, 1, &back, &back_n, &err), GT_OK);
     assert_int_equal(back_n, 13);
@@ -291,6 +339,7 @@ int main(void) {
         cmocka_unit_test(test_bpe_stops_when_no_pair_repeats),
         cmocka_unit_test(test_vocab_size_below_the_bytes_is_refused),
         cmocka_unit_test(test_bpe_round_trips_arbitrary_bytes),
+        cmocka_unit_test(test_bpe_learns_1024_tokens_from_a_megabyte_quickly),
         cmocka_unit_test(test_pretokenizer_splits_like_gpt2),
         cmocka_unit_test(test_vocabulary_file_round_trips),
         cmocka_unit_test(test_gpt2_hand_made_vocabulary_encodes_like_gpt2),

@@ -28,13 +28,15 @@ static void set(gt_config *c, const char *kv) {
 
 static void tiny_config(gt_config *c) {
     gt_config_defaults(c);
-    static const char *kv[] = {
-        "runtime.device=cpu", "model.num_layers=1", "model.hidden_size=32",
-        "model.num_attention_heads=2", "model.num_query_groups=2", "model.ffn_hidden_size=64",
-        "model.vocab_size=64", "model.seq_length=16", "train.micro_batch_size=2",
-        "train.global_batch_size=2", "model.cuda_graph_impl=none", "logger.log_interval=1000",
-        "train.train_iters=10", NULL};
-    for (int i = 0; kv[i]; i++) set(c, kv[i]);
+    static const char *kv[] = {"runtime.device=cpu",         "model.num_layers=1",
+                               "model.hidden_size=32",       "model.num_attention_heads=2",
+                               "model.num_query_groups=2",   "model.ffn_hidden_size=64",
+                               "model.vocab_size=64",        "model.seq_length=16",
+                               "train.micro_batch_size=2",   "train.global_batch_size=2",
+                               "model.cuda_graph_impl=none", "logger.log_interval=1000",
+                               "train.train_iters=10",       NULL};
+    for (int i = 0; kv[i]; i++)
+        set(c, kv[i]);
     gt_config_finalize(c);
 }
 
@@ -43,7 +45,8 @@ static void write_pattern_shards(const char *prefix) {
     enum { N = 4096 };
     uint32_t *tok = malloc(N * sizeof *tok);
     assert_non_null(tok);
-    for (int i = 0; i < N; i++) tok[i] = (uint32_t)(i % PERIOD);
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)(i % PERIOD);
     char path[600];
     gt_error err = {0};
     snprintf(path, sizeof path, "%s_train_000000.bin", prefix);
@@ -109,6 +112,47 @@ static void test_nan_injection_stops_at_step_k_and_keeps_weights(void **state) {
     assert_memory_equal(before, after, n * sizeof *before);
     free(before);
     free(after);
+    gt_trainer_destroy(t);
+}
+
+static void test_nan_in_gradient_is_named_when_loss_check_is_off(void **state) {
+    (void)state;
+    gt_config c;
+    tiny_config(&c);
+    set(&c, "debug.inject_nan_at_step=2");
+    set(&c, "rerun_state_machine.check_for_nan_in_loss=false");
+    gt_trainer *t = NULL;
+    gt_error err = {0};
+    assert_int_equal(gt_trainer_create(&t, &c, &err), GT_OK);
+    gt_step_stats s;
+    assert_int_equal(gt_trainer_step(t, &s, &err), GT_OK);
+    assert_int_equal(gt_trainer_step(t, &s, &err), GT_ERR_NUMERIC);
+    assert_int_equal(s.nan_flags, GT_NAN_GRAD);
+    assert_non_null(strstr(err.msg, "step 2"));
+    assert_non_null(strstr(err.msg, "ddp.check_for_nan_in_grad"));
+    assert_null(strstr(err.msg, "check_for_nan_in_loss"));
+    gt_trainer_destroy(t);
+}
+
+static void test_evaluation_reads_the_same_held_out_batches_each_time(void **state) {
+    (void)state;
+    gt_config c;
+    tiny_config(&c);
+    set(&c, "train.eval_interval=5");
+    set(&c, "train.eval_iters=3");
+    gt_trainer *t = NULL;
+    gt_error err = {0};
+    assert_int_equal(gt_trainer_create(&t, &c, &err), GT_OK);
+    float e1, e2, e3;
+    assert_int_equal(gt_trainer_eval(t, &e1, &err), GT_OK);
+    assert_int_equal(gt_trainer_eval(t, &e2, &err), GT_OK);
+    gt_step_stats s;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(gt_trainer_step(t, &s, &err), GT_OK);
+    assert_int_equal(gt_trainer_eval(t, &e3, &err), GT_OK);
+    assert_memory_equal(&e1, &e2, sizeof e1);
+    assert_true(e3 != e1);               /* the weights changed */
+    assert_true(e1 > 3.5f && e1 < 5.0f); /* about ln 64 before training */
     gt_trainer_destroy(t);
 }
 
@@ -213,11 +257,10 @@ static void test_sigint_exits_130_and_leaves_loadable_checkpoint(void **state) {
         dup2(pipefd[1], 1);
         close(pipefd[0]);
         close(pipefd[1]);
-        execl(bin, bin, "train", "runtime.device=cpu", "model.num_layers=1",
-              "model.hidden_size=32", "model.num_attention_heads=2", "model.ffn_hidden_size=64",
-              "model.vocab_size=64", "model.seq_length=16", "train.micro_batch_size=2",
-              "train.global_batch_size=2", "train.train_iters=1000000", "logger.log_interval=1",
-              kv_save, (char *)NULL);
+        execl(bin, bin, "train", "runtime.device=cpu", "model.num_layers=1", "model.hidden_size=32",
+              "model.num_attention_heads=2", "model.ffn_hidden_size=64", "model.vocab_size=64",
+              "model.seq_length=16", "train.micro_batch_size=2", "train.global_batch_size=2",
+              "train.train_iters=1000000", "logger.log_interval=1", kv_save, (char *)NULL);
         _exit(127);
     }
     close(pipefd[1]);
@@ -257,6 +300,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_model_loss_falls_on_repetitive_shard),
         cmocka_unit_test(test_nan_injection_stops_at_step_k_and_keeps_weights),
+        cmocka_unit_test(test_nan_in_gradient_is_named_when_loss_check_is_off),
+        cmocka_unit_test(test_evaluation_reads_the_same_held_out_batches_each_time),
         cmocka_unit_test(test_global_batch_not_multiple_of_micro_is_refused_with_fix),
         cmocka_unit_test(test_full_iteration_graph_losses_equal_eager_bitwise),
         cmocka_unit_test(test_metrics_file_has_one_json_line_per_logged_step),

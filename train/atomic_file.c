@@ -15,8 +15,10 @@ int gt_atomic_open(gt_atomic_file *a, const char *path, gt_error *err) {
     snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%ld", path, (long)getpid());
     a->f = fopen(a->tmp, "wb");
     if (!a->f)
-        return gt_error_set(err, GT_ERR_IO, "cannot create %s: %s; check that the directory "
-                            "exists and is writable", a->tmp, strerror(errno));
+        return gt_error_set(err, GT_ERR_IO,
+                            "cannot create %s: %s; check that the directory "
+                            "exists and is writable",
+                            a->tmp, strerror(errno));
     return GT_OK;
 }
 
@@ -25,8 +27,7 @@ int gt_atomic_write(gt_atomic_file *a, const void *data, size_t bytes, gt_error 
     if (bytes && fwrite(data, 1, bytes, a->f) != bytes) {
         int e = errno;
         gt_atomic_abort(a);
-        return gt_error_set(err, GT_ERR_IO, "writing %s: %s (disk full?)", a->path,
-                            strerror(e));
+        return gt_error_set(err, GT_ERR_IO, "writing %s: %s (disk full?)", a->path, strerror(e));
     }
     return GT_OK;
 }
@@ -35,9 +36,12 @@ static void fsync_parent(const char *path) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash == dir) dir[1] = '\0';
-    else if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, ".");
+    if (slash == dir)
+        dir[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
     int fd = open(dir, O_RDONLY);
     if (fd >= 0) {
         (void)fsync(fd); /* best effort: some filesystems refuse fsync on directories */
@@ -56,14 +60,12 @@ int gt_atomic_commit(gt_atomic_file *a, gt_error *err) {
     a->f = NULL;
     if (bad) {
         unlink(a->tmp);
-        return gt_error_set(err, GT_ERR_IO, "writing %s: %s (disk full?)", a->path,
-                            strerror(e));
+        return gt_error_set(err, GT_ERR_IO, "writing %s: %s (disk full?)", a->path, strerror(e));
     }
     if (rename(a->tmp, a->path) != 0) {
         e = errno;
         unlink(a->tmp);
-        return gt_error_set(err, GT_ERR_IO, "renaming %s to %s: %s", a->tmp, a->path,
-                            strerror(e));
+        return gt_error_set(err, GT_ERR_IO, "renaming %s to %s: %s", a->tmp, a->path, strerror(e));
     }
     fsync_parent(a->path);
     return GT_OK;
@@ -82,7 +84,7 @@ int gt_mkdirs(const char *dir, gt_error *err) {
     if (strlen(dir) >= sizeof buf)
         return gt_error_set(err, GT_ERR_INVALID, "directory path too long: %s", dir);
     snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; ; p++) {
+    for (char *p = buf + 1;; p++) {
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';

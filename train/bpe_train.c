@@ -1,7 +1,8 @@
 /* Learning a byte-level BPE from a corpus. Chunks (GPT-2's pre-split) are counted once per
  * distinct chunk; pair counts are kept incrementally: each pair remembers the chunks it
  * occurs in, and a merge rewrites only those, updating counts by the difference. A lazy max
- * heap (stale entries are skipped when popped) gives the most frequent pair each round. */
+ * heap gives the most frequent pair each round (an entry whose pair count has since fallen is
+ * re-queued with the current count when it surfaces). */
 #include "train/tokenizer_internal.h"
 
 #include <stdlib.h>
@@ -10,7 +11,8 @@
 typedef struct pair_rec {
     uint64_t key;
     int64_t count;
-    int32_t *words; /* chunks that contained the pair when it was last counted (may be stale) */
+    int64_t heap_max; /* upper bound of this pair's entries in the heap (0 = none) */
+    int32_t *words;   /* chunks that contained the pair when it was last counted (may be stale) */
     int n, cap;
 } pair_rec;
 
@@ -43,7 +45,8 @@ typedef struct bpe_state {
 
 static uint64_t fnv1a(const unsigned char *p, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
     return h;
 }
 
@@ -57,7 +60,8 @@ static void state_free(bpe_state *s) {
     free(s->sym);
     free(s->wh);
     free(s->ph);
-    for (int32_t i = 0; i < s->n_recs; i++) free(s->recs[i].words);
+    for (int32_t i = 0; i < s->n_recs; i++)
+        free(s->recs[i].words);
     free(s->recs);
     free(s->heap);
 }
@@ -65,7 +69,8 @@ static void state_free(bpe_state *s) {
 static int grow(void **p, size_t elem, int32_t *cap, int32_t need) {
     if (need <= *cap) return 0;
     int32_t c = *cap ? *cap : 1024;
-    while (c < need) c *= 2;
+    while (c < need)
+        c *= 2;
     void *q = realloc(*p, (size_t)c * elem);
     if (!q) return -1;
     *p = q;
@@ -95,10 +100,10 @@ static int collect_words(bpe_state *s, const unsigned char *t, size_t n, gt_erro
         } else {
             int32_t c = s->words_cap;
             if (grow((void **)&s->freq, sizeof *s->freq, &c, s->n_words + 1) ||
-                (c = s->words_cap, grow((void **)&s->src_off, sizeof *s->src_off, &c,
-                                        s->n_words + 1)) ||
-                (c = s->words_cap, grow((void **)&s->src_len, sizeof *s->src_len, &c,
-                                        s->n_words + 1)))
+                (c = s->words_cap,
+                 grow((void **)&s->src_off, sizeof *s->src_off, &c, s->n_words + 1)) ||
+                (c = s->words_cap,
+                 grow((void **)&s->src_len, sizeof *s->src_len, &c, s->n_words + 1)))
                 return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (BPE)");
             s->words_cap = c;
             w = s->n_words++;
@@ -112,7 +117,8 @@ static int collect_words(bpe_state *s, const unsigned char *t, size_t n, gt_erro
                 if (!nh) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (BPE)");
                 for (int32_t k = 0; k < s->n_words; k++) {
                     size_t j = fnv1a(t + s->src_off[k], (size_t)s->src_len[k]) & (cap - 1);
-                    while (nh[j]) j = (j + 1) & (cap - 1);
+                    while (nh[j])
+                        j = (j + 1) & (cap - 1);
                     nh[j] = k + 1;
                 }
                 free(s->wh);
@@ -123,7 +129,8 @@ static int collect_words(bpe_state *s, const unsigned char *t, size_t n, gt_erro
         i += len;
     }
     size_t total = 0;
-    for (int32_t w = 0; w < s->n_words; w++) total += (size_t)s->src_len[w];
+    for (int32_t w = 0; w < s->n_words; w++)
+        total += (size_t)s->src_len[w];
     s->sym = malloc((total ? total : 1) * sizeof *s->sym);
     s->sym_off = malloc(((size_t)s->n_words + 1) * sizeof *s->sym_off);
     s->sym_len = malloc(((size_t)s->n_words + 1) * sizeof *s->sym_len);
@@ -135,7 +142,8 @@ static int collect_words(bpe_state *s, const unsigned char *t, size_t n, gt_erro
         s->sym_off[w] = off;
         s->sym_len[w] = s->src_len[w];
         s->mark[w] = -1;
-        for (int32_t k = 0; k < s->src_len[w]; k++) s->sym[off + k] = t[s->src_off[w] + k];
+        for (int32_t k = 0; k < s->src_len[w]; k++)
+            s->sym[off + k] = t[s->src_off[w] + k];
         off += (size_t)s->src_len[w];
     }
     return GT_OK;
@@ -151,7 +159,8 @@ static pair_rec *pair_get(bpe_state *s, uint64_t key, gt_error *err) {
         }
         for (int32_t k = 0; k < s->n_recs; k++) {
             size_t j = gt_tok_hash64(s->recs[k].key) & (cap - 1);
-            while (nh[j]) j = (j + 1) & (cap - 1);
+            while (nh[j])
+                j = (j + 1) & (cap - 1);
             nh[j] = k + 1;
         }
         free(s->ph);
@@ -233,8 +242,13 @@ static int count_pairs(bpe_state *s, int32_t w, int64_t delta, gt_error *err) {
                 return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (BPE)");
             r->words[r->n++] = w;
         }
-        if (heap_push(s, r->count, r->key))
-            return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (BPE)");
+        /* the heap holds, for every pair, an entry >= its count: a decrease keeps that
+         * true, an increase past the largest entry needs a new one */
+        if (delta > 0 && r->count > r->heap_max) {
+            r->heap_max = r->count;
+            if (heap_push(s, r->count, r->key))
+                return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (BPE)");
+        }
     }
     return GT_OK;
 }
@@ -262,7 +276,13 @@ static int learn(bpe_state *s, gt_tokenizer *tk, int vocab_size, gt_error *err) 
         heap_ent e = heap_pop(s);
         pair_rec *r = pair_get(s, e.key, err);
         if (!r) return GT_ERR_NOMEM;
-        if (r->count != e.count || r->count < 2) continue; /* stale, or nothing to gain */
+        if (r->count != e.count) { /* stale: its pair's count fell; queue the real count */
+            r->heap_max = r->count;
+            if (r->count > 0 && heap_push(s, r->count, r->key))
+                return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (BPE)");
+            continue;
+        }
+        if (r->count < 2) break; /* the most frequent pair occurs once: nothing to gain */
         uint32_t a = (uint32_t)(e.key >> 32), b = (uint32_t)e.key, z = (uint32_t)tk->n_vocab;
         size_t la, lb;
         const unsigned char *pa = gt_tokenizer_token(tk, a, &la);
@@ -298,8 +318,8 @@ int gt_bpe_train(gt_tokenizer **out, const unsigned char *text, size_t n, int vo
     if (vocab_size < GT_BPE_MIN_VOCAB || vocab_size > GT_BPE_MAX_VOCAB)
         return gt_error_set(err, GT_ERR_INVALID,
                             "vocabulary size %d: a byte-level BPE needs %d..%d tokens (the 256 "
-                            "bytes plus merges)", vocab_size, GT_BPE_MIN_VOCAB,
-                            GT_BPE_MAX_VOCAB);
+                            "bytes plus merges)",
+                            vocab_size, GT_BPE_MIN_VOCAB, GT_BPE_MAX_VOCAB);
     gt_tokenizer *tk = NULL;
     int rc = gt_tok_alloc(&tk, GT_TOK_BPE, err);
     for (int i = 0; !rc && i < 256; i++) {

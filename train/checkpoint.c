@@ -13,9 +13,9 @@
 typedef struct ckpt_header {
     uint64_t magic;
     uint32_t version;
-    uint32_t header_bytes;   /* sizeof(ckpt_header) */
-    uint64_t payload_bytes;  /* 3 * n_params * 4 */
-    uint32_t crc;            /* CRC32 of the header (with crc = 0) and the payload */
+    uint32_t header_bytes;  /* sizeof(ckpt_header) */
+    uint64_t payload_bytes; /* 3 * n_params * 4 */
+    uint32_t crc;           /* CRC32 of the header (with crc = 0) and the payload */
     uint32_t step_state_bytes;
     gt_ckpt_meta meta;
 } ckpt_header;
@@ -24,12 +24,14 @@ uint32_t gt_crc32(uint32_t crc, const void *data, size_t n) {
     uint32_t table[256];
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
         table[i] = c;
     }
     const unsigned char *p = data;
     crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+    for (size_t i = 0; i < n; i++)
+        crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
     return ~crc;
 }
 
@@ -45,7 +47,8 @@ uint64_t gt_ckpt_fingerprint(const gt_config *cfg, size_t n_params, char *shape,
              n_params);
     if (shape) snprintf(shape, n, "%s", buf);
     uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *p = buf; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    for (const char *p = buf; *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
     return h;
 }
 
@@ -53,13 +56,15 @@ const char *gt_ckpt_file(const char *path, char *buf, size_t n) {
     struct stat st;
     size_t len = strlen(path);
     int is_dir = (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) || (len && path[len - 1] == '/');
-    if (is_dir) snprintf(buf, n, "%s%s%s", path, path[len - 1] == '/' ? "" : "/", GT_CKPT_FILE);
-    else snprintf(buf, n, "%s", path);
+    if (is_dir)
+        snprintf(buf, n, "%s%s%s", path, path[len - 1] == '/' ? "" : "/", GT_CKPT_FILE);
+    else
+        snprintf(buf, n, "%s", path);
     return buf;
 }
 
-int gt_ckpt_write(const char *dir, const gt_ckpt_meta *meta, const float *master,
-                  const float *m, const float *v, gt_error *err) {
+int gt_ckpt_write(const char *dir, const gt_ckpt_meta *meta, const float *master, const float *m,
+                  const float *v, gt_error *err) {
     int rc = gt_mkdirs(dir, err);
     if (rc) return gt_error_wrap(err, "checkpoint.save=%s: ", dir);
     char path[1024];
@@ -100,25 +105,35 @@ int gt_ckpt_read(const char *path_in, gt_ckpt_meta *meta, float **master, float 
     gt_ckpt_file(path_in, path, sizeof path);
     FILE *f = fopen(path, "rb");
     if (!f)
-        return gt_error_set(err, GT_ERR_IO, "cannot open checkpoint %s: %s; check "
-                            "checkpoint.load", path, strerror(errno));
+        return gt_error_set(err, GT_ERR_IO,
+                            "cannot open checkpoint %s: %s; check "
+                            "checkpoint.load",
+                            path, strerror(errno));
     ckpt_header h;
     int rc = GT_OK;
     const char *redo = "it cannot be used; resume from another checkpoint or start fresh "
                        "(checkpoint.load=)";
     if (!read_exact(f, &h, sizeof h)) {
-        rc = gt_error_set(err, GT_ERR_INVALID, "checkpoint %s is truncated (shorter than its "
-                          "header); %s", path, redo);
+        rc = gt_error_set(err, GT_ERR_INVALID,
+                          "checkpoint %s is truncated (shorter than its "
+                          "header); %s",
+                          path, redo);
     } else if (h.magic != GT_CKPT_MAGIC) {
-        rc = gt_error_set(err, GT_ERR_INVALID, "%s is not a graphtrain checkpoint (bad magic "
-                          "number)", path);
+        rc = gt_error_set(err, GT_ERR_INVALID,
+                          "%s is not a graphtrain checkpoint (bad magic "
+                          "number)",
+                          path);
     } else if (h.version != GT_CKPT_VERSION || h.header_bytes != sizeof h ||
                h.step_state_bytes != sizeof(gt_step_state)) {
-        rc = gt_error_set(err, GT_ERR_INVALID, "checkpoint %s has format version %u; this "
-                          "graphtrain reads version %d", path, h.version, GT_CKPT_VERSION);
+        rc = gt_error_set(err, GT_ERR_INVALID,
+                          "checkpoint %s has format version %u; this "
+                          "graphtrain reads version %d",
+                          path, h.version, GT_CKPT_VERSION);
     } else if (h.meta.n_params == 0 || h.payload_bytes != 3 * h.meta.n_params * sizeof(float)) {
-        rc = gt_error_set(err, GT_ERR_INVALID, "checkpoint %s is corrupt (inconsistent sizes "
-                          "in its header); %s", path, redo);
+        rc = gt_error_set(err, GT_ERR_INVALID,
+                          "checkpoint %s is corrupt (inconsistent sizes "
+                          "in its header); %s",
+                          path, redo);
     }
     size_t bytes = rc ? 0 : h.meta.n_params * sizeof(float);
     if (!rc) {
@@ -126,17 +141,19 @@ int gt_ckpt_read(const char *path_in, gt_ckpt_meta *meta, float **master, float 
         *m = malloc(bytes);
         *v = malloc(bytes);
         if (!*master || !*m || !*v)
-            rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory reading checkpoint %s",
-                              path);
+            rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory reading checkpoint %s", path);
     }
-    if (!rc && (!read_exact(f, *master, bytes) || !read_exact(f, *m, bytes) ||
-                !read_exact(f, *v, bytes)))
-        rc = gt_error_set(err, GT_ERR_INVALID, "checkpoint %s is truncated (expected %llu "
-                          "bytes of weights and optimizer state); %s", path,
-                          (unsigned long long)h.payload_bytes, redo);
+    if (!rc &&
+        (!read_exact(f, *master, bytes) || !read_exact(f, *m, bytes) || !read_exact(f, *v, bytes)))
+        rc = gt_error_set(err, GT_ERR_INVALID,
+                          "checkpoint %s is truncated (expected %llu "
+                          "bytes of weights and optimizer state); %s",
+                          path, (unsigned long long)h.payload_bytes, redo);
     if (!rc && fgetc(f) != EOF)
-        rc = gt_error_set(err, GT_ERR_INVALID, "checkpoint %s has trailing bytes after its "
-                          "payload (corrupt); %s", path, redo);
+        rc = gt_error_set(err, GT_ERR_INVALID,
+                          "checkpoint %s has trailing bytes after its "
+                          "payload (corrupt); %s",
+                          path, redo);
     if (!rc) {
         uint32_t want = h.crc;
         h.crc = 0;
@@ -145,8 +162,10 @@ int gt_ckpt_read(const char *path_in, gt_ckpt_meta *meta, float **master, float 
         crc = gt_crc32(crc, *m, bytes);
         crc = gt_crc32(crc, *v, bytes);
         if (crc != want)
-            rc = gt_error_set(err, GT_ERR_INVALID, "checkpoint %s is corrupt (CRC32 0x%08x, "
-                              "expected 0x%08x); %s", path, crc, want, redo);
+            rc = gt_error_set(err, GT_ERR_INVALID,
+                              "checkpoint %s is corrupt (CRC32 0x%08x, "
+                              "expected 0x%08x); %s",
+                              path, crc, want, redo);
     }
     fclose(f);
     if (rc) {

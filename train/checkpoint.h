@@ -19,12 +19,12 @@
 #define GT_CKPT_SHAPE_MAX 1024
 
 typedef struct gt_ckpt_meta {
-    uint64_t fingerprint;           /* gt_ckpt_fingerprint of the model's shape keys */
-    char shape[GT_CKPT_SHAPE_MAX];  /* the same keys as text, for error messages */
+    uint64_t fingerprint;          /* gt_ckpt_fingerprint of the model's shape keys */
+    char shape[GT_CKPT_SHAPE_MAX]; /* the same keys as text, for error messages */
     uint64_t n_params;
-    uint64_t seed;                  /* rng.seed of the run */
-    gt_data_pos data;               /* training data position after the last step */
-    gt_step_state state;            /* device step state after the last step */
+    uint64_t seed;       /* rng.seed of the run */
+    gt_data_pos data;    /* training data position after the last step */
+    gt_step_state state; /* device step state after the last step */
 } gt_ckpt_meta;
 
 /* Fingerprint (FNV-1a) and text of the keys that decide parameter shapes. */
@@ -34,8 +34,8 @@ uint64_t gt_ckpt_fingerprint(const gt_config *cfg, size_t n_params, char *shape,
 const char *gt_ckpt_file(const char *path, char *buf, size_t n);
 
 /* Writes dir/checkpoint.bin (creating dir). master, m, v are host arrays [n_params]. */
-int gt_ckpt_write(const char *dir, const gt_ckpt_meta *meta, const float *master,
-                  const float *m, const float *v, gt_error *err);
+int gt_ckpt_write(const char *dir, const gt_ckpt_meta *meta, const float *master, const float *m,
+                  const float *v, gt_error *err);
 
 /* Reads and verifies a checkpoint (directory or file); master, m, v are malloc'ed
  * [n_params] arrays the caller frees. */

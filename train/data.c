@@ -17,17 +17,17 @@
 
 struct gt_data {
     gt_data_source source;
-    int T;           /* seq_length */
-    int vocab;       /* model.vocab_size */
+    int T;     /* seq_length */
+    int vocab; /* model.vocab_size */
     uint64_t seed;
     int shuffle;
     gt_data_pos pos;
     /* shards */
     gt_shard *shards;
     int n_shards;
-    int64_t *first;  /* [n_shards + 1] first global sample index of each shard */
+    int64_t *first; /* [n_shards + 1] first global sample index of each shard */
     int64_t n_samples;
-    int64_t *perm;   /* [n_samples] order of the current epoch (shuffle only) */
+    int64_t *perm; /* [n_samples] order of the current epoch (shuffle only) */
     uint64_t perm_epoch;
     char desc[768];
 };
@@ -127,7 +127,8 @@ static int list_shards(const char *data_path, gt_data_split split, char ***out, 
                                   "dataset.data_path=%s: only one shard and no *_val*.bin "
                                   "file, so there is no held-out split for evaluation; "
                                   "re-run prepare-data (it writes a validation shard) or set "
-                                  "train.eval_interval=0", data_path);
+                                  "train.eval_interval=0",
+                                  data_path);
                 goto fail;
             }
             n_hold = 0;
@@ -143,27 +144,29 @@ static int list_shards(const char *data_path, gt_data_split split, char ***out, 
         goto fail;
     }
     for (int i = 0; i < n_all; i++) {
-        int held = keep_valid ? strstr(strrchr(all[i], '/'), "_val") != NULL
-                              : i >= n_all - n_hold;
+        int held = keep_valid ? strstr(strrchr(all[i], '/'), "_val") != NULL : i >= n_all - n_hold;
         if (held == (split == GT_SPLIT_VALID)) {
             sel[n_sel++] = all[i];
             all[i] = NULL;
         }
     }
-    for (int i = 0; i < n_all; i++) free(all[i]);
+    for (int i = 0; i < n_all; i++)
+        free(all[i]);
     free(all);
     free(valid);
     if (n_sel == 0) {
         free(sel);
         return gt_error_set(err, GT_ERR_INVALID,
                             "dataset.data_path=%s: every shard is a validation shard; no "
-                            "training shards left", data_path);
+                            "training shards left",
+                            data_path);
     }
     *out = sel;
     *n_out = n_sel;
     return GT_OK;
 fail:
-    for (int i = 0; i < n_all; i++) free(all[i]);
+    for (int i = 0; i < n_all; i++)
+        free(all[i]);
     free(all);
     free(valid);
     return rc;
@@ -199,17 +202,17 @@ static int open_shards(gt_data *d, const gt_config *cfg, gt_data_split split, gt
             rc = gt_error_set(err, GT_ERR_INVALID,
                               "dataset.data_path=%s (%s split): no shard holds seq_length+1 = "
                               "%d tokens; lower model.seq_length or prepare more text",
-                              cfg->dataset.data_path, split == GT_SPLIT_VALID ? "validation"
-                                                                              : "training",
-                              d->T + 1);
+                              cfg->dataset.data_path,
+                              split == GT_SPLIT_VALID ? "validation" : "training", d->T + 1);
     }
     if (!rc)
         snprintf(d->desc, sizeof d->desc,
                  "shards %s (%s): %d file%s, %lld tokens, %lld sequences of %d, %s",
-                 cfg->dataset.data_path, split == GT_SPLIT_VALID ? "validation" : "training",
-                 n, n == 1 ? "" : "s", (long long)tokens, (long long)d->n_samples, d->T,
+                 cfg->dataset.data_path, split == GT_SPLIT_VALID ? "validation" : "training", n,
+                 n == 1 ? "" : "s", (long long)tokens, (long long)d->n_samples, d->T,
                  d->shuffle ? "shuffled" : "sequential");
-    for (int i = 0; i < n; i++) free(names[i]);
+    for (int i = 0; i < n; i++)
+        free(names[i]);
     free(names);
     return rc;
 }
@@ -241,8 +244,7 @@ int gt_data_create(gt_data **out, const gt_config *cfg, gt_data_split split, gt_
         else
             rc = open_shards(d, cfg, split, err);
     } else {
-        rc = gt_error_set(err, GT_ERR_INVALID, "dataset.source: unknown source %d",
-                          (int)d->source);
+        rc = gt_error_set(err, GT_ERR_INVALID, "dataset.source: unknown source %d", (int)d->source);
     }
     if (rc) {
         gt_data_destroy(d);
@@ -254,7 +256,8 @@ int gt_data_create(gt_data **out, const gt_config *cfg, gt_data_split split, gt_
 
 void gt_data_destroy(gt_data *d) {
     if (!d) return;
-    for (int i = 0; i < d->n_shards; i++) gt_shard_close(&d->shards[i]);
+    for (int i = 0; i < d->n_shards; i++)
+        gt_shard_close(&d->shards[i]);
     free(d->shards);
     free(d->first);
     free(d->perm);
@@ -268,7 +271,8 @@ static int build_perm(gt_data *d, uint64_t epoch, gt_error *err) {
         d->perm = malloc((size_t)d->n_samples * sizeof *d->perm);
         if (!d->perm) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory shuffling");
     }
-    for (int64_t i = 0; i < d->n_samples; i++) d->perm[i] = i;
+    for (int64_t i = 0; i < d->n_samples; i++)
+        d->perm[i] = i;
     uint64_t x = d->seed ^ GT_SHUFFLE_SEED_XOR ^ (epoch * 0x100000001b3ull);
     for (int64_t i = d->n_samples - 1; i > 0; i--) {
         int64_t j = (int64_t)(splitmix64(&x) % (uint64_t)(i + 1));
@@ -284,8 +288,10 @@ static void read_sample(const gt_data *d, int64_t sample, int32_t *tok, int32_t 
     int lo = 0, hi = d->n_shards - 1;
     while (lo < hi) { /* the shard whose [first, next first) holds sample */
         int mid = (lo + hi + 1) / 2;
-        if (d->first[mid] <= sample) lo = mid;
-        else hi = mid - 1;
+        if (d->first[mid] <= sample)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     const gt_shard *s = &d->shards[lo];
     int64_t off = (sample - d->first[lo]) * d->T;

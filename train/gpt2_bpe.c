@@ -13,12 +13,15 @@
 
 /* unicode code point -> byte (or -1), for code points < 512 */
 static void byte_decoder(int dec[512]) {
-    for (int i = 0; i < 512; i++) dec[i] = -1;
+    for (int i = 0; i < 512; i++)
+        dec[i] = -1;
     int n = 0;
     for (int b = 0; b < 256; b++) {
         int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-        if (printable) dec[b] = b;
-        else dec[256 + n++] = b;
+        if (printable)
+            dec[b] = b;
+        else
+            dec[256 + n++] = b;
     }
 }
 
@@ -57,9 +60,14 @@ static long unmap(const unsigned char *s, size_t n, const int dec[512], unsigned
     for (size_t i = 0; i < n;) {
         unsigned cp, c = s[i];
         size_t len;
-        if (c < 0x80) { cp = c; len = 1; }
-        else if ((c >> 5) == 6 && i + 1 < n) { cp = (c & 31u) << 6 | (s[i + 1] & 63u); len = 2; }
-        else return -1;
+        if (c < 0x80) {
+            cp = c;
+            len = 1;
+        } else if ((c >> 5) == 6 && i + 1 < n) {
+            cp = (c & 31u) << 6 | (s[i + 1] & 63u);
+            len = 2;
+        } else
+            return -1;
         if (cp >= 512 || dec[cp] < 0) return -1;
         out[o++] = (unsigned char)dec[cp];
         i += len;
@@ -68,7 +76,8 @@ static long unmap(const unsigned char *s, size_t n, const int dec[512], unsigned
 }
 
 static void put_utf8(unsigned cp, unsigned char *out, size_t *o) {
-    if (cp < 0x80) out[(*o)++] = (unsigned char)cp;
+    if (cp < 0x80)
+        out[(*o)++] = (unsigned char)cp;
     else if (cp < 0x800) {
         out[(*o)++] = (unsigned char)(0xC0 | cp >> 6);
         out[(*o)++] = (unsigned char)(0x80 | (cp & 63));
@@ -97,19 +106,35 @@ static long json_string(const char **p, const char *end, unsigned char *out) {
         if (++s >= end) return -1;
         char e = *s++;
         switch (e) {
-        case '"': case '\\': case '/': out[o++] = (unsigned char)e; break;
-        case 'b': out[o++] = '\b'; break;
-        case 'f': out[o++] = '\f'; break;
-        case 'n': out[o++] = '\n'; break;
-        case 'r': out[o++] = '\r'; break;
-        case 't': out[o++] = '\t'; break;
+        case '"':
+        case '\\':
+        case '/':
+            out[o++] = (unsigned char)e;
+            break;
+        case 'b':
+            out[o++] = '\b';
+            break;
+        case 'f':
+            out[o++] = '\f';
+            break;
+        case 'n':
+            out[o++] = '\n';
+            break;
+        case 'r':
+            out[o++] = '\r';
+            break;
+        case 't':
+            out[o++] = '\t';
+            break;
         case 'u': {
             unsigned cp = 0;
             for (int k = 0; k < 4; k++, s++) {
                 if (s >= end) return -1;
                 char h = *s;
-                int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                      : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                int v = h >= '0' && h <= '9'   ? h - '0'
+                        : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                        : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                               : -1;
                 if (v < 0) return -1;
                 cp = cp << 4 | (unsigned)v;
             }
@@ -123,7 +148,8 @@ static long json_string(const char **p, const char *end, unsigned char *out) {
             put_utf8(cp, out, &o);
             break;
         }
-        default: return -1;
+        default:
+            return -1;
         }
     }
     if (s >= end) return -1;
@@ -132,19 +158,20 @@ static long json_string(const char **p, const char *end, unsigned char *out) {
 }
 
 static const char *skip_ws(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
     return p;
 }
 
 static int line_of(const char *buf, const char *p) {
     int line = 1;
-    for (const char *q = buf; q < p; q++) line += *q == '\n';
+    for (const char *q = buf; q < p; q++)
+        line += *q == '\n';
     return line;
 }
 
 /* encoder.json -> tokens in id order */
-static int load_encoder(gt_tokenizer *tk, const char *path, const int dec[512],
-                        gt_error *err) {
+static int load_encoder(gt_tokenizer *tk, const char *path, const int dec[512], gt_error *err) {
     char *buf = NULL;
     size_t n = 0;
     int rc = read_file(path, &buf, &n, err);
@@ -175,8 +202,7 @@ static int load_encoder(gt_tokenizer *tk, const char *path, const int dec[512],
         }
         long sl = json_string(&p, end, str);
         if (sl < 0) {
-            rc = gt_error_set(err, GT_ERR_INVALID, "%s:%d: bad JSON string", path,
-                              line_of(buf, p));
+            rc = gt_error_set(err, GT_ERR_INVALID, "%s:%d: bad JSON string", path, line_of(buf, p));
             goto done;
         }
         p = skip_ws(p, end);
@@ -198,13 +224,14 @@ static int load_encoder(gt_tokenizer *tk, const char *path, const int dec[512],
         if (bl < 0) { /* special tokens such as <|endoftext|> are plain ASCII; others fail */
             rc = gt_error_set(err, GT_ERR_INVALID,
                               "%s:%d: token %ld ('%.*s') uses a character outside GPT-2's "
-                              "byte-to-unicode alphabet; is this a GPT-2 encoder.json?", path,
-                              line_of(buf, p), id, (int)(sl > 40 ? 40 : sl), str);
+                              "byte-to-unicode alphabet; is this a GPT-2 encoder.json?",
+                              path, line_of(buf, p), id, (int)(sl > 40 ? 40 : sl), str);
             goto done;
         }
         if (id >= cap) {
             long nc = cap ? cap : 1024;
-            while (nc <= id) nc *= 2;
+            while (nc <= id)
+                nc *= 2;
             long *a = realloc(id_off, (size_t)nc * sizeof *a);
             if (a) id_off = a;
             long *b = realloc(id_len, (size_t)nc * sizeof *b);
@@ -213,7 +240,8 @@ static int load_encoder(gt_tokenizer *tk, const char *path, const int dec[512],
                 rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
                 goto done;
             }
-            for (long k = cap; k < nc; k++) id_len[k] = -1;
+            for (long k = cap; k < nc; k++)
+                id_len[k] = -1;
             cap = nc;
         }
         if (id_len[id] >= 0) {
@@ -228,16 +256,19 @@ static int load_encoder(gt_tokenizer *tk, const char *path, const int dec[512],
         if (id > max_id) max_id = id;
         count++;
         p = skip_ws(p, end);
-        if (p < end && *p == ',') { p++; continue; }
+        if (p < end && *p == ',') {
+            p++;
+            continue;
+        }
         if (p < end && *p == '}') break;
-        rc = gt_error_set(err, GT_ERR_INVALID, "%s:%d: expected ',' or '}'", path,
-                          line_of(buf, p));
+        rc = gt_error_set(err, GT_ERR_INVALID, "%s:%d: expected ',' or '}'", path, line_of(buf, p));
         goto done;
     }
     if (count != max_id + 1) {
         rc = gt_error_set(err, GT_ERR_INVALID,
                           "%s: ids are not 0..%ld without gaps (%ld tokens); is the file "
-                          "complete?", path, max_id, count);
+                          "complete?",
+                          path, max_id, count);
         goto done;
     }
     for (long id = 0; !rc && id <= max_id; id++)
@@ -260,20 +291,23 @@ typedef struct bytes_map {
 
 static uint64_t fnv(const unsigned char *p, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
     return h;
 }
 
 static int bytes_map_build(bytes_map *m, const gt_tokenizer *tk) {
     m->cap = 1024;
-    while (m->cap < (size_t)tk->n_vocab * 2) m->cap *= 2;
+    while (m->cap < (size_t)tk->n_vocab * 2)
+        m->cap *= 2;
     m->slot = calloc(m->cap, sizeof *m->slot);
     if (!m->slot) return -1;
     for (int id = 0; id < tk->n_vocab; id++) {
         size_t len;
         const unsigned char *b = gt_tokenizer_token(tk, (uint32_t)id, &len);
         size_t j = fnv(b, len) & (m->cap - 1);
-        while (m->slot[j]) j = (j + 1) & (m->cap - 1);
+        while (m->slot[j])
+            j = (j + 1) & (m->cap - 1);
         m->slot[j] = id + 1;
     }
     return 0;
@@ -316,17 +350,23 @@ static int load_merges(gt_tokenizer *tk, const char *path, const int dec[512], g
             continue;
         }
         char *sp = memchr(p, ' ', len);
-        if (!sp || sp == p || sp == p + len - 1 || memchr(sp + 1, ' ', len - (size_t)(sp + 1 - p))) {
-            rc = gt_error_set(err, GT_ERR_INVALID, "%s:%d: expected two tokens separated by one "
-                              "space, got '%.*s'", path, line, (int)(len > 60 ? 60 : len), p);
+        if (!sp || sp == p || sp == p + len - 1 ||
+            memchr(sp + 1, ' ', len - (size_t)(sp + 1 - p))) {
+            rc = gt_error_set(err, GT_ERR_INVALID,
+                              "%s:%d: expected two tokens separated by one "
+                              "space, got '%.*s'",
+                              path, line, (int)(len > 60 ? 60 : len), p);
             break;
         }
         long la = unmap((unsigned char *)p, (size_t)(sp - p), dec, joined);
-        long lb = la < 0 ? -1 : unmap((unsigned char *)sp + 1, len - (size_t)(sp + 1 - p), dec,
-                                      joined + la);
+        long lb =
+            la < 0 ? -1
+                   : unmap((unsigned char *)sp + 1, len - (size_t)(sp + 1 - p), dec, joined + la);
         if (la < 0 || lb < 0) {
-            rc = gt_error_set(err, GT_ERR_INVALID, "%s:%d: character outside GPT-2's "
-                              "byte-to-unicode alphabet", path, line);
+            rc = gt_error_set(err, GT_ERR_INVALID,
+                              "%s:%d: character outside GPT-2's "
+                              "byte-to-unicode alphabet",
+                              path, line);
             break;
         }
         int a = bytes_map_find(&map, tk, joined, (size_t)la);
@@ -335,9 +375,11 @@ static int load_merges(gt_tokenizer *tk, const char *path, const int dec[512], g
         if (a < 0 || b < 0 || z < 0) {
             rc = gt_error_set(err, GT_ERR_INVALID,
                               "%s:%d: merge '%.*s' needs tokens that encoder.json does not have "
-                              "(%s); the two files must come from the same tokenizer", path,
-                              line, (int)(len > 60 ? 60 : len), p,
-                              a < 0 ? "left part" : b < 0 ? "right part" : "merged result");
+                              "(%s); the two files must come from the same tokenizer",
+                              path, line, (int)(len > 60 ? 60 : len), p,
+                              a < 0   ? "left part"
+                              : b < 0 ? "right part"
+                                      : "merged result");
             break;
         }
         rc = gt_tok_add_merge(tk, (uint32_t)a, (uint32_t)b, (uint32_t)z, err);

@@ -28,19 +28,22 @@ static int check_header(gt_shard *s, const char *path, size_t file_bytes, gt_err
     if (file_bytes < GT_SHARD_HEADER_BYTES)
         return gt_error_set(err, GT_ERR_INVALID,
                             "shard %s is truncated: %zu bytes, shorter than its %d-byte header; "
-                            "%s", path, file_bytes, GT_SHARD_HEADER_BYTES, fix);
+                            "%s",
+                            path, file_bytes, GT_SHARD_HEADER_BYTES, fix);
     const unsigned char *h = s->map;
     uint32_t magic = rd32(h + 4 * GT_SHARD_H_MAGIC);
     if (magic != GT_SHARD_MAGIC)
         return gt_error_set(err, GT_ERR_INVALID,
                             "%s is not a graphtrain token shard (magic 0x%08x, expected 0x%08x); "
                             "point dataset.data_path at shards written by `graphtrain "
-                            "prepare-data`", path, magic, GT_SHARD_MAGIC);
+                            "prepare-data`",
+                            path, magic, GT_SHARD_MAGIC);
     uint32_t version = rd32(h + 4 * GT_SHARD_H_VERSION);
     if (version != GT_SHARD_VERSION)
         return gt_error_set(err, GT_ERR_INVALID,
                             "shard %s has format version %u; this graphtrain reads version %d; "
-                            "%s", path, version, GT_SHARD_VERSION, fix);
+                            "%s",
+                            path, version, GT_SHARD_VERSION, fix);
     uint32_t width = rd32(h + 4 * GT_SHARD_H_WIDTH);
     if (width != 2 && width != 4)
         return gt_error_set(err, GT_ERR_INVALID,
@@ -52,13 +55,14 @@ static int check_header(gt_shard *s, const char *path, size_t file_bytes, gt_err
     if (vocab == 0 || vocab > (width == 2 ? 65536u : 0x7fffffffu))
         return gt_error_set(err, GT_ERR_INVALID,
                             "shard %s declares vocabulary size %u, impossible for %u-byte "
-                            "tokens; %s", path, vocab, width, fix);
+                            "tokens; %s",
+                            path, vocab, width, fix);
     uint64_t have = (file_bytes - GT_SHARD_HEADER_BYTES) / width;
     if ((file_bytes - GT_SHARD_HEADER_BYTES) % width != 0 || count != have)
         return gt_error_set(err, GT_ERR_INVALID,
                             "shard %s is truncated or corrupt: header says %llu tokens, the file "
-                            "holds %zu bytes of tokens (%llu tokens); %s", path,
-                            (unsigned long long)count, file_bytes - GT_SHARD_HEADER_BYTES,
+                            "holds %zu bytes of tokens (%llu tokens); %s",
+                            path, (unsigned long long)count, file_bytes - GT_SHARD_HEADER_BYTES,
                             (unsigned long long)have, fix);
     s->width = (int)width;
     s->count = (int64_t)count;
@@ -112,11 +116,10 @@ void gt_shard_close(gt_shard *s) {
     s->map_bytes = 0;
 }
 
-int gt_shard_write(const char *path, const uint32_t *tokens, int64_t n, int vocab,
-                   gt_error *err) {
+int gt_shard_write(const char *path, const uint32_t *tokens, int64_t n, int vocab, gt_error *err) {
     if (vocab <= 0)
-        return gt_error_set(err, GT_ERR_INVALID, "shard %s: vocabulary size %d must be > 0",
-                            path, vocab);
+        return gt_error_set(err, GT_ERR_INVALID, "shard %s: vocabulary size %d must be > 0", path,
+                            vocab);
     int width = vocab <= 65536 ? 2 : 4;
     unsigned char h[GT_SHARD_HEADER_BYTES];
     memset(h, 0, sizeof h);
@@ -139,7 +142,8 @@ int gt_shard_write(const char *path, const uint32_t *tokens, int64_t n, int voca
                 gt_atomic_abort(&f);
                 return gt_error_set(err, GT_ERR_INVALID,
                                     "shard %s: token %lld has id %u, outside the vocabulary "
-                                    "of %d", path, (long long)i, tokens[i], vocab);
+                                    "of %d",
+                                    path, (long long)i, tokens[i], vocab);
             }
             buf[used++] = (unsigned char)tokens[i];
             buf[used++] = (unsigned char)(tokens[i] >> 8);

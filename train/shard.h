@@ -27,12 +27,12 @@ enum {
 
 typedef struct gt_shard {
     char path[512];
-    void *map;        /* whole file, read-only */
+    void *map; /* whole file, read-only */
     size_t map_bytes;
-    int width;        /* 2 or 4 */
-    int64_t count;    /* tokens */
-    int vocab;        /* header's vocabulary size */
-    uint32_t max_id;  /* largest id present (checked when opened) */
+    int width;                   /* 2 or 4 */
+    int64_t count;               /* tokens */
+    int vocab;                   /* header's vocabulary size */
+    uint32_t max_id;             /* largest id present (checked when opened) */
     const unsigned char *tokens; /* [count * width] */
 } gt_shard;
 
@@ -49,7 +49,6 @@ static inline uint32_t gt_shard_token(const gt_shard *s, int64_t i) {
 
 /* Writes tokens [n] as a shard (uint16 when vocab <= 65536, else uint32), atomically:
  * temp file, fsync, rename. */
-int gt_shard_write(const char *path, const uint32_t *tokens, int64_t n, int vocab,
-                   gt_error *err);
+int gt_shard_write(const char *path, const uint32_t *tokens, int64_t n, int vocab, gt_error *err);
 
 #endif

@@ -21,7 +21,8 @@ int gt_tok_alloc(gt_tokenizer **out, gt_tok_kind kind, gt_error *err) {
         free(tk);
         return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (tokenizer)");
     }
-    for (int i = 0; i < 256; i++) tk->byte_id[i] = -1;
+    for (int i = 0; i < 256; i++)
+        tk->byte_id[i] = -1;
     *out = tk;
     return GT_OK;
 }
@@ -44,7 +45,8 @@ int gt_tok_add_token(gt_tokenizer *tk, const unsigned char *bytes, size_t len, g
                             GT_BPE_MAX_VOCAB);
     if (tk->blob_n + len > tk->blob_cap) {
         size_t cap = tk->blob_cap ? tk->blob_cap * 2 : 4096;
-        while (cap < tk->blob_n + len) cap *= 2;
+        while (cap < tk->blob_n + len)
+            cap *= 2;
         unsigned char *b = realloc(tk->blob, cap);
         if (!b) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (tokenizer)");
         tk->blob = b;
@@ -62,7 +64,8 @@ int gt_tok_add_token(gt_tokenizer *tk, const unsigned char *bytes, size_t len, g
 
 static int merge_map_put(gt_tokenizer *tk, uint64_t key, int32_t val) {
     size_t mask = tk->mh_cap - 1, i = gt_tok_hash64(key) & mask;
-    while (tk->mh_val[i] && tk->mh_key[i] != key) i = (i + 1) & mask;
+    while (tk->mh_val[i] && tk->mh_key[i] != key)
+        i = (i + 1) & mask;
     if (tk->mh_val[i]) return 0; /* duplicate: keep the first (higher priority) rank */
     tk->mh_key[i] = key;
     tk->mh_val[i] = val;
@@ -122,7 +125,8 @@ int gt_tok_merge_rank(const gt_tokenizer *tk, uint32_t left, uint32_t right) {
 }
 
 int gt_tok_index_bytes(gt_tokenizer *tk, const char *what, gt_error *err) {
-    for (int i = 0; i < 256; i++) tk->byte_id[i] = -1;
+    for (int i = 0; i < 256; i++)
+        tk->byte_id[i] = -1;
     for (int id = tk->n_vocab - 1; id >= 0; id--) /* lowest id wins */
         if (tk->tok_off[id + 1] - tk->tok_off[id] == 1) tk->byte_id[tk->blob[tk->tok_off[id]]] = id;
     for (int i = 0; i < 256; i++)
@@ -183,7 +187,8 @@ static int char_class(const unsigned char *t, size_t i) {
 
 static size_t run_of(const unsigned char *t, size_t n, size_t i, int cls) {
     size_t j = i;
-    while (j < n && char_class(t, j) == cls) j += char_len(t, n, j);
+    while (j < n && char_class(t, j) == cls)
+        j += char_len(t, n, j);
     return j;
 }
 
@@ -193,8 +198,7 @@ static size_t contraction(const unsigned char *t, size_t n, size_t i) {
     if (c == 's' || c == 't' || c == 'm' || c == 'd') return 2;
     if (i + 2 < n) {
         unsigned d = t[i + 2];
-        if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l'))
-            return 3;
+        if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) return 3;
     }
     return 0;
 }
@@ -213,7 +217,8 @@ static size_t pretok_raw(const unsigned char *t, size_t n, size_t i) {
     if (j == n || j - i == 1) return j - i;
     /* \s+(?!\S): leave the last whitespace character to start the next chunk */
     size_t last = i;
-    for (size_t k = i; k < j; k += char_len(t, n, k)) last = k;
+    for (size_t k = i; k < j; k += char_len(t, n, k))
+        last = k;
     return last - i;
 }
 
@@ -246,16 +251,18 @@ static size_t encode_chunk(const gt_tokenizer *tk, uint32_t *sym, size_t len) {
     }
 }
 
-int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_t n,
-                        uint32_t **ids, size_t *n_ids, size_t *cap, gt_error *err) {
+int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_t n, uint32_t **ids,
+                        size_t *n_ids, size_t *cap, gt_error *err) {
     uint32_t sym[GT_BPE_MAX_CHUNK];
     for (size_t i = 0; i < n;) {
         size_t len = gt_pretok_next(text, n, i);
-        for (size_t k = 0; k < len; k++) sym[k] = (uint32_t)tk->byte_id[text[i + k]];
+        for (size_t k = 0; k < len; k++)
+            sym[k] = (uint32_t)tk->byte_id[text[i + k]];
         size_t m = encode_chunk(tk, sym, len);
         if (*n_ids + m > *cap) {
             size_t c = *cap ? *cap * 2 : 65536;
-            while (c < *n_ids + m) c *= 2;
+            while (c < *n_ids + m)
+                c *= 2;
             uint32_t *p = realloc(*ids, c * sizeof *p);
             if (!p) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory encoding text");
             *ids = p;
@@ -268,8 +275,8 @@ int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_
     return GT_OK;
 }
 
-int gt_tokenizer_decode(const gt_tokenizer *tk, const uint32_t *ids, size_t n,
-                        unsigned char **out, size_t *out_n, gt_error *err) {
+int gt_tokenizer_decode(const gt_tokenizer *tk, const uint32_t *ids, size_t n, unsigned char **out,
+                        size_t *out_n, gt_error *err) {
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] >= (uint32_t)tk->n_vocab)
@@ -359,8 +366,10 @@ static int load_body(gt_tokenizer *tk, FILE *f, const char *path, gt_error *err)
         unsigned a, b, z;
         if (fscanf(f, "%u %u %u", &a, &b, &z) != 3 || a >= (unsigned)vocab ||
             b >= (unsigned)vocab || z >= (unsigned)vocab)
-            return gt_error_set(err, GT_ERR_INVALID, "%s: merge %d is missing or out of range "
-                                "(the file is truncated or corrupt)", path, i);
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "%s: merge %d is missing or out of range "
+                                "(the file is truncated or corrupt)",
+                                path, i);
         int rc = gt_tok_add_merge(tk, a, b, z, err);
         if (rc) return rc;
     }
@@ -373,11 +382,14 @@ static int load_body(gt_tokenizer *tk, FILE *f, const char *path, gt_error *err)
     for (int id = 0; !rc && id < vocab; id++) {
         ssize_t got = getline(&line, &cap, f);
         if (got <= 0) {
-            rc = gt_error_set(err, GT_ERR_INVALID, "%s: token %d of %d is missing (truncated "
-                              "file)", path, id, vocab);
+            rc = gt_error_set(err, GT_ERR_INVALID,
+                              "%s: token %d of %d is missing (truncated "
+                              "file)",
+                              path, id, vocab);
             break;
         }
-        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r'))
+            line[--got] = '\0';
         size_t n = 0;
         unsigned char *nb = realloc(bytes, (size_t)got / 2 + 1);
         if (!nb) {
@@ -387,15 +399,17 @@ static int load_body(gt_tokenizer *tk, FILE *f, const char *path, gt_error *err)
         bytes = nb;
         if (strcmp(line, "-")) {
             if (got % 2) {
-                rc = gt_error_set(err, GT_ERR_INVALID, "%s: token %d: odd number of hex "
-                                  "digits", path, id);
+                rc = gt_error_set(err, GT_ERR_INVALID,
+                                  "%s: token %d: odd number of hex "
+                                  "digits",
+                                  path, id);
                 break;
             }
             for (ssize_t k = 0; k < got; k += 2) {
                 int hi = hexval(line[k]), lo = hexval(line[k + 1]);
                 if (hi < 0 || lo < 0) {
-                    rc = gt_error_set(err, GT_ERR_INVALID, "%s: token %d: not hex: %s", path,
-                                      id, line);
+                    rc = gt_error_set(err, GT_ERR_INVALID, "%s: token %d: not hex: %s", path, id,
+                                      line);
                     break;
                 }
                 bytes[n++] = (unsigned char)(hi << 4 | lo);

@@ -41,11 +41,11 @@ void gt_tokenizer_merge(const gt_tokenizer *tk, int i, uint32_t *left, uint32_t 
 const unsigned char *gt_tokenizer_token(const gt_tokenizer *tk, uint32_t id, size_t *len);
 
 /* Appends the ids of text to *ids (a malloc'ed array grown as needed; *n used, *cap size). */
-int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_t n,
-                        uint32_t **ids, size_t *n_ids, size_t *cap, gt_error *err);
+int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_t n, uint32_t **ids,
+                        size_t *n_ids, size_t *cap, gt_error *err);
 /* Decodes ids into a malloc'ed byte string *out of *out_n bytes; unknown ids are refused. */
-int gt_tokenizer_decode(const gt_tokenizer *tk, const uint32_t *ids, size_t n,
-                        unsigned char **out, size_t *out_n, gt_error *err);
+int gt_tokenizer_decode(const gt_tokenizer *tk, const uint32_t *ids, size_t n, unsigned char **out,
+                        size_t *out_n, gt_error *err);
 
 /* Length of the chunk starting at text[i] (GPT-2's split); exposed for tests. */
 size_t gt_pretok_next(const unsigned char *text, size_t n, size_t i);

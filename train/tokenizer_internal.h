@@ -10,10 +10,10 @@ typedef enum { GT_TOK_BPE = 0, GT_TOK_GPT2 = 1 } gt_tok_kind;
 struct gt_tokenizer {
     gt_tok_kind kind;
     int n_vocab;
-    unsigned char *blob;  /* bytes of every token, concatenated */
+    unsigned char *blob; /* bytes of every token, concatenated */
     size_t blob_n, blob_cap;
-    size_t *tok_off;      /* [n_vocab + 1] token i = blob[tok_off[i], tok_off[i+1]) */
-    int byte_id[256];     /* id of each single-byte token */
+    size_t *tok_off;  /* [n_vocab + 1] token i = blob[tok_off[i], tok_off[i+1]) */
+    int byte_id[256]; /* id of each single-byte token */
     int n_merges, merges_cap;
     uint32_t *m_left, *m_right, *m_result; /* [n_merges], in rank order */
     /* open-addressing map (left, right) -> merge rank + 1 (0 = empty) */

@@ -12,24 +12,32 @@
 
 static const char *mode_name(gt_step_mode m) {
     switch (m) {
-    case GT_STEP_EAGER: return "eager";
-    case GT_STEP_CAPTURED: return "captured";
-    case GT_STEP_REPLAYED: return "replayed";
+    case GT_STEP_EAGER:
+        return "eager";
+    case GT_STEP_CAPTURED:
+        return "captured";
+    case GT_STEP_REPLAYED:
+        return "replayed";
     }
     return "?";
 }
 
-static void log_step(FILE *out, FILE *jsonl, const gt_step_stats *s, long long total) {
-    fprintf(out, "step %6lld/%lld | loss %8.4f | lr %.3e | grad norm %8.4f | %9.0f tok/s | "
-            "%8.2f ms/step | %s\n", (long long)s->step, total, (double)s->loss, (double)s->lr,
-            (double)s->grad_norm, s->tokens_per_s, s->ms, mode_name(s->mode));
+/* avg: mean loss over the steps since the previous progress line (Megatron prints that
+ * average; single-step losses of small batches are noisy) */
+static void log_step(FILE *out, FILE *jsonl, const gt_step_stats *s, double avg, long long total) {
+    fprintf(out,
+            "step %6lld/%lld | loss %8.4f (avg %8.4f) | lr %.3e | grad norm %8.4f | "
+            "%9.0f tok/s | %8.2f ms/step | %s\n",
+            (long long)s->step, total, (double)s->loss, avg, (double)s->lr, (double)s->grad_norm,
+            s->tokens_per_s, s->ms, mode_name(s->mode));
     fflush(out);
     if (jsonl) {
-        fprintf(jsonl, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                "\"aux_loss\": %.9g, \"tokens_per_s\": %.1f, \"ms\": %.3f, \"mode\": \"%s\", "
-                "\"skipped\": %d}\n", (long long)s->step, (double)s->loss, (double)s->lr,
-                (double)s->grad_norm, (double)s->aux_loss, s->tokens_per_s, s->ms,
-                mode_name(s->mode), s->skipped);
+        fprintf(jsonl,
+                "{\"step\": %lld, \"loss\": %.9g, \"loss_avg\": %.9g, \"lr\": %.9g, "
+                "\"grad_norm\": %.9g, \"aux_loss\": %.9g, \"tokens_per_s\": %.1f, "
+                "\"ms\": %.3f, \"mode\": \"%s\", \"skipped\": %d}\n",
+                (long long)s->step, (double)s->loss, avg, (double)s->lr, (double)s->grad_norm,
+                (double)s->aux_loss, s->tokens_per_s, s->ms, mode_name(s->mode), s->skipped);
         fflush(jsonl);
     }
 }
@@ -67,7 +75,8 @@ static int stop_requested(const gt_train_run_opts *o) {
 
 int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_result *res_out,
                  gt_error *err) {
-    gt_train_result res_local, *res = res_out ? res_out : &res_local;
+    gt_train_result res_local = {0};
+    gt_train_result *res = res_out ? res_out : &res_local;
     memset(res, 0, sizeof *res);
     res->last_eval_loss = NAN;
     FILE *out = opts && opts->out ? opts->out : stdout;
@@ -106,7 +115,8 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     if (start >= total)
         fprintf(out, "nothing to do: step %lld already reached train.train_iters=%lld\n", start,
                 total);
-    long long run = 0, last_saved = -1;
+    long long run = 0, last_saved = -1, loss_n = 0;
+    double loss_sum = 0, tokens = 0, step_ms = 0;
     int log_every = cfg->logger.log_interval > 0 ? cfg->logger.log_interval : 1;
     while (!rc && gt_trainer_step_count(t) < total) {
         if (stop_requested(opts)) break;
@@ -117,7 +127,7 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
         gt_step_stats s;
         rc = gt_trainer_step(t, &s, err);
         if (rc) {
-            if (rc == GT_ERR_NUMERIC) log_step(out, jsonl, &s, total);
+            if (rc == GT_ERR_NUMERIC) log_step(out, jsonl, &s, (double)s.loss, total);
             break;
         }
         run++;
@@ -127,7 +137,15 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
         }
         res->last_step = s.step;
         res->last_loss = s.loss;
-        if (s.step % log_every == 0 || run == 1 || s.step == total) log_step(out, jsonl, &s, total);
+        loss_sum += s.loss;
+        loss_n++;
+        tokens += s.tokens_per_s * s.ms / 1e3;
+        step_ms += s.ms;
+        if (s.step % log_every == 0 || run == 1 || s.step == total) {
+            log_step(out, jsonl, &s, loss_sum / loss_n, total);
+            loss_sum = 0;
+            loss_n = 0;
+        }
         if (cfg->train.eval_interval > 0 && s.step % cfg->train.eval_interval == 0)
             rc = eval(t, out, jsonl, res, err);
         if (!rc && save_dir[0] && cfg->checkpoint.save_interval > 0 &&
@@ -141,6 +159,15 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
      * the state that failed is not worth resuming) */
     if (rc == GT_OK && save_dir[0] && last_saved != gt_trainer_step_count(t) && run > 0)
         rc = save(t, save_dir, out, res, err);
+    if (run > 0) {
+        fprintf(out, "trained steps %lld-%lld in %.1f s (%.0f tokens/s): loss %.4f -> %.4f",
+                res->first_step, res->last_step, step_ms / 1e3,
+                step_ms > 0 ? tokens / (step_ms / 1e3) : 0.0, (double)res->first_loss,
+                (double)res->last_loss);
+        if (!isnan(res->last_eval_loss))
+            fprintf(out, ", last eval loss %.4f", (double)res->last_eval_loss);
+        fputc('\n', out);
+    }
     if (!quiet) {
         gt_graph_runner *gr = gt_trainer_graph_runner(t);
         if (gr) gt_graph_runner_report(gr, out);
@@ -148,9 +175,11 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     if (jsonl) fclose(jsonl);
     gt_trainer_destroy(t);
     if (rc == GT_OK && interrupted) {
-        fprintf(out, "interrupted: stopped after step %lld%s\n", res->last_step ? res->last_step
-                                                                                : start,
-                save_dir[0] ? ", checkpoint saved" : " (set checkpoint.save to keep the state)");
+        fprintf(out, "interrupted: stopped after step %lld%s\n",
+                res->last_step ? res->last_step : start,
+                !save_dir[0] ? " (set checkpoint.save to keep the state)"
+                : run > 0    ? ", checkpoint saved"
+                             : " before any step; no checkpoint written");
         return gt_error_set(err, GT_ERR_INTERRUPTED, "interrupted by the user (Ctrl-C)");
     }
     return rc;

@@ -23,8 +23,8 @@ typedef struct gt_train_run_opts {
 typedef struct gt_train_result {
     long long first_step, last_step; /* steps run by this call (1-based, inclusive) */
     float first_loss, last_loss;
-    float last_eval_loss;            /* NaN when no evaluation ran */
-    int saved;                       /* checkpoints written */
+    float last_eval_loss; /* NaN when no evaluation ran */
+    int saved;            /* checkpoints written */
 } gt_train_result;
 
 int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_result *res,

@@ -10,7 +10,8 @@
 
 static int make_backend(gt_trainer *t, gt_error *err) {
     switch (t->cfg.runtime.device) {
-    case GT_DEVICE_CPU: return gt_backend_create_cpu(&t->b, err);
+    case GT_DEVICE_CPU:
+        return gt_backend_create_cpu(&t->b, err);
     case GT_DEVICE_CUDA: {
         int rc = gt_backend_create_cuda(&t->b, 0, err);
         if (rc) return gt_error_wrap(err, "runtime.device=cuda: ");
@@ -24,8 +25,10 @@ static int make_backend(gt_trainer *t, gt_error *err) {
         return gt_backend_create_cpu(&t->b, err);
     }
     }
-    return gt_error_set(err, GT_ERR_INVALID, "runtime.device: unknown value %d; use auto, cpu "
-                        "or cuda", (int)t->cfg.runtime.device);
+    return gt_error_set(err, GT_ERR_INVALID,
+                        "runtime.device: unknown value %d; use auto, cpu "
+                        "or cuda",
+                        (int)t->cfg.runtime.device);
 }
 
 /* Batch shape rules the trainer itself depends on (the config rules check the rest). */
@@ -34,7 +37,8 @@ static int check_shapes(gt_trainer *t, gt_error *err) {
     if (tr->micro_batch_size <= 0 || tr->global_batch_size <= 0)
         return gt_error_set(err, GT_ERR_INVALID,
                             "train.micro_batch_size (%d) and train.global_batch_size (%d) must "
-                            "be > 0", tr->micro_batch_size, tr->global_batch_size);
+                            "be > 0",
+                            tr->micro_batch_size, tr->global_batch_size);
     if (tr->global_batch_size % tr->micro_batch_size != 0) {
         int lo = tr->global_batch_size / tr->micro_batch_size * tr->micro_batch_size;
         if (lo == 0) lo = tr->micro_batch_size;
@@ -88,11 +92,10 @@ static int alloc_state(gt_trainer *t, gt_error *err) {
     if (!rc) rc = gt_arena_add(&t->opt, "adam_m", n, (void **)&t->adam_m, err);
     if (!rc) rc = gt_arena_add(&t->opt, "adam_v", n, (void **)&t->adam_v, err);
     if (!rc) rc = gt_arena_add(&t->state, "train", sizeof(gt_step_state), (void **)&t->st, err);
-    if (!rc) rc = gt_arena_add(&t->state, "eval", sizeof(gt_step_state), (void **)&t->eval_st,
-                               err);
+    if (!rc) rc = gt_arena_add(&t->state, "eval", sizeof(gt_step_state), (void **)&t->eval_st, err);
     t->batch_bytes = (size_t)t->n_micro * 2 * (size_t)t->N * sizeof(int32_t);
-    if (!rc) rc = gt_arena_add(&t->batch, "tokens+targets", t->batch_bytes,
-                               (void **)&t->d_batch, err);
+    if (!rc)
+        rc = gt_arena_add(&t->batch, "tokens+targets", t->batch_bytes, (void **)&t->d_batch, err);
     if (!rc) rc = gt_arena_alloc(&t->opt, t->b, err);
     if (!rc) rc = gt_arena_alloc(&t->state, t->b, err);
     if (!rc) rc = gt_arena_alloc(&t->batch, t->b, err);
@@ -117,8 +120,10 @@ static int plan(gt_trainer *t, gt_error *err) {
 static int init_step_state(gt_trainer *t, const gt_step_state *from, gt_error *err) {
     gt_step_state h[2];
     memset(h, 0, sizeof h);
-    if (from) h[0] = *from;
-    else h[0].nan_step = -1;
+    if (from)
+        h[0] = *from;
+    else
+        h[0].nan_step = -1;
     h[1].nan_step = -1;
     h[0].inject_nan = h[1].inject_nan = t->inject_nan;
     h[1].inject_nan = -1;
@@ -161,7 +166,8 @@ int gt_trainer_create(gt_trainer **out, const gt_config *cfg, gt_error *err) {
         t->n_params = t->mi->n_params;
         t->n_decay = t->mi->n_decay;
         if (t->mi->tokens != t->N)
-            rc = gt_error_set(err, GT_ERR_INVALID, "model plans %d tokens per micro-batch, the "
+            rc = gt_error_set(err, GT_ERR_INVALID,
+                              "model plans %d tokens per micro-batch, the "
                               "trainer %d (micro_batch_size %d x seq_length %d)",
                               t->mi->tokens, t->N, t->B, t->T);
     }
@@ -260,8 +266,8 @@ void gt_trainer_print_summary(const gt_trainer *t, FILE *f) {
     fprintf(f, "model: %d layers, d=%d, %d heads, vocab %d, seq %d: %.3f M parameters\n",
             t->cfg.model.num_layers, t->cfg.model.hidden_size, t->cfg.model.num_attention_heads,
             t->cfg.model.vocab_size, t->T, (double)t->n_params / 1e6);
-    fprintf(f, "batch: %d micro-batch%s of %d x %d tokens per step (global batch %d)\n",
-            t->n_micro, t->n_micro == 1 ? "" : "es", t->B, t->T, t->cfg.train.global_batch_size);
+    fprintf(f, "batch: %d micro-batch%s of %d x %d tokens per step (global batch %d)\n", t->n_micro,
+            t->n_micro == 1 ? "" : "es", t->B, t->T, t->cfg.train.global_batch_size);
     fprintf(f, "data: %s\n", gt_data_describe(t->train));
     if (t->valid) fprintf(f, "eval: %s\n", gt_data_describe(t->valid));
 }

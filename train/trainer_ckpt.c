@@ -10,7 +10,8 @@
 
 int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
     if (!dir || !dir[0])
-        return gt_error_set(err, GT_ERR_INVALID, "no checkpoint directory given; set "
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "no checkpoint directory given; set "
                             "checkpoint.save=DIR");
     size_t n = t->n_params;
     float *buf = malloc(3 * n * sizeof(float));
@@ -47,13 +48,14 @@ int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err) {
         rc = gt_error_set(err, GT_ERR_INVALID,
                           "checkpoint.load=%s was saved for another model shape:\n  checkpoint: "
                           "%s\n  this run:   %s\nset the model keys to the checkpoint's, or "
-                          "start fresh (checkpoint.load=)", path, meta.shape, shape);
+                          "start fresh (checkpoint.load=)",
+                          path, meta.shape, shape);
     else if (meta.seed != t->cfg.rng.seed)
         rc = gt_error_set(err, GT_ERR_INVALID,
                           "checkpoint.load=%s was trained with rng.seed=%llu, this run has "
                           "rng.seed=%llu; set rng.seed=%llu to resume it exactly",
-                          path, (unsigned long long)meta.seed,
-                          (unsigned long long)t->cfg.rng.seed, (unsigned long long)meta.seed);
+                          path, (unsigned long long)meta.seed, (unsigned long long)t->cfg.rng.seed,
+                          (unsigned long long)meta.seed);
     if (!rc) rc = gt_data_set_pos(t->train, meta.data, err);
     if (!rc) {
         gt_backend *b = t->b;

@@ -17,34 +17,34 @@ struct gt_trainer {
     gt_model *m;
     const gt_model_info *mi;
     size_t n_params, n_decay;
-    int n_micro;   /* micro-batches per step = global_batch_size / micro_batch_size */
-    int B, T, N;   /* micro_batch_size, seq_length, tokens per micro-batch */
+    int n_micro; /* micro-batches per step = global_batch_size / micro_batch_size */
+    int B, T, N; /* micro_batch_size, seq_length, tokens per micro-batch */
 
     gt_arena opt;  /* optimizer state, fp32 */
     float *master; /* [n_params] master weights */
     float *adam_m; /* [n_params] first moment */
     float *adam_v; /* [n_params] second moment */
 
-    gt_arena state;          /* the small device step-state arena */
-    gt_step_state *st;       /* [1] training step state */
-    gt_step_state *eval_st;  /* [1] evaluation step state (loss only) */
+    gt_arena state;         /* the small device step-state arena */
+    gt_step_state *st;      /* [1] training step state */
+    gt_step_state *eval_st; /* [1] evaluation step state (loss only) */
 
-    gt_arena batch;          /* device batch */
-    int32_t *d_batch;        /* [n_micro][2][N]: tokens then targets of each micro-batch */
-    int32_t *h_batch;        /* pinned host copy, same layout: one copy per step */
+    gt_arena batch;   /* device batch */
+    int32_t *d_batch; /* [n_micro][2][N]: tokens then targets of each micro-batch */
+    int32_t *h_batch; /* pinned host copy, same layout: one copy per step */
     size_t batch_bytes;
-    gt_step_state *h_st;     /* pinned [2]: training, evaluation state read back */
+    gt_step_state *h_st; /* pinned [2]: training, evaluation state read back */
 
     gt_data *train;
-    gt_data *valid;          /* NULL when evaluation is off */
+    gt_data *valid; /* NULL when evaluation is off */
     gt_graph_runner *runner;
 
     gt_lr_schedule sched;
     gt_adamw_params hp;
     int check_loss, check_grad;
-    int inject_nan;          /* device value: 0-based step to poison, -1 = off */
-    int64_t steps;           /* optimizer steps completed (host copy after each step) */
-    int resumed;             /* started from checkpoint.load */
+    int inject_nan; /* device value: 0-based step to poison, -1 = off */
+    int64_t steps;  /* optimizer steps completed (host copy after each step) */
+    int resumed;    /* started from checkpoint.load */
 };
 
 /* Resume from checkpoint.load (trainer_ckpt.c): weights, moments, step state, data position. */

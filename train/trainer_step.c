@@ -39,29 +39,31 @@ static int load_batch(gt_trainer *t, gt_error *err) {
     for (int i = 0; i < t->n_micro; i++) {
         int32_t *tok = t->h_batch + (size_t)i * 2 * (size_t)t->N;
         int rc = gt_data_next(t->train, tok, tok + t->N, t->B, err);
-        if (rc) return gt_error_wrap(err, "loading the batch of step %lld: ",
-                                     (long long)t->steps + 1);
+        if (rc)
+            return gt_error_wrap(err, "loading the batch of step %lld: ", (long long)t->steps + 1);
     }
     return GT_OK;
 }
 
-static int numeric_error(const gt_step_state *h, gt_error *err) {
-    const char *which = (h->nan_flags & GT_NAN_LOSS) && (h->nan_flags & GT_NAN_GRAD)
-                            ? "the loss and the gradient norm are"
+static int numeric_error(const gt_trainer *t, const gt_step_state *h, gt_error *err) {
+    int both = (h->nan_flags & GT_NAN_LOSS) && (h->nan_flags & GT_NAN_GRAD);
+    const char *which = both                           ? "the loss and the gradient norm are"
                         : (h->nan_flags & GT_NAN_LOSS) ? "the loss is"
                                                        : "the gradient norm is";
-    const char *check = (h->nan_flags & GT_NAN_LOSS)
-                            ? "rerun_state_machine.check_for_nan_in_loss"
-                            : "ddp.check_for_nan_in_grad";
+    const char *check = both ? "rerun_state_machine.check_for_nan_in_loss and "
+                               "ddp.check_for_nan_in_grad"
+                        : (h->nan_flags & GT_NAN_LOSS) ? "rerun_state_machine.check_for_nan_in_loss"
+                                                       : "ddp.check_for_nan_in_grad";
+    /* h->step was advanced by step_end: the failed step's 0-based index is h->step - 1 */
+    int injected = t->inject_nan >= 0 && h->step - 1 == t->inject_nan;
     return gt_error_set(err, GT_ERR_NUMERIC,
-                        "step %lld: %s NaN or Inf (check %s%s); the update of this step was "
-                        "skipped, so the weights are those of step %lld. Lower optimizer.lr, "
-                        "set optimizer.clip_grad, or resume from an earlier checkpoint",
-                        (long long)h->step, which, check,
-                        (h->nan_flags & GT_NAN_LOSS) && (h->nan_flags & GT_NAN_GRAD)
-                            ? " and ddp.check_for_nan_in_grad"
-                            : "",
-                        (long long)h->step - 1);
+                        "step %lld: %s NaN or Inf (check %s); the update of this step was "
+                        "skipped, so the weights are those of step %lld. %s",
+                        (long long)h->step, which, check, (long long)h->step - 1,
+                        injected ? "The NaN was forced by debug.inject_nan_at_step; set it to -1 "
+                                   "for a normal run"
+                                 : "Lower optimizer.lr, set optimizer.clip_grad, or resume from "
+                                   "an earlier checkpoint");
 }
 
 int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
@@ -89,7 +91,7 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     stats->ms = ms;
     stats->tokens_per_s = ms > 0 ? (double)t->n_micro * t->N / (ms / 1e3) : 0;
     stats->mode = mode;
-    if (h->nan_flags) return numeric_error(h, err);
+    if (h->nan_flags) return numeric_error(t, h, err);
     return GT_OK;
 }
 

@@ -202,6 +202,12 @@ static int cuda_plan_finish(gt_backend *b, gt_error *err) {
         if (need > im->scratch_have[k]) grow = 1;
         total += need > im->scratch_have[k] ? need : im->scratch_have[k];
     }
+    if (grow && im->live_graphs > 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "a planning pass after graphs were captured needs more op scratch; "
+                            "moving it would break the %d live graph(s): plan every shape before "
+                            "the first capture",
+                            im->live_graphs);
     if (grow) {
         /* a later planning pass saw larger shapes: replace the scratch (only outside steps) */
         void *base = NULL;
@@ -371,6 +377,8 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
                     : strcmp(attn, "simt") == 0 ? GT_ATTN_SIMT
                     : strcmp(attn, "tc") == 0   ? GT_ATTN_TC
                                                 : GT_ATTN_CUDNN;
+    const char *moe = getenv("GT_CUDA_MOE");
+    im->moe_simt = moe && strcmp(moe, "simt") == 0;
     cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device);
     ops->alloc = cuda_alloc;
     ops->free = cuda_free;

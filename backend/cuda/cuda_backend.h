@@ -60,6 +60,7 @@ typedef struct gt_cuda_impl {
     int n_allocs, cap_allocs;
     int live_graphs;
     int attn_mode; /* gt_attn_mode */
+    int moe_simt;  /* GT_CUDA_MOE=simt: fp32 SIMT grouped GEMMs instead of tensor cores */
     void *cudnn;   /* gt_cudnn_attn *, created by the first planned attention */
     gt_cuda_attn_plan *attn_plans;
     int n_attn_plans, cap_attn_plans;

@@ -293,10 +293,10 @@ static size_t dq_smem(int hd) {
 
 static int attn_check(gt_backend *b, const char *what, int B, int T, int H, int KV, int hd,
                       float p, const gt_step_state *st) {
-    if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || H % KV != 0 || (hd != 64 && hd != 128)) {
-        gt_backend_fail(b, GT_ERR_UNSUPPORTED,
-                        "%s: shape B=%d T=%d H=%d KV=%d hd=%d is not supported (the CUDA "
-                        "attention needs hd 64 or 128 and H a multiple of KV)",
+    if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || H % KV != 0 || hd <= 0 || hd % 8 != 0) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s: bad shape B=%d T=%d H=%d KV=%d hd=%d (H must be a multiple of KV "
+                        "and hd of 8)",
                         what, B, T, H, KV, hd);
         return 0;
     }
@@ -307,6 +307,16 @@ static int attn_check(gt_backend *b, const char *what, int B, int T, int H, int 
         return 0;
     }
     return 1;
+}
+
+/* The own kernels (after cuDNN declined the call) exist for hd 64 and 128. */
+static int own_hd_ok(gt_backend *b, const char *what, int hd, float p, int T) {
+    if (hd == 64 || hd == 128) return 1;
+    gt_backend_fail(b, GT_ERR_UNSUPPORTED,
+                    "%s: head size %d needs cuDNN fused attention (no dropout, T %% 128 == 0; "
+                    "here p=%g T=%d); graphtrain's own attention kernels support hd 64 and 128",
+                    what, hd, (double)p, T);
+    return 0;
 }
 
 static attn_geo make_geo(int B, int T, int H, int KV, int hd, float p, gt_rng_site site) {
@@ -391,7 +401,7 @@ static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *ls
             gt_backend_fail(b, err.code, "attention_fwd (cuDNN): %s", err.msg);
         return;
     }
-    if (b->planning) return;
+    if (!own_hd_ok(b, "attention_fwd", hd, p, T) || b->planning) return;
     attn_geo g = make_geo(B, T, H, KV, hd, p, site);
     dim3 grid((T + ATT_BR - 1) / ATT_BR, H, B);
     int simt = ((gt_cuda_impl *)b->impl)->attn_mode == GT_ATTN_SIMT;
@@ -425,6 +435,7 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
             gt_backend_fail(b, err.code, "attention_bwd (cuDNN): %s", err.msg);
         return;
     }
+    if (!own_hd_ok(b, "attention_bwd", hd, p, T)) return;
     float *D = (float *)gt_cuda_scratch(b, GT_SCRATCH_ATTN, (size_t)B * H * T * sizeof(float),
                                         "attention_bwd");
     if (!D) return;

@@ -1,6 +1,8 @@
 /* Dense elementwise and row kernels of the CUDA backend: dtype conversion, embedding (with a
  * sort-based deterministic backward), RMSNorm (deterministic dw through per-block partials),
  * add, dropout, SwiGLU, cross entropy over bf16 logits and the loss sum. bf16 I/O, fp32 math. */
+#include <string.h>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "core/philox.h"
 
@@ -8,10 +10,33 @@
 #define RMS_BWD_ROWS 32    /* rows per block of the rmsnorm backward */
 #define RMS_MAX_COLS 32    /* columns per thread: d <= 256 * 32 */
 #define DBIAS_ROWS 64      /* rows per partial of the dbias column sums */
+#define RMS_WARP_ROWS 4    /* rows per warp of the vector rmsnorm backward */
+#define RMS_VEC_MAX_K 8    /* vector rmsnorm kernels: d = 256 * K, K <= 8 */
 #define EMB_SORT_THREADS 1024
 #define EMB_SORT_SHARED_MAX 16384 /* keys sorted in shared memory up to this many */
 #define CE_THREADS 512
 #define LOSS_THREADS 1024
+
+/* ---- 16-byte vector access: 8 bf16 at a time where sizes and pointers allow ---- */
+
+static int al16(const void *p) {
+    return ((uintptr_t)p & 15u) == 0;
+}
+static __device__ __forceinline__ void ld8(float *f, const bf16 *p) {
+    uint4 u = *(const uint4 *)p;
+    bf16 h[8];
+    memcpy(h, &u, 16);
+#pragma unroll
+    for (int i = 0; i < 8; i++) f[i] = __bfloat162float(h[i]);
+}
+static __device__ __forceinline__ void st8(bf16 *p, const float *f) {
+    bf16 h[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) h[i] = __float2bfloat16(f[i]);
+    uint4 u;
+    memcpy(&u, h, 16);
+    *(uint4 *)p = u;
+}
 
 /* ---- conversion ---- */
 
@@ -52,6 +77,23 @@ __global__ void k_colsum_final(float *out, const float *part, int parts, int N) 
     float acc = 0.0f;
     for (int p = 0; p < parts; p++) acc += part[(size_t)p * N + c];
     out[c] += acc;
+}
+
+/* out[c] += sum over parts of part[p][c] for many parts: a block owns 32 columns, warp w sums
+ * parts w, w + 8, ... in order, then the 8 warp sums are added in warp order. */
+__global__ void k_colsum_final_wide(float *out, const float *part, int parts, int N) {
+    __shared__ float sh[8][32];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, c = blockIdx.x * 32 + lane;
+    float acc = 0.0f;
+    if (c < N)
+        for (int p = w; p < parts; p += 8) acc += part[(size_t)p * N + c];
+    sh[w][lane] = acc;
+    __syncthreads();
+    if (w == 0 && c < N) {
+        float t = 0.0f;
+        for (int k = 0; k < 8; k++) t += sh[k][lane];
+        out[c] += t;
+    }
 }
 
 extern "C" void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const void *dout,
@@ -129,10 +171,25 @@ __global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint64_t 
     }
 }
 
+__global__ void k_embedding_fwd8(bf16 *out, const int32_t *tokens, const bf16 *wte, int N,
+                                 int d) {
+    size_t d8 = (size_t)d / 8, total = (size_t)N * d8;
+    GT_GRID_STRIDE(i, total) {
+        size_t n = i / d8, c = i % d8;
+        *(uint4 *)(out + 8 * i) = *(const uint4 *)(wte + (size_t)tokens[n] * d + 8 * c);
+    }
+}
+
 static void cuda_embedding_fwd(gt_backend *b, gt_stream *s, void *out, const int32_t *tokens,
                                const void *wte, int N, int d) {
     if (b->planning || N <= 0 || d <= 0) return;
     size_t total = (size_t)N * d;
+    if (d % 8 == 0 && al16(out) && al16(wte)) {
+        k_embedding_fwd8<<<gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
+                           gt_cuda_stream(s)>>>((bf16 *)out, tokens, (const bf16 *)wte, N, d);
+        GT_CUDA_LAUNCHED(b, "embedding_fwd");
+        return;
+    }
     k_embedding_fwd<<<gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
         (bf16 *)out, tokens, (const bf16 *)wte, N, d);
     GT_CUDA_LAUNCHED(b, "embedding_fwd");
@@ -182,12 +239,13 @@ __global__ void k_rmsnorm_fwd(bf16 *out, float *rstd, const bf16 *inp, const bf1
 
 /* Block = RMS_BWD_ROWS consecutive rows, processed in order; each thread owns the columns
  * tid + k*blockDim, so its dw partial is summed in row order without atomics. */
+template <int COLS>
 __global__ void k_rmsnorm_bwd(bf16 *dinp, float *dw_part, const bf16 *dout, const bf16 *inp,
                               const bf16 *w, const float *rstd, int N, int d) {
     __shared__ float sh[32];
-    float dwp[RMS_MAX_COLS], wv[RMS_MAX_COLS];
+    float dwp[COLS], wv[COLS];
 #pragma unroll
-    for (int k = 0; k < RMS_MAX_COLS; k++) {
+    for (int k = 0; k < COLS; k++) {
         int c = threadIdx.x + k * blockDim.x;
         dwp[k] = 0.0f;
         wv[k] = c < d ? ldf(w + c) : 0.0f;
@@ -196,10 +254,10 @@ __global__ void k_rmsnorm_bwd(bf16 *dinp, float *dw_part, const bf16 *dout, cons
     for (int r = r0; r < r1; r++) {
         const bf16 *x = inp + (size_t)r * d, *dy = dout + (size_t)r * d;
         float rs = rstd[r];
-        float xv[RMS_MAX_COLS], gv[RMS_MAX_COLS];
+        float xv[COLS], gv[COLS];
         float dot = 0.0f;
 #pragma unroll
-        for (int k = 0; k < RMS_MAX_COLS; k++) {
+        for (int k = 0; k < COLS; k++) {
             int c = threadIdx.x + k * blockDim.x;
             xv[k] = c < d ? ldf(x + c) : 0.0f;
             gv[k] = c < d ? ldf(dy + c) : 0.0f;
@@ -209,7 +267,7 @@ __global__ void k_rmsnorm_bwd(bf16 *dinp, float *dw_part, const bf16 *dout, cons
         float coef = rs * rs * rs * dot / (float)d;
         bf16 *dx = dinp + (size_t)r * d;
 #pragma unroll
-        for (int k = 0; k < RMS_MAX_COLS; k++) {
+        for (int k = 0; k < COLS; k++) {
             int c = threadIdx.x + k * blockDim.x;
             if (c < d) {
                 float g = rs * wv[k] * gv[k] - coef * xv[k];
@@ -219,15 +277,113 @@ __global__ void k_rmsnorm_bwd(bf16 *dinp, float *dw_part, const bf16 *dout, cons
         }
     }
 #pragma unroll
-    for (int k = 0; k < RMS_MAX_COLS; k++) {
+    for (int k = 0; k < COLS; k++) {
         int c = threadIdx.x + k * blockDim.x;
         if (c < d) dw_part[(size_t)blockIdx.x * d + c] = dwp[k];
     }
 }
 
+/* Vector versions for d % 256 == 0 (K = d / 256 chunks of 8 columns per lane): one warp per
+ * row, 16-byte loads. The backward's warp owns RMS_WARP_ROWS consecutive rows and keeps its
+ * dw partial in registers, summed in row order; partials are then reduced per column. */
+template <int K>
+__global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const bf16 *w, int N,
+                                float eps) {
+    constexpr int d = 256 * K;
+    int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const bf16 *x = inp + (size_t)row * d;
+    float xv[K][8], ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        ld8(xv[k], x + 256 * k + 8 * lane);
+#pragma unroll
+        for (int j = 0; j < 8; j++) ss += xv[k][j] * xv[k][j];
+    }
+    ss = warp_sum(ss);
+    float r = rsqrtf(ss / (float)d + eps);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        float wv[8];
+        ld8(wv, w + 256 * k + 8 * lane);
+#pragma unroll
+        for (int j = 0; j < 8; j++) xv[k][j] *= r * wv[j];
+        st8(out + (size_t)row * d + 256 * k + 8 * lane, xv[k]);
+    }
+    if (lane == 0) rstd[row] = r;
+}
+
+template <int K>
+__global__ void k_rmsnorm_bwd_v(bf16 *dinp, float *dw_part, const bf16 *dout, const bf16 *inp,
+                                const bf16 *w, const float *rstd, int N) {
+    constexpr int d = 256 * K;
+    int wg = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    int r0 = wg * RMS_WARP_ROWS;
+    if (r0 >= N) return;
+    int r1 = min(N, r0 + RMS_WARP_ROWS);
+    float dwp[K][8];
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) dwp[k][j] = 0.0f;
+    for (int r = r0; r < r1; r++) {
+        const bf16 *x = inp + (size_t)r * d, *dy = dout + (size_t)r * d;
+        float rs = rstd[r], dot = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            float xv[8], gv[8], wv[8];
+            ld8(xv, x + 256 * k + 8 * lane);
+            ld8(gv, dy + 256 * k + 8 * lane);
+            ld8(wv, w + 256 * k + 8 * lane);
+#pragma unroll
+            for (int j = 0; j < 8; j++) dot += gv[j] * wv[j] * xv[j];
+        }
+        dot = warp_sum(dot);
+        float coef = rs * rs * rs * dot / (float)d;
+        bf16 *dx = dinp + (size_t)r * d;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            float xv[8], gv[8], wv[8], dv[8];
+            int c = 256 * k + 8 * lane;
+            ld8(xv, x + c);
+            ld8(gv, dy + c);
+            ld8(wv, w + c);
+            ld8(dv, dx + c);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                dv[j] += rs * wv[j] * gv[j] - coef * xv[j];
+                dwp[k][j] += gv[j] * xv[j] * rs;
+            }
+            st8(dx + c, dv);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) dw_part[(size_t)wg * d + 256 * k + 8 * lane + j] = dwp[k][j];
+}
+
 static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd,
                              const void *inp, const void *w, int N, int d, float eps) {
     if (b->planning || N <= 0 || d <= 0) return;
+    if (d % 256 == 0 && d <= 256 * RMS_VEC_MAX_K && al16(out) && al16(inp) && al16(w)) {
+        int rows_per_block = DENSE_THREADS / 32, grid = (N + rows_per_block - 1) / rows_per_block;
+        cudaStream_t cs = gt_cuda_stream(s);
+        switch (d / 256) {
+#define RMS_FWD_V(K)                                                                        \
+    case K:                                                                                 \
+        k_rmsnorm_fwd_v<K><<<grid, DENSE_THREADS, 0, cs>>>((bf16 *)out, rstd, (const bf16 *)inp, \
+                                                           (const bf16 *)w, N, eps);       \
+        break;
+            RMS_FWD_V(1) RMS_FWD_V(2) RMS_FWD_V(3) RMS_FWD_V(4) RMS_FWD_V(5) RMS_FWD_V(6)
+            RMS_FWD_V(7) RMS_FWD_V(8)
+#undef RMS_FWD_V
+        default:
+            break;
+        }
+        GT_CUDA_LAUNCHED(b, "rmsnorm_fwd");
+        return;
+    }
     int rows_per_block = DENSE_THREADS / 32;
     k_rmsnorm_fwd<<<(N + rows_per_block - 1) / rows_per_block, DENSE_THREADS, 0,
                     gt_cuda_stream(s)>>>((bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)w,
@@ -243,12 +399,53 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
                         DENSE_THREADS * RMS_MAX_COLS);
         return;
     }
+    if (d % 256 == 0 && d <= 256 * RMS_VEC_MAX_K && al16(dinp) && al16(dout) && al16(inp) &&
+        al16(w)) {
+        int warps = (N + RMS_WARP_ROWS - 1) / RMS_WARP_ROWS;
+        float *part = (float *)gt_cuda_scratch(b, GT_SCRATCH_RMSNORM,
+                                               (size_t)warps * d * sizeof(float), "rmsnorm_bwd");
+        if (!part || N <= 0) return;
+        int wpb = DENSE_THREADS / 32, grid = (warps + wpb - 1) / wpb;
+        cudaStream_t cs = gt_cuda_stream(s);
+        switch (d / 256) {
+#define RMS_BWD_V(K)                                                                       \
+    case K:                                                                                \
+        k_rmsnorm_bwd_v<K><<<grid, DENSE_THREADS, 0, cs>>>(                                \
+            (bf16 *)dinp, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N); \
+        break;
+            RMS_BWD_V(1) RMS_BWD_V(2) RMS_BWD_V(3) RMS_BWD_V(4) RMS_BWD_V(5) RMS_BWD_V(6)
+            RMS_BWD_V(7) RMS_BWD_V(8)
+#undef RMS_BWD_V
+        default:
+            break;
+        }
+        k_colsum_final_wide<<<(d + 31) / 32, 256, 0, cs>>>(dw, part, warps, d);
+        GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
+        return;
+    }
     int blocks = (N + RMS_BWD_ROWS - 1) / RMS_BWD_ROWS;
     float *part = (float *)gt_cuda_scratch(b, GT_SCRATCH_RMSNORM,
                                            (size_t)blocks * d * sizeof(float), "rmsnorm_bwd");
     if (!part || N <= 0 || d <= 0) return;
-    k_rmsnorm_bwd<<<blocks, DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)dinp, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, d);
+    int cols = (d + DENSE_THREADS - 1) / DENSE_THREADS; /* columns per thread */
+    cudaStream_t cs = gt_cuda_stream(s);
+#define RMS_BWD(C)                                                                          \
+    k_rmsnorm_bwd<C><<<blocks, DENSE_THREADS, 0, cs>>>((bf16 *)dinp, part, (const bf16 *)dout, \
+                                                       (const bf16 *)inp, (const bf16 *)w,    \
+                                                       rstd, N, d)
+    if (cols <= 1)
+        RMS_BWD(1);
+    else if (cols <= 2)
+        RMS_BWD(2);
+    else if (cols <= 4)
+        RMS_BWD(4);
+    else if (cols <= 8)
+        RMS_BWD(8);
+    else if (cols <= 16)
+        RMS_BWD(16);
+    else
+        RMS_BWD(RMS_MAX_COLS);
+#undef RMS_BWD
     k_colsum_final<<<(d + DENSE_THREADS - 1) / DENSE_THREADS, DENSE_THREADS, 0,
                      gt_cuda_stream(s)>>>(dw, part, blocks, d);
     GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
@@ -260,9 +457,26 @@ __global__ void k_add(bf16 *out, const bf16 *a, const bf16 *x, size_t n) {
     GT_GRID_STRIDE(i, n) out[i] = tobf(ldf(a + i) + ldf(x + i));
 }
 
+__global__ void k_add8(bf16 *out, const bf16 *a, const bf16 *x, size_t n8) {
+    GT_GRID_STRIDE(i, n8) {
+        float fa[8], fx[8];
+        ld8(fa, a + 8 * i);
+        ld8(fx, x + 8 * i);
+#pragma unroll
+        for (int k = 0; k < 8; k++) fa[k] += fx[k];
+        st8(out + 8 * i, fa);
+    }
+}
+
 static void cuda_add(gt_backend *b, gt_stream *s, void *out, const void *a, const void *x,
                      size_t n) {
     if (b->planning || n == 0) return;
+    if (n % 8 == 0 && al16(out) && al16(a) && al16(x)) {
+        k_add8<<<gt_grid(n / 8, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
+            (bf16 *)out, (const bf16 *)a, (const bf16 *)x, n / 8);
+        GT_CUDA_LAUNCHED(b, "add");
+        return;
+    }
     k_add<<<gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
         (bf16 *)out, (const bf16 *)a, (const bf16 *)x, n);
     GT_CUDA_LAUNCHED(b, "add");
@@ -326,10 +540,47 @@ __global__ void k_swiglu_bwd(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N,
     }
 }
 
+__global__ void k_swiglu_fwd8(bf16 *out, const bf16 *gu, int N, int f) {
+    size_t f8 = (size_t)f / 8, total = (size_t)N * f8;
+    GT_GRID_STRIDE(i, total) {
+        size_t n = i / f8, c = 8 * (i % f8);
+        float g[8], u[8];
+        ld8(g, gu + n * 2 * f + c);
+        ld8(u, gu + n * 2 * f + f + c);
+#pragma unroll
+        for (int k = 0; k < 8; k++) g[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+        st8(out + n * f + c, g);
+    }
+}
+__global__ void k_swiglu_bwd8(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int f) {
+    size_t f8 = (size_t)f / 8, total = (size_t)N * f8;
+    GT_GRID_STRIDE(i, total) {
+        size_t n = i / f8, c = 8 * (i % f8);
+        float g[8], u[8], dy[8], dg[8], du[8];
+        ld8(g, gu + n * 2 * f + c);
+        ld8(u, gu + n * 2 * f + f + c);
+        ld8(dy, dout + n * f + c);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float sg = 1.0f / (1.0f + expf(-g[k]));
+            dg[k] = dy[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
+            du[k] = dy[k] * g[k] * sg;
+        }
+        st8(dgu + n * 2 * f + c, dg);
+        st8(dgu + n * 2 * f + f + c, du);
+    }
+}
+
 static void cuda_swiglu_fwd(gt_backend *b, gt_stream *s, void *out, const void *gu, int N,
                             int f) {
     if (b->planning || N <= 0 || f <= 0) return;
     size_t total = (size_t)N * f;
+    if (f % 8 == 0 && al16(out) && al16(gu)) {
+        k_swiglu_fwd8<<<gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
+            (bf16 *)out, (const bf16 *)gu, N, f);
+        GT_CUDA_LAUNCHED(b, "swiglu_fwd");
+        return;
+    }
     k_swiglu_fwd<<<gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
         (bf16 *)out, (const bf16 *)gu, N, f);
     GT_CUDA_LAUNCHED(b, "swiglu_fwd");
@@ -338,6 +589,12 @@ static void cuda_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *
                             const void *gu, int N, int f) {
     if (b->planning || N <= 0 || f <= 0) return;
     size_t total = (size_t)N * f;
+    if (f % 8 == 0 && al16(dgu) && al16(dout) && al16(gu)) {
+        k_swiglu_bwd8<<<gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
+            (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
+        GT_CUDA_LAUNCHED(b, "swiglu_bwd");
+        return;
+    }
     k_swiglu_bwd<<<gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
         (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
     GT_CUDA_LAUNCHED(b, "swiglu_bwd");
@@ -394,10 +651,72 @@ __global__ void k_cross_entropy(float *losses, bf16 *dlogits, const bf16 *logits
     }
 }
 
+/* The same with 16-byte loads and stores (V % 8 == 0, aligned rows). */
+__global__ void k_cross_entropy8(float *losses, bf16 *dlogits, const bf16 *logits,
+                                 const int32_t *targets, int V, float dscale) {
+    __shared__ float sh_m[CE_THREADS / 32], sh_s[CE_THREADS / 32];
+    __shared__ float sh_tl;
+    int n = blockIdx.x, V8 = V / 8;
+    const bf16 *x = logits + (size_t)n * V;
+    int t = targets[n];
+    int valid = t >= 0 && t < V;
+    if (threadIdx.x == 0) sh_tl = valid ? ldf(x + t) : 0.0f;
+    float m = -INFINITY, sum = 0.0f;
+    for (int j = threadIdx.x; j < V8; j += blockDim.x) {
+        float v[8];
+        ld8(v, x + 8 * j);
+        float cm = v[0];
+#pragma unroll
+        for (int k = 1; k < 8; k++) cm = fmaxf(cm, v[k]);
+        float mn = fmaxf(m, cm);
+        sum = (m == -INFINITY ? 0.0f : sum * expf(m - mn));
+#pragma unroll
+        for (int k = 0; k < 8; k++) sum += expf(v[k] - mn);
+        m = mn;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, sum, o);
+        float mm = fmaxf(m, m2);
+        sum = (m == -INFINITY ? 0.0f : sum * expf(m - mm)) +
+              (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mm));
+        m = mm;
+    }
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    if (lane == 0) {
+        sh_m[wid] = m;
+        sh_s[wid] = sum;
+    }
+    __syncthreads();
+    float M = -INFINITY, S = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+        float mm = fmaxf(M, sh_m[w]);
+        S = (M == -INFINITY ? 0.0f : S * expf(M - mm)) +
+            (sh_m[w] == -INFINITY ? 0.0f : sh_s[w] * expf(sh_m[w] - mm));
+        M = mm;
+    }
+    float lse = M + logf(S);
+    if (threadIdx.x == 0) losses[n] = valid ? lse - sh_tl : 0.0f;
+    bf16 *dx = dlogits + (size_t)n * V;
+    for (int j = threadIdx.x; j < V8; j += blockDim.x) {
+        float v[8];
+        ld8(v, x + 8 * j);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            v[k] = valid ? (expf(v[k] - lse) - (8 * j + k == t ? 1.0f : 0.0f)) * dscale : 0.0f;
+        st8(dx + 8 * j, v);
+    }
+}
+
 static void cuda_cross_entropy(gt_backend *b, gt_stream *s, float *losses, void *dlogits,
                                const void *logits, const int32_t *targets, int N, int V,
                                float dscale) {
     if (b->planning || N <= 0 || V <= 0) return;
+    if (V % 8 == 0 && al16(logits) && al16(dlogits)) {
+        k_cross_entropy8<<<N, CE_THREADS, 0, gt_cuda_stream(s)>>>(
+            losses, (bf16 *)dlogits, (const bf16 *)logits, targets, V, dscale);
+        GT_CUDA_LAUNCHED(b, "cross_entropy");
+        return;
+    }
     k_cross_entropy<<<N, CE_THREADS, 0, gt_cuda_stream(s)>>>(
         losses, (bf16 *)dlogits, (const bf16 *)logits, targets, V, dscale);
     GT_CUDA_LAUNCHED(b, "cross_entropy");

@@ -3,8 +3,9 @@
  * gather/combine and their backwards, and grouped GEMMs whose groups are read from DEVICE
  * offsets: the grid is sized for the worst case (ceil(R/64) + E row tiles) and each block
  * finds its expert and row tile from the offsets, so nothing is read back to the host.
- * Everything is deterministic: integer atomics only, fp32 sums in fixed order. */
-#include "backend/cuda/cuda_common.cuh"
+ * Everything is deterministic: integer atomics only, fp32 sums in fixed order. The grouped
+ * GEMMs here are the fp32 SIMT reference; k_moe_gemm.cu has the tensor-core ones (default). */
+#include "backend/cuda/moe_gemm.cuh"
 
 #define MOE_THREADS 256
 #define ROUTER_MAX_Q 8 /* experts per lane: E <= 256 */
@@ -509,6 +510,12 @@ static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const vo
                                 const void *w, const int32_t *offsets, int R, int E, int Nf,
                                 int K) {
     if (!gm_check(b, "moe_matmul_fwd", R, E, Nf, K)) return;
+    if (!((gt_cuda_impl *)b->impl)->moe_simt) {
+        gt_cuda_grouped_mm_tc(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
+                              offsets, R, E, Nf, K, (size_t)Nf * K, K, 1);
+        GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
+        return;
+    }
     dim3 grid((Nf + GM_BN - 1) / GM_BN, (R + GM_BM - 1) / GM_BM + E);
     k_grouped_mm<<<grid, MOE_THREADS, 0, gt_cuda_stream(s)>>>(
         (bf16 *)out, (const bf16 *)a, (const bf16 *)w, offsets, E, Nf, K, (size_t)Nf * K, K, 1);
@@ -519,6 +526,12 @@ static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, cons
                                      const void *w, const int32_t *offsets, int R, int E, int Nf,
                                      int K) {
     if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K)) return;
+    if (!((gt_cuda_impl *)b->impl)->moe_simt) {
+        gt_cuda_grouped_mm_tc(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
+                              offsets, R, E, K, Nf, (size_t)Nf * K, 1, K);
+        GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
+        return;
+    }
     dim3 grid((K + GM_BN - 1) / GM_BN, (R + GM_BM - 1) / GM_BM + E);
     k_grouped_mm<<<grid, MOE_THREADS, 0, gt_cuda_stream(s)>>>(
         (bf16 *)da, (const bf16 *)dout, (const bf16 *)w, offsets, E, K, Nf, (size_t)Nf * K, 1, K);
@@ -529,6 +542,12 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
                                        const void *a, const int32_t *offsets, int R, int E,
                                        int Nf, int K) {
     if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K)) return;
+    if (!((gt_cuda_impl *)b->impl)->moe_simt) {
+        gt_cuda_grouped_mm_dw_tc(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
+                                 offsets, E, Nf, K);
+        GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
+        return;
+    }
     dim3 grid((K + GM_BN - 1) / GM_BN, (Nf + GM_BN - 1) / GM_BN, E);
     k_grouped_mm_dw<<<grid, MOE_THREADS, 0, gt_cuda_stream(s)>>>(dw, (const bf16 *)dout,
                                                                  (const bf16 *)a, offsets, Nf, K);

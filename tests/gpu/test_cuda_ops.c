@@ -64,11 +64,8 @@ static void test_embedding_matches_cpu_and_backward_is_deterministic(void **stat
     free(wte), free(dout), free(dw0), free(got), free(got2);
 }
 
-static void test_rmsnorm_matches_cpu_and_dw_is_deterministic(void **state) {
-    gpu_env *e = *state;
-    NEED_CPU(e, rmsnorm_fwd);
-    NEED_CPU(e, rmsnorm_bwd);
-    int N = 77, d = 320;
+static void rmsnorm_case(gpu_env *e, int N, int d) {
+    char what[64];
     size_t nd = (size_t)N * d;
     float *x = rand_vec(e, nd, 2.0f), *w = rand_vec(e, d, 0.2f), *dy = rand_vec(e, nd, 1.0f);
     for (int i = 0; i < d; i++) w[i] = bf16_round(1.0f + w[i]);
@@ -84,19 +81,30 @@ static void test_rmsnorm_matches_cpu_and_dw_is_deterministic(void **state) {
     float *g_rstd = g_f32(e, NULL, N), *g_dw = g_f32(e, dw0, d), *g_dw2 = g_f32(e, dw0, d);
     e->gpu->ops->rmsnorm_fwd(e->gpu, e->gs, g_out, g_rstd, g_x, g_w, N, d, 1e-5f);
     g_read_act(e, got, g_out, nd);
-    EXPECT_CLOSE("rmsnorm_fwd out", got, c_out, nd, TOL_BF16);
+    snprintf(what, sizeof what, "rmsnorm_fwd out N%d d%d", N, d);
+    EXPECT_CLOSE(what, got, c_out, nd, TOL_BF16);
     g_read_f32(e, got, g_rstd, N);
     EXPECT_CLOSE("rmsnorm_fwd rstd", got, c_rstd, N, TOL_F32);
     GPU_PLAN(e, e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx, g_dw, g_dy, g_x, g_w, g_rstd, N, d));
     e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx, g_dw, g_dy, g_x, g_w, g_rstd, N, d);
     e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx2, g_dw2, g_dy, g_x, g_w, g_rstd, N, d);
     g_read_act(e, got, g_dx, nd);
-    EXPECT_CLOSE("rmsnorm_bwd dinp (+=)", got, c_dx, nd, TOL_BF16);
+    snprintf(what, sizeof what, "rmsnorm_bwd dinp (+=) N%d d%d", N, d);
+    EXPECT_CLOSE(what, got, c_dx, nd, TOL_BF16);
     g_read_f32(e, got, g_dw, d);
     g_read_f32(e, got2, g_dw2, d);
     EXPECT_CLOSE("rmsnorm_bwd dw (+=)", got, c_dw, d, TOL_F32);
     assert_memory_equal(got, got2, (size_t)d * 4);
     free(x), free(w), free(dy), free(dx0), free(dw0), free(got), free(got2);
+}
+
+static void test_rmsnorm_matches_cpu_and_dw_is_deterministic(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, rmsnorm_fwd);
+    NEED_CPU(e, rmsnorm_bwd);
+    rmsnorm_case(e, 77, 320); /* generic kernels */
+    rmsnorm_case(e, 77, 512); /* 16-byte vector kernels (d % 256 == 0) */
+    rmsnorm_case(e, 300, 768);
 }
 
 static void test_add_and_dropout_match_cpu_masks(void **state) {
@@ -263,6 +271,7 @@ static void test_attention_hd64_gqa_matches_cpu_deterministically(void **state) 
     attention_case(e, 2, 100, 4, 2, 64, 0.0f);
     attention_case(e, 1, 64, 2, 1, 64, 0.0f);
     attention_case(e, 2, 130, 4, 2, 64, 0.2f);
+    attention_case(e, 2, 256, 4, 2, 64, 0.0f); /* T % 128 == 0: cuDNN's shape when present */
 }
 
 static void test_attention_hd128_gqa_matches_cpu_deterministically(void **state) {
@@ -270,25 +279,29 @@ static void test_attention_hd128_gqa_matches_cpu_deterministically(void **state)
     NEED_CPU(e, attention_fwd);
     attention_case(e, 2, 100, 4, 1, 128, 0.0f);
     attention_case(e, 1, 150, 2, 2, 128, 0.1f);
+    attention_case(e, 1, 256, 4, 2, 128, 0.0f);
 }
 
 static void test_swiglu_matches_cpu(void **state) {
     gpu_env *e = *state;
     NEED_CPU(e, swiglu_fwd);
-    int N = 50, f = 70;
-    size_t n2 = (size_t)N * 2 * f, n1 = (size_t)N * f;
-    float *gu = rand_vec(e, n2, 3.0f), *dy = rand_vec(e, n1, 1.0f), *got = malloc(n2 * 4);
-    float *c_gu = c_f32(e, gu, n2), *c_out = c_f32(e, NULL, n1), *c_dgu = c_f32(e, NULL, n2);
-    e->cpu->ops->swiglu_fwd(e->cpu, e->cs, c_out, c_gu, N, f);
-    e->cpu->ops->swiglu_bwd(e->cpu, e->cs, c_dgu, c_f32(e, dy, n1), c_gu, N, f);
-    void *g_gu = g_act(e, gu, n2), *g_out = g_act(e, NULL, n1), *g_dgu = g_act(e, NULL, n2);
-    e->gpu->ops->swiglu_fwd(e->gpu, e->gs, g_out, g_gu, N, f);
-    e->gpu->ops->swiglu_bwd(e->gpu, e->gs, g_dgu, g_act(e, dy, n1), g_gu, N, f);
-    g_read_act(e, got, g_out, n1);
-    EXPECT_CLOSE("swiglu_fwd", got, c_out, n1, TOL_BF16);
-    g_read_act(e, got, g_dgu, n2);
-    EXPECT_CLOSE("swiglu_bwd", got, c_dgu, n2, TOL_BF16);
-    free(gu), free(dy), free(got);
+    const int fs[2] = {70, 64}; /* scalar and 8-wide vector kernels */
+    for (int fi = 0; fi < 2; fi++) {
+        int N = 50, f = fs[fi];
+        size_t n2 = (size_t)N * 2 * f, n1 = (size_t)N * f;
+        float *gu = rand_vec(e, n2, 3.0f), *dy = rand_vec(e, n1, 1.0f), *got = malloc(n2 * 4);
+        float *c_gu = c_f32(e, gu, n2), *c_out = c_f32(e, NULL, n1), *c_dgu = c_f32(e, NULL, n2);
+        e->cpu->ops->swiglu_fwd(e->cpu, e->cs, c_out, c_gu, N, f);
+        e->cpu->ops->swiglu_bwd(e->cpu, e->cs, c_dgu, c_f32(e, dy, n1), c_gu, N, f);
+        void *g_gu = g_act(e, gu, n2), *g_out = g_act(e, NULL, n1), *g_dgu = g_act(e, NULL, n2);
+        e->gpu->ops->swiglu_fwd(e->gpu, e->gs, g_out, g_gu, N, f);
+        e->gpu->ops->swiglu_bwd(e->gpu, e->gs, g_dgu, g_act(e, dy, n1), g_gu, N, f);
+        g_read_act(e, got, g_out, n1);
+        EXPECT_CLOSE("swiglu_fwd", got, c_out, n1, TOL_BF16);
+        g_read_act(e, got, g_dgu, n2);
+        EXPECT_CLOSE("swiglu_bwd", got, c_dgu, n2, TOL_BF16);
+        free(gu), free(dy), free(got);
+    }
 }
 
 static void test_cross_entropy_in_place_and_loss_sum_match_cpu(void **state) {

@@ -1,0 +1,16 @@
+/* Launchers of the tensor-core grouped GEMMs (k_moe_gemm.cu), used by the MoE ops in
+ * k_moe.cu unless GT_CUDA_MOE=simt selected the fp32 SIMT reference kernels. */
+#ifndef GT_BACKEND_CUDA_MOE_GEMM_CUH
+#define GT_BACKEND_CUDA_MOE_GEMM_CUH
+
+#include "backend/cuda/cuda_common.cuh"
+
+/* out[R, Ncols] rows of each group = A[R, Kdim] @ W_e^T, W_e(c, k) = w[e*w_expert + c*wc + k*wk] */
+void gt_cuda_grouped_mm_tc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
+                           const int32_t *offsets, int R, int E, int Ncols, int Kdim,
+                           size_t w_expert, int wc, int wk);
+/* dw[e][Nf, K] += dout[group]^T @ a[group] */
+void gt_cuda_grouped_mm_dw_tc(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
+                              const int32_t *offsets, int E, int Nf, int K);
+
+#endif
