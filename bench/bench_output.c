@@ -62,14 +62,19 @@ void gt_bench_print_table(const gt_bench_report *rep, FILE *f) {
                     "after step %d); raise --warmup\n",
                     r->mode.name, r->timed_unreplayed, r->timed, r->capture_step);
     }
+    int width = 16; /* loss columns: as wide as the longest mode name */
+    for (int i = 0; i < rep->n; i++) {
+        int len = (int)strlen(rep->results[i].mode.name);
+        if (rep->results[i].ok && len > width) width = len;
+    }
     fprintf(f, "losses, first %d steps:\n%-6s", rep->loss_steps_compared, "step");
     for (int i = 0; i < rep->n; i++)
-        if (rep->results[i].ok) fprintf(f, " %16.16s", rep->results[i].mode.name);
+        if (rep->results[i].ok) fprintf(f, " %*s", width, rep->results[i].mode.name);
     fprintf(f, "\n");
     for (int s = 0; s < rep->loss_steps_compared; s++) {
         fprintf(f, "%-6d", s + 1);
         for (int i = 0; i < rep->n; i++)
-            if (rep->results[i].ok) fprintf(f, " %16.9g", rep->results[i].losses[s]);
+            if (rep->results[i].ok) fprintf(f, " %*.9g", width, rep->results[i].losses[s]);
         fprintf(f, "\n");
     }
     fprintf(f, "losses bitwise identical across modes over the first %d steps: %s",

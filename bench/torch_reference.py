@@ -37,6 +37,7 @@ except ImportError:  # --help must work anywhere
     nn = None
 
 PEAK_FLOPS = 790e12  # bf16 GEMM rate of one H200 (WORKLOADS.md)
+GROUP_ALIGN = 16  # rows: grouped_mm groups start at multiples of this (zero padding between)
 
 # name: vocab, d_model, layers, heads, kv heads, ffn, experts, top-k, expert ffn, seq, micro-batch
 WORKLOADS = {
@@ -226,28 +227,41 @@ class MoEExperts(_Module):
         self.gu_w = nn.Parameter(torch.empty(E, 2 * fe, d, dtype=dtype, device=device))
         self.down_w = nn.Parameter(torch.empty(E, d, fe, dtype=dtype, device=device))
 
-    def gemm(self, a, w, counts, offs):
-        if self.grouped:  # device offsets, no host sync: capturable
-            return F.grouped_mm(a, w.transpose(1, 2), offs=offs)
-        parts = [a[s:e] @ w[i].t() for i, (s, e) in enumerate(zip([0] + counts[:-1], counts))]
-        return torch.cat(parts, 0)
+    def experts_loop(self, xe, host_offs):
+        """Reference path: one GEMM pair per expert (host offsets, so not capturable)."""
+        fe, outs = self.c["expert_ffn"], []
+        for e, (s, t) in enumerate(zip([0] + host_offs[:-1], host_offs)):
+            outs.append(swiglu(xe[s:t] @ self.gu_w[e].t(), fe) @ self.down_w[e].t())
+        return torch.cat(outs, 0)
+
+    def experts_grouped(self, xe, rank, e_sorted, counts):
+        """grouped_mm over device offsets (capturable); every group starts at a multiple of
+        GROUP_ALIGN rows (zero padding), as grouped GEMM kernels want aligned groups."""
+        E, d, A = self.c["experts"], xe.shape[1], GROUP_ALIGN
+        padded = (counts + A - 1) // A * A
+        poffs = torch.cumsum(padded, 0, dtype=torch.int32)
+        dest = (poffs - padded)[e_sorted] + rank
+        xp = xe.new_zeros(xe.shape[0] + E * (A - 1), d).index_put((dest,), xe)
+        hp = swiglu(F.grouped_mm(xp, self.gu_w.transpose(1, 2), offs=poffs), self.c["expert_ffn"])
+        return F.grouped_mm(hp, self.down_w.transpose(1, 2), offs=poffs)[dest]
 
     def forward(self, h, topw, topi):
         c = self.c
-        N, k, E, fe = topi.shape[0], c["topk"], c["experts"], c["expert_ffn"]
+        N, k, E = topi.shape[0], c["topk"], c["experts"]
         flat = topi.flatten()
         order = torch.sort(flat, stable=True).indices  # row r holds assignment order[r]
         counts = torch.zeros(E, dtype=torch.int32, device=h.device)
         counts.scatter_add_(0, flat.int(), torch.ones_like(flat, dtype=torch.int32))
         offs = torch.cumsum(counts, 0, dtype=torch.int32)
-        host_offs = None if self.grouped else offs.tolist()
+        e_sorted = flat[order]
+        rank = torch.arange(N * k, device=h.device) - (offs - counts)[e_sorted]  # in its expert
         xe = h.flatten(0, 1)[order // k]
-        he = swiglu(self.gemm(xe, self.gu_w, host_offs, offs), fe)
-        ye = self.gemm(he, self.down_w, host_offs, offs)
+        if self.grouped:
+            ye = self.experts_grouped(xe, rank, e_sorted, counts)
+        else:
+            ye = self.experts_loop(xe, offs.tolist())
         if c["capacity_factor"] > 0:  # drop assignments past the capacity of their expert
             cap = math.ceil(c["capacity_factor"] * N * k / E)
-            start = offs - counts
-            rank = torch.arange(N * k, device=h.device) - start[flat[order]]
             ye = ye * (rank < cap).to(ye.dtype)[:, None]
         back = torch.empty_like(order)
         back[order] = torch.arange(N * k, device=h.device)
@@ -502,12 +516,12 @@ def cmd_bench(a):
             r["workload"] = w
             out["results"].append(r)
             print_row(r)
+            if a.json:  # after every result, so a run cut short keeps what it measured
+                with open(a.json, "w") as f:
+                    json.dump(out, f, indent=1)
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
     return 0
 
 
@@ -736,7 +750,8 @@ def cmd_compare(a):
         tbest = min((t[m]["median_ms"] for m in tr_modes if m in t), default=None)
         ratio = f"{tbest / gbest:.2f}x" if gbest and tbest else "-"
         mfu = max((g[m]["mfu"] for m in gt_modes if m in g), default=None)
-        peak = max((g[m]["peak_ratio_to_eager"] for m in gt_modes if m in g), default=None)
+        peak = max((g[m]["peak_ratio_to_eager"] for m in gt_modes
+                    if m in g and g[m].get("peak_ratio_to_eager") is not None), default=None)
         print(f"| {w} | " + " | ".join(fmt(g.get(m)) for m in gt_modes) + " | " +
               " | ".join(fmt(t.get(m)) for m in tr_modes) +
               f" | {ratio} | {f'{100 * mfu:.1f}%' if mfu is not None else '-'} | "

@@ -27,8 +27,10 @@ PY=${PYTHON:-python3}
 # ---- environment: cuDNN / NCCL from python's nvidia packages, carried libs (cmocka) ----
 NV=$($PY -c 'import nvidia, os; print(nvidia.__path__[0])' 2>/dev/null || true)
 LIBS="$ROOT/$BUILD/lib"
-[ -n "$NV" ] && LIBS="$LIBS:$NV/cudnn/lib:$NV/nccl/lib:$NV/cublas/lib"
+[ -n "$NV" ] && LIBS="$LIBS:$NV/cudnn/lib:$NV/nccl/lib"
 [ -n "${GT_CARRY_LIB:-}" ] && LIBS="$LIBS:$GT_CARRY_LIB"
+# PyTorch finds its own libraries; it runs with the environment it came with ($PYRUN)
+PYRUN=(env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" "$PY")
 export LD_LIBRARY_PATH="$LIBS:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 PYBIN=$(dirname "$(command -v "$PY")")
 export PATH="$PATH:/usr/local/cuda/bin:$PYBIN"
@@ -94,12 +96,12 @@ for w in $WORKLOADS; do
   part "bench_gt_$w" "${GT_LIMIT[$w]:-60}" "$GT" bench --recipe "$w" --modes all --steps 30 \
     --json "$LOGS/bench_gt_$w.json" --csv "$LOGS/bench_gt_$w.csv"
   show "bench_gt_$w" "[$w] " '^(eager|attn|full_iteration)|bitwise identical|FAILED|graphtrain bench:'
-  part "bench_pt_$w" "${PT_LIMIT[$w]:-50}" $PY bench/torch_reference.py bench --workloads "$w" \
+  part "bench_pt_$w" "${PT_LIMIT[$w]:-50}" "${PYRUN[@]}" bench/torch_reference.py bench --workloads "$w" \
     --modes eager,te_attn,te_attn_mlp,full_iteration --steps 20 --warmup 5 --json "$LOGS/bench_pt_$w.json"
   show "bench_pt_$w" "" "^$w "
   GT_JSONS="$GT_JSONS,$LOGS/bench_gt_$w.json" PT_JSONS="$PT_JSONS,$LOGS/bench_pt_$w.json"
 done
-$PY bench/torch_reference.py compare --graphtrain "$GT_JSONS" --torch "$PT_JSONS" >"$OUT/compare.md" 2>>"$LOGS/compare.log"
+"${PYRUN[@]}" bench/torch_reference.py compare --graphtrain "$GT_JSONS" --torch "$PT_JSONS" >"$OUT/compare.md" 2>>"$LOGS/compare.log"
 
 # 4. parity: graphtrain's losses and step-1 gradients against PyTorch fp32 and bf16. init std
 #    0.2 makes attention peaked, so a wrong rotary pairing or head mapping moves the gradients
@@ -108,17 +110,17 @@ $PY bench/torch_reference.py compare --graphtrain "$GT_JSONS" --torch "$PT_JSONS
 PAR="model.num_layers=2 model.hidden_size=128 model.num_attention_heads=4 model.num_query_groups=2 model.vocab_size=4096 model.seq_length=128 model.init_method_std=0.2 train.micro_batch_size=4 train.global_batch_size=8"
 PAR_MOE="$PAR model.num_moe_experts=8 model.moe_router_topk=2 model.moe_ffn_hidden_size=64"
 part parity_dense_export 30 "$GT" bench --recipe tiny $PAR model.ffn_hidden_size=384 --parity "$LOGS/parity_dense" --parity-steps 10
-part parity_dense 60 $PY bench/torch_reference.py parity "$LOGS/parity_dense"
+part parity_dense 60 "${PYRUN[@]}" bench/torch_reference.py parity "$LOGS/parity_dense"
 show parity_dense "[dense] " 'PASS|FAIL|hint|Error'
 part parity_moe_export 30 "$GT" bench --recipe moe $PAR_MOE --parity "$LOGS/parity_moe" --parity-steps 10
-part parity_moe 60 $PY bench/torch_reference.py parity "$LOGS/parity_moe"
+part parity_moe 60 "${PYRUN[@]}" bench/torch_reference.py parity "$LOGS/parity_moe"
 show parity_moe "[moe] " 'PASS|FAIL|hint|Error'
 CPU="model.vocab_size=512 model.seq_length=32 runtime.device=cpu"
 part parity_cpu_export 30 "$GT" bench --recipe tiny $PAR model.ffn_hidden_size=384 $CPU --parity "$LOGS/parity_cpu" --parity-steps 5
-part parity_cpu 40 $PY bench/torch_reference.py parity "$LOGS/parity_cpu" --precisions fp32
+part parity_cpu 40 "${PYRUN[@]}" bench/torch_reference.py parity "$LOGS/parity_cpu" --precisions fp32
 show parity_cpu "[cpu fp32] " 'PASS|FAIL|hint|Error'
 part parity_cpu_moe_export 30 "$GT" bench --recipe moe $PAR_MOE $CPU --parity "$LOGS/parity_cpu_moe" --parity-steps 5
-part parity_cpu_moe 40 $PY bench/torch_reference.py parity "$LOGS/parity_cpu_moe" --precisions fp32
+part parity_cpu_moe 40 "${PYRUN[@]}" bench/torch_reference.py parity "$LOGS/parity_cpu_moe" --precisions fp32
 show parity_cpu_moe "[cpu moe fp32] " 'PASS|FAIL|hint|Error'
 rm -f "$LOGS"/parity_*/*.gtw "$LOGS"/parity_*/tokens.bin # large and reproducible
 pack
@@ -133,10 +135,10 @@ else
 fi
 
 # 6. torch.compile for the same workloads (slow to compile: last)
-part bench_pt_compile 150 $PY bench/torch_reference.py bench --workloads "$(echo $WORKLOADS | tr ' ' ,)" \
+part bench_pt_compile 150 "${PYRUN[@]}" bench/torch_reference.py bench --workloads "$(echo $WORKLOADS | tr ' ' ,)" \
   --modes compile --steps 20 --warmup 5 --time-budget 110 --json "$LOGS/bench_pt_compile.json"
 show bench_pt_compile "" "compile"
-$PY bench/torch_reference.py compare --graphtrain "$GT_JSONS" --torch "$PT_JSONS,$LOGS/bench_pt_compile.json" \
+"${PYRUN[@]}" bench/torch_reference.py compare --graphtrain "$GT_JSONS" --torch "$PT_JSONS,$LOGS/bench_pt_compile.json" \
   >"$OUT/compare.md" 2>>"$LOGS/compare.log"
 
 say "total ${SECONDS}s; tables: compare.md; logs and JSON: logs.tar.gz"

@@ -1,15 +1,19 @@
 /* CPU reference: rotary embedding and causal grouped-query attention with dropout on the
- * probabilities. Naive O(T^2) per head; probabilities are recomputed from the saved lse in the
- * backward (as flash attention does), and dropout masks come from Philox with the element
- * index ((b*H + h)*T + i)*T + j, so forward, backward and every backend agree. */
+ * probabilities. O(T^2) per head with fp32 dots and axpys along contiguous head rows; the
+ * backward recomputes probabilities from the saved lse (as flash attention does), and dropout
+ * masks come from Philox with the element index ((b*H + h)*T + i)*T + j, so forward, backward
+ * and every backend agree. */
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/philox.h"
 
 /* Per-row accumulators live on the stack (ops never allocate); this bounds the head size. */
 #define CPU_ATTN_MAX_HD 512
+/* Scores of one query row are computed in chunks of this many keys (stack buffer). */
+#define ATTN_CHUNK 512
 
 /* ---- rope ---- */
 
@@ -19,15 +23,16 @@ typedef struct rope_args {
     float theta;
 } rope_args;
 
+/* The angle depends only on (t, i): computed once and applied to every sequence and head. */
 static void k_rope(const void *p) {
     const rope_args *a = p;
     int half = a->hd / 2, C = (a->H + 2 * a->KV) * a->hd;
-    for (int b = 0; b < a->B; b++)
-        for (int t = 0; t < a->T; t++) {
-            float *row = a->qkv + ((size_t)b * a->T + t) * C;
-            for (int i = 0; i < half; i++) {
-                double ang = t * pow((double)a->theta, -2.0 * i / a->hd);
-                double c = cos(ang), s = a->inverse ? -sin(ang) : sin(ang);
+    for (int t = 0; t < a->T; t++)
+        for (int i = 0; i < half; i++) {
+            double ang = t * pow((double)a->theta, -2.0 * i / a->hd);
+            double c = cos(ang), s = a->inverse ? -sin(ang) : sin(ang);
+            for (int b = 0; b < a->B; b++) {
+                float *row = a->qkv + ((size_t)b * a->T + t) * C;
                 for (int h = 0; h < a->H + a->KV; h++) { /* q heads, then k heads */
                     float *x = row + (size_t)h * a->hd;
                     double x1 = x[i], x2 = x[i + half];
@@ -107,123 +112,119 @@ static const float *v_at(const attn_geom *g, int b, int t, int kvh) {
     return q_at(g, b, t, g->a->H + g->a->KV + kvh);
 }
 
-static double dot(const float *x, const float *y, int n) {
-    double acc = 0;
-    for (int i = 0; i < n; i++)
-        acc += (double)x[i] * y[i];
-    return acc;
-}
-
 /* Dropout multiplier of probability (b, h, i, j): 0 or 1/(1-p); 1 without dropout. */
-static double drop_mult(const attn_geom *g, int b, int h, int i, int j) {
+static float drop_mult(const attn_geom *g, int b, int h, int i, int j) {
     const attn_args *a = g->a;
-    if (a->p <= 0) return 1.0;
+    if (a->p <= 0) return 1.0f;
     uint64_t idx = (((uint64_t)b * a->H + h) * a->T + i) * a->T + j;
-    return gt_dropout_keep(a->site.seed, a->site.site, g->micro, g->step, idx, a->p) ? g->keep_scale
-                                                                                     : 0.0;
+    return gt_dropout_keep(a->site.seed, a->site.site, g->micro, g->step, idx, a->p)
+               ? (float)g->keep_scale
+               : 0.0f;
 }
 
+/* Scaled score of query i (head h) against key j, the same fp32 expression in both passes. */
+static float attn_score(const attn_geom *g, const float *q, int b, int j, int kvh) {
+    return (float)g->scale * gt_cpu_gemm_dot(q, k_at(g, b, j, kvh), g->a->hd);
+}
+
+/* lse of query row i over keys 0..i: the max and the double sum of exp run over chunks of
+ * ATTN_CHUNK keys in key order; the first chunk's scores stay in sc for the output pass. */
+static float attn_row_lse(const attn_geom *g, const float *q, int b, int kvh, int i, float *sc) {
+    float mx = -INFINITY;
+    double sum = 0;
+    for (int j0 = 0; j0 <= i; j0 += ATTN_CHUNK) {
+        int jn = i + 1 - j0 < ATTN_CHUNK ? i + 1 - j0 : ATTN_CHUNK;
+        float cmx = -INFINITY;
+        for (int jj = 0; jj < jn; jj++) {
+            sc[jj] = attn_score(g, q, b, j0 + jj, kvh);
+            if (sc[jj] > cmx) cmx = sc[jj];
+        }
+        if (cmx > mx) {
+            if (j0 > 0) sum *= exp((double)mx - (double)cmx);
+            mx = cmx;
+        }
+        for (int jj = 0; jj < jn; jj++)
+            sum += expf(sc[jj] - mx);
+    }
+    return (float)((double)mx + log(sum));
+}
+
+/* Per query row: scores (fp32 dots along the head), lse, then out_i = sum_j P_ij m_ij v_j as
+ * axpys over the contiguous v rows in key order. */
 static void k_attention_fwd(const void *p) {
     const attn_args *a = p;
     attn_geom g = attn_geom_of(a);
-    double acc[CPU_ATTN_MAX_HD];
+    float acc[CPU_ATTN_MAX_HD], sc[ATTN_CHUNK];
     for (int b = 0; b < a->B; b++)
         for (int h = 0; h < a->H; h++) {
             int kvh = h / g.group;
             for (int i = 0; i < a->T; i++) {
                 const float *q = q_at(&g, b, i, h);
-                double mx = -INFINITY, sum = 0;
-                for (int j = 0; j <= i; j++) {
-                    double sc = g.scale * dot(q, k_at(&g, b, j, kvh), a->hd);
-                    if (sc > mx) mx = sc;
-                }
-                for (int j = 0; j <= i; j++)
-                    sum += exp(g.scale * dot(q, k_at(&g, b, j, kvh), a->hd) - mx);
-                double lse = mx + log(sum);
-                a->lse_out[((size_t)b * a->H + h) * a->T + i] = (float)lse;
-                memset(acc, 0, sizeof acc);
-                for (int j = 0; j <= i; j++) {
-                    double pr = exp(g.scale * dot(q, k_at(&g, b, j, kvh), a->hd) - lse) *
-                                drop_mult(&g, b, h, i, j);
-                    const float *v = v_at(&g, b, j, kvh);
-                    for (int d = 0; d < a->hd; d++)
-                        acc[d] += pr * v[d];
+                float lse = attn_row_lse(&g, q, b, kvh, i, sc);
+                a->lse_out[((size_t)b * a->H + h) * a->T + i] = lse;
+                memset(acc, 0, (size_t)a->hd * sizeof *acc);
+                for (int j0 = 0; j0 <= i; j0 += ATTN_CHUNK) {
+                    int jn = i + 1 - j0 < ATTN_CHUNK ? i + 1 - j0 : ATTN_CHUNK;
+                    if (j0 > 0 || i + 1 > ATTN_CHUNK) /* sc holds another chunk: recompute */
+                        for (int jj = 0; jj < jn; jj++)
+                            sc[jj] = attn_score(&g, q, b, j0 + jj, kvh);
+                    for (int jj = 0; jj < jn; jj++) {
+                        int j = j0 + jj;
+                        float pr = expf(sc[jj] - lse) * drop_mult(&g, b, h, i, j);
+                        gt_cpu_gemm_axpy(acc, pr, v_at(&g, b, j, kvh), a->hd);
+                    }
                 }
                 float *o = a->out + ((size_t)b * a->T + i) * a->H * a->hd + (size_t)h * a->hd;
-                for (int d = 0; d < a->hd; d++)
-                    o[d] = (float)acc[d];
+                memcpy(o, acc, (size_t)a->hd * sizeof *o);
             }
         }
 }
 
-/* Everything the backward needs about probability (b, h, i, j), recomputed from lse:
- * ds = dL/dscore and pd = the dropped-out probability that multiplied v_j. */
-static void attn_pair_grads(const attn_geom *g, int b, int h, int i, int j, double di, double *ds,
-                            double *pd) {
-    const attn_args *a = g->a;
-    int kvh = h / g->group;
-    const float *q = q_at(g, b, i, h);
-    const float *dy = a->dout + ((size_t)b * a->T + i) * a->H * a->hd + (size_t)h * a->hd;
-    double lse = a->lse[((size_t)b * a->H + h) * a->T + i];
-    double pr = exp(g->scale * dot(q, k_at(g, b, j, kvh), a->hd) - lse);
-    double m = drop_mult(g, b, h, i, j);
-    double dp = dot(dy, v_at(g, b, j, kvh), a->hd);
-    *ds = pr * (m * dp - di);
-    *pd = pr * m;
-}
-
-/* D_i = dout_i . out_i = sum_j P_ij m_ij (dout_i . v_j): the softmax backward's row term. */
-static double attn_row_term(const attn_args *a, int b, int h, int i) {
-    size_t off = ((size_t)b * a->T + i) * a->H * a->hd + (size_t)h * a->hd;
-    return dot(a->dout + off, a->o + off, a->hd);
-}
-
-/* Two passes so every gradient row is one double sum in a fixed order: dq over keys j <= i;
- * dk and dv over the query heads of the kv group and queries i >= j. */
+/* One pass per kv group, probabilities recomputed from the saved lse. For each query row i
+ * (heads of the group in order, rows in order) and key j <= i:
+ *   ds = P (m dP - D_i) * scale with dP = dout_i . v_j and D_i = dout_i . out_i;
+ *   dq_i += ds k_j;  dk_j += ds q_i;  dv_j += P m dout_i.
+ * dq_i is summed on the stack in key order; dk_j and dv_j are summed in place in (head, row)
+ * order, so every gradient row has one fixed fp32 summation order. */
 static void k_attention_bwd(const void *p) {
     const attn_args *a = p;
     attn_geom g = attn_geom_of(a);
-    double acc[CPU_ATTN_MAX_HD], acc2[CPU_ATTN_MAX_HD];
+    float dq[CPU_ATTN_MAX_HD];
+    float scale = (float)g.scale;
+    size_t ld_out = (size_t)a->H * a->hd;
     for (int b = 0; b < a->B; b++)
-        for (int h = 0; h < a->H; h++)
-            for (int i = 0; i < a->T; i++) {
-                double di = attn_row_term(a, b, h, i), ds, pd;
-                memset(acc, 0, sizeof acc);
-                for (int j = 0; j <= i; j++) {
-                    attn_pair_grads(&g, b, h, i, j, di, &ds, &pd);
-                    const float *k = k_at(&g, b, j, h / g.group);
-                    for (int d = 0; d < a->hd; d++)
-                        acc[d] += ds * k[d];
-                }
-                float *dq = a->out + ((size_t)b * a->T + i) * g.C + (size_t)h * a->hd;
-                for (int d = 0; d < a->hd; d++)
-                    dq[d] = (float)(g.scale * acc[d]);
-            }
-    for (int b = 0; b < a->B; b++)
-        for (int kvh = 0; kvh < a->KV; kvh++)
+        for (int kvh = 0; kvh < a->KV; kvh++) {
             for (int j = 0; j < a->T; j++) {
-                memset(acc, 0, sizeof acc);
-                memset(acc2, 0, sizeof acc2);
-                for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++)
-                    for (int i = j; i < a->T; i++) {
-                        double di = attn_row_term(a, b, h, i), ds, pd;
-                        attn_pair_grads(&g, b, h, i, j, di, &ds, &pd);
-                        const float *q = q_at(&g, b, i, h);
-                        const float *dy =
-                            a->dout + ((size_t)b * a->T + i) * a->H * a->hd + (size_t)h * a->hd;
-                        for (int d = 0; d < a->hd; d++) {
-                            acc[d] += ds * q[d];
-                            acc2[d] += pd * dy[d];
-                        }
-                    }
                 float *row = a->out + ((size_t)b * a->T + j) * g.C;
-                float *dk = row + (size_t)(a->H + kvh) * a->hd;
-                float *dv = row + (size_t)(a->H + a->KV + kvh) * a->hd;
-                for (int d = 0; d < a->hd; d++) {
-                    dk[d] = (float)(g.scale * acc[d]);
-                    dv[d] = (float)acc2[d];
-                }
+                memset(row + (size_t)(a->H + kvh) * a->hd, 0, (size_t)a->hd * sizeof *row);
+                memset(row + (size_t)(a->H + a->KV + kvh) * a->hd, 0,
+                       (size_t)a->hd * sizeof *row);
             }
+            for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++)
+                for (int i = 0; i < a->T; i++) {
+                    const float *q = q_at(&g, b, i, h);
+                    size_t off = ((size_t)b * a->T + i) * ld_out + (size_t)h * a->hd;
+                    const float *dy = a->dout + off;
+                    float di = gt_cpu_gemm_dot(dy, a->o + off, a->hd);
+                    float lse = a->lse[((size_t)b * a->H + h) * a->T + i];
+                    memset(dq, 0, (size_t)a->hd * sizeof *dq);
+                    for (int j = 0; j <= i; j++) {
+                        const float *k = k_at(&g, b, j, kvh);
+                        const float *v = v_at(&g, b, j, kvh);
+                        float *krow = a->out + ((size_t)b * a->T + j) * g.C;
+                        float pr = expf(attn_score(&g, q, b, j, kvh) - lse);
+                        float m = drop_mult(&g, b, h, i, j);
+                        float dp = gt_cpu_gemm_dot(dy, v, a->hd);
+                        float ds = pr * (m * dp - di) * scale;
+                        gt_cpu_gemm_axpy(dq, ds, k, a->hd);
+                        gt_cpu_gemm_axpy(krow + (size_t)(a->H + kvh) * a->hd, ds, q, a->hd);
+                        gt_cpu_gemm_axpy(krow + (size_t)(a->H + a->KV + kvh) * a->hd, pr * m,
+                                         dy, a->hd);
+                    }
+                    memcpy(a->out + ((size_t)b * a->T + i) * g.C + (size_t)h * a->hd, dq,
+                           (size_t)a->hd * sizeof *dq);
+                }
+        }
 }
 
 static int attn_check(gt_backend *b, const char *what, int B, int T, int H, int KV, int hd, float p,

@@ -1,10 +1,12 @@
 /* CPU reference: dense transformer ops (embedding, rmsnorm, add, dropout, matmul, swiglu) in
- * fp32 with double accumulators. Every reduction runs in one fixed loop order, so results are
- * bitwise reproducible run to run and eager vs replay. Attention and rope live in
+ * fp32; matmuls use the blocked GEMM of cpu_gemm.c, row reductions use double accumulators.
+ * Every reduction runs in one fixed loop order, so results are bitwise reproducible run to
+ * run and eager vs replay. Attention and rope live in
  * cpu_attention.c, cross entropy and the loss sum in cpu_loss.c. */
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/philox.h"
 
@@ -99,6 +101,28 @@ static void k_rmsnorm_fwd(const void *p) {
     }
 }
 
+/* dw[i] += sum_n dy x r, a double sum per column in row order; columns go in blocks so the
+ * rows are read contiguously. */
+#define RMS_DW_BLOCK 256
+
+static void rmsnorm_dw(const rms_args *a) {
+    double acc[RMS_DW_BLOCK];
+    for (int i0 = 0; i0 < a->d; i0 += RMS_DW_BLOCK) {
+        int nb = a->d - i0 < RMS_DW_BLOCK ? a->d - i0 : RMS_DW_BLOCK;
+        for (int j = 0; j < nb; j++)
+            acc[j] = 0;
+        for (int n = 0; n < a->N; n++) {
+            size_t o = (size_t)n * a->d + (size_t)i0;
+            const float *dy = a->dout + o, *x = a->inp + o;
+            double r = a->rstd[n];
+            for (int j = 0; j < nb; j++)
+                acc[j] += (double)dy[j] * x[j] * r;
+        }
+        for (int j = 0; j < nb; j++)
+            a->stat[i0 + j] += (float)acc[j];
+    }
+}
+
 /* y_i = x_i r w_i with r = (mean x^2 + eps)^-1/2:
  * dx_i = r w_i dy_i - r^3 x_i / d * sum_j w_j dy_j x_j;  dw_i = sum_n dy_i x_i r. */
 static void k_rmsnorm_bwd(const void *p) {
@@ -114,14 +138,7 @@ static void k_rmsnorm_bwd(const void *p) {
         for (int i = 0; i < a->d; i++)
             dx[i] += (float)(r * a->w[i] * dy[i] - c * x[i]);
     }
-    for (int i = 0; a->stat && i < a->d; i++) {
-        double acc = 0;
-        for (int n = 0; n < a->N; n++) {
-            size_t o = (size_t)n * a->d + (size_t)i;
-            acc += (double)a->dout[o] * a->inp[o] * a->rstd[n];
-        }
-        a->stat[i] += (float)acc;
-    }
+    if (a->stat) rmsnorm_dw(a);
 }
 
 static void cpu_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *inp,
@@ -217,52 +234,56 @@ typedef struct mm_args {
     int M, N, K, accumulate;
 } mm_args;
 
+/* The three products are one strided GEMM (cpu_gemm.c) each: fp32 sums in a fixed blocked
+ * order, so eager runs and replays agree bitwise. */
 static void k_matmul_fwd(const void *p) {
     const mm_args *a = p;
-    for (int m = 0; m < a->M; m++) {
-        const float *x = a->x + (size_t)m * a->K;
-        float *o = a->out + (size_t)m * a->N;
-        for (int n = 0; n < a->N; n++) {
-            const float *w = a->y + (size_t)n * a->K;
-            double acc = a->bias ? (double)a->bias[n] : 0.0;
-            for (int k = 0; k < a->K; k++)
-                acc += (double)x[k] * w[k];
-            o[n] = (float)acc;
-        }
-    }
+    gt_cpu_gemm_args g = {.c = a->out, .ldc = (size_t)a->N,
+                          .a = a->x, .a_rs = (size_t)a->K, .a_cs = 1,
+                          .b = a->y, .b_rs = 1, .b_cs = (size_t)a->K,
+                          .bias = a->bias, .M = a->M, .N = a->N, .K = a->K, .accumulate = 0};
+    gt_cpu_gemm_run(&g);
 }
 
+/* da[M,K] (+)= dout[M,N] w[N,K]: the reduction runs over N. */
 static void k_matmul_bwd_data(const void *p) {
     const mm_args *a = p;
-    for (int m = 0; m < a->M; m++) {
-        const float *dy = a->x + (size_t)m * a->N;
-        float *da = a->out + (size_t)m * a->K;
-        for (int k = 0; k < a->K; k++) {
-            double acc = 0;
-            for (int n = 0; n < a->N; n++)
-                acc += (double)dy[n] * a->y[(size_t)n * a->K + k];
-            da[k] = a->accumulate ? da[k] + (float)acc : (float)acc;
+    gt_cpu_gemm_args g = {.c = a->out, .ldc = (size_t)a->K,
+                          .a = a->x, .a_rs = (size_t)a->N, .a_cs = 1,
+                          .b = a->y, .b_rs = (size_t)a->K, .b_cs = 1,
+                          .bias = NULL, .M = a->M, .N = a->K, .K = a->N,
+                          .accumulate = a->accumulate};
+    gt_cpu_gemm_run(&g);
+}
+
+/* Column sums of dout in blocks of columns, each a double sum over rows in row order. */
+#define MM_DBIAS_BLOCK 256
+
+static void matmul_dbias(const mm_args *a) {
+    double acc[MM_DBIAS_BLOCK];
+    for (int n0 = 0; n0 < a->N; n0 += MM_DBIAS_BLOCK) {
+        int nb = a->N - n0 < MM_DBIAS_BLOCK ? a->N - n0 : MM_DBIAS_BLOCK;
+        for (int j = 0; j < nb; j++)
+            acc[j] = 0;
+        for (int m = 0; m < a->M; m++) {
+            const float *dy = a->x + (size_t)m * a->N + (size_t)n0;
+            for (int j = 0; j < nb; j++)
+                acc[j] += dy[j];
         }
+        for (int j = 0; j < nb; j++)
+            a->dbias[n0 + j] += (float)acc[j];
     }
 }
 
+/* dw[N,K] += dout[M,N]^T a[M,K]: the reduction runs over the M tokens. */
 static void k_matmul_bwd_weight(const void *p) {
     const mm_args *a = p;
-    for (int n = 0; n < a->N; n++) {
-        float *dw = a->out + (size_t)n * a->K;
-        for (int k = 0; k < a->K; k++) {
-            double acc = 0;
-            for (int m = 0; m < a->M; m++)
-                acc += (double)a->x[(size_t)m * a->N + n] * a->y[(size_t)m * a->K + k];
-            dw[k] += (float)acc;
-        }
-        if (a->dbias) {
-            double acc = 0;
-            for (int m = 0; m < a->M; m++)
-                acc += a->x[(size_t)m * a->N + n];
-            a->dbias[n] += (float)acc;
-        }
-    }
+    gt_cpu_gemm_args g = {.c = a->out, .ldc = (size_t)a->K,
+                          .a = a->x, .a_rs = 1, .a_cs = (size_t)a->N,
+                          .b = a->y, .b_rs = (size_t)a->K, .b_cs = 1,
+                          .bias = NULL, .M = a->N, .N = a->K, .K = a->M, .accumulate = 1};
+    gt_cpu_gemm_run(&g);
+    if (a->dbias) matmul_dbias(a);
 }
 
 #define MM_SHAPE_OK(M, N, K) ((M) >= 0 && (N) > 0 && (K) > 0)
@@ -303,8 +324,8 @@ static void k_swiglu_fwd(const void *p) {
         const float *g = a->gu + (size_t)n * 2 * a->f, *u = g + a->f;
         float *o = a->out + (size_t)n * a->f;
         for (int i = 0; i < a->f; i++) {
-            double sig = 1.0 / (1.0 + exp(-(double)g[i]));
-            o[i] = (float)(g[i] * sig * u[i]);
+            float sig = 1.0f / (1.0f + expf(-g[i]));
+            o[i] = g[i] * sig * u[i];
         }
     }
 }
@@ -317,11 +338,11 @@ static void k_swiglu_bwd(const void *p) {
         const float *dy = a->dout + (size_t)n * a->f;
         float *dg = a->out + (size_t)n * 2 * a->f, *du = dg + a->f;
         for (int i = 0; i < a->f; i++) {
-            double gi = g[i], sig = 1.0 / (1.0 + exp(-gi));
-            double dsilu = sig * (1.0 + gi * (1.0 - sig));
-            double dyi = dy[i], ui = u[i]; /* read before writing: dgu may alias gu */
-            dg[i] = (float)(dyi * ui * dsilu);
-            du[i] = (float)(dyi * gi * sig);
+            float gi = g[i], sig = 1.0f / (1.0f + expf(-gi));
+            float dsilu = sig * (1.0f + gi * (1.0f - sig));
+            float dyi = dy[i], ui = u[i]; /* read before writing: dgu may alias gu */
+            dg[i] = dyi * ui * dsilu;
+            du[i] = dyi * gi * sig;
         }
     }
 }

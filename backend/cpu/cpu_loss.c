@@ -1,5 +1,6 @@
-/* CPU reference: cross entropy (numerically stable softmax, ignored targets) and the
- * accumulation of per-token losses into the step state, summed in a fixed order. */
+/* CPU reference: cross entropy (numerically stable softmax with fp32 exps and double row sums,
+ * ignored targets) and the accumulation of per-token losses into the step state, summed in a
+ * fixed order. */
 #include <math.h>
 #include <string.h>
 
@@ -33,19 +34,20 @@ static void k_cross_entropy(const void *p) {
             if (dx) memset(dx, 0, (size_t)a->V * sizeof *dx);
             continue;
         }
-        double mx = x[0];
+        float mx = x[0];
         for (int v = 1; v < a->V; v++)
             if (x[v] > mx) mx = x[v];
-        double sum = 0;
+        double sum = 0; /* fp32 exps, summed in double in vocabulary order */
         for (int v = 0; v < a->V; v++)
-            sum += exp((double)x[v] - mx);
-        double lse = mx + log(sum);
+            sum += expf(x[v] - mx);
+        double lse = (double)mx + log(sum);
         a->losses[n] = (float)(lse - (double)x[t]);
         if (!dx) continue;
-        for (int v = 0; v < a->V; v++) {
-            double prob = exp((double)x[v] - lse);
-            dx[v] = (float)((prob - (v == t ? 1.0 : 0.0)) * a->dscale);
-        }
+        /* x[t] is read before the loop reaches it: dx may alias x */
+        float lse_f = (float)lse, xt_prob = expf(x[t] - lse_f);
+        for (int v = 0; v < a->V; v++)
+            dx[v] = expf(x[v] - lse_f) * a->dscale;
+        dx[t] = (xt_prob - 1.0f) * a->dscale;
     }
 }
 

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_ops.h"
 
 /* ---- permutation ---- */
@@ -147,21 +148,18 @@ static int offsets_ok(const gmm_args *a, const char *what) {
     return 1;
 }
 
+/* Each group is one strided GEMM (cpu_gemm.c) on its rows, in expert order. */
 static void k_gmm_fwd(const void *p) {
     const gmm_args *a = p;
     if (!offsets_ok(a, "moe_matmul_fwd")) return;
     for (int e = 0; e < a->E; e++) {
-        const float *w = a->y + (size_t)e * a->Nf * a->K;
-        for (int r = a->offsets[e]; r < a->offsets[e + 1]; r++) {
-            const float *x = a->x + (size_t)r * a->K;
-            float *o = a->out + (size_t)r * a->Nf;
-            for (int n = 0; n < a->Nf; n++) {
-                double acc = 0;
-                for (int k = 0; k < a->K; k++)
-                    acc += (double)x[k] * w[(size_t)n * a->K + k];
-                o[n] = (float)acc;
-            }
-        }
+        int r0 = a->offsets[e], rows = a->offsets[e + 1] - r0;
+        gt_cpu_gemm_args g = {.c = a->out + (size_t)r0 * a->Nf, .ldc = (size_t)a->Nf,
+                              .a = a->x + (size_t)r0 * a->K, .a_rs = (size_t)a->K, .a_cs = 1,
+                              .b = a->y + (size_t)e * a->Nf * a->K, .b_rs = 1,
+                              .b_cs = (size_t)a->K, .bias = NULL, .M = rows, .N = a->Nf,
+                              .K = a->K, .accumulate = 0};
+        gt_cpu_gemm_run(&g);
     }
 }
 
@@ -169,32 +167,29 @@ static void k_gmm_bwd_data(const void *p) {
     const gmm_args *a = p;
     if (!offsets_ok(a, "moe_matmul_bwd_data")) return;
     for (int e = 0; e < a->E; e++) {
-        const float *w = a->y + (size_t)e * a->Nf * a->K;
-        for (int r = a->offsets[e]; r < a->offsets[e + 1]; r++) {
-            const float *dy = a->x + (size_t)r * a->Nf;
-            float *da = a->out + (size_t)r * a->K;
-            for (int k = 0; k < a->K; k++) {
-                double acc = 0;
-                for (int n = 0; n < a->Nf; n++)
-                    acc += (double)dy[n] * w[(size_t)n * a->K + k];
-                da[k] = (float)acc;
-            }
-        }
+        int r0 = a->offsets[e], rows = a->offsets[e + 1] - r0;
+        gt_cpu_gemm_args g = {.c = a->out + (size_t)r0 * a->K, .ldc = (size_t)a->K,
+                              .a = a->x + (size_t)r0 * a->Nf, .a_rs = (size_t)a->Nf, .a_cs = 1,
+                              .b = a->y + (size_t)e * a->Nf * a->K, .b_rs = (size_t)a->K,
+                              .b_cs = 1, .bias = NULL, .M = rows, .N = a->K, .K = a->Nf,
+                              .accumulate = 0};
+        gt_cpu_gemm_run(&g);
     }
 }
 
+/* dw[e] += dout[group]^T a[group]: the reduction runs over the group's rows in row order; an
+ * empty group leaves dw[e] as it is. */
 static void k_gmm_bwd_weight(const void *p) {
     const gmm_args *a = p;
     if (!offsets_ok(a, "moe_matmul_bwd_weight")) return;
     for (int e = 0; e < a->E; e++) {
-        float *dw = a->out + (size_t)e * a->Nf * a->K;
-        for (int n = 0; n < a->Nf; n++)
-            for (int k = 0; k < a->K; k++) {
-                double acc = 0;
-                for (int r = a->offsets[e]; r < a->offsets[e + 1]; r++)
-                    acc += (double)a->x[(size_t)r * a->Nf + n] * a->y[(size_t)r * a->K + k];
-                dw[(size_t)n * a->K + k] += (float)acc;
-            }
+        int r0 = a->offsets[e], rows = a->offsets[e + 1] - r0;
+        if (rows == 0) continue;
+        gt_cpu_gemm_args g = {.c = a->out + (size_t)e * a->Nf * a->K, .ldc = (size_t)a->K,
+                              .a = a->x + (size_t)r0 * a->Nf, .a_rs = 1, .a_cs = (size_t)a->Nf,
+                              .b = a->y + (size_t)r0 * a->K, .b_rs = (size_t)a->K, .b_cs = 1,
+                              .bias = NULL, .M = a->Nf, .N = a->K, .K = rows, .accumulate = 1};
+        gt_cpu_gemm_run(&g);
     }
 }
 

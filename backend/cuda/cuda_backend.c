@@ -89,6 +89,18 @@ static int cuda_alloc(gt_backend *b, size_t bytes, void **ptr, gt_error *err) {
                             "reduce train.micro_batch_size or the model size",
                             bytes, cudaGetErrorString(e), fr, tot);
     }
+    /* zeroed like the CPU backend's memory, so arenas start from the same state; allocation
+     * happens outside steps, so waiting here is fine (our streams do not wait for the legacy
+     * stream the memset runs on) */
+    e = cudaMemset(*ptr, 0, bytes ? bytes : 1);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        cudaFree(*ptr);
+        *ptr = NULL;
+        return gt_error_set(err, GT_ERR_DEVICE, "zeroing a new allocation of %zu bytes failed: %s",
+                            bytes, cudaGetErrorString(e));
+    }
     if (!track_add(im, *ptr, bytes)) {
         cudaFree(*ptr);
         *ptr = NULL;
@@ -378,7 +390,10 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
                     : strcmp(attn, "tc") == 0   ? GT_ATTN_TC
                                                 : GT_ATTN_CUDNN;
     const char *moe = getenv("GT_CUDA_MOE");
-    im->moe_simt = moe && strcmp(moe, "simt") == 0;
+    im->moe_mode = !moe                       ? GT_MOE_TC
+                   : strcmp(moe, "simt") == 0 ? GT_MOE_SIMT
+                   : strcmp(moe, "tc2") == 0  ? GT_MOE_TC2
+                                              : GT_MOE_TC;
     cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device);
     ops->alloc = cuda_alloc;
     ops->free = cuda_free;
@@ -401,6 +416,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     ops->destroy = cuda_destroy;
     gt_cuda_register_matmul_ops(ops);
     gt_cuda_register_dense_ops(ops);
+    gt_cuda_register_loss_ops(ops);
     gt_cuda_register_attention_ops(ops);
     gt_cuda_register_optim_ops(ops);
     gt_cuda_register_moe_ops(ops);

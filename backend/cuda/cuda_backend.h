@@ -40,6 +40,10 @@ typedef struct gt_cuda_gemm_plan gt_cuda_gemm_plan; /* cuda_matmul.c */
  * reference). */
 typedef enum { GT_ATTN_CUDNN = 0, GT_ATTN_TC, GT_ATTN_SIMT } gt_attn_mode;
 
+/* Which grouped-GEMM kernels the MoE experts use (GT_CUDA_MOE=tc|simt|tc2): the verified
+ * 64x64 tensor-core kernels, the fp32 SIMT reference, or the faster 128x128 cp.async ones. */
+typedef enum { GT_MOE_TC = 0, GT_MOE_SIMT, GT_MOE_TC2 } gt_moe_mode;
+
 /* One planned attention shape and whether cuDNN runs it. */
 typedef struct gt_cuda_attn_plan {
     int B, T, H, KV, hd;
@@ -60,7 +64,7 @@ typedef struct gt_cuda_impl {
     int n_allocs, cap_allocs;
     int live_graphs;
     int attn_mode; /* gt_attn_mode */
-    int moe_simt;  /* GT_CUDA_MOE=simt: fp32 SIMT grouped GEMMs instead of tensor cores */
+    int moe_mode;  /* gt_moe_mode */
     void *cudnn;   /* gt_cudnn_attn *, created by the first planned attention */
     gt_cuda_attn_plan *attn_plans;
     int n_attn_plans, cap_attn_plans;
@@ -104,6 +108,7 @@ void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const void *dout, 
 /* Registration of the op table entries implemented in each file. */
 void gt_cuda_register_matmul_ops(gt_backend_ops *ops);
 void gt_cuda_register_dense_ops(gt_backend_ops *ops);
+void gt_cuda_register_loss_ops(gt_backend_ops *ops);
 void gt_cuda_register_attention_ops(gt_backend_ops *ops);
 void gt_cuda_register_optim_ops(gt_backend_ops *ops);
 void gt_cuda_register_moe_ops(gt_backend_ops *ops);

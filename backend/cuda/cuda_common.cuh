@@ -1,6 +1,6 @@
-/* Device helpers shared by the kernel files: bf16 conversions, deterministic warp and block
- * reductions (fixed shuffle trees, fixed warp order) and launch-size helpers. Included only
- * by .cu files. */
+/* Device helpers shared by the kernel files: bf16 conversions and 16-byte vector access,
+ * deterministic warp and block reductions (fixed shuffle trees, fixed warp order) and
+ * launch-size helpers. Included only by .cu files. */
 #ifndef GT_BACKEND_CUDA_CUDA_COMMON_CUH
 #define GT_BACKEND_CUDA_CUDA_COMMON_CUH
 
@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
 
@@ -64,6 +65,27 @@ static inline unsigned gt_grid(size_t n, int threads) {
     if (g < 1) g = 1;
     if (g > 4u * GT_MAX_GRID) g = 4u * GT_MAX_GRID;
     return (unsigned)g;
+}
+
+/* ---- 16-byte vector access: 8 bf16 at a time where sizes and pointers allow ---- */
+
+static inline int al16(const void *p) {
+    return ((uintptr_t)p & 15u) == 0;
+}
+static __device__ __forceinline__ void ld8(float *f, const bf16 *p) {
+    uint4 u = *(const uint4 *)p;
+    bf16 h[8];
+    memcpy(h, &u, 16);
+#pragma unroll
+    for (int i = 0; i < 8; i++) f[i] = __bfloat162float(h[i]);
+}
+static __device__ __forceinline__ void st8(bf16 *p, const float *f) {
+    bf16 h[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) h[i] = __float2bfloat16(f[i]);
+    uint4 u;
+    memcpy(&u, h, 16);
+    *(uint4 *)p = u;
 }
 
 #define GT_GRID_STRIDE(i, n) \

@@ -1,6 +1,7 @@
 /* Dense elementwise and row kernels of the CUDA backend: dtype conversion, embedding (with a
  * sort-based deterministic backward), RMSNorm (deterministic dw through per-block partials),
- * add, dropout, SwiGLU, cross entropy over bf16 logits and the loss sum. bf16 I/O, fp32 math. */
+ * add, dropout, SwiGLU, the dbias column sums. bf16 I/O, fp32 math; 16-byte vector kernels
+ * where sizes and alignment allow. Cross entropy and the loss sum are in k_loss.cu. */
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -14,29 +15,6 @@
 #define RMS_VEC_MAX_K 8    /* vector rmsnorm kernels: d = 256 * K, K <= 8 */
 #define EMB_SORT_THREADS 1024
 #define EMB_SORT_SHARED_MAX 16384 /* keys sorted in shared memory up to this many */
-#define CE_THREADS 512
-#define LOSS_THREADS 1024
-
-/* ---- 16-byte vector access: 8 bf16 at a time where sizes and pointers allow ---- */
-
-static int al16(const void *p) {
-    return ((uintptr_t)p & 15u) == 0;
-}
-static __device__ __forceinline__ void ld8(float *f, const bf16 *p) {
-    uint4 u = *(const uint4 *)p;
-    bf16 h[8];
-    memcpy(h, &u, 16);
-#pragma unroll
-    for (int i = 0; i < 8; i++) f[i] = __bfloat162float(h[i]);
-}
-static __device__ __forceinline__ void st8(bf16 *p, const float *f) {
-    bf16 h[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) h[i] = __float2bfloat16(f[i]);
-    uint4 u;
-    memcpy(&u, h, 16);
-    *(uint4 *)p = u;
-}
 
 /* ---- conversion ---- */
 
@@ -600,143 +578,6 @@ static void cuda_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *
     GT_CUDA_LAUNCHED(b, "swiglu_bwd");
 }
 
-/* ---- cross entropy: one block per row, online softmax, dlogits written in place ---- */
-
-__global__ void k_cross_entropy(float *losses, bf16 *dlogits, const bf16 *logits,
-                                const int32_t *targets, int V, float dscale) {
-    __shared__ float sh_m[CE_THREADS / 32], sh_s[CE_THREADS / 32];
-    __shared__ float sh_tl;
-    int n = blockIdx.x;
-    const bf16 *x = logits + (size_t)n * V;
-    int t = targets[n];
-    int valid = t >= 0 && t < V;
-    if (threadIdx.x == 0) sh_tl = valid ? ldf(x + t) : 0.0f;
-    float m = -INFINITY, sum = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float v = ldf(x + j);
-        if (v > m) {
-            sum = sum * expf(m - v) + 1.0f;
-            m = v;
-        } else {
-            sum += expf(v - m);
-        }
-    }
-    /* combine (m, sum) pairs: a fixed butterfly in the warp, then warps in order */
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, sum, o);
-        float mm = fmaxf(m, m2);
-        sum = (m == -INFINITY ? 0.0f : sum * expf(m - mm)) +
-              (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mm));
-        m = mm;
-    }
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    if (lane == 0) {
-        sh_m[wid] = m;
-        sh_s[wid] = sum;
-    }
-    __syncthreads();
-    float M = -INFINITY, S = 0.0f;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
-        float mm = fmaxf(M, sh_m[w]);
-        S = (M == -INFINITY ? 0.0f : S * expf(M - mm)) +
-            (sh_m[w] == -INFINITY ? 0.0f : sh_s[w] * expf(sh_m[w] - mm));
-        M = mm;
-    }
-    float lse = M + logf(S);
-    if (threadIdx.x == 0) losses[n] = valid ? lse - sh_tl : 0.0f;
-    bf16 *dx = dlogits + (size_t)n * V;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float g = valid ? (expf(ldf(x + j) - lse) - (j == t ? 1.0f : 0.0f)) * dscale : 0.0f;
-        dx[j] = tobf(g);
-    }
-}
-
-/* The same with 16-byte loads and stores (V % 8 == 0, aligned rows). */
-__global__ void k_cross_entropy8(float *losses, bf16 *dlogits, const bf16 *logits,
-                                 const int32_t *targets, int V, float dscale) {
-    __shared__ float sh_m[CE_THREADS / 32], sh_s[CE_THREADS / 32];
-    __shared__ float sh_tl;
-    int n = blockIdx.x, V8 = V / 8;
-    const bf16 *x = logits + (size_t)n * V;
-    int t = targets[n];
-    int valid = t >= 0 && t < V;
-    if (threadIdx.x == 0) sh_tl = valid ? ldf(x + t) : 0.0f;
-    float m = -INFINITY, sum = 0.0f;
-    for (int j = threadIdx.x; j < V8; j += blockDim.x) {
-        float v[8];
-        ld8(v, x + 8 * j);
-        float cm = v[0];
-#pragma unroll
-        for (int k = 1; k < 8; k++) cm = fmaxf(cm, v[k]);
-        float mn = fmaxf(m, cm);
-        sum = (m == -INFINITY ? 0.0f : sum * expf(m - mn));
-#pragma unroll
-        for (int k = 0; k < 8; k++) sum += expf(v[k] - mn);
-        m = mn;
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, sum, o);
-        float mm = fmaxf(m, m2);
-        sum = (m == -INFINITY ? 0.0f : sum * expf(m - mm)) +
-              (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mm));
-        m = mm;
-    }
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    if (lane == 0) {
-        sh_m[wid] = m;
-        sh_s[wid] = sum;
-    }
-    __syncthreads();
-    float M = -INFINITY, S = 0.0f;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
-        float mm = fmaxf(M, sh_m[w]);
-        S = (M == -INFINITY ? 0.0f : S * expf(M - mm)) +
-            (sh_m[w] == -INFINITY ? 0.0f : sh_s[w] * expf(sh_m[w] - mm));
-        M = mm;
-    }
-    float lse = M + logf(S);
-    if (threadIdx.x == 0) losses[n] = valid ? lse - sh_tl : 0.0f;
-    bf16 *dx = dlogits + (size_t)n * V;
-    for (int j = threadIdx.x; j < V8; j += blockDim.x) {
-        float v[8];
-        ld8(v, x + 8 * j);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            v[k] = valid ? (expf(v[k] - lse) - (8 * j + k == t ? 1.0f : 0.0f)) * dscale : 0.0f;
-        st8(dx + 8 * j, v);
-    }
-}
-
-static void cuda_cross_entropy(gt_backend *b, gt_stream *s, float *losses, void *dlogits,
-                               const void *logits, const int32_t *targets, int N, int V,
-                               float dscale) {
-    if (b->planning || N <= 0 || V <= 0) return;
-    if (V % 8 == 0 && al16(logits) && al16(dlogits)) {
-        k_cross_entropy8<<<N, CE_THREADS, 0, gt_cuda_stream(s)>>>(
-            losses, (bf16 *)dlogits, (const bf16 *)logits, targets, V, dscale);
-        GT_CUDA_LAUNCHED(b, "cross_entropy");
-        return;
-    }
-    k_cross_entropy<<<N, CE_THREADS, 0, gt_cuda_stream(s)>>>(
-        losses, (bf16 *)dlogits, (const bf16 *)logits, targets, V, dscale);
-    GT_CUDA_LAUNCHED(b, "cross_entropy");
-}
-
-__global__ void k_loss_accumulate(gt_step_state *st, const float *losses, int N, float scale) {
-    __shared__ double sh[32];
-    double acc = 0.0;
-    for (int i = threadIdx.x; i < N; i += blockDim.x) acc += losses[i];
-    acc = block_sum_d(acc, sh);
-    if (threadIdx.x == 0) st->loss += (float)(scale * acc);
-}
-
-static void cuda_loss_accumulate(gt_backend *b, gt_stream *s, gt_step_state *st,
-                                 const float *losses, int N, float scale) {
-    if (b->planning) return;
-    k_loss_accumulate<<<1, LOSS_THREADS, 0, gt_cuda_stream(s)>>>(st, losses, N, scale);
-    GT_CUDA_LAUNCHED(b, "loss_accumulate");
-}
-
 extern "C" int gt_cuda_dense_init(gt_error *err) {
     cudaError_t e = cudaFuncSetAttribute(k_embedding_sort,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -759,6 +600,4 @@ extern "C" void gt_cuda_register_dense_ops(gt_backend_ops *ops) {
     ops->dropout_bwd = cuda_dropout_bwd;
     ops->swiglu_fwd = cuda_swiglu_fwd;
     ops->swiglu_bwd = cuda_swiglu_bwd;
-    ops->cross_entropy = cuda_cross_entropy;
-    ops->loss_accumulate = cuda_loss_accumulate;
 }

@@ -510,7 +510,14 @@ static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const vo
                                 const void *w, const int32_t *offsets, int R, int E, int Nf,
                                 int K) {
     if (!gm_check(b, "moe_matmul_fwd", R, E, Nf, K)) return;
-    if (!((gt_cuda_impl *)b->impl)->moe_simt) {
+    int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
+    if (mode == GT_MOE_TC2 && gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)out,
+                                                    (const bf16 *)a, (const bf16 *)w, offsets, R,
+                                                    E, Nf, K, 1)) {
+        GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
+        return;
+    }
+    if (mode != GT_MOE_SIMT) {
         gt_cuda_grouped_mm_tc(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
                               offsets, R, E, Nf, K, (size_t)Nf * K, K, 1);
         GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
@@ -526,7 +533,14 @@ static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, cons
                                      const void *w, const int32_t *offsets, int R, int E, int Nf,
                                      int K) {
     if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K)) return;
-    if (!((gt_cuda_impl *)b->impl)->moe_simt) {
+    int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
+    if (mode == GT_MOE_TC2 && gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)da,
+                                                    (const bf16 *)dout, (const bf16 *)w, offsets,
+                                                    R, E, K, Nf, 0)) {
+        GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
+        return;
+    }
+    if (mode != GT_MOE_SIMT) {
         gt_cuda_grouped_mm_tc(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
                               offsets, R, E, K, Nf, (size_t)Nf * K, 1, K);
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
@@ -542,7 +556,13 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
                                        const void *a, const int32_t *offsets, int R, int E,
                                        int Nf, int K) {
     if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K)) return;
-    if (!((gt_cuda_impl *)b->impl)->moe_simt) {
+    int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
+    if (mode == GT_MOE_TC2 && gt_cuda_grouped_mm_dw_v2(gt_cuda_stream(s), dw, (const bf16 *)dout,
+                                                       (const bf16 *)a, offsets, E, Nf, K)) {
+        GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
+        return;
+    }
+    if (mode != GT_MOE_SIMT) {
         gt_cuda_grouped_mm_dw_tc(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
                                  offsets, E, Nf, K);
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
