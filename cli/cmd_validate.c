@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "config/keys.h"
 #include "config/rules.h"
+#include "train/memory_plan.h"
 
 #define VALIDATE_EXIT_INVALID 2
 
@@ -92,6 +93,14 @@ int gt_cmd_validate(int argc, char **argv) {
             printf("\n");
         }
         gt_report_print(&report, stdout);
+        /* the device memory the run will need (bf16 compute on the GPU), when the shape
+         * itself is sound enough to plan */
+        gt_memory_plan mp;
+        gt_error merr = {0};
+        if (!quiet && gt_memory_plan_compute(&cfg, 2, &mp, &merr) == GT_OK) {
+            printf("\n");
+            gt_memory_plan_print(&mp, "cuda", stdout);
+        }
     }
     return errors ? VALIDATE_EXIT_INVALID : 0;
 }

@@ -31,7 +31,8 @@ LIBS="$ROOT/$BUILD/lib"
 [ -n "${GT_CARRY_LIB:-}" ] && LIBS="$LIBS:$GT_CARRY_LIB"
 # PyTorch finds its own libraries; it runs with the environment it came with ($PYRUN)
 PYRUN=(env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" "$PY")
-export LD_LIBRARY_PATH="$LIBS:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# the toolkit's cuBLAS first; python's copy only where the toolkit has none
+export LD_LIBRARY_PATH="$LIBS:/usr/local/cuda/lib64${NV:+:$NV/cublas/lib}:${LD_LIBRARY_PATH:-}"
 PYBIN=$(dirname "$(command -v "$PY")")
 export PATH="$PATH:/usr/local/cuda/bin:$PYBIN"
 export GT_SOURCE_DIR=$ROOT GT_RECIPE_DIR=$ROOT/recipes

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench/weights_io.h"
 #include "config/keys.h"
 #include "testlib.h"
 
@@ -260,6 +261,30 @@ static void test_parity_export_writes_config_weights_batches_losses_and_gradient
     remove(dir);
 }
 
+static void test_cli_export_weights_writes_a_readable_weights_file(void **state) {
+    (void)state;
+    char dir[256], args[1024], path[300];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/w.gtw", dir);
+    snprintf(args, sizeof args, "bench " TINY_ARGS " --export-weights %s", path);
+    static char out[1 << 16];
+    int rc = gt_test_run(args, out, sizeof out);
+    if (rc) fprintf(stderr, "%s\n", out);
+    assert_int_equal(rc, 0);
+    gt_weights w;
+    gt_error err = {0};
+    assert_int_equal(gt_weights_read(path, &w, &err), GT_OK);
+    /* embedding, 2 x (qkv, o, gate_up, down, 2 norms), head, final norm */
+    assert_int_equal(w.n, 15);
+    int i = gt_weights_find(&w, "layers.1.mlp.gu_w");
+    assert_true(i >= 0);
+    assert_int_equal(w.tensors[i].shape[0], 2 * 64);
+    assert_int_equal(w.tensors[i].shape[1], 32);
+    gt_weights_free(&w);
+    remove(path);
+    remove(dir);
+}
+
 static void test_moe_attn_mlp_mode_graphs_router_and_preprocess(void **state) {
     (void)state;
     gt_bench_options o;
@@ -340,6 +365,7 @@ int main(void) {
         cmocka_unit_test(test_cli_bench_writes_json_csv_and_says_losses_are_identical),
         cmocka_unit_test(test_harness_flags_select_a_single_mode),
         cmocka_unit_test(test_parity_export_writes_config_weights_batches_losses_and_gradients),
+        cmocka_unit_test(test_cli_export_weights_writes_a_readable_weights_file),
         cmocka_unit_test(test_moe_attn_mlp_mode_graphs_router_and_preprocess),
         cmocka_unit_test(test_bad_mode_lists_are_refused_naming_the_problem),
         cmocka_unit_test(test_workload_flops_follow_the_workloads_formula),

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "graphs/graphs.h"
+#include "train/memory_plan.h"
 #include "train/trainer_extra.h"
 #include "train/trainer_impl.h"
 
@@ -29,6 +30,16 @@ static int make_backend(gt_trainer *t, gt_error *err) {
                         "runtime.device: unknown value %d; use auto, cpu "
                         "or cuda",
                         (int)t->cfg.runtime.device);
+}
+
+/* Stops a run that cannot fit before anything large is allocated. */
+static int check_fit(gt_trainer *t, gt_error *err) {
+    gt_memory_plan p;
+    int rc = gt_memory_plan_compute(&t->cfg, t->b->act_bytes, &p, err);
+    if (rc) return rc;
+    size_t free_bytes = 0;
+    t->b->ops->mem_info(t->b, &free_bytes, NULL, NULL);
+    return gt_memory_plan_check_fit(&p, free_bytes, err);
 }
 
 /* Batch shape rules the trainer itself depends on (the config rules check the rest). */
@@ -160,6 +171,7 @@ int gt_trainer_create(gt_trainer **out, const gt_config *cfg, gt_error *err) {
     int rc = check_shapes(t, err);
     if (!rc) rc = make_backend(t, err);
     if (!rc) rc = t->b->ops->stream_create(t->b, &t->s, err);
+    if (!rc) rc = check_fit(t, err);
     if (!rc) rc = gt_model_create(&t->m, &t->cfg, t->b, err);
     if (!rc) {
         t->mi = gt_model_get_info(t->m);

@@ -1,8 +1,8 @@
 /* CPU reference: rotary embedding and causal grouped-query attention with dropout on the
- * probabilities. O(T^2) per head with fp32 dots and axpys along contiguous head rows; the
- * backward recomputes probabilities from the saved lse (as flash attention does), and dropout
- * masks come from Philox with the element index ((b*H + h)*T + i)*T + j, so forward, backward
- * and every backend agree. */
+ * probabilities. O(T^2) per head with dots and axpys along contiguous head rows (double in the
+ * forward, fp32 in the backward); the backward recomputes probabilities from the saved lse (as
+ * flash attention does), and dropout masks come from Philox with the element index
+ * ((b*H + h)*T + i)*T + j, so forward, backward and every backend agree. */
 #include <math.h>
 #include <string.h>
 
@@ -122,60 +122,88 @@ static float drop_mult(const attn_geom *g, int b, int h, int i, int j) {
                : 0.0f;
 }
 
-/* Scaled score of query i (head h) against key j, the same fp32 expression in both passes. */
+/* Scaled score of query i (head h) against key j in fp32: the backward's recomputation. */
 static float attn_score(const attn_geom *g, const float *q, int b, int j, int kvh) {
     return (float)g->scale * gt_cpu_gemm_dot(q, k_at(g, b, j, kvh), g->a->hd);
 }
 
-/* lse of query row i over keys 0..i: the max and the double sum of exp run over chunks of
- * ATTN_CHUNK keys in key order; the first chunk's scores stay in sc for the output pass. */
-static float attn_row_lse(const attn_geom *g, const float *q, int b, int kvh, int i, float *sc) {
-    float mx = -INFINITY;
-    double sum = 0;
+/* The forward is a small share of a step, so it keeps double scores, exps and sums (lse and
+ * out are what the GPU is checked against): dots in four interleaved double lanes. */
+#define ATTN_DOT_LANES 4
+
+static double attn_score_d(const attn_geom *g, const float *q, int b, int j, int kvh) {
+    const float *k = k_at(g, b, j, kvh);
+    int n = g->a->hd, i = 0;
+    double part[ATTN_DOT_LANES] = {0};
+    for (; i + ATTN_DOT_LANES <= n; i += ATTN_DOT_LANES)
+        for (int l = 0; l < ATTN_DOT_LANES; l++)
+            part[l] += (double)q[i + l] * k[i + l];
+    double s = (part[0] + part[2]) + (part[1] + part[3]);
+    for (; i < n; i++)
+        s += (double)q[i] * k[i];
+    return g->scale * s;
+}
+
+/* Scores of query row i over keys 0..i in chunks of ATTN_CHUNK (key order): returns the lse
+ * from the running max and double sum of exp. When the row fits one chunk, sc is left holding
+ * exp(score - max) and *sum_out the sum, so the output pass needs no second exp. */
+static double attn_row_lse(const attn_geom *g, const float *q, int b, int kvh, int i, double *sc,
+                           double *sum_out) {
+    double mx = -INFINITY, sum = 0;
+    int single = i + 1 <= ATTN_CHUNK;
     for (int j0 = 0; j0 <= i; j0 += ATTN_CHUNK) {
         int jn = i + 1 - j0 < ATTN_CHUNK ? i + 1 - j0 : ATTN_CHUNK;
-        float cmx = -INFINITY;
+        double cmx = -INFINITY;
         for (int jj = 0; jj < jn; jj++) {
-            sc[jj] = attn_score(g, q, b, j0 + jj, kvh);
+            sc[jj] = attn_score_d(g, q, b, j0 + jj, kvh);
             if (sc[jj] > cmx) cmx = sc[jj];
         }
         if (cmx > mx) {
-            if (j0 > 0) sum *= exp((double)mx - (double)cmx);
+            if (j0 > 0) sum *= exp(mx - cmx);
             mx = cmx;
         }
-        for (int jj = 0; jj < jn; jj++)
-            sum += expf(sc[jj] - mx);
+        for (int jj = 0; jj < jn; jj++) {
+            double e = exp(sc[jj] - mx);
+            sum += e;
+            if (single) sc[jj] = e;
+        }
     }
-    return (float)((double)mx + log(sum));
+    *sum_out = sum;
+    return mx + log(sum);
 }
 
-/* Per query row: scores (fp32 dots along the head), lse, then out_i = sum_j P_ij m_ij v_j as
- * axpys over the contiguous v rows in key order. */
+/* Per query row: scores, lse, then out_i = sum_j P_ij m_ij v_j accumulated over the
+ * contiguous v rows in key order. */
 static void k_attention_fwd(const void *p) {
     const attn_args *a = p;
     attn_geom g = attn_geom_of(a);
-    float acc[CPU_ATTN_MAX_HD], sc[ATTN_CHUNK];
+    double acc[CPU_ATTN_MAX_HD], sc[ATTN_CHUNK];
     for (int b = 0; b < a->B; b++)
         for (int h = 0; h < a->H; h++) {
             int kvh = h / g.group;
             for (int i = 0; i < a->T; i++) {
                 const float *q = q_at(&g, b, i, h);
-                float lse = attn_row_lse(&g, q, b, kvh, i, sc);
-                a->lse_out[((size_t)b * a->H + h) * a->T + i] = lse;
-                memset(acc, 0, (size_t)a->hd * sizeof *acc);
+                double sum, lse = attn_row_lse(&g, q, b, kvh, i, sc, &sum);
+                a->lse_out[((size_t)b * a->H + h) * a->T + i] = (float)lse;
+                for (int d = 0; d < a->hd; d++)
+                    acc[d] = 0;
                 for (int j0 = 0; j0 <= i; j0 += ATTN_CHUNK) {
                     int jn = i + 1 - j0 < ATTN_CHUNK ? i + 1 - j0 : ATTN_CHUNK;
-                    if (j0 > 0 || i + 1 > ATTN_CHUNK) /* sc holds another chunk: recompute */
+                    int single = i + 1 <= ATTN_CHUNK;
+                    if (!single)
                         for (int jj = 0; jj < jn; jj++)
-                            sc[jj] = attn_score(&g, q, b, j0 + jj, kvh);
+                            sc[jj] = exp(attn_score_d(&g, q, b, j0 + jj, kvh) - lse);
                     for (int jj = 0; jj < jn; jj++) {
                         int j = j0 + jj;
-                        float pr = expf(sc[jj] - lse) * drop_mult(&g, b, h, i, j);
-                        gt_cpu_gemm_axpy(acc, pr, v_at(&g, b, j, kvh), a->hd);
+                        double pr = (single ? sc[jj] / sum : sc[jj]) * drop_mult(&g, b, h, i, j);
+                        const float *v = v_at(&g, b, j, kvh);
+                        for (int d = 0; d < a->hd; d++)
+                            acc[d] += pr * v[d];
                     }
                 }
                 float *o = a->out + ((size_t)b * a->T + i) * a->H * a->hd + (size_t)h * a->hd;
-                memcpy(o, acc, (size_t)a->hd * sizeof *o);
+                for (int d = 0; d < a->hd; d++)
+                    o[d] = (float)acc[d];
             }
         }
 }
@@ -197,8 +225,7 @@ static void k_attention_bwd(const void *p) {
             for (int j = 0; j < a->T; j++) {
                 float *row = a->out + ((size_t)b * a->T + j) * g.C;
                 memset(row + (size_t)(a->H + kvh) * a->hd, 0, (size_t)a->hd * sizeof *row);
-                memset(row + (size_t)(a->H + a->KV + kvh) * a->hd, 0,
-                       (size_t)a->hd * sizeof *row);
+                memset(row + (size_t)(a->H + a->KV + kvh) * a->hd, 0, (size_t)a->hd * sizeof *row);
             }
             for (int h = kvh * g.group; h < (kvh + 1) * g.group; h++)
                 for (int i = 0; i < a->T; i++) {
@@ -218,8 +245,8 @@ static void k_attention_bwd(const void *p) {
                         float ds = pr * (m * dp - di) * scale;
                         gt_cpu_gemm_axpy(dq, ds, k, a->hd);
                         gt_cpu_gemm_axpy(krow + (size_t)(a->H + kvh) * a->hd, ds, q, a->hd);
-                        gt_cpu_gemm_axpy(krow + (size_t)(a->H + a->KV + kvh) * a->hd, pr * m,
-                                         dy, a->hd);
+                        gt_cpu_gemm_axpy(krow + (size_t)(a->H + a->KV + kvh) * a->hd, pr * m, dy,
+                                         a->hd);
                     }
                     memcpy(a->out + ((size_t)b * a->T + i) * g.C + (size_t)h * a->hd, dq,
                            (size_t)a->hd * sizeof *dq);

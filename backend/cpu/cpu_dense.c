@@ -238,20 +238,37 @@ typedef struct mm_args {
  * order, so eager runs and replays agree bitwise. */
 static void k_matmul_fwd(const void *p) {
     const mm_args *a = p;
-    gt_cpu_gemm_args g = {.c = a->out, .ldc = (size_t)a->N,
-                          .a = a->x, .a_rs = (size_t)a->K, .a_cs = 1,
-                          .b = a->y, .b_rs = 1, .b_cs = (size_t)a->K,
-                          .bias = a->bias, .M = a->M, .N = a->N, .K = a->K, .accumulate = 0};
+    gt_cpu_gemm_args g = {.c = a->out,
+                          .ldc = (size_t)a->N,
+                          .a = a->x,
+                          .a_rs = (size_t)a->K,
+                          .a_cs = 1,
+                          .b = a->y,
+                          .b_rs = 1,
+                          .b_cs = (size_t)a->K,
+                          .bias = a->bias,
+                          .M = a->M,
+                          .N = a->N,
+                          .K = a->K,
+                          .accumulate = 0};
     gt_cpu_gemm_run(&g);
 }
 
 /* da[M,K] (+)= dout[M,N] w[N,K]: the reduction runs over N. */
 static void k_matmul_bwd_data(const void *p) {
     const mm_args *a = p;
-    gt_cpu_gemm_args g = {.c = a->out, .ldc = (size_t)a->K,
-                          .a = a->x, .a_rs = (size_t)a->N, .a_cs = 1,
-                          .b = a->y, .b_rs = (size_t)a->K, .b_cs = 1,
-                          .bias = NULL, .M = a->M, .N = a->K, .K = a->N,
+    gt_cpu_gemm_args g = {.c = a->out,
+                          .ldc = (size_t)a->K,
+                          .a = a->x,
+                          .a_rs = (size_t)a->N,
+                          .a_cs = 1,
+                          .b = a->y,
+                          .b_rs = (size_t)a->K,
+                          .b_cs = 1,
+                          .bias = NULL,
+                          .M = a->M,
+                          .N = a->K,
+                          .K = a->N,
                           .accumulate = a->accumulate};
     gt_cpu_gemm_run(&g);
 }
@@ -278,10 +295,19 @@ static void matmul_dbias(const mm_args *a) {
 /* dw[N,K] += dout[M,N]^T a[M,K]: the reduction runs over the M tokens. */
 static void k_matmul_bwd_weight(const void *p) {
     const mm_args *a = p;
-    gt_cpu_gemm_args g = {.c = a->out, .ldc = (size_t)a->K,
-                          .a = a->x, .a_rs = 1, .a_cs = (size_t)a->N,
-                          .b = a->y, .b_rs = (size_t)a->K, .b_cs = 1,
-                          .bias = NULL, .M = a->N, .N = a->K, .K = a->M, .accumulate = 1};
+    gt_cpu_gemm_args g = {.c = a->out,
+                          .ldc = (size_t)a->K,
+                          .a = a->x,
+                          .a_rs = 1,
+                          .a_cs = (size_t)a->N,
+                          .b = a->y,
+                          .b_rs = (size_t)a->K,
+                          .b_cs = 1,
+                          .bias = NULL,
+                          .M = a->N,
+                          .N = a->K,
+                          .K = a->M,
+                          .accumulate = 1};
     gt_cpu_gemm_run(&g);
     if (a->dbias) matmul_dbias(a);
 }

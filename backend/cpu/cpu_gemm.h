@@ -30,10 +30,25 @@ typedef struct gt_cpu_gemm_args {
 void gt_cpu_gemm_run(const gt_cpu_gemm_args *g);
 
 /* sum_i x[i] y[i] in fp32: eight interleaved partial sums (i mod 8), added pairwise at the
- * end, then the tail in order. Vectorizes without reassociation; the order is fixed by n. */
-float gt_cpu_gemm_dot(const float *x, const float *y, int n);
+ * end, then the tail in order. Vectorizes without reassociation; the order is fixed by n.
+ * Inline: attention calls it per (query, key) pair on head-sized rows. */
+static inline float gt_cpu_gemm_dot(const float *x, const float *y, int n) {
+    float part[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            part[l] += x[i + l] * y[i + l];
+    float s =
+        ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    for (; i < n; i++)
+        s += x[i] * y[i];
+    return s;
+}
 
 /* y[i] += alpha x[i] */
-void gt_cpu_gemm_axpy(float *y, float alpha, const float *x, int n);
+static inline void gt_cpu_gemm_axpy(float *y, float alpha, const float *x, int n) {
+    for (int i = 0; i < n; i++)
+        y[i] += alpha * x[i];
+}
 
 #endif

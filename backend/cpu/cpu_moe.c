@@ -154,11 +154,19 @@ static void k_gmm_fwd(const void *p) {
     if (!offsets_ok(a, "moe_matmul_fwd")) return;
     for (int e = 0; e < a->E; e++) {
         int r0 = a->offsets[e], rows = a->offsets[e + 1] - r0;
-        gt_cpu_gemm_args g = {.c = a->out + (size_t)r0 * a->Nf, .ldc = (size_t)a->Nf,
-                              .a = a->x + (size_t)r0 * a->K, .a_rs = (size_t)a->K, .a_cs = 1,
-                              .b = a->y + (size_t)e * a->Nf * a->K, .b_rs = 1,
-                              .b_cs = (size_t)a->K, .bias = NULL, .M = rows, .N = a->Nf,
-                              .K = a->K, .accumulate = 0};
+        gt_cpu_gemm_args g = {.c = a->out + (size_t)r0 * a->Nf,
+                              .ldc = (size_t)a->Nf,
+                              .a = a->x + (size_t)r0 * a->K,
+                              .a_rs = (size_t)a->K,
+                              .a_cs = 1,
+                              .b = a->y + (size_t)e * a->Nf * a->K,
+                              .b_rs = 1,
+                              .b_cs = (size_t)a->K,
+                              .bias = NULL,
+                              .M = rows,
+                              .N = a->Nf,
+                              .K = a->K,
+                              .accumulate = 0};
         gt_cpu_gemm_run(&g);
     }
 }
@@ -168,10 +176,18 @@ static void k_gmm_bwd_data(const void *p) {
     if (!offsets_ok(a, "moe_matmul_bwd_data")) return;
     for (int e = 0; e < a->E; e++) {
         int r0 = a->offsets[e], rows = a->offsets[e + 1] - r0;
-        gt_cpu_gemm_args g = {.c = a->out + (size_t)r0 * a->K, .ldc = (size_t)a->K,
-                              .a = a->x + (size_t)r0 * a->Nf, .a_rs = (size_t)a->Nf, .a_cs = 1,
-                              .b = a->y + (size_t)e * a->Nf * a->K, .b_rs = (size_t)a->K,
-                              .b_cs = 1, .bias = NULL, .M = rows, .N = a->K, .K = a->Nf,
+        gt_cpu_gemm_args g = {.c = a->out + (size_t)r0 * a->K,
+                              .ldc = (size_t)a->K,
+                              .a = a->x + (size_t)r0 * a->Nf,
+                              .a_rs = (size_t)a->Nf,
+                              .a_cs = 1,
+                              .b = a->y + (size_t)e * a->Nf * a->K,
+                              .b_rs = (size_t)a->K,
+                              .b_cs = 1,
+                              .bias = NULL,
+                              .M = rows,
+                              .N = a->K,
+                              .K = a->Nf,
                               .accumulate = 0};
         gt_cpu_gemm_run(&g);
     }
@@ -185,10 +201,19 @@ static void k_gmm_bwd_weight(const void *p) {
     for (int e = 0; e < a->E; e++) {
         int r0 = a->offsets[e], rows = a->offsets[e + 1] - r0;
         if (rows == 0) continue;
-        gt_cpu_gemm_args g = {.c = a->out + (size_t)e * a->Nf * a->K, .ldc = (size_t)a->K,
-                              .a = a->x + (size_t)r0 * a->Nf, .a_rs = 1, .a_cs = (size_t)a->Nf,
-                              .b = a->y + (size_t)r0 * a->K, .b_rs = (size_t)a->K, .b_cs = 1,
-                              .bias = NULL, .M = a->Nf, .N = a->K, .K = rows, .accumulate = 1};
+        gt_cpu_gemm_args g = {.c = a->out + (size_t)e * a->Nf * a->K,
+                              .ldc = (size_t)a->K,
+                              .a = a->x + (size_t)r0 * a->Nf,
+                              .a_rs = 1,
+                              .a_cs = (size_t)a->Nf,
+                              .b = a->y + (size_t)r0 * a->K,
+                              .b_rs = (size_t)a->K,
+                              .b_cs = 1,
+                              .bias = NULL,
+                              .M = a->Nf,
+                              .N = a->K,
+                              .K = rows,
+                              .accumulate = 1};
         gt_cpu_gemm_run(&g);
     }
 }

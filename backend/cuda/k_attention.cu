@@ -476,10 +476,12 @@ __global__ void k_rope(bf16 *qkv, int B, int T, int H, int KV, int hd, float the
         int hh = (int)(rest % heads);
         size_t row = rest / heads;
         int t = (int)(row % T);
-        double ang = (double)t * pow((double)theta, -2.0 * i / hd);
-        double sn, cs;
-        sincos(ang, &sn, &cs);
-        float c = (float)cs, sv = inverse ? -(float)sn : (float)sn;
+        /* fp32 angle math: double pow/sincos per element made this kernel ~0.16 ms at
+         * gpt124m size; the fp32 angle error (< 3e-4 rad at t = 2048) is far below bf16's */
+        float ang = (float)t * exp2f(-2.0f * (float)i / (float)hd * log2f(theta));
+        float sn, cs;
+        sincosf(ang, &sn, &cs);
+        float c = cs, sv = inverse ? -sn : sn;
         bf16 *x = qkv + row * C + (size_t)hh * hd;
         float x0 = ldf(x + i), x1 = ldf(x + i + half);
         x[i] = tobf(x0 * c - x1 * sv);
