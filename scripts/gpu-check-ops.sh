@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the CUDA backend's GPU tests on the GPU machine from a carried build-gpu-run/ (made by
 # scripts/gpu-build.sh on the development machine): its tests/gpu tests, then again with the
-# other kernel choices (GT_CUDA_ATTN=simt|tc, GT_CUDA_MOE=simt|tc2), then memcheck and
+# other kernel choices (GT_CUDA_ATTN=simt|tc, GT_CUDA_MOE=simt|tc), then memcheck and
 # racecheck passes (the capture-rejection test makes API errors on purpose: not reported);
 # logs and a summary under $OUT. Limits: TEST_LIMIT, SAN_LIMIT, RACE_LIMIT seconds.
 # Usage on the GPU machine: scripts/gpu-check-ops.sh [quick]
@@ -48,10 +48,10 @@ run "gpu_test_cuda_moe_simt_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=simt \
   "$BUILD/gpu_test_cuda_moe"
 run "gpu_test_cuda_perf_simt_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=simt GT_CUDA_ATTN=tc \
   "$BUILD/gpu_test_cuda_perf"
-# the opt-in 128x128 cp.async grouped GEMMs (GT_CUDA_MOE=tc2)
-run "gpu_test_cuda_moe_tc2_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc2 \
+# the 64x64 grouped GEMMs (GT_CUDA_MOE=tc; the default is the 128x128 tc2)
+run "gpu_test_cuda_moe_tc_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc \
   "$BUILD/gpu_test_cuda_moe"
-run "gpu_test_cuda_perf_tc2_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc2 \
+run "gpu_test_cuda_perf_tc_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc \
   "$BUILD/gpu_test_cuda_perf"
 if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
   run "memcheck_gpu_test_cuda_moe_tc2" "${SAN_LIMIT:-150}" env GT_CUDA_MOE=tc2 \

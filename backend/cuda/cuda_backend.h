@@ -29,6 +29,7 @@ typedef enum {
     GT_SCRATCH_MOE,         /* column means of router probs [E] */
     GT_SCRATCH_DBIAS,       /* per-block dbias partials */
     GT_SCRATCH_CUDNN,       /* cuDNN attention workspace (forward and backward share it) */
+    GT_SCRATCH_PERMUTE,     /* tokens routed per expert [E] (moe_permute) */
     GT_SCRATCH_COUNT
 } gt_scratch_kind;
 
@@ -40,8 +41,8 @@ typedef struct gt_cuda_gemm_plan gt_cuda_gemm_plan; /* cuda_matmul.c */
  * reference). */
 typedef enum { GT_ATTN_CUDNN = 0, GT_ATTN_TC, GT_ATTN_SIMT } gt_attn_mode;
 
-/* Which grouped-GEMM kernels the MoE experts use (GT_CUDA_MOE=tc|simt|tc2): the verified
- * 64x64 tensor-core kernels, the fp32 SIMT reference, or the faster 128x128 cp.async ones. */
+/* Which grouped-GEMM kernels the MoE experts use (GT_CUDA_MOE=tc2|tc|simt): the 128x128
+ * cp.async tensor-core kernels (default), the 64x64 ones, or the fp32 SIMT reference. */
 typedef enum { GT_MOE_TC = 0, GT_MOE_SIMT, GT_MOE_TC2 } gt_moe_mode;
 
 /* One planned attention shape and whether cuDNN runs it. */

@@ -185,60 +185,81 @@ static void cuda_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, cons
     GT_CUDA_LAUNCHED(b, "moe_router_bwd");
 }
 
-/* ---- permutation: one block; warp w owns experts w, w+32, ... ---- */
+/* ---- permutation: one block per expert, two passes ----
+ * k_permute_count: block e counts the assignments routed to e (and marks out-of-range experts
+ * as dropped). k_permute_place: block e starts at its offset (sum of the counts before it, or
+ * e * capacity) and walks the assignments in token order, ranking its hits with warp ballots
+ * and a block scan, so the placement is stable and identical on every run. */
 
-__global__ void k_permute(int32_t *slot_token, int32_t *token_slot, int32_t *offsets,
-                          const int32_t *topk_idx, int NK, int E, int capacity) {
-    extern __shared__ int sh[]; /* cnt[E], offs[E + 1] */
-    int *cnt = sh, *offs = sh + E;
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    unsigned lt = (1u << lane) - 1u;
-    for (int e = wid; e < E; e += nw) {
-        int c = 0;
-        for (int base = 0; base < NK; base += 32) {
-            int a = base + lane;
-            unsigned m = __ballot_sync(0xffffffffu, a < NK && topk_idx[a] == e);
-            c += __popc(m);
-        }
-        if (lane == 0) cnt[e] = c;
-    }
+__global__ void k_permute_count(int32_t *cnt, int32_t *token_slot, const int32_t *topk_idx,
+                                int NK, int E) {
+    __shared__ int warp_cnt[PERMUTE_THREADS / 32];
+    int e = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    int c = 0;
     for (int a = threadIdx.x; a < NK; a += blockDim.x) {
-        int e = topk_idx[a];
-        if (e < 0 || e >= E) token_slot[a] = -1;
+        int x = topk_idx[a];
+        c += x == e;
+        if (e == 0 && (x < 0 || x >= E)) token_slot[a] = -1;
     }
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+    if (lane == 0) warp_cnt[wid] = c;
     __syncthreads();
     if (threadIdx.x == 0) {
+        int t = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += warp_cnt[w];
+        cnt[e] = t;
+    }
+}
+
+__global__ void k_permute_place(int32_t *slot_token, int32_t *token_slot, int32_t *offsets,
+                                const int32_t *cnt, const int32_t *topk_idx, int NK, int E,
+                                int capacity) {
+    __shared__ int warp_hits[PERMUTE_THREADS / 32];
+    __shared__ int warp_base[PERMUTE_THREADS / 32];
+    __shared__ int base_sh, chunk_total;
+    int e = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    int nw = blockDim.x >> 5;
+    unsigned lt = (1u << lane) - 1u;
+    if (threadIdx.x == 0) {
         int acc = 0;
-        for (int e = 0; e < E; e++) {
-            offs[e] = capacity > 0 ? e * capacity : acc;
-            acc += cnt[e];
-        }
-        offs[E] = capacity > 0 ? E * capacity : acc;
+        for (int j = 0; j < e; j++) acc += cnt[j];
+        base_sh = capacity > 0 ? e * capacity : acc;
+        offsets[e] = base_sh;
+        if (e == E - 1) offsets[E] = capacity > 0 ? E * capacity : acc + cnt[e];
     }
     __syncthreads();
-    for (int e = threadIdx.x; e <= E; e += blockDim.x) offsets[e] = offs[e];
-    for (int e = wid; e < E; e += nw) {
-        int run = 0;
-        for (int base = 0; base < NK; base += 32) {
-            int a = base + lane;
-            int hit = a < NK && topk_idx[a] == e;
-            unsigned m = __ballot_sync(0xffffffffu, hit);
-            if (hit) {
-                int rank = run + __popc(m & lt);
-                if (capacity == 0 || rank < capacity) {
-                    int row = offs[e] + rank;
-                    token_slot[a] = row;
-                    slot_token[row] = a;
-                } else {
-                    token_slot[a] = -1;
-                }
+    int base = base_sh, run = 0;
+    for (int start = 0; start < NK; start += blockDim.x) {
+        int a = start + threadIdx.x;
+        int hit = a < NK && topk_idx[a] == e;
+        unsigned m = __ballot_sync(0xffffffffu, hit);
+        if (lane == 0) warp_hits[wid] = __popc(m);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int t = 0;
+            for (int w = 0; w < nw; w++) {
+                warp_base[w] = t;
+                t += warp_hits[w];
             }
-            run += __popc(m);
+            chunk_total = t;
         }
-        if (capacity > 0)
-            for (int r = min(cnt[e], capacity) + lane; r < capacity; r += 32)
-                slot_token[e * capacity + r] = -1;
+        __syncthreads();
+        if (hit) {
+            int rank = run + warp_base[wid] + __popc(m & lt);
+            if (capacity == 0 || rank < capacity) {
+                int row = base + rank;
+                token_slot[a] = row;
+                slot_token[row] = a;
+            } else {
+                token_slot[a] = -1;
+            }
+        }
+        run += chunk_total;
+        __syncthreads(); /* warp_hits / chunk_total are rewritten by the next chunk */
     }
+    if (capacity > 0)
+        for (int r = min(cnt[e], capacity) + threadIdx.x; r < capacity; r += blockDim.x)
+            slot_token[(size_t)e * capacity + r] = -1;
 }
 
 static void cuda_moe_permute(gt_backend *b, gt_stream *s, int32_t *slot_token,
@@ -249,10 +270,13 @@ static void cuda_moe_permute(gt_backend *b, gt_stream *s, int32_t *slot_token,
                         N, E, k, capacity);
         return;
     }
-    if (b->planning) return;
-    size_t shm = (size_t)(2 * E + 1) * sizeof(int);
-    k_permute<<<1, PERMUTE_THREADS, shm, gt_cuda_stream(s)>>>(slot_token, token_slot, offsets,
-                                                             topk_idx, N * k, E, capacity);
+    int32_t *cnt = (int32_t *)gt_cuda_scratch(b, GT_SCRATCH_PERMUTE, (size_t)E * sizeof(int32_t),
+                                              "moe_permute");
+    if (b->planning || !cnt) return;
+    cudaStream_t cs = gt_cuda_stream(s);
+    k_permute_count<<<E, PERMUTE_THREADS, 0, cs>>>(cnt, token_slot, topk_idx, N * k, E);
+    k_permute_place<<<E, PERMUTE_THREADS, 0, cs>>>(slot_token, token_slot, offsets, cnt, topk_idx,
+                                                   N * k, E, capacity);
     GT_CUDA_LAUNCHED(b, "moe_permute");
 }
 
