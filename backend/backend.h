@@ -99,28 +99,28 @@ typedef struct gt_backend_ops {
     /* out[n] = a[n] + x[n]; out may alias a or x */
     void (*add)(gt_backend *b, gt_stream *s, void *out, const void *a, const void *x, size_t n);
     /* out = in * keep / (1-p) with keep from Philox(site, step from st); in-place allowed */
-    void (*dropout_fwd)(gt_backend *b, gt_stream *s, void *out, const void *in, size_t n,
-                        float p, gt_rng_site site, const gt_step_state *st);
+    void (*dropout_fwd)(gt_backend *b, gt_stream *s, void *out, const void *in, size_t n, float p,
+                        gt_rng_site site, const gt_step_state *st);
     /* dx = dy * keep / (1-p), the same mask as dropout_fwd; in-place allowed */
-    void (*dropout_bwd)(gt_backend *b, gt_stream *s, void *dx, const void *dy, size_t n,
-                        float p, gt_rng_site site, const gt_step_state *st);
+    void (*dropout_bwd)(gt_backend *b, gt_stream *s, void *dx, const void *dy, size_t n, float p,
+                        gt_rng_site site, const gt_step_state *st);
     /* out[M,N] = a[M,K] @ w[N,K]^T (+ bias[N] if bias) */
     void (*matmul_fwd)(gt_backend *b, gt_stream *s, void *out, const void *a, const void *w,
                        const void *bias, int M, int N, int K);
     /* da[M,K] = (or += if accumulate) dout[M,N] @ w[N,K] */
-    void (*matmul_bwd_data)(gt_backend *b, gt_stream *s, void *da, const void *dout,
-                            const void *w, int M, int N, int K, int accumulate);
+    void (*matmul_bwd_data)(gt_backend *b, gt_stream *s, void *da, const void *dout, const void *w,
+                            int M, int N, int K, int accumulate);
     /* dw[N,K] += dout[M,N]^T @ a[M,K]; dbias[N] += column sums of dout (if dbias) */
     void (*matmul_bwd_weight)(gt_backend *b, gt_stream *s, float *dw, float *dbias,
                               const void *dout, const void *a, int M, int N, int K);
     /* rotary embedding, in place on the q and k heads of qkv[B*T, (H + 2*KV) * hd] (q heads,
      * then k heads, then v heads); position = t; pairs (i, i + hd/2) rotate by
      * t * theta^(-2i/hd) */
-    void (*rope_fwd)(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H, int KV,
-                     int hd, float theta);
+    void (*rope_fwd)(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H, int KV, int hd,
+                     float theta);
     /* inverse rotation of the q and k parts of dqkv, in place */
-    void (*rope_bwd)(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
-                     int hd, float theta);
+    void (*rope_bwd)(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV, int hd,
+                     float theta);
     /* causal grouped-query attention. out[B*T, H*hd]; lse[B,H,T] log-sum-exp of the scaled
      * scores (saved for backward); scale 1/sqrt(hd); query head h uses kv head h/(H/KV);
      * dropout p on the probabilities (site, step from st) */
@@ -129,22 +129,20 @@ typedef struct gt_backend_ops {
                           const gt_step_state *st);
     /* dqkv[B*T, (H+2KV)*hd] overwritten */
     void (*attention_bwd)(gt_backend *b, gt_stream *s, void *dqkv, const void *dout,
-                          const void *qkv, const void *out, const float *lse, int B, int T,
-                          int H, int KV, int hd, float p, gt_rng_site site,
-                          const gt_step_state *st);
+                          const void *qkv, const void *out, const float *lse, int B, int T, int H,
+                          int KV, int hd, float p, gt_rng_site site, const gt_step_state *st);
     /* out[N,f] = silu(gu[:, :f]) * gu[:, f:] (gate first, then up) */
     void (*swiglu_fwd)(gt_backend *b, gt_stream *s, void *out, const void *gu, int N, int f);
     /* dgu[N,2f] overwritten */
-    void (*swiglu_bwd)(gt_backend *b, gt_stream *s, void *dgu, const void *dout,
-                       const void *gu, int N, int f);
+    void (*swiglu_bwd)(gt_backend *b, gt_stream *s, void *dgu, const void *dout, const void *gu,
+                       int N, int f);
     /* losses[n] = -log softmax(logits[n])[targets[n]]; dlogits = (softmax - onehot) * dscale;
      * dlogits may alias logits; targets[n] < 0 are ignored (loss 0, gradient 0) */
     void (*cross_entropy)(gt_backend *b, gt_stream *s, float *losses, void *dlogits,
-                          const void *logits, const int32_t *targets, int N, int V,
-                          float dscale);
+                          const void *logits, const int32_t *targets, int N, int V, float dscale);
     /* st->loss += scale * sum(losses[0..N)), summed in a fixed order */
-    void (*loss_accumulate)(gt_backend *b, gt_stream *s, gt_step_state *st,
-                            const float *losses, int N, float scale);
+    void (*loss_accumulate)(gt_backend *b, gt_stream *s, gt_step_state *st, const float *losses,
+                            int N, float scale);
 
     /* ---- step state and optimizer ---- */
     /* st->lr from st->step and the schedule; zero loss, aux_loss, nan_flags, skipped, micro */
@@ -156,8 +154,8 @@ typedef struct gt_backend_ops {
     /* set GT_NAN_LOSS in st->nan_flags when check_loss and st->loss is not finite;
      * grad_norm = ||grads||_2 in a fixed order; set GT_NAN_GRAD when check_grad and the norm
      * is not finite. clip_coef = min(1, clip / (norm + 1e-6)) when clip > 0, else 1. */
-    void (*grad_norm)(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads,
-                      size_t n, int check_loss, int check_grad, float clip);
+    void (*grad_norm)(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads, size_t n,
+                      int check_loss, int check_grad, float clip);
     /* AdamW over flat arrays: if st->nan_flags, set st->skipped and change nothing. Otherwise,
      * with t = st->step + 1, g = grads * clip_coef, weight decay on the first n_decay
      * elements: master -= lr * (mhat / (sqrt(vhat) + eps) + wd * master); params = master
@@ -173,8 +171,7 @@ typedef struct gt_backend_ops {
      * expert first), weights renormalized to sum to 1; counts[E] = tokens routed per expert
      * (before any capacity drop) */
     void (*moe_router_fwd)(gt_backend *b, gt_stream *s, float *probs, int32_t *topk_idx,
-                           float *topk_w, int32_t *counts, const void *logits, int N, int E,
-                           int k);
+                           float *topk_w, int32_t *counts, const void *logits, int N, int E, int k);
     /* st->aux_loss += coeff * E * sum_e (counts[e] / (N*k)) * mean_n probs[n,e] */
     void (*moe_aux_loss)(gt_backend *b, gt_stream *s, gt_step_state *st, const float *probs,
                          const int32_t *counts, int N, int E, int k, float coeff);
@@ -199,25 +196,22 @@ typedef struct gt_backend_ops {
                            const int32_t *token_slot, int N, int k, int d);
     /* grouped GEMM: rows [offsets[e], offsets[e+1]) of a use expert e's weight:
      * out[R,Nf] = a[R,K] @ w[e][Nf,K]^T; rows outside every group are left untouched */
-    void (*moe_matmul_fwd)(gt_backend *b, gt_stream *s, void *out, const void *a,
-                           const void *w, const int32_t *offsets, int R, int E, int Nf, int K);
+    void (*moe_matmul_fwd)(gt_backend *b, gt_stream *s, void *out, const void *a, const void *w,
+                           const int32_t *offsets, int R, int E, int Nf, int K);
     /* da[R,K] = dout[R,Nf] @ w[e] per group */
     void (*moe_matmul_bwd_data)(gt_backend *b, gt_stream *s, void *da, const void *dout,
-                                const void *w, const int32_t *offsets, int R, int E, int Nf,
-                                int K);
+                                const void *w, const int32_t *offsets, int R, int E, int Nf, int K);
     /* dw[e][Nf,K] += dout[group]^T @ a[group] */
     void (*moe_matmul_bwd_weight)(gt_backend *b, gt_stream *s, float *dw, const void *dout,
                                   const void *a, const int32_t *offsets, int R, int E, int Nf,
                                   int K);
     /* y[n] = sum_j topk_w[n,j] * ye[token_slot[n*k+j]] (dropped assignments contribute 0) */
     void (*moe_combine_fwd)(gt_backend *b, gt_stream *s, void *y, const void *ye,
-                            const float *topk_w, const int32_t *token_slot, int N, int k,
-                            int d);
+                            const float *topk_w, const int32_t *token_slot, int N, int k, int d);
     /* dye[R,d] overwritten (zeros on padding rows); dtopk_w[N,k] overwritten */
-    void (*moe_combine_bwd)(gt_backend *b, gt_stream *s, void *dye, float *dtopk_w,
-                            const void *dy, const void *ye, const float *topk_w,
-                            const int32_t *token_slot, const int32_t *slot_token, int N,
-                            int R, int k, int d);
+    void (*moe_combine_bwd)(gt_backend *b, gt_stream *s, void *dye, float *dtopk_w, const void *dy,
+                            const void *ye, const float *topk_w, const int32_t *token_slot,
+                            const int32_t *slot_token, int N, int R, int k, int d);
 
     void (*destroy)(gt_backend *b);
 } gt_backend_ops;

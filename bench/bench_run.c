@@ -185,6 +185,8 @@ static void compare_losses(gt_bench_report *rep) {
         for (int i = 0; i < rep->n; i++) {
             const gt_bench_result *r = &rep->results[i];
             if (!r->ok || r == ref) continue;
+            /* bitwise on purpose: NaN payloads and -0 count */
+            // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
             if (memcmp(&r->losses[s], &ref->losses[s], sizeof(float)) != 0) {
                 rep->losses_identical = 0;
                 if (!rep->first_mismatch_step) rep->first_mismatch_step = s + 1;

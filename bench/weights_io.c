@@ -85,7 +85,7 @@ int gt_weights_write_model(const char *path, const gt_model *m, const float *fla
                                 "than %d bytes",
                                 name, GT_WEIGHTS_NAME_MAX - 1);
         }
-        memcpy(rec, name, strlen(name));
+        memcpy(rec, name, strlen(name) + 1); /* fits: checked against GT_WEIGHTS_NAME_MAX */
         put_u32(rec + 64, (uint32_t)nd);
         uint64_t numel = 1;
         for (int j = 0; j < 3; j++) {

@@ -95,7 +95,7 @@ static int parse_rest(int argc, char **argv, bench_args *a, gt_error *err) {
 
 /* Value of a flag in the original arguments ("--f v" or "--f=v"), or NULL. */
 static const char *find_flag(int argc, char **argv, const char *f1, const char *f2) {
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc && argv[i]; i++) {
         const char *fl[2] = {f1, f2};
         for (int k = 0; k < 2; k++) {
             if (!fl[k]) continue;

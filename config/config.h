@@ -24,7 +24,11 @@ enum {
     GT_SCOPE_MAMBA = 1u << 6,
 };
 
-typedef enum { GT_RECOMPUTE_NONE, GT_RECOMPUTE_FULL, GT_RECOMPUTE_SELECTIVE } gt_recompute_granularity;
+typedef enum {
+    GT_RECOMPUTE_NONE,
+    GT_RECOMPUTE_FULL,
+    GT_RECOMPUTE_SELECTIVE
+} gt_recompute_granularity;
 typedef enum { GT_RECOMPUTE_METHOD_UNIFORM, GT_RECOMPUTE_METHOD_BLOCK } gt_recompute_method;
 
 /* model.recompute_modules is a set, stored as bits. */
@@ -175,7 +179,7 @@ typedef struct gt_runtime_config {
     bool deterministic;                 /* deterministic attention backward etc. */
     int inject_nan_at_step;             /* test hook: -1 = off */
     bool debug_capture_check;           /* run one step under global-mode capture */
-    char gpu[32];                       /* runtime.gpu: Bridge's -g (h100, b200...); "" = this GPU */
+    char gpu[32]; /* runtime.gpu: Bridge's -g (h100, b200...); "" = this GPU */
 } gt_runtime_config;
 
 typedef struct gt_config {

@@ -29,7 +29,7 @@ static void add(gt_report *r, gt_severity sev, const char *rule, const char *con
     memset(f, 0, sizeof *f);
     f->severity = sev;
     f->rule = rule;
-    for (int i = 0; keys[i] && i < GT_FINDING_KEYS_MAX - 1; i++)
+    for (int i = 0; i < GT_FINDING_KEYS_MAX - 1 && keys[i]; i++)
         f->keys[f->n_keys++] = keys[i];
     va_list ap;
     va_start(ap, fmt);

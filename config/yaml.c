@@ -66,8 +66,8 @@ static void apply(yaml_ctx *c, const char *key, const char *value, size_t line) 
     gt_error e = {0};
     if (is_section(key)) {
         char msg[YAML_KEY_MAX + 96];
-        snprintf(msg, sizeof msg,
-                 "%s is a section, not a setting; indent its settings below '%s:'", key, key);
+        snprintf(msg, sizeof msg, "%s is a section, not a setting; indent its settings below '%s:'",
+                 key, key);
         add_error(c, GT_ERR_INVALID, line, msg);
         return;
     }
@@ -85,15 +85,15 @@ static void parse_list(yaml_ctx *c, const char *key, size_t line) {
         yaml_event_type_t t = ev.type;
         if (t == YAML_SCALAR_EVENT) {
             size_t len = ev.data.scalar.length;
-            if (strlen((const char *)ev.data.scalar.value) != len) {
-                too_long = 1; /* a NUL byte inside an item: reject rather than cut it */
-            } else if (used + len + 2 < sizeof joined) {
+            /* a NUL byte inside an item, or no room left: reject rather than cut it */
+            if (strlen((const char *)ev.data.scalar.value) != len ||
+                used + len + 2 >= sizeof joined) {
+                too_long = 1;
+            } else {
                 if (used) joined[used++] = ',';
                 memcpy(joined + used, ev.data.scalar.value, len);
                 used += len;
                 joined[used] = '\0';
-            } else {
-                too_long = 1;
             }
         } else if (t != YAML_SEQUENCE_END_EVENT) {
             char msg[YAML_KEY_MAX + 96];

@@ -15,8 +15,8 @@ void gt_arena_init(gt_arena *a, const char *name) {
 
 int gt_arena_add(gt_arena *a, const char *name, size_t bytes, void **bind, gt_error *err) {
     if (a->base)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "arena '%s': tensor '%s' planned after allocation", a->name, name);
+        return gt_error_set(err, GT_ERR_INVALID, "arena '%s': tensor '%s' planned after allocation",
+                            a->name, name);
     if (a->count == a->cap) {
         int cap = a->cap ? a->cap * 2 : 64;
         gt_arena_entry *e = realloc(a->entries, (size_t)cap * sizeof *e);
@@ -36,8 +36,9 @@ int gt_arena_add(gt_arena *a, const char *name, size_t bytes, void **bind, gt_er
 int gt_arena_alloc(gt_arena *a, gt_backend *b, gt_error *err) {
     if (a->bytes == 0) return GT_OK;
     int rc = b->ops->alloc(b, a->bytes, &a->base, err);
-    if (rc) return gt_error_wrap(err, "allocating arena '%s' (%.1f MiB): ", a->name,
-                                 (double)a->bytes / (1024.0 * 1024.0));
+    if (rc)
+        return gt_error_wrap(err, "allocating arena '%s' (%.1f MiB): ", a->name,
+                             (double)a->bytes / (1024.0 * 1024.0));
     a->owner = b;
     for (int i = 0; i < a->count; i++)
         if (a->entries[i].bind) *a->entries[i].bind = (char *)a->base + a->entries[i].offset;
@@ -58,8 +59,8 @@ size_t gt_arena_size(const gt_arena *a) {
 }
 
 void gt_arena_print(const gt_arena *a, FILE *f, int verbose) {
-    fprintf(f, "  %-14s %10.2f MiB  (%d tensors)\n", a->name,
-            (double)a->bytes / (1024.0 * 1024.0), a->count);
+    fprintf(f, "  %-14s %10.2f MiB  (%d tensors)\n", a->name, (double)a->bytes / (1024.0 * 1024.0),
+            a->count);
     if (!verbose) return;
     for (int i = 0; i < a->count; i++)
         fprintf(f, "    %-40s %12zu bytes @ %zu\n", a->entries[i].name, a->entries[i].bytes,

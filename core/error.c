@@ -1,4 +1,5 @@
 /* Error messages: formatting into the fixed buffer of gt_error, with truncation marked. */
+#define GT_ERROR_IMPL /* the real definitions below, not the analyzer's model */
 #include "core/error.h"
 
 #include <stdarg.h>

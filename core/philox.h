@@ -54,8 +54,8 @@ GT_HD float gt_u32_to_unit(uint32_t x) {
 }
 
 /* Keep-decision for dropout of element `idx` at a call site: identical on every backend. */
-GT_HD int gt_dropout_keep(uint64_t seed, uint32_t site, uint32_t micro, uint32_t step,
-                          uint64_t idx, float p) {
+GT_HD int gt_dropout_keep(uint64_t seed, uint32_t site, uint32_t micro, uint32_t step, uint64_t idx,
+                          float p) {
     gt_philox4 c;
     c.v[0] = (uint32_t)(idx >> 2);
     c.v[1] = site ^ (uint32_t)(idx >> 34) << 16;

@@ -13,18 +13,18 @@ enum {
 };
 
 typedef struct gt_step_state {
-    int64_t step;        /* optimizer steps completed so far; advanced at the end of a step */
-    float lr;            /* learning rate of the current step (computed on device) */
-    float loss;          /* mean training loss of the current step, over all micro-batches */
-    float aux_loss;      /* MoE load-balancing loss of the current step (already scaled) */
-    float grad_norm;     /* global L2 norm of the gradients, before clipping */
-    float clip_coef;     /* multiplier applied to gradients by the optimizer (<= 1) */
-    uint32_t nan_flags;  /* GT_NAN_* bits of the current step; nonzero => update skipped */
-    uint32_t skipped;    /* 1 if the current step's update was skipped */
-    int32_t nan_step;    /* step at which a NaN was first seen, -1 if never */
-    uint32_t nan_first;  /* GT_NAN_* bits at that first step */
-    int32_t inject_nan;  /* test hook: step at which the loss is forced to NaN, -1 = off */
-    int32_t micro;       /* micro-batch index inside the step (dropout counters read it) */
+    int64_t step;       /* optimizer steps completed so far; advanced at the end of a step */
+    float lr;           /* learning rate of the current step (computed on device) */
+    float loss;         /* mean training loss of the current step, over all micro-batches */
+    float aux_loss;     /* MoE load-balancing loss of the current step (already scaled) */
+    float grad_norm;    /* global L2 norm of the gradients, before clipping */
+    float clip_coef;    /* multiplier applied to gradients by the optimizer (<= 1) */
+    uint32_t nan_flags; /* GT_NAN_* bits of the current step; nonzero => update skipped */
+    uint32_t skipped;   /* 1 if the current step's update was skipped */
+    int32_t nan_step;   /* step at which a NaN was first seen, -1 if never */
+    uint32_t nan_first; /* GT_NAN_* bits at that first step */
+    int32_t inject_nan; /* test hook: step at which the loss is forced to NaN, -1 = off */
+    int32_t micro;      /* micro-batch index inside the step (dropout counters read it) */
     uint32_t pad_;
 } gt_step_state;
 

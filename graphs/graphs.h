@@ -16,7 +16,7 @@ typedef struct gt_graph_stats {
     int nodes;        /* total nodes over them */
     double capture_ms, instantiate_ms;
     size_t mem_before_capture, mem_after_capture; /* device bytes in use (peak on cpu) */
-    int fallbacks;    /* scopes that fell back to eager after a failed capture */
+    int fallbacks;          /* scopes that fell back to eager after a failed capture */
     int buckets, evictions; /* shape buckets alive and evicted (full_iteration) */
 } gt_graph_stats;
 

@@ -15,6 +15,9 @@ int gt_runner_units_init(gt_graph_runner *r, gt_error *err) {
     const gt_model_info *info = gt_model_get_info(r->m);
     r->layers = info->num_layers;
     size_t n = (size_t)r->layers * GT_MAX_UNITS_PER_LAYER * 2;
+    /* an array of gt_graph pointers: sizeof a pointer is meant (clang-tidy takes it for a
+     * sizeof(struct *) slip) */
+    // NOLINTNEXTLINE(bugprone-sizeof-expression)
     r->unit_graphs = calloc(n ? n : 1, sizeof *r->unit_graphs);
     r->unit_nodes = calloc(n ? n : 1, sizeof *r->unit_nodes);
     if (!r->unit_graphs || !r->unit_nodes)

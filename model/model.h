@@ -43,11 +43,11 @@ typedef struct gt_unit_exec {
 
 typedef struct gt_model_info {
     int num_layers;
-    size_t n_params; /* elements in the flat parameter / gradient arrays */
-    size_t n_decay;  /* the first n_decay elements get weight decay */
-    void *params;    /* [n_params] act dtype */
-    float *grads;    /* [n_params] fp32 */
-    int tokens;      /* N = micro_batch_size * seq_length */
+    size_t n_params;        /* elements in the flat parameter / gradient arrays */
+    size_t n_decay;         /* the first n_decay elements get weight decay */
+    void *params;           /* [n_params] act dtype */
+    float *grads;           /* [n_params] fp32 */
+    int tokens;             /* N = micro_batch_size * seq_length */
     double flops_per_token; /* 6*N_active + attention term / tokens (WORKLOADS.md formula) */
     size_t act_bytes, scratch_bytes, param_bytes, grad_bytes;
 } gt_model_info;
@@ -58,8 +58,7 @@ void gt_model_destroy(gt_model *m);
 const gt_model_info *gt_model_get_info(const gt_model *m);
 
 /* Arena sizes for a config without allocating anything (memory plan / dry run). */
-int gt_model_plan(const gt_config *cfg, size_t act_elem_bytes, gt_model_info *info,
-                  gt_error *err);
+int gt_model_plan(const gt_config *cfg, size_t act_elem_bytes, gt_model_info *info, gt_error *err);
 void gt_model_print_plan(const gt_model *m, FILE *f, int verbose);
 
 /* Deterministic initial values (normal(0, init_method_std) for matrices from a seeded
@@ -92,7 +91,7 @@ void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
 
 /* Forward only (evaluation, no dropout): adds scale * mean loss into st->loss, where st is
  * a separate step state kept for evaluation. */
-void gt_model_forward_loss(gt_model *m, gt_stream *s, const int32_t *tokens,
-                           const int32_t *targets, float scale, gt_step_state *st);
+void gt_model_forward_loss(gt_model *m, gt_stream *s, const int32_t *tokens, const int32_t *targets,
+                           float scale, gt_step_state *st);
 
 #endif

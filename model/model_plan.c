@@ -23,6 +23,7 @@ static int add_tensor(gt_model *m, size_t *cursor, int decay, int ndim, int s0, 
     }
     gt_model_tensor_desc *t = &m->tensors[m->n_tensors];
     memset(t, 0, sizeof *t);
+    // cppcheck-suppress wrongPrintfScanfArgNum ; plain names take no %d: C ignores the extra arg
     snprintf(t->name, sizeof t->name, fmt, layer);
     t->ndim = ndim;
     t->shape[0] = s0;
@@ -219,8 +220,8 @@ static int build_tensors(gt_model *m, gt_error *err) {
     int ok = 1;
 #define T(idx, decay, nd, a, b2, c2, fmt, l)                                                       \
     do {                                                                                           \
-        idx = add_tensor(m, &cur, decay, nd, a, b2, c2, fmt, l);                                   \
-        ok &= (idx >= 0);                                                                          \
+        (idx) = add_tensor(m, &cur, decay, nd, a, b2, c2, fmt, l);                                 \
+        ok &= ((idx) >= 0);                                                                        \
     } while (0)
     for (int l = 0; l < m->num_layers; l++) {
         gt_layer *L = &m->layers[l];

@@ -509,11 +509,13 @@ static void attn_reference(const attn_ctx *c, const gt_step_state *st, double *o
                 }
                 for (int j = 0; j <= i; j++)
                     sum += exp(sc[j] - mx);
+                // cppcheck-suppress invalidFunctionArg ; j = 0..i runs at least once: sum >= 1
                 lse[(b * c->H + h) * c->T + i] = mx + log(sum);
                 double *o = out + (size_t)(b * c->T + i) * c->H * c->hd + h * c->hd;
                 for (int d = 0; d < c->hd; d++)
                     o[d] = 0;
                 for (int j = 0; j <= i; j++) {
+                    // cppcheck-suppress uninitvar ; sc[0..i] were set by the first loop
                     double pr = exp(sc[j] - mx) / sum;
                     if (c->p > 0) {
                         uint64_t idx = (((uint64_t)b * c->H + h) * c->T + i) * c->T + j;

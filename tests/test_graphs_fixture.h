@@ -144,14 +144,17 @@ static inline void gtf_train(const gt_config *cfg, int steps, gtf_run *out) {
     gtf_train_ex(cfg, steps, NULL, out);
 }
 
-/* Bitwise equality of the losses of every step and of the final master weights. */
+/* Bitwise equality of the losses of every step and of the final master weights (memcmp, not
+ * ==, on purpose: clang-tidy's float memcmp check is silenced for that below). */
 static inline void gtf_assert_same(const gtf_run *a, const gtf_run *b) {
     assert_int_equal(a->steps, b->steps);
     for (int i = 0; i < a->steps; i++)
+        // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
         if (memcmp(&a->loss[i], &b->loss[i], sizeof(float)) != 0)
             fail_msg("step %d: loss %.9g != %.9g", i + 1, (double)a->loss[i], (double)b->loss[i]);
     assert_int_equal(a->n_master, b->n_master);
     for (size_t i = 0; i < a->n_master; i++)
+        // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
         if (memcmp(&a->master[i], &b->master[i], sizeof(float)) != 0)
             fail_msg("master weight %zu: %.9g != %.9g", i, (double)a->master[i],
                      (double)b->master[i]);

@@ -225,7 +225,7 @@ static void test_metrics_file_has_one_json_line_per_logged_step(void **state) {
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     char line[1024];
-    int lines = 0, steps[8];
+    int lines = 0, steps[8] = {0};
     while (fgets(line, sizeof line, f) && lines < 8) {
         assert_int_equal(line[0], '{');
         assert_non_null(strstr(line, "\"loss\""));

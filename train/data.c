@@ -327,6 +327,8 @@ int gt_data_next(gt_data *d, int32_t *tokens, int32_t *targets, int B, gt_error 
         if (d->shuffle) {
             int rc = build_perm(d, d->pos.epoch, err);
             if (rc) return rc;
+            /* build_perm filled perm[0..n_samples) and cursor < n_samples (checked above) */
+            // NOLINTNEXTLINE(clang-analyzer-core.uninitialized.Assign)
             sample = d->perm[sample];
         }
         read_sample(d, sample, tok, tgt);

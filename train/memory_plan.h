@@ -13,8 +13,8 @@
 
 typedef struct gt_memory_plan {
     size_t params, grads, activations, scratch; /* model arenas */
-    size_t optimizer;                            /* fp32 master + Adam m and v */
-    size_t workspace;                            /* allowance: cuBLASLt, attention, reductions */
+    size_t optimizer;                           /* fp32 master + Adam m and v */
+    size_t workspace;                           /* allowance: cuBLASLt, attention, reductions */
     size_t total;
 } gt_memory_plan;
 

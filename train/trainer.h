@@ -22,9 +22,9 @@ typedef enum {
 typedef struct gt_step_stats {
     int64_t step; /* step number just completed (1-based) */
     float loss, lr, grad_norm, aux_loss;
-    int skipped;         /* update skipped (NaN) */
-    uint32_t nan_flags;  /* GT_NAN_* of this step */
-    double ms;           /* wall time of the step, host view, including the final sync */
+    int skipped;        /* update skipped (NaN) */
+    uint32_t nan_flags; /* GT_NAN_* of this step */
+    double ms;          /* wall time of the step, host view, including the final sync */
     double tokens_per_s;
     gt_step_mode mode;
 } gt_step_stats;

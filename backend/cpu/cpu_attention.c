@@ -169,6 +169,7 @@ static double attn_row_lse(const attn_geom *g, const float *q, int b, int kvh, i
         }
     }
     *sum_out = sum;
+    // cppcheck-suppress invalidFunctionArg ; the loop ran at least once (i >= 0): sum >= 1
     return mx + log(sum);
 }
 

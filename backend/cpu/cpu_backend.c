@@ -119,8 +119,7 @@ static int cpu_stream_sync(gt_backend *b, gt_stream *s, gt_error *err) {
     return gt_backend_check(b, err);
 }
 
-void gt_cpu_submit(gt_backend *b, gt_stream *s, gt_cpu_kernel fn, const void *args,
-                   size_t size) {
+void gt_cpu_submit(gt_backend *b, gt_stream *s, gt_cpu_kernel fn, const void *args, size_t size) {
     if (b->planning) return;
     gt_graph *g = s ? s->recording : NULL;
     if (!g) {
@@ -138,7 +137,8 @@ void gt_cpu_submit(gt_backend *b, gt_stream *s, gt_cpu_kernel fn, const void *ar
     }
     if (g->args_used + need > g->args_cap) {
         size_t cap = g->args_cap ? g->args_cap * 2 : 16384;
-        while (cap < g->args_used + need) cap *= 2;
+        while (cap < g->args_used + need)
+            cap *= 2;
         unsigned char *a = realloc(g->args, cap);
         if (!a) goto oom;
         g->args = a;
@@ -237,7 +237,8 @@ static int cpu_end_capture(gt_backend *b, gt_stream *s, gt_graph **g, gt_graph_i
 static int cpu_graph_launch(gt_backend *b, gt_graph *g, gt_stream *s, gt_error *err) {
     if (s && s->recording)
         return gt_error_set(err, GT_ERR_INVALID, "cannot launch a graph into a capturing stream");
-    for (int i = 0; i < g->count; i++) g->nodes[i].fn(g->args + g->nodes[i].arg_off);
+    for (int i = 0; i < g->count; i++)
+        g->nodes[i].fn(g->args + g->nodes[i].arg_off);
     return gt_backend_check(b, err);
 }
 

@@ -12,8 +12,7 @@
 typedef void (*gt_cpu_kernel)(const void *args);
 
 /* Runs fn(args) now, or records fn with a copy of the args when s is capturing. */
-void gt_cpu_submit(gt_backend *b, gt_stream *s, gt_cpu_kernel fn, const void *args,
-                   size_t size);
+void gt_cpu_submit(gt_backend *b, gt_stream *s, gt_cpu_kernel fn, const void *args, size_t size);
 
 /* Fills the math entries of the op table (backend/cpu/cpu_*.c). */
 void gt_cpu_register_dense_ops(gt_backend_ops *ops);

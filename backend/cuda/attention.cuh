@@ -14,17 +14,17 @@ typedef struct attn_geo {
     uint32_t site;
 } attn_geo;
 
-static __device__ __forceinline__ float drop_mult(const attn_geo &g, uint32_t micro,
-                                                  uint32_t step, int b, int h, int i, int j) {
+static __device__ __forceinline__ float drop_mult(const attn_geo &g, uint32_t micro, uint32_t step,
+                                                  int b, int h, int i, int j) {
     if (g.p <= 0.0f) return 1.0f;
     uint64_t idx = (((uint64_t)b * g.H + h) * g.T + i) * (uint64_t)g.T + j;
     return gt_dropout_keep(g.seed, g.site, micro, step, idx, g.p) ? g.keep_scale : 0.0f;
 }
 
 /* Probability and dS of one (query r, key c) entry of the current tiles. */
-static __device__ __forceinline__ void p_ds(const attn_geo &g, uint32_t micro, uint32_t step,
-                                            int b, int h, int i, int j, float s, float dp,
-                                            float lse_i, float D_i, float *pd, float *ds) {
+static __device__ __forceinline__ void p_ds(const attn_geo &g, uint32_t micro, uint32_t step, int b,
+                                            int h, int i, int j, float s, float dp, float lse_i,
+                                            float D_i, float *pd, float *ds) {
     if (j > i || i >= g.T || j >= g.T) {
         *pd = 0.0f;
         *ds = 0.0f;
@@ -38,8 +38,8 @@ static __device__ __forceinline__ void p_ds(const attn_geo &g, uint32_t micro, u
 
 /* Tensor-core path (k_attention_tc.cu). Each returns 0 without launching anything when the
  * call does not fit it (head size, pointer alignment), so the caller falls back. */
-int gt_cuda_attn_tc_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv,
-                        const attn_geo *g, int hd, const gt_step_state *st);
+int gt_cuda_attn_tc_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv, const attn_geo *g,
+                        int hd, const gt_step_state *st);
 int gt_cuda_attn_tc_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,
                         const float *lse, const float *D, const attn_geo *g, int hd,
                         const gt_step_state *st);

@@ -22,22 +22,21 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-int gt_cuda_fail_call(gt_backend *b, cudaError_t e, const char *call, const char *file,
-                      int line) {
+int gt_cuda_fail_call(gt_backend *b, cudaError_t e, const char *call, const char *file, int line) {
     if (e == cudaSuccess) return 0;
-    gt_backend_fail(b, GT_ERR_DEVICE, "%s failed: %s (%s) at %s:%d", call,
-                    cudaGetErrorName(e), cudaGetErrorString(e), file, line);
+    gt_backend_fail(b, GT_ERR_DEVICE, "%s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e),
+                    cudaGetErrorString(e), file, line);
     return 1;
 }
 
 /* Same as GT_CUDA_OP for functions that return a status through gt_error. */
-#define GT_CUDA_RET(err, call)                                                              \
-    do {                                                                                    \
-        cudaError_t gt_e_ = (call);                                                         \
-        if (gt_e_ != cudaSuccess)                                                           \
-            return gt_error_set((err), GT_ERR_DEVICE, "%s failed: %s (%s) at %s:%d", #call, \
-                                cudaGetErrorName(gt_e_), cudaGetErrorString(gt_e_),         \
-                                __FILE__, __LINE__);                                        \
+#define GT_CUDA_RET(err, call)                                                                     \
+    do {                                                                                           \
+        cudaError_t gt_e_ = (call);                                                                \
+        if (gt_e_ != cudaSuccess)                                                                  \
+            return gt_error_set((err), GT_ERR_DEVICE, "%s failed: %s (%s) at %s:%d", #call,        \
+                                cudaGetErrorName(gt_e_), cudaGetErrorString(gt_e_), __FILE__,      \
+                                __LINE__);                                                         \
     } while (0)
 
 void *gt_cuda_scratch(gt_backend *b, gt_scratch_kind kind, size_t bytes, const char *what) {
@@ -389,15 +388,21 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     const char *attn = getenv("GT_CUDA_ATTN");
     const char *moe = getenv("GT_CUDA_MOE");
     im->attn_mode = GT_ATTN_CUDNN;
-    if (attn && !strcmp(attn, "simt")) im->attn_mode = GT_ATTN_SIMT;
-    else if (attn && !strcmp(attn, "tc")) im->attn_mode = GT_ATTN_TC;
-    else if (attn && *attn && strcmp(attn, "cudnn")) bad_env = "GT_CUDA_ATTN (cudnn | tc | simt)";
+    if (attn && !strcmp(attn, "simt"))
+        im->attn_mode = GT_ATTN_SIMT;
+    else if (attn && !strcmp(attn, "tc"))
+        im->attn_mode = GT_ATTN_TC;
+    else if (attn && *attn && strcmp(attn, "cudnn"))
+        bad_env = "GT_CUDA_ATTN (cudnn | tc | simt)";
     /* the 128x128 cp.async grouped GEMM: 35 ms/step on the moe workload against 85 ms for
      * the 64x64 one (H200, 2026-11-29) */
     im->moe_mode = GT_MOE_TC2;
-    if (moe && !strcmp(moe, "simt")) im->moe_mode = GT_MOE_SIMT;
-    else if (moe && !strcmp(moe, "tc")) im->moe_mode = GT_MOE_TC;
-    else if (moe && *moe && strcmp(moe, "tc2")) bad_env = "GT_CUDA_MOE (tc2 | tc | simt)";
+    if (moe && !strcmp(moe, "simt"))
+        im->moe_mode = GT_MOE_SIMT;
+    else if (moe && !strcmp(moe, "tc"))
+        im->moe_mode = GT_MOE_TC;
+    else if (moe && *moe && strcmp(moe, "tc2"))
+        bad_env = "GT_CUDA_MOE (tc2 | tc | simt)";
     if (bad_env) {
         free(b);
         free(ops);

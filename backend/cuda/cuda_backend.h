@@ -83,15 +83,14 @@ typedef struct gt_cuda_impl {
 } gt_cuda_impl;
 
 /* Reports a failed CUDA runtime call into the sticky error (ops) and returns nonzero. */
-int gt_cuda_fail_call(gt_backend *b, cudaError_t e, const char *call, const char *file,
-                      int line);
-#define GT_CUDA_OP(b, call)                                                                  \
-    do {                                                                                     \
-        cudaError_t gt_e_ = (call);                                                          \
-        if (gt_e_ != cudaSuccess) gt_cuda_fail_call((b), gt_e_, #call, __FILE__, __LINE__); \
+int gt_cuda_fail_call(gt_backend *b, cudaError_t e, const char *call, const char *file, int line);
+#define GT_CUDA_OP(b, call)                                                                        \
+    do {                                                                                           \
+        cudaError_t gt_e_ = (call);                                                                \
+        if (gt_e_ != cudaSuccess) gt_cuda_fail_call((b), gt_e_, #call, __FILE__, __LINE__);        \
     } while (0)
 /* After a kernel launch: a bad configuration shows up in cudaGetLastError. */
-#define GT_CUDA_LAUNCHED(b, what) \
+#define GT_CUDA_LAUNCHED(b, what)                                                                  \
     gt_cuda_fail_call((b), cudaGetLastError(), what, __FILE__, __LINE__)
 
 /* The raw CUDA stream of s (the legacy default stream for NULL). */

@@ -25,11 +25,13 @@ static __device__ __forceinline__ bf16 tobf(float x) {
 }
 
 static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 static __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -46,7 +48,8 @@ static __device__ __forceinline__ float block_sum(float v, float *sh) {
 }
 
 static __device__ __forceinline__ double warp_sum_d(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 static __device__ __forceinline__ double block_sum_d(double v, double *sh) {
@@ -77,19 +80,21 @@ static __device__ __forceinline__ void ld8(float *f, const bf16 *p) {
     bf16 h[8];
     memcpy(h, &u, 16);
 #pragma unroll
-    for (int i = 0; i < 8; i++) f[i] = __bfloat162float(h[i]);
+    for (int i = 0; i < 8; i++)
+        f[i] = __bfloat162float(h[i]);
 }
 static __device__ __forceinline__ void st8(bf16 *p, const float *f) {
     bf16 h[8];
 #pragma unroll
-    for (int i = 0; i < 8; i++) h[i] = __float2bfloat16(f[i]);
+    for (int i = 0; i < 8; i++)
+        h[i] = __float2bfloat16(f[i]);
     uint4 u;
     memcpy(&u, h, 16);
     *(uint4 *)p = u;
 }
 
-#define GT_GRID_STRIDE(i, n) \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+#define GT_GRID_STRIDE(i, n)                                                                       \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
          i += (size_t)gridDim.x * blockDim.x)
 
 #endif

@@ -23,9 +23,9 @@ typedef enum {
     GEMM_KINDS
 } gemm_kind;
 
-static const char *const gemm_names[GEMM_KINDS] = {
-    "matmul_fwd", "matmul_fwd(bias)", "matmul_bwd_data", "matmul_bwd_data(accumulate)",
-    "matmul_bwd_weight"};
+static const char *const gemm_names[GEMM_KINDS] = {"matmul_fwd", "matmul_fwd(bias)",
+                                                   "matmul_bwd_data", "matmul_bwd_data(accumulate)",
+                                                   "matmul_bwd_weight"};
 
 struct gt_cuda_gemm_plan {
     int kind, M, N, K;
@@ -35,12 +35,12 @@ struct gt_cuda_gemm_plan {
     int has_algo[2];
 };
 
-#define GT_LT_RET(b, err, call)                                                              \
-    do {                                                                                     \
-        cublasStatus_t st_ = (call);                                                         \
-        if (st_ != CUBLAS_STATUS_SUCCESS)                                                    \
-            return gt_error_set((err), GT_ERR_DEVICE, "%s failed: cuBLAS status %d at %s:%d", \
-                                #call, (int)st_, __FILE__, __LINE__);                        \
+#define GT_LT_RET(b, err, call)                                                                    \
+    do {                                                                                           \
+        cublasStatus_t st_ = (call);                                                               \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                          \
+            return gt_error_set((err), GT_ERR_DEVICE, "%s failed: cuBLAS status %d at %s:%d",      \
+                                #call, (int)st_, __FILE__, __LINE__);                              \
     } while (0)
 
 int gt_cuda_matmul_init(gt_backend *b, gt_error *err) {
@@ -61,7 +61,8 @@ static void plan_release(gt_cuda_gemm_plan *p) {
 
 void gt_cuda_matmul_destroy(gt_backend *b) {
     gt_cuda_impl *im = b->impl;
-    for (int i = 0; i < im->n_plans; i++) plan_release(&im->plans[i]);
+    for (int i = 0; i < im->n_plans; i++)
+        plan_release(&im->plans[i]);
     free(im->plans);
     im->plans = NULL;
     im->n_plans = im->cap_plans = 0;
@@ -144,8 +145,7 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
         ctype = CUDA_R_32F;
         break;
     }
-    if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
-        CUBLAS_STATUS_SUCCESS)
+    if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
         return 0;
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
@@ -236,15 +236,15 @@ static void gemm_run(gt_backend *b, gt_stream *s, int kind, int M, int N, int K,
                                        sizeof bias);
     float alpha = 1.0f;
     cublasStatus_t st = cublasLtMatmul((cublasLtHandle_t)im->lt, p->desc, &alpha, A, p->la, B,
-                                       p->lb, &beta, C, p->lc, C, p->lc, &p->algo[slot],
-                                       im->lt_ws, im->lt_ws_bytes, gt_cuda_stream(s));
+                                       p->lb, &beta, C, p->lc, C, p->lc, &p->algo[slot], im->lt_ws,
+                                       im->lt_ws_bytes, gt_cuda_stream(s));
     if (st != CUBLAS_STATUS_SUCCESS)
         gt_backend_fail(b, GT_ERR_DEVICE, "cublasLtMatmul (%s M=%d N=%d K=%d) failed: status %d",
                         gemm_names[kind], M, N, K, (int)st);
 }
 
-static void cuda_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *a,
-                            const void *w, const void *bias, int M, int N, int K) {
+static void cuda_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *a, const void *w,
+                            const void *bias, int M, int N, int K) {
     gemm_run(b, s, bias ? GEMM_FWD_BIAS : GEMM_FWD, M, N, K, w, a, out, bias, 0.0f);
 }
 

@@ -1,7 +1,8 @@
 /* cuDNN fused attention through the backend API (plain C, no cudnn-frontend): builds the
  * "composite" SDPA operation graphs (matmul, pointwise, reduction and reshape ops that cuDNN's
  * runtime fusion recognises as flash attention) for causal GQA on packed qkv, picks engines,
- * caches a forward/backward plan pair per shape. Recipe: shared/reference/cudnn-sdpa-backend-api.md. */
+ * caches a forward/backward plan pair per shape. Recipe:
+ * shared/reference/cudnn-sdpa-backend-api.md. */
 #include "backend/cuda/cudnn_attention.h"
 
 #ifdef GT_HAVE_CUDNN
@@ -168,8 +169,7 @@ static tensor gb_tensor(builder *g, cudnnDataType_t dt, layout l, tensor_kind ki
     SET(g, t.d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &t.uid);
     SET(g, t.d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
     if (kind == T_VIRTUAL) SET(g, t.d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes);
-    if (kind == T_BY_VALUE)
-        SET(g, t.d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes);
+    if (kind == T_BY_VALUE) SET(g, t.d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes);
     gb_fin(g, t.d, "finalize tensor");
     return t;
 }
@@ -189,8 +189,10 @@ static tensor gb_pw(builder *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
         gb_new(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "create pointwise op");
     SET(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
     SET(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x.d);
-    if (b) SET(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b->d);
-    if (t) SET(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t->d);
+    if (b)
+        SET(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b->d);
+    if (t)
+        SET(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t->d);
     SET(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y.d);
     gb_fin(g, op, "finalize pointwise op");
     gb_op(g, op);
@@ -280,7 +282,8 @@ static attn_layouts make_layouts(const attn_plan *p) {
 
 static void record_io(attn_pass *p, const tensor *io, int n) {
     p->nio = n;
-    for (int i = 0; i < n; i++) p->uids[i] = io[i].uid;
+    for (int i = 0; i < n; i++)
+        p->uids[i] = io[i].uid;
 }
 
 /* Forward with stats, 14 ops. IO order: q, kt, v, o, stats, scale, neg_inf. */
@@ -407,22 +410,22 @@ static int engine_info(cudnnBackendDescriptor_t cfg, int64_t *index, int *nondet
 /* Op graph -> heuristics (mode A, then fallback) -> first config whose plan finalizes. */
 static int choose_plan(attn_pass *p, int deterministic, const char *pass, gt_error *err) {
     builder *g = &p->b;
-    cudnnBackendDescriptor_t graph = gb_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR,
-                                            "create operation graph");
+    cudnnBackendDescriptor_t graph =
+        gb_new(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "create operation graph");
     SET(g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &g->h);
     SET(g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops);
     gb_fin(g, graph, "finalize operation graph");
     if (g->st)
-        return gt_error_set(err, g->st == CUDNN_STATUS_NOT_SUPPORTED ? GT_ERR_UNSUPPORTED
-                                                                      : GT_ERR_DEVICE,
-                            "cudnn attention %s graph: %s", pass, g->what);
+        return gt_error_set(
+            err, g->st == CUDNN_STATUS_NOT_SUPPORTED ? GT_ERR_UNSUPPORTED : GT_ERR_DEVICE,
+            "cudnn attention %s graph: %s", pass, g->what);
 
     const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     int tried = 0, skipped = 0;
     char last[160] = "no engine config offered";
     for (int m = 0; m < 2; m++) {
-        cudnnBackendDescriptor_t heur = gb_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
-                                               "create heuristics");
+        cudnnBackendDescriptor_t heur =
+            gb_new(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "create heuristics");
         SET(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
             &graph);
         SET(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[m]);
@@ -455,8 +458,8 @@ static int choose_plan(attn_pass *p, int deterministic, const char *pass, gt_err
             }
             tried++;
             cudnnBackendDescriptor_t plan = NULL;
-            cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
-                                                            &plan);
+            cudnnStatus_t st =
+                cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
             if (!st)
                 st = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
                                               CUDNN_TYPE_HANDLE, 1, &g->h);
@@ -507,11 +510,11 @@ static cudnnStatus_t get_pack(attn_pass *p, void *const *ptrs, void *ws,
         st = cudnnBackendSetAttribute(d, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
                                       p->nio, p->uids);
     if (!st)
-        st = cudnnBackendSetAttribute(d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                      CUDNN_TYPE_VOID_PTR, p->nio, ptrs);
+        st = cudnnBackendSetAttribute(d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+                                      p->nio, ptrs);
     if (!st)
-        st = cudnnBackendSetAttribute(d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR,
-                                      1, &ws);
+        st = cudnnBackendSetAttribute(d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
+                                      &ws);
     if (!st) st = cudnnBackendFinalize(d);
     if (st) {
         if (d) cudnnBackendDestroyDescriptor(d);
@@ -583,14 +586,15 @@ static int exec_fwd(gt_cudnn_attn *a, attn_plan *p, cudaStream_t stream, void *o
                     const void *qkv, void *ws, gt_error *err) {
     char *q = (char *)(uintptr_t)qkv; /* cuDNN takes void *; inputs are only read */
     size_t hb = (size_t)p->hd * sizeof(uint16_t);
-    void *ptrs[] = {q, q + (size_t)p->H * hb, q + (size_t)(p->H + p->KV) * hb, out, lse,
-                    &p->scale, &p->neg_inf};
+    void *ptrs[] = {
+        q,          q + (size_t)p->H * hb, q + (size_t)(p->H + p->KV) * hb, out, lse, &p->scale,
+        &p->neg_inf};
     return run_pass(a, &p->fwd, stream, ptrs, ws, "forward", err);
 }
 
 static int exec_bwd(gt_cudnn_attn *a, attn_plan *p, cudaStream_t stream, void *dqkv,
-                    const void *dout, const void *qkv, const void *out, const float *lse,
-                    void *ws, gt_error *err) {
+                    const void *dout, const void *qkv, const void *out, const float *lse, void *ws,
+                    gt_error *err) {
     char *q = (char *)(uintptr_t)qkv, *dq = dqkv;
     size_t hb = (size_t)p->hd * sizeof(uint16_t);
     size_t koff = (size_t)p->H * hb, voff = (size_t)(p->H + p->KV) * hb;
@@ -627,7 +631,7 @@ static int warm_up(gt_cudnn_attn *a, attn_plan *p, gt_error *err) {
                             "plan attention before allocating the model's buffers",
                             total >> 20, cudaGetErrorString(ce));
     char *qkv = buf, *dqkv = qkv + qkv_b, *out = dqkv + qkv_b, *dout = out + o_b;
-    float *lse = (float *)(dout + o_b);
+    float *lse = (float *)(void *)(dout + o_b); /* byte offset into one allocation */
     char *ws = (char *)lse + lse_b;
     int rc = GT_OK;
     ce = cudaMemsetAsync(buf, 0, total, a->stream);
@@ -645,9 +649,11 @@ static int warm_up(gt_cudnn_attn *a, attn_plan *p, gt_error *err) {
 }
 
 static void pass_destroy(attn_pass *p) {
-    for (int i = 0; i < p->npacks; i++) cudnnBackendDestroyDescriptor(p->packs[i].d);
+    for (int i = 0; i < p->npacks; i++)
+        cudnnBackendDestroyDescriptor(p->packs[i].d);
     if (p->plan) cudnnBackendDestroyDescriptor(p->plan);
-    for (int i = p->b.ndesc - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->b.descs[i]);
+    for (int i = p->b.ndesc - 1; i >= 0; i--)
+        cudnnBackendDestroyDescriptor(p->b.descs[i]);
     memset(p, 0, sizeof *p);
 }
 
@@ -693,7 +699,8 @@ int gt_cudnn_attn_create(gt_cudnn_attn **out, cudaStream_t stream, gt_error *err
 
 void gt_cudnn_attn_destroy(gt_cudnn_attn *a) {
     if (!a) return;
-    for (int i = 0; i < a->nplans; i++) plan_free(a->plans[i]);
+    for (int i = 0; i < a->nplans; i++)
+        plan_free(a->plans[i]);
     free(a->plans);
     cudnnDestroy(a->h);
     free(a);
@@ -773,22 +780,20 @@ int gt_cudnn_attn_plan(gt_cudnn_attn *a, int B, int T, int H, int KV, int hd,
     return GT_OK;
 }
 
-int gt_cudnn_attn_describe(const gt_cudnn_attn *a, int B, int T, int H, int KV, int hd,
-                           char *buf, size_t n) {
+int gt_cudnn_attn_describe(const gt_cudnn_attn *a, int B, int T, int H, int KV, int hd, char *buf,
+                           size_t n) {
     const attn_plan *p = a ? find_plan(a, B, T, H, KV, hd) : NULL;
     if (!p || !buf) return GT_ERR_INVALID;
     snprintf(buf, n,
              "cuDNN %zu: forward engine %lld (%d ops, ws %lld B), backward engine %lld (%d ops, "
              "ws %lld B), workspace %zu B",
-             cudnnGetVersion(), (long long)p->fwd.engine, p->fwd.b.nops,
-             (long long)p->fwd.ws_bytes, (long long)p->bwd.engine, p->bwd.b.nops,
-             (long long)p->bwd.ws_bytes, p->ws_total);
+             cudnnGetVersion(), (long long)p->fwd.engine, p->fwd.b.nops, (long long)p->fwd.ws_bytes,
+             (long long)p->bwd.engine, p->bwd.b.nops, (long long)p->bwd.ws_bytes, p->ws_total);
     return GT_OK;
 }
 
-int gt_cudnn_attn_fwd(gt_cudnn_attn *a, cudaStream_t stream, void *out, float *lse,
-                      const void *qkv, int B, int T, int H, int KV, int hd, void *workspace,
-                      gt_error *err) {
+int gt_cudnn_attn_fwd(gt_cudnn_attn *a, cudaStream_t stream, void *out, float *lse, const void *qkv,
+                      int B, int T, int H, int KV, int hd, void *workspace, gt_error *err) {
     attn_plan *p = NULL;
     const void *bufs[] = {out, lse, qkv};
     int rc = lookup(a, &p, B, T, H, KV, hd, bufs, 3, workspace, "forward", err);
@@ -810,8 +815,8 @@ int gt_cudnn_attn_bwd(gt_cudnn_attn *a, cudaStream_t stream, void *dqkv, const v
 
 #include <stdio.h>
 
-#define NO_CUDNN_MSG                                                                           \
-    "this build has no cuDNN (cudnn.h was not found at configure time); set CUDNN_HOME and "  \
+#define NO_CUDNN_MSG                                                                               \
+    "this build has no cuDNN (cudnn.h was not found at configure time); set CUDNN_HOME and "       \
     "reconfigure, or use the built-in attention kernel"
 
 int gt_cudnn_attn_available(void) {
@@ -831,15 +836,14 @@ int gt_cudnn_attn_plan(gt_cudnn_attn *a, int B, int T, int H, int KV, int hd,
     if (workspace_bytes) *workspace_bytes = 0;
     return gt_error_set(err, GT_ERR_UNSUPPORTED, NO_CUDNN_MSG);
 }
-int gt_cudnn_attn_describe(const gt_cudnn_attn *a, int B, int T, int H, int KV, int hd,
-                           char *buf, size_t n) {
+int gt_cudnn_attn_describe(const gt_cudnn_attn *a, int B, int T, int H, int KV, int hd, char *buf,
+                           size_t n) {
     (void)a, (void)B, (void)T, (void)H, (void)KV, (void)hd;
     if (buf && n) snprintf(buf, n, "no cuDNN");
     return GT_ERR_UNSUPPORTED;
 }
-int gt_cudnn_attn_fwd(gt_cudnn_attn *a, cudaStream_t stream, void *out, float *lse,
-                      const void *qkv, int B, int T, int H, int KV, int hd, void *workspace,
-                      gt_error *err) {
+int gt_cudnn_attn_fwd(gt_cudnn_attn *a, cudaStream_t stream, void *out, float *lse, const void *qkv,
+                      int B, int T, int H, int KV, int hd, void *workspace, gt_error *err) {
     (void)a, (void)stream, (void)out, (void)lse, (void)qkv, (void)B, (void)T, (void)H, (void)KV,
         (void)hd, (void)workspace;
     return gt_error_set(err, GT_ERR_UNSUPPORTED, NO_CUDNN_MSG);

@@ -35,9 +35,8 @@ int gt_cudnn_attn_plan(gt_cudnn_attn *a, int B, int T, int H, int KV, int hd,
  * causal scores scaled by 1/sqrt(hd); query head h uses kv head h/(H/KV). The shape must have
  * been planned; workspace holds at least the planned bytes, 256-byte aligned. Both only
  * enqueue on `stream` (no sync, no device allocation). */
-int gt_cudnn_attn_fwd(gt_cudnn_attn *a, cudaStream_t stream, void *out, float *lse,
-                      const void *qkv, int B, int T, int H, int KV, int hd, void *workspace,
-                      gt_error *err);
+int gt_cudnn_attn_fwd(gt_cudnn_attn *a, cudaStream_t stream, void *out, float *lse, const void *qkv,
+                      int B, int T, int H, int KV, int hd, void *workspace, gt_error *err);
 /* dqkv [B*T, (H+2KV)*hd] bf16, overwritten (dK, dV summed over the query heads of each kv
  * group); deterministic: bitwise identical run to run. */
 int gt_cudnn_attn_bwd(gt_cudnn_attn *a, cudaStream_t stream, void *dqkv, const void *dout,
@@ -46,8 +45,8 @@ int gt_cudnn_attn_bwd(gt_cudnn_attn *a, cudaStream_t stream, void *dqkv, const v
 
 /* One line naming the cuDNN version, the chosen engines, op counts and workspace sizes of a
  * planned shape (for logs and benchmarks); GT_ERR_INVALID when the shape is not planned. */
-int gt_cudnn_attn_describe(const gt_cudnn_attn *a, int B, int T, int H, int KV, int hd,
-                           char *buf, size_t n);
+int gt_cudnn_attn_describe(const gt_cudnn_attn *a, int B, int T, int H, int KV, int hd, char *buf,
+                           size_t n);
 
 #ifdef __cplusplus
 }

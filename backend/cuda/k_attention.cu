@@ -23,8 +23,8 @@
 /* Loads rows [r0, r0 + 64) of one head (column offset col0) into a float tile with row
  * stride HD + 1; rows past T are zeros. */
 template <int HD>
-static __device__ __forceinline__ void load_tile(float *dst, const bf16 *src, int row_base,
-                                                 int r0, int T, int stride, int col0) {
+static __device__ __forceinline__ void load_tile(float *dst, const bf16 *src, int row_base, int r0,
+                                                 int T, int stride, int col0) {
     for (int idx = threadIdx.x; idx < ATT_BR * HD; idx += blockDim.x) {
         int r = idx / HD, c = idx % HD;
         int t = r0 + r;
@@ -40,17 +40,21 @@ static __device__ __forceinline__ void tile_dot(float acc[4][4], const float *A,
 #pragma unroll
     for (int a = 0; a < 4; a++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) acc[a][c] = 0.0f;
+        for (int c = 0; c < 4; c++)
+            acc[a][c] = 0.0f;
     for (int k = 0; k < HD; k++) {
         float av[4], bv[4];
 #pragma unroll
-        for (int a = 0; a < 4; a++) av[a] = A[(ty + 16 * a) * (HD + 1) + k];
+        for (int a = 0; a < 4; a++)
+            av[a] = A[(ty + 16 * a) * (HD + 1) + k];
 #pragma unroll
-        for (int c = 0; c < 4; c++) bv[c] = Bm[(tx + 16 * c) * (HD + 1) + k];
+        for (int c = 0; c < 4; c++)
+            bv[c] = Bm[(tx + 16 * c) * (HD + 1) + k];
 #pragma unroll
         for (int a = 0; a < 4; a++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) acc[a][c] += av[a] * bv[c];
+            for (int c = 0; c < 4; c++)
+                acc[a][c] += av[a] * bv[c];
     }
 }
 
@@ -69,7 +73,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int orow = tid / 4, oq = tid % 4; /* output row and column phase */
     float acc[HD / 4];
 #pragma unroll
-    for (int i = 0; i < HD / 4; i++) acc[i] = 0.0f;
+    for (int i = 0; i < HD / 4; i++)
+        acc[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     load_tile<HD>(Qs, qkv, row_base, q0, T, g.C, h * HD);
     int last_key = min(T - 1, q0 + ATT_BR - 1);
@@ -93,7 +98,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         int i = q0 + orow;
         float *prow = Ps + orow * (ATT_BC + 1);
         float tmax = -INFINITY;
-        for (int c = oq; c < ATT_BC; c += 4) tmax = fmaxf(tmax, prow[c]);
+        for (int c = oq; c < ATT_BC; c += 4)
+            tmax = fmaxf(tmax, prow[c]);
         tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
         tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
         float mnew = fmaxf(m, tmax);
@@ -110,13 +116,15 @@ __global__ void __launch_bounds__(ATT_THREADS)
         l = l * alpha + rsum;
         m = mnew;
 #pragma unroll
-        for (int x = 0; x < HD / 4; x++) acc[x] *= alpha;
+        for (int x = 0; x < HD / 4; x++)
+            acc[x] *= alpha;
         __syncwarp();
         for (int c = 0; c < ATT_BC; c++) {
             float pv = prow[c];
             const float *vrow = Vs + c * (HD + 1) + oq;
 #pragma unroll
-            for (int x = 0; x < HD / 4; x++) acc[x] += pv * vrow[4 * x];
+            for (int x = 0; x < HD / 4; x++)
+                acc[x] += pv * vrow[4 * x];
         }
     }
     int i = q0 + orow;
@@ -124,7 +132,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         float inv = l > 0.0f ? 1.0f / l : 0.0f;
         bf16 *o = out + (size_t)(row_base + i) * (g.H * HD) + h * HD + oq;
 #pragma unroll
-        for (int x = 0; x < HD / 4; x++) o[4 * x] = tobf(acc[x] * inv);
+        for (int x = 0; x < HD / 4; x++)
+            o[4 * x] = tobf(acc[x] * inv);
         if (oq == 0) lse[((size_t)b * g.H + h) * T + i] = m + logf(l);
     }
 }
@@ -139,15 +148,16 @@ __global__ void k_attn_bwd_pre(float *D, const bf16 *dout, const bf16 *out, int 
     int i = (int)(w % T), h = (int)((w / T) % H), b = (int)(w / ((size_t)T * H));
     size_t off = ((size_t)b * T + i) * ((size_t)H * hd) + (size_t)h * hd;
     float acc = 0.0f;
-    for (int c = lane; c < hd; c += 32) acc += ldf(dout + off + c) * ldf(out + off + c);
+    for (int c = lane; c < hd; c += 32)
+        acc += ldf(dout + off + c) * ldf(out + off + c);
     acc = warp_sum(acc);
     if (lane == 0) D[w] = acc;
 }
 
 template <int HD>
 __global__ void __launch_bounds__(ATT_THREADS)
-    k_attn_bwd_dkv(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                   const float *D, attn_geo g, const gt_step_state *st) {
+    k_attn_bwd_dkv(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
+                   attn_geo g, const gt_step_state *st) {
     extern __shared__ float sm[];
     float *Ks = sm, *Vs = Ks + ATT_BC * (HD + 1), *Qs = Vs + ATT_BC * (HD + 1);
     float *dOs = Qs + ATT_BR * (HD + 1);
@@ -161,7 +171,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int krow = tid / 4, kq = tid % 4;
     float dk[HD / 4], dv[HD / 4];
 #pragma unroll
-    for (int x = 0; x < HD / 4; x++) dk[x] = dv[x] = 0.0f;
+    for (int x = 0; x < HD / 4; x++)
+        dk[x] = dv[x] = 0.0f;
     load_tile<HD>(Ks, qkv, row_base, k0, T, g.C, (g.H + kvh) * HD);
     load_tile<HD>(Vs, qkv, row_base, k0, T, g.C, (g.H + g.KV + kvh) * HD);
     int HO = g.H * HD;
@@ -218,8 +229,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 template <int HD>
 __global__ void __launch_bounds__(ATT_THREADS)
-    k_attn_bwd_dq(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                  const float *D, attn_geo g, const gt_step_state *st) {
+    k_attn_bwd_dq(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
+                  attn_geo g, const gt_step_state *st) {
     extern __shared__ float sm[];
     float *Qs = sm, *dOs = Qs + ATT_BR * (HD + 1), *Ks = dOs + ATT_BR * (HD + 1);
     float *Vs = Ks + ATT_BC * (HD + 1), *dSs = Vs + ATT_BC * (HD + 1);
@@ -233,7 +244,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int qrow = tid / 4, qq = tid % 4;
     float dq[HD / 4];
 #pragma unroll
-    for (int x = 0; x < HD / 4; x++) dq[x] = 0.0f;
+    for (int x = 0; x < HD / 4; x++)
+        dq[x] = 0.0f;
     load_tile<HD>(Qs, qkv, row_base, q0, T, g.C, h * HD);
     load_tile<HD>(dOs, dout, row_base, q0, T, g.H * HD, h * HD);
     for (int r = tid; r < ATT_BR; r += blockDim.x) {
@@ -267,14 +279,16 @@ __global__ void __launch_bounds__(ATT_THREADS)
             float dsv = dsrow[c];
             const float *krow = Ks + c * (HD + 1) + qq;
 #pragma unroll
-            for (int x = 0; x < HD / 4; x++) dq[x] += dsv * krow[4 * x];
+            for (int x = 0; x < HD / 4; x++)
+                dq[x] += dsv * krow[4 * x];
         }
     }
     int i = q0 + qrow;
     if (i < T) {
         bf16 *dqp = dqkv + (size_t)(row_base + i) * g.C + h * HD + qq;
 #pragma unroll
-        for (int x = 0; x < HD / 4; x++) dqp[4 * x] = tobf(dq[x] * g.scale);
+        for (int x = 0; x < HD / 4; x++)
+            dqp[4 * x] = tobf(dq[x] * g.scale);
     }
 }
 
@@ -291,8 +305,8 @@ static size_t dq_smem(int hd) {
                             (size_t)ATT_BR * (ATT_BC + 1) + 2 * ATT_BR);
 }
 
-static int attn_check(gt_backend *b, const char *what, int B, int T, int H, int KV, int hd,
-                      float p, const gt_step_state *st) {
+static int attn_check(gt_backend *b, const char *what, int B, int T, int H, int KV, int hd, float p,
+                      const gt_step_state *st) {
     if (B <= 0 || T <= 0 || H <= 0 || KV <= 0 || H % KV != 0 || hd <= 0 || hd % 8 != 0) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "%s: bad shape B=%d T=%d H=%d KV=%d hd=%d (H must be a multiple of KV "
@@ -338,8 +352,8 @@ static int ptr_aligned16(const void *p) {
  * a new shape (once) and records the workspace; in a step it only looks the shape up.
  * Returns 0: use the own kernels; 1: use cuDNN with *ws (nothing to do while planning);
  * -1: a sticky error was raised. */
-static int cudnn_route(gt_backend *b, gt_stream *s, int B, int T, int H, int KV, int hd,
-                       float p, const void *x, const void *y, const void *z, void **ws) {
+static int cudnn_route(gt_backend *b, gt_stream *s, int B, int T, int H, int KV, int hd, float p,
+                       const void *x, const void *y, const void *z, void **ws) {
     gt_cuda_impl *im = (gt_cuda_impl *)b->impl;
     if (im->attn_mode != GT_ATTN_CUDNN || p > 0.0f || T % 128 != 0) return 0;
     if (!ptr_aligned16(x) || !ptr_aligned16(y) || !ptr_aligned16(z)) return 0;
@@ -368,9 +382,8 @@ static int cudnn_route(gt_backend *b, gt_stream *s, int B, int T, int H, int KV,
                 gt_cudnn_attn_create((gt_cudnn_attn **)&im->cudnn, gt_cuda_stream(s), &err))
                 im->cudnn = NULL;
             size_t bytes = 0;
-            if (im->cudnn &&
-                gt_cudnn_attn_plan((gt_cudnn_attn *)im->cudnn, B, T, H, KV, hd, &bytes, &err) ==
-                    GT_OK) {
+            if (im->cudnn && gt_cudnn_attn_plan((gt_cudnn_attn *)im->cudnn, B, T, H, KV, hd, &bytes,
+                                                &err) == GT_OK) {
                 pl->use_cudnn = 1;
                 pl->ws_bytes = bytes;
             }
@@ -385,9 +398,9 @@ static int cudnn_route(gt_backend *b, gt_stream *s, int B, int T, int H, int KV,
     return 1;
 }
 
-static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *lse,
-                               const void *qkv, int B, int T, int H, int KV, int hd, float p,
-                               gt_rng_site site, const gt_step_state *st) {
+static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *lse, const void *qkv,
+                               int B, int T, int H, int KV, int hd, float p, gt_rng_site site,
+                               const gt_step_state *st) {
     if (!attn_check(b, "attention_fwd", B, T, H, KV, hd, p, st)) return;
     cudaStream_t cs = gt_cuda_stream(s);
     void *ws = NULL;
@@ -396,8 +409,8 @@ static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *ls
         gt_error err;
         memset(&err, 0, sizeof err);
         if (route > 0 && !b->planning &&
-            gt_cudnn_attn_fwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn, cs, out, lse,
-                              qkv, B, T, H, KV, hd, ws, &err))
+            gt_cudnn_attn_fwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn, cs, out, lse, qkv,
+                              B, T, H, KV, hd, ws, &err))
             gt_backend_fail(b, err.code, "attention_fwd (cuDNN): %s", err.msg);
         return;
     }
@@ -410,17 +423,17 @@ static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *ls
         return;
     }
     if (hd == 64)
-        k_attn_fwd<64><<<grid, ATT_THREADS, fwd_smem(64), cs>>>((bf16 *)out, lse,
-                                                               (const bf16 *)qkv, g, st);
+        k_attn_fwd<64>
+            <<<grid, ATT_THREADS, fwd_smem(64), cs>>>((bf16 *)out, lse, (const bf16 *)qkv, g, st);
     else
-        k_attn_fwd<128><<<grid, ATT_THREADS, fwd_smem(128), cs>>>((bf16 *)out, lse,
-                                                                 (const bf16 *)qkv, g, st);
+        k_attn_fwd<128>
+            <<<grid, ATT_THREADS, fwd_smem(128), cs>>>((bf16 *)out, lse, (const bf16 *)qkv, g, st);
     GT_CUDA_LAUNCHED(b, "attention_fwd");
 }
 
 static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const void *dout,
-                               const void *qkv, const void *out, const float *lse, int B,
-                               int T, int H, int KV, int hd, float p, gt_rng_site site,
+                               const void *qkv, const void *out, const float *lse, int B, int T,
+                               int H, int KV, int hd, float p, gt_rng_site site,
                                const gt_step_state *st) {
     if (!attn_check(b, "attention_bwd", B, T, H, KV, hd, p, st)) return;
     void *ws = NULL;
@@ -429,9 +442,8 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
         gt_error err;
         memset(&err, 0, sizeof err);
         if (route > 0 && !b->planning &&
-            gt_cudnn_attn_bwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn,
-                              gt_cuda_stream(s), dqkv, dout, qkv, out, lse, B, T, H, KV, hd, ws,
-                              &err))
+            gt_cudnn_attn_bwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn, gt_cuda_stream(s),
+                              dqkv, dout, qkv, out, lse, B, T, H, KV, hd, ws, &err))
             gt_backend_fail(b, err.code, "attention_bwd (cuDNN): %s", err.msg);
         return;
     }
@@ -453,13 +465,13 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     if (hd == 64) {
         k_attn_bwd_dkv<64><<<gkv, ATT_THREADS, dkv_smem(64), cs>>>(
             (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
-        k_attn_bwd_dq<64><<<gq, ATT_THREADS, dq_smem(64), cs>>>(
-            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
+        k_attn_bwd_dq<64><<<gq, ATT_THREADS, dq_smem(64), cs>>>((bf16 *)dqkv, (const bf16 *)dout,
+                                                                (const bf16 *)qkv, lse, D, g, st);
     } else {
         k_attn_bwd_dkv<128><<<gkv, ATT_THREADS, dkv_smem(128), cs>>>(
             (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
-        k_attn_bwd_dq<128><<<gq, ATT_THREADS, dq_smem(128), cs>>>(
-            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
+        k_attn_bwd_dq<128><<<gq, ATT_THREADS, dq_smem(128), cs>>>((bf16 *)dqkv, (const bf16 *)dout,
+                                                                  (const bf16 *)qkv, lse, D, g, st);
     }
     GT_CUDA_LAUNCHED(b, "attention_bwd");
 }
@@ -489,8 +501,8 @@ __global__ void k_rope(bf16 *qkv, int B, int T, int H, int KV, int hd, float the
     }
 }
 
-static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, int B, int T,
-                     int H, int KV, int hd, float theta, int inverse) {
+static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, int B, int T, int H,
+                     int KV, int hd, float theta, int inverse) {
     if (B < 0 || T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 != 0 || !(theta > 0.0f)) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "%s: bad shape B=%d T=%d H=%d KV=%d hd=%d theta=%g (the head size must "
@@ -514,8 +526,7 @@ static void cuda_rope_bwd(gt_backend *b, gt_stream *s, void *dqkv, int B, int T,
     rope_run(b, s, "rope_bwd", dqkv, B, T, H, KV, hd, theta, 1);
 }
 
-template <typename K>
-static cudaError_t allow_smem(K kernel, size_t bytes) {
+template <typename K> static cudaError_t allow_smem(K kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 

@@ -41,7 +41,8 @@ static __device__ __forceinline__ void tc_strip_dot(float *S, const bf16 *A, con
                                                     int w) {
     frag_c c[4];
 #pragma unroll
-    for (int j = 0; j < 4; j++) wmma::fill_fragment(c[j], 0.0f);
+    for (int j = 0; j < 4; j++)
+        wmma::fill_fragment(c[j], 0.0f);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
         frag_a_row a;
@@ -58,8 +59,7 @@ static __device__ __forceinline__ void tc_strip_dot(float *S, const bf16 *A, con
         wmma::store_matrix_sync(S + w * 16 * TC_LDS + j * 16, c[j], TC_LDS, wmma::mem_row_major);
 }
 
-template <int HD>
-static constexpr size_t tc_fwd_smem() {
+template <int HD> static constexpr size_t tc_fwd_smem() {
     return sizeof(bf16) * (3 * TC_TILE * (HD + 8) + TC_TILE * TC_LDP) +
            sizeof(float) * (TC_TILE * TC_LDS + TC_TILE * (HD + 4));
 }
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     constexpr int LD = HD + 8, LDO = HD + 4;
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Qs = (bf16 *)smraw, *Ks = Qs + TC_TILE * LD, *Vs = Ks + TC_TILE * LD;
-    bf16 *Ps = Vs + TC_TILE * LD;           /* [64][TC_LDP] */
+    bf16 *Ps = Vs + TC_TILE * LD;                 /* [64][TC_LDP] */
     float *Ss = (float *)(Ps + TC_TILE * TC_LDP); /* [64][TC_LDS] */
     float *Os = Ss + TC_TILE * TC_LDS;            /* [64][LDO] */
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     uint32_t micro = g.p > 0.0f ? (uint32_t)st->micro : 0u;
     uint32_t step = g.p > 0.0f ? (uint32_t)st->step : 0u;
     int r = w * 16 + (lane >> 1), half = lane & 1, i = q0 + r;
-    for (int x = threadIdx.x; x < TC_TILE * LDO; x += blockDim.x) Os[x] = 0.0f;
+    for (int x = threadIdx.x; x < TC_TILE * LDO; x += blockDim.x)
+        Os[x] = 0.0f;
     tc_load<HD, LD>(Qs, qkv, row_base, q0, T, g.C, h * HD);
     float m = -INFINITY, l = 0.0f;
     int last_key = min(T - 1, q0 + TC_TILE - 1);
@@ -103,8 +104,8 @@ __global__ void __launch_bounds__(TC_THREADS)
         bf16 *prow = Ps + r * TC_LDP + half * 32;
         for (int c = 0; c < 32; c++) {
             int j = k0 + half * 32 + c;
-            float pv = (j <= i && j < T && mnew != -INFINITY) ? expf(srow[c] * g.scale - mnew)
-                                                              : 0.0f;
+            float pv =
+                (j <= i && j < T && mnew != -INFINITY) ? expf(srow[c] * g.scale - mnew) : 0.0f;
             rsum += pv;
             prow[c] = tobf(pv * drop_mult(g, micro, step, b, h, i, j));
         }
@@ -112,7 +113,8 @@ __global__ void __launch_bounds__(TC_THREADS)
         l = l * alpha + rsum;
         m = mnew;
         float *orow = Os + r * LDO + half * (HD / 2);
-        for (int c = 0; c < HD / 2; c++) orow[c] *= alpha;
+        for (int c = 0; c < HD / 2; c++)
+            orow[c] *= alpha;
         __syncwarp();
 #pragma unroll
         for (int n = 0; n < HD / 16; n++) {
@@ -134,22 +136,23 @@ __global__ void __launch_bounds__(TC_THREADS)
         float inv = l > 0.0f ? 1.0f / l : 0.0f;
         const float *orow = Os + r * LDO + half * (HD / 2);
         bf16 *o = out + (size_t)(row_base + i) * (g.H * HD) + h * HD + half * (HD / 2);
-        for (int c = 0; c < HD / 2; c++) o[c] = tobf(orow[c] * inv);
+        for (int c = 0; c < HD / 2; c++)
+            o[c] = tobf(orow[c] * inv);
         if (half == 0) lse[((size_t)b * g.H + h) * T + i] = m + logf(l);
     }
 }
 
 /* P (dropped, bf16) and dS (bf16) of the rows this lane pair owns, from S and dP (fp32). */
-static __device__ __forceinline__ void tc_pds_rows(const attn_geo &g, uint32_t micro,
-                                                   uint32_t step, int b, int h, int q0, int k0,
-                                                   const float *Ss, const float *dPs,
-                                                   const float *Ls, const float *Ds, bf16 *Pb,
-                                                   bf16 *dSb, int r, int half) {
+static __device__ __forceinline__ void tc_pds_rows(const attn_geo &g, uint32_t micro, uint32_t step,
+                                                   int b, int h, int q0, int k0, const float *Ss,
+                                                   const float *dPs, const float *Ls,
+                                                   const float *Ds, bf16 *Pb, bf16 *dSb, int r,
+                                                   int half) {
     int i = q0 + r;
     for (int c = half * 32; c < half * 32 + 32; c++) {
         float pd, ds;
-        p_ds(g, micro, step, b, h, i, k0 + c, Ss[r * TC_LDS + c], dPs[r * TC_LDS + c], Ls[r],
-             Ds[r], &pd, &ds);
+        p_ds(g, micro, step, b, h, i, k0 + c, Ss[r * TC_LDS + c], dPs[r * TC_LDS + c], Ls[r], Ds[r],
+             &pd, &ds);
         if (Pb) Pb[r * TC_LDP + c] = tobf(pd);
         dSb[r * TC_LDP + c] = tobf(ds);
     }
@@ -170,21 +173,21 @@ static __device__ __forceinline__ void tc_store_rows(bf16 *dst, float *Ob, frag_
     if (t < T) {
         bf16 *d = dst + (size_t)(row_base + t) * C + col + half * (HD / 2);
         const float *src = Ob + r * LDO + half * (HD / 2);
-        for (int c = 0; c < HD / 2; c++) d[c] = tobf(src[c] * sc);
+        for (int c = 0; c < HD / 2; c++)
+            d[c] = tobf(src[c] * sc);
     }
     __syncwarp();
 }
 
-template <int HD>
-static constexpr size_t tc_dkv_smem() {
+template <int HD> static constexpr size_t tc_dkv_smem() {
     return sizeof(bf16) * (4 * TC_TILE * (HD + 8) + 2 * TC_TILE * TC_LDP) +
            sizeof(float) * (2 * TC_TILE * TC_LDS + TC_TILE * (HD + 4) + 2 * TC_TILE);
 }
 
 template <int HD>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_attn_dkv_tc(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                  const float *D, attn_geo g, const gt_step_state *st) {
+    k_attn_dkv_tc(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
+                  attn_geo g, const gt_step_state *st) {
     constexpr int LD = HD + 8, LDO = HD + 4, NF = HD / 16;
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Ks = (bf16 *)smraw, *Vs = Ks + TC_TILE * LD, *Qs = Vs + TC_TILE * LD;
@@ -218,7 +221,7 @@ __global__ void __launch_bounds__(TC_THREADS)
                 Ds[x] = i < T ? D[li] : 0.0f;
             }
             __syncthreads();
-            tc_strip_dot<HD, LD>(Ss, Qs, Ks, w);  /* S rows = queries of strip w */
+            tc_strip_dot<HD, LD>(Ss, Qs, Ks, w);   /* S rows = queries of strip w */
             tc_strip_dot<HD, LD>(dPs, dOs, Vs, w); /* dP = dO V^T */
             __syncwarp();
             tc_pds_rows(g, micro, step, b, h, q0, k0, Ss, dPs, Ls, Ds, Pb, dSb, r, half);
@@ -240,22 +243,20 @@ __global__ void __launch_bounds__(TC_THREADS)
             }
         }
     }
-    tc_store_rows<HD>(dqkv, Ob, dk, w, r, half, k0, T, row_base, g.C, (g.H + kvh) * HD,
-                      g.scale);
-    tc_store_rows<HD>(dqkv, Ob, dv, w, r, half, k0, T, row_base, g.C,
-                      (g.H + g.KV + kvh) * HD, 1.0f);
+    tc_store_rows<HD>(dqkv, Ob, dk, w, r, half, k0, T, row_base, g.C, (g.H + kvh) * HD, g.scale);
+    tc_store_rows<HD>(dqkv, Ob, dv, w, r, half, k0, T, row_base, g.C, (g.H + g.KV + kvh) * HD,
+                      1.0f);
 }
 
-template <int HD>
-static constexpr size_t tc_dq_smem() {
+template <int HD> static constexpr size_t tc_dq_smem() {
     return sizeof(bf16) * (4 * TC_TILE * (HD + 8) + TC_TILE * TC_LDP) +
            sizeof(float) * (2 * TC_TILE * TC_LDS + TC_TILE * (HD + 4) + 2 * TC_TILE);
 }
 
 template <int HD>
 __global__ void __launch_bounds__(TC_THREADS)
-    k_attn_dq_tc(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                 const float *D, attn_geo g, const gt_step_state *st) {
+    k_attn_dq_tc(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
+                 attn_geo g, const gt_step_state *st) {
     constexpr int LD = HD + 8, LDO = HD + 4, NF = HD / 16;
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Qs = (bf16 *)smraw, *dOs = Qs + TC_TILE * LD, *Ks = dOs + TC_TILE * LD;
@@ -270,7 +271,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     int r = w * 16 + (lane >> 1), half = lane & 1;
     frag_c dq[NF];
 #pragma unroll
-    for (int n = 0; n < NF; n++) wmma::fill_fragment(dq[n], 0.0f);
+    for (int n = 0; n < NF; n++)
+        wmma::fill_fragment(dq[n], 0.0f);
     tc_load<HD, LD>(Qs, qkv, row_base, q0, T, g.C, h * HD);
     tc_load<HD, LD>(dOs, dout, row_base, q0, T, g.H * HD, h * HD);
     for (int x = threadIdx.x; x < TC_TILE; x += blockDim.x) {
@@ -309,16 +311,16 @@ static int aligned16(const void *p) {
     return ((uintptr_t)p & 15u) == 0;
 }
 
-int gt_cuda_attn_tc_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv,
-                        const attn_geo *g, int hd, const gt_step_state *st) {
+int gt_cuda_attn_tc_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv, const attn_geo *g,
+                        int hd, const gt_step_state *st) {
     if ((hd != 64 && hd != 128) || !aligned16(qkv)) return 0;
     dim3 grid((g->T + TC_TILE - 1) / TC_TILE, g->H, g->B);
     if (hd == 64)
-        k_attn_fwd_tc<64><<<grid, TC_THREADS, tc_fwd_smem<64>(), cs>>>(
-            (bf16 *)out, lse, (const bf16 *)qkv, *g, st);
+        k_attn_fwd_tc<64><<<grid, TC_THREADS, tc_fwd_smem<64>(), cs>>>((bf16 *)out, lse,
+                                                                       (const bf16 *)qkv, *g, st);
     else
-        k_attn_fwd_tc<128><<<grid, TC_THREADS, tc_fwd_smem<128>(), cs>>>(
-            (bf16 *)out, lse, (const bf16 *)qkv, *g, st);
+        k_attn_fwd_tc<128><<<grid, TC_THREADS, tc_fwd_smem<128>(), cs>>>((bf16 *)out, lse,
+                                                                         (const bf16 *)qkv, *g, st);
     return 1;
 }
 
@@ -342,8 +344,7 @@ int gt_cuda_attn_tc_bwd(cudaStream_t cs, void *dqkv, const void *dout, const voi
     return 1;
 }
 
-template <typename K>
-static cudaError_t tc_allow(K kernel, size_t bytes) {
+template <typename K> static cudaError_t tc_allow(K kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 

@@ -8,11 +8,11 @@
 #include "core/philox.h"
 
 #define DENSE_THREADS 256
-#define RMS_BWD_ROWS 32    /* rows per block of the rmsnorm backward */
-#define RMS_MAX_COLS 32    /* columns per thread: d <= 256 * 32 */
-#define DBIAS_ROWS 64      /* rows per partial of the dbias column sums */
-#define RMS_WARP_ROWS 4    /* rows per warp of the vector rmsnorm backward */
-#define RMS_VEC_MAX_K 8    /* vector rmsnorm kernels: d = 256 * K, K <= 8 */
+#define RMS_BWD_ROWS 32 /* rows per block of the rmsnorm backward */
+#define RMS_MAX_COLS 32 /* columns per thread: d <= 256 * 32 */
+#define DBIAS_ROWS 64   /* rows per partial of the dbias column sums */
+#define RMS_WARP_ROWS 4 /* rows per warp of the vector rmsnorm backward */
+#define RMS_VEC_MAX_K 8 /* vector rmsnorm kernels: d = 256 * K, K <= 8 */
 #define EMB_SORT_THREADS 1024
 #define EMB_SORT_SHARED_MAX 16384 /* keys sorted in shared memory up to this many */
 
@@ -33,8 +33,8 @@ static void cuda_to_float(gt_backend *b, gt_stream *s, float *dst, const void *s
 }
 static void cuda_from_float(gt_backend *b, gt_stream *s, void *dst, const float *src, size_t n) {
     if (b->planning || n == 0) return;
-    k_from_float<<<gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)dst, src, n);
+    k_from_float<<<gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>((bf16 *)dst,
+                                                                                     src, n);
     GT_CUDA_LAUNCHED(b, "from_float");
 }
 
@@ -46,14 +46,16 @@ __global__ void k_colsum_partial(float *part, const bf16 *x, int M, int N) {
     if (c >= N) return;
     int r1 = min(M, r0 + DBIAS_ROWS);
     float acc = 0.0f;
-    for (int r = r0; r < r1; r++) acc += ldf(x + (size_t)r * N + c);
+    for (int r = r0; r < r1; r++)
+        acc += ldf(x + (size_t)r * N + c);
     part[(size_t)blockIdx.y * N + c] = acc;
 }
 __global__ void k_colsum_final(float *out, const float *part, int parts, int N) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= N) return;
     float acc = 0.0f;
-    for (int p = 0; p < parts; p++) acc += part[(size_t)p * N + c];
+    for (int p = 0; p < parts; p++)
+        acc += part[(size_t)p * N + c];
     out[c] += acc;
 }
 
@@ -64,25 +66,26 @@ __global__ void k_colsum_final_wide(float *out, const float *part, int parts, in
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, c = blockIdx.x * 32 + lane;
     float acc = 0.0f;
     if (c < N)
-        for (int p = w; p < parts; p += 8) acc += part[(size_t)p * N + c];
+        for (int p = w; p < parts; p += 8)
+            acc += part[(size_t)p * N + c];
     sh[w][lane] = acc;
     __syncthreads();
     if (w == 0 && c < N) {
         float t = 0.0f;
-        for (int k = 0; k < 8; k++) t += sh[k][lane];
+        for (int k = 0; k < 8; k++)
+            t += sh[k][lane];
         out[c] += t;
     }
 }
 
-extern "C" void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const void *dout,
-                              int M, int N) {
+extern "C" void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const void *dout, int M,
+                              int N) {
     int parts = (M + DBIAS_ROWS - 1) / DBIAS_ROWS;
-    float *part = (float *)gt_cuda_scratch(b, GT_SCRATCH_DBIAS,
-                                           (size_t)parts * N * sizeof(float), "matmul dbias");
+    float *part = (float *)gt_cuda_scratch(b, GT_SCRATCH_DBIAS, (size_t)parts * N * sizeof(float),
+                                           "matmul dbias");
     if (!part || M <= 0 || N <= 0) return;
     dim3 g1((N + DENSE_THREADS - 1) / DENSE_THREADS, parts);
-    k_colsum_partial<<<g1, DENSE_THREADS, 0, gt_cuda_stream(s)>>>(part, (const bf16 *)dout, M,
-                                                                  N);
+    k_colsum_partial<<<g1, DENSE_THREADS, 0, gt_cuda_stream(s)>>>(part, (const bf16 *)dout, M, N);
     k_colsum_final<<<(N + DENSE_THREADS - 1) / DENSE_THREADS, DENSE_THREADS, 0,
                      gt_cuda_stream(s)>>>(dbias, part, parts, N);
     GT_CUDA_LAUNCHED(b, "matmul dbias");
@@ -90,8 +93,7 @@ extern "C" void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const v
 
 /* ---- embedding ---- */
 
-__global__ void k_embedding_fwd(bf16 *out, const int32_t *tokens, const bf16 *wte, int N,
-                                int d) {
+__global__ void k_embedding_fwd(bf16 *out, const int32_t *tokens, const bf16 *wte, int N, int d) {
     size_t total = (size_t)N * d;
     GT_GRID_STRIDE(i, total) {
         size_t n = i / d, c = i % d;
@@ -125,20 +127,22 @@ __global__ void k_embedding_sort(uint64_t *keys_out, const int32_t *tokens, int 
         }
     }
     if (use_shared)
-        for (int i = threadIdx.x; i < N; i += blockDim.x) keys_out[i] = a[i];
+        for (int i = threadIdx.x; i < N; i += blockDim.x)
+            keys_out[i] = a[i];
 }
 
 /* One warp per sorted position; the warp at the head of a run of equal tokens sums the run's
  * rows in token order and adds them to dwte[token]. */
-__global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint64_t *keys, int N,
-                                  int V, int d) {
+__global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint64_t *keys, int N, int V,
+                                  int d) {
     int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (w >= N) return;
     uint32_t tok = (uint32_t)(keys[w] >> 32);
     if (w > 0 && (uint32_t)(keys[w - 1] >> 32) == tok) return;
     if (tok >= (uint32_t)V) return;
     int end = w + 1;
-    while (end < N && (uint32_t)(keys[end] >> 32) == tok) end++;
+    while (end < N && (uint32_t)(keys[end] >> 32) == tok)
+        end++;
     for (int c = lane; c < d; c += 32) {
         float acc = 0.0f;
         for (int r = w; r < end; r++) {
@@ -149,8 +153,7 @@ __global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint64_t 
     }
 }
 
-__global__ void k_embedding_fwd8(bf16 *out, const int32_t *tokens, const bf16 *wte, int N,
-                                 int d) {
+__global__ void k_embedding_fwd8(bf16 *out, const int32_t *tokens, const bf16 *wte, int N, int d) {
     size_t d8 = (size_t)d / 8, total = (size_t)N * d8;
     GT_GRID_STRIDE(i, total) {
         size_t n = i / d8, c = i % d8;
@@ -175,7 +178,8 @@ static void cuda_embedding_fwd(gt_backend *b, gt_stream *s, void *out, const int
 
 static int pow2_at_least(int n) {
     int p = 1;
-    while (p < n) p <<= 1;
+    while (p < n)
+        p <<= 1;
     return p;
 }
 
@@ -198,8 +202,8 @@ static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, const v
 /* ---- rmsnorm ---- */
 
 /* One warp per row. */
-__global__ void k_rmsnorm_fwd(bf16 *out, float *rstd, const bf16 *inp, const bf16 *w, int N,
-                              int d, float eps) {
+__global__ void k_rmsnorm_fwd(bf16 *out, float *rstd, const bf16 *inp, const bf16 *w, int N, int d,
+                              float eps) {
     int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (row >= N) return;
     const bf16 *x = inp + (size_t)row * d;
@@ -211,7 +215,8 @@ __global__ void k_rmsnorm_fwd(bf16 *out, float *rstd, const bf16 *inp, const bf1
     ss = warp_sum(ss);
     float r = rsqrtf(ss / (float)d + eps);
     bf16 *o = out + (size_t)row * d;
-    for (int c = lane; c < d; c += 32) o[c] = tobf(ldf(x + c) * r * ldf(w + c));
+    for (int c = lane; c < d; c += 32)
+        o[c] = tobf(ldf(x + c) * r * ldf(w + c));
     if (lane == 0) rstd[row] = r;
 }
 
@@ -276,7 +281,8 @@ __global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const b
     for (int k = 0; k < K; k++) {
         ld8(xv[k], x + 256 * k + 8 * lane);
 #pragma unroll
-        for (int j = 0; j < 8; j++) ss += xv[k][j] * xv[k][j];
+        for (int j = 0; j < 8; j++)
+            ss += xv[k][j] * xv[k][j];
     }
     ss = warp_sum(ss);
     float r = rsqrtf(ss / (float)d + eps);
@@ -285,7 +291,8 @@ __global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const b
         float wv[8];
         ld8(wv, w + 256 * k + 8 * lane);
 #pragma unroll
-        for (int j = 0; j < 8; j++) xv[k][j] *= r * wv[j];
+        for (int j = 0; j < 8; j++)
+            xv[k][j] *= r * wv[j];
         st8(out + (size_t)row * d + 256 * k + 8 * lane, xv[k]);
     }
     if (lane == 0) rstd[row] = r;
@@ -303,7 +310,8 @@ __global__ void k_rmsnorm_bwd_v(bf16 *dinp, float *dw_part, const bf16 *dout, co
 #pragma unroll
     for (int k = 0; k < K; k++)
 #pragma unroll
-        for (int j = 0; j < 8; j++) dwp[k][j] = 0.0f;
+        for (int j = 0; j < 8; j++)
+            dwp[k][j] = 0.0f;
     for (int r = r0; r < r1; r++) {
         const bf16 *x = inp + (size_t)r * d, *dy = dout + (size_t)r * d;
         float rs = rstd[r], dot = 0.0f;
@@ -314,7 +322,8 @@ __global__ void k_rmsnorm_bwd_v(bf16 *dinp, float *dw_part, const bf16 *dout, co
             ld8(gv, dy + 256 * k + 8 * lane);
             ld8(wv, w + 256 * k + 8 * lane);
 #pragma unroll
-            for (int j = 0; j < 8; j++) dot += gv[j] * wv[j] * xv[j];
+            for (int j = 0; j < 8; j++)
+                dot += gv[j] * wv[j] * xv[j];
         }
         dot = warp_sum(dot);
         float coef = rs * rs * rs * dot / (float)d;
@@ -338,23 +347,30 @@ __global__ void k_rmsnorm_bwd_v(bf16 *dinp, float *dw_part, const bf16 *dout, co
 #pragma unroll
     for (int k = 0; k < K; k++)
 #pragma unroll
-        for (int j = 0; j < 8; j++) dw_part[(size_t)wg * d + 256 * k + 8 * lane + j] = dwp[k][j];
+        for (int j = 0; j < 8; j++)
+            dw_part[(size_t)wg * d + 256 * k + 8 * lane + j] = dwp[k][j];
 }
 
-static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd,
-                             const void *inp, const void *w, int N, int d, float eps) {
+static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *inp,
+                             const void *w, int N, int d, float eps) {
     if (b->planning || N <= 0 || d <= 0) return;
     if (d % 256 == 0 && d <= 256 * RMS_VEC_MAX_K && al16(out) && al16(inp) && al16(w)) {
         int rows_per_block = DENSE_THREADS / 32, grid = (N + rows_per_block - 1) / rows_per_block;
         cudaStream_t cs = gt_cuda_stream(s);
         switch (d / 256) {
-#define RMS_FWD_V(K)                                                                        \
-    case K:                                                                                 \
-        k_rmsnorm_fwd_v<K><<<grid, DENSE_THREADS, 0, cs>>>((bf16 *)out, rstd, (const bf16 *)inp, \
-                                                           (const bf16 *)w, N, eps);       \
-        break;
-            RMS_FWD_V(1) RMS_FWD_V(2) RMS_FWD_V(3) RMS_FWD_V(4) RMS_FWD_V(5) RMS_FWD_V(6)
-            RMS_FWD_V(7) RMS_FWD_V(8)
+#define RMS_FWD_V(K)                                                                               \
+    case K:                                                                                        \
+        k_rmsnorm_fwd_v<K><<<grid, DENSE_THREADS, 0, cs>>>((bf16 *)out, rstd, (const bf16 *)inp,   \
+                                                           (const bf16 *)w, N, eps);               \
+        break
+            RMS_FWD_V(1);
+            RMS_FWD_V(2);
+            RMS_FWD_V(3);
+            RMS_FWD_V(4);
+            RMS_FWD_V(5);
+            RMS_FWD_V(6);
+            RMS_FWD_V(7);
+            RMS_FWD_V(8);
 #undef RMS_FWD_V
         default:
             break;
@@ -364,14 +380,13 @@ static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd
     }
     int rows_per_block = DENSE_THREADS / 32;
     k_rmsnorm_fwd<<<(N + rows_per_block - 1) / rows_per_block, DENSE_THREADS, 0,
-                    gt_cuda_stream(s)>>>((bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)w,
-                                         N, d, eps);
+                    gt_cuda_stream(s)>>>((bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)w, N,
+                                         d, eps);
     GT_CUDA_LAUNCHED(b, "rmsnorm_fwd");
 }
 
-static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
-                             const void *dout, const void *inp, const void *w,
-                             const float *rstd, int N, int d) {
+static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
+                             const void *inp, const void *w, const float *rstd, int N, int d) {
     if (d > DENSE_THREADS * RMS_MAX_COLS) {
         gt_backend_fail(b, GT_ERR_UNSUPPORTED, "rmsnorm_bwd: d=%d exceeds the kernel's %d", d,
                         DENSE_THREADS * RMS_MAX_COLS);
@@ -386,13 +401,19 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
         int wpb = DENSE_THREADS / 32, grid = (warps + wpb - 1) / wpb;
         cudaStream_t cs = gt_cuda_stream(s);
         switch (d / 256) {
-#define RMS_BWD_V(K)                                                                       \
-    case K:                                                                                \
-        k_rmsnorm_bwd_v<K><<<grid, DENSE_THREADS, 0, cs>>>(                                \
-            (bf16 *)dinp, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N); \
-        break;
-            RMS_BWD_V(1) RMS_BWD_V(2) RMS_BWD_V(3) RMS_BWD_V(4) RMS_BWD_V(5) RMS_BWD_V(6)
-            RMS_BWD_V(7) RMS_BWD_V(8)
+#define RMS_BWD_V(K)                                                                               \
+    case K:                                                                                        \
+        k_rmsnorm_bwd_v<K><<<grid, DENSE_THREADS, 0, cs>>>(                                        \
+            (bf16 *)dinp, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N);  \
+        break
+            RMS_BWD_V(1);
+            RMS_BWD_V(2);
+            RMS_BWD_V(3);
+            RMS_BWD_V(4);
+            RMS_BWD_V(5);
+            RMS_BWD_V(6);
+            RMS_BWD_V(7);
+            RMS_BWD_V(8);
 #undef RMS_BWD_V
         default:
             break;
@@ -407,10 +428,9 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
     if (!part || N <= 0 || d <= 0) return;
     int cols = (d + DENSE_THREADS - 1) / DENSE_THREADS; /* columns per thread */
     cudaStream_t cs = gt_cuda_stream(s);
-#define RMS_BWD(C)                                                                          \
-    k_rmsnorm_bwd<C><<<blocks, DENSE_THREADS, 0, cs>>>((bf16 *)dinp, part, (const bf16 *)dout, \
-                                                       (const bf16 *)inp, (const bf16 *)w,    \
-                                                       rstd, N, d)
+#define RMS_BWD(C)                                                                                 \
+    k_rmsnorm_bwd<C><<<blocks, DENSE_THREADS, 0, cs>>>(                                            \
+        (bf16 *)dinp, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, d)
     if (cols <= 1)
         RMS_BWD(1);
     else if (cols <= 2)
@@ -441,7 +461,8 @@ __global__ void k_add8(bf16 *out, const bf16 *a, const bf16 *x, size_t n8) {
         ld8(fa, a + 8 * i);
         ld8(fx, x + 8 * i);
 #pragma unroll
-        for (int k = 0; k < 8; k++) fa[k] += fx[k];
+        for (int k = 0; k < 8; k++)
+            fa[k] += fx[k];
         st8(out + 8 * i, fa);
     }
 }
@@ -470,9 +491,8 @@ __global__ void k_dropout(bf16 *out, const bf16 *in, size_t n, float p, uint64_t
     }
 }
 
-static void dropout_run(gt_backend *b, gt_stream *s, const char *what, void *out,
-                        const void *in, size_t n, float p, gt_rng_site site,
-                        const gt_step_state *st) {
+static void dropout_run(gt_backend *b, gt_stream *s, const char *what, void *out, const void *in,
+                        size_t n, float p, gt_rng_site site, const gt_step_state *st) {
     if (b->planning || n == 0) return;
     if (!(p >= 0.0f && p < 1.0f) || !st) {
         gt_backend_fail(b, GT_ERR_INVALID, "%s: p must be in [0, 1) with a step state, got %g",
@@ -481,8 +501,8 @@ static void dropout_run(gt_backend *b, gt_stream *s, const char *what, void *out
     }
     if (p == 0.0f) {
         if (out != in)
-            GT_CUDA_OP(b, cudaMemcpyAsync(out, in, n * 2, cudaMemcpyDeviceToDevice,
-                                          gt_cuda_stream(s)));
+            GT_CUDA_OP(
+                b, cudaMemcpyAsync(out, in, n * 2, cudaMemcpyDeviceToDevice, gt_cuda_stream(s)));
         return;
     }
     k_dropout<<<gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
@@ -526,7 +546,8 @@ __global__ void k_swiglu_fwd8(bf16 *out, const bf16 *gu, int N, int f) {
         ld8(g, gu + n * 2 * f + c);
         ld8(u, gu + n * 2 * f + f + c);
 #pragma unroll
-        for (int k = 0; k < 8; k++) g[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+        for (int k = 0; k < 8; k++)
+            g[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
         st8(out + n * f + c, g);
     }
 }
@@ -549,8 +570,7 @@ __global__ void k_swiglu_bwd8(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N
     }
 }
 
-static void cuda_swiglu_fwd(gt_backend *b, gt_stream *s, void *out, const void *gu, int N,
-                            int f) {
+static void cuda_swiglu_fwd(gt_backend *b, gt_stream *s, void *out, const void *gu, int N, int f) {
     if (b->planning || N <= 0 || f <= 0) return;
     size_t total = (size_t)N * f;
     if (f % 8 == 0 && al16(out) && al16(gu)) {
@@ -579,9 +599,9 @@ static void cuda_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *
 }
 
 extern "C" int gt_cuda_dense_init(gt_error *err) {
-    cudaError_t e = cudaFuncSetAttribute(k_embedding_sort,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         EMB_SORT_SHARED_MAX * (int)sizeof(uint64_t));
+    cudaError_t e =
+        cudaFuncSetAttribute(k_embedding_sort, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             EMB_SORT_SHARED_MAX * (int)sizeof(uint64_t));
     if (e != cudaSuccess)
         return gt_error_set(err, GT_ERR_DEVICE, "cudaFuncSetAttribute(embedding sort): %s",
                             cudaGetErrorString(e));

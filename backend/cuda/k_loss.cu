@@ -73,11 +73,13 @@ __global__ void k_cross_entropy8(float *losses, bf16 *dlogits, const bf16 *logit
         ld8(v, x + 8 * j);
         float cm = v[0];
 #pragma unroll
-        for (int k = 1; k < 8; k++) cm = fmaxf(cm, v[k]);
+        for (int k = 1; k < 8; k++)
+            cm = fmaxf(cm, v[k]);
         float mn = fmaxf(m, cm);
         sum = (m == -INFINITY ? 0.0f : sum * expf(m - mn));
 #pragma unroll
-        for (int k = 0; k < 8; k++) sum += expf(v[k] - mn);
+        for (int k = 0; k < 8; k++)
+            sum += expf(v[k] - mn);
         m = mn;
     }
     for (int o = 16; o > 0; o >>= 1) {
@@ -131,7 +133,8 @@ static void cuda_cross_entropy(gt_backend *b, gt_stream *s, float *losses, void 
 __global__ void k_loss_accumulate(gt_step_state *st, const float *losses, int N, float scale) {
     __shared__ double sh[32];
     double acc = 0.0;
-    for (int i = threadIdx.x; i < N; i += blockDim.x) acc += losses[i];
+    for (int i = threadIdx.x; i < N; i += blockDim.x)
+        acc += losses[i];
     acc = block_sum_d(acc, sh);
     if (threadIdx.x == 0) st->loss += (float)(scale * acc);
 }

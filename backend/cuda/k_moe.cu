@@ -76,19 +76,21 @@ __global__ void k_router_fwd(float *probs, int32_t *topk_idx, float *topk_w, con
 
 __global__ void k_router_counts(int32_t *counts, const int32_t *topk_idx, int NK, int E) {
     extern __shared__ int hist[];
-    for (int e = threadIdx.x; e < E; e += blockDim.x) hist[e] = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        hist[e] = 0;
     __syncthreads();
     for (int a = threadIdx.x; a < NK; a += blockDim.x) {
         int e = topk_idx[a];
         if (e >= 0 && e < E) atomicAdd(&hist[e], 1);
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = hist[e];
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+        counts[e] = hist[e];
 }
 
 static void cuda_moe_router_fwd(gt_backend *b, gt_stream *s, float *probs, int32_t *topk_idx,
-                                float *topk_w, int32_t *counts, const void *logits, int N,
-                                int E, int k) {
+                                float *topk_w, int32_t *counts, const void *logits, int N, int E,
+                                int k) {
     if (E <= 0 || E > 32 * ROUTER_MAX_Q || k <= 0 || k > E || k > 32 || N < 0) {
         gt_backend_fail(b, GT_ERR_UNSUPPORTED,
                         "moe_router_fwd: E=%d k=%d is not supported (need 1 <= k <= min(E, 32) "
@@ -100,8 +102,8 @@ static void cuda_moe_router_fwd(gt_backend *b, gt_stream *s, float *probs, int32
     cudaStream_t cs = gt_cuda_stream(s);
     int wpb = MOE_THREADS / 32;
     if (N > 0)
-        k_router_fwd<<<(N + wpb - 1) / wpb, MOE_THREADS, 0, cs>>>(
-            probs, topk_idx, topk_w, (const bf16 *)logits, N, E, k);
+        k_router_fwd<<<(N + wpb - 1) / wpb, MOE_THREADS, 0, cs>>>(probs, topk_idx, topk_w,
+                                                                  (const bf16 *)logits, N, E, k);
     k_router_counts<<<1, 1024, E * sizeof(int), cs>>>(counts, topk_idx, N * k, E);
     GT_CUDA_LAUNCHED(b, "moe_router_fwd");
 }
@@ -111,7 +113,8 @@ __global__ void k_col_mean(float *mean, const float *probs, int N, int E) {
     __shared__ double sh[32];
     int e = blockIdx.x;
     double acc = 0.0;
-    for (int n = threadIdx.x; n < N; n += blockDim.x) acc += probs[(size_t)n * E + e];
+    for (int n = threadIdx.x; n < N; n += blockDim.x)
+        acc += probs[(size_t)n * E + e];
     acc = block_sum_d(acc, sh);
     if (threadIdx.x == 0) mean[e] = (float)(acc / (double)N);
 }
@@ -119,16 +122,16 @@ __global__ void k_col_mean(float *mean, const float *probs, int N, int E) {
 __global__ void k_aux_final(gt_step_state *st, const float *mean, const int32_t *counts, int N,
                             int E, int k, float coeff) {
     float acc = 0.0f;
-    for (int e = threadIdx.x; e < E; e += 32) acc += (float)counts[e] / (float)(N * k) * mean[e];
+    for (int e = threadIdx.x; e < E; e += 32)
+        acc += (float)counts[e] / (float)(N * k) * mean[e];
     acc = warp_sum(acc);
     if (threadIdx.x == 0) st->aux_loss += coeff * (float)E * acc;
 }
 
-static void cuda_moe_aux_loss(gt_backend *b, gt_stream *s, gt_step_state *st,
-                              const float *probs, const int32_t *counts, int N, int E, int k,
-                              float coeff) {
-    float *mean = (float *)gt_cuda_scratch(b, GT_SCRATCH_MOE, (size_t)(E > 0 ? E : 1) * 4,
-                                           "moe_aux_loss");
+static void cuda_moe_aux_loss(gt_backend *b, gt_stream *s, gt_step_state *st, const float *probs,
+                              const int32_t *counts, int N, int E, int k, float coeff) {
+    float *mean =
+        (float *)gt_cuda_scratch(b, GT_SCRATCH_MOE, (size_t)(E > 0 ? E : 1) * 4, "moe_aux_loss");
     if (!mean || N <= 0 || E <= 0 || k <= 0) return;
     cudaStream_t cs = gt_cuda_stream(s);
     k_col_mean<<<E, MOE_THREADS, 0, cs>>>(mean, probs, N, E);
@@ -138,8 +141,8 @@ static void cuda_moe_aux_loss(gt_backend *b, gt_stream *s, gt_step_state *st,
 
 /* One warp per token: gradient through renormalization, the aux loss and the softmax. */
 __global__ void k_router_bwd(bf16 *dlogits, const float *dtopk_w, const float *probs,
-                             const int32_t *topk_idx, const float *topk_w,
-                             const int32_t *counts, int N, int E, int k, float aux_coeff) {
+                             const int32_t *topk_idx, const float *topk_w, const int32_t *counts,
+                             int N, int E, int k, float aux_coeff) {
     int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (n >= N) return;
     const float *p = probs + (size_t)n * E;
@@ -171,9 +174,8 @@ __global__ void k_router_bwd(bf16 *dlogits, const float *dtopk_w, const float *p
 }
 
 static void cuda_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, const float *dtopk_w,
-                                const float *probs, const int32_t *topk_idx,
-                                const float *topk_w, const int32_t *counts, int N, int E, int k,
-                                float aux_coeff) {
+                                const float *probs, const int32_t *topk_idx, const float *topk_w,
+                                const int32_t *counts, int N, int E, int k, float aux_coeff) {
     if (aux_coeff != 0.0f && !counts) {
         gt_backend_fail(b, GT_ERR_INVALID, "moe_router_bwd: aux_coeff needs counts");
         return;
@@ -191,8 +193,8 @@ static void cuda_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, cons
  * e * capacity) and walks the assignments in token order, ranking its hits with warp ballots
  * and a block scan, so the placement is stable and identical on every run. */
 
-__global__ void k_permute_count(int32_t *cnt, int32_t *token_slot, const int32_t *topk_idx,
-                                int NK, int E) {
+__global__ void k_permute_count(int32_t *cnt, int32_t *token_slot, const int32_t *topk_idx, int NK,
+                                int E) {
     __shared__ int warp_cnt[PERMUTE_THREADS / 32];
     int e = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     int c = 0;
@@ -201,12 +203,14 @@ __global__ void k_permute_count(int32_t *cnt, int32_t *token_slot, const int32_t
         c += x == e;
         if (e == 0 && (x < 0 || x >= E)) token_slot[a] = -1;
     }
-    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+    for (int o = 16; o > 0; o >>= 1)
+        c += __shfl_xor_sync(0xffffffffu, c, o);
     if (lane == 0) warp_cnt[wid] = c;
     __syncthreads();
     if (threadIdx.x == 0) {
         int t = 0;
-        for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += warp_cnt[w];
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+            t += warp_cnt[w];
         cnt[e] = t;
     }
 }
@@ -222,7 +226,8 @@ __global__ void k_permute_place(int32_t *slot_token, int32_t *token_slot, int32_
     unsigned lt = (1u << lane) - 1u;
     if (threadIdx.x == 0) {
         int acc = 0;
-        for (int j = 0; j < e; j++) acc += cnt[j];
+        for (int j = 0; j < e; j++)
+            acc += cnt[j];
         base_sh = capacity > 0 ? e * capacity : acc;
         offsets[e] = base_sh;
         if (e == E - 1) offsets[E] = capacity > 0 ? E * capacity : acc + cnt[e];
@@ -262,12 +267,12 @@ __global__ void k_permute_place(int32_t *slot_token, int32_t *token_slot, int32_
             slot_token[(size_t)e * capacity + r] = -1;
 }
 
-static void cuda_moe_permute(gt_backend *b, gt_stream *s, int32_t *slot_token,
-                             int32_t *token_slot, int32_t *offsets, const int32_t *topk_idx,
-                             int N, int E, int k, int capacity) {
+static void cuda_moe_permute(gt_backend *b, gt_stream *s, int32_t *slot_token, int32_t *token_slot,
+                             int32_t *offsets, const int32_t *topk_idx, int N, int E, int k,
+                             int capacity) {
     if (N < 0 || E <= 0 || k <= 0 || capacity < 0 || E > 8192) {
-        gt_backend_fail(b, GT_ERR_INVALID, "moe_permute: bad shape N=%d E=%d k=%d capacity=%d",
-                        N, E, k, capacity);
+        gt_backend_fail(b, GT_ERR_INVALID, "moe_permute: bad shape N=%d E=%d k=%d capacity=%d", N,
+                        E, k, capacity);
         return;
     }
     int32_t *cnt = (int32_t *)gt_cuda_scratch(b, GT_SCRATCH_PERMUTE, (size_t)E * sizeof(int32_t),
@@ -338,7 +343,8 @@ __global__ void k_combine_bwd_dw(float *dtopk_w, const bf16 *dy, const bf16 *ye,
     float acc = 0.0f;
     if (r >= 0) {
         const bf16 *yr = ye + (size_t)r * d, *g = dy + (size_t)(a / k) * d;
-        for (int c = lane; c < d; c += 32) acc += ldf(g + c) * ldf(yr + c);
+        for (int c = lane; c < d; c += 32)
+            acc += ldf(g + c) * ldf(yr + c);
     }
     acc = warp_sum(acc);
     if (lane == 0) dtopk_w[a] = acc;
@@ -374,8 +380,8 @@ static void cuda_moe_combine_fwd(gt_backend *b, gt_stream *s, void *y, const voi
 
 static void cuda_moe_combine_bwd(gt_backend *b, gt_stream *s, void *dye, float *dtopk_w,
                                  const void *dy, const void *ye, const float *topk_w,
-                                 const int32_t *token_slot, const int32_t *slot_token, int N,
-                                 int R, int k, int d) {
+                                 const int32_t *token_slot, const int32_t *slot_token, int N, int R,
+                                 int k, int d) {
     if (b->planning || d <= 0) return;
     cudaStream_t cs = gt_cuda_stream(s);
     if (R > 0) {
@@ -413,8 +419,8 @@ static __device__ int find_tile(const int32_t *offsets, int E, int t, int *e_out
 /* out[r, c] = sum_k A[r, k] * W_e(c, k) for the rows of one group's tile, where
  * W_e(c, k) = w[e * w_expert + c * wc + k * wk]; bf16 in and out, fp32 accumulate. */
 __global__ void __launch_bounds__(MOE_THREADS)
-    k_grouped_mm(bf16 *out, const bf16 *A, const bf16 *w, const int32_t *offsets, int E,
-                 int Ncols, int Kdim, size_t w_expert, int wc, int wk) {
+    k_grouped_mm(bf16 *out, const bf16 *A, const bf16 *w, const int32_t *offsets, int E, int Ncols,
+                 int Kdim, size_t w_expert, int wc, int wk) {
     __shared__ float As[GM_BK][GM_BM + 1];
     __shared__ float Ws[GM_BK][GM_BN + 1];
     int e, r0, r1;
@@ -426,7 +432,8 @@ __global__ void __launch_bounds__(MOE_THREADS)
 #pragma unroll
     for (int a = 0; a < 4; a++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) acc[a][c] = 0.0f;
+        for (int c = 0; c < 4; c++)
+            acc[a][c] = 0.0f;
     for (int k0 = 0; k0 < Kdim; k0 += GM_BK) {
         for (int idx = tid; idx < GM_BM * GM_BK; idx += blockDim.x) {
             int r = idx / GM_BK, kk = idx % GM_BK;
@@ -441,22 +448,24 @@ __global__ void __launch_bounds__(MOE_THREADS)
                 kw = idx / GM_BN;
             }
             int col = c0 + c, kg = k0 + kw;
-            Ws[kw][c] = (col < Ncols && kg < Kdim)
-                            ? ldf(we + (size_t)col * wc + (size_t)kg * wk)
-                            : 0.0f;
+            Ws[kw][c] =
+                (col < Ncols && kg < Kdim) ? ldf(we + (size_t)col * wc + (size_t)kg * wk) : 0.0f;
         }
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < GM_BK; kk++) {
             float av[4], bv[4];
 #pragma unroll
-            for (int a = 0; a < 4; a++) av[a] = As[kk][ty + 16 * a];
+            for (int a = 0; a < 4; a++)
+                av[a] = As[kk][ty + 16 * a];
 #pragma unroll
-            for (int c = 0; c < 4; c++) bv[c] = Ws[kk][tx + 16 * c];
+            for (int c = 0; c < 4; c++)
+                bv[c] = Ws[kk][tx + 16 * c];
 #pragma unroll
             for (int a = 0; a < 4; a++)
 #pragma unroll
-                for (int c = 0; c < 4; c++) acc[a][c] += av[a] * bv[c];
+                for (int c = 0; c < 4; c++)
+                    acc[a][c] += av[a] * bv[c];
         }
         __syncthreads();
     }
@@ -485,7 +494,8 @@ __global__ void __launch_bounds__(MOE_THREADS)
 #pragma unroll
     for (int x = 0; x < 4; x++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) acc[x][c] = 0.0f;
+        for (int c = 0; c < 4; c++)
+            acc[x][c] = 0.0f;
     for (int rb = lo; rb < hi; rb += GM_BK) {
         for (int idx = tid; idx < GM_BK * GM_BN; idx += blockDim.x) {
             int rr = idx / GM_BN, c = idx % GM_BN;
@@ -498,13 +508,16 @@ __global__ void __launch_bounds__(MOE_THREADS)
         for (int rr = 0; rr < GM_BK; rr++) {
             float dv[4], av[4];
 #pragma unroll
-            for (int x = 0; x < 4; x++) dv[x] = Ds[rr][ty + 16 * x];
+            for (int x = 0; x < 4; x++)
+                dv[x] = Ds[rr][ty + 16 * x];
 #pragma unroll
-            for (int c = 0; c < 4; c++) av[c] = As[rr][tx + 16 * c];
+            for (int c = 0; c < 4; c++)
+                av[c] = As[rr][tx + 16 * c];
 #pragma unroll
             for (int x = 0; x < 4; x++)
 #pragma unroll
-                for (int c = 0; c < 4; c++) acc[x][c] += dv[x] * av[c];
+                for (int c = 0; c < 4; c++)
+                    acc[x][c] += dv[x] * av[c];
         }
         __syncthreads();
     }
@@ -523,8 +536,7 @@ __global__ void __launch_bounds__(MOE_THREADS)
 
 static int gm_check(gt_backend *b, const char *what, int R, int E, int Nf, int K) {
     if (R < 0 || E <= 0 || Nf <= 0 || K <= 0) {
-        gt_backend_fail(b, GT_ERR_INVALID, "%s: bad shape R=%d E=%d Nf=%d K=%d", what, R, E, Nf,
-                        K);
+        gt_backend_fail(b, GT_ERR_INVALID, "%s: bad shape R=%d E=%d Nf=%d K=%d", what, R, E, Nf, K);
         return 0;
     }
     return !b->planning && R > 0;
@@ -535,9 +547,8 @@ static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const vo
                                 int K) {
     if (!gm_check(b, "moe_matmul_fwd", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_TC2 && gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)out,
-                                                    (const bf16 *)a, (const bf16 *)w, offsets, R,
-                                                    E, Nf, K, 1)) {
+    if (mode == GT_MOE_TC2 && gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a,
+                                                    (const bf16 *)w, offsets, R, E, Nf, K, 1)) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
         return;
     }
@@ -558,9 +569,9 @@ static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, cons
                                      int K) {
     if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_TC2 && gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)da,
-                                                    (const bf16 *)dout, (const bf16 *)w, offsets,
-                                                    R, E, K, Nf, 0)) {
+    if (mode == GT_MOE_TC2 &&
+        gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
+                              offsets, R, E, K, Nf, 0)) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
         return;
     }
@@ -577,8 +588,8 @@ static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, cons
 }
 
 static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, const void *dout,
-                                       const void *a, const int32_t *offsets, int R, int E,
-                                       int Nf, int K) {
+                                       const void *a, const int32_t *offsets, int R, int E, int Nf,
+                                       int K) {
     if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
     if (mode == GT_MOE_TC2 && gt_cuda_grouped_mm_dw_v2(gt_cuda_stream(s), dw, (const bf16 *)dout,

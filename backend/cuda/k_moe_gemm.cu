@@ -16,9 +16,9 @@ using namespace nvcuda;
 #define MG_TILE 64
 #define MG_BK 32
 #define MG_THREADS 128
-#define MG_LDK (MG_BK + 8)    /* bf16 k-major tiles */
-#define MG_LDN (MG_TILE + 8)  /* bf16 n-major tiles */
-#define MG_LDC (MG_TILE + 4)  /* fp32 output staging */
+#define MG_LDK (MG_BK + 8)   /* bf16 k-major tiles */
+#define MG_LDN (MG_TILE + 8) /* bf16 n-major tiles */
+#define MG_LDC (MG_TILE + 4) /* fp32 output staging */
 
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> mg_acc;
 
@@ -46,8 +46,8 @@ template <bool KMAJOR>
 __global__ void __launch_bounds__(MG_THREADS)
     k_grouped_mm_tc(bf16 *out, const bf16 *A, const bf16 *w, const int32_t *offsets, int E,
                     int Ncols, int Kdim, size_t w_expert, int wc, int wk) {
-    __shared__ __align__(128) bf16 As[MG_TILE * MG_LDK];             /* [row][k] */
-    __shared__ __align__(128) bf16 Bs[MG_TILE * (MG_TILE + 8)];      /* [n][k] or [k][n] */
+    __shared__ __align__(128) bf16 As[MG_TILE * MG_LDK];        /* [row][k] */
+    __shared__ __align__(128) bf16 Bs[MG_TILE * (MG_TILE + 8)]; /* [n][k] or [k][n] */
     __shared__ __align__(128) float Cs[MG_TILE * MG_LDC];
     int e, r0, r1;
     if (!mg_find_tile(offsets, E, blockIdx.y, &e, &r0, &r1)) return;
@@ -58,7 +58,8 @@ __global__ void __launch_bounds__(MG_THREADS)
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+        for (int j = 0; j < 2; j++)
+            wmma::fill_fragment(acc[i][j], 0.0f);
     const bf16 zero = __float2bfloat16(0.0f);
     for (int k0 = 0; k0 < Kdim; k0 += MG_BK) {
         for (int idx = threadIdx.x; idx < MG_TILE * MG_BK; idx += blockDim.x) {
@@ -88,12 +89,14 @@ __global__ void __launch_bounds__(MG_THREADS)
                     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bm;
                     wmma::load_matrix_sync(bm, Bs + n * MG_LDK + kk, MG_LDK);
 #pragma unroll
-                    for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], a[i], bm, acc[i][j]);
+                    for (int i = 0; i < 2; i++)
+                        wmma::mma_sync(acc[i][j], a[i], bm, acc[i][j]);
                 } else {
                     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> bm;
                     wmma::load_matrix_sync(bm, Bs + kk * MG_LDN + n, MG_LDN);
 #pragma unroll
-                    for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], a[i], bm, acc[i][j]);
+                    for (int i = 0; i < 2; i++)
+                        wmma::mma_sync(acc[i][j], a[i], bm, acc[i][j]);
                 }
             }
         }
@@ -103,8 +106,8 @@ __global__ void __launch_bounds__(MG_THREADS)
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(Cs + (wy * 32 + i * 16) * MG_LDC + wx * 32 + j * 16,
-                                    acc[i][j], MG_LDC, wmma::mem_row_major);
+            wmma::store_matrix_sync(Cs + (wy * 32 + i * 16) * MG_LDC + wx * 32 + j * 16, acc[i][j],
+                                    MG_LDC, wmma::mem_row_major);
     __syncthreads();
     for (int idx = threadIdx.x; idx < MG_TILE * MG_TILE; idx += blockDim.x) {
         int r = idx / MG_TILE, c = idx % MG_TILE, row = r0 + r, col = c0 + c;
@@ -114,8 +117,8 @@ __global__ void __launch_bounds__(MG_THREADS)
 
 /* dw[e][n, k] += sum over the group's rows r (in order) of dout[r, n] * a[r, k]. */
 __global__ void __launch_bounds__(MG_THREADS)
-    k_grouped_mm_dw_tc(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets,
-                       int Nf, int K) {
+    k_grouped_mm_dw_tc(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets, int Nf,
+                       int K) {
     __shared__ __align__(128) bf16 Ds[MG_BK * MG_LDN]; /* [r][n] */
     __shared__ __align__(128) bf16 As[MG_BK * MG_LDN]; /* [r][k] */
     __shared__ __align__(128) float Cs[MG_TILE * MG_LDC];
@@ -127,7 +130,8 @@ __global__ void __launch_bounds__(MG_THREADS)
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+        for (int j = 0; j < 2; j++)
+            wmma::fill_fragment(acc[i][j], 0.0f);
     const bf16 zero = __float2bfloat16(0.0f);
     for (int rb = lo; rb < hi; rb += MG_BK) {
         for (int idx = threadIdx.x; idx < MG_BK * MG_TILE; idx += blockDim.x) {
@@ -149,7 +153,8 @@ __global__ void __launch_bounds__(MG_THREADS)
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> bm;
                 wmma::load_matrix_sync(bm, As + kk * MG_LDN + wx * 32 + j * 16, MG_LDN);
 #pragma unroll
-                for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], am[i], bm, acc[i][j]);
+                for (int i = 0; i < 2; i++)
+                    wmma::mma_sync(acc[i][j], am[i], bm, acc[i][j]);
             }
         }
         __syncthreads();
@@ -158,8 +163,8 @@ __global__ void __launch_bounds__(MG_THREADS)
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < 2; j++)
-            wmma::store_matrix_sync(Cs + (wy * 32 + i * 16) * MG_LDC + wx * 32 + j * 16,
-                                    acc[i][j], MG_LDC, wmma::mem_row_major);
+            wmma::store_matrix_sync(Cs + (wy * 32 + i * 16) * MG_LDC + wx * 32 + j * 16, acc[i][j],
+                                    MG_LDC, wmma::mem_row_major);
     __syncthreads();
     float *dwe = dw + (size_t)e * Nf * K;
     for (int idx = threadIdx.x; idx < MG_TILE * MG_TILE; idx += blockDim.x) {
@@ -173,11 +178,11 @@ void gt_cuda_grouped_mm_tc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16
                            size_t w_expert, int wc, int wk) {
     dim3 grid((Ncols + MG_TILE - 1) / MG_TILE, (R + MG_TILE - 1) / MG_TILE + E);
     if (wk == 1)
-        k_grouped_mm_tc<true><<<grid, MG_THREADS, 0, cs>>>(out, A, w, offsets, E, Ncols, Kdim,
-                                                           w_expert, wc, wk);
+        k_grouped_mm_tc<true>
+            <<<grid, MG_THREADS, 0, cs>>>(out, A, w, offsets, E, Ncols, Kdim, w_expert, wc, wk);
     else
-        k_grouped_mm_tc<false><<<grid, MG_THREADS, 0, cs>>>(out, A, w, offsets, E, Ncols, Kdim,
-                                                            w_expert, wc, wk);
+        k_grouped_mm_tc<false>
+            <<<grid, MG_THREADS, 0, cs>>>(out, A, w, offsets, E, Ncols, Kdim, w_expert, wc, wk);
 }
 
 void gt_cuda_grouped_mm_dw_tc(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
@@ -234,7 +239,8 @@ static __device__ __forceinline__ void m2_store(float *stage, const mg_acc &acc,
         if (out) {
             bf16 h[8];
 #pragma unroll
-            for (int k = 0; k < 8; k++) h[k] = __float2bfloat16(s[k]);
+            for (int k = 0; k < 8; k++)
+                h[k] = __float2bfloat16(s[k]);
             uint4 u;
             memcpy(&u, h, 16);
             *(uint4 *)(out + (size_t)r * ld + c) = u;
@@ -262,7 +268,8 @@ __global__ void __launch_bounds__(M2_THREADS)
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+        for (int j = 0; j < 2; j++)
+            wmma::fill_fragment(acc[i][j], 0.0f);
     int iters = (Kdim + M2_BK - 1) / M2_BK;
     auto As = [&](int st) { return (bf16 *)(sm + st * M2_STAGE_BYTES); };
     auto Bs = [&](int st) { return (bf16 *)(sm + (2 + st) * M2_STAGE_BYTES); };
@@ -309,12 +316,14 @@ __global__ void __launch_bounds__(M2_THREADS)
                     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bm;
                     wmma::load_matrix_sync(bm, bs + n * M2_LDK + kk, M2_LDK);
 #pragma unroll
-                    for (int i = 0; i < 4; i++) wmma::mma_sync(acc[i][j], a[i], bm, acc[i][j]);
+                    for (int i = 0; i < 4; i++)
+                        wmma::mma_sync(acc[i][j], a[i], bm, acc[i][j]);
                 } else {
                     wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> bm;
                     wmma::load_matrix_sync(bm, bs + kk * M2_LDN + n, M2_LDN);
 #pragma unroll
-                    for (int i = 0; i < 4; i++) wmma::mma_sync(acc[i][j], a[i], bm, acc[i][j]);
+                    for (int i = 0; i < 4; i++)
+                        wmma::mma_sync(acc[i][j], a[i], bm, acc[i][j]);
                 }
             }
         }
@@ -332,8 +341,8 @@ __global__ void __launch_bounds__(M2_THREADS)
 }
 
 __global__ void __launch_bounds__(M2_THREADS)
-    k_grouped_mm_dw_v2(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets,
-                       int Nf, int K) {
+    k_grouped_mm_dw_v2(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets, int Nf,
+                       int K) {
     __shared__ __align__(128) unsigned char sm[4 * M2_STAGE_BYTES];
     int e = blockIdx.z, k0 = blockIdx.x * M2_TILE, n0 = blockIdx.y * M2_TILE;
     int lo = offsets[e], hi = offsets[e + 1];
@@ -343,7 +352,8 @@ __global__ void __launch_bounds__(M2_THREADS)
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+        for (int j = 0; j < 2; j++)
+            wmma::fill_fragment(acc[i][j], 0.0f);
     int iters = (hi - lo + M2_BK - 1) / M2_BK;
     auto Ds = [&](int st) { return (bf16 *)(sm + st * M2_STAGE_BYTES); };
     auto Xs = [&](int st) { return (bf16 *)(sm + (2 + st) * M2_STAGE_BYTES); };
@@ -381,7 +391,8 @@ __global__ void __launch_bounds__(M2_THREADS)
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> bm;
                 wmma::load_matrix_sync(bm, xs + kk * M2_LDN + wx * 32 + j * 16, M2_LDN);
 #pragma unroll
-                for (int i = 0; i < 4; i++) wmma::mma_sync(acc[i][j], am[i], bm, acc[i][j]);
+                for (int i = 0; i < 4; i++)
+                    wmma::mma_sync(acc[i][j], am[i], bm, acc[i][j]);
             }
         }
         __syncthreads();
@@ -407,11 +418,11 @@ int gt_cuda_grouped_mm_v2(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 
     dim3 grid((Ncols + M2_TILE - 1) / M2_TILE, (R + M2_TILE - 1) / M2_TILE + E);
     size_t w_expert = (size_t)Ncols * Kdim;
     if (kmajor)
-        k_grouped_mm_v2<true><<<grid, M2_THREADS, 0, cs>>>(out, A, w, offsets, E, Ncols, Kdim,
-                                                           w_expert);
+        k_grouped_mm_v2<true>
+            <<<grid, M2_THREADS, 0, cs>>>(out, A, w, offsets, E, Ncols, Kdim, w_expert);
     else
-        k_grouped_mm_v2<false><<<grid, M2_THREADS, 0, cs>>>(out, A, w, offsets, E, Ncols, Kdim,
-                                                            w_expert);
+        k_grouped_mm_v2<false>
+            <<<grid, M2_THREADS, 0, cs>>>(out, A, w, offsets, E, Ncols, Kdim, w_expert);
     return 1;
 }
 

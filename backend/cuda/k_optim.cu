@@ -64,11 +64,12 @@ __global__ void k_gradnorm_partial(double *part, const float *g, size_t n) {
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
-__global__ void k_gradnorm_final(gt_step_state *st, const double *part, int parts,
-                                 int check_loss, int check_grad, float clip) {
+__global__ void k_gradnorm_final(gt_step_state *st, const double *part, int parts, int check_loss,
+                                 int check_grad, float clip) {
     __shared__ double sh[32];
     double acc = 0.0;
-    for (int i = threadIdx.x; i < parts; i += blockDim.x) acc += part[i];
+    for (int i = threadIdx.x; i < parts; i += blockDim.x)
+        acc += part[i];
     acc = block_sum_d(acc, sh);
     if (threadIdx.x == 0) {
         float norm = (float)sqrt(acc);
@@ -143,8 +144,7 @@ __global__ void k_adamw4(bf16 *params, float *master, const float *grads, float 
     }
 }
 
-static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st,
-                            gt_lr_schedule sched) {
+static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched) {
     if (!st || sched.warmup_iters < 0 || sched.decay_iters < 0 ||
         (sched.style != LR_CONSTANT && sched.style != LR_LINEAR && sched.style != LR_COSINE)) {
         gt_backend_fail(b, GT_ERR_INVALID,
@@ -192,17 +192,16 @@ static void cuda_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const
     if (!part) return;
     cudaStream_t cs = gt_cuda_stream(s);
     k_gradnorm_partial<<<blocks, OPT_THREADS, 0, cs>>>(part, grads, n);
-    k_gradnorm_final<<<1, FINAL_THREADS, 0, cs>>>(st, part, blocks, check_loss, check_grad,
-                                                   clip);
+    k_gradnorm_final<<<1, FINAL_THREADS, 0, cs>>>(st, part, blocks, check_loss, check_grad, clip);
     GT_CUDA_LAUNCHED(b, "grad_norm");
 }
 
-static void cuda_adamw(gt_backend *b, gt_stream *s, void *params, float *master,
-                       const float *grads, float *m, float *v, size_t n, size_t n_decay,
-                       gt_adamw_params hp, gt_step_state *st) {
+static void cuda_adamw(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
+                       float *m, float *v, size_t n, size_t n_decay, gt_adamw_params hp,
+                       gt_step_state *st) {
     if (b->planning) return;
-    uintptr_t bits = (uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m |
-                     (uintptr_t)v;
+    uintptr_t bits =
+        (uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v;
     if (n % 4 == 0 && (bits & 15u) == 0) {
         unsigned g4 = gt_grid(n / 4, OPT_THREADS);
         if (g4 > 8192) g4 = 8192;
@@ -214,7 +213,7 @@ static void cuda_adamw(gt_backend *b, gt_stream *s, void *params, float *master,
     unsigned grid = gt_grid(n, OPT_THREADS);
     if (grid > 8192) grid = 8192;
     k_adamw<<<grid, OPT_THREADS, 0, gt_cuda_stream(s)>>>((bf16 *)params, master, grads, m, v, n,
-                                                          n_decay, hp, st);
+                                                         n_decay, hp, st);
     GT_CUDA_LAUNCHED(b, "adamw");
 }
 

@@ -50,7 +50,8 @@ static inline float env_uniform(gpu_env *e) {
 /* Host array of n values uniform in [-scale, scale], rounded to bf16; freed with free(). */
 static inline float *rand_vec(gpu_env *e, size_t n, float scale) {
     float *h = malloc((n ? n : 1) * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = bf16_round(env_uniform(e) * scale);
+    for (size_t i = 0; i < n; i++)
+        h[i] = bf16_round(env_uniform(e) * scale);
     return h;
 }
 
@@ -80,8 +81,10 @@ static inline int env_open(gpu_env **out) {
 
 static inline void env_free_all(gpu_env *e) {
     e->gpu->ops->stream_sync(e->gpu, e->gs, NULL);
-    for (int i = 0; i < e->ng; i++) e->gpu->ops->free(e->gpu, e->gptr[i]);
-    for (int i = 0; i < e->nc; i++) e->cpu->ops->free(e->cpu, e->cptr[i]);
+    for (int i = 0; i < e->ng; i++)
+        e->gpu->ops->free(e->gpu, e->gptr[i]);
+    for (int i = 0; i < e->nc; i++)
+        e->cpu->ops->free(e->cpu, e->cptr[i]);
     e->ng = e->nc = 0;
 }
 
@@ -185,31 +188,31 @@ static inline double rel_l2(const float *got, const float *want, size_t n) {
 }
 
 /* Asserts got (downloaded from the GPU) matches the CPU result within tol; prints the error. */
-#define EXPECT_CLOSE(what, got, want, n, tol)                                             \
-    do {                                                                                  \
-        double err_ = rel_l2((got), (want), (n));                                         \
-        printf("    %-40s rel L2 error %.3e (tol %.0e)\n", (what), err_, (double)(tol));  \
-        if (!(err_ <= (tol))) fail_msg("%s: relative L2 error %.3e > %.1e", (what), err_, \
-                                       (double)(tol));                                    \
+#define EXPECT_CLOSE(what, got, want, n, tol)                                                      \
+    do {                                                                                           \
+        double err_ = rel_l2((got), (want), (n));                                                  \
+        printf("    %-40s rel L2 error %.3e (tol %.0e)\n", (what), err_, (double)(tol));           \
+        if (!(err_ <= (tol)))                                                                      \
+            fail_msg("%s: relative L2 error %.3e > %.1e", (what), err_, (double)(tol));            \
     } while (0)
 
 /* Runs `call` once while planning (records shapes, computes nothing), then plan_finish. */
-#define GPU_PLAN(e, call)                                                           \
-    do {                                                                            \
-        gt_error perr_ = {0};                                                       \
-        (e)->gpu->planning = 1;                                                     \
-        call;                                                                       \
-        if ((e)->gpu->ops->plan_finish((e)->gpu, &perr_) != GT_OK)                  \
-            fail_msg("plan_finish: %s", perr_.msg);                                 \
+#define GPU_PLAN(e, call)                                                                          \
+    do {                                                                                           \
+        gt_error perr_ = {0};                                                                      \
+        (e)->gpu->planning = 1;                                                                    \
+        call;                                                                                      \
+        if ((e)->gpu->ops->plan_finish((e)->gpu, &perr_) != GT_OK)                                 \
+            fail_msg("plan_finish: %s", perr_.msg);                                                \
     } while (0)
 
 /* Skips a test whose CPU reference op is not there yet. */
-#define NEED_CPU(e, op)                                                             \
-    do {                                                                            \
-        if (!(e)->cpu->ops->op) {                                                   \
-            printf("    cpu reference has no " #op " yet: skipped\n");              \
-            skip();                                                                 \
-        }                                                                           \
+#define NEED_CPU(e, op)                                                                            \
+    do {                                                                                           \
+        if (!(e)->cpu->ops->op) {                                                                  \
+            printf("    cpu reference has no " #op " yet: skipped\n");                             \
+            skip();                                                                                \
+        }                                                                                          \
     } while (0)
 
 /* Step states on both backends, initialized from `init`. */

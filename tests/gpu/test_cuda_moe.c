@@ -70,22 +70,20 @@ static void test_router_topk_aux_loss_and_backward_match_cpu(void **state) {
     gt_step_state init = default_state(), *cst, *gst, hs;
     init.aux_loss = 0.5f;
     make_states(e, &init, &cst, &gst);
-    e->cpu->ops->moe_aux_loss(e->cpu, e->cs, cst, r.c_probs, r.c_counts, N_TOK, E_EXP, TOPK,
-                              0.01f);
+    e->cpu->ops->moe_aux_loss(e->cpu, e->cs, cst, r.c_probs, r.c_counts, N_TOK, E_EXP, TOPK, 0.01f);
     GPU_PLAN(e, e->gpu->ops->moe_aux_loss(e->gpu, e->gs, gst, r.g_probs, r.g_counts, N_TOK, E_EXP,
                                           TOPK, 0.01f));
-    e->gpu->ops->moe_aux_loss(e->gpu, e->gs, gst, r.g_probs, r.g_counts, N_TOK, E_EXP, TOPK,
-                              0.01f);
+    e->gpu->ops->moe_aux_loss(e->gpu, e->gs, gst, r.g_probs, r.g_counts, N_TOK, E_EXP, TOPK, 0.01f);
     read_state(e, &hs, gst);
     printf("    aux_loss gpu %.7g cpu %.7g\n", (double)hs.aux_loss, (double)cst->aux_loss);
     assert_true(fabsf(hs.aux_loss - cst->aux_loss) <= 1e-5f * fabsf(cst->aux_loss));
     float *dtw = rand_vec(e, nk, 1.0f);
     float *c_dl = c_f32(e, NULL, ne);
     void *g_dl = g_act(e, NULL, ne);
-    e->cpu->ops->moe_router_bwd(e->cpu, e->cs, c_dl, c_f32(e, dtw, nk), r.c_probs, r.c_idx,
-                                r.c_w, r.c_counts, N_TOK, E_EXP, TOPK, 0.01f);
-    e->gpu->ops->moe_router_bwd(e->gpu, e->gs, g_dl, g_f32(e, dtw, nk), r.g_probs, r.g_idx,
-                                r.g_w, r.g_counts, N_TOK, E_EXP, TOPK, 0.01f);
+    e->cpu->ops->moe_router_bwd(e->cpu, e->cs, c_dl, c_f32(e, dtw, nk), r.c_probs, r.c_idx, r.c_w,
+                                r.c_counts, N_TOK, E_EXP, TOPK, 0.01f);
+    e->gpu->ops->moe_router_bwd(e->gpu, e->gs, g_dl, g_f32(e, dtw, nk), r.g_probs, r.g_idx, r.g_w,
+                                r.g_counts, N_TOK, E_EXP, TOPK, 0.01f);
     g_read_act(e, got, g_dl, ne);
     EXPECT_CLOSE("router_bwd dlogits", got, c_dl, ne, TOL_BF16);
     free(r.logits), free(got), free(gi), free(dtw);
@@ -129,7 +127,8 @@ static void test_permute_is_stable_and_matches_cpu_dropless_and_capacity(void **
     int C = 40; /* some experts overflow (about 57 tokens each on average) */
     permute_both(e, &r, C, E_EXP * C, &cs, &ct, &co, &gs, &gt, &go);
     int dropped = 0;
-    for (int a = 0; a < N_TOK * TOPK; a++) dropped += ct[a] < 0;
+    for (int a = 0; a < N_TOK * TOPK; a++)
+        dropped += ct[a] < 0;
     printf("    capacity %d: %d of %d assignments dropped\n", C, dropped, N_TOK * TOPK);
     assert_true(dropped > 0);
     free(r.logits);
@@ -199,10 +198,10 @@ static void test_gather_combine_and_grouped_matmuls_match_cpu(void **state) {
         float *g_dtw = g_f32(e, NULL, (size_t)N_TOK * TOPK);
         float *c_dy = c_f32(e, dx0, nx);
         void *g_dy = g_act(e, dx0, nx);
-        e->cpu->ops->moe_combine_bwd(e->cpu, e->cs, c_dye, c_dtw, c_dy, c_xe, r.c_w, ct, cs,
-                                     N_TOK, R, TOPK, D_MODEL);
-        e->gpu->ops->moe_combine_bwd(e->gpu, e->gs, g_dye, g_dtw, g_dy, g_xe, r.g_w, gt, gs,
-                                     N_TOK, R, TOPK, D_MODEL);
+        e->cpu->ops->moe_combine_bwd(e->cpu, e->cs, c_dye, c_dtw, c_dy, c_xe, r.c_w, ct, cs, N_TOK,
+                                     R, TOPK, D_MODEL);
+        e->gpu->ops->moe_combine_bwd(e->gpu, e->gs, g_dye, g_dtw, g_dy, g_xe, r.g_w, gt, gs, N_TOK,
+                                     R, TOPK, D_MODEL);
         g_read_act(e, got, g_dye, nxe);
         EXPECT_CLOSE("moe_combine_bwd dye", got, c_dye, nxe, TOL_BF16);
         g_read_f32(e, got, g_dtw, (size_t)N_TOK * TOPK);

@@ -21,11 +21,13 @@ static void test_from_float_rounds_to_nearest_bf16(void **state) {
     gpu_env *e = *state;
     size_t n = 4096;
     float *h = malloc(n * sizeof *h), *back = malloc(n * sizeof *back);
-    for (size_t i = 0; i < n; i++) h[i] = env_uniform(e) * 100.0f;
+    for (size_t i = 0; i < n; i++)
+        h[i] = env_uniform(e) * 100.0f;
     void *d = g_act(e, h, n);
     g_read_act(e, back, d, n);
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += back[i] != bf16_round(h[i]);
+    for (size_t i = 0; i < n; i++)
+        bad += back[i] != bf16_round(h[i]);
     assert_int_equal(bad, 0);
     free(h);
     free(back);
@@ -37,7 +39,8 @@ static void test_embedding_matches_cpu_and_backward_is_deterministic(void **stat
     NEED_CPU(e, embedding_bwd);
     int N = 300, V = 97, d = 96;
     int32_t tok[300];
-    for (int i = 0; i < N; i++) tok[i] = (int32_t)(env_next(e) % (uint64_t)V);
+    for (int i = 0; i < N; i++)
+        tok[i] = (int32_t)(env_next(e) % (uint64_t)V);
     tok[5] = tok[6] = tok[7] = tok[200] = 3; /* repeated rows */
     float *wte = rand_vec(e, (size_t)V * d, 1.0f), *dout = rand_vec(e, (size_t)N * d, 1.0f);
     float *dw0 = rand_vec(e, (size_t)V * d, 0.5f);
@@ -45,8 +48,8 @@ static void test_embedding_matches_cpu_and_backward_is_deterministic(void **stat
     float *got = malloc(rows * d * sizeof *got), *got2 = malloc(rows * d * 4);
     float *c_out = c_f32(e, NULL, (size_t)N * d), *c_dw = c_f32(e, dw0, (size_t)V * d);
     e->cpu->ops->embedding_fwd(e->cpu, e->cs, c_out, c_i32(e, tok, N), c_f32(e, wte, V * d), N, d);
-    e->cpu->ops->embedding_bwd(e->cpu, e->cs, c_dw, c_f32(e, dout, (size_t)N * d),
-                               c_i32(e, tok, N), N, V, d);
+    e->cpu->ops->embedding_bwd(e->cpu, e->cs, c_dw, c_f32(e, dout, (size_t)N * d), c_i32(e, tok, N),
+                               N, V, d);
     int32_t *g_tok = g_i32(e, tok, N);
     void *g_wte = g_act(e, wte, (size_t)V * d), *g_out = g_act(e, NULL, (size_t)N * d);
     void *g_dout = g_act(e, dout, (size_t)N * d);
@@ -68,14 +71,14 @@ static void rmsnorm_case(gpu_env *e, int N, int d) {
     char what[64];
     size_t nd = (size_t)N * d;
     float *x = rand_vec(e, nd, 2.0f), *w = rand_vec(e, d, 0.2f), *dy = rand_vec(e, nd, 1.0f);
-    for (int i = 0; i < d; i++) w[i] = bf16_round(1.0f + w[i]);
+    for (int i = 0; i < d; i++)
+        w[i] = bf16_round(1.0f + w[i]);
     float *dx0 = rand_vec(e, nd, 0.5f), *dw0 = rand_vec(e, d, 0.5f);
     float *got = malloc(nd * 4), *got2 = malloc(nd * 4);
     float *c_out = c_f32(e, NULL, nd), *c_rstd = c_f32(e, NULL, N), *c_x = c_f32(e, x, nd);
     float *c_w = c_f32(e, w, d), *c_dx = c_f32(e, dx0, nd), *c_dw = c_f32(e, dw0, d);
     e->cpu->ops->rmsnorm_fwd(e->cpu, e->cs, c_out, c_rstd, c_x, c_w, N, d, 1e-5f);
-    e->cpu->ops->rmsnorm_bwd(e->cpu, e->cs, c_dx, c_dw, c_f32(e, dy, nd), c_x, c_w, c_rstd, N,
-                             d);
+    e->cpu->ops->rmsnorm_bwd(e->cpu, e->cs, c_dx, c_dw, c_f32(e, dy, nd), c_x, c_w, c_rstd, N, d);
     void *g_x = g_act(e, x, nd), *g_w = g_act(e, w, d), *g_out = g_act(e, NULL, nd);
     void *g_dy = g_act(e, dy, nd), *g_dx = g_act(e, dx0, nd), *g_dx2 = g_act(e, dx0, nd);
     float *g_rstd = g_f32(e, NULL, N), *g_dw = g_f32(e, dw0, d), *g_dw2 = g_f32(e, dw0, d);
@@ -114,7 +117,8 @@ static void test_add_and_dropout_match_cpu_masks(void **state) {
     NEED_CPU(e, dropout_bwd);
     size_t n = 5000;
     float *a = rand_vec(e, n, 1.0f), *x = rand_vec(e, n, 1.0f), *got = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) a[i] = bf16_round(0.5f + fabsf(a[i])); /* no zeros */
+    for (size_t i = 0; i < n; i++)
+        a[i] = bf16_round(0.5f + fabsf(a[i])); /* no zeros */
     float *c_out = c_f32(e, NULL, n);
     e->cpu->ops->add(e->cpu, e->cs, c_out, c_f32(e, a, n), c_f32(e, x, n), n);
     void *g_a = g_act(e, a, n), *g_out = g_act(e, NULL, n);
@@ -185,8 +189,7 @@ static void matmul_case(gpu_env *e, int M, int N, int K) {
     float *c_dw = c_f32(e, dw0, (size_t)N * K), *c_db = c_f32(e, bias, N);
     float *g_dw = g_f32(e, dw0, (size_t)N * K), *g_db = g_f32(e, bias, N);
     e->cpu->ops->matmul_bwd_weight(e->cpu, e->cs, c_dw, c_db, c_dout, c_a, M, N, K);
-    GPU_PLAN(e,
-             e->gpu->ops->matmul_bwd_weight(e->gpu, e->gs, g_dw, g_db, g_dout, g_a, M, N, K));
+    GPU_PLAN(e, e->gpu->ops->matmul_bwd_weight(e->gpu, e->gs, g_dw, g_db, g_dout, g_a, M, N, K));
     e->gpu->ops->matmul_bwd_weight(e->gpu, e->gs, g_dw, g_db, g_dout, g_a, M, N, K);
     g_read_f32(e, got, g_dw, (size_t)N * K);
     snprintf(what, sizeof what, "matmul_bwd_weight dw %dx%dx%d", M, N, K);
@@ -238,8 +241,8 @@ static void attention_case(gpu_env *e, int B, int T, int H, int KV, int hd, floa
     float *c_qkv = c_f32(e, qkv, nq), *c_out = c_f32(e, NULL, no), *c_lse = c_f32(e, NULL, nl);
     float *c_dqkv = c_f32(e, NULL, nq);
     e->cpu->ops->attention_fwd(e->cpu, e->cs, c_out, c_lse, c_qkv, B, T, H, KV, hd, p, site, cst);
-    e->cpu->ops->attention_bwd(e->cpu, e->cs, c_dqkv, c_f32(e, dout, no), c_qkv, c_out, c_lse, B,
-                               T, H, KV, hd, p, site, cst);
+    e->cpu->ops->attention_bwd(e->cpu, e->cs, c_dqkv, c_f32(e, dout, no), c_qkv, c_out, c_lse, B, T,
+                               H, KV, hd, p, site, cst);
     void *g_qkv = g_act(e, qkv, nq), *g_out = g_act(e, NULL, no), *g_dout = g_act(e, dout, no);
     void *g_dqkv = g_act(e, NULL, nq), *g_dqkv2 = g_act(e, NULL, nq);
     float *g_lse = g_f32(e, NULL, nl);
@@ -250,12 +253,12 @@ static void attention_case(gpu_env *e, int B, int T, int H, int KV, int hd, floa
     EXPECT_CLOSE(what, got, c_out, no, TOL_BF16);
     g_read_f32(e, got, g_lse, nl);
     EXPECT_CLOSE("attention_fwd lse", got, c_lse, nl, TOL_F32);
-    GPU_PLAN(e, e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B,
-                                           T, H, KV, hd, p, site, gst));
-    e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T, H, KV,
-                               hd, p, site, gst);
-    e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv2, g_dout, g_qkv, g_out, g_lse, B, T, H, KV,
-                               hd, p, site, gst);
+    GPU_PLAN(e, e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T,
+                                           H, KV, hd, p, site, gst));
+    e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T, H, KV, hd,
+                               p, site, gst);
+    e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv2, g_dout, g_qkv, g_out, g_lse, B, T, H, KV, hd,
+                               p, site, gst);
     g_read_act(e, got, g_dqkv, nq);
     g_read_act(e, got2, g_dqkv2, nq);
     snprintf(what, sizeof what, "attention_bwd dqkv hd%d p%.1f", hd, (double)p);
@@ -312,12 +315,13 @@ static void test_cross_entropy_in_place_and_loss_sum_match_cpu(void **state) {
     size_t nv = (size_t)N * V;
     float *logits = rand_vec(e, nv, 4.0f), *got = malloc(nv * 4);
     int32_t tg[37];
-    for (int i = 0; i < N; i++) tg[i] = (int32_t)(env_next(e) % (uint64_t)V);
+    for (int i = 0; i < N; i++)
+        tg[i] = (int32_t)(env_next(e) % (uint64_t)V);
     tg[3] = tg[20] = -1; /* ignored */
     float dscale = 1.0f / (float)N;
     float *c_loss = c_f32(e, NULL, N), *c_dl = c_f32(e, NULL, nv);
-    e->cpu->ops->cross_entropy(e->cpu, e->cs, c_loss, c_dl, c_f32(e, logits, nv),
-                               c_i32(e, tg, N), N, V, dscale);
+    e->cpu->ops->cross_entropy(e->cpu, e->cs, c_loss, c_dl, c_f32(e, logits, nv), c_i32(e, tg, N),
+                               N, V, dscale);
     float *g_loss = g_f32(e, NULL, N);
     void *g_logits = g_act(e, logits, nv);
     e->gpu->ops->cross_entropy(e->gpu, e->gs, g_loss, g_logits, g_logits, g_i32(e, tg, N), N, V,
@@ -354,8 +358,8 @@ static void test_lr_schedule_matches_cpu_for_every_style(void **state) {
             e->gpu->ops->step_begin(e->gpu, e->gs, gst, sc);
             read_state(e, &hs, gst);
             if (!(fabsf(hs.lr - cst->lr) <= 1e-6f * cst->lr + 1e-12f))
-                fail_msg("style %d step %d: gpu lr %g cpu lr %g", style, steps[i],
-                         (double)hs.lr, (double)cst->lr);
+                fail_msg("style %d step %d: gpu lr %g cpu lr %g", style, steps[i], (double)hs.lr,
+                         (double)cst->lr);
             assert_true(hs.loss == 0.0f && hs.nan_flags == 0 && hs.micro == 0);
         }
     }
@@ -375,7 +379,8 @@ static void test_optimizer_step_matches_cpu(void **state) {
     size_t n = 5000, n_decay = 3000;
     float *master = rand_vec(e, n, 1.0f), *grads = rand_vec(e, n, 0.1f);
     float *m = rand_vec(e, n, 0.01f), *v = rand_vec(e, n, 0.01f), *got = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    for (size_t i = 0; i < n; i++)
+        v[i] = fabsf(v[i]);
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
     gt_lr_schedule sc = {1e-3f, 1e-4f, 2, 100, 2};
     gt_step_state init = default_state(), *cst, *gst, hs;
@@ -389,8 +394,7 @@ static void test_optimizer_step_matches_cpu(void **state) {
         gt_backend *b = be ? e->gpu : e->cpu;
         gt_stream *s = be ? e->gs : e->cs;
         gt_step_state *st = be ? gst : cst;
-        if (be)
-            GPU_PLAN(e, b->ops->grad_norm(b, s, st, g_g, n, 1, 1, hp.clip_grad));
+        if (be) GPU_PLAN(e, b->ops->grad_norm(b, s, st, g_g, n, 1, 1, hp.clip_grad));
         b->ops->step_begin(b, s, st, sc);
         b->ops->grad_norm(b, s, st, be ? g_g : c_g, n, 1, 1, hp.clip_grad);
         b->ops->adamw(b, s, be ? g_params : (void *)c_params, be ? g_master : c_master,
@@ -452,7 +456,8 @@ static void test_grad_norm_is_deterministic_and_exact(void **state) {
     size_t n = 3000001;
     float *g = rand_vec(e, n, 1.0f);
     double ref = 0;
-    for (size_t i = 0; i < n; i++) ref += (double)g[i] * g[i];
+    for (size_t i = 0; i < n; i++)
+        ref += (double)g[i] * g[i];
     ref = sqrt(ref);
     gt_step_state init = default_state(), *cst, *gst, h1, h2;
     make_states(e, &init, &cst, &gst);

@@ -34,8 +34,10 @@ typedef void (*op_fn)(gpu_env *e, void *ctx);
 static float time_ms(gpu_env *e, op_fn fn, void *ctx) {
     cudaStream_t cs = gt_cuda_stream(e->gs);
     cudaEvent_t ev[REPS + 1];
-    for (int i = 0; i <= REPS; i++) cudaEventCreate(&ev[i]);
-    for (int i = 0; i < 3; i++) fn(e, ctx);
+    for (int i = 0; i <= REPS; i++)
+        cudaEventCreate(&ev[i]);
+    for (int i = 0; i < 3; i++)
+        fn(e, ctx);
     cudaEventRecord(ev[0], cs);
     for (int i = 0; i < REPS; i++) {
         fn(e, ctx);
@@ -43,8 +45,10 @@ static float time_ms(gpu_env *e, op_fn fn, void *ctx) {
     }
     g_sync(e);
     float t[REPS];
-    for (int i = 0; i < REPS; i++) cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]);
-    for (int i = 0; i <= REPS; i++) cudaEventDestroy(ev[i]);
+    for (int i = 0; i < REPS; i++)
+        cudaEventElapsedTime(&t[i], ev[i], ev[i + 1]);
+    for (int i = 0; i <= REPS; i++)
+        cudaEventDestroy(ev[i]);
     qsort(t, REPS, sizeof t[0], cmp_float);
     return t[REPS / 2];
 }
@@ -73,7 +77,7 @@ static void test_matmul_reaches_a_large_fraction_of_peak(void **state) {
     c.w = g_alloc(e, (size_t)c.N * c.K * 2);
     c.out = g_alloc(e, (size_t)c.M * c.N * 2);
     c.dw = g_alloc(e, (size_t)c.N * c.K * 4);
-    GPU_PLAN(e, run_mm(e, &c); run_mm_bwd(e, &c));
+    GPU_PLAN(e, (run_mm(e, &c), run_mm_bwd(e, &c)));
     float ms = time_ms(e, run_mm, &c), msb = time_ms(e, run_mm_bwd, &c);
     double fl = 2.0 * c.M * c.N * c.K;
     printf("    matmul %dx%dx%d: fwd %.3f ms (%.0f TFLOP/s), bwd data+weight %.3f ms (%.0f "
@@ -98,8 +102,8 @@ static void run_att_fwd(gpu_env *e, void *p) {
 static void run_att_bwd(gpu_env *e, void *p) {
     att_ctx *c = p;
     gt_rng_site site = {1, 1, 0};
-    e->gpu->ops->attention_bwd(e->gpu, e->gs, c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B,
-                               c->T, c->H, c->KV, c->hd, 0.0f, site, c->st);
+    e->gpu->ops->attention_bwd(e->gpu, e->gs, c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T,
+                               c->H, c->KV, c->hd, 0.0f, site, c->st);
 }
 
 static void att_case(gpu_env *e, const char *name, int B, int T, int H, int KV, int hd,
@@ -175,7 +179,8 @@ static void test_memory_bound_ops_speed(void **state) {
     c.dw = g_alloc(e, (size_t)c.d * 4);
     c.dwte = g_alloc(e, (size_t)c.V * c.d * 4);
     int32_t *tok = malloc((size_t)c.N * 4);
-    for (int i = 0; i < c.N; i++) tok[i] = (int32_t)(env_next(e) % (uint64_t)c.V);
+    for (int i = 0; i < c.N; i++)
+        tok[i] = (int32_t)(env_next(e) % (uint64_t)c.V);
     c.tok = g_i32(e, tok, c.N);
     free(tok);
     c.params = g_alloc(e, c.n * 2);
@@ -184,7 +189,7 @@ static void test_memory_bound_ops_speed(void **state) {
     gt_step_state init = default_state();
     c.st = g_alloc(e, sizeof init);
     e->gpu->ops->memcpy_h2d(e->gpu, e->gs, c.st, &init, sizeof init);
-    GPU_PLAN(e, run_rms(e, &c); run_emb(e, &c); run_opt(e, &c));
+    GPU_PLAN(e, (run_rms(e, &c), run_emb(e, &c), run_opt(e, &c)));
     float rms = time_ms(e, run_rms, &c), emb = time_ms(e, run_emb, &c);
     float ce = time_ms(e, run_ce, &c), opt = time_ms(e, run_opt, &c);
     printf("    rmsnorm fwd+bwd N%d d%d: %.3f ms\n", c.N, c.d, (double)rms);
@@ -212,8 +217,8 @@ static void run_gmm_bwd(gpu_env *e, void *p) {
     gmm_ctx *c = p;
     e->gpu->ops->moe_matmul_bwd_data(e->gpu, e->gs, c->da, c->dout, c->w, c->offsets, c->R, c->E,
                                      c->Nf, c->K);
-    e->gpu->ops->moe_matmul_bwd_weight(e->gpu, e->gs, c->dw, c->dout, c->a, c->offsets, c->R,
-                                       c->E, c->Nf, c->K);
+    e->gpu->ops->moe_matmul_bwd_weight(e->gpu, e->gs, c->dw, c->dout, c->a, c->offsets, c->R, c->E,
+                                       c->Nf, c->K);
 }
 
 static void test_grouped_matmul_speed_at_the_moe_shape(void **state) {
@@ -221,7 +226,8 @@ static void test_grouped_matmul_speed_at_the_moe_shape(void **state) {
     gmm_ctx c = {0};
     c.R = 4096 * 8, c.E = 64, c.Nf = 2 * 384, c.K = 1024; /* moe workload, gate+up */
     int32_t off[65];
-    for (int i = 0; i <= c.E; i++) off[i] = (int32_t)((int64_t)c.R * i / c.E);
+    for (int i = 0; i <= c.E; i++)
+        off[i] = (int32_t)((int64_t)c.R * i / c.E);
     off[3] = off[2]; /* an empty expert and a double one */
     c.offsets = g_i32(e, off, c.E + 1);
     c.a = g_alloc(e, (size_t)c.R * c.K * 2), c.da = g_alloc(e, (size_t)c.R * c.K * 2);

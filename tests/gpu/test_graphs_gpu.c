@@ -7,7 +7,7 @@
  * can be used. Prints eager vs replayed step times (information, not a pass criterion). */
 #include "test_graphs_fixture.h"
 
-#define STEPS 20
+#define STEPS 30
 #define WARMUP 3
 
 static int g_have_gpu;
