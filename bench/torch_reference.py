@@ -369,6 +369,7 @@ class MasterAdamW:
         self.opt = torch.optim.AdamW(groups, lr=c["lr"], betas=(c["beta1"], c["beta2"]),
                                      eps=c["adam_eps"], **kw)
 
+    @torch.no_grad()  # in-place updates of leaf parameters (bf16 copies of the masters)
     def step(self):
         grads = [m.grad for m in self.masters]
         if self.mixed:

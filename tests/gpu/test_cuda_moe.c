@@ -98,6 +98,9 @@ static void permute_both(gpu_env *e, routing *r, int capacity, int R, int32_t **
     *g_st = g_i32(e, NULL, R), *g_ts = g_i32(e, NULL, nk), *g_off = g_i32(e, NULL, E_EXP + 1);
     e->cpu->ops->moe_permute(e->cpu, e->cs, *c_st, *c_ts, *c_off, r->c_idx, N_TOK, E_EXP, TOPK,
                              capacity);
+    /* the permutation's per-expert counts live in planned scratch */
+    GPU_PLAN(e, e->gpu->ops->moe_permute(e->gpu, e->gs, *g_st, *g_ts, *g_off, r->g_idx, N_TOK,
+                                         E_EXP, TOPK, capacity));
     e->gpu->ops->moe_permute(e->gpu, e->gs, *g_st, *g_ts, *g_off, r->g_idx, N_TOK, E_EXP, TOPK,
                              capacity);
     int32_t *h = malloc(((size_t)R + nk) * 4);

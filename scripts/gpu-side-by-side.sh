@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# A compact side-by-side run for the GPU machine: the MoE and graph GPU tests, then for each
+# workload `graphtrain bench` and bench/torch_reference.py bench in the same call, and the
+# comparison table (compare.md). Carry build-gpu-run (scripts/gpu-build.sh). Env:
+# SBS_WORKLOADS, SBS_GT_MODES, SBS_PT_MODES, SBS_STEPS. Logs under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gt-sbs}; mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+PY_LD=${LD_LIBRARY_PATH:-}
+NV=$($PY -c 'import nvidia, os; print(nvidia.__path__[0])' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$PWD/build-gpu-run/lib:$NV/cudnn/lib:$NV/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export GT_SOURCE_DIR=$PWD GT_RECIPE_DIR=$PWD/recipes
+GT=$PWD/build-gpu-run/graphtrain
+STEPS=${SBS_STEPS:-20}
+S=$OUT/summary.txt
+{ date -u +%Y-%m-%dT%H:%M:%SZ; nvidia-smi --query-gpu=name --format=csv,noheader; } | tee "$S"
+for t in gpu_test_cuda_moe gpu_test_graphs_gpu; do
+  timeout 60 ./build-gpu-run/$t >"$OUT/$t.log" 2>&1
+  echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$t.log" | tr '\n' ' ')" | tee -a "$S"
+done
+GJ="" PJ=""
+for w in ${SBS_WORKLOADS:-tiny gpt124m llama1b moe}; do
+  timeout 120 $GT bench --recipe $w --modes ${SBS_GT_MODES:-eager,attn+mlp,full_iteration} \
+    --steps $STEPS --warmup 2 --json "$OUT/gt_$w.json" >"$OUT/gt_$w.log" 2>&1
+  echo "gt $w rc=$?" | tee -a "$S"
+  grep -E "^(eager|attn|full_iteration)|identical" "$OUT/gt_$w.log" | tee -a "$S"
+  timeout 90 env LD_LIBRARY_PATH="$PY_LD" $PY bench/torch_reference.py bench --workloads $w \
+    --modes ${SBS_PT_MODES:-eager,te_attn_mlp,full_iteration} --steps $STEPS --warmup 5 \
+    --json "$OUT/pt_$w.json" >"$OUT/pt_$w.log" 2>&1
+  echo "pt $w rc=$?" | tee -a "$S"
+  grep -E "^$w " "$OUT/pt_$w.log" | tee -a "$S"
+  GJ="$GJ,$OUT/gt_$w.json" PJ="$PJ,$OUT/pt_$w.json"
+done
+env LD_LIBRARY_PATH="$PY_LD" $PY bench/torch_reference.py compare --graphtrain "${GJ#,}" --torch "${PJ#,}" >"$OUT/compare.md" 2>"$OUT/compare.log"
+cat "$OUT/compare.md" | tee -a "$S"
