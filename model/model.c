@@ -186,7 +186,7 @@ int gt_model_init_params(const gt_model *m, uint64_t seed, float *host_master, g
                 : cores < 1                          ? 1
                 : cores > INIT_MAX_THREADS           ? INIT_MAX_THREADS
                                                      : (int)cores;
-    init_job jobs[INIT_MAX_THREADS];
+    init_job jobs[INIT_MAX_THREADS] = {{0}};
     pthread_t threads[INIT_MAX_THREADS];
     int running[INIT_MAX_THREADS] = {0};
     for (int k = 0; k < parts; k++)
