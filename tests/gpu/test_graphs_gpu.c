@@ -7,6 +7,8 @@
  * can be used. Prints eager vs replayed step times (information, not a pass criterion). */
 #include "test_graphs_fixture.h"
 
+#include <unistd.h>
+
 #define STEPS 30
 #define WARMUP 3
 
@@ -164,6 +166,79 @@ static void test_gpu_capture_check_passes_in_global_mode(void **state) {
     gtf_free(&r);
 }
 
+/* A NaN injected at a replayed step of a full-iteration graph is reported at that step, and
+ * the skipped update leaves exactly the weights of the step before. */
+static void test_gpu_nan_in_full_iteration_graph_is_reported_at_its_step(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    const int k = WARMUP + 3; /* after the capture step: a replayed step */
+    gt_config c;
+    gpu_dense(&c);
+    gtf_run before, r;
+    gtf_train(&c, k - 1, &before);
+    assert_int_equal(before.rc, GT_OK);
+    gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
+    c.runtime.inject_nan_at_step = k;
+    gtf_train(&c, k + 4, &r);
+    assert_int_equal(r.rc, GT_ERR_NUMERIC);
+    assert_int_equal(r.stop_step, k);
+    assert_int_equal(r.steps, k - 1);
+    assert_int_equal(r.stop_mode, GT_STEP_REPLAYED);
+    char want[32];
+    snprintf(want, sizeof want, "step %d", k);
+    assert_non_null(strstr(r.err.msg, want));
+    gtf_assert_same(&before, &r);
+    gtf_free(&r);
+    gtf_free(&before);
+}
+
+/* A checkpoint written while a full-iteration graph replays resumes bitwise on the GPU. */
+static void test_gpu_graph_checkpoint_resumes_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    enum { FIRST = WARMUP + 3, SECOND = 6 };
+    gt_config c;
+    gpu_dense(&c);
+    gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
+    char dir[256];
+    gt_test_tmpdir(dir, sizeof dir);
+    gt_trainer *t = NULL;
+    gt_error err = {0};
+    if (gt_trainer_create(&t, &c, &err) != GT_OK) fail_msg("%s", err.msg);
+    gt_step_stats st;
+    float loss[SECOND];
+    for (int i = 0; i < FIRST; i++)
+        if (gt_trainer_step(t, &st, &err) != GT_OK) fail_msg("%s", err.msg);
+    assert_int_equal(st.mode, GT_STEP_REPLAYED);
+    if (gt_trainer_save(t, dir, &err) != GT_OK) fail_msg("%s", err.msg);
+    for (int i = 0; i < SECOND; i++) {
+        if (gt_trainer_step(t, &st, &err) != GT_OK) fail_msg("%s", err.msg);
+        loss[i] = st.loss;
+    }
+    size_t n = gt_model_get_info(gt_trainer_model(t))->n_params;
+    float *master = calloc(n, sizeof(float));
+    assert_non_null(master);
+    assert_int_equal(gt_trainer_read_master(t, master, &err), GT_OK);
+    gt_trainer_destroy(t);
+
+    snprintf(c.checkpoint.load, sizeof c.checkpoint.load, "%s", dir);
+    gtf_run r;
+    gtf_train(&c, SECOND, &r);
+    assert_int_equal(r.rc, GT_OK);
+    assert_int_equal(r.step_no[0], FIRST + 1);
+    /* bitwise on purpose */
+    // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
+    assert_memory_equal(r.loss, loss, sizeof loss);
+    assert_int_equal(r.n_master, n);
+    assert_memory_equal(r.master, master, n * sizeof(float));
+    free(master);
+    gtf_free(&r);
+    char path[512];
+    snprintf(path, sizeof path, "%s/checkpoint.bin", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_attn_graphs_match_eager_bitwise),
@@ -173,6 +248,8 @@ int main(void) {
         cmocka_unit_test(test_gpu_moe_scope_with_capacity_matches_eager_bitwise),
         cmocka_unit_test(test_gpu_failed_capture_falls_back_and_leaves_no_graph),
         cmocka_unit_test(test_gpu_capture_check_passes_in_global_mode),
+        cmocka_unit_test(test_gpu_nan_in_full_iteration_graph_is_reported_at_its_step),
+        cmocka_unit_test(test_gpu_graph_checkpoint_resumes_bitwise),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
