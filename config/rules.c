@@ -417,6 +417,22 @@ static void check_engine_notes(const gt_config *c, gt_report *r) {
             "nothing to change; expect eager-sized activation memory",
             "graphtrain keeps all activations (static arenas); recompute settings are "
             "validated but not applied");
+    /* the GPU attention: cuDNN takes head sizes up to 256 (multiples of 8) when there is no
+     * attention dropout and seq_length % 128 == 0; graphtrain's own kernels take 64 and 128 */
+    int heads = m->num_attention_heads > 0 ? m->num_attention_heads : 1;
+    int hd = m->hidden_size / heads;
+    int cudnn_ok =
+        hd % 8 == 0 && hd <= 256 && m->attention_dropout == 0.0 && m->seq_length % 128 == 0;
+    if (c->runtime.device != GT_DEVICE_CPU && hd != 64 && hd != 128 && !cudnn_ok)
+        add(r, GT_SEVERITY_NOTE, "engine_gpu_head_size",
+            KEYS("model.hidden_size", "model.num_attention_heads", "model.seq_length",
+                 "model.attention_dropout"),
+            "choose hidden_size / num_attention_heads = 64 or 128, or (without attention "
+            "dropout) a seq_length that is a multiple of 128, or runtime.device=cpu",
+            "the GPU attention kernels take head size 64 or 128; cuDNN, the other path, needs "
+            "no attention dropout and seq_length %% 128 == 0; head size %d would stop a GPU run "
+            "when the trainer is built",
+            hd);
     if (c->dataset.packed_sequence)
         add(r, GT_SEVERITY_NOTE, "engine_no_packed_sequences", KEYS("dataset.packed_sequence"),
             "set dataset.packed_sequence=false to run here",

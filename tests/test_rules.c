@@ -160,6 +160,11 @@ static const rule_case k_cases[] = {
      "model.recompute_granularity=none"},
     {"engine_no_packed_sequences", GT_SEVERITY_NOTE, "dataset.packed_sequence=true",
      "dataset.packed_sequence=false"},
+    {"engine_gpu_head_size", GT_SEVERITY_NOTE,
+     "model.hidden_size=128 model.num_attention_heads=4 model.num_query_groups=4 "
+     "model.seq_length=64",
+     "model.hidden_size=128 model.num_attention_heads=2 model.num_query_groups=2 "
+     "model.seq_length=64"},
 };
 #define N_CASES (sizeof k_cases / sizeof k_cases[0])
 
