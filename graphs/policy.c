@@ -73,20 +73,8 @@ const char *gt_graph_scope_name(uint32_t scope_bit) {
 }
 
 const char *gt_graph_unit_scope_name(int kind) {
-    switch (kind) {
-    case GT_UNIT_ATTN:
-        return "attn";
-    case GT_UNIT_MLP:
-        return "mlp";
-    case GT_UNIT_MOE_ROUTER:
-        return "moe_router";
-    case GT_UNIT_MOE_PREPROCESS:
-        return "moe_preprocess";
-    case GT_UNIT_MOE:
-        return "moe";
-    default:
-        return "unknown";
-    }
+    /* a unit kind and its scope share Bridge's name */
+    return gt_unit_kind_name((gt_unit_kind)kind);
 }
 
 static int policy_scoped(const gt_config *cfg, gt_graph_policy *p, gt_error *err) {
