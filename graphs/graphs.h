@@ -18,6 +18,8 @@ typedef struct gt_graph_stats {
     size_t mem_before_capture, mem_after_capture; /* device bytes in use (peak on cpu) */
     int fallbacks;          /* scopes that fell back to eager after a failed capture */
     int buckets, evictions; /* shape buckets alive and evicted (full_iteration) */
+    /* evaluation forwards by how they ran (gt_graph_runner_eval; not training steps) */
+    int64_t eval_eager, eval_captured, eval_replayed;
 } gt_graph_stats;
 
 /* Created by the trainer once it is built. */
@@ -39,11 +41,23 @@ typedef void (*gt_graph_enqueue_fn)(void *ctx, gt_stream *s, const gt_unit_exec 
 int gt_graph_runner_step_shape(gt_graph_runner *r, int64_t shape_key, gt_graph_enqueue_fn fn,
                                void *ctx, gt_step_mode *mode, gt_error *err);
 
+/* Evaluation as its own shape bucket: enqueues one eval forward fn(ctx, s, NULL) on the
+ * trainer's stream. With full_iteration, once the training warmup is over (the same condition
+ * as the training capture) it is captured into the bucket cache under an eval key of its own
+ * (label "full_iteration eval") and replayed afterwards; before that, and with the scoped or
+ * eager policies, it runs eagerly. It is not a training step: the step count and the
+ * eager/captured/replayed step counters are untouched. fn must enqueue device work only and
+ * take everything by value or by pointer that is the same on every call. A failed capture
+ * follows graphs.capture_failure (stop: the error; eager: a warning, then every evaluation
+ * eager) and leaves the training graph alone. Does not synchronize. */
+int gt_graph_runner_eval(gt_graph_runner *r, gt_graph_enqueue_fn fn, void *ctx, gt_step_mode *mode,
+                         gt_error *err);
+
 /* Test hook: every capture whose label starts with `label` fails as if the captured code
- * synchronized the stream. Labels: "full_iteration", "capture_check", "layer <l> <scope>
- * forward|backward" (so "layer 1 attn" fails both graphs of layer 1's attention). NULL or ""
- * clears it. The environment variable GT_GRAPHS_FORCE_CAPTURE_FAILURE, read at create, sets
- * it too. */
+ * synchronized the stream. Labels: "full_iteration", "full_iteration eval", "capture_check",
+ * "layer <l> <scope> forward|backward" (so "layer 1 attn" fails both graphs of layer 1's
+ * attention, and "full_iteration" the eval graph too). NULL or "" clears it. The environment
+ * variable GT_GRAPHS_FORCE_CAPTURE_FAILURE, read at create, sets it too. */
 void gt_graph_runner_force_capture_failure(gt_graph_runner *r, const char *label);
 
 void gt_graph_runner_stats(const gt_graph_runner *r, gt_graph_stats *stats);

@@ -64,6 +64,7 @@ int gt_graph_runner_create(gt_graph_runner **out, gt_trainer *t, gt_error *err) 
     r->on_fail = cfg->runtime.capture_failure;
     r->capture_check = cfg->runtime.debug_capture_check;
     r->default_key = gt_model_get_info(r->m)->tokens;
+    r->eval_key = -r->default_key;
     if (rc == GT_OK && r->pol.kind == GT_POLICY_FULL)
         rc = gt_graph_cache_init(&r->cache, r->b, cfg->runtime.max_shape_buckets, err);
     if (rc == GT_OK && r->pol.kind == GT_POLICY_SCOPED) rc = gt_runner_units_init(r, err);
@@ -213,6 +214,69 @@ int gt_graph_runner_step(gt_graph_runner *r, gt_step_mode *mode, gt_error *err) 
     return gt_graph_runner_step_shape(r, r ? r->default_key : 0, NULL, NULL, mode, err);
 }
 
+/* The eval forward through the bucket cache (full_iteration only). Mirrors full_step, but a
+ * failed capture only sends evaluation eager: the training graph and its bucket stay. */
+static int full_eval(gt_graph_runner *r, step_body *sb, gt_step_mode *mode, gt_error *err) {
+    *mode = GT_STEP_EAGER;
+    if (r->calls < r->pol.warmup || r->full_fallback || r->eval_fallback) {
+        enqueue(sb, r->s);
+        return GT_OK;
+    }
+    gt_graph *g = gt_graph_cache_get(&r->cache, r->eval_key);
+    if (g) {
+        *mode = GT_STEP_REPLAYED;
+        return r->b->ops->graph_launch(r->b, g, r->s, err);
+    }
+    gt_capture_result res;
+    int rc = gt_graph_capture(r->b, r->s, GT_CAPTURE_THREAD_LOCAL, GT_EVAL_LABEL,
+                              gt_runner_force_matches(r, GT_EVAL_LABEL), enqueue, sb, &res, err);
+    if (rc != GT_OK) {
+        rc = gt_runner_capture_failed(r, GT_EVAL_LABEL, err);
+        if (rc != GT_OK) return rc; /* nothing of this evaluation batch ran */
+        r->eval_fallback = 1;
+        enqueue(sb, r->s); /* the failed capture ran nothing: run the forward for real */
+        return GT_OK;
+    }
+    gt_runner_note_capture(r, &res);
+    /* with graphs.max_shape_buckets=1 this evicts the training graph (re-captured on demand) */
+    gt_graph_cache_put(&r->cache, r->eval_key, res.graph, res.nodes);
+    *mode = GT_STEP_CAPTURED;
+    return r->b->ops->graph_launch(r->b, res.graph, r->s, err);
+}
+
+int gt_graph_runner_eval(gt_graph_runner *r, gt_graph_enqueue_fn fn, void *ctx, gt_step_mode *mode,
+                         gt_error *err) {
+    gt_error local; /* failures are reported into *err; callers may pass none */
+    if (!err) err = &local;
+    gt_error_clear(err);
+    if (mode) *mode = GT_STEP_EAGER;
+    if (!r)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "gt_graph_runner_eval: no runner (gt_graph_runner_create failed or "
+                            "was not called)");
+    if (!fn)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "gt_graph_runner_eval: no eval forward given (fn is NULL; pass the "
+                            "function that enqueues one eval batch)");
+    gt_step_mode m = GT_STEP_EAGER;
+    step_body sb = {r, fn, ctx, NULL}; /* no unit graphs: those hold the training step only */
+    int rc = GT_OK;
+    if (r->pol.kind == GT_POLICY_FULL)
+        rc = full_eval(r, &sb, &m, err);
+    else
+        enqueue(&sb, r->s);
+    if (rc == GT_OK) {
+        if (m == GT_STEP_REPLAYED)
+            r->eval_replayed++;
+        else if (m == GT_STEP_CAPTURED)
+            r->eval_captured++;
+        else
+            r->eval_eager++;
+    }
+    if (mode) *mode = m;
+    return rc;
+}
+
 void gt_graph_runner_stats(const gt_graph_runner *r, gt_graph_stats *st) {
     memset(st, 0, sizeof *st);
     if (!r) {
@@ -230,6 +294,9 @@ void gt_graph_runner_stats(const gt_graph_runner *r, gt_graph_stats *st) {
     st->fallbacks = r->fallbacks;
     st->buckets = r->cache.count;
     st->evictions = r->cache.evictions;
+    st->eval_eager = r->eval_eager;
+    st->eval_captured = r->eval_captured;
+    st->eval_replayed = r->eval_replayed;
 }
 
 static void print_bytes(FILE *f, size_t bytes) {
@@ -287,6 +354,9 @@ void gt_graph_runner_report(const gt_graph_runner *r, FILE *f) {
         fprintf(f, "\n");
     fprintf(f, "graphs: steps: %lld eager, %lld captured, %lld replayed\n",
             (long long)r->eager_steps, (long long)r->captured_steps, (long long)r->replayed_steps);
+    if (s.eval_eager + s.eval_captured + s.eval_replayed > 0)
+        fprintf(f, "graphs: eval: %lld eager, %lld captured, %lld replayed\n",
+                (long long)s.eval_eager, (long long)s.eval_captured, (long long)s.eval_replayed);
     if (r->captures > 0) report_memory(r, &s, f);
     if (r->pol.kind == GT_POLICY_FULL)
         fprintf(f, "graphs: shape buckets %d of %d, %d evictions, %d hits\n", s.buckets,

@@ -11,6 +11,8 @@
 #define GT_FORCE_FAIL_MAX 64
 /* Environment variable read at create: captures whose label starts with its value fail. */
 #define GT_FORCE_FAIL_ENV "GT_GRAPHS_FORCE_CAPTURE_FAILURE"
+/* Label (and capture-failure hook name) of the eval forward's graph. */
+#define GT_EVAL_LABEL "full_iteration eval"
 
 struct gt_graph_runner {
     gt_trainer *t;
@@ -26,6 +28,9 @@ struct gt_graph_runner {
     /* full iteration */
     gt_graph_cache cache;
     int full_fallback; /* full_iteration fell back to eager */
+    int64_t eval_key;  /* bucket of the eval forward: -default_key (training keys are > 0) */
+    int eval_fallback; /* the eval capture failed: evaluation runs eagerly */
+    int64_t eval_eager, eval_captured, eval_replayed; /* evaluations by gt_step_mode */
 
     /* scoped: [layer][unit][fwd/bwd] */
     int layers;

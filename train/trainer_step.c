@@ -2,7 +2,8 @@
  * graph captures: it only enqueues device work (one batch copy from pinned memory, zeroed
  * gradients, every micro-batch, NaN checks, clipping, AdamW, step advance) and never reads a
  * value back. gt_trainer_step wraps it with the host side: batch loading before, one
- * read-back of the step state and one sync after. */
+ * read-back of the step state and one sync after. gt_trainer_eval sends each eval batch's
+ * forward through the graph runner too, as a shape bucket of its own. */
 #include <string.h>
 #include <time.h>
 
@@ -95,6 +96,21 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     return GT_OK;
 }
 
+/* What one eval batch enqueues; the runner may capture it into the eval graph, so it takes
+ * only what is the same on every call (the pinned and device batch, the scale, eval_st). */
+typedef struct eval_ctx {
+    gt_trainer *t;
+    float scale; /* 1 / train.eval_iters */
+} eval_ctx;
+
+static void eval_enqueue(void *ctx, gt_stream *s, const gt_unit_exec *exec) {
+    (void)exec; /* unit graphs hold the training step only */
+    const eval_ctx *e = ctx;
+    gt_trainer *t = e->t;
+    t->b->ops->memcpy_h2d(t->b, s, t->d_batch, t->h_batch, 2 * (size_t)t->N * sizeof(int32_t));
+    gt_model_forward_loss(t->m, s, t->d_batch, t->d_batch + t->N, e->scale, t->eval_st);
+}
+
 int gt_trainer_eval(gt_trainer *t, float *loss, gt_error *err) {
     *loss = 0;
     if (!t->valid)
@@ -107,14 +123,14 @@ int gt_trainer_eval(gt_trainer *t, float *loss, gt_error *err) {
     gt_data_pos start = {0, 0};
     int rc = gt_data_set_pos(t->valid, start, err);
     o->memset0(b, t->s, t->eval_st, sizeof(gt_step_state));
-    float scale = 1.0f / (float)t->cfg.train.eval_iters;
+    eval_ctx ctx = {t, 1.0f / (float)t->cfg.train.eval_iters};
     for (int i = 0; !rc && i < t->cfg.train.eval_iters; i++) {
         rc = gt_data_next(t->valid, t->h_batch, t->h_batch + t->N, t->B, err);
         if (rc) break;
-        o->memcpy_h2d(b, t->s, t->d_batch, t->h_batch, 2 * (size_t)t->N * sizeof(int32_t));
-        gt_model_forward_loss(t->m, t->s, t->d_batch, t->d_batch + t->N, scale, t->eval_st);
+        /* its own shape bucket: captured once after the training warmup, replayed after */
+        rc = gt_graph_runner_eval(t->runner, eval_enqueue, &ctx, NULL, err);
         /* the pinned batch is refilled next iteration: wait for the copy to finish */
-        rc = o->stream_sync(b, t->s, err);
+        if (!rc) rc = o->stream_sync(b, t->s, err);
     }
     if (!rc) {
         o->memcpy_d2h(b, t->s, &t->h_st[1], t->eval_st, sizeof(gt_step_state));
