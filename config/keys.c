@@ -117,7 +117,7 @@ static const gt_key k_keys[] = {
     /* ---- graphtrain's own ---- */
     {"runtime.device", GT_KEY_ENUM, F(runtime.device), "auto", k_device, 0, 0, "Backend: auto (CUDA when present), cpu (fp32 reference) or cuda.", NULL},
     {"runtime.num_gpus", GT_KEY_INT, F(runtime.num_gpus), "1", NULL, 1, 100000, "GPUs to use (Bridge's -ng).", NULL},
-    {"runtime.deterministic", GT_KEY_BOOL, F(runtime.deterministic), "true", NULL, 0, 0, "Deterministic kernels (eager and graph runs bitwise equal).", NULL},
+    {"runtime.deterministic", GT_KEY_BOOL, F(runtime.deterministic), "true", NULL, 0, 0, "Deterministic kernels (eager and graph runs bitwise equal); every kernel is deterministic today, false only prints a note.", NULL},
     {"runtime.gpu", GT_KEY_STRING, F(runtime.gpu), "", NULL, 0, 0, "GPU the config targets (Bridge's -g: h100, h200, b200, gb200, gb300); empty = this machine's.", NULL},
     {"graphs.capture_failure", GT_KEY_ENUM, F(runtime.capture_failure), "stop", k_capture_failure, 0, 0, "When capture fails: stop with the error, or continue eagerly.", NULL},
     {"graphs.max_shape_buckets", GT_KEY_INT, F(runtime.max_shape_buckets), "4", NULL, 1, 64, "Most distinct batch shapes that get their own graph.", NULL},

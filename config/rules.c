@@ -433,6 +433,11 @@ static void check_engine_notes(const gt_config *c, gt_report *r) {
             "no attention dropout and seq_length %% 128 == 0; head size %d would stop a GPU run "
             "when the trainer is built",
             hd);
+    if (!c->runtime.deterministic)
+        add(r, GT_SEVERITY_NOTE, "engine_always_deterministic", KEYS("runtime.deterministic"),
+            "nothing to change; set runtime.deterministic=true to silence this note",
+            "graphtrain has no faster non-deterministic kernels yet (cuDNN's atomic dQ "
+            "backward is not wired in): every run stays deterministic");
     if (c->dataset.packed_sequence)
         add(r, GT_SEVERITY_NOTE, "engine_no_packed_sequences", KEYS("dataset.packed_sequence"),
             "set dataset.packed_sequence=false to run here",

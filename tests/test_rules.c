@@ -160,6 +160,8 @@ static const rule_case k_cases[] = {
      "model.recompute_granularity=none"},
     {"engine_no_packed_sequences", GT_SEVERITY_NOTE, "dataset.packed_sequence=true",
      "dataset.packed_sequence=false"},
+    {"engine_always_deterministic", GT_SEVERITY_NOTE, "runtime.deterministic=false",
+     "runtime.deterministic=true"},
     {"engine_gpu_head_size", GT_SEVERITY_NOTE,
      "model.hidden_size=128 model.num_attention_heads=4 model.num_query_groups=4 "
      "model.seq_length=64",
