@@ -404,11 +404,28 @@ static void check_engine_notes(const gt_config *c, gt_report *r) {
             KEYS("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
                  "model.expert_model_parallel_size", "model.context_parallel_size"),
             "set the parallel sizes to 1 (use a *_1gpu recipe) to run here",
-            "graphtrain runs data parallelism only; tp=%d pp=%d ep=%d cp=%d validate but cannot "
+            "graphtrain runs on one GPU today; tp=%d pp=%d ep=%d cp=%d validate but cannot "
             "run yet%s",
             m->tensor_model_parallel_size, m->pipeline_model_parallel_size,
             m->expert_model_parallel_size, m->context_parallel_size,
             c->runtime.num_gpus == 1 ? " (and need more than runtime.num_gpus=1)" : "");
+    if (c->runtime.num_gpus > 1 || c->ddp.data_parallel_size > 1)
+        add(r, GT_SEVERITY_NOTE, "engine_single_gpu",
+            KEYS("runtime.num_gpus", "ddp.data_parallel_size"),
+            "set runtime.num_gpus=1 (and ddp.data_parallel_size=1 or 0) to run here",
+            "graphtrain trains on one GPU today (no NCCL data parallelism yet); %d GPUs validate "
+            "but a run uses one",
+            c->runtime.num_gpus > 1 ? c->runtime.num_gpus : c->ddp.data_parallel_size);
+    if (m->compute_dtype == GT_DTYPE_FP32 && c->runtime.device != GT_DEVICE_CPU)
+        add(r, GT_SEVERITY_NOTE, "engine_gpu_computes_bf16", KEYS("model.compute_dtype"),
+            "use model.compute_dtype=bf16, or runtime.device=cpu for fp32 compute",
+            "on the GPU graphtrain computes in bf16 with fp32 master weights, gradients and "
+            "moments; fp32 compute is the CPU backend");
+    if (m->delay_wgrad_compute)
+        add(r, GT_SEVERITY_NOTE, "engine_no_delayed_wgrad", KEYS("model.delay_wgrad_compute"),
+            "nothing to change",
+            "graphtrain computes weight gradients in the backward of each unit; "
+            "delay_wgrad_compute is validated (Bridge's rules) but not applied");
     if (m->cpu_offloading)
         add(r, GT_SEVERITY_NOTE, "engine_no_cpu_offloading", KEYS("model.cpu_offloading"),
             "set model.cpu_offloading=false", "graphtrain does not offload to the CPU");
