@@ -42,8 +42,8 @@ int gt_graph_runner_step_shape(gt_graph_runner *r, int64_t shape_key, gt_graph_e
                                void *ctx, gt_step_mode *mode, gt_error *err);
 
 /* Evaluation as its own shape bucket: enqueues one eval forward fn(ctx, s, NULL) on the
- * trainer's stream. With full_iteration, once the training warmup is over (the same condition
- * as the training capture) it is captured into the bucket cache under an eval key of its own
+ * trainer's stream. With full_iteration, once the training step has been captured (after the
+ * warmup and the capture step) it is captured into the bucket cache under an eval key of its own
  * (label "full_iteration eval") and replayed afterwards; before that, and with the scoped or
  * eager policies, it runs eagerly. It is not a training step: the step count and the
  * eager/captured/replayed step counters are untouched. fn must enqueue device work only and

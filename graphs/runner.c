@@ -218,7 +218,9 @@ int gt_graph_runner_step(gt_graph_runner *r, gt_step_mode *mode, gt_error *err) 
  * failed capture only sends evaluation eager: the training graph and its bucket stay. */
 static int full_eval(gt_graph_runner *r, step_body *sb, gt_step_mode *mode, gt_error *err) {
     *mode = GT_STEP_EAGER;
-    if (r->calls < r->pol.warmup || r->full_fallback || r->eval_fallback) {
+    /* only after the training step's capture call: the training graph is always captured
+     * first, even when an evaluation falls on the warmup boundary */
+    if (r->calls <= r->pol.warmup || r->full_fallback || r->eval_fallback) {
         enqueue(sb, r->s);
         return GT_OK;
     }
