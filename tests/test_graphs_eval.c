@@ -321,6 +321,37 @@ static void test_eval_without_a_runner_or_forward_is_an_error(void **state) {
     gt_trainer_destroy(t);
 }
 
+/* An evaluation right after the warmup steps, before the training step has been captured,
+ * runs eagerly: the training graph is always the first one captured. */
+static void test_eval_at_the_warmup_boundary_waits_for_the_training_capture(void **state) {
+    (void)state;
+    gt_config c;
+    eval_config(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 4, GT_CAPTURE_FAIL_STOP);
+    gtf_assert_valid(&c);
+    gt_error err = {0};
+    gt_trainer *t = NULL;
+    if (gt_trainer_create(&t, &c, &err) != GT_OK) fail_msg("gt_trainer_create: %s", err.msg);
+    gt_step_stats st;
+    for (int i = 0; i < WARMUP; i++) {
+        assert_int_equal(gt_trainer_step(t, &st, &err), GT_OK);
+        assert_int_equal(st.mode, GT_STEP_EAGER);
+    }
+    float loss = 0;
+    assert_int_equal(gt_trainer_eval(t, &loss, &err), GT_OK);
+    gt_graph_stats gs;
+    gt_graph_runner_stats(gt_trainer_graph_runner(t), &gs);
+    assert_int_equal(gs.eval_captured, 0);
+    assert_int_equal(gs.eval_eager, EVAL_ITERS);
+    assert_int_equal(gs.graphs, 0);
+    assert_int_equal(gt_trainer_step(t, &st, &err), GT_OK);
+    assert_int_equal(st.mode, GT_STEP_CAPTURED);
+    assert_int_equal(gt_trainer_eval(t, &loss, &err), GT_OK);
+    gt_graph_runner_stats(gt_trainer_graph_runner(t), &gs);
+    assert_int_equal(gs.eval_captured, 1);
+    assert_int_equal(gs.graphs, 2);
+    gt_trainer_destroy(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_eval_losses_through_graphs_equal_eager),
@@ -330,6 +361,7 @@ int main(void) {
         cmocka_unit_test(test_failed_eval_capture_stops_naming_it),
         cmocka_unit_test(test_destroy_leaves_no_eval_graph),
         cmocka_unit_test(test_eval_without_a_runner_or_forward_is_an_error),
+        cmocka_unit_test(test_eval_at_the_warmup_boundary_waits_for_the_training_capture),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
