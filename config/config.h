@@ -166,8 +166,9 @@ typedef struct gt_logger_config {
 /* Environment settings the rules read. Taken from the environment when the config is
  * created, overridable in the config. */
 typedef struct gt_env_config {
-    bool expandable_segments; /* PYTORCH_CUDA_ALLOC_CONF contains expandable_segments:True */
-    int nccl_graph_register;  /* NCCL_GRAPH_REGISTER; -1 = unset (NCCL's default, on) */
+    bool expandable_segments;     /* PYTORCH_CUDA_ALLOC_CONF contains expandable_segments:True */
+    int nccl_graph_register;      /* NCCL_GRAPH_REGISTER; -1 = unset (NCCL's default, on) */
+    bool nccl_graph_register_bad; /* the environment's value was not a whole number (no key) */
 } gt_env_config;
 
 /* graphtrain's own keys, beyond Bridge. */

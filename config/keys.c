@@ -229,5 +229,13 @@ void gt_config_read_env(gt_config *cfg) {
     }
     const char *reg = getenv("NCCL_GRAPH_REGISTER");
     cfg->env.nccl_graph_register = -1;
-    if (reg && *reg) cfg->env.nccl_graph_register = atoi(reg) != 0;
+    cfg->env.nccl_graph_register_bad = false;
+    if (reg && *reg) {
+        char *end = NULL;
+        long v = strtol(reg, &end, 10);
+        if (end == reg || *end != '\0')
+            cfg->env.nccl_graph_register_bad = true; /* reported by the rules */
+        else
+            cfg->env.nccl_graph_register = v != 0;
+    }
 }

@@ -290,6 +290,12 @@ static void check_graph_rules(const gt_config *c, gt_report *r) {
 
 /* ---- shape and run sanity (not graph-specific) ---- */
 static void check_shape_rules(const gt_config *c, gt_report *r) {
+    if (c->env.nccl_graph_register_bad)
+        add(r, GT_SEVERITY_ERROR, "nccl_graph_register_not_a_number",
+            KEYS("env.nccl_graph_register"),
+            "export NCCL_GRAPH_REGISTER=0 or 1 (or unset it), or set env.nccl_graph_register",
+            "the environment variable NCCL_GRAPH_REGISTER is not a whole number, so whether "
+            "NCCL registers graph buffers cannot be told");
     const gt_model_config *m = &c->model;
     if (m->hidden_size % m->num_attention_heads)
         add(r, GT_SEVERITY_ERROR, "heads_divide_hidden_size",

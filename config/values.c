@@ -221,6 +221,9 @@ int gt_config_set(gt_config *cfg, const char *key, const char *value, gt_error *
     if (rc == GT_OK && k->offset == offsetof(gt_config, model.cuda_graph_impl) &&
         cfg->model.cuda_graph_impl == GT_GRAPH_IMPL_NONE)
         cfg->model.cuda_graph_scope = 0;
+    /* a value given in the config replaces an unreadable one from the environment */
+    if (rc == GT_OK && k->offset == offsetof(gt_config, env.nccl_graph_register))
+        cfg->env.nccl_graph_register_bad = false;
     return rc;
 }
 

@@ -232,6 +232,22 @@ static void test_unreadable_files_are_io_errors_naming_the_path(void **state) {
     assert_non_null(strstr(err.msg, "directory"));
 }
 
+static void test_unreadable_nccl_graph_register_is_reported_not_guessed(void **state) {
+    (void)state;
+    gt_config c;
+    gt_config_defaults(&c);
+    setenv("NCCL_GRAPH_REGISTER", "off", 1);
+    gt_config_read_env(&c);
+    unsetenv("NCCL_GRAPH_REGISTER");
+    gt_report report;
+    assert_true(gt_config_validate(&c, &report) > 0);
+    assert_true(gt_report_has(&report, "nccl_graph_register_not_a_number"));
+    gt_error err = {0};
+    assert_int_equal(gt_config_set(&c, "env.nccl_graph_register", "0", &err), GT_OK);
+    gt_config_validate(&c, &report);
+    assert_false(gt_report_has(&report, "nccl_graph_register_not_a_number"));
+}
+
 static void test_environment_fills_env_keys(void **state) {
     (void)state;
     gt_config c;
@@ -462,6 +478,7 @@ int main(void) {
         cmocka_unit_test(test_malformed_yaml_reports_the_line),
         cmocka_unit_test(test_unreadable_files_are_io_errors_naming_the_path),
         cmocka_unit_test(test_environment_fills_env_keys),
+        cmocka_unit_test(test_unreadable_nccl_graph_register_is_reported_not_guessed),
         cmocka_unit_test(test_every_recipe_loads_and_validates),
         cmocka_unit_test(test_workload_recipes_have_the_workloads_md_shapes),
         cmocka_unit_test(test_sources_apply_in_order_and_overrides_win),
