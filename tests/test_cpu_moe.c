@@ -1,7 +1,6 @@
 /* CPU reference MoE ops: router top-k and ties on hand-computed cases, the Switch aux loss,
  * permutation tables for dropless and drop-and-pad routing, gather/scatter adjointness, and
  * the router, grouped matmul and combine backwards against central finite differences. */
-#include "testlib.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -13,74 +12,15 @@
 #define FD_REL_TOL 1e-2
 #define FD_FLOOR 0.1
 
-typedef struct fixture {
-    gt_backend *b;
-    gt_stream *s;
-    gt_step_state st;
-    uint32_t rng;
-} fixture;
+#include "cpu_op_fixture.h"
 
 static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    gt_error err = {0};
-    if (!f || gt_backend_create_cpu(&f->b, &err) != GT_OK) return -1;
-    if (f->b->ops->stream_create(f->b, &f->s, &err) != GT_OK) return -1;
-    f->st.nan_step = -1;
-    f->st.inject_nan = -1;
-    f->rng = 2024u;
-    *state = f;
-    return 0;
+    return fixture_setup(state, 2024u);
 }
 
+/* no op may have failed silently */
 static int teardown(void **state) {
-    fixture *f = *state;
-    gt_error err = {0};
-    int rc = gt_backend_check(f->b, &err);
-    f->b->ops->stream_destroy(f->b, f->s);
-    gt_backend_destroy(f->b);
-    free(f);
-    return rc == GT_OK ? 0 : -1; /* no op may have failed silently */
-}
-
-static float urand(uint32_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 17;
-    *s ^= *s << 5;
-    return (float)((*s >> 8) * (1.0 / 8388608.0) - 1.0);
-}
-
-static float *rand_buf(fixture *f, size_t n, float scale) {
-    float *x = malloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = scale * urand(&f->rng);
-    return x;
-}
-
-static double dotd(const float *x, const float *y, size_t n) {
-    double acc = 0;
-    for (size_t i = 0; i < n; i++)
-        acc += (double)x[i] * y[i];
-    return acc;
-}
-
-typedef double (*loss_fn)(void *ctx);
-
-static double fd_max_err(loss_fn loss, void *ctx, float *x, size_t n, const float *an,
-                         const char *what) {
-    double worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        float save = x[i];
-        x[i] = save + FD_EPS;
-        double lp = loss(ctx);
-        x[i] = save - FD_EPS;
-        double lm = loss(ctx);
-        x[i] = save;
-        double fd = (lp - lm) / (2.0 * FD_EPS);
-        double e = fabs(fd - an[i]) / fmax(fmax(fabs(fd), fabs((double)an[i])), FD_FLOOR);
-        if (e > worst) worst = e;
-    }
-    print_message("  %-28s max rel err %.2e\n", what, worst);
-    return worst;
+    return fixture_teardown(state, 1);
 }
 
 /* ---------------- router ---------------- */
