@@ -10,7 +10,7 @@ export LD_LIBRARY_PATH="$PWD/build-gpu-run/lib:$NV/cudnn/lib:$NV/nccl/lib:$NV/cu
 export GT_SOURCE_DIR=$PWD GT_RECIPE_DIR=$PWD/recipes PATH=$PATH:/usr/local/cuda/bin
 GT=$PWD/build-gpu-run/graphtrain
 (
-for v in ${PROFILE_MOE_VARIANTS-tc tc2}; do
+for v in ${PROFILE_MOE_VARIANTS-mma tc2}; do
   echo "== GT_CUDA_MOE=$v moe tests"
   GT_CUDA_MOE=$v timeout 60 ./build-gpu-run/gpu_test_cuda_moe 2>&1 | grep -E "PASSED|FAILED|rel|err" | tail -8
   echo "== GT_CUDA_MOE=$v bench moe"
@@ -24,7 +24,7 @@ prof() { # workload
     timeout 60 nsys stats --report cuda_gpu_kern_sum --format csv "$OUT/prof_$w.nsys-rep" > "$OUT/kern_$w.csv" 2>/dev/null
     rm -f "$OUT/prof_$w.nsys-rep" "$OUT/prof_$w.sqlite"
   else
-    timeout 150 ncu --metrics gpu__time_duration.sum --csv $GT train --recipe $w model.cuda_graph_impl=none train.train_iters=2 logger.log_interval=1 > "$OUT/kern_$w.csv" 2>/dev/null
+    timeout 150 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv $GT train --recipe $w model.cuda_graph_impl=none train.train_iters=2 logger.log_interval=1 > "$OUT/kern_$w.csv" 2>/dev/null
   fi
   python3 - "$OUT/kern_$w.csv" "$w" <<'PY'
 import csv, sys, collections

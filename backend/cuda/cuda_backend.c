@@ -394,15 +394,17 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
         im->attn_mode = GT_ATTN_TC;
     else if (attn && *attn && strcmp(attn, "cudnn"))
         bad_env = "GT_CUDA_ATTN (cudnn | tc | simt)";
-    /* the 128x128 cp.async grouped GEMM: 35 ms/step on the moe workload against 85 ms for
-     * the 64x64 one (H200, 2026-11-29) */
-    im->moe_mode = GT_MOE_TC2;
+    /* mma.sync grouped GEMM by default; tc2 (128x128 WMMA) measured 31.4 ms/step on the moe
+     * workload against 85 ms for tc (64x64 WMMA) on the H200, 2026-11-29 */
+    im->moe_mode = GT_MOE_MMA;
     if (moe && !strcmp(moe, "simt"))
         im->moe_mode = GT_MOE_SIMT;
     else if (moe && !strcmp(moe, "tc"))
         im->moe_mode = GT_MOE_TC;
-    else if (moe && *moe && strcmp(moe, "tc2"))
-        bad_env = "GT_CUDA_MOE (tc2 | tc | simt)";
+    else if (moe && !strcmp(moe, "tc2"))
+        im->moe_mode = GT_MOE_TC2;
+    else if (moe && *moe && strcmp(moe, "mma"))
+        bad_env = "GT_CUDA_MOE (mma | tc2 | tc | simt)";
     if (bad_env) {
         free(b);
         free(ops);
@@ -446,6 +448,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     int rc = gt_cuda_matmul_init(b, err);
     if (!rc) rc = gt_cuda_attention_init(err);
     if (!rc) rc = gt_cuda_dense_init(err);
+    if (!rc) rc = gt_cuda_moe_init(err);
     if (rc) {
         cuda_destroy(b);
         return rc;

@@ -8,7 +8,8 @@
 #include "backend/cuda/moe_gemm.cuh"
 
 #define MOE_THREADS 256
-#define ROUTER_MAX_Q 8 /* experts per lane: E <= 256 */
+#define MOE_ROW_THREADS 128 /* row kernels: 8 columns a thread, d = 1024 in one pass */
+#define ROUTER_MAX_Q 8      /* experts per lane: E <= 256 */
 #define PERMUTE_THREADS 1024
 #define GM_BM 64
 #define GM_BN 64
@@ -287,52 +288,109 @@ static void cuda_moe_permute(gt_backend *b, gt_stream *s, int32_t *slot_token, i
 
 /* ---- gather / combine ---- */
 
-__global__ void k_gather(bf16 *xe, const bf16 *x, const int32_t *slot_token, int R, int k, int d) {
-    size_t total = (size_t)R * d;
-    GT_GRID_STRIDE(i, total) {
-        size_t r = i / d, c = i % d;
-        int a = slot_token[r];
-        xe[i] = a >= 0 ? x[(size_t)(a / k) * d + c] : tobf(0.0f);
+/* Row kernels: one block per output row, each thread W contiguous columns at a time (W = 8:
+ * 16-byte loads and stores, where d % 8 == 0 and the tensors are 16-byte aligned; else 1).
+ * Same arithmetic and summation order per element either way. The element-wise grid-stride
+ * versions with 64-bit divisions ran at an eighth of the memory bandwidth. */
+template <int W> static __device__ __forceinline__ void ldw(float *f, const bf16 *p) {
+    if (W == 8)
+        ld8(f, p);
+    else
+        f[0] = ldf(p);
+}
+template <int W> static __device__ __forceinline__ void stw(bf16 *p, const float *f) {
+    if (W == 8)
+        st8(p, f);
+    else
+        p[0] = tobf(f[0]);
+}
+
+template <int W>
+__global__ void k_gather(bf16 *xe, const bf16 *x, const int32_t *slot_token, int k, int d) {
+    int r = blockIdx.x, a = slot_token[r];
+    const bf16 *src = a >= 0 ? x + (size_t)(a / k) * d : NULL;
+    bf16 *dst = xe + (size_t)r * d;
+    for (int c = threadIdx.x * W; c < d; c += blockDim.x * W) {
+        float f[W];
+        if (src)
+            ldw<W>(f, src + c);
+        else
+            for (int u = 0; u < W; u++)
+                f[u] = 0.0f;
+        stw<W>(dst + c, f);
     }
 }
 
-__global__ void k_gather_bwd(bf16 *dx, const bf16 *dxe, const int32_t *token_slot, int N, int k,
-                             int d) {
-    size_t total = (size_t)N * d;
-    GT_GRID_STRIDE(i, total) {
-        size_t n = i / d, c = i % d;
-        float acc = ldf(dx + i);
+template <int W>
+__global__ void k_gather_bwd(bf16 *dx, const bf16 *dxe, const int32_t *token_slot, int k, int d) {
+    int n = blockIdx.x;
+    bf16 *dst = dx + (size_t)n * d;
+    for (int c = threadIdx.x * W; c < d; c += blockDim.x * W) {
+        float acc[W], v[W];
+        ldw<W>(acc, dst + c);
         for (int j = 0; j < k; j++) {
-            int r = token_slot[n * k + j];
-            if (r >= 0) acc += ldf(dxe + (size_t)r * d + c);
+            int r = token_slot[(size_t)n * k + j];
+            if (r < 0) continue;
+            ldw<W>(v, dxe + (size_t)r * d + c);
+#pragma unroll
+            for (int u = 0; u < W; u++)
+                acc[u] += v[u];
         }
-        dx[i] = tobf(acc);
+        stw<W>(dst + c, acc);
     }
 }
 
+template <int W>
 __global__ void k_combine_fwd(bf16 *y, const bf16 *ye, const float *topk_w,
-                              const int32_t *token_slot, int N, int k, int d) {
-    size_t total = (size_t)N * d;
-    GT_GRID_STRIDE(i, total) {
-        size_t n = i / d, c = i % d;
-        float acc = 0.0f;
+                              const int32_t *token_slot, int k, int d) {
+    int n = blockIdx.x;
+    for (int c = threadIdx.x * W; c < d; c += blockDim.x * W) {
+        float acc[W], v[W];
+#pragma unroll
+        for (int u = 0; u < W; u++)
+            acc[u] = 0.0f;
         for (int j = 0; j < k; j++) {
-            int r = token_slot[n * k + j];
-            if (r >= 0) acc += topk_w[n * k + j] * ldf(ye + (size_t)r * d + c);
+            int r = token_slot[(size_t)n * k + j];
+            if (r < 0) continue;
+            float wj = topk_w[(size_t)n * k + j];
+            ldw<W>(v, ye + (size_t)r * d + c);
+#pragma unroll
+            for (int u = 0; u < W; u++)
+                acc[u] += wj * v[u];
         }
-        y[i] = tobf(acc);
+        stw<W>(y + (size_t)n * d + c, acc);
     }
 }
 
+template <int W>
 __global__ void k_combine_bwd_dye(bf16 *dye, const bf16 *dy, const float *topk_w,
-                                  const int32_t *slot_token, int R, int k, int d) {
-    size_t total = (size_t)R * d;
-    GT_GRID_STRIDE(i, total) {
-        size_t r = i / d, c = i % d;
-        int a = slot_token[r];
-        dye[i] = a >= 0 ? tobf(topk_w[a] * ldf(dy + (size_t)(a / k) * d + c)) : tobf(0.0f);
+                                  const int32_t *slot_token, int k, int d) {
+    int r = blockIdx.x, a = slot_token[r];
+    float wa = a >= 0 ? topk_w[a] : 0.0f;
+    const bf16 *src = a >= 0 ? dy + (size_t)(a / k) * d : NULL;
+    for (int c = threadIdx.x * W; c < d; c += blockDim.x * W) {
+        float f[W];
+        if (src) {
+            ldw<W>(f, src + c);
+#pragma unroll
+            for (int u = 0; u < W; u++)
+                f[u] = wa * f[u];
+        } else {
+            for (int u = 0; u < W; u++)
+                f[u] = 0.0f;
+        }
+        stw<W>(dye + (size_t)r * d + c, f);
     }
 }
+
+/* Launches row kernel K<8> when d % 8 == 0 and every pointer is 16-byte aligned, else K<1>. */
+#define MOE_ROWS(kern, rows, d, cs, al, ...)                                                       \
+    do {                                                                                           \
+        if ((d) % 8 == 0 && (al))                                                                  \
+            kern<8><<<(rows), MOE_ROW_THREADS, 0, (cs)>>>(__VA_ARGS__);                            \
+        else                                                                                       \
+            kern<1><<<(rows), MOE_ROW_THREADS, 0, (cs)>>>(__VA_ARGS__);                            \
+    } while (0)
 
 /* One warp per assignment. */
 __global__ void k_combine_bwd_dw(float *dtopk_w, const bf16 *dy, const bf16 *ye,
@@ -353,18 +411,16 @@ __global__ void k_combine_bwd_dw(float *dtopk_w, const bf16 *dy, const bf16 *ye,
 static void cuda_moe_gather(gt_backend *b, gt_stream *s, void *xe, const void *x,
                             const int32_t *slot_token, int R, int k, int d) {
     if (b->planning || R <= 0 || d <= 0) return;
-    size_t total = (size_t)R * d;
-    k_gather<<<gt_grid(total, MOE_THREADS), MOE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)xe, (const bf16 *)x, slot_token, R, k, d);
+    MOE_ROWS(k_gather, (unsigned)R, d, gt_cuda_stream(s), al16(xe) && al16(x), (bf16 *)xe,
+             (const bf16 *)x, slot_token, k, d);
     GT_CUDA_LAUNCHED(b, "moe_gather");
 }
 
 static void cuda_moe_gather_bwd(gt_backend *b, gt_stream *s, void *dx, const void *dxe,
                                 const int32_t *token_slot, int N, int k, int d) {
     if (b->planning || N <= 0 || d <= 0) return;
-    size_t total = (size_t)N * d;
-    k_gather_bwd<<<gt_grid(total, MOE_THREADS), MOE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)dx, (const bf16 *)dxe, token_slot, N, k, d);
+    MOE_ROWS(k_gather_bwd, (unsigned)N, d, gt_cuda_stream(s), al16(dx) && al16(dxe), (bf16 *)dx,
+             (const bf16 *)dxe, token_slot, k, d);
     GT_CUDA_LAUNCHED(b, "moe_gather_bwd");
 }
 
@@ -372,9 +428,8 @@ static void cuda_moe_combine_fwd(gt_backend *b, gt_stream *s, void *y, const voi
                                  const float *topk_w, const int32_t *token_slot, int N, int k,
                                  int d) {
     if (b->planning || N <= 0 || d <= 0) return;
-    size_t total = (size_t)N * d;
-    k_combine_fwd<<<gt_grid(total, MOE_THREADS), MOE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)y, (const bf16 *)ye, topk_w, token_slot, N, k, d);
+    MOE_ROWS(k_combine_fwd, (unsigned)N, d, gt_cuda_stream(s), al16(y) && al16(ye), (bf16 *)y,
+             (const bf16 *)ye, topk_w, token_slot, k, d);
     GT_CUDA_LAUNCHED(b, "moe_combine_fwd");
 }
 
@@ -384,11 +439,9 @@ static void cuda_moe_combine_bwd(gt_backend *b, gt_stream *s, void *dye, float *
                                  int k, int d) {
     if (b->planning || d <= 0) return;
     cudaStream_t cs = gt_cuda_stream(s);
-    if (R > 0) {
-        size_t total = (size_t)R * d;
-        k_combine_bwd_dye<<<gt_grid(total, MOE_THREADS), MOE_THREADS, 0, cs>>>(
-            (bf16 *)dye, (const bf16 *)dy, topk_w, slot_token, R, k, d);
-    }
+    if (R > 0)
+        MOE_ROWS(k_combine_bwd_dye, (unsigned)R, d, cs, al16(dye) && al16(dy), (bf16 *)dye,
+                 (const bf16 *)dy, topk_w, slot_token, k, d);
     int NK = N * k, wpb = MOE_THREADS / 32;
     if (NK > 0)
         k_combine_bwd_dw<<<(NK + wpb - 1) / wpb, MOE_THREADS, 0, cs>>>(
@@ -547,8 +600,12 @@ static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const vo
                                 int K) {
     if (!gm_check(b, "moe_matmul_fwd", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_TC2 && gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a,
-                                                    (const bf16 *)w, offsets, R, E, Nf, K, 1)) {
+    if ((mode == GT_MOE_MMA &&
+         gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
+                                offsets, R, E, Nf, K, 1)) ||
+        (mode == GT_MOE_TC2 &&
+         gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
+                               offsets, R, E, Nf, K, 1))) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
         return;
     }
@@ -569,9 +626,12 @@ static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, cons
                                      int K) {
     if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_TC2 &&
-        gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
-                              offsets, R, E, K, Nf, 0)) {
+    if ((mode == GT_MOE_MMA &&
+         gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
+                                offsets, R, E, K, Nf, 0)) ||
+        (mode == GT_MOE_TC2 &&
+         gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
+                               offsets, R, E, K, Nf, 0))) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
         return;
     }
@@ -592,8 +652,10 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
                                        int K) {
     if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_TC2 && gt_cuda_grouped_mm_dw_v2(gt_cuda_stream(s), dw, (const bf16 *)dout,
-                                                       (const bf16 *)a, offsets, E, Nf, K)) {
+    if ((mode == GT_MOE_MMA && gt_cuda_grouped_mm_dw_mma(gt_cuda_stream(s), dw, (const bf16 *)dout,
+                                                         (const bf16 *)a, offsets, E, Nf, K)) ||
+        (mode == GT_MOE_TC2 && gt_cuda_grouped_mm_dw_v2(gt_cuda_stream(s), dw, (const bf16 *)dout,
+                                                        (const bf16 *)a, offsets, E, Nf, K))) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
         return;
     }
@@ -607,6 +669,16 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
     k_grouped_mm_dw<<<grid, MOE_THREADS, 0, gt_cuda_stream(s)>>>(dw, (const bf16 *)dout,
                                                                  (const bf16 *)a, offsets, Nf, K);
     GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
+}
+
+extern "C" int gt_cuda_moe_init(gt_error *err) {
+    cudaError_t e = gt_cuda_grouped_mm_mma_init();
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_DEVICE,
+                            "cudaFuncSetAttribute(grouped GEMM shared memory): %s (the MoE "
+                            "kernels need 80 KiB of shared memory per block)",
+                            cudaGetErrorString(e));
+    return GT_OK;
 }
 
 extern "C" void gt_cuda_register_moe_ops(gt_backend_ops *ops) {

@@ -64,6 +64,19 @@ __global__ void k_gradnorm_partial(double *part, const float *g, size_t n) {
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
+/* The same over float4 (n4 = n / 4): 16-byte loads reach the memory bandwidth the scalar
+ * version did not (1.2 ms against ~0.65 ms ideal for 690 M gradients). */
+__global__ void k_gradnorm_partial4(double *part, const float4 *g, size_t n4) {
+    __shared__ double sh[32];
+    double acc = 0.0;
+    GT_GRID_STRIDE(i, n4) {
+        float4 v = g[i];
+        acc += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+    }
+    acc = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
 __global__ void k_gradnorm_final(gt_step_state *st, const double *part, int parts, int check_loss,
                                  int check_grad, float clip) {
     __shared__ double sh[32];
@@ -191,7 +204,10 @@ static void cuda_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const
                                              (size_t)GN_MAX_BLOCKS * sizeof(double), "grad_norm");
     if (!part) return;
     cudaStream_t cs = gt_cuda_stream(s);
-    k_gradnorm_partial<<<blocks, OPT_THREADS, 0, cs>>>(part, grads, n);
+    if (n % 4 == 0 && ((uintptr_t)grads & 15u) == 0)
+        k_gradnorm_partial4<<<blocks, OPT_THREADS, 0, cs>>>(part, (const float4 *)grads, n / 4);
+    else
+        k_gradnorm_partial<<<blocks, OPT_THREADS, 0, cs>>>(part, grads, n);
     k_gradnorm_final<<<1, FINAL_THREADS, 0, cs>>>(st, part, blocks, check_loss, check_grad, clip);
     GT_CUDA_LAUNCHED(b, "grad_norm");
 }

@@ -21,4 +21,12 @@ int gt_cuda_grouped_mm_v2(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 
 int gt_cuda_grouped_mm_dw_v2(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
                              const int32_t *offsets, int E, int Nf, int K);
 
+/* mma (GT_CUDA_MOE=mma, the default; k_moe_mma.cu): mma.sync + ldmatrix, 4-stage cp.async;
+ * same conditions as v2. gt_cuda_grouped_mm_mma_init allows their dynamic shared memory. */
+cudaError_t gt_cuda_grouped_mm_mma_init(void);
+int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
+                           const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor);
+int gt_cuda_grouped_mm_dw_mma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
+                              const int32_t *offsets, int E, int Nf, int K);
+
 #endif

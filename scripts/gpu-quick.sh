@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A quick check of kernel changes on the GPU machine: the GPU test binaries, then graphtrain
+# bench (eager and full_iteration) on the chosen workloads, each MoE kernel variant of
+# QUICK_MOE_VARIANTS on the moe workload. No PyTorch (scripts/gpu-check.sh is the full run).
+# Carry build-gpu-run (scripts/gpu-build.sh). Logs under $OUT (summary.txt).
+# Env: QUICK_WORKLOADS (default "tiny gpt124m llama1b moe"), QUICK_MOE_VARIANTS (default "mma").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gt-quick}; mkdir -p "$OUT"
+NV=$(python3 -c 'import nvidia, os; print(nvidia.__path__[0])' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$PWD/build-gpu-run/lib:$NV/cudnn/lib:$NV/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export GT_SOURCE_DIR=$PWD GT_RECIPE_DIR=$PWD/recipes
+GT=$PWD/build-gpu-run/graphtrain
+S=$OUT/summary.txt
+{ date -u +%Y-%m-%dT%H:%M:%SZ; nvidia-smi --query-gpu=name --format=csv,noheader; } | tee "$S"
+for t in build-gpu-run/gpu_test_*; do
+  timeout 120 "$t" >"$OUT/$(basename "$t").log" 2>&1
+  echo "$(basename "$t") rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$(basename "$t").log" | tr '\n' ' ')" | tee -a "$S"
+  grep -E "FAILED|rel L2 error .* \(tol" "$OUT/$(basename "$t").log" | grep -iE "moe_matmul|FAILED|rope" | tee -a "$S"
+done
+for w in ${QUICK_WORKLOADS:-tiny gpt124m llama1b moe}; do
+  variants=mma
+  [ "$w" = moe ] && variants=${QUICK_MOE_VARIANTS:-mma}
+  for v in $variants; do
+    GT_CUDA_MOE=$v timeout 120 $GT bench --recipe $w --modes eager,full_iteration --steps 20 \
+      --warmup 2 >"$OUT/bench_${w}_$v.log" 2>&1
+    echo "bench $w GT_CUDA_MOE=$v rc=$?" | tee -a "$S"
+    grep -E "^(eager|full_iteration)|identical|[Ee]rror" "$OUT/bench_${w}_$v.log" | tee -a "$S"
+  done
+done
