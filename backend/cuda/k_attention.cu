@@ -478,37 +478,39 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
 
 /* ---- rotary embeddings ---- */
 
-/* One block per token row; each thread turns two adjacent rotary pairs (i, i+1) of one head
- * with bf16x2 loads. 32-bit index math: the grid-stride version with 64-bit divisions per
- * element took ~80 us per call at gpt124m size, ten times its memory time. */
-__global__ void k_rope(bf16 *qkv, int T, int H, int KV, int hd, float theta, int inverse) {
-    int half = hd / 2, quads = half / 2, heads = H + KV;
-    int row = blockIdx.x, t = row % T;
-    bf16 *base = qkv + (size_t)row * (size_t)((H + 2 * KV) * hd);
+/* Each thread turns eight adjacent rotary pairs (i..i+7 with their partners i+half..) of one
+ * head of one token, with 16-byte loads; 32-bit index math. The grid-stride version with
+ * 64-bit divisions per element took ~80 us per call at gpt124m size, ten times its memory
+ * time; one pair per thread still waited on memory latency. */
+__global__ void k_rope8(bf16 *qkv, int rows, int T, int H, int KV, int hd, float theta,
+                        int inverse) {
+    int half = hd / 2, chunks = half / 8, heads = H + KV, C = (H + 2 * KV) * hd;
+    int per_row = heads * chunks, total = rows * per_row;
     float l2t = log2f(theta);
-    for (int q = threadIdx.x; q < heads * quads; q += blockDim.x) {
-        int hh = q / quads, i = (q - hh * quads) * 2;
-        bf16 *x = base + hh * hd;
-        __nv_bfloat162 lo = *(__nv_bfloat162 *)(x + i), hi = *(__nv_bfloat162 *)(x + i + half);
-        float x0[2] = {__low2float(lo), __high2float(lo)};
-        float x1[2] = {__low2float(hi), __high2float(hi)};
-        float o0[2], o1[2];
+    for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < total; q += gridDim.x * blockDim.x) {
+        int row = q / per_row, rem = q - row * per_row, hh = rem / chunks;
+        int i = (rem - hh * chunks) * 8, t = row % T;
+        bf16 *x = qkv + (size_t)row * C + hh * hd;
+        float x0[8], x1[8];
+        ld8(x0, x + i);
+        ld8(x1, x + i + half);
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
+        for (int u = 0; u < 8; u++) {
             /* fp32 angle math: the angle error (< 3e-4 rad at t = 2048) is far below bf16's */
             float ang = (float)t * exp2f(-2.0f * (float)(i + u) / (float)hd * l2t);
             float sn, cs;
             sincosf(ang, &sn, &cs);
-            float sv = inverse ? -sn : sn;
-            o0[u] = x0[u] * cs - x1[u] * sv;
-            o1[u] = x0[u] * sv + x1[u] * cs;
+            float sv = inverse ? -sn : sn, a = x0[u], b = x1[u];
+            x0[u] = a * cs - b * sv;
+            x1[u] = a * sv + b * cs;
         }
-        *(__nv_bfloat162 *)(x + i) = __floats2bfloat162_rn(o0[0], o0[1]);
-        *(__nv_bfloat162 *)(x + i + half) = __floats2bfloat162_rn(o1[0], o1[1]);
+        st8(x + i, x0);
+        st8(x + i + half, x1);
     }
 }
 
-/* The odd-pair fallback (hd / 2 odd): one pair per thread, same math. */
+/* The general case (hd / 2 not a multiple of 8, or unaligned): one pair per thread, one
+ * block per token row, same math. */
 __global__ void k_rope_odd(bf16 *qkv, int T, int H, int KV, int hd, float theta, int inverse) {
     int half = hd / 2, heads = H + KV;
     int row = blockIdx.x, t = row % T;
@@ -538,9 +540,10 @@ static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, i
     }
     if (b->planning || B == 0 || T == 0) return;
     unsigned rows = (unsigned)B * (unsigned)T;
-    if ((hd / 2) % 2 == 0 && al16(qkv))
-        k_rope<<<rows, ATT_THREADS, 0, gt_cuda_stream(s)>>>((bf16 *)qkv, T, H, KV, hd, theta,
-                                                            inverse);
+    size_t items = (size_t)rows * (size_t)(H + KV) * (size_t)(hd / 16);
+    if ((hd / 2) % 8 == 0 && al16(qkv) && items < (1u << 30))
+        k_rope8<<<gt_grid(items, ATT_THREADS), ATT_THREADS, 0, gt_cuda_stream(s)>>>(
+            (bf16 *)qkv, (int)rows, T, H, KV, hd, theta, inverse);
     else
         k_rope_odd<<<rows, ATT_THREADS, 0, gt_cuda_stream(s)>>>((bf16 *)qkv, T, H, KV, hd, theta,
                                                                 inverse);

@@ -20,6 +20,7 @@
 #define MM_LD_O (MM_TILE + 8)  /* [k][outer] tiles */
 #define MM_OPERAND_BYTES 10240 /* max(128*40, 32*136) bf16 */
 #define MM_SMEM (MM_STAGES * 2 * MM_OPERAND_BYTES)
+#define MM_LD_C (MM_TILE + 4) /* fp32 staging of a finished tile: 128 x 132 x 4 < MM_SMEM */
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -235,25 +236,45 @@ __global__ void __launch_bounds__(MM_THREADS)
         mm_load<true>(xs, a + (size_t)rb * K + k0, (size_t)K, K - k0, hi - rb, a);
     };
     mm_mainloop<true, true>(acc, sm, (hi - lo + MM_BK - 1) / MM_BK, load);
+    /* The += goes through shared memory: the tile is staged there, then read-modify-written
+     * with 16-byte accesses, eight loads in flight per thread. Straight from the fragments,
+     * each load waited for the previous store (the compiler cannot tell they do not alias),
+     * 64 serial memory round trips per thread, which made this kernel twice the forward's
+     * time. */
+    __syncthreads(); /* every warp is done with the pipeline's buffers */
+    float *cs = (float *)sm;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int wm = (warp >> 1) * 64, wn = (warp & 1) * 64;
-    float *dwe = dw + (size_t)e * Nf * K;
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int n = n0 + wm + i * 16 + (lane >> 2) + h * 8;
-            if (n >= Nf) continue;
+        for (int h = 0; h < 2; h++)
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                int k = k0 + wn + j * 8 + (lane & 3) * 2;
-                if (k < K) {
-                    float2 *d = (float2 *)(dwe + (size_t)n * K + k);
-                    float2 v = *d;
-                    *d = make_float2(v.x + acc[i][j][2 * h], v.y + acc[i][j][2 * h + 1]);
-                }
+                int r = wm + i * 16 + (lane >> 2) + h * 8, c = wn + j * 8 + (lane & 3) * 2;
+                *(float2 *)(cs + r * MM_LD_C + c) =
+                    make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+            }
+    __syncthreads();
+    float *dwe = dw + (size_t)e * Nf * K;
+    for (int base = 0; base < MM_TILE * MM_TILE / 4; base += MM_THREADS * 8) {
+        float4 old[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int q = base + u * MM_THREADS + threadIdx.x, r = q >> 5, c = (q & 31) * 4;
+            if (n0 + r < Nf && k0 + c < K)
+                old[u] = *(const float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int q = base + u * MM_THREADS + threadIdx.x, r = q >> 5, c = (q & 31) * 4;
+            if (n0 + r < Nf && k0 + c < K) {
+                const float *t = cs + r * MM_LD_C + c;
+                *(float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c) =
+                    make_float4(old[u].x + t[0], old[u].y + t[1], old[u].z + t[2], old[u].w + t[3]);
             }
         }
+    }
 }
 
 static int mm_ok(const void *x, const void *y, const void *z, int a, int b) {

@@ -207,26 +207,32 @@ static void test_matmul_matches_cpu_aligned_and_odd_shapes(void **state) {
     matmul_case(e, 33, 17, 24);
 }
 
+/* hd 64 and 128 take the 8-pair kernel, hd 20 the one-pair-per-thread one */
 static void test_rope_matches_cpu(void **state) {
     gpu_env *e = *state;
     NEED_CPU(e, rope_fwd);
-    int B = 2, T = 50, H = 4, KV = 2, hd = 64;
-    size_t n = (size_t)B * T * (H + 2 * KV) * hd;
-    float *x = rand_vec(e, n, 1.0f), *got = malloc(n * 4);
-    for (int inv = 0; inv < 2; inv++) {
-        float *c = c_f32(e, x, n);
-        void *g = g_act(e, x, n);
-        if (inv) {
-            e->cpu->ops->rope_bwd(e->cpu, e->cs, c, B, T, H, KV, hd, 10000.0f);
-            e->gpu->ops->rope_bwd(e->gpu, e->gs, g, B, T, H, KV, hd, 10000.0f);
-        } else {
-            e->cpu->ops->rope_fwd(e->cpu, e->cs, c, B, T, H, KV, hd, 10000.0f);
-            e->gpu->ops->rope_fwd(e->gpu, e->gs, g, B, T, H, KV, hd, 10000.0f);
+    static const int hds[] = {64, 128, 20};
+    for (int h = 0; h < 3; h++) {
+        int B = 2, T = 50, H = 4, KV = 2, hd = hds[h];
+        size_t n = (size_t)B * T * (H + 2 * KV) * hd;
+        float *x = rand_vec(e, n, 1.0f), *got = malloc(n * 4);
+        for (int inv = 0; inv < 2; inv++) {
+            char what[64];
+            float *c = c_f32(e, x, n);
+            void *g = g_act(e, x, n);
+            if (inv) {
+                e->cpu->ops->rope_bwd(e->cpu, e->cs, c, B, T, H, KV, hd, 10000.0f);
+                e->gpu->ops->rope_bwd(e->gpu, e->gs, g, B, T, H, KV, hd, 10000.0f);
+            } else {
+                e->cpu->ops->rope_fwd(e->cpu, e->cs, c, B, T, H, KV, hd, 10000.0f);
+                e->gpu->ops->rope_fwd(e->gpu, e->gs, g, B, T, H, KV, hd, 10000.0f);
+            }
+            g_read_act(e, got, g, n);
+            snprintf(what, sizeof what, "%s hd %d", inv ? "rope_bwd" : "rope_fwd", hd);
+            EXPECT_CLOSE(what, got, c, n, TOL_BF16);
         }
-        g_read_act(e, got, g, n);
-        EXPECT_CLOSE(inv ? "rope_bwd" : "rope_fwd", got, c, n, TOL_BF16);
+        free(x), free(got);
     }
-    free(x), free(got);
 }
 
 static void attention_case(gpu_env *e, int B, int T, int H, int KV, int hd, float p) {
