@@ -12,6 +12,7 @@
 #define RMS_MAX_COLS 32 /* columns per thread: d <= 256 * 32 */
 #define DBIAS_ROWS 64   /* rows per partial of the dbias column sums */
 #define RMS_WARP_ROWS 4 /* rows per warp of the vector rmsnorm backward */
+#define RMS_BWD_V_THREADS 64
 #define RMS_VEC_MAX_K 8 /* vector rmsnorm kernels: d = 256 * K, K <= 8 */
 #define EMB_SORT_THREADS 1024
 #define EMB_SORT_SHARED_MAX 16384 /* keys sorted in shared memory up to this many */
@@ -398,12 +399,15 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
         float *part = (float *)gt_cuda_scratch(b, GT_SCRATCH_RMSNORM,
                                                (size_t)warps * d * sizeof(float), "rmsnorm_bwd");
         if (!part || N <= 0) return;
-        int wpb = DENSE_THREADS / 32, grid = (warps + wpb - 1) / wpb;
+        /* two warps a block: at d = 2048 a thread holds 133 registers, so a 256-thread block
+         * fills an SM's register file alone; small blocks let the register file, not the
+         * block size, set how many warps share an SM */
+        int wpb = RMS_BWD_V_THREADS / 32, grid = (warps + wpb - 1) / wpb;
         cudaStream_t cs = gt_cuda_stream(s);
         switch (d / 256) {
 #define RMS_BWD_V(K)                                                                               \
     case K:                                                                                        \
-        k_rmsnorm_bwd_v<K><<<grid, DENSE_THREADS, 0, cs>>>(                                        \
+        k_rmsnorm_bwd_v<K><<<grid, RMS_BWD_V_THREADS, 0, cs>>>(                                    \
             (bf16 *)dinp, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N);  \
         break
             RMS_BWD_V(1);
