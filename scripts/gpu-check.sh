@@ -140,6 +140,9 @@ if command -v compute-sanitizer >/dev/null; then
   part memcheck_train 75 compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check full \
     "$GT" train --recipe tiny model.num_layers=2 model.cuda_graph_warmup_steps=1 train.train_iters=4
   show memcheck_train "" 'ERROR SUMMARY|LEAK SUMMARY|[Ee]rror:'
+  # the MoE kernels (grouped GEMMs with zero-filled tile edges, row gathers) over uneven groups
+  part memcheck_moe 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/gpu_test_cuda_moe"
+  show memcheck_moe "" 'ERROR SUMMARY|PASSED|FAILED'
 else
   say "memcheck_train             SKIPPED (compute-sanitizer not found)"
 fi
