@@ -48,7 +48,9 @@ run "gpu_test_cuda_moe_simt_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=simt \
   "$BUILD/gpu_test_cuda_moe"
 run "gpu_test_cuda_perf_simt_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=simt GT_CUDA_ATTN=tc \
   "$BUILD/gpu_test_cuda_perf"
-# the 64x64 grouped GEMMs (GT_CUDA_MOE=tc; the default is the 128x128 tc2)
+# the WMMA grouped GEMMs (GT_CUDA_MOE=tc2 128x128, tc 64x64; the default is mma)
+run "gpu_test_cuda_moe_tc2_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc2 \
+  "$BUILD/gpu_test_cuda_moe"
 run "gpu_test_cuda_moe_tc_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc \
   "$BUILD/gpu_test_cuda_moe"
 run "gpu_test_cuda_perf_tc_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc \
@@ -61,8 +63,10 @@ if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
       --report-api-errors no --error-exitcode 9 "$BUILD/$t"
   done
   if [ "${RACECHECK:-1}" = 1 ]; then
-    run "racecheck_gpu_test_cuda_capture" "${RACE_LIMIT:-150}" compute-sanitizer --tool racecheck \
-      --report-api-errors no --error-exitcode 9 "$BUILD/gpu_test_cuda_capture"
+    for t in gpu_test_cuda_capture gpu_test_cuda_moe; do
+      run "racecheck_$t" "${RACE_LIMIT:-150}" compute-sanitizer --tool racecheck \
+        --report-api-errors no --error-exitcode 9 "$BUILD/$t"
+    done
   fi
 fi
 echo "logs in $OUT" | tee -a "$SUMMARY"
