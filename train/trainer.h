@@ -50,6 +50,17 @@ int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err);
  * clipping, NaN checks, optimizer, step advance); exec may route units through graphs. */
 void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec);
 
+/* The gradient-reduction hook of data parallelism. It is enqueued inside every training step,
+ * after the last micro-batch's backward and before the NaN checks, clipping and AdamW, so a
+ * full-iteration graph captures it with the rest of the step (per-unit graph modes run it
+ * eagerly between the graphs). fn gets the fp32 gradients of all n parameters and may only
+ * enqueue device work on s (a collective such as NCCL's all-reduce; the capture forbids
+ * anything else). Without a hook (one GPU) nothing is enqueued. */
+typedef void (*gt_grad_reduce_fn)(void *ctx, gt_backend *b, gt_stream *s, float *grads, size_t n);
+/* Sets the hook (fn NULL: none). Only before the first step: a captured graph would keep
+ * running the old one, so a later call is refused with GT_ERR_INVALID. */
+int gt_trainer_set_grad_reduce(gt_trainer *t, gt_grad_reduce_fn fn, void *ctx, gt_error *err);
+
 /* Accessors for graphs/, bench/ and tests. */
 gt_backend *gt_trainer_backend(gt_trainer *t);
 gt_model *gt_trainer_model(gt_trainer *t);

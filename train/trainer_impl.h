@@ -42,9 +42,12 @@ struct gt_trainer {
     gt_lr_schedule sched;
     gt_adamw_params hp;
     int check_loss, check_grad;
-    int inject_nan; /* device value: 0-based step to poison, -1 = off */
-    int64_t steps;  /* optimizer steps completed (host copy after each step) */
-    int resumed;    /* started from checkpoint.load */
+    int inject_nan;                /* device value: 0-based step to poison, -1 = off */
+    gt_grad_reduce_fn grad_reduce; /* NULL: one GPU, nothing to reduce */
+    void *grad_reduce_ctx;
+    int stepped;   /* gt_trainer_step has run in this process (the hook is fixed from then on) */
+    int64_t steps; /* optimizer steps completed (host copy after each step) */
+    int resumed;   /* started from checkpoint.load */
 };
 
 /* Resume from checkpoint.load (trainer_ckpt.c): weights, moments, step state, data position. */

@@ -1,9 +1,9 @@
 /* One training step and one evaluation. gt_trainer_enqueue_step is what a full-iteration
  * graph captures: it only enqueues device work (one batch copy from pinned memory, zeroed
- * gradients, every micro-batch, NaN checks, clipping, AdamW, step advance) and never reads a
- * value back. gt_trainer_step wraps it with the host side: batch loading before, one
- * read-back of the step state and one sync after. gt_trainer_eval sends each eval batch's
- * forward through the graph runner too, as a shape bucket of its own. */
+ * gradients, every micro-batch, the gradient-reduction hook, NaN checks, clipping, AdamW, step
+ * advance) and never reads a value back. gt_trainer_step wraps it with the host side: batch loading
+ * before, one read-back of the step state and one sync after. gt_trainer_eval sends each eval
+ * batch's forward through the graph runner too, as a shape bucket of its own. */
 #include <string.h>
 #include <time.h>
 
@@ -28,12 +28,25 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
         gt_model_forward_backward(t->m, s, tok, tok + t->N, dscale, t->st, exec);
         o->micro_next(b, s, t->st);
     }
+    if (t->grad_reduce) t->grad_reduce(t->grad_reduce_ctx, b, s, t->mi->grads, t->n_params);
     if (t->inject_nan >= 0) o->inject_nan(b, s, t->st, t->mi->grads);
     o->grad_norm(b, s, t->st, t->mi->grads, t->n_params, t->check_loss, t->check_grad,
                  t->hp.clip_grad);
     o->adamw(b, s, t->mi->params, t->master, t->mi->grads, t->adam_m, t->adam_v, t->n_params,
              t->n_decay, t->hp, t->st);
     o->step_end(b, s, t->st);
+}
+
+int gt_trainer_set_grad_reduce(gt_trainer *t, gt_grad_reduce_fn fn, void *ctx, gt_error *err) {
+    if (t->stepped)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "the gradient-reduction hook was set after step %lld ran; a "
+                            "captured step would keep the old one: set it right after "
+                            "gt_trainer_create, before the first step",
+                            (long long)t->steps);
+    t->grad_reduce = fn;
+    t->grad_reduce_ctx = ctx;
+    return GT_OK;
 }
 
 static int load_batch(gt_trainer *t, gt_error *err) {
@@ -69,6 +82,7 @@ static int numeric_error(const gt_trainer *t, const gt_step_state *h, gt_error *
 
 int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     memset(stats, 0, sizeof *stats);
+    t->stepped = 1;
     double t0 = now_ms();
     int rc = load_batch(t, err);
     if (rc) return rc;

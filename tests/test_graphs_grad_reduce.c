@@ -1,0 +1,126 @@
+/* The gradient-reduction hook: enqueued in every step between the backward and the gradient
+ * norm, captured into a full-iteration graph and so run again on every replay, run eagerly
+ * between per-unit graphs, and fixed once the first step has run. */
+#include "test_graphs_fixture.h"
+
+#define STEPS 8
+#define WARMUP 2
+
+/* A hook that copies the gradients it is given into a snapshot buffer and counts its calls. */
+typedef struct snap_hook {
+    float *snap; /* device (backend) buffer [n] */
+    size_t n;
+    int calls; /* host calls: eager steps and the capture, not replays */
+} snap_hook;
+
+static void snapshot_grads(void *ctx, gt_backend *b, gt_stream *s, float *grads, size_t n) {
+    snap_hook *h = ctx;
+    h->calls++;
+    b->ops->memcpy_d2d(b, s, h->snap, grads, n * sizeof(float));
+}
+
+/* A hook that stands for a reduction that zeroes everything: the gradient norm of each step
+ * must then be 0, which shows where in the step the hook runs. */
+static void zero_grads(void *ctx, gt_backend *b, gt_stream *s, float *grads, size_t n) {
+    (void)ctx;
+    b->ops->memset0(b, s, grads, n * sizeof(float));
+}
+
+typedef struct hook_run {
+    float loss[STEPS], grad_norm[STEPS];
+    gt_step_mode mode[STEPS];
+    float *snap_host; /* [n] the snapshot after the last step */
+    size_t n;
+    int calls;
+} hook_run;
+
+static void run_with_hook(const gt_config *c, gt_grad_reduce_fn fn, hook_run *out) {
+    gtf_assert_valid(c);
+    memset(out, 0, sizeof *out);
+    gt_error err = {0};
+    gt_trainer *t = NULL;
+    if (gt_trainer_create(&t, c, &err) != GT_OK) fail_msg("gt_trainer_create: %s", err.msg);
+    gt_backend *b = gt_trainer_backend(t);
+    snap_hook h = {0};
+    h.n = gt_model_get_info(gt_trainer_model(t))->n_params;
+    void *mem = NULL;
+    if (b->ops->alloc(b, h.n * sizeof(float), &mem, &err) != GT_OK) fail_msg("%s", err.msg);
+    h.snap = mem;
+    if (gt_trainer_set_grad_reduce(t, fn, &h, &err) != GT_OK) fail_msg("%s", err.msg);
+    for (int i = 0; i < STEPS; i++) {
+        gt_step_stats st;
+        if (gt_trainer_step(t, &st, &err) != GT_OK) fail_msg("step %d: %s", i + 1, err.msg);
+        out->loss[i] = st.loss;
+        out->grad_norm[i] = st.grad_norm;
+        out->mode[i] = st.mode;
+    }
+    /* fixed once a step has run */
+    gt_error late = {0};
+    assert_int_equal(gt_trainer_set_grad_reduce(t, NULL, NULL, &late), GT_ERR_INVALID);
+    assert_non_null(strstr(late.msg, "before the first step"));
+    out->n = h.n;
+    out->calls = h.calls;
+    out->snap_host = calloc(h.n, sizeof(float));
+    assert_non_null(out->snap_host);
+    b->ops->memcpy_d2h(b, gt_trainer_stream(t), out->snap_host, h.snap, h.n * sizeof(float));
+    if (b->ops->stream_sync(b, gt_trainer_stream(t), &err) != GT_OK) fail_msg("%s", err.msg);
+    b->ops->free(b, h.snap);
+    gt_trainer_destroy(t);
+}
+
+/* Eager, per-unit graphs and a full-iteration graph: the hook sees the same gradients at the
+ * last step (bitwise), so it ran inside the replayed graph, not only at its capture. */
+static void test_hook_runs_in_every_mode_and_inside_replays(void **state) {
+    (void)state;
+    gt_config c;
+    gtf_tiny_dense(&c);
+    c.model.cuda_graph_warmup_steps = WARMUP;
+    hook_run eager, units, full;
+    run_with_hook(&c, snapshot_grads, &eager);
+    gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MLP);
+    run_with_hook(&c, snapshot_grads, &units);
+    gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
+    run_with_hook(&c, snapshot_grads, &full);
+    assert_int_equal(eager.calls, STEPS);
+    assert_int_equal(units.calls, STEPS); /* eager between the unit graphs */
+    /* the warmup steps eagerly, then once while capturing; replays do not call the host */
+    assert_int_equal(full.calls, WARMUP + 1);
+    assert_int_equal(full.mode[STEPS - 1], GT_STEP_REPLAYED);
+    assert_memory_equal(eager.loss, full.loss, sizeof eager.loss);
+    assert_memory_equal(eager.loss, units.loss, sizeof eager.loss);
+    assert_memory_equal(eager.snap_host, full.snap_host, eager.n * sizeof(float));
+    assert_memory_equal(eager.snap_host, units.snap_host, eager.n * sizeof(float));
+    /* and the snapshot is the last step's, not the capture step's: gradients change */
+    int nonzero = 0;
+    for (size_t i = 0; i < eager.n; i++)
+        nonzero += eager.snap_host[i] != 0.0f;
+    assert_true(nonzero > 0);
+    free(eager.snap_host), free(units.snap_host), free(full.snap_host);
+}
+
+/* The hook runs before the gradient norm (and so before clipping and AdamW) in every step of
+ * a full-iteration run, replayed ones included. */
+static void test_hook_runs_before_the_gradient_norm(void **state) {
+    (void)state;
+    gt_config c;
+    gtf_tiny_dense(&c);
+    c.model.cuda_graph_warmup_steps = WARMUP;
+    gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
+    hook_run r;
+    run_with_hook(&c, zero_grads, &r);
+    for (int i = 0; i < STEPS; i++) {
+        if (r.grad_norm[i] != 0.0f)
+            fail_msg("step %d (mode %d): grad norm %g after a zeroing hook", i + 1, (int)r.mode[i],
+                     (double)r.grad_norm[i]);
+        assert_true(r.loss[i] > 0.0f);
+    }
+    free(r.snap_host);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hook_runs_in_every_mode_and_inside_replays),
+        cmocka_unit_test(test_hook_runs_before_the_gradient_norm),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
