@@ -67,6 +67,8 @@ void gt_config_destroy(gt_config *cfg);
 int gt_config_load_recipe(gt_config *cfg, const char *path, gt_error *err);
 int gt_config_apply_override(gt_config *cfg, const char *key_eq_value, gt_error *err);
 
+/* The allowed names of an enum or flag key as "a | b | c" into buf[n] (truncated to fit). */
+void gt_config_list_names(const char *const *names, char *buf, size_t n);
 /* Writes one key's current value as text (the syntax gt_config_set accepts). */
 void gt_config_format_value(const gt_config *cfg, const gt_key *key, char *buf, size_t n);
 /* Prints the resolved configuration, one "key = value" line per key. */

@@ -10,17 +10,6 @@ static const void *cfield(const gt_config *cfg, const gt_key *k) {
     return (const char *)cfg + k->offset;
 }
 
-/* "a | b | c" */
-static void list_names(const char *const *names, char *buf, size_t n) {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int i = 0; names[i]; i++) {
-        int w = snprintf(buf + used, n - used, "%s%s", i ? " | " : "", names[i]);
-        if (w < 0 || (size_t)w >= n - used) break;
-        used += (size_t)w;
-    }
-}
-
 void gt_config_print(const gt_config *cfg, FILE *out) {
     size_t count;
     const gt_key *keys = gt_config_keys(&count);
@@ -119,7 +108,7 @@ void gt_config_print_reference(FILE *out) {
         const gt_key *k = &keys[i];
         char allowed[256] = "";
         if (k->names)
-            list_names(k->names, allowed, sizeof allowed);
+            gt_config_list_names(k->names, allowed, sizeof allowed);
         else if (k->type == GT_KEY_INT || k->type == GT_KEY_DOUBLE)
             snprintf(allowed, sizeof allowed, "%.10g .. %.10g", k->min, k->max);
         else if (k->type == GT_KEY_BOOL)

@@ -39,7 +39,8 @@ static bool is_null_word(const char *v) {
            !strcmp(v, "[]");
 }
 
-static void list_names(const char *const *names, char *buf, size_t n) {
+/* "a | b | c" */
+void gt_config_list_names(const char *const *names, char *buf, size_t n) {
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; names[i]; i++) {
@@ -132,7 +133,7 @@ static int set_bits(gt_config *cfg, const gt_key *k, const char *v, gt_error *er
             int i = find_name(k->names, tok);
             if (i < 0) {
                 char allowed[256];
-                list_names(k->names, allowed, sizeof allowed);
+                gt_config_list_names(k->names, allowed, sizeof allowed);
                 return gt_error_set(err, GT_ERR_INVALID,
                                     "%s: '%.*s' is not one of %s; write a list such as "
                                     "%s,%s or a YAML list",
@@ -176,7 +177,7 @@ static int set_one(gt_config *cfg, const gt_key *k, const char *v, gt_error *err
         if (i < 0 && is_null_word(v)) i = find_name(k->names, "none");
         if (i < 0) {
             char allowed[256], msg[320];
-            list_names(k->names, allowed, sizeof allowed);
+            gt_config_list_names(k->names, allowed, sizeof allowed);
             snprintf(msg, sizeof msg, "is not one of %s", allowed);
             return bad_value(err, k, v, msg);
         }
