@@ -48,15 +48,13 @@ run "gpu_test_cuda_moe_simt_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=simt \
   "$BUILD/gpu_test_cuda_moe"
 run "gpu_test_cuda_perf_simt_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=simt GT_CUDA_ATTN=tc \
   "$BUILD/gpu_test_cuda_perf"
-# the WMMA grouped GEMMs (GT_CUDA_MOE=tc2 128x128, tc 64x64; the default is mma)
-run "gpu_test_cuda_moe_tc2_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc2 \
-  "$BUILD/gpu_test_cuda_moe"
+# the 64x64 WMMA grouped GEMMs (GT_CUDA_MOE=tc; the default is mma)
 run "gpu_test_cuda_moe_tc_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc \
   "$BUILD/gpu_test_cuda_moe"
 run "gpu_test_cuda_perf_tc_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc \
   "$BUILD/gpu_test_cuda_perf"
 if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
-  run "memcheck_gpu_test_cuda_moe_tc2" "${SAN_LIMIT:-150}" env GT_CUDA_MOE=tc2 \
+  run "memcheck_gpu_test_cuda_moe_tc" "${SAN_LIMIT:-150}" env GT_CUDA_MOE=tc \
     compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/gpu_test_cuda_moe"
   for t in gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture; do
     run "memcheck_$t" "${SAN_LIMIT:-150}" compute-sanitizer --tool memcheck \

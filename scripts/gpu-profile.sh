@@ -10,7 +10,7 @@ export LD_LIBRARY_PATH="$PWD/build-gpu-run/lib:$NV/cudnn/lib:$NV/nccl/lib:$NV/cu
 export GT_SOURCE_DIR=$PWD GT_RECIPE_DIR=$PWD/recipes PATH=$PATH:/usr/local/cuda/bin
 GT=$PWD/build-gpu-run/graphtrain
 (
-for v in ${PROFILE_MOE_VARIANTS-mma tc2}; do
+for v in ${PROFILE_MOE_VARIANTS-mma tc}; do
   echo "== GT_CUDA_MOE=$v moe tests"
   GT_CUDA_MOE=$v timeout 60 ./build-gpu-run/gpu_test_cuda_moe 2>&1 | grep -E "PASSED|FAILED|rel|err" | tail -8
   echo "== GT_CUDA_MOE=$v bench moe"

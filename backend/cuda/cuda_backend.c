@@ -394,17 +394,15 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
         im->attn_mode = GT_ATTN_TC;
     else if (attn && *attn && strcmp(attn, "cudnn"))
         bad_env = "GT_CUDA_ATTN (cudnn | tc | simt)";
-    /* mma.sync grouped GEMM by default; tc2 (128x128 WMMA) measured 31.4 ms/step on the moe
-     * workload against 85 ms for tc (64x64 WMMA) on the H200, 2026-11-29 */
+    /* mma.sync grouped GEMM by default (22.2 ms/step on the moe workload, H200, 2026-11-29;
+     * tc, 64x64 WMMA, measured 85 ms) */
     im->moe_mode = GT_MOE_MMA;
     if (moe && !strcmp(moe, "simt"))
         im->moe_mode = GT_MOE_SIMT;
     else if (moe && !strcmp(moe, "tc"))
         im->moe_mode = GT_MOE_TC;
-    else if (moe && !strcmp(moe, "tc2"))
-        im->moe_mode = GT_MOE_TC2;
     else if (moe && *moe && strcmp(moe, "mma"))
-        bad_env = "GT_CUDA_MOE (mma | tc2 | tc | simt)";
+        bad_env = "GT_CUDA_MOE (mma | tc | simt)";
     if (bad_env) {
         free(b);
         free(ops);

@@ -600,12 +600,9 @@ static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const vo
                                 int K) {
     if (!gm_check(b, "moe_matmul_fwd", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if ((mode == GT_MOE_MMA &&
-         gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
-                                offsets, R, E, Nf, K, 1)) ||
-        (mode == GT_MOE_TC2 &&
-         gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
-                               offsets, R, E, Nf, K, 1))) {
+    if (mode == GT_MOE_MMA &&
+        gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
+                               offsets, R, E, Nf, K, 1)) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
         return;
     }
@@ -626,12 +623,9 @@ static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, cons
                                      int K) {
     if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if ((mode == GT_MOE_MMA &&
-         gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
-                                offsets, R, E, K, Nf, 0)) ||
-        (mode == GT_MOE_TC2 &&
-         gt_cuda_grouped_mm_v2(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
-                               offsets, R, E, K, Nf, 0))) {
+    if (mode == GT_MOE_MMA &&
+        gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
+                               offsets, R, E, K, Nf, 0)) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
         return;
     }
@@ -652,10 +646,8 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
                                        int K) {
     if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if ((mode == GT_MOE_MMA && gt_cuda_grouped_mm_dw_mma(gt_cuda_stream(s), dw, (const bf16 *)dout,
-                                                         (const bf16 *)a, offsets, E, Nf, K)) ||
-        (mode == GT_MOE_TC2 && gt_cuda_grouped_mm_dw_v2(gt_cuda_stream(s), dw, (const bf16 *)dout,
-                                                        (const bf16 *)a, offsets, E, Nf, K))) {
+    if (mode == GT_MOE_MMA && gt_cuda_grouped_mm_dw_mma(gt_cuda_stream(s), dw, (const bf16 *)dout,
+                                                        (const bf16 *)a, offsets, E, Nf, K)) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
         return;
     }

@@ -1,5 +1,5 @@
-/* Launchers of the tensor-core grouped GEMMs (k_moe_gemm.cu), used by the MoE ops in
- * k_moe.cu unless GT_CUDA_MOE=simt selected the fp32 SIMT reference kernels (gt_moe_mode). */
+/* Launchers of the tensor-core grouped GEMMs (k_moe_mma.cu, k_moe_gemm.cu), used by the MoE
+ * ops in k_moe.cu unless GT_CUDA_MOE=simt selected the fp32 SIMT reference kernels. */
 #ifndef GT_BACKEND_CUDA_MOE_GEMM_CUH
 #define GT_BACKEND_CUDA_MOE_GEMM_CUH
 
@@ -13,16 +13,9 @@ void gt_cuda_grouped_mm_tc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16
 void gt_cuda_grouped_mm_dw_tc(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
                               const int32_t *offsets, int E, int Nf, int K);
 
-/* v2 (GT_CUDA_MOE=tc2, opt-in until verified on the GPU): 128x128 tiles, cp.async double
- * buffering; return 0 without launching unless Ncols, Kdim % 8 == 0 and 16-byte alignment.
- * kmajor: the weight is contiguous along Kdim (forward) or along Ncols (data gradient). */
-int gt_cuda_grouped_mm_v2(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
-                          const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor);
-int gt_cuda_grouped_mm_dw_v2(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
-                             const int32_t *offsets, int E, int Nf, int K);
-
-/* mma (GT_CUDA_MOE=mma, the default; k_moe_mma.cu): mma.sync + ldmatrix, 4-stage cp.async;
- * same conditions as v2. gt_cuda_grouped_mm_mma_init allows their dynamic shared memory. */
+/* mma (GT_CUDA_MOE=mma, the default; k_moe_mma.cu): mma.sync + ldmatrix, 3-stage cp.async;
+ * return 0 without launching unless Ncols, Kdim % 8 == 0 and the tensors are
+ * 16-byte aligned. gt_cuda_grouped_mm_mma_init allows their dynamic shared memory. */
 cudaError_t gt_cuda_grouped_mm_mma_init(void);
 int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
                            const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor);
