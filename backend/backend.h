@@ -14,7 +14,9 @@
  * - Op errors inside a step (a failed launch, an unplanned shape) do not return: the first one
  *   is kept in b->sticky and reported by gt_backend_check() after the step.
  * - "+=" marks an output that is accumulated into; otherwise outputs are overwritten.
- * - Weight gradients are fp32 and always accumulated (+=); the trainer zeroes them per step.
+ * - Weight gradients are fp32. Every op that produces one takes `accumulate`: 1 adds into the
+ *   gradient (micro-batches after the first), 0 overwrites it (the first micro-batch), so a
+ *   step neither zeroes the gradients first nor reads them back in its first backward.
  * - Planning: while b->planning is set, ops only record their shapes (the cuda backend builds
  *   cuBLASLt descriptors, algorithms and attention plans for each) and compute nothing. The
  *   trainer runs one planning pass of the step when it is built, then calls plan_finish. */
@@ -93,9 +95,10 @@ typedef struct gt_backend_ops {
     /* out = inp * rstd * w, rstd[n] = 1/sqrt(mean(inp[n]^2) + eps) */
     void (*rmsnorm_fwd)(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *inp,
                         const void *w, int N, int d, float eps);
-    /* dinp[N,d] += ..., dw[d] += ... */
+    /* dinp[N,d] += ..., dw[d] (+)= ... (accumulate applies to dw only) */
     void (*rmsnorm_bwd)(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
-                        const void *inp, const void *w, const float *rstd, int N, int d);
+                        const void *inp, const void *w, const float *rstd, int N, int d,
+                        int accumulate);
     /* out[n] = a[n] + x[n]; out may alias a or x */
     void (*add)(gt_backend *b, gt_stream *s, void *out, const void *a, const void *x, size_t n);
     /* out = in * keep / (1-p) with keep from Philox(site, step from st); in-place allowed */
@@ -104,15 +107,16 @@ typedef struct gt_backend_ops {
     /* dx = dy * keep / (1-p), the same mask as dropout_fwd; in-place allowed */
     void (*dropout_bwd)(gt_backend *b, gt_stream *s, void *dx, const void *dy, size_t n, float p,
                         gt_rng_site site, const gt_step_state *st);
-    /* out[M,N] = a[M,K] @ w[N,K]^T (+ bias[N] if bias) */
+    /* out[M,N] = a[M,K] @ w[N,K]^T (+ bias[N] if bias) (+ res[M,N] if res: the residual add
+     * done in the GEMM's epilogue; res must not alias out) */
     void (*matmul_fwd)(gt_backend *b, gt_stream *s, void *out, const void *a, const void *w,
-                       const void *bias, int M, int N, int K);
+                       const void *bias, const void *res, int M, int N, int K);
     /* da[M,K] = (or += if accumulate) dout[M,N] @ w[N,K] */
     void (*matmul_bwd_data)(gt_backend *b, gt_stream *s, void *da, const void *dout, const void *w,
                             int M, int N, int K, int accumulate);
-    /* dw[N,K] += dout[M,N]^T @ a[M,K]; dbias[N] += column sums of dout (if dbias) */
+    /* dw[N,K] (+)= dout[M,N]^T @ a[M,K]; dbias[N] (+)= column sums of dout (if dbias) */
     void (*matmul_bwd_weight)(gt_backend *b, gt_stream *s, float *dw, float *dbias,
-                              const void *dout, const void *a, int M, int N, int K);
+                              const void *dout, const void *a, int M, int N, int K, int accumulate);
     /* rotary embedding, in place on the q and k heads of qkv[B*T, (H + 2*KV) * hd] (q heads,
      * then k heads, then v heads); position = t; pairs (i, i + hd/2) rotate by
      * t * theta^(-2i/hd) */
@@ -201,10 +205,11 @@ typedef struct gt_backend_ops {
     /* da[R,K] = dout[R,Nf] @ w[e] per group */
     void (*moe_matmul_bwd_data)(gt_backend *b, gt_stream *s, void *da, const void *dout,
                                 const void *w, const int32_t *offsets, int R, int E, int Nf, int K);
-    /* dw[e][Nf,K] += dout[group]^T @ a[group] */
+    /* dw[e][Nf,K] (+)= dout[group]^T @ a[group]; with accumulate 0, experts without rows get
+     * zeros */
     void (*moe_matmul_bwd_weight)(gt_backend *b, gt_stream *s, float *dw, const void *dout,
                                   const void *a, const int32_t *offsets, int R, int E, int Nf,
-                                  int K);
+                                  int K, int accumulate);
     /* y[n] = sum_j topk_w[n,j] * ye[token_slot[n*k+j]] (dropped assignments contribute 0) */
     void (*moe_combine_fwd)(gt_backend *b, gt_stream *s, void *y, const void *ye,
                             const float *topk_w, const int32_t *token_slot, int N, int k, int d);

@@ -83,11 +83,13 @@ void gt_model_unit_run(gt_model *m, gt_stream *s, int layer, int unit, int backw
 
 /* One micro-batch: embedding, every unit forward, head + loss (adds dscale-weighted mean loss
  * into st->loss, where dscale = 1 / micro-batches), head backward, every unit backward in
- * reverse, embedding backward; weight gradients accumulate into grads. tokens / targets are
- * device arrays [N]. exec may be NULL (all eager). */
+ * reverse, embedding backward. Weight gradients accumulate into grads (accumulate 1) or
+ * overwrite them (accumulate 0: the step's first micro-batch, which then needs no zeroed
+ * gradients; every gradient is written). tokens / targets are device arrays [N]. exec may be
+ * NULL (all eager); unit graphs replay the accumulate of the call that captured them. */
 void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
-                               const int32_t *targets, float dscale, gt_step_state *st,
-                               const gt_unit_exec *exec);
+                               const int32_t *targets, float dscale, int accumulate,
+                               gt_step_state *st, const gt_unit_exec *exec);
 
 /* Forward only (evaluation, no dropout): adds scale * mean loss into st->loss, where st is
  * a separate step state kept for evaluation. */

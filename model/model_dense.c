@@ -14,6 +14,21 @@ void gt_model_residual_out(gt_model *m, gt_stream *s, void *out, const void *x, 
     b->ops->add(b, s, out, x, y, n);
 }
 
+void gt_model_proj_residual(gt_model *m, gt_stream *s, void *out, const void *x, const void *inp,
+                            int w, int bias, int K, int layer, int site, int train,
+                            gt_step_state *st) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    if (!(train && dm->p_hidden > 0)) {
+        b->ops->matmul_fwd(b, s, out, inp, gt_model_param(m, w), gt_model_param(m, bias), x, dm->N,
+                           dm->d, K);
+        return;
+    }
+    b->ops->matmul_fwd(b, s, m->sc.y, inp, gt_model_param(m, w), gt_model_param(m, bias), NULL,
+                       dm->N, dm->d, K);
+    gt_model_residual_out(m, s, out, x, m->sc.y, layer, site, train, st);
+}
+
 /* Gradient of the branch output from that of the residual: dres through the dropout mask
  * into sc.y, or dres itself when there is no dropout. */
 const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int layer, int site,
@@ -34,13 +49,12 @@ void gt_attn_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state 
     b->ops->rmsnorm_fwd(b, s, a->ln, a->rstd, x, gt_model_param(m, a->norm_w), dm->N, dm->d,
                         dm->eps);
     b->ops->matmul_fwd(b, s, a->qkv, a->ln, gt_model_param(m, a->qkv_w),
-                       gt_model_param(m, a->qkv_b), dm->N, dm->qkv, dm->d);
+                       gt_model_param(m, a->qkv_b), NULL, dm->N, dm->qkv, dm->d);
     b->ops->rope_fwd(b, s, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
     b->ops->attention_fwd(b, s, a->att, a->lse, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, p,
                           gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
-    b->ops->matmul_fwd(b, s, m->sc.y, a->att, gt_model_param(m, a->o_w), gt_model_param(m, a->o_b),
-                       dm->N, dm->d, dm->H * dm->hd);
-    gt_model_residual_out(m, s, m->res[a->res_out], x, m->sc.y, layer, GT_SITE_ATTN_OUT, train, st);
+    gt_model_proj_residual(m, s, m->res[a->res_out], x, a->att, a->o_w, a->o_b, dm->H * dm->hd,
+                           layer, GT_SITE_ATTN_OUT, train, st);
 }
 
 void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
@@ -50,19 +64,19 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     int hh = dm->H * dm->hd;
     const void *dy = gt_model_branch_grad(m, s, layer, GT_SITE_ATTN_OUT, st);
     b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->o_w), gt_model_grad(m, a->o_b), dy, a->att,
-                              dm->N, dm->d, hh);
+                              dm->N, dm->d, hh, m->grad_acc);
     b->ops->matmul_bwd_data(b, s, m->sc.a, dy, gt_model_param(m, a->o_w), dm->N, dm->d, hh, 0);
     b->ops->attention_bwd(b, s, m->sc.bb, m->sc.a, a->qkv, a->att, a->lse, dm->B, dm->T, dm->H,
                           dm->KV, dm->hd, dm->p_attn, gt_model_site(m, layer, GT_SITE_ATTN_PROBS),
                           st);
     b->ops->rope_bwd(b, s, m->sc.bb, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
     b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->qkv_w), gt_model_grad(m, a->qkv_b),
-                              m->sc.bb, a->ln, dm->N, dm->qkv, dm->d);
+                              m->sc.bb, a->ln, dm->N, dm->qkv, dm->d, m->grad_acc);
     b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.bb, gt_model_param(m, a->qkv_w), dm->N, dm->qkv,
                             dm->d, 0);
     /* rmsnorm_bwd adds into dres: the residual's own gradient plus the branch's */
     b->ops->rmsnorm_bwd(b, s, m->sc.dres, gt_model_grad(m, a->norm_w), m->sc.dln, m->res[a->res_in],
-                        gt_model_param(m, a->norm_w), a->rstd, dm->N, dm->d);
+                        gt_model_param(m, a->norm_w), a->rstd, dm->N, dm->d, m->grad_acc);
 }
 
 void gt_mlp_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st) {
@@ -73,11 +87,10 @@ void gt_mlp_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *
     b->ops->rmsnorm_fwd(b, s, p->ln, p->rstd, x, gt_model_param(m, p->norm_w), dm->N, dm->d,
                         dm->eps);
     b->ops->matmul_fwd(b, s, p->gu, p->ln, gt_model_param(m, p->gu_w), gt_model_param(m, p->gu_b),
-                       dm->N, 2 * dm->f, dm->d);
+                       NULL, dm->N, 2 * dm->f, dm->d);
     b->ops->swiglu_fwd(b, s, p->h, p->gu, dm->N, dm->f);
-    b->ops->matmul_fwd(b, s, m->sc.y, p->h, gt_model_param(m, p->down_w),
-                       gt_model_param(m, p->down_b), dm->N, dm->d, dm->f);
-    gt_model_residual_out(m, s, m->res[p->res_out], x, m->sc.y, layer, GT_SITE_MLP_OUT, train, st);
+    gt_model_proj_residual(m, s, m->res[p->res_out], x, p->h, p->down_w, p->down_b, dm->f, layer,
+                           GT_SITE_MLP_OUT, train, st);
 }
 
 void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
@@ -86,14 +99,14 @@ void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_mlp_block *p = &m->layers[layer].mlp;
     const void *dy = gt_model_branch_grad(m, s, layer, GT_SITE_MLP_OUT, st);
     b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, p->down_w), gt_model_grad(m, p->down_b), dy,
-                              p->h, dm->N, dm->d, dm->f);
+                              p->h, dm->N, dm->d, dm->f, m->grad_acc);
     b->ops->matmul_bwd_data(b, s, m->sc.a, dy, gt_model_param(m, p->down_w), dm->N, dm->d, dm->f,
                             0);
     b->ops->swiglu_bwd(b, s, m->sc.bb, m->sc.a, p->gu, dm->N, dm->f);
     b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, p->gu_w), gt_model_grad(m, p->gu_b), m->sc.bb,
-                              p->ln, dm->N, 2 * dm->f, dm->d);
+                              p->ln, dm->N, 2 * dm->f, dm->d, m->grad_acc);
     b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.bb, gt_model_param(m, p->gu_w), dm->N, 2 * dm->f,
                             dm->d, 0);
     b->ops->rmsnorm_bwd(b, s, m->sc.dres, gt_model_grad(m, p->norm_w), m->sc.dln, m->res[p->res_in],
-                        gt_model_param(m, p->norm_w), p->rstd, dm->N, dm->d);
+                        gt_model_param(m, p->norm_w), p->rstd, dm->N, dm->d, m->grad_acc);
 }

@@ -123,6 +123,7 @@ struct gt_model {
     size_t act_elem;   /* bytes per act element */
     gt_model_info info;
     float dscale;  /* of the running forward_backward (constant over a run) */
+    int grad_acc;  /* of the running forward_backward: weight gradients += (1) or = (0) */
     size_t n_real; /* parameters without alignment padding */
 };
 
@@ -149,6 +150,11 @@ void gt_moe_experts_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st)
 /* Block output (model_dense.c): y = dropout(y) in training; out = x + y. */
 void gt_model_residual_out(gt_model *m, gt_stream *s, void *out, const void *x, void *y, int layer,
                            int site, int train, gt_step_state *st);
+/* A block's output projection and residual: out = x + dropout(inp @ w^T + bias). Without
+ * dropout the add rides in the GEMM's epilogue (one pass over out, no sc.y round trip). */
+void gt_model_proj_residual(gt_model *m, gt_stream *s, void *out, const void *x, const void *inp,
+                            int w, int bias, int K, int layer, int site, int train,
+                            gt_step_state *st);
 /* Gradient of a block's output branch from sc.dres (through the dropout mask into sc.y). */
 const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int layer, int site, gt_step_state *st);
 

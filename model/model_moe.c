@@ -17,8 +17,8 @@ void gt_moe_router_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_
     gt_moe_block *e = &m->layers[layer].moe;
     b->ops->rmsnorm_fwd(b, s, e->ln, e->rstd, m->res[e->res_in], gt_model_param(m, e->norm_w),
                         dm->N, dm->d, dm->eps);
-    b->ops->matmul_fwd(b, s, m->sc.e, e->ln, gt_model_param(m, e->router_w), NULL, dm->N, dm->E,
-                       dm->d);
+    b->ops->matmul_fwd(b, s, m->sc.e, e->ln, gt_model_param(m, e->router_w), NULL, NULL, dm->N,
+                       dm->E, dm->d);
     b->ops->moe_router_fwd(b, s, e->probs, e->topk_idx, e->topk_w, e->counts, m->sc.e, dm->N, dm->E,
                            dm->k);
     if (train && dm->aux_coeff > 0)
@@ -33,12 +33,12 @@ void gt_moe_router_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) 
     b->ops->moe_router_bwd(b, s, m->sc.e, m->sc.dtopk_w, e->probs, e->topk_idx, e->topk_w,
                            e->counts, dm->N, dm->E, dm->k, aux_coeff(m));
     b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, e->router_w), NULL, m->sc.e, e->ln, dm->N,
-                              dm->E, dm->d);
+                              dm->E, dm->d, m->grad_acc);
     /* sc.dln already holds the gradient through the experts (preprocess backward) */
     b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.e, gt_model_param(m, e->router_w), dm->N, dm->E,
                             dm->d, 1);
     b->ops->rmsnorm_bwd(b, s, m->sc.dres, gt_model_grad(m, e->norm_w), m->sc.dln, m->res[e->res_in],
-                        gt_model_param(m, e->norm_w), e->rstd, dm->N, dm->d);
+                        gt_model_param(m, e->norm_w), e->rstd, dm->N, dm->d, m->grad_acc);
 }
 
 void gt_moe_preprocess_fwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
@@ -83,12 +83,12 @@ void gt_moe_experts_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st)
     b->ops->moe_combine_bwd(b, s, m->sc.r, m->sc.dtopk_w, dy, e->ye, e->topk_w, e->token_slot,
                             e->slot_token, dm->N, dm->R, dm->k, dm->d);
     b->ops->moe_matmul_bwd_weight(b, s, gt_model_grad(m, e->down_w), m->sc.r, e->he, e->offsets,
-                                  dm->R, dm->E, dm->d, dm->fe);
+                                  dm->R, dm->E, dm->d, dm->fe, m->grad_acc);
     b->ops->moe_matmul_bwd_data(b, s, m->sc.a, m->sc.r, gt_model_param(m, e->down_w), e->offsets,
                                 dm->R, dm->E, dm->d, dm->fe);
     b->ops->swiglu_bwd(b, s, m->sc.bb, m->sc.a, e->gue, dm->R, dm->fe);
     b->ops->moe_matmul_bwd_weight(b, s, gt_model_grad(m, e->gu_w), m->sc.bb, e->xe, e->offsets,
-                                  dm->R, dm->E, 2 * dm->fe, dm->d);
+                                  dm->R, dm->E, 2 * dm->fe, dm->d, m->grad_acc);
     b->ops->moe_matmul_bwd_data(b, s, m->sc.r, m->sc.bb, gt_model_param(m, e->gu_w), e->offsets,
                                 dm->R, dm->E, 2 * dm->fe, dm->d);
 }

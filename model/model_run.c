@@ -69,8 +69,8 @@ static void head_fwd(gt_model *m, gt_stream *s, const int32_t *targets, float sc
     float per_token = scale / (float)dm->N;
     b->ops->rmsnorm_fwd(b, s, m->lnf, m->rstdf, m->res[m->n_res - 1], gt_model_param(m, m->final_w),
                         dm->N, dm->d, dm->eps);
-    b->ops->matmul_fwd(b, s, m->sc.logits, m->lnf, gt_model_param(m, m->lm_w), NULL, dm->N, dm->V,
-                       dm->d);
+    b->ops->matmul_fwd(b, s, m->sc.logits, m->lnf, gt_model_param(m, m->lm_w), NULL, NULL, dm->N,
+                       dm->V, dm->d);
     b->ops->cross_entropy(b, s, m->sc.losses, m->sc.logits, m->sc.logits, targets, dm->N, dm->V,
                           per_token);
     b->ops->loss_accumulate(b, s, st, m->sc.losses, dm->N, per_token);
@@ -81,22 +81,24 @@ static void head_bwd(gt_model *m, gt_stream *s) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, m->lm_w), NULL, m->sc.logits, m->lnf, dm->N,
-                              dm->V, dm->d);
+                              dm->V, dm->d, m->grad_acc);
     b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.logits, gt_model_param(m, m->lm_w), dm->N, dm->V,
                             dm->d, 0);
     b->ops->memset0(b, s, m->sc.dres, (size_t)dm->N * dm->d * m->act_elem);
     b->ops->rmsnorm_bwd(b, s, m->sc.dres, gt_model_grad(m, m->final_w), m->sc.dln,
-                        m->res[m->n_res - 1], gt_model_param(m, m->final_w), m->rstdf, dm->N,
-                        dm->d);
+                        m->res[m->n_res - 1], gt_model_param(m, m->final_w), m->rstdf, dm->N, dm->d,
+                        m->grad_acc);
 }
 
 void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
-                               const int32_t *targets, float dscale, gt_step_state *st,
-                               const gt_unit_exec *exec) {
+                               const int32_t *targets, float dscale, int accumulate,
+                               gt_step_state *st, const gt_unit_exec *exec) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
-    /* units read it (aux-loss weight); it is the same for every step of a run */
+    /* units read them (aux-loss weight, gradient overwrite); a unit graph keeps the values of
+     * its capture, so the trainer keeps them fixed per micro-batch index over a run */
     m->dscale = dscale;
+    m->grad_acc = accumulate != 0;
     b->ops->embedding_fwd(b, s, m->res[0], tokens, gt_model_param(m, m->wte), dm->N, dm->d);
     for (int l = 0; l < m->num_layers; l++)
         for (int u = 0; u < m->layers[l].n_units; u++)
@@ -106,6 +108,10 @@ void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
     for (int l = m->num_layers - 1; l >= 0; l--)
         for (int u = m->layers[l].n_units - 1; u >= 0; u--)
             run_unit(m, s, l, u, 1, st, exec);
+    /* the embedding gradient is a scatter-add: overwriting it means zeroing it first */
+    if (!accumulate)
+        b->ops->memset0(b, s, gt_model_grad(m, m->wte),
+                        (size_t)dm->V * (size_t)dm->d * sizeof(float));
     b->ops->embedding_bwd(b, s, gt_model_grad(m, m->wte), m->sc.dres, tokens, dm->N, dm->V, dm->d);
 }
 

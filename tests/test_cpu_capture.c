@@ -104,12 +104,12 @@ static void tiny_step(gt_backend *b, gt_stream *s, tiny *t) {
     gt_rng_site site = {1234, 17, 0};
     b->ops->step_begin(b, s, &t->st, sched);
     b->ops->memset0(b, s, t->dw, sizeof t->dw);
-    b->ops->matmul_fwd(b, s, t->logits, t->x, t->w, NULL, TM, TV, TK);
+    b->ops->matmul_fwd(b, s, t->logits, t->x, t->w, NULL, NULL, TM, TV, TK);
     b->ops->dropout_fwd(b, s, t->logits, t->logits, TM * TV, 0.2f, site, &t->st);
     b->ops->cross_entropy(b, s, t->losses, t->logits, t->logits, t->targets, TM, TV, 1.0f / TM);
     b->ops->loss_accumulate(b, s, &t->st, t->losses, TM, 1.0f / TM);
     b->ops->dropout_bwd(b, s, t->logits, t->logits, TM * TV, 0.2f, site, &t->st);
-    b->ops->matmul_bwd_weight(b, s, t->dw, NULL, t->logits, t->x, TM, TV, TK);
+    b->ops->matmul_bwd_weight(b, s, t->dw, NULL, t->logits, t->x, TM, TV, TK, 1);
     b->ops->grad_norm(b, s, &t->st, t->dw, TV * TK, 1, 1, hp.clip_grad);
     b->ops->adamw(b, s, t->w, t->w, t->dw, t->m, t->v, TV * TK, TV * TK, hp, &t->st);
     b->ops->step_end(b, s, &t->st);
@@ -193,13 +193,13 @@ static void test_planning_pass_computes_nothing(void **state) {
     gt_backend *b = f->b;
     float a[6] = {1, 2, 3, 4, 5, 6}, w[6] = {1, 1, 1, 1, 1, 1}, out[4] = {0};
     b->planning = 1;
-    b->ops->matmul_fwd(b, f->s, out, a, w, NULL, 2, 2, 3);
+    b->ops->matmul_fwd(b, f->s, out, a, w, NULL, NULL, 2, 2, 3);
     for (int i = 0; i < 4; i++)
         assert_true(out[i] == 0.0f);
     gt_error err = {0};
     assert_int_equal(b->ops->plan_finish(b, &err), GT_OK);
     assert_int_equal(b->planning, 0);
-    b->ops->matmul_fwd(b, f->s, out, a, w, NULL, 2, 2, 3);
+    b->ops->matmul_fwd(b, f->s, out, a, w, NULL, NULL, 2, 2, 3);
     assert_true(out[0] == 6.0f && out[3] == 15.0f);
 }
 
@@ -208,7 +208,7 @@ static void test_planning_reports_bad_shapes(void **state) {
     gt_backend *b = f->b;
     float buf[8] = {0};
     b->planning = 1;
-    b->ops->matmul_fwd(b, f->s, buf, buf, buf, NULL, 2, 0, 3);
+    b->ops->matmul_fwd(b, f->s, buf, buf, buf, NULL, NULL, 2, 0, 3);
     gt_error err = {0};
     assert_int_equal(b->ops->plan_finish(b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "matmul_fwd"));

@@ -230,14 +230,21 @@ static void test_grouped_matmul_forward_backward_over_offsets(void **state) {
     }
     float *da = calloc(R * KK, 4), *dw = calloc(E * NF * KK, 4);
     f->b->ops->moe_matmul_bwd_data(f->b, f->s, da, c.g, c.w, off, R, E, NF, KK);
-    f->b->ops->moe_matmul_bwd_weight(f->b, f->s, dw, c.g, c.a, off, R, E, NF, KK);
+    f->b->ops->moe_matmul_bwd_weight(f->b, f->s, dw, c.g, c.a, off, R, E, NF, KK, 1);
     assert_true(fd_max_err(gmm_loss, &c, c.a, R * KK, da, "grouped matmul da") < FD_REL_TOL);
     assert_true(fd_max_err(gmm_loss, &c, c.w, E * NF * KK, dw, "grouped matmul dw") < FD_REL_TOL);
     for (int i = 0; i < NF * KK; i++)
         assert_true(dw[NF * KK + i] == 0.0f); /* empty expert */
     float dw0 = dw[0];
-    f->b->ops->moe_matmul_bwd_weight(f->b, f->s, dw, c.g, c.a, off, R, E, NF, KK);
+    f->b->ops->moe_matmul_bwd_weight(f->b, f->s, dw, c.g, c.a, off, R, E, NF, KK, 1);
     assert_float_equal(dw[0], 2 * dw0, 1e-5); /* accumulates */
+    /* accumulate 0 overwrites every expert, the empty one with zeros */
+    for (int i = 0; i < E * NF * KK; i++)
+        dw[i] = NAN;
+    f->b->ops->moe_matmul_bwd_weight(f->b, f->s, dw, c.g, c.a, off, R, E, NF, KK, 0);
+    assert_true(dw[0] == dw0);
+    for (int i = 0; i < NF * KK; i++)
+        assert_true(dw[NF * KK + i] == 0.0f);
     free(c.a), free(c.w), free(c.out), free(c.g), free(da), free(dw);
 }
 

@@ -122,14 +122,20 @@ test_rmsnorm_forward_matches_formula_and_backward_matches_finite_differences(voi
             assert_float_equal(c.out[n * d + i], c.x[n * d + i] * r * c.w[i], 1e-5);
     }
     float *dx = zeros(N * d), *dw = zeros(d);
-    f->b->ops->rmsnorm_bwd(f->b, f->s, dx, dw, c.g, c.x, c.w, c.rstd, N, d);
+    f->b->ops->rmsnorm_bwd(f->b, f->s, dx, dw, c.g, c.x, c.w, c.rstd, N, d, 1);
     assert_true(fd_max_err(rms_loss, &c, c.x, N * d, dx, "rmsnorm dinp") < FD_REL_TOL);
     assert_true(fd_max_err(rms_loss, &c, c.w, d, dw, "rmsnorm dw") < FD_REL_TOL);
     /* both outputs accumulate */
     float dx0 = dx[0], dw0 = dw[0];
-    f->b->ops->rmsnorm_bwd(f->b, f->s, dx, dw, c.g, c.x, c.w, c.rstd, N, d);
+    f->b->ops->rmsnorm_bwd(f->b, f->s, dx, dw, c.g, c.x, c.w, c.rstd, N, d, 1);
     assert_float_equal(dx[0], 2 * dx0, 1e-5);
     assert_float_equal(dw[0], 2 * dw0, 1e-5);
+    /* accumulate 0 overwrites dw (whatever it held) and still adds into dinp */
+    for (int i = 0; i < d; i++)
+        dw[i] = NAN;
+    f->b->ops->rmsnorm_bwd(f->b, f->s, dx, dw, c.g, c.x, c.w, c.rstd, N, d, 0);
+    assert_true(dw[0] == dw0);
+    assert_float_equal(dx[0], 3 * dx0, 1e-5);
     free(c.x), free(c.w), free(c.out), free(c.rstd), free(c.g), free(dx), free(dw);
 }
 
@@ -143,7 +149,7 @@ typedef struct mm_ctx {
 
 static double mm_loss(void *p) {
     mm_ctx *c = p;
-    c->f->b->ops->matmul_fwd(c->f->b, c->f->s, c->out, c->a, c->w, c->bias, c->M, c->N, c->K);
+    c->f->b->ops->matmul_fwd(c->f->b, c->f->s, c->out, c->a, c->w, c->bias, NULL, c->M, c->N, c->K);
     return dotd(c->g, c->out, (size_t)c->M * c->N);
 }
 
@@ -169,17 +175,31 @@ static void test_matmul_with_bias_forward_and_backward_match_reference(void **st
         }
     float *da = rand_buf(f, M * K, 1), *dw = zeros(N * K), *db = zeros(N);
     f->b->ops->matmul_bwd_data(f->b, f->s, da, c.g, c.w, M, N, K, 0); /* overwrites */
-    f->b->ops->matmul_bwd_weight(f->b, f->s, dw, db, c.g, c.a, M, N, K);
+    f->b->ops->matmul_bwd_weight(f->b, f->s, dw, db, c.g, c.a, M, N, K, 1);
     assert_true(fd_max_err(mm_loss, &c, c.a, M * K, da, "matmul da") < FD_REL_TOL);
     assert_true(fd_max_err(mm_loss, &c, c.w, N * K, dw, "matmul dw") < FD_REL_TOL);
     assert_true(fd_max_err(mm_loss, &c, c.bias, N, db, "matmul dbias") < FD_REL_TOL);
     /* accumulate flag for da; weight gradients always accumulate */
     float da0 = da[0], dw0 = dw[0], db0 = db[0];
     f->b->ops->matmul_bwd_data(f->b, f->s, da, c.g, c.w, M, N, K, 1);
-    f->b->ops->matmul_bwd_weight(f->b, f->s, dw, db, c.g, c.a, M, N, K);
+    f->b->ops->matmul_bwd_weight(f->b, f->s, dw, db, c.g, c.a, M, N, K, 1);
     assert_float_equal(da[0], 2 * da0, 1e-5);
     assert_float_equal(dw[0], 2 * dw0, 1e-5);
     assert_float_equal(db[0], 2 * db0, 1e-5);
+    /* accumulate 0 overwrites both weight gradients, whatever they held */
+    for (int i = 0; i < N * K; i++)
+        dw[i] = NAN;
+    for (int i = 0; i < N; i++)
+        db[i] = NAN;
+    f->b->ops->matmul_bwd_weight(f->b, f->s, dw, db, c.g, c.a, M, N, K, 0);
+    assert_true(dw[0] == dw0 && db[0] == db0);
+    /* a residual given to the forward is added to its output: out + res exactly */
+    float *res = rand_buf(f, M * N, 1), *with = zeros(M * N);
+    mm_loss(&c); /* c.out of the unperturbed inputs */
+    f->b->ops->matmul_fwd(f->b, f->s, with, c.a, c.w, c.bias, res, M, N, K);
+    for (int i = 0; i < M * N; i++)
+        assert_true(with[i] == c.out[i] + res[i]);
+    free(res), free(with);
     free(c.a), free(c.w), free(c.bias), free(c.out), free(c.g), free(da), free(dw), free(db);
 }
 

@@ -117,7 +117,7 @@ static void units_match_plain_path(gt_config *c) {
     for (int pass = 0; pass < 2; pass++) {
         tm_begin_step(&fx, 7);
         for (int micro = 0; micro < 2; micro++) {
-            gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 0.5f, fx.st,
+            gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 0.5f, 1, fx.st,
                                       pass ? &exec : NULL);
             fx.b->ops->micro_next(fx.b, fx.s, fx.st);
         }
@@ -195,7 +195,7 @@ static void captured_units_replay_like_eager(gt_config *c) {
         for (int pass = 0; pass < 2; pass++) {
             tm_begin_step(&fx, step);
             for (int micro = 0; micro < 2; micro++) {
-                gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 0.5f, fx.st,
+                gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 0.5f, 1, fx.st,
                                           pass ? &exec : NULL);
                 fx.b->ops->micro_next(fx.b, fx.s, fx.st);
             }
@@ -408,7 +408,7 @@ static void test_planning_pass_computes_nothing(void **state) {
     tm_fixture_create(&fx, &c);
     fx.b->planning = 1;
     tm_begin_step(&fx, 0);
-    gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 1.0f, fx.st, NULL);
+    gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 1.0f, 1, fx.st, NULL);
     gt_model_forward_loss(fx.m, fx.s, fx.tokens, fx.targets, 1.0f, fx.st);
     gt_error err = {0};
     assert_int_equal(fx.b->ops->plan_finish(fx.b, &err), GT_OK);
@@ -432,7 +432,7 @@ static void test_micro_batches_accumulate_the_mean_gradient(void **state) {
     memcpy(one, fx.info->grads, n * sizeof(float));
     tm_begin_step(&fx, 0);
     for (int micro = 0; micro < 2; micro++) {
-        gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 0.5f, fx.st, NULL);
+        gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 0.5f, 1, fx.st, NULL);
         fx.b->ops->micro_next(fx.b, fx.s, fx.st);
     }
     tm_check(&fx);
@@ -448,6 +448,47 @@ static void test_micro_batches_accumulate_the_mean_gradient(void **state) {
     assert_true(worst <= 1e-6 * gmax);
     free(one);
     tm_fixture_destroy(&fx);
+}
+
+/* A micro-batch with accumulate 0 writes every gradient: over NaN-filled gradients it gives,
+ * bitwise, what zeroed gradients plus accumulate 1 give. Dense with biases (dbias), with and
+ * without hidden dropout (fused and separate residual adds), and MoE dropless and with
+ * capacity. */
+static void overwrite_matches_zero_then_accumulate(const gt_config *c) {
+    tm_fixture fx;
+    tm_fixture_create(&fx, c);
+    size_t n = fx.info->n_params;
+    float *ref = malloc(n * sizeof(float));
+    assert_non_null(ref);
+    double l_acc = tm_train_loss(&fx, 3, NULL);
+    memcpy(ref, fx.info->grads, n * sizeof(float));
+    tm_begin_step(&fx, 3);
+    for (size_t i = 0; i < n; i++)
+        fx.info->grads[i] = NAN;
+    gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 1.0f, 0, fx.st, NULL);
+    tm_check(&fx);
+    assert_true((double)fx.st->loss + (double)fx.st->aux_loss == l_acc);
+    for (int t = 0; t < fx.m->n_tensors; t++) {
+        const gt_model_tensor_desc *d = &fx.m->tensors[t];
+        if (memcmp(ref + d->offset, fx.info->grads + d->offset, d->numel * sizeof(float)) != 0)
+            fail_msg("gradient of %s differs between overwrite and zero + accumulate", d->name);
+    }
+    free(ref);
+    tm_fixture_destroy(&fx);
+}
+
+static void test_first_micro_batch_overwrites_every_gradient(void **state) {
+    (void)state;
+    gt_config c;
+    tm_tiny_config(&c);
+    c.model.add_bias_linear = true;
+    overwrite_matches_zero_then_accumulate(&c);
+    c.model.hidden_dropout = 0.1;
+    overwrite_matches_zero_then_accumulate(&c);
+    tm_tiny_moe_config(&c, 0);
+    overwrite_matches_zero_then_accumulate(&c);
+    tm_tiny_moe_config(&c, 1.0);
+    overwrite_matches_zero_then_accumulate(&c);
 }
 
 /* WORKLOADS.md: 6 x (attention + MLP weights of every layer + head) + 6 x layers x seq x d. */
@@ -503,6 +544,7 @@ int main(void) {
         cmocka_unit_test(test_init_is_deterministic_with_the_configured_spread),
         cmocka_unit_test(test_planning_pass_computes_nothing),
         cmocka_unit_test(test_micro_batches_accumulate_the_mean_gradient),
+        cmocka_unit_test(test_first_micro_batch_overwrites_every_gradient),
         cmocka_unit_test(test_flops_per_token_follow_the_workloads_formula),
         cmocka_unit_test(test_memory_plan_lists_every_arena),
     };

@@ -1,9 +1,10 @@
 /* One training step and one evaluation. gt_trainer_enqueue_step is what a full-iteration
- * graph captures: it only enqueues device work (one batch copy from pinned memory, zeroed
- * gradients, every micro-batch, the gradient-reduction hook, NaN checks, clipping, AdamW, step
- * advance) and never reads a value back. gt_trainer_step wraps it with the host side: batch loading
- * before, one read-back of the step state and one sync after. gt_trainer_eval sends each eval
- * batch's forward through the graph runner too, as a shape bucket of its own. */
+ * graph captures: it only enqueues device work (one batch copy from pinned memory, every
+ * micro-batch (the first overwrites the gradients, so they are not zeroed first), the
+ * gradient-reduction hook, NaN checks, clipping, AdamW, step advance) and never reads a value back.
+ * gt_trainer_step wraps it with the host side: batch loading before, one read-back of the step
+ * state and one sync after. gt_trainer_eval sends each eval batch's forward through the graph
+ * runner too, as a shape bucket of its own. */
 #include <string.h>
 #include <time.h>
 
@@ -20,12 +21,19 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
     gt_backend *b = t->b;
     const gt_backend_ops *o = b->ops;
     o->memcpy_h2d(b, s, t->d_batch, t->h_batch, t->batch_bytes);
-    o->memset0(b, s, t->mi->grads, t->n_params * sizeof(float));
+    /* The first micro-batch overwrites every gradient (no zeroing pass, no read of the old
+     * values in its weight-gradient GEMMs), except when per-unit graphs serve several
+     * micro-batches: a unit graph replays the overwrite or the accumulate it was captured
+     * with, so there every micro-batch accumulates into zeroed gradients. The padding
+     * between tensors is zero from allocation and nothing writes it. */
+    int overwrite = t->n_micro == 1 || t->cfg.model.cuda_graph_impl != GT_GRAPH_IMPL_TE;
+    if (!overwrite) o->memset0(b, s, t->mi->grads, t->n_params * sizeof(float));
     o->step_begin(b, s, t->st, t->sched);
     float dscale = 1.0f / (float)t->n_micro;
     for (int i = 0; i < t->n_micro; i++) {
         const int32_t *tok = t->d_batch + (size_t)i * 2 * (size_t)t->N;
-        gt_model_forward_backward(t->m, s, tok, tok + t->N, dscale, t->st, exec);
+        gt_model_forward_backward(t->m, s, tok, tok + t->N, dscale, !(overwrite && i == 0), t->st,
+                                  exec);
         o->micro_next(b, s, t->st);
     }
     if (t->grad_reduce) t->grad_reduce(t->grad_reduce_ctx, b, s, t->mi->grads, t->n_params);

@@ -77,13 +77,14 @@ static void cpu_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, const vo
 
 typedef struct rms_args {
     float *out;        /* fwd: out [N,d]; bwd: dinp [N,d] (+=) */
-    float *stat;       /* fwd: rstd [N] written; bwd: dw [d] (+=) */
+    float *stat;       /* fwd: rstd [N] written; bwd: dw [d] ((+)= by accumulate) */
     const float *inp;  /* [N,d] */
     const float *w;    /* [d] */
     const float *dout; /* bwd: [N,d] */
     const float *rstd; /* bwd: [N] */
     int N, d;
     float eps;
+    int accumulate; /* bwd: add into dw (1) or overwrite it (0) */
 } rms_args;
 
 static void k_rmsnorm_fwd(const void *p) {
@@ -101,7 +102,7 @@ static void k_rmsnorm_fwd(const void *p) {
     }
 }
 
-/* dw[i] += sum_n dy x r, a double sum per column in row order; columns go in blocks so the
+/* dw[i] (+)= sum_n dy x r, a double sum per column in row order; columns go in blocks so the
  * rows are read contiguously. */
 #define RMS_DW_BLOCK 256
 
@@ -119,7 +120,7 @@ static void rmsnorm_dw(const rms_args *a) {
                 acc[j] += (double)dy[j] * x[j] * r;
         }
         for (int j = 0; j < nb; j++)
-            a->stat[i0 + j] += (float)acc[j];
+            a->stat[i0 + j] = (a->accumulate ? a->stat[i0 + j] : 0.0f) + (float)acc[j];
     }
 }
 
@@ -145,14 +146,15 @@ static void cpu_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd,
                             const void *w, int N, int d, float eps) {
     CPU_REQUIRE(b, N >= 0 && d > 0, "rmsnorm_fwd: bad shape N=%d d=%d", N, d);
     CPU_REQUIRE(b, eps >= 0, "rmsnorm_fwd: eps must be >= 0, got %g", (double)eps);
-    rms_args a = {out, rstd, inp, w, NULL, NULL, N, d, eps};
+    rms_args a = {out, rstd, inp, w, NULL, NULL, N, d, eps, 0};
     gt_cpu_submit(b, s, k_rmsnorm_fwd, &a, sizeof a);
 }
 
 static void cpu_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
-                            const void *inp, const void *w, const float *rstd, int N, int d) {
+                            const void *inp, const void *w, const float *rstd, int N, int d,
+                            int accumulate) {
     CPU_REQUIRE(b, N >= 0 && d > 0, "rmsnorm_bwd: bad shape N=%d d=%d", N, d);
-    rms_args a = {dinp, dw, inp, w, dout, rstd, N, d, 0};
+    rms_args a = {dinp, dw, inp, w, dout, rstd, N, d, 0, accumulate != 0};
     gt_cpu_submit(b, s, k_rmsnorm_bwd, &a, sizeof a);
 }
 
@@ -226,11 +228,12 @@ static void cpu_dropout_bwd(gt_backend *b, gt_stream *s, void *dx, const void *d
 /* ---- matmul ---- */
 
 typedef struct mm_args {
-    float *out;        /* fwd: out [M,N]; data: da [M,K]; weight: dw [N,K] (+=) */
-    float *dbias;      /* weight: [N] (+=) or NULL */
+    float *out;        /* fwd: out [M,N]; data: da [M,K]; weight: dw [N,K] */
+    float *dbias;      /* weight: [N] or NULL */
     const float *x;    /* fwd: a [M,K]; data/weight: dout [M,N] */
     const float *y;    /* fwd: w [N,K]; data: w [N,K]; weight: a [M,K] */
     const float *bias; /* fwd: [N] or NULL */
+    const float *res;  /* fwd: [M,N] added to out, or NULL */
     int M, N, K, accumulate;
 } mm_args;
 
@@ -252,6 +255,9 @@ static void k_matmul_fwd(const void *p) {
                           .K = a->K,
                           .accumulate = 0};
     gt_cpu_gemm_run(&g);
+    if (a->res)
+        for (size_t i = 0; i < (size_t)a->M * a->N; i++)
+            a->out[i] += a->res[i];
 }
 
 /* da[M,K] (+)= dout[M,N] w[N,K]: the reduction runs over N. */
@@ -288,11 +294,11 @@ static void matmul_dbias(const mm_args *a) {
                 acc[j] += dy[j];
         }
         for (int j = 0; j < nb; j++)
-            a->dbias[n0 + j] += (float)acc[j];
+            a->dbias[n0 + j] = (a->accumulate ? a->dbias[n0 + j] : 0.0f) + (float)acc[j];
     }
 }
 
-/* dw[N,K] += dout[M,N]^T a[M,K]: the reduction runs over the M tokens. */
+/* dw[N,K] (+)= dout[M,N]^T a[M,K]: the reduction runs over the M tokens. */
 static void k_matmul_bwd_weight(const void *p) {
     const mm_args *a = p;
     gt_cpu_gemm_args g = {.c = a->out,
@@ -307,7 +313,7 @@ static void k_matmul_bwd_weight(const void *p) {
                           .M = a->N,
                           .N = a->K,
                           .K = a->M,
-                          .accumulate = 1};
+                          .accumulate = a->accumulate};
     gt_cpu_gemm_run(&g);
     if (a->dbias) matmul_dbias(a);
 }
@@ -315,23 +321,25 @@ static void k_matmul_bwd_weight(const void *p) {
 #define MM_SHAPE_OK(M, N, K) ((M) >= 0 && (N) > 0 && (K) > 0)
 
 static void cpu_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *x, const void *w,
-                           const void *bias, int M, int N, int K) {
+                           const void *bias, const void *res, int M, int N, int K) {
     CPU_REQUIRE(b, MM_SHAPE_OK(M, N, K), "matmul_fwd: bad shape M=%d N=%d K=%d", M, N, K);
-    mm_args a = {out, NULL, x, w, bias, M, N, K, 0};
+    CPU_REQUIRE(b, !res || res != out, "matmul_fwd: res must not alias out");
+    mm_args a = {out, NULL, x, w, bias, res, M, N, K, 0};
     gt_cpu_submit(b, s, k_matmul_fwd, &a, sizeof a);
 }
 
 static void cpu_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, const void *dout,
                                 const void *w, int M, int N, int K, int accumulate) {
     CPU_REQUIRE(b, MM_SHAPE_OK(M, N, K), "matmul_bwd_data: bad shape M=%d N=%d K=%d", M, N, K);
-    mm_args a = {da, NULL, dout, w, NULL, M, N, K, accumulate != 0};
+    mm_args a = {da, NULL, dout, w, NULL, NULL, M, N, K, accumulate != 0};
     gt_cpu_submit(b, s, k_matmul_bwd_data, &a, sizeof a);
 }
 
 static void cpu_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, float *dbias,
-                                  const void *dout, const void *x, int M, int N, int K) {
+                                  const void *dout, const void *x, int M, int N, int K,
+                                  int accumulate) {
     CPU_REQUIRE(b, MM_SHAPE_OK(M, N, K), "matmul_bwd_weight: bad shape M=%d N=%d K=%d", M, N, K);
-    mm_args a = {dw, dbias, dout, x, NULL, M, N, K, 0};
+    mm_args a = {dw, dbias, dout, x, NULL, NULL, M, N, K, accumulate != 0};
     gt_cpu_submit(b, s, k_matmul_bwd_weight, &a, sizeof a);
 }
 

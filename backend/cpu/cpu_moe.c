@@ -129,11 +129,12 @@ static void cpu_moe_gather_bwd(gt_backend *b, gt_stream *s, void *dx, const void
 
 typedef struct gmm_args {
     gt_backend *b;
-    float *out;             /* fwd: out [R,Nf]; data: da [R,K]; weight: dw [E][Nf,K] (+=) */
+    float *out;             /* fwd: out [R,Nf]; data: da [R,K]; weight: dw [E][Nf,K] */
     const float *x;         /* fwd: a [R,K]; data/weight: dout [R,Nf] */
     const float *y;         /* fwd/data: w [E][Nf,K]; weight: a [R,K] */
     const int32_t *offsets; /* [E+1], read at run time */
     int R, E, Nf, K;
+    int accumulate; /* weight: add into dw (1) or overwrite it (0) */
 } gmm_args;
 
 static int offsets_ok(const gmm_args *a, const char *what) {
@@ -193,14 +194,14 @@ static void k_gmm_bwd_data(const void *p) {
     }
 }
 
-/* dw[e] += dout[group]^T a[group]: the reduction runs over the group's rows in row order; an
- * empty group leaves dw[e] as it is. */
+/* dw[e] (+)= dout[group]^T a[group]: the reduction runs over the group's rows in row order; an
+ * empty group leaves dw[e] as it is when accumulating and zeroes it otherwise (K = 0 rows). */
 static void k_gmm_bwd_weight(const void *p) {
     const gmm_args *a = p;
     if (!offsets_ok(a, "moe_matmul_bwd_weight")) return;
     for (int e = 0; e < a->E; e++) {
         int r0 = a->offsets[e], rows = a->offsets[e + 1] - r0;
-        if (rows == 0) continue;
+        if (rows == 0 && a->accumulate) continue;
         gt_cpu_gemm_args g = {.c = a->out + (size_t)e * a->Nf * a->K,
                               .ldc = (size_t)a->K,
                               .a = a->x + (size_t)r0 * a->Nf,
@@ -213,35 +214,36 @@ static void k_gmm_bwd_weight(const void *p) {
                               .M = a->Nf,
                               .N = a->K,
                               .K = rows,
-                              .accumulate = 1};
+                              .accumulate = a->accumulate};
         gt_cpu_gemm_run(&g);
     }
 }
 
 static void submit_gmm(gt_backend *b, gt_stream *s, const char *what, gt_cpu_kernel fn, float *out,
                        const float *x, const float *y, const int32_t *offsets, int R, int E, int Nf,
-                       int K) {
+                       int K, int accumulate) {
     CPU_REQUIRE(b, R >= 0 && E > 0 && Nf > 0 && K > 0, "%s: bad shape R=%d E=%d Nf=%d K=%d", what,
                 R, E, Nf, K);
-    gmm_args a = {b, out, x, y, offsets, R, E, Nf, K};
+    gmm_args a = {b, out, x, y, offsets, R, E, Nf, K, accumulate != 0};
     gt_cpu_submit(b, s, fn, &a, sizeof a);
 }
 
 static void cpu_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *x, const void *w,
                                const int32_t *offsets, int R, int E, int Nf, int K) {
-    submit_gmm(b, s, "moe_matmul_fwd", k_gmm_fwd, out, x, w, offsets, R, E, Nf, K);
+    submit_gmm(b, s, "moe_matmul_fwd", k_gmm_fwd, out, x, w, offsets, R, E, Nf, K, 0);
 }
 
 static void cpu_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, const void *dout,
                                     const void *w, const int32_t *offsets, int R, int E, int Nf,
                                     int K) {
-    submit_gmm(b, s, "moe_matmul_bwd_data", k_gmm_bwd_data, da, dout, w, offsets, R, E, Nf, K);
+    submit_gmm(b, s, "moe_matmul_bwd_data", k_gmm_bwd_data, da, dout, w, offsets, R, E, Nf, K, 0);
 }
 
 static void cpu_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, const void *dout,
                                       const void *x, const int32_t *offsets, int R, int E, int Nf,
-                                      int K) {
-    submit_gmm(b, s, "moe_matmul_bwd_weight", k_gmm_bwd_weight, dw, dout, x, offsets, R, E, Nf, K);
+                                      int K, int accumulate) {
+    submit_gmm(b, s, "moe_matmul_bwd_weight", k_gmm_bwd_weight, dw, dout, x, offsets, R, E, Nf, K,
+               accumulate);
 }
 
 /* ---- combine ---- */

@@ -104,7 +104,8 @@ static inline cudaStream_t gt_cuda_stream(gt_stream *s) {
 void *gt_cuda_scratch(gt_backend *b, gt_scratch_kind kind, size_t bytes, const char *what);
 
 /* dbias[N] += column sums of dout[M,N] (bf16), deterministic two-pass (k_dense.cu). */
-void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const void *dout, int M, int N);
+void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const void *dout, int M, int N,
+                   int accumulate);
 
 /* Registration of the op table entries implemented in each file. */
 void gt_cuda_register_matmul_ops(gt_backend_ops *ops);

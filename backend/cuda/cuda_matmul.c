@@ -19,7 +19,7 @@ typedef enum {
     GEMM_FWD_BIAS,     /* + bias epilogue */
     GEMM_BWD_DATA,     /* da bf16 = dout @ w */
     GEMM_BWD_DATA_ACC, /* da += dout @ w (beta 1) */
-    GEMM_BWD_WEIGHT,   /* dw fp32 += dout^T @ a (beta 1) */
+    GEMM_BWD_WEIGHT,   /* dw fp32 (+)= dout^T @ a (beta 1 or 0) */
     GEMM_KINDS
 } gemm_kind;
 
@@ -205,8 +205,10 @@ static uintptr_t align_of(uintptr_t acc, const void *p) {
     return p ? acc | (uintptr_t)p : acc;
 }
 
+/* D = A B (+ bias) (+ beta C). C may be D (accumulation) or another tensor of D's layout (a
+ * residual added in the epilogue); beta 0 reads no C. */
 static void gemm_run(gt_backend *b, gt_stream *s, int kind, int M, int N, int K, const void *A,
-                     const void *B, void *C, const void *bias, float beta) {
+                     const void *B, const void *C, void *D, const void *bias, float beta) {
     if (M <= 0 || N <= 0 || K <= 0) {
         if (M < 0 || N < 0 || K < 0)
             gt_backend_fail(b, GT_ERR_INVALID, "%s: negative shape M=%d N=%d K=%d",
@@ -221,7 +223,7 @@ static void gemm_run(gt_backend *b, gt_stream *s, int kind, int M, int N, int K,
                         gemm_names[kind]);
         return;
     }
-    uintptr_t bits = align_of(align_of(align_of(align_of(0, A), B), C), bias);
+    uintptr_t bits = align_of(align_of(align_of(align_of(align_of(0, A), B), C), D), bias);
     int slot = (bits & (GT_LT_ALIGN_HI - 1)) == 0 ? 0 : 1;
     if (!p->has_algo[slot]) slot = 1 - slot;
     if (slot == 0 && (bits & (GT_LT_ALIGN_HI - 1))) {
@@ -236,7 +238,7 @@ static void gemm_run(gt_backend *b, gt_stream *s, int kind, int M, int N, int K,
                                        sizeof bias);
     float alpha = 1.0f;
     cublasStatus_t st = cublasLtMatmul((cublasLtHandle_t)im->lt, p->desc, &alpha, A, p->la, B,
-                                       p->lb, &beta, C, p->lc, C, p->lc, &p->algo[slot], im->lt_ws,
+                                       p->lb, &beta, C, p->lc, D, p->lc, &p->algo[slot], im->lt_ws,
                                        im->lt_ws_bytes, gt_cuda_stream(s));
     if (st != CUBLAS_STATUS_SUCCESS)
         gt_backend_fail(b, GT_ERR_DEVICE, "cublasLtMatmul (%s M=%d N=%d K=%d) failed: status %d",
@@ -244,20 +246,30 @@ static void gemm_run(gt_backend *b, gt_stream *s, int kind, int M, int N, int K,
 }
 
 static void cuda_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *a, const void *w,
-                            const void *bias, int M, int N, int K) {
-    gemm_run(b, s, bias ? GEMM_FWD_BIAS : GEMM_FWD, M, N, K, w, a, out, bias, 0.0f);
+                            const void *bias, const void *res, int M, int N, int K) {
+    if (res && res == out) {
+        gt_backend_fail(b, GT_ERR_INVALID, "matmul_fwd: res must not alias out (M=%d N=%d K=%d)", M,
+                        N, K);
+        return;
+    }
+    /* the residual rides in as C with beta 1: the same plan, one pass over the output */
+    gemm_run(b, s, bias ? GEMM_FWD_BIAS : GEMM_FWD, M, N, K, w, a, res ? res : out, out, bias,
+             res ? 1.0f : 0.0f);
 }
 
 static void cuda_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, const void *dout,
                                  const void *w, int M, int N, int K, int accumulate) {
-    gemm_run(b, s, accumulate ? GEMM_BWD_DATA_ACC : GEMM_BWD_DATA, M, N, K, w, dout, da, NULL,
+    gemm_run(b, s, accumulate ? GEMM_BWD_DATA_ACC : GEMM_BWD_DATA, M, N, K, w, dout, da, da, NULL,
              accumulate ? 1.0f : 0.0f);
 }
 
 static void cuda_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, float *dbias,
-                                   const void *dout, const void *a, int M, int N, int K) {
-    gemm_run(b, s, GEMM_BWD_WEIGHT, M, N, K, a, dout, dw, NULL, 1.0f);
-    if (dbias) gt_cuda_dbias(b, s, dbias, dout, M, N);
+                                   const void *dout, const void *a, int M, int N, int K,
+                                   int accumulate) {
+    /* one plan for both: overwriting (beta 0, C not read) and accumulating use the same
+     * algorithm, so a step's first micro-batch sums exactly like the others */
+    gemm_run(b, s, GEMM_BWD_WEIGHT, M, N, K, a, dout, dw, dw, NULL, accumulate ? 1.0f : 0.0f);
+    if (dbias) gt_cuda_dbias(b, s, dbias, dout, M, N, accumulate);
 }
 
 void gt_cuda_register_matmul_ops(gt_backend_ops *ops) {

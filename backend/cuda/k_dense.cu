@@ -51,18 +51,19 @@ __global__ void k_colsum_partial(float *part, const bf16 *x, int M, int N) {
         acc += ldf(x + (size_t)r * N + c);
     part[(size_t)blockIdx.y * N + c] = acc;
 }
-__global__ void k_colsum_final(float *out, const float *part, int parts, int N) {
+__global__ void k_colsum_final(float *out, const float *part, int parts, int N, int accumulate) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= N) return;
     float acc = 0.0f;
     for (int p = 0; p < parts; p++)
         acc += part[(size_t)p * N + c];
-    out[c] += acc;
+    out[c] = (accumulate ? out[c] : 0.0f) + acc;
 }
 
-/* out[c] += sum over parts of part[p][c] for many parts: a block owns 32 columns, warp w sums
+/* out[c] (+)= sum over parts of part[p][c] for many parts: a block owns 32 columns, warp w sums
  * parts w, w + 8, ... in order, then the 8 warp sums are added in warp order. */
-__global__ void k_colsum_final_wide(float *out, const float *part, int parts, int N) {
+__global__ void k_colsum_final_wide(float *out, const float *part, int parts, int N,
+                                    int accumulate) {
     __shared__ float sh[8][32];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, c = blockIdx.x * 32 + lane;
     float acc = 0.0f;
@@ -75,12 +76,12 @@ __global__ void k_colsum_final_wide(float *out, const float *part, int parts, in
         float t = 0.0f;
         for (int k = 0; k < 8; k++)
             t += sh[k][lane];
-        out[c] += t;
+        out[c] = (accumulate ? out[c] : 0.0f) + t;
     }
 }
 
 extern "C" void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const void *dout, int M,
-                              int N) {
+                              int N, int accumulate) {
     int parts = (M + DBIAS_ROWS - 1) / DBIAS_ROWS;
     float *part = (float *)gt_cuda_scratch(b, GT_SCRATCH_DBIAS, (size_t)parts * N * sizeof(float),
                                            "matmul dbias");
@@ -88,7 +89,7 @@ extern "C" void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const v
     dim3 g1((N + DENSE_THREADS - 1) / DENSE_THREADS, parts);
     k_colsum_partial<<<g1, DENSE_THREADS, 0, gt_cuda_stream(s)>>>(part, (const bf16 *)dout, M, N);
     k_colsum_final<<<(N + DENSE_THREADS - 1) / DENSE_THREADS, DENSE_THREADS, 0,
-                     gt_cuda_stream(s)>>>(dbias, part, parts, N);
+                     gt_cuda_stream(s)>>>(dbias, part, parts, N, accumulate);
     GT_CUDA_LAUNCHED(b, "matmul dbias");
 }
 
@@ -387,7 +388,8 @@ static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd
 }
 
 static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
-                             const void *inp, const void *w, const float *rstd, int N, int d) {
+                             const void *inp, const void *w, const float *rstd, int N, int d,
+                             int accumulate) {
     if (d > DENSE_THREADS * RMS_MAX_COLS) {
         gt_backend_fail(b, GT_ERR_UNSUPPORTED, "rmsnorm_bwd: d=%d exceeds the kernel's %d", d,
                         DENSE_THREADS * RMS_MAX_COLS);
@@ -422,7 +424,7 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
         default:
             break;
         }
-        k_colsum_final_wide<<<(d + 31) / 32, 256, 0, cs>>>(dw, part, warps, d);
+        k_colsum_final_wide<<<(d + 31) / 32, 256, 0, cs>>>(dw, part, warps, d, accumulate);
         GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
         return;
     }
@@ -449,7 +451,7 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
         RMS_BWD(RMS_MAX_COLS);
 #undef RMS_BWD
     k_colsum_final<<<(d + DENSE_THREADS - 1) / DENSE_THREADS, DENSE_THREADS, 0,
-                     gt_cuda_stream(s)>>>(dw, part, blocks, d);
+                     gt_cuda_stream(s)>>>(dw, part, blocks, d, accumulate);
     GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
 }
 

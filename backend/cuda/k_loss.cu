@@ -1,5 +1,6 @@
-/* Loss kernels of the CUDA backend: cross entropy over bf16 logits (one block per row, online
- * softmax in fp32, dlogits written in place, ignored targets give 0) and the deterministic
+/* Loss kernels of the CUDA backend: cross entropy over bf16 logits (one block per row, the row
+ * in registers up to V = 65536, else an online softmax over two passes; fp32 math, dlogits
+ * written in place, ignored targets give 0) and the deterministic
  * loss sum into the step state. */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -115,10 +116,98 @@ __global__ void k_cross_entropy8(float *losses, bf16 *dlogits, const bf16 *logit
     }
 }
 
+/* The row held in registers (V <= 8 * CE_THREADS * C): one read of the logits from memory
+ * instead of two (the second pass of k_cross_entropy8 misses L2 once many rows are in
+ * flight). Max, then the sum of exponentials, each reduced in a fixed order; then the
+ * gradient from the registers. */
+template <int C>
+__global__ void __launch_bounds__(CE_THREADS)
+    k_cross_entropy_reg(float *losses, bf16 *dlogits, const bf16 *logits, const int32_t *targets,
+                        int V, float dscale) {
+    __shared__ float sh[CE_THREADS / 32];
+    int n = blockIdx.x, V8 = V / 8, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    const bf16 *x = logits + (size_t)n * V;
+    int t = targets[n];
+    int valid = t >= 0 && t < V;
+    uint4 r[C];
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        int j = threadIdx.x + c * CE_THREADS;
+        r[c] = j < V8 ? *(const uint4 *)(x + 8 * j) : make_uint4(0, 0, 0, 0);
+    }
+    float tl = valid ? ldf(x + t) : 0.0f;
+    float m = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        if (threadIdx.x + c * CE_THREADS >= V8) continue;
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&r[c];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 f = __bfloat1622float2(h[k]);
+            m = fmaxf(m, fmaxf(f.x, f.y));
+        }
+    }
+    m = warp_max(m);
+    if (lane == 0) sh[wid] = m;
+    __syncthreads();
+    float M = sh[0];
+#pragma unroll
+    for (int w = 1; w < CE_THREADS / 32; w++)
+        M = fmaxf(M, sh[w]);
+    float sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        if (threadIdx.x + c * CE_THREADS >= V8) continue;
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&r[c];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 f = __bfloat1622float2(h[k]);
+            sum += __expf(f.x - M) + __expf(f.y - M);
+        }
+    }
+    float S = block_sum(sum, sh); /* its first barrier also ends the reads of the maxima */
+    float lse = M + logf(S);
+    if (threadIdx.x == 0) losses[n] = valid ? lse - tl : 0.0f;
+    bf16 *dx = dlogits + (size_t)n * V;
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        int j = threadIdx.x + c * CE_THREADS;
+        if (j >= V8) continue;
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&r[c];
+        float g[8];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float2 f = __bfloat1622float2(h[k]);
+            g[2 * k] =
+                valid ? (__expf(f.x - lse) - (8 * j + 2 * k == t ? 1.0f : 0.0f)) * dscale : 0.0f;
+            g[2 * k + 1] =
+                valid ? (__expf(f.y - lse) - (8 * j + 2 * k + 1 == t ? 1.0f : 0.0f)) * dscale
+                      : 0.0f;
+        }
+        st8(dx + 8 * j, g);
+    }
+}
+
 static void cuda_cross_entropy(gt_backend *b, gt_stream *s, float *losses, void *dlogits,
                                const void *logits, const int32_t *targets, int N, int V,
                                float dscale) {
     if (b->planning || N <= 0 || V <= 0) return;
+    if (V % 8 == 0 && al16(logits) && al16(dlogits) && V <= 8 * CE_THREADS * 16) {
+        int chunks = (V / 8 + CE_THREADS - 1) / CE_THREADS;
+        cudaStream_t cs = gt_cuda_stream(s);
+        const bf16 *lg = (const bf16 *)logits;
+        if (chunks <= 4)
+            k_cross_entropy_reg<4>
+                <<<N, CE_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
+        else if (chunks <= 8)
+            k_cross_entropy_reg<8>
+                <<<N, CE_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
+        else
+            k_cross_entropy_reg<16>
+                <<<N, CE_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
+        GT_CUDA_LAUNCHED(b, "cross_entropy");
+        return;
+    }
     if (V % 8 == 0 && al16(logits) && al16(dlogits)) {
         k_cross_entropy8<<<N, CE_THREADS, 0, gt_cuda_stream(s)>>>(
             losses, (bf16 *)dlogits, (const bf16 *)logits, targets, V, dscale);

@@ -643,14 +643,17 @@ static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, cons
 
 static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, const void *dout,
                                        const void *a, const int32_t *offsets, int R, int E, int Nf,
-                                       int K) {
+                                       int K, int accumulate) {
     if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_MMA && gt_cuda_grouped_mm_dw_mma(gt_cuda_stream(s), dw, (const bf16 *)dout,
-                                                        (const bf16 *)a, offsets, E, Nf, K)) {
+    if (mode == GT_MOE_MMA &&
+        gt_cuda_grouped_mm_dw_mma(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
+                                  offsets, E, Nf, K, accumulate)) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
         return;
     }
+    /* the tc and SIMT kernels only accumulate: overwriting is zeroing first */
+    if (!accumulate) cudaMemsetAsync(dw, 0, (size_t)E * Nf * K * sizeof(float), gt_cuda_stream(s));
     if (mode != GT_MOE_SIMT) {
         gt_cuda_grouped_mm_dw_tc(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
                                  offsets, E, Nf, K);

@@ -221,14 +221,15 @@ __global__ void __launch_bounds__(MM_THREADS)
         }
 }
 
-/* dw[e][n, k] += sum over the expert's rows r, in order, of dout[r, n] a[r, k]. */
+/* dw[e][n, k] (+)= sum over the expert's rows r, in order, of dout[r, n] a[r, k]. Overwriting
+ * (accumulate 0) writes the whole tile, zeros for an expert without rows. */
 __global__ void __launch_bounds__(MM_THREADS)
     k_grouped_mm_dw_mma(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets, int Nf,
-                        int K) {
+                        int K, int accumulate) {
     extern __shared__ __align__(128) unsigned char sm[];
     int e = blockIdx.z, k0 = blockIdx.x * MM_TILE, n0 = blockIdx.y * MM_TILE;
-    int lo = offsets[e], hi = offsets[e + 1];
-    if (hi <= lo) return;
+    int lo = offsets[e], hi = max(lo, offsets[e + 1]);
+    if (hi == lo && accumulate) return;
     float acc[4][8][4] = {};
     auto load = [&](int it, int st) {
         int rb = lo + it * MM_BK;
@@ -263,7 +264,8 @@ __global__ void __launch_bounds__(MM_THREADS)
 #pragma unroll
         for (int u = 0; u < 8; u++) {
             int q = base + u * MM_THREADS + threadIdx.x, r = q >> 5, c = (q & 31) * 4;
-            if (n0 + r < Nf && k0 + c < K)
+            old[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (accumulate && n0 + r < Nf && k0 + c < K)
                 old[u] = *(const float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c);
         }
 #pragma unroll
@@ -308,9 +310,9 @@ int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16
 }
 
 int gt_cuda_grouped_mm_dw_mma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
-                              const int32_t *offsets, int E, int Nf, int K) {
+                              const int32_t *offsets, int E, int Nf, int K, int accumulate) {
     if (!mm_ok(dw, dout, a, Nf, K)) return 0;
     dim3 grid((K + MM_TILE - 1) / MM_TILE, (Nf + MM_TILE - 1) / MM_TILE, E);
-    k_grouped_mm_dw_mma<<<grid, MM_THREADS, MM_SMEM, cs>>>(dw, dout, a, offsets, Nf, K);
+    k_grouped_mm_dw_mma<<<grid, MM_THREADS, MM_SMEM, cs>>>(dw, dout, a, offsets, Nf, K, accumulate);
     return 1;
 }

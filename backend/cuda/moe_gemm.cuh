@@ -19,7 +19,9 @@ void gt_cuda_grouped_mm_dw_tc(cudaStream_t cs, float *dw, const bf16 *dout, cons
 cudaError_t gt_cuda_grouped_mm_mma_init(void);
 int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
                            const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor);
+/* dw[e][Nf, K] (+)= dout[group]^T @ a[group]; accumulate 0 overwrites, with zeros for an
+ * expert without rows */
 int gt_cuda_grouped_mm_dw_mma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
-                              const int32_t *offsets, int E, int Nf, int K);
+                              const int32_t *offsets, int E, int Nf, int K, int accumulate);
 
 #endif

@@ -118,38 +118,38 @@ static void model_step(model *md) {
     /* forward */
     o->embedding_fwd(b, s, md->x, md->tokens, md->wte, NTOK, DM);
     o->rmsnorm_fwd(b, s, md->xn, md->rstd, md->x, md->norm_w, NTOK, DM, 1e-5f);
-    o->matmul_fwd(b, s, md->qkv, md->xn, md->wqkv, NULL, NTOK, QKV_W, DM);
+    o->matmul_fwd(b, s, md->qkv, md->xn, md->wqkv, NULL, NULL, NTOK, QKV_W, DM);
     o->rope_fwd(b, s, md->qkv, BB, TT, HH, KVH, HD, 10000.0f);
     o->attention_fwd(b, s, md->att, md->lse, md->qkv, BB, TT, HH, KVH, HD, p, site, md->st);
-    o->matmul_fwd(b, s, md->x2, md->att, md->wo, NULL, NTOK, DM, DM);
+    o->matmul_fwd(b, s, md->x2, md->att, md->wo, NULL, NULL, NTOK, DM, DM);
     o->dropout_fwd(b, s, md->x2, md->x2, (size_t)NTOK * DM, p, site2, md->st);
     o->add(b, s, md->x2, md->x2, md->x, (size_t)NTOK * DM);
     o->rmsnorm_fwd(b, s, md->xn2, md->rstd2, md->x2, md->norm_w, NTOK, DM, 1e-5f);
-    o->matmul_fwd(b, s, md->gu, md->xn2, md->wgu, NULL, NTOK, 2 * FF, DM);
+    o->matmul_fwd(b, s, md->gu, md->xn2, md->wgu, NULL, NULL, NTOK, 2 * FF, DM);
     o->swiglu_fwd(b, s, md->hmid, md->gu, NTOK, FF);
-    o->matmul_fwd(b, s, md->x3, md->hmid, md->wdown, NULL, NTOK, DM, FF);
+    o->matmul_fwd(b, s, md->x3, md->hmid, md->wdown, NULL, NULL, NTOK, DM, FF);
     o->add(b, s, md->x3, md->x3, md->x2, (size_t)NTOK * DM);
-    o->matmul_fwd(b, s, md->logits, md->x3, md->wlm, NULL, NTOK, VOC, DM);
+    o->matmul_fwd(b, s, md->logits, md->x3, md->wlm, NULL, NULL, NTOK, VOC, DM);
     o->cross_entropy(b, s, md->losses, md->logits, md->logits, md->targets, NTOK, VOC, 1.0f / NTOK);
     o->loss_accumulate(b, s, md->st, md->losses, NTOK, 1.0f / NTOK);
     /* backward (dx is the residual stream gradient) */
-    o->matmul_bwd_weight(b, s, md->dwlm, NULL, md->logits, md->x3, NTOK, VOC, DM);
+    o->matmul_bwd_weight(b, s, md->dwlm, NULL, md->logits, md->x3, NTOK, VOC, DM, 1);
     o->matmul_bwd_data(b, s, md->dx, md->logits, md->wlm, NTOK, VOC, DM, 0);
-    o->matmul_bwd_weight(b, s, md->dwdown, NULL, md->dx, md->hmid, NTOK, DM, FF);
+    o->matmul_bwd_weight(b, s, md->dwdown, NULL, md->dx, md->hmid, NTOK, DM, FF, 1);
     o->matmul_bwd_data(b, s, md->dhmid, md->dx, md->wdown, NTOK, DM, FF, 0);
     o->swiglu_bwd(b, s, md->dgu, md->dhmid, md->gu, NTOK, FF);
-    o->matmul_bwd_weight(b, s, md->dwgu, NULL, md->dgu, md->xn2, NTOK, 2 * FF, DM);
+    o->matmul_bwd_weight(b, s, md->dwgu, NULL, md->dgu, md->xn2, NTOK, 2 * FF, DM, 1);
     o->matmul_bwd_data(b, s, md->dxn, md->dgu, md->wgu, NTOK, 2 * FF, DM, 0);
-    o->rmsnorm_bwd(b, s, md->dx, md->dnorm_w, md->dxn, md->x2, md->norm_w, md->rstd2, NTOK, DM);
+    o->rmsnorm_bwd(b, s, md->dx, md->dnorm_w, md->dxn, md->x2, md->norm_w, md->rstd2, NTOK, DM, 1);
     o->dropout_bwd(b, s, md->datt, md->dx, (size_t)NTOK * DM, p, site2, md->st);
-    o->matmul_bwd_weight(b, s, md->dwo, NULL, md->datt, md->att, NTOK, DM, DM);
+    o->matmul_bwd_weight(b, s, md->dwo, NULL, md->datt, md->att, NTOK, DM, DM, 1);
     o->matmul_bwd_data(b, s, md->dctx, md->datt, md->wo, NTOK, DM, DM, 0);
     o->attention_bwd(b, s, md->dqkv, md->dctx, md->qkv, md->att, md->lse, BB, TT, HH, KVH, HD, p,
                      site, md->st);
     o->rope_bwd(b, s, md->dqkv, BB, TT, HH, KVH, HD, 10000.0f);
-    o->matmul_bwd_weight(b, s, md->dwqkv, NULL, md->dqkv, md->xn, NTOK, QKV_W, DM);
+    o->matmul_bwd_weight(b, s, md->dwqkv, NULL, md->dqkv, md->xn, NTOK, QKV_W, DM, 1);
     o->matmul_bwd_data(b, s, md->dxn, md->dqkv, md->wqkv, NTOK, QKV_W, DM, 0);
-    o->rmsnorm_bwd(b, s, md->dx, md->dnorm_w, md->dxn, md->x, md->norm_w, md->rstd, NTOK, DM);
+    o->rmsnorm_bwd(b, s, md->dx, md->dnorm_w, md->dxn, md->x, md->norm_w, md->rstd, NTOK, DM, 1);
     o->embedding_bwd(b, s, md->dwte, md->dx, md->tokens, NTOK, VOC, DM);
     o->micro_next(b, s, md->st);
     /* optimizer */
@@ -187,7 +187,7 @@ static void test_capture_of_a_short_sequence_replays_equal_to_eager(void **state
 /* a plain block, not do-while: cppcheck cannot parse a do-while passed into GPU_PLAN */
 #define SEQ()                                                                                      \
     {                                                                                              \
-        b->ops->matmul_fwd(b, e->gs, h, ga, gw, NULL, M, N, K);                                    \
+        b->ops->matmul_fwd(b, e->gs, h, ga, gw, NULL, NULL, M, N, K);                              \
         b->ops->rmsnorm_fwd(b, e->gs, out, rstd, h, gnw, M, N, 1e-5f);                             \
         b->ops->add(b, e->gs, out, out, h, MN);                                                    \
         b->ops->swiglu_fwd(b, e->gs, h, out, M, N / 2);                                            \

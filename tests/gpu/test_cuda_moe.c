@@ -177,9 +177,9 @@ static void test_gather_combine_and_grouped_matmuls_match_cpu(void **state) {
         EXPECT_CLOSE("moe_matmul_bwd_data", got, c_dxe, nxe, TOL_BF16);
         float *c_dw = c_f32(e, dw0, nw), *g_dw = g_f32(e, dw0, nw);
         e->cpu->ops->moe_matmul_bwd_weight(e->cpu, e->cs, c_dw, c_dh, c_xe, co, R, E_EXP, NF,
-                                           D_MODEL);
+                                           D_MODEL, 1);
         e->gpu->ops->moe_matmul_bwd_weight(e->gpu, e->gs, g_dw, g_dh, g_xe, go, R, E_EXP, NF,
-                                           D_MODEL);
+                                           D_MODEL, 1);
         g_read_f32(e, got, g_dw, nw);
         EXPECT_CLOSE("moe_matmul_bwd_weight (+=)", got, c_dw, nw, TOL_F32);
         /* gather backward: dx += sum of its rows of dxe */
@@ -238,8 +238,8 @@ static void grouped_case(gpu_env *e, const int32_t *off, int E, int NFW, int KW)
     snprintf(what, sizeof what, "moe_matmul_bwd_data %dx%dx%d", R, KW, NFW);
     EXPECT_CLOSE(what, got, c_dx, na, TOL_BF16);
     float *c_dw = c_f32(e, dw0, nw), *g_dw = g_f32(e, dw0, nw);
-    e->cpu->ops->moe_matmul_bwd_weight(e->cpu, e->cs, c_dw, c_dh, c_x, co, R, E, NFW, KW);
-    e->gpu->ops->moe_matmul_bwd_weight(e->gpu, e->gs, g_dw, g_dh, g_x, go, R, E, NFW, KW);
+    e->cpu->ops->moe_matmul_bwd_weight(e->cpu, e->cs, c_dw, c_dh, c_x, co, R, E, NFW, KW, 1);
+    e->gpu->ops->moe_matmul_bwd_weight(e->gpu, e->gs, g_dw, g_dh, g_x, go, R, E, NFW, KW, 1);
     g_read_f32(e, got, g_dw, nw);
     snprintf(what, sizeof what, "moe_matmul_bwd_weight %dx%dx%d (+=)", E, NFW, KW);
     EXPECT_CLOSE(what, got, c_dw, nw, TOL_F32);
@@ -248,6 +248,20 @@ static void grouped_case(gpu_env *e, const int32_t *off, int E, int NFW, int KW)
         if (off[ex + 1] == off[ex])
             for (size_t q = 0; q < (size_t)NFW * KW; q += 97)
                 assert_true(got[(size_t)ex * NFW * KW + q] == dw0[(size_t)ex * NFW * KW + q]);
+    /* overwrite (a step's first micro-batch): NaN-filled gradients get the product, the empty
+     * experts zeros */
+    for (size_t q = 0; q < nw; q++)
+        dw0[q] = NAN;
+    float *c_dwo = c_f32(e, dw0, nw), *g_dwo = g_f32(e, dw0, nw);
+    e->cpu->ops->moe_matmul_bwd_weight(e->cpu, e->cs, c_dwo, c_dh, c_x, co, R, E, NFW, KW, 0);
+    e->gpu->ops->moe_matmul_bwd_weight(e->gpu, e->gs, g_dwo, g_dh, g_x, go, R, E, NFW, KW, 0);
+    g_read_f32(e, got, g_dwo, nw);
+    snprintf(what, sizeof what, "moe_matmul_bwd_weight %dx%dx%d (=)", E, NFW, KW);
+    EXPECT_CLOSE(what, got, c_dwo, nw, TOL_F32);
+    for (int ex = 0; ex < E; ex++)
+        if (off[ex + 1] == off[ex])
+            for (size_t q = 0; q < (size_t)NFW * KW; q++)
+                assert_true(got[(size_t)ex * NFW * KW + q] == 0.0f);
     free(x), free(w), free(dh), free(dw0), free(got);
 }
 

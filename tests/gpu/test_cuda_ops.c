@@ -78,7 +78,8 @@ static void rmsnorm_case(gpu_env *e, int N, int d) {
     float *c_out = c_f32(e, NULL, nd), *c_rstd = c_f32(e, NULL, N), *c_x = c_f32(e, x, nd);
     float *c_w = c_f32(e, w, d), *c_dx = c_f32(e, dx0, nd), *c_dw = c_f32(e, dw0, d);
     e->cpu->ops->rmsnorm_fwd(e->cpu, e->cs, c_out, c_rstd, c_x, c_w, N, d, 1e-5f);
-    e->cpu->ops->rmsnorm_bwd(e->cpu, e->cs, c_dx, c_dw, c_f32(e, dy, nd), c_x, c_w, c_rstd, N, d);
+    e->cpu->ops->rmsnorm_bwd(e->cpu, e->cs, c_dx, c_dw, c_f32(e, dy, nd), c_x, c_w, c_rstd, N, d,
+                             1);
     void *g_x = g_act(e, x, nd), *g_w = g_act(e, w, d), *g_out = g_act(e, NULL, nd);
     void *g_dy = g_act(e, dy, nd), *g_dx = g_act(e, dx0, nd), *g_dx2 = g_act(e, dx0, nd);
     float *g_rstd = g_f32(e, NULL, N), *g_dw = g_f32(e, dw0, d), *g_dw2 = g_f32(e, dw0, d);
@@ -88,9 +89,10 @@ static void rmsnorm_case(gpu_env *e, int N, int d) {
     EXPECT_CLOSE(what, got, c_out, nd, TOL_BF16);
     g_read_f32(e, got, g_rstd, N);
     EXPECT_CLOSE("rmsnorm_fwd rstd", got, c_rstd, N, TOL_F32);
-    GPU_PLAN(e, e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx, g_dw, g_dy, g_x, g_w, g_rstd, N, d));
-    e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx, g_dw, g_dy, g_x, g_w, g_rstd, N, d);
-    e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx2, g_dw2, g_dy, g_x, g_w, g_rstd, N, d);
+    GPU_PLAN(e,
+             e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx, g_dw, g_dy, g_x, g_w, g_rstd, N, d, 1));
+    e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx, g_dw, g_dy, g_x, g_w, g_rstd, N, d, 1);
+    e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx2, g_dw2, g_dy, g_x, g_w, g_rstd, N, d, 1);
     g_read_act(e, got, g_dx, nd);
     snprintf(what, sizeof what, "rmsnorm_bwd dinp (+=) N%d d%d", N, d);
     EXPECT_CLOSE(what, got, c_dx, nd, TOL_BF16);
@@ -98,6 +100,15 @@ static void rmsnorm_case(gpu_env *e, int N, int d) {
     g_read_f32(e, got2, g_dw2, d);
     EXPECT_CLOSE("rmsnorm_bwd dw (+=)", got, c_dw, d, TOL_F32);
     assert_memory_equal(got, got2, (size_t)d * 4);
+    /* accumulate 0 overwrites NaN-filled dw */
+    for (int i = 0; i < d; i++)
+        dw0[i] = NAN;
+    float *c_dwo = c_f32(e, dw0, d), *g_dwo = g_f32(e, dw0, d);
+    e->cpu->ops->rmsnorm_bwd(e->cpu, e->cs, c_dx, c_dwo, c_f32(e, dy, nd), c_x, c_w, c_rstd, N, d,
+                             0);
+    e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx2, g_dwo, g_dy, g_x, g_w, g_rstd, N, d, 0);
+    g_read_f32(e, got, g_dwo, d);
+    EXPECT_CLOSE("rmsnorm_bwd dw (=)", got, c_dwo, d, TOL_F32);
     free(x), free(w), free(dy), free(dx0), free(dw0), free(got), free(got2);
 }
 
@@ -164,16 +175,20 @@ static void matmul_case(gpu_env *e, int M, int N, int K) {
     float *c_dout = c_f32(e, dout, (size_t)M * N);
     void *g_a = g_act(e, a, (size_t)M * K), *g_w = g_act(e, w, (size_t)N * K);
     void *g_bias = g_act(e, bias, N), *g_dout = g_act(e, dout, (size_t)M * N);
-    for (int with_bias = 0; with_bias < 2; with_bias++) {
+    /* bias and a residual added in the epilogue, each on and off */
+    for (int v = 0; v < 4; v++) {
+        int with_bias = v & 1, with_res = v >> 1;
         float *c_out = c_f32(e, NULL, (size_t)M * N);
         void *g_out = g_act(e, NULL, (size_t)M * N);
         e->cpu->ops->matmul_fwd(e->cpu, e->cs, c_out, c_a, c_w,
-                                with_bias ? c_f32(e, bias, N) : NULL, M, N, K);
-        const void *gb = with_bias ? g_bias : NULL;
-        GPU_PLAN(e, e->gpu->ops->matmul_fwd(e->gpu, e->gs, g_out, g_a, g_w, gb, M, N, K));
-        e->gpu->ops->matmul_fwd(e->gpu, e->gs, g_out, g_a, g_w, gb, M, N, K);
+                                with_bias ? c_f32(e, bias, N) : NULL,
+                                with_res ? c_f32(e, dout, (size_t)M * N) : NULL, M, N, K);
+        const void *gb = with_bias ? g_bias : NULL, *gr = with_res ? g_dout : NULL;
+        GPU_PLAN(e, e->gpu->ops->matmul_fwd(e->gpu, e->gs, g_out, g_a, g_w, gb, gr, M, N, K));
+        e->gpu->ops->matmul_fwd(e->gpu, e->gs, g_out, g_a, g_w, gb, gr, M, N, K);
         g_read_act(e, got, g_out, (size_t)M * N);
-        snprintf(what, sizeof what, "matmul_fwd %dx%dx%d%s", M, N, K, with_bias ? " +bias" : "");
+        snprintf(what, sizeof what, "matmul_fwd %dx%dx%d%s%s", M, N, K, with_bias ? " +bias" : "",
+                 with_res ? " +res" : "");
         EXPECT_CLOSE(what, got, c_out, (size_t)M * N, TOL_BF16);
     }
     for (int acc = 0; acc < 2; acc++) {
@@ -186,16 +201,24 @@ static void matmul_case(gpu_env *e, int M, int N, int K) {
         snprintf(what, sizeof what, "matmul_bwd_data %dx%dx%d%s", M, N, K, acc ? " (+=)" : "");
         EXPECT_CLOSE(what, got, c_da, (size_t)M * K, TOL_BF16);
     }
-    float *c_dw = c_f32(e, dw0, (size_t)N * K), *c_db = c_f32(e, bias, N);
-    float *g_dw = g_f32(e, dw0, (size_t)N * K), *g_db = g_f32(e, bias, N);
-    e->cpu->ops->matmul_bwd_weight(e->cpu, e->cs, c_dw, c_db, c_dout, c_a, M, N, K);
-    GPU_PLAN(e, e->gpu->ops->matmul_bwd_weight(e->gpu, e->gs, g_dw, g_db, g_dout, g_a, M, N, K));
-    e->gpu->ops->matmul_bwd_weight(e->gpu, e->gs, g_dw, g_db, g_dout, g_a, M, N, K);
-    g_read_f32(e, got, g_dw, (size_t)N * K);
-    snprintf(what, sizeof what, "matmul_bwd_weight dw %dx%dx%d", M, N, K);
-    EXPECT_CLOSE(what, got, c_dw, (size_t)N * K, TOL_F32);
-    g_read_f32(e, got, g_db, N);
-    EXPECT_CLOSE("matmul_bwd_weight dbias", got, c_db, N, TOL_F32);
+    /* accumulate 1 adds into the old values; 0 overwrites NaN-filled gradients */
+    for (int acc = 1; acc >= 0; acc--) {
+        if (!acc)
+            for (size_t q = 0; q < (size_t)N * K; q++)
+                dw0[q] = NAN, bias[q % N] = NAN;
+        float *c_dw = c_f32(e, dw0, (size_t)N * K), *c_db = c_f32(e, bias, N);
+        float *g_dw = g_f32(e, dw0, (size_t)N * K), *g_db = g_f32(e, bias, N);
+        e->cpu->ops->matmul_bwd_weight(e->cpu, e->cs, c_dw, c_db, c_dout, c_a, M, N, K, acc);
+        GPU_PLAN(e, e->gpu->ops->matmul_bwd_weight(e->gpu, e->gs, g_dw, g_db, g_dout, g_a, M, N, K,
+                                                   acc));
+        e->gpu->ops->matmul_bwd_weight(e->gpu, e->gs, g_dw, g_db, g_dout, g_a, M, N, K, acc);
+        g_read_f32(e, got, g_dw, (size_t)N * K);
+        snprintf(what, sizeof what, "matmul_bwd_weight dw %dx%dx%d%s", M, N, K,
+                 acc ? " (+=)" : " (=)");
+        EXPECT_CLOSE(what, got, c_dw, (size_t)N * K, TOL_F32);
+        g_read_f32(e, got, g_db, N);
+        EXPECT_CLOSE("matmul_bwd_weight dbias", got, c_db, N, TOL_F32);
+    }
     free(a), free(w), free(bias), free(dout), free(da0), free(dw0), free(got);
 }
 
@@ -313,30 +336,41 @@ static void test_swiglu_matches_cpu(void **state) {
     }
 }
 
+/* V 1000 and 50304 (the row held in registers, 4 and 16 chunks a thread), 70000 (two passes
+ * with 16-byte loads), 1001 (scalar); in place, two ignored targets. */
 static void test_cross_entropy_in_place_and_loss_sum_match_cpu(void **state) {
     gpu_env *e = *state;
     NEED_CPU(e, cross_entropy);
     NEED_CPU(e, loss_accumulate);
-    int N = 37, V = 1000;
-    size_t nv = (size_t)N * V;
-    float *logits = rand_vec(e, nv, 4.0f), *got = malloc(nv * 4);
-    int32_t tg[37];
-    for (int i = 0; i < N; i++)
-        tg[i] = (int32_t)(env_next(e) % (uint64_t)V);
-    tg[3] = tg[20] = -1; /* ignored */
-    float dscale = 1.0f / (float)N;
-    float *c_loss = c_f32(e, NULL, N), *c_dl = c_f32(e, NULL, nv);
-    e->cpu->ops->cross_entropy(e->cpu, e->cs, c_loss, c_dl, c_f32(e, logits, nv), c_i32(e, tg, N),
-                               N, V, dscale);
-    float *g_loss = g_f32(e, NULL, N);
-    void *g_logits = g_act(e, logits, nv);
-    e->gpu->ops->cross_entropy(e->gpu, e->gs, g_loss, g_logits, g_logits, g_i32(e, tg, N), N, V,
-                               dscale);
-    g_read_f32(e, got, g_loss, N);
-    EXPECT_CLOSE("cross_entropy losses", got, c_loss, N, TOL_F32);
-    assert_true(got[3] == 0.0f && got[20] == 0.0f);
-    g_read_act(e, got, g_logits, nv);
-    EXPECT_CLOSE("cross_entropy dlogits (in place)", got, c_dl, nv, TOL_BF16);
+    enum { N = 37 };
+    static const int vs[] = {1000, 50304, 70000, 1001};
+    float *c_loss = c_f32(e, NULL, N), *g_loss = g_f32(e, NULL, N), *got = malloc(N * 4);
+    for (int vi = 0; vi < 4; vi++) {
+        int V = vs[vi];
+        char what[64];
+        size_t nv = (size_t)N * V;
+        float *logits = rand_vec(e, nv, 4.0f), *gotv = malloc(nv * 4);
+        int32_t tg[N];
+        for (int i = 0; i < N; i++)
+            tg[i] = (int32_t)(env_next(e) % (uint64_t)V);
+        tg[3] = tg[20] = -1; /* ignored */
+        tg[7] = V - 1;       /* the last column */
+        float dscale = 1.0f / (float)N;
+        float *c_dl = c_f32(e, NULL, nv);
+        e->cpu->ops->cross_entropy(e->cpu, e->cs, c_loss, c_dl, c_f32(e, logits, nv),
+                                   c_i32(e, tg, N), N, V, dscale);
+        void *g_logits = g_act(e, logits, nv);
+        e->gpu->ops->cross_entropy(e->gpu, e->gs, g_loss, g_logits, g_logits, g_i32(e, tg, N), N, V,
+                                   dscale);
+        g_read_f32(e, got, g_loss, N);
+        snprintf(what, sizeof what, "cross_entropy losses V=%d", V);
+        EXPECT_CLOSE(what, got, c_loss, N, TOL_F32);
+        assert_true(got[3] == 0.0f && got[20] == 0.0f);
+        g_read_act(e, gotv, g_logits, nv);
+        snprintf(what, sizeof what, "cross_entropy dlogits (in place) V=%d", V);
+        EXPECT_CLOSE(what, gotv, c_dl, nv, TOL_BF16);
+        free(logits), free(gotv);
+    }
     gt_step_state init = default_state(), *cst, *gst, hs;
     init.loss = 1.25f;
     make_states(e, &init, &cst, &gst);
@@ -345,7 +379,7 @@ static void test_cross_entropy_in_place_and_loss_sum_match_cpu(void **state) {
     read_state(e, &hs, gst);
     printf("    loss_accumulate: gpu %.7g cpu %.7g\n", (double)hs.loss, (double)cst->loss);
     assert_true(fabsf(hs.loss - cst->loss) <= 1e-5f * fabsf(cst->loss));
-    free(logits), free(got);
+    free(got);
 }
 
 static void test_lr_schedule_matches_cpu_for_every_style(void **state) {
@@ -483,7 +517,7 @@ static void test_grad_norm_is_deterministic_and_exact(void **state) {
 static void test_unplanned_matmul_shape_is_a_sticky_error_naming_it(void **state) {
     gpu_env *e = *state;
     void *a = g_act(e, NULL, 40 * 16), *w = g_act(e, NULL, 24 * 16), *o = g_act(e, NULL, 40 * 24);
-    e->gpu->ops->matmul_fwd(e->gpu, e->gs, o, a, w, NULL, 40, 24, 16);
+    e->gpu->ops->matmul_fwd(e->gpu, e->gs, o, a, w, NULL, NULL, 40, 24, 16);
     gt_error err = {0};
     assert_int_equal(gt_backend_check(e->gpu, &err), GT_ERR_INVALID);
     printf("    %s\n", err.msg);

@@ -61,12 +61,12 @@ typedef struct mm_ctx {
 
 static void run_mm(gpu_env *e, void *p) {
     mm_ctx *c = p;
-    e->gpu->ops->matmul_fwd(e->gpu, e->gs, c->out, c->a, c->w, NULL, c->M, c->N, c->K);
+    e->gpu->ops->matmul_fwd(e->gpu, e->gs, c->out, c->a, c->w, NULL, NULL, c->M, c->N, c->K);
 }
 static void run_mm_bwd(gpu_env *e, void *p) {
     mm_ctx *c = p;
     e->gpu->ops->matmul_bwd_data(e->gpu, e->gs, c->a, c->out, c->w, c->M, c->N, c->K, 0);
-    e->gpu->ops->matmul_bwd_weight(e->gpu, e->gs, c->dw, NULL, c->out, c->a, c->M, c->N, c->K);
+    e->gpu->ops->matmul_bwd_weight(e->gpu, e->gs, c->dw, NULL, c->out, c->a, c->M, c->N, c->K, 1);
 }
 
 static void test_matmul_reaches_a_large_fraction_of_peak(void **state) {
@@ -151,7 +151,7 @@ typedef struct ew_ctx {
 static void run_rms(gpu_env *e, void *p) {
     ew_ctx *c = p;
     e->gpu->ops->rmsnorm_fwd(e->gpu, e->gs, c->y, c->rstd, c->x, c->x, c->N, c->d, 1e-5f);
-    e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, c->y, c->dw, c->x, c->x, c->x, c->rstd, c->N, c->d);
+    e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, c->y, c->dw, c->x, c->x, c->x, c->rstd, c->N, c->d, 1);
 }
 static void run_emb(gpu_env *e, void *p) {
     ew_ctx *c = p;
@@ -218,7 +218,7 @@ static void run_gmm_bwd(gpu_env *e, void *p) {
     e->gpu->ops->moe_matmul_bwd_data(e->gpu, e->gs, c->da, c->dout, c->w, c->offsets, c->R, c->E,
                                      c->Nf, c->K);
     e->gpu->ops->moe_matmul_bwd_weight(e->gpu, e->gs, c->dw, c->dout, c->a, c->offsets, c->R, c->E,
-                                       c->Nf, c->K);
+                                       c->Nf, c->K, 1);
 }
 
 static void test_grouped_matmul_speed_at_the_moe_shape(void **state) {
