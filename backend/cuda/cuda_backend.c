@@ -1,5 +1,6 @@
 /* CUDA backend: device memory (tracked bytes and peak), pinned host memory, streams, async
- * copies, planning (scratch sized from recorded shapes) and CUDA stream capture into graphs.
+ * copies, planning (scratch sized from recorded shapes, rotary tables) and CUDA stream capture
+ * into graphs.
  * The math ops live in the .cu files and cuda_matmul.c. */
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cudnn_attention.h"
@@ -241,6 +242,8 @@ static int cuda_plan_finish(gt_backend *b, gt_error *err) {
             off += need;
         }
     }
+    rc = gt_cuda_rope_plan_finish(b, err);
+    if (rc) return rc;
     return gt_cuda_matmul_plan_finish(b, err);
 }
 
@@ -348,6 +351,7 @@ static void cuda_destroy(gt_backend *b) {
         cudaDeviceSynchronize();
         cudaGetLastError();
         gt_cuda_matmul_destroy(b);
+        gt_cuda_rope_destroy(b);
         gt_cudnn_attn_destroy((gt_cudnn_attn *)im->cudnn);
         free(im->attn_plans);
         if (im->scratch_base) cuda_free(b, im->scratch_base);
@@ -401,8 +405,10 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
         im->moe_mode = GT_MOE_SIMT;
     else if (moe && !strcmp(moe, "tc"))
         im->moe_mode = GT_MOE_TC;
+    else if (moe && !strcmp(moe, "mma8"))
+        im->moe_mode = GT_MOE_MMA8;
     else if (moe && *moe && strcmp(moe, "mma"))
-        bad_env = "GT_CUDA_MOE (mma | tc | simt)";
+        bad_env = "GT_CUDA_MOE (mma | mma8 | tc | simt)";
     if (bad_env) {
         free(b);
         free(ops);

@@ -41,10 +41,10 @@ typedef struct gt_cuda_gemm_plan gt_cuda_gemm_plan; /* cuda_matmul.c */
  * reference). */
 typedef enum { GT_ATTN_CUDNN = 0, GT_ATTN_TC, GT_ATTN_SIMT } gt_attn_mode;
 
-/* Which grouped-GEMM kernels the MoE experts use (GT_CUDA_MOE=mma|tc|simt): mma.sync with
- * ldmatrix and a 3-stage pipeline (default; shapes it cannot take go to tc), the 64x64 WMMA
- * ones, or the fp32 SIMT reference. */
-typedef enum { GT_MOE_TC = 0, GT_MOE_SIMT, GT_MOE_MMA } gt_moe_mode;
+/* Which grouped-GEMM kernels the MoE experts use (GT_CUDA_MOE=mma|mma8|tc|simt): mma.sync
+ * with ldmatrix and a 3-stage pipeline, 4 warps a block (default) or 8 (shapes they cannot
+ * take go to tc), the 64x64 WMMA ones, or the fp32 SIMT reference. */
+typedef enum { GT_MOE_TC = 0, GT_MOE_SIMT, GT_MOE_MMA, GT_MOE_MMA8 } gt_moe_mode;
 
 /* One planned attention shape and whether cuDNN runs it. */
 typedef struct gt_cuda_attn_plan {
@@ -52,6 +52,14 @@ typedef struct gt_cuda_attn_plan {
     int use_cudnn;
     size_t ws_bytes; /* cuDNN workspace of this shape */
 } gt_cuda_attn_plan;
+
+/* One rotary cos/sin table, built by plan_finish for each (T, hd, theta) the planning pass
+ * recorded: float2 [T][hd/2] of (cos, sin) of position t and pair i. */
+typedef struct gt_cuda_rope_table {
+    int T, hd;
+    float theta;
+    void *tab; /* device memory; NULL until plan_finish fills it */
+} gt_cuda_rope_table;
 
 typedef struct gt_cuda_alloc_rec {
     void *ptr;
@@ -70,6 +78,8 @@ typedef struct gt_cuda_impl {
     void *cudnn;   /* gt_cudnn_attn *, created by the first planned attention */
     gt_cuda_attn_plan *attn_plans;
     int n_attn_plans, cap_attn_plans;
+    gt_cuda_rope_table *rope_tables;
+    int n_rope_tables, cap_rope_tables;
     /* cuBLASLt */
     void *lt; /* cublasLtHandle_t */
     void *lt_ws;
@@ -119,6 +129,10 @@ void gt_cuda_register_moe_ops(gt_backend_ops *ops);
 int gt_cuda_attention_init(gt_error *err);
 int gt_cuda_dense_init(gt_error *err);
 int gt_cuda_moe_init(gt_error *err);
+
+/* k_attention.cu: rotary tables; plan_finish allocates and fills those not yet built */
+int gt_cuda_rope_plan_finish(gt_backend *b, gt_error *err);
+void gt_cuda_rope_destroy(gt_backend *b);
 
 /* cuda_matmul.c: plan storage lifetime */
 int gt_cuda_matmul_init(gt_backend *b, gt_error *err);

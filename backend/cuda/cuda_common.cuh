@@ -75,13 +75,16 @@ static inline unsigned gt_grid(size_t n, int threads) {
 static inline int al16(const void *p) {
     return ((uintptr_t)p & 15u) == 0;
 }
-static __device__ __forceinline__ void ld8(float *f, const bf16 *p) {
-    uint4 u = *(const uint4 *)p;
+/* eight bf16 packed in 16 bytes -> fp32 */
+static __device__ __forceinline__ void unpack8(float *f, uint4 u) {
     bf16 h[8];
     memcpy(h, &u, 16);
 #pragma unroll
     for (int i = 0; i < 8; i++)
         f[i] = __bfloat162float(h[i]);
+}
+static __device__ __forceinline__ void ld8(float *f, const bf16 *p) {
+    unpack8(f, *(const uint4 *)p);
 }
 static __device__ __forceinline__ void st8(bf16 *p, const float *f) {
     bf16 h[8];

@@ -478,32 +478,66 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
 
 /* ---- rotary embeddings ---- */
 
+/* The rotation angles come from a cos/sin table per planned (T, hd, theta), T * hd/2 * 8
+ * bytes (256 KiB at T 1024, hd 64): the precise sincosf of angles up to T rad per element cost
+ * as much as the memory traffic (k_rope8 took 21 us per call on gpt124m against 12 us of
+ * memory time, 38 us against 25 us on llama1b). The table is filled with the expression the
+ * kernels evaluated per element, in the same fp32 operation order, so it holds bitwise the cos
+ * and sin they computed; rope_turn keeps their roundings of the rotation. */
+__global__ void k_rope_table(float2 *tab, int T, int hd, float theta) {
+    int half = hd / 2, total = T * half;
+    float l2t = log2f(theta);
+    for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < total; q += gridDim.x * blockDim.x) {
+        int t = q / half, i = q - t * half;
+        /* fp32 angle math: the angle error (< 3e-4 rad at t = 2048) is far below bf16's */
+        float ang = (float)t * exp2f(-2.0f * (float)i / (float)hd * l2t);
+        float sn, cs;
+        sincosf(ang, &sn, &cs);
+        tab[q] = make_float2(cs, sn);
+    }
+}
+
+/* Turns one rotary pair (a, b) by the angle of (cs, sn), or by minus it when inverse. The
+ * roundings are pinned to those the per-element kernels compiled to (nvcc fused one product of
+ * each output and rounded the other, differently per direction), so the outputs stay bitwise
+ * equal to theirs whatever contraction the compiler would pick for the plain expressions. */
+static __device__ __forceinline__ void rope_turn(float *x0, float *x1, float cs, float sn,
+                                                 int inverse) {
+    float a = *x0, b = *x1;
+    if (inverse) {
+        *x0 = __fmaf_rn(a, cs, __fmul_rn(b, sn));  /* a cos + b sin */
+        *x1 = __fmaf_rn(b, cs, -__fmul_rn(a, sn)); /* b cos - a sin */
+    } else {
+        *x0 = __fmaf_rn(a, cs, -__fmul_rn(b, sn)); /* a cos - b sin */
+        *x1 = __fmaf_rn(a, sn, __fmul_rn(b, cs));  /* a sin + b cos */
+    }
+}
+
 /* Each thread turns eight adjacent rotary pairs (i..i+7 with their partners i+half..) of one
- * head of one token, with 16-byte loads; 32-bit index math. The grid-stride version with
+ * head of one token, with 16-byte loads of x and of the table (rows of half * 8 bytes, half a
+ * multiple of 8: 64-byte aligned chunks); 32-bit index math. The grid-stride version with
  * 64-bit divisions per element took ~80 us per call at gpt124m size, ten times its memory
  * time; one pair per thread still waited on memory latency. */
-__global__ void k_rope8(bf16 *qkv, int rows, int T, int H, int KV, int hd, float theta,
-                        int inverse) {
+__global__ void k_rope8(bf16 *qkv, const float2 *__restrict__ tab, int rows, int T, int H, int KV,
+                        int hd, int inverse) {
     int half = hd / 2, chunks = half / 8, heads = H + KV, C = (H + 2 * KV) * hd;
     int per_row = heads * chunks, total = rows * per_row;
-    float l2t = log2f(theta);
     for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < total; q += gridDim.x * blockDim.x) {
         int row = q / per_row, rem = q - row * per_row, hh = rem / chunks;
         int i = (rem - hh * chunks) * 8, t = row % T;
         bf16 *x = qkv + (size_t)row * C + hh * hd;
-        float x0[8], x1[8];
+        const float4 *cs4 = (const float4 *)(tab + t * half + i);
+        float cs[8], sn[8], x0[8], x1[8];
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+            float4 p = __ldg(cs4 + v); /* (cos, sin) of pairs i + 2v and i + 2v + 1 */
+            cs[2 * v] = p.x, sn[2 * v] = p.y, cs[2 * v + 1] = p.z, sn[2 * v + 1] = p.w;
+        }
         ld8(x0, x + i);
         ld8(x1, x + i + half);
 #pragma unroll
-        for (int u = 0; u < 8; u++) {
-            /* fp32 angle math: the angle error (< 3e-4 rad at t = 2048) is far below bf16's */
-            float ang = (float)t * exp2f(-2.0f * (float)(i + u) / (float)hd * l2t);
-            float sn, cs;
-            sincosf(ang, &sn, &cs);
-            float sv = inverse ? -sn : sn, a = x0[u], b = x1[u];
-            x0[u] = a * cs - b * sv;
-            x1[u] = a * sv + b * cs;
-        }
+        for (int u = 0; u < 8; u++)
+            rope_turn(&x0[u], &x1[u], cs[u], sn[u], inverse);
         st8(x + i, x0);
         st8(x + i + half, x1);
     }
@@ -511,22 +545,95 @@ __global__ void k_rope8(bf16 *qkv, int rows, int T, int H, int KV, int hd, float
 
 /* The general case (hd / 2 not a multiple of 8, or unaligned): one pair per thread, one
  * block per token row, same math. */
-__global__ void k_rope_odd(bf16 *qkv, int T, int H, int KV, int hd, float theta, int inverse) {
+__global__ void k_rope_odd(bf16 *qkv, const float2 *__restrict__ tab, int T, int H, int KV, int hd,
+                           int inverse) {
     int half = hd / 2, heads = H + KV;
     int row = blockIdx.x, t = row % T;
     bf16 *base = qkv + (size_t)row * (size_t)((H + 2 * KV) * hd);
-    float l2t = log2f(theta);
+    const float2 *trow = tab + t * half;
     for (int q = threadIdx.x; q < heads * half; q += blockDim.x) {
         int hh = q / half, i = q - hh * half;
         bf16 *x = base + hh * hd;
-        float ang = (float)t * exp2f(-2.0f * (float)i / (float)hd * l2t);
-        float sn, cs;
-        sincosf(ang, &sn, &cs);
-        float sv = inverse ? -sn : sn;
+        float2 p = __ldg(trow + i); /* (cos, sin) */
         float x0 = ldf(x + i), x1 = ldf(x + i + half);
-        x[i] = tobf(x0 * cs - x1 * sv);
-        x[i + half] = tobf(x0 * sv + x1 * cs);
+        rope_turn(&x0, &x1, p.x, p.y, inverse);
+        x[i] = tobf(x0);
+        x[i + half] = tobf(x1);
     }
+}
+
+static gt_cuda_rope_table *rope_table_find(gt_cuda_impl *im, int T, int hd, float theta) {
+    for (int k = 0; k < im->n_rope_tables; k++) {
+        gt_cuda_rope_table *r = &im->rope_tables[k];
+        if (r->T == T && r->hd == hd && r->theta == theta) return r;
+    }
+    return NULL;
+}
+
+/* While planning: records (T, hd, theta) once; plan_finish builds its table. */
+static void rope_table_record(gt_backend *b, const char *what, int T, int hd, float theta) {
+    gt_cuda_impl *im = (gt_cuda_impl *)b->impl;
+    if (rope_table_find(im, T, hd, theta)) return;
+    if ((size_t)T * (size_t)(hd / 2) >= ((size_t)1 << 30)) {
+        /* the kernels index the table with 32-bit math (grid strides included) */
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s: T=%d hd=%d needs a rotary table of 2^30 or more entries; use a "
+                        "shorter sequence or a smaller head size",
+                        what, T, hd);
+        return;
+    }
+    if (im->n_rope_tables == im->cap_rope_tables) {
+        int cap = im->cap_rope_tables ? 2 * im->cap_rope_tables : 4;
+        gt_cuda_rope_table *nt =
+            (gt_cuda_rope_table *)realloc(im->rope_tables, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            gt_backend_fail(b, GT_ERR_NOMEM, "out of host memory planning %s", what);
+            return;
+        }
+        im->rope_tables = nt;
+        im->cap_rope_tables = cap;
+    }
+    gt_cuda_rope_table *r = &im->rope_tables[im->n_rope_tables++];
+    r->T = T, r->hd = hd, r->theta = theta, r->tab = NULL;
+}
+
+/* Allocates and fills the tables recorded since the last call. Built tables stay where they
+ * are (their contents depend only on the key), so graphs captured earlier stay valid. */
+extern "C" int gt_cuda_rope_plan_finish(gt_backend *b, gt_error *err) {
+    gt_cuda_impl *im = (gt_cuda_impl *)b->impl;
+    for (int k = 0; k < im->n_rope_tables; k++) {
+        gt_cuda_rope_table *r = &im->rope_tables[k];
+        if (r->tab) continue;
+        size_t n = (size_t)r->T * (size_t)(r->hd / 2);
+        void *tab = NULL;
+        int rc = b->ops->alloc(b, n * sizeof(float2), &tab, err);
+        if (rc)
+            return gt_error_wrap(err, "allocating the rotary table of T=%d hd=%d: ", r->T, r->hd);
+        /* outside steps: the legacy stream and a full synchronization are fine here (the
+         * backend's own streams do not wait for the legacy one) */
+        k_rope_table<<<gt_grid(n, ATT_THREADS), ATT_THREADS>>>((float2 *)tab, r->T, r->hd,
+                                                               r->theta);
+        cudaError_t e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            b->ops->free(b, tab);
+            return gt_error_set(err, GT_ERR_DEVICE,
+                                "filling the rotary table of T=%d hd=%d failed: %s (%s)", r->T,
+                                r->hd, cudaGetErrorName(e), cudaGetErrorString(e));
+        }
+        r->tab = tab;
+    }
+    return GT_OK;
+}
+
+extern "C" void gt_cuda_rope_destroy(gt_backend *b) {
+    gt_cuda_impl *im = (gt_cuda_impl *)b->impl;
+    for (int k = 0; k < im->n_rope_tables; k++)
+        if (im->rope_tables[k].tab) b->ops->free(b, im->rope_tables[k].tab);
+    free(im->rope_tables);
+    im->rope_tables = NULL;
+    im->n_rope_tables = im->cap_rope_tables = 0;
 }
 
 static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, int B, int T, int H,
@@ -538,14 +645,34 @@ static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, i
                         what, B, T, H, KV, hd, (double)theta);
         return;
     }
-    if (b->planning || B == 0 || T == 0) return;
+    if (B == 0 || T == 0) return;
+    if (b->planning) {
+        rope_table_record(b, what, T, hd, theta);
+        return;
+    }
+    const gt_cuda_rope_table *r = rope_table_find((gt_cuda_impl *)b->impl, T, hd, theta);
+    if (!r) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s with T=%d hd=%d theta=%g was not planned: run the op once while "
+                        "b->planning is set (the trainer's planning pass), then plan_finish",
+                        what, T, hd, (double)theta);
+        return;
+    }
+    if (!r->tab) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s with T=%d hd=%d: plan_finish was not called after planning, or "
+                        "failed (it builds the rotary table)",
+                        what, T, hd);
+        return;
+    }
+    const float2 *tab = (const float2 *)r->tab;
     unsigned rows = (unsigned)B * (unsigned)T;
     size_t items = (size_t)rows * (size_t)(H + KV) * (size_t)(hd / 16);
     if ((hd / 2) % 8 == 0 && al16(qkv) && items < (1u << 30))
         k_rope8<<<gt_grid(items, ATT_THREADS), ATT_THREADS, 0, gt_cuda_stream(s)>>>(
-            (bf16 *)qkv, (int)rows, T, H, KV, hd, theta, inverse);
+            (bf16 *)qkv, tab, (int)rows, T, H, KV, hd, inverse);
     else
-        k_rope_odd<<<rows, ATT_THREADS, 0, gt_cuda_stream(s)>>>((bf16 *)qkv, T, H, KV, hd, theta,
+        k_rope_odd<<<rows, ATT_THREADS, 0, gt_cuda_stream(s)>>>((bf16 *)qkv, tab, T, H, KV, hd,
                                                                 inverse);
     GT_CUDA_LAUNCHED(b, what);
 }

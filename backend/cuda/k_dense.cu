@@ -8,12 +8,13 @@
 #include "core/philox.h"
 
 #define DENSE_THREADS 256
-#define RMS_BWD_ROWS 32 /* rows per block of the rmsnorm backward */
-#define RMS_MAX_COLS 32 /* columns per thread: d <= 256 * 32 */
-#define DBIAS_ROWS 64   /* rows per partial of the dbias column sums */
-#define RMS_WARP_ROWS 4 /* rows per warp of the vector rmsnorm backward */
-#define RMS_BWD_V_THREADS 64
-#define RMS_VEC_MAX_K 8 /* vector rmsnorm kernels: d = 256 * K, K <= 8 */
+#define RMS_BWD_ROWS 32   /* rows per block of the rmsnorm backward */
+#define RMS_MAX_COLS 32   /* columns per thread: d <= 256 * 32 */
+#define DBIAS_ROWS 64     /* rows per partial of the dbias column sums */
+#define RMS_WARP_ROWS 4   /* rows per warp of the vector rmsnorm backward */
+#define RMS_BWD_V_WARPS 4 /* warps per block of the vector rmsnorm backward */
+#define COLSUM_WARPS 32   /* warps per block of k_colsum_final_wide */
+#define RMS_VEC_MAX_K 8   /* vector rmsnorm kernels: d = 256 * K, K <= 8 */
 #define EMB_SORT_THREADS 1024
 #define EMB_SORT_SHARED_MAX 16384 /* keys sorted in shared memory up to this many */
 
@@ -60,21 +61,23 @@ __global__ void k_colsum_final(float *out, const float *part, int parts, int N, 
     out[c] = (accumulate ? out[c] : 0.0f) + acc;
 }
 
-/* out[c] (+)= sum over parts of part[p][c] for many parts: a block owns 32 columns, warp w sums
- * parts w, w + 8, ... in order, then the 8 warp sums are added in warp order. */
-__global__ void k_colsum_final_wide(float *out, const float *part, int parts, int N,
-                                    int accumulate) {
-    __shared__ float sh[8][32];
+/* out[c] (+)= sum over parts of part[p][c] for many parts: a block owns 32 columns, warp w
+ * sums parts w, w + COLSUM_WARPS, ... in order, then the warp sums are added in warp order.
+ * 32 warps a block: at d = 768 there are only 24 blocks, so the block must carry the
+ * memory parallelism. */
+__global__ void __launch_bounds__(COLSUM_WARPS * 32)
+    k_colsum_final_wide(float *out, const float *part, int parts, int N, int accumulate) {
+    __shared__ float sh[COLSUM_WARPS][32];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, c = blockIdx.x * 32 + lane;
     float acc = 0.0f;
     if (c < N)
-        for (int p = w; p < parts; p += 8)
+        for (int p = w; p < parts; p += COLSUM_WARPS)
             acc += part[(size_t)p * N + c];
     sh[w][lane] = acc;
     __syncthreads();
     if (w == 0 && c < N) {
         float t = 0.0f;
-        for (int k = 0; k < 8; k++)
+        for (int k = 0; k < COLSUM_WARPS; k++)
             t += sh[k][lane];
         out[c] = (accumulate ? out[c] : 0.0f) + t;
     }
@@ -145,6 +148,24 @@ __global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint64_t 
     int end = w + 1;
     while (end < N && (uint32_t)(keys[end] >> 32) == tok)
         end++;
+    if (d % 8 == 0 && ((uintptr_t)dout & 15u) == 0 && ((uintptr_t)dwte & 15u) == 0) {
+        /* 16-byte loads: eight columns per lane, the same per-column order of additions */
+        for (int c = 8 * lane; c < d; c += 256) {
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int r = w; r < end; r++) {
+                float v[8];
+                ld8(v, dout + (size_t)(uint32_t)keys[r] * d + c);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    acc[j] += v[j];
+            }
+            float4 *o = (float4 *)(dwte + (size_t)tok * d + c);
+            float4 lo = o[0], hi = o[1];
+            o[0] = make_float4(lo.x + acc[0], lo.y + acc[1], lo.z + acc[2], lo.w + acc[3]);
+            o[1] = make_float4(hi.x + acc[4], hi.y + acc[5], hi.z + acc[6], hi.w + acc[7]);
+        }
+        return;
+    }
     for (int c = lane; c < d; c += 32) {
         float acc = 0.0f;
         for (int r = w; r < end; r++) {
@@ -300,28 +321,45 @@ __global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const b
     if (lane == 0) rstd[row] = r;
 }
 
+/* One warp per row, RMS_WARP_ROWS consecutive rows per warp, RMS_BWD_V_WARPS warps a block.
+ * A row's x, dy and dinp are loaded together, before the row's reduction, and kept in
+ * registers as packed bf16, so each row waits on memory once (reloading them after the
+ * reduction, with dinp's first load there, made the kernel latency-bound: 74 us a call at
+ * llama1b's d = 2048 against 33 us of memory time). The weight stays in L1 and is read as
+ * needed. Each warp sums its dw partial in row order in shared memory; the block then adds
+ * its warps' partials in warp order and writes one partial row, so the partials are N / 16
+ * rows, not N / 4. */
 template <int K>
-__global__ void k_rmsnorm_bwd_v(bf16 *dinp, float *dw_part, const bf16 *dout, const bf16 *inp,
-                                const bf16 *w, const float *rstd, int N) {
+__global__ void __launch_bounds__(RMS_BWD_V_WARPS * 32)
+    k_rmsnorm_bwd_v(bf16 *dinp, float *dw_part, const bf16 *dout, const bf16 *inp, const bf16 *w,
+                    const float *rstd, int N) {
     constexpr int d = 256 * K;
-    int wg = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    int r0 = wg * RMS_WARP_ROWS;
-    if (r0 >= N) return;
-    int r1 = min(N, r0 + RMS_WARP_ROWS);
-    float dwp[K][8];
+    extern __shared__ float sdw[]; /* [RMS_BWD_V_WARPS][d] */
+    int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *mine = sdw + wid * d;
 #pragma unroll
     for (int k = 0; k < K; k++)
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            dwp[k][j] = 0.0f;
+            mine[256 * k + 8 * lane + j] = 0.0f;
+    int r0 = (blockIdx.x * RMS_BWD_V_WARPS + wid) * RMS_WARP_ROWS, r1 = min(N, r0 + RMS_WARP_ROWS);
     for (int r = r0; r < r1; r++) {
         const bf16 *x = inp + (size_t)r * d, *dy = dout + (size_t)r * d;
+        bf16 *dx = dinp + (size_t)r * d;
+        uint4 xp[K], gp[K], dp[K];
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int c = 256 * k + 8 * lane;
+            xp[k] = *(const uint4 *)(x + c);
+            gp[k] = *(const uint4 *)(dy + c);
+            dp[k] = *(const uint4 *)(dx + c);
+        }
         float rs = rstd[r], dot = 0.0f;
 #pragma unroll
         for (int k = 0; k < K; k++) {
             float xv[8], gv[8], wv[8];
-            ld8(xv, x + 256 * k + 8 * lane);
-            ld8(gv, dy + 256 * k + 8 * lane);
+            unpack8(xv, xp[k]);
+            unpack8(gv, gp[k]);
             ld8(wv, w + 256 * k + 8 * lane);
 #pragma unroll
             for (int j = 0; j < 8; j++)
@@ -329,28 +367,30 @@ __global__ void k_rmsnorm_bwd_v(bf16 *dinp, float *dw_part, const bf16 *dout, co
         }
         dot = warp_sum(dot);
         float coef = rs * rs * rs * dot / (float)d;
-        bf16 *dx = dinp + (size_t)r * d;
 #pragma unroll
         for (int k = 0; k < K; k++) {
-            float xv[8], gv[8], wv[8], dv[8];
             int c = 256 * k + 8 * lane;
-            ld8(xv, x + c);
-            ld8(gv, dy + c);
+            float xv[8], gv[8], wv[8], dv[8];
+            unpack8(xv, xp[k]);
+            unpack8(gv, gp[k]);
+            unpack8(dv, dp[k]);
             ld8(wv, w + c);
-            ld8(dv, dx + c);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 dv[j] += rs * wv[j] * gv[j] - coef * xv[j];
-                dwp[k][j] += gv[j] * xv[j] * rs;
+                mine[c + j] += gv[j] * xv[j] * rs;
             }
             st8(dx + c, dv);
         }
     }
+    __syncthreads();
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        float t = sdw[c];
 #pragma unroll
-    for (int k = 0; k < K; k++)
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            dw_part[(size_t)wg * d + 256 * k + 8 * lane + j] = dwp[k][j];
+        for (int q = 1; q < RMS_BWD_V_WARPS; q++)
+            t += sdw[q * d + c];
+        dw_part[(size_t)blockIdx.x * d + c] = t;
+    }
 }
 
 static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *inp,
@@ -397,19 +437,17 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
     }
     if (d % 256 == 0 && d <= 256 * RMS_VEC_MAX_K && al16(dinp) && al16(dout) && al16(inp) &&
         al16(w)) {
-        int warps = (N + RMS_WARP_ROWS - 1) / RMS_WARP_ROWS;
+        int rows_per_block = RMS_WARP_ROWS * RMS_BWD_V_WARPS;
+        int blocks = (N + rows_per_block - 1) / rows_per_block;
         float *part = (float *)gt_cuda_scratch(b, GT_SCRATCH_RMSNORM,
-                                               (size_t)warps * d * sizeof(float), "rmsnorm_bwd");
+                                               (size_t)blocks * d * sizeof(float), "rmsnorm_bwd");
         if (!part || N <= 0) return;
-        /* two warps a block: at d = 2048 a thread holds 133 registers, so a 256-thread block
-         * fills an SM's register file alone; small blocks let the register file, not the
-         * block size, set how many warps share an SM */
-        int wpb = RMS_BWD_V_THREADS / 32, grid = (warps + wpb - 1) / wpb;
+        size_t shm = (size_t)RMS_BWD_V_WARPS * d * sizeof(float);
         cudaStream_t cs = gt_cuda_stream(s);
         switch (d / 256) {
 #define RMS_BWD_V(K)                                                                               \
     case K:                                                                                        \
-        k_rmsnorm_bwd_v<K><<<grid, RMS_BWD_V_THREADS, 0, cs>>>(                                    \
+        k_rmsnorm_bwd_v<K><<<blocks, RMS_BWD_V_WARPS * 32, shm, cs>>>(                             \
             (bf16 *)dinp, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N);  \
         break
             RMS_BWD_V(1);
@@ -424,7 +462,8 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
         default:
             break;
         }
-        k_colsum_final_wide<<<(d + 31) / 32, 256, 0, cs>>>(dw, part, warps, d, accumulate);
+        k_colsum_final_wide<<<(d + 31) / 32, COLSUM_WARPS * 32, 0, cs>>>(dw, part, blocks, d,
+                                                                         accumulate);
         GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
         return;
     }

@@ -11,6 +11,7 @@
 #define MOE_ROW_THREADS 128 /* row kernels: 8 columns a thread, d = 1024 in one pass */
 #define ROUTER_MAX_Q 8      /* experts per lane: E <= 256 */
 #define PERMUTE_THREADS 1024
+#define PERMUTE_ITEMS 4 /* assignments per thread per round of k_permute_place */
 #define GM_BM 64
 #define GM_BN 64
 #define GM_BK 16
@@ -224,7 +225,6 @@ __global__ void k_permute_place(int32_t *slot_token, int32_t *token_slot, int32_
     __shared__ int base_sh, chunk_total;
     int e = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     int nw = blockDim.x >> 5;
-    unsigned lt = (1u << lane) - 1u;
     if (threadIdx.x == 0) {
         int acc = 0;
         for (int j = 0; j < e; j++)
@@ -234,24 +234,41 @@ __global__ void k_permute_place(int32_t *slot_token, int32_t *token_slot, int32_
         if (e == E - 1) offsets[E] = capacity > 0 ? E * capacity : acc + cnt[e];
     }
     __syncthreads();
+    /* PERMUTE_ITEMS consecutive assignments a thread per round: a quarter of the rounds (and
+     * of the barriers) of one each, the same ranks (assignment order) */
     int base = base_sh, run = 0;
-    for (int start = 0; start < NK; start += blockDim.x) {
-        int a = start + threadIdx.x;
-        int hit = a < NK && topk_idx[a] == e;
-        unsigned m = __ballot_sync(0xffffffffu, hit);
-        if (lane == 0) warp_hits[wid] = __popc(m);
+    for (int start = 0; start < NK; start += blockDim.x * PERMUTE_ITEMS) {
+        int a0 = start + threadIdx.x * PERMUTE_ITEMS, mine = 0;
+        bool hit[PERMUTE_ITEMS];
+#pragma unroll
+        for (int u = 0; u < PERMUTE_ITEMS; u++) {
+            hit[u] = a0 + u < NK && topk_idx[a0 + u] == e;
+            mine += hit[u];
+        }
+        int incl = mine;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int v = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += v;
+        }
+        if (lane == 31) warp_hits[wid] = incl;
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int t = 0;
-            for (int w = 0; w < nw; w++) {
-                warp_base[w] = t;
-                t += warp_hits[w];
+        if (wid == 0) {
+            int v = lane < nw ? warp_hits[lane] : 0, winc = v;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                int y = __shfl_up_sync(0xffffffffu, winc, o);
+                if (lane >= o) winc += y;
             }
-            chunk_total = t;
+            if (lane < nw) warp_base[lane] = winc - v;
+            if (lane == 31) chunk_total = winc;
         }
         __syncthreads();
-        if (hit) {
-            int rank = run + warp_base[wid] + __popc(m & lt);
+        int rank = run + warp_base[wid] + incl - mine;
+#pragma unroll
+        for (int u = 0; u < PERMUTE_ITEMS; u++) {
+            if (!hit[u]) continue;
+            int a = a0 + u;
             if (capacity == 0 || rank < capacity) {
                 int row = base + rank;
                 token_slot[a] = row;
@@ -259,9 +276,10 @@ __global__ void k_permute_place(int32_t *slot_token, int32_t *token_slot, int32_
             } else {
                 token_slot[a] = -1;
             }
+            rank++;
         }
         run += chunk_total;
-        __syncthreads(); /* warp_hits / chunk_total are rewritten by the next chunk */
+        __syncthreads(); /* warp_hits / chunk_total are rewritten by the next round */
     }
     if (capacity > 0)
         for (int r = min(cnt[e], capacity) + threadIdx.x; r < capacity; r += blockDim.x)
@@ -401,8 +419,19 @@ __global__ void k_combine_bwd_dw(float *dtopk_w, const bf16 *dy, const bf16 *ye,
     float acc = 0.0f;
     if (r >= 0) {
         const bf16 *yr = ye + (size_t)r * d, *g = dy + (size_t)(a / k) * d;
-        for (int c = lane; c < d; c += 32)
-            acc += ldf(g + c) * ldf(yr + c);
+        if (d % 8 == 0 && ((uintptr_t)ye & 15u) == 0 && ((uintptr_t)dy & 15u) == 0) {
+            for (int c = 8 * lane; c < d; c += 256) { /* 16-byte loads */
+                float gv[8], yv[8];
+                ld8(gv, g + c);
+                ld8(yv, yr + c);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    acc += gv[j] * yv[j];
+            }
+        } else {
+            for (int c = lane; c < d; c += 32)
+                acc += ldf(g + c) * ldf(yr + c);
+        }
     }
     acc = warp_sum(acc);
     if (lane == 0) dtopk_w[a] = acc;
@@ -595,14 +624,19 @@ static int gm_check(gt_backend *b, const char *what, int R, int E, int Nf, int K
     return !b->planning && R > 0;
 }
 
+/* warps a block of the mma grouped GEMMs: 4 (64x64 warp tiles) or 8 (64x32, GT_CUDA_MOE=mma8) */
+static int mma_warps(int mode) {
+    return mode == GT_MOE_MMA8 ? 8 : 4;
+}
+
 static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *a,
                                 const void *w, const int32_t *offsets, int R, int E, int Nf,
                                 int K) {
     if (!gm_check(b, "moe_matmul_fwd", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_MMA &&
+    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8) &&
         gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
-                               offsets, R, E, Nf, K, 1)) {
+                               offsets, R, E, Nf, K, 1, mma_warps(mode))) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
         return;
     }
@@ -623,9 +657,9 @@ static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, cons
                                      int K) {
     if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_MMA &&
+    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8) &&
         gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
-                               offsets, R, E, K, Nf, 0)) {
+                               offsets, R, E, K, Nf, 0, mma_warps(mode))) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
         return;
     }
@@ -646,9 +680,9 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
                                        int K, int accumulate) {
     if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_MMA &&
+    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8) &&
         gt_cuda_grouped_mm_dw_mma(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
-                                  offsets, E, Nf, K, accumulate)) {
+                                  offsets, E, Nf, K, accumulate, mma_warps(mode))) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
         return;
     }

@@ -277,11 +277,49 @@ static void test_grouped_matmuls_match_cpu_across_tiles(void **state) {
     grouped_case(e, big, 4, 256, 520);
 }
 
+/* Many rounds of the placement kernel (12000 assignments, 4096 a round): random experts, one
+ * of them never chosen; dropless and with a capacity that drops; index arrays equal the CPU's. */
+static void test_permute_over_several_rounds_matches_cpu(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, moe_permute);
+    enum { PN = 3000, PK = 4, PE = 16 };
+    size_t nk = (size_t)PN * PK;
+    int32_t *idx = malloc(nk * 4), *h = malloc(nk * 4);
+    for (size_t a = 0; a < nk; a++) {
+        idx[a] = (int32_t)(env_next(e) % (PE - 1));
+        if (idx[a] >= 7) idx[a]++; /* expert 7 gets nothing */
+    }
+    int32_t *c_idx = c_i32(e, idx, nk), *g_idx = g_i32(e, idx, nk);
+    for (int capacity = 0; capacity <= 700; capacity += 700) {
+        int R = capacity ? PE * capacity : (int)nk;
+        int32_t *c_st = c_i32(e, NULL, R), *c_ts = c_i32(e, NULL, nk);
+        int32_t *c_off = c_i32(e, NULL, PE + 1), *g_st = g_i32(e, NULL, R);
+        int32_t *g_ts = g_i32(e, NULL, nk), *g_off = g_i32(e, NULL, PE + 1);
+        e->cpu->ops->moe_permute(e->cpu, e->cs, c_st, c_ts, c_off, c_idx, PN, PE, PK, capacity);
+        GPU_PLAN(e, e->gpu->ops->moe_permute(e->gpu, e->gs, g_st, g_ts, g_off, g_idx, PN, PE, PK,
+                                             capacity));
+        e->gpu->ops->moe_permute(e->gpu, e->gs, g_st, g_ts, g_off, g_idx, PN, PE, PK, capacity);
+        g_read_i32(e, h, g_ts, nk);
+        assert_memory_equal(h, c_ts, nk * 4);
+        g_read_i32(e, h, g_off, PE + 1);
+        assert_memory_equal(h, c_off, (PE + 1) * 4);
+        g_read_i32(e, h, g_st, (size_t)R);
+        assert_memory_equal(h, c_st, (size_t)R * 4);
+        int dropped = 0;
+        for (size_t a = 0; a < nk; a++)
+            dropped += c_ts[a] < 0;
+        printf("    %zu assignments, capacity %d: %d dropped\n", nk, capacity, dropped);
+        if (capacity) assert_true(dropped > 0);
+    }
+    free(idx), free(h);
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_teardown(f, free_bufs)
     const struct CMUnitTest tests[] = {
         T(test_router_topk_aux_loss_and_backward_match_cpu),
         T(test_permute_is_stable_and_matches_cpu_dropless_and_capacity),
+        T(test_permute_over_several_rounds_matches_cpu),
         T(test_gather_combine_and_grouped_matmuls_match_cpu),
         T(test_grouped_matmuls_match_cpu_across_tiles),
     };
