@@ -111,6 +111,8 @@ static int alloc_state(gt_trainer *t, gt_error *err) {
     if (!rc) rc = gt_arena_alloc(&t->state, t->b, err);
     if (!rc) rc = gt_arena_alloc(&t->batch, t->b, err);
     if (!rc) rc = t->b->ops->host_alloc(t->b, t->batch_bytes, (void **)&t->h_batch, err);
+    if (!rc && !(t->h_next = malloc(t->batch_bytes)))
+        rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory for the prefetched batch");
     if (!rc) rc = t->b->ops->host_alloc(t->b, 2 * sizeof(gt_step_state), (void **)&t->h_st, err);
     return rc;
 }
@@ -210,6 +212,7 @@ void gt_trainer_destroy(gt_trainer *t) {
     gt_data_destroy(t->valid);
     if (t->b) {
         if (t->h_batch) t->b->ops->host_free(t->b, t->h_batch);
+        free(t->h_next);
         if (t->h_st) t->b->ops->host_free(t->b, t->h_st);
     }
     gt_arena_release(&t->opt);
@@ -250,7 +253,8 @@ int gt_trainer_resumed(const gt_trainer *t) {
 }
 
 gt_data_pos gt_trainer_data_pos(const gt_trainer *t) {
-    return gt_data_get_pos(t->train);
+    /* a prefetched batch has not been trained on: the position is the one before it */
+    return t->prefetched ? t->next_pos : gt_data_get_pos(t->train);
 }
 
 int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err) {

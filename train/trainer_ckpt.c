@@ -28,7 +28,7 @@ int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
         meta.fingerprint = gt_ckpt_fingerprint(&t->cfg, n, meta.shape, sizeof meta.shape);
         meta.n_params = n;
         meta.seed = t->cfg.rng.seed;
-        meta.data = gt_data_get_pos(t->train);
+        meta.data = gt_trainer_data_pos(t);
         meta.state = t->h_st[0];
         rc = gt_ckpt_write(dir, &meta, buf, buf + n, buf + 2 * n, err);
     }
@@ -57,6 +57,7 @@ int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err) {
                           path, (unsigned long long)meta.seed, (unsigned long long)t->cfg.rng.seed,
                           (unsigned long long)meta.seed);
     if (!rc) rc = gt_data_set_pos(t->train, meta.data, err);
+    if (!rc) t->prefetched = 0; /* the next batch is the checkpoint's */
     if (!rc) {
         gt_backend *b = t->b;
         size_t bytes = t->n_params * sizeof(float);

@@ -33,6 +33,14 @@ struct gt_trainer {
     int32_t *d_batch; /* [n_micro][2][N]: tokens then targets of each micro-batch */
     int32_t *h_batch; /* pinned host copy, same layout: one copy per step */
     size_t batch_bytes;
+    /* The next step's batch, loaded while the device runs the current step (the load is host
+     * work that would otherwise sit between two steps); copied into h_batch before the next
+     * launch, once the current step no longer reads h_batch. */
+    int32_t *h_next;
+    int prefetched;        /* h_next holds the next batch */
+    gt_data_pos next_pos;  /* data position of the batch in h_next (what a checkpoint keeps) */
+    int prefetch_rc;       /* a failed prefetch, reported by the next step */
+    gt_error prefetch_err;
     gt_step_state *h_st; /* pinned [2]: training, evaluation state read back */
 
     gt_data *train;

@@ -57,12 +57,12 @@ int gt_trainer_set_grad_reduce(gt_trainer *t, gt_grad_reduce_fn fn, void *ctx, g
     return GT_OK;
 }
 
-static int load_batch(gt_trainer *t, gt_error *err) {
+/* The batch of (1-based) step `step` into `into`. */
+static int load_batch(gt_trainer *t, int32_t *into, int64_t step, gt_error *err) {
     for (int i = 0; i < t->n_micro; i++) {
-        int32_t *tok = t->h_batch + (size_t)i * 2 * (size_t)t->N;
+        int32_t *tok = into + (size_t)i * 2 * (size_t)t->N;
         int rc = gt_data_next(t->train, tok, tok + t->N, t->B, err);
-        if (rc)
-            return gt_error_wrap(err, "loading the batch of step %lld: ", (long long)t->steps + 1);
+        if (rc) return gt_error_wrap(err, "loading the batch of step %lld: ", (long long)step);
     }
     return GT_OK;
 }
@@ -92,11 +92,27 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     memset(stats, 0, sizeof *stats);
     t->stepped = 1;
     double t0 = now_ms();
-    int rc = load_batch(t, err);
+    int rc = GT_OK;
+    if (t->prefetch_rc) { /* the load of this step's batch, done during the last step, failed */
+        *err = t->prefetch_err;
+        rc = t->prefetch_rc;
+        t->prefetch_rc = 0;
+        return rc;
+    }
+    if (t->prefetched)
+        memcpy(t->h_batch, t->h_next, t->batch_bytes);
+    else
+        rc = load_batch(t, t->h_batch, t->steps + 1, err);
+    t->prefetched = 0;
     if (rc) return rc;
     gt_step_mode mode = GT_STEP_EAGER;
     rc = gt_graph_runner_step(t->runner, &mode, err);
     if (rc) return gt_error_wrap(err, "step %lld: ", (long long)t->steps + 1);
+    /* the next batch, while the device runs this step (h_batch stays untouched until the
+     * sync below: the step's copy reads it) */
+    t->next_pos = gt_data_get_pos(t->train);
+    t->prefetch_rc = load_batch(t, t->h_next, t->steps + 2, &t->prefetch_err);
+    t->prefetched = t->prefetch_rc == GT_OK;
     t->b->ops->memcpy_d2h(t->b, t->s, &t->h_st[0], t->st, sizeof(gt_step_state));
     rc = t->b->ops->stream_sync(t->b, t->s, err);
     if (!rc) rc = gt_backend_check(t->b, err);

@@ -321,7 +321,8 @@ __global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const b
     if (lane == 0) rstd[row] = r;
 }
 
-/* One warp per row, RMS_WARP_ROWS consecutive rows per warp, RMS_BWD_V_WARPS warps a block.
+/* One warp per row, rpw (<= RMS_WARP_ROWS) consecutive rows per warp, RMS_BWD_V_WARPS warps a
+ * block (fewer rows a warp when N is small, so that every SM gets blocks).
  * A row's x, dy and dinp are loaded together, before the row's reduction, and kept in
  * registers as packed bf16, so each row waits on memory once (reloading them after the
  * reduction, with dinp's first load there, made the kernel latency-bound: 74 us a call at
@@ -332,7 +333,7 @@ __global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const b
 template <int K>
 __global__ void __launch_bounds__(RMS_BWD_V_WARPS * 32)
     k_rmsnorm_bwd_v(bf16 *dinp, float *dw_part, const bf16 *dout, const bf16 *inp, const bf16 *w,
-                    const float *rstd, int N) {
+                    const float *rstd, int N, int rpw) {
     constexpr int d = 256 * K;
     extern __shared__ float sdw[]; /* [RMS_BWD_V_WARPS][d] */
     int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -342,7 +343,7 @@ __global__ void __launch_bounds__(RMS_BWD_V_WARPS * 32)
 #pragma unroll
         for (int j = 0; j < 8; j++)
             mine[256 * k + 8 * lane + j] = 0.0f;
-    int r0 = (blockIdx.x * RMS_BWD_V_WARPS + wid) * RMS_WARP_ROWS, r1 = min(N, r0 + RMS_WARP_ROWS);
+    int r0 = (blockIdx.x * RMS_BWD_V_WARPS + wid) * rpw, r1 = min(N, r0 + rpw);
     for (int r = r0; r < r1; r++) {
         const bf16 *x = inp + (size_t)r * d, *dy = dout + (size_t)r * d;
         bf16 *dx = dinp + (size_t)r * d;
@@ -437,7 +438,11 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
     }
     if (d % 256 == 0 && d <= 256 * RMS_VEC_MAX_K && al16(dinp) && al16(dout) && al16(inp) &&
         al16(w)) {
-        int rows_per_block = RMS_WARP_ROWS * RMS_BWD_V_WARPS;
+        /* RMS_WARP_ROWS rows a warp where that still gives two blocks an SM, else fewer */
+        int sms = ((gt_cuda_impl *)b->impl)->sm_count;
+        int rpw = N / (RMS_BWD_V_WARPS * 2 * (sms > 0 ? sms : 1));
+        rpw = rpw < 1 ? 1 : rpw > RMS_WARP_ROWS ? RMS_WARP_ROWS : rpw;
+        int rows_per_block = rpw * RMS_BWD_V_WARPS;
         int blocks = (N + rows_per_block - 1) / rows_per_block;
         float *part = (float *)gt_cuda_scratch(b, GT_SCRATCH_RMSNORM,
                                                (size_t)blocks * d * sizeof(float), "rmsnorm_bwd");
@@ -448,7 +453,8 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
 #define RMS_BWD_V(K)                                                                               \
     case K:                                                                                        \
         k_rmsnorm_bwd_v<K><<<blocks, RMS_BWD_V_WARPS * 32, shm, cs>>>(                             \
-            (bf16 *)dinp, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N);  \
+            (bf16 *)dinp, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N,   \
+            rpw);                                                                                  \
         break
             RMS_BWD_V(1);
             RMS_BWD_V(2);

@@ -1,5 +1,5 @@
 /* Loss kernels of the CUDA backend: cross entropy over bf16 logits (up to V = 65536 a cluster
- * of four blocks per row with the row in registers, else one block per row with an online
+ * of eight blocks per row with the row in registers, else one block per row with an online
  * softmax over two passes; fp32 math, dlogits written in place, ignored targets give 0) and the
  * deterministic loss sum into the step state. */
 #include <cooperative_groups.h>
@@ -120,14 +120,15 @@ __global__ void k_cross_entropy8(float *losses, bf16 *dlogits, const bf16 *logit
     }
 }
 
-/* A cluster of CE_CLUSTER blocks per row, each holding a quarter of the row in registers: one
- * read of the logits from memory, one write of the gradient. A whole row in one block's
- * registers allowed one block per SM, whose load and store phases could not overlap
- * (0.65 ms a step on gpt124m, 2.5 TB/s); quarter rows fit four clusters' blocks per SM. The
+/* A cluster of CE_CLUSTER blocks per row, each holding its part of the row in registers: one
+ * read of the logits from memory, one write of the gradient, and one exponential per logit
+ * (kept from the sum for the gradient). The kernel was arithmetic-bound before (two
+ * exponentials, unpacking twice and a target compare per logit: 2.5 TB/s on gpt124m). The
  * blocks of a row exchange their maxima, then their sums of exponentials, through
  * distributed shared memory, each combined in rank order. */
-#define CE_CLUSTER 4
+#define CE_CLUSTER 8
 #define CE_CL_THREADS 256
+#define CE_LOG2E 1.4426950408889634f
 
 template <int C>
 __global__ void __cluster_dims__(CE_CLUSTER, 1, 1) __launch_bounds__(CE_CL_THREADS)
@@ -142,26 +143,27 @@ __global__ void __cluster_dims__(CE_CLUSTER, 1, 1) __launch_bounds__(CE_CL_THREA
     const bf16 *x = logits + (size_t)n * V;
     int t = targets[n];
     int valid = t >= 0 && t < V;
-    uint4 r[C];
+    float e[C][8];
+    {
+        uint4 r[C];
 #pragma unroll
-    for (int c = 0; c < C; c++) {
-        int j = j0 + c * CE_CL_THREADS;
-        r[c] = j < V8 ? *(const uint4 *)(x + 8 * j) : make_uint4(0, 0, 0, 0);
+        for (int c = 0; c < C; c++) {
+            int j = j0 + c * CE_CL_THREADS;
+            r[c] = j < V8 ? *(const uint4 *)(x + 8 * j) : make_uint4(0, 0, 0, 0);
+        }
+        float m = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            unpack8(e[c], r[c]); /* the logits, until they become exponentials */
+            if (j0 + c * CE_CL_THREADS < V8)
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    m = fmaxf(m, e[c][k]);
+        }
+        m = warp_max(m);
+        if (lane == 0) sh[wid] = m;
     }
     float tl = valid && rank == 0 && threadIdx.x == 0 ? ldf(x + t) : 0.0f;
-    float m = -INFINITY;
-#pragma unroll
-    for (int c = 0; c < C; c++) {
-        if (j0 + c * CE_CL_THREADS >= V8) continue;
-        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&r[c];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float2 f = __bfloat1622float2(h[k]);
-            m = fmaxf(m, fmaxf(f.x, f.y));
-        }
-    }
-    m = warp_max(m);
-    if (lane == 0) sh[wid] = m;
     __syncthreads();
     if (threadIdx.x == 0) {
         float bm = sh[0];
@@ -174,15 +176,14 @@ __global__ void __cluster_dims__(CE_CLUSTER, 1, 1) __launch_bounds__(CE_CL_THREA
 #pragma unroll
     for (int q = 0; q < CE_CLUSTER; q++)
         M = fmaxf(M, *cl.map_shared_rank(&part[0], q));
-    float sum = 0.0f;
+    float ml = M * CE_LOG2E, sum = 0.0f;
 #pragma unroll
     for (int c = 0; c < C; c++) {
-        if (j0 + c * CE_CL_THREADS >= V8) continue;
-        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&r[c];
+        bool in = j0 + c * CE_CL_THREADS < V8;
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float2 f = __bfloat1622float2(h[k]);
-            sum += __expf(f.x - M) + __expf(f.y - M);
+        for (int k = 0; k < 8; k++) {
+            e[c][k] = in ? exp2f(fmaf(e[c][k], CE_LOG2E, -ml)) : 0.0f;
+            sum += e[c][k];
         }
     }
     float bs = block_sum(sum, sh);
@@ -193,24 +194,18 @@ __global__ void __cluster_dims__(CE_CLUSTER, 1, 1) __launch_bounds__(CE_CL_THREA
     for (int q = 0; q < CE_CLUSTER; q++)
         S += *cl.map_shared_rank(&part[1], q);
     cl.sync(); /* no block leaves while another still reads its shared memory */
-    float lse = M + logf(S);
+    float lse = M + logf(S), scale = valid ? dscale / S : 0.0f;
     if (rank == 0 && threadIdx.x == 0) losses[n] = valid ? lse - tl : 0.0f;
     bf16 *dx = dlogits + (size_t)n * V;
 #pragma unroll
     for (int c = 0; c < C; c++) {
         int j = j0 + c * CE_CL_THREADS;
         if (j >= V8) continue;
-        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&r[c];
         float g[8];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float2 f = __bfloat1622float2(h[k]);
-            g[2 * k] =
-                valid ? (__expf(f.x - lse) - (8 * j + 2 * k == t ? 1.0f : 0.0f)) * dscale : 0.0f;
-            g[2 * k + 1] =
-                valid ? (__expf(f.y - lse) - (8 * j + 2 * k + 1 == t ? 1.0f : 0.0f)) * dscale
-                      : 0.0f;
-        }
+        for (int k = 0; k < 8; k++)
+            g[k] = e[c][k] * scale;
+        if (valid && j == (t >> 3)) g[t & 7] -= dscale; /* softmax - onehot at the target */
         st8(dx + 8 * j, g);
     }
 }
@@ -219,20 +214,20 @@ static void cuda_cross_entropy(gt_backend *b, gt_stream *s, float *losses, void 
                                const void *logits, const int32_t *targets, int N, int V,
                                float dscale) {
     if (b->planning || N <= 0 || V <= 0) return;
-    if (V % 8 == 0 && al16(logits) && al16(dlogits) && V <= 8 * CE_CLUSTER * CE_CL_THREADS * 8) {
+    if (V % 8 == 0 && al16(logits) && al16(dlogits) && V <= 8 * CE_CLUSTER * CE_CL_THREADS * 4) {
         int chunks = (V / 8 + CE_CLUSTER * CE_CL_THREADS - 1) / (CE_CLUSTER * CE_CL_THREADS);
         cudaStream_t cs = gt_cuda_stream(s);
         const bf16 *lg = (const bf16 *)logits;
         unsigned grid = (unsigned)N * CE_CLUSTER;
-        if (chunks <= 2)
-            k_cross_entropy_cl<2>
-                <<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
-        else if (chunks <= 4)
-            k_cross_entropy_cl<4>
-                <<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
+        if (chunks <= 1)
+            k_cross_entropy_cl<1><<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg,
+                                                                  targets, V, dscale);
+        else if (chunks <= 2)
+            k_cross_entropy_cl<2><<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg,
+                                                                  targets, V, dscale);
         else
-            k_cross_entropy_cl<8>
-                <<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
+            k_cross_entropy_cl<4><<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg,
+                                                                  targets, V, dscale);
         GT_CUDA_LAUNCHED(b, "cross_entropy");
         return;
     }

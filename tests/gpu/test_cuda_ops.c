@@ -125,6 +125,8 @@ static void test_rmsnorm_matches_cpu_and_dw_is_deterministic(void **state) {
     rmsnorm_case(e, 77, 320); /* generic kernels */
     rmsnorm_case(e, 77, 512); /* 16-byte vector kernels (d % 256 == 0) */
     rmsnorm_case(e, 300, 768);
+    rmsnorm_case(e, 2500, 2048); /* two rows a warp */
+    rmsnorm_case(e, 9000, 768);  /* four rows a warp, a partial last block */
 }
 
 static void test_add_and_dropout_match_cpu_masks(void **state) {
@@ -367,8 +369,9 @@ static void test_swiglu_matches_cpu(void **state) {
     }
 }
 
-/* V 1000, 32768 and 50304 (a cluster of blocks per row, 2, 4 and 8 chunks a thread), 70000
- * (two passes with 16-byte loads), 1001 (scalar); in place, two ignored targets. */
+/* V 1000, 32768 and 50304 (a cluster of blocks per row, 1, 2 and 4 chunks a thread), 70000
+ * (two passes with 16-byte loads), 1001 (scalar); in place, two ignored targets, one target
+ * in the last column. */
 static void test_cross_entropy_in_place_and_loss_sum_match_cpu(void **state) {
     gpu_env *e = *state;
     NEED_CPU(e, cross_entropy);
