@@ -407,8 +407,10 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
         im->moe_mode = GT_MOE_TC;
     else if (moe && !strcmp(moe, "mma8"))
         im->moe_mode = GT_MOE_MMA8;
+    else if (moe && !strcmp(moe, "wgmma"))
+        im->moe_mode = GT_MOE_WGMMA;
     else if (moe && *moe && strcmp(moe, "mma"))
-        bad_env = "GT_CUDA_MOE (mma | mma8 | tc | simt)";
+        bad_env = "GT_CUDA_MOE (mma | mma8 | wgmma | tc | simt)";
     if (bad_env) {
         free(b);
         free(ops);

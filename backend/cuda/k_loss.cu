@@ -220,14 +220,14 @@ static void cuda_cross_entropy(gt_backend *b, gt_stream *s, float *losses, void 
         const bf16 *lg = (const bf16 *)logits;
         unsigned grid = (unsigned)N * CE_CLUSTER;
         if (chunks <= 1)
-            k_cross_entropy_cl<1><<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg,
-                                                                  targets, V, dscale);
+            k_cross_entropy_cl<1>
+                <<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
         else if (chunks <= 2)
-            k_cross_entropy_cl<2><<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg,
-                                                                  targets, V, dscale);
+            k_cross_entropy_cl<2>
+                <<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
         else
-            k_cross_entropy_cl<4><<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg,
-                                                                  targets, V, dscale);
+            k_cross_entropy_cl<4>
+                <<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
         GT_CUDA_LAUNCHED(b, "cross_entropy");
         return;
     }

@@ -634,7 +634,13 @@ static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const vo
                                 int K) {
     if (!gm_check(b, "moe_matmul_fwd", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8) &&
+    if (mode == GT_MOE_WGMMA &&
+        gt_cuda_grouped_mm_wgmma(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
+                                 offsets, R, E, Nf, K)) {
+        GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
+        return;
+    }
+    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8 || mode == GT_MOE_WGMMA) &&
         gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
                                offsets, R, E, Nf, K, 1, mma_warps(mode))) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
@@ -657,7 +663,7 @@ static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, cons
                                      int K) {
     if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8) &&
+    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8 || mode == GT_MOE_WGMMA) &&
         gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
                                offsets, R, E, K, Nf, 0, mma_warps(mode))) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
@@ -680,7 +686,7 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
                                        int K, int accumulate) {
     if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8) &&
+    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8 || mode == GT_MOE_WGMMA) &&
         gt_cuda_grouped_mm_dw_mma(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
                                   offsets, E, Nf, K, accumulate, mma_warps(mode))) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
@@ -702,6 +708,7 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
 
 extern "C" int gt_cuda_moe_init(gt_error *err) {
     cudaError_t e = gt_cuda_grouped_mm_mma_init();
+    if (e == cudaSuccess) e = gt_cuda_grouped_mm_wgmma_init();
     if (e != cudaSuccess)
         return gt_error_set(err, GT_ERR_DEVICE,
                             "cudaFuncSetAttribute(grouped GEMM shared memory): %s (the MoE "

@@ -151,42 +151,6 @@ static __device__ __forceinline__ void mm_mainloop(float (*acc)[mm_shape<WN>::nt
     mm_wait<0>();
 }
 
-/* Expert and rows [*r0, *r1) of 128-row tile t; 0 when t is past the last tile. Warp 0 scans
- * the offsets 32 experts at a time (one load and a shuffle scan per 32 experts, instead of a
- * serial walk of dependent loads), then the block reads the answer from shared memory. */
-static __device__ int mm_find_tile(const int32_t *offsets, int E, int t, int *e_out, int *r0,
-                                   int *r1) {
-    __shared__ int found[3];
-    if (threadIdx.x < 32) {
-        int lane = threadIdx.x, cum = 0, hit = 0;
-        for (int c = 0; c < E && !hit; c += 32) {
-            int e = c + lane, lo = 0, hi = 0;
-            if (e < E) lo = offsets[e], hi = offsets[e + 1];
-            int tiles = hi > lo ? (hi - lo + MM_TILE - 1) / MM_TILE : 0, incl = tiles;
-#pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                int v = __shfl_up_sync(0xffffffffu, incl, d);
-                if (lane >= d) incl += v;
-            }
-            int excl = cum + incl - tiles;
-            bool mine = tiles > 0 && t >= excl && t < excl + tiles;
-            unsigned who = __ballot_sync(0xffffffffu, mine);
-            if (mine) {
-                found[0] = e;
-                found[1] = lo + (t - excl) * MM_TILE;
-                found[2] = min(hi, found[1] + MM_TILE);
-            }
-            hit = who != 0;
-            cum += __shfl_sync(0xffffffffu, incl, 31);
-        }
-        if (lane == 0 && !hit) found[0] = -1;
-    }
-    __syncthreads();
-    if (found[0] < 0) return 0;
-    *e_out = found[0], *r0 = found[1], *r1 = found[2];
-    return 1;
-}
-
 /* out[r, c] = sum_k A[r, k] W_e(c, k) for the rows of each expert. KMAJOR: W_e is [Ncols][Kdim]
  * (the forward); else [Kdim][Ncols] (the data gradient). */
 template <bool KMAJOR, int WN>
@@ -196,7 +160,7 @@ __global__ void __launch_bounds__(mm_shape<WN>::threads)
     constexpr int NT = mm_shape<WN>::nt, THREADS = mm_shape<WN>::threads;
     extern __shared__ __align__(128) unsigned char sm[];
     int e, r0, r1;
-    if (!mm_find_tile(offsets, E, blockIdx.y, &e, &r0, &r1)) return;
+    if (!gt_moe_find_tile<MM_TILE>(offsets, E, blockIdx.y, &e, &r0, &r1)) return;
     int c0 = blockIdx.x * MM_TILE;
     const bf16 *we = w + (size_t)e * Ncols * Kdim;
     float acc[4][NT][4] = {};

@@ -5,6 +5,44 @@
 
 #include "backend/cuda/cuda_common.cuh"
 
+/* Expert and rows [*r0, *r1) of TILE-row tile t of a grouped GEMM over device offsets (the
+ * grid has one y index per possible tile: R / TILE + E); 0 when t is past the last tile. Warp 0
+ * scans the offsets 32 experts at a time (one load and a shuffle scan per 32 experts, instead of a
+ * serial walk of dependent loads), then the block reads the answer from shared memory. */
+template <int TILE>
+static __device__ int gt_moe_find_tile(const int32_t *offsets, int E, int t, int *e_out, int *r0,
+                                       int *r1) {
+    __shared__ int found[3];
+    if (threadIdx.x < 32) {
+        int lane = threadIdx.x, cum = 0, hit = 0;
+        for (int c = 0; c < E && !hit; c += 32) {
+            int e = c + lane, lo = 0, hi = 0;
+            if (e < E) lo = offsets[e], hi = offsets[e + 1];
+            int tiles = hi > lo ? (hi - lo + TILE - 1) / TILE : 0, incl = tiles;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                int v = __shfl_up_sync(0xffffffffu, incl, d);
+                if (lane >= d) incl += v;
+            }
+            int excl = cum + incl - tiles;
+            bool mine = tiles > 0 && t >= excl && t < excl + tiles;
+            unsigned who = __ballot_sync(0xffffffffu, mine);
+            if (mine) {
+                found[0] = e;
+                found[1] = lo + (t - excl) * TILE;
+                found[2] = min(hi, found[1] + TILE);
+            }
+            hit = who != 0;
+            cum += __shfl_sync(0xffffffffu, incl, 31);
+        }
+        if (lane == 0 && !hit) found[0] = -1;
+    }
+    __syncthreads();
+    if (found[0] < 0) return 0;
+    *e_out = found[0], *r0 = found[1], *r1 = found[2];
+    return 1;
+}
+
 /* out[R, Ncols] rows of each group = A[R, Kdim] @ W_e^T, W_e(c, k) = w[e*w_expert + c*wc + k*wk] */
 void gt_cuda_grouped_mm_tc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
                            const int32_t *offsets, int R, int E, int Ncols, int Kdim,
@@ -26,5 +64,11 @@ int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16
 int gt_cuda_grouped_mm_dw_mma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
                               const int32_t *offsets, int E, int Nf, int K, int accumulate,
                               int warps);
+
+/* wgmma (GT_CUDA_MOE=wgmma; k_moe_wgmma.cu, sm_90a): the forward (k-contiguous weights) on
+ * warpgroup MMA; same conditions as the mma kernels, 0 without launching otherwise. */
+cudaError_t gt_cuda_grouped_mm_wgmma_init(void);
+int gt_cuda_grouped_mm_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
+                             const int32_t *offsets, int R, int E, int Ncols, int Kdim);
 
 #endif
