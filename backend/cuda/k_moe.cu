@@ -636,7 +636,7 @@ static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const vo
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
     if (mode == GT_MOE_WGMMA &&
         gt_cuda_grouped_mm_wgmma(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
-                                 offsets, R, E, Nf, K)) {
+                                 offsets, R, E, Nf, K, 1)) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
         return;
     }
@@ -663,6 +663,12 @@ static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, cons
                                      int K) {
     if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
+    if (mode == GT_MOE_WGMMA &&
+        gt_cuda_grouped_mm_wgmma(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
+                                 offsets, R, E, K, Nf, 0)) {
+        GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
+        return;
+    }
     if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8 || mode == GT_MOE_WGMMA) &&
         gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
                                offsets, R, E, K, Nf, 0, mma_warps(mode))) {
@@ -686,6 +692,12 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
                                        int K, int accumulate) {
     if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K)) return;
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
+    if (mode == GT_MOE_WGMMA &&
+        gt_cuda_grouped_mm_dw_wgmma(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
+                                    offsets, E, Nf, K, accumulate)) {
+        GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
+        return;
+    }
     if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8 || mode == GT_MOE_WGMMA) &&
         gt_cuda_grouped_mm_dw_mma(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
                                   offsets, E, Nf, K, accumulate, mma_warps(mode))) {

@@ -1,14 +1,19 @@
-/* Grouped forward GEMM of the MoE experts on Hopper's warpgroup MMA (wgmma, sm_90a; this file
- * alone is compiled for sm_90a, see CMakeLists.txt): out[r, c] = sum_k A[r, k] W_e(c, k) for the
- * rows of each expert, both operands k-contiguous. 128x128 block tiles, two warpgroups of
- * 64x128 (m64n128k16), k steps of 64 through a 3-stage cp.async pipeline, two blocks an SM.
- * Same contract as k_grouped_mm_mma<true> (device offsets, worst-case grid, each block finds
- * its expert's row tile, fixed summation order, no atomics).
+/* Grouped GEMMs of the MoE experts on Hopper's warpgroup MMA (wgmma, sm_90a; this file alone
+ * is compiled for sm_90a, see CMakeLists.txt). 128x128 block tiles, two warpgroups of 64x128
+ * (m64n128k16), k steps of 64 through a 3-stage cp.async pipeline, two blocks an SM. Same
+ * contracts as the mma kernels of k_moe_mma.cu (device offsets, worst-case grid, each block
+ * finds its expert's row tile, fixed summation order, no atomics):
+ * - k_grouped_mm_wgmma<false>: the forward, out[r, c] = sum_k A[r, k] W_e[c, k];
+ * - k_grouped_mm_wgmma<true>: the data gradient, da[r, c] = sum_n dout[r, n] W_e[n, c];
+ * - k_grouped_mm_dw_wgmma: dw[e][n, k] (+)= sum over the expert's rows r of dout[r, n] a[r, k].
  *
- * Shared-memory tiles use the 128-byte swizzle wgmma reads: row r of a [rows][64 k] tile is
- * 128 bytes at r * 128, and its 16-byte chunk c sits at chunk c ^ (r % 8); eight rows make a
- * 1024-byte group (the descriptor's stride). A k16 slice starts 32 bytes further in the row;
- * the hardware applies the same XOR to the address it computes. */
+ * Shared-memory tiles use the 128-byte swizzle wgmma reads, in 1024-byte atoms of 8 rows of
+ * 128 bytes where the 16-byte chunk c of row r sits at chunk c ^ r:
+ * - k-contiguous ("K-major") operand, [128 rows][64 k]: row o at o * 128, so 8-row groups are
+ *   1024 bytes apart (the descriptor's stride); a k16 slice starts 32 bytes into the rows.
+ * - row-contiguous ("MN-major") operand, [64 k][128 rows]: atoms of 8 k x 64 rows; the 8 k
+ *   groups of one 64-row half are 1024 bytes apart (stride), the two halves 8192 bytes
+ *   (leading offset); a k16 slice starts two atoms (2048 bytes) further. */
 #include <stdint.h>
 
 #include "backend/cuda/moe_gemm.cuh"
@@ -20,6 +25,7 @@
 #define WG_TILE_BYTES (WG_TILE * WG_BK * 2)         /* one operand tile: 16 KiB */
 #define WG_STAGE_BYTES (2 * WG_TILE_BYTES)          /* A and B */
 #define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 1024) /* + slack to align to 1024 bytes */
+#define WG_LD_C (WG_TILE + 4) /* fp32 staging of a finished dw tile: 128 x 132 x 4 < 96 KiB */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 static __device__ __forceinline__ uint32_t wg_smem_u32(const void *p) {
@@ -31,24 +37,52 @@ static __device__ __forceinline__ void wg_copy16(void *dst, const bf16 *src, boo
                  "l"(src), "r"(ok ? 16 : 0));
 }
 
-/* Matrix descriptor of a 128-byte-swizzled, k-contiguous tile starting at p: address >> 4,
- * leading offset 16 bytes (unused with this swizzle), stride 1024 bytes between 8-row groups,
- * layout type 1 (128-byte swizzle). */
-static __device__ __forceinline__ uint64_t wg_desc(const void *p) {
-    uint64_t a = wg_smem_u32(p);
-    return ((a & 0x3FFFF) >> 4) | ((uint64_t)(16 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           (1ull << 62);
+/* One operand tile of a k step into the swizzled layout. g points at element (row 0, k 0);
+ * ld is the global stride between consecutive stored rows (k-contiguous: between tile rows;
+ * row-contiguous: between k rows); rows_left and k_left bound the valid part (multiples of 8
+ * along the contiguous dimension); the rest is zero-filled. */
+template <bool MN>
+static __device__ __forceinline__ void wg_load(unsigned char *s, const bf16 *g, size_t ld,
+                                               int rows_left, int k_left, const bf16 *safe) {
+    int tid = threadIdx.x;
+    if (!MN) {
+#pragma unroll
+        for (int q = tid; q < WG_TILE * (WG_BK / 8); q += WG_THREADS) {
+            int o = q >> 3, kc = q & 7;
+            bool ok = o < rows_left && kc * 8 < k_left;
+            wg_copy16(s + o * 128 + ((kc ^ (o & 7)) << 4), ok ? g + (size_t)o * ld + kc * 8 : safe,
+                      ok);
+        }
+    } else {
+#pragma unroll
+        for (int q = tid; q < WG_BK * (WG_TILE / 8); q += WG_THREADS) {
+            int kr = q >> 4, oc = q & 15, c = oc & 7;
+            bool ok = kr < k_left && oc * 8 < rows_left;
+            int at = (oc >> 3) * 8192 + (kr >> 3) * 1024 + (kr & 7) * 128 + ((c ^ (kr & 7)) << 4);
+            wg_copy16(s + at, ok ? g + (size_t)kr * ld + oc * 8 : safe, ok);
+        }
+    }
 }
 
-/* d[64] += A (64 x 16, from descriptor da) @ B (16 x 128, descriptor db) for the warpgroup. */
-static __device__ __forceinline__ void wg_mma_64x128x16(float *d, uint64_t da, uint64_t db) {
+/* Matrix descriptor of the k16 slice kk of a swizzled tile at p: address >> 4, leading offset
+ * (16 bytes, unused, for K-major; 8192 for MN-major), stride 1024, layout 1 (128-byte
+ * swizzle). */
+template <bool MN> static __device__ __forceinline__ uint64_t wg_desc(const void *p, int kk) {
+    uint64_t a = wg_smem_u32((const unsigned char *)p + (MN ? kk * 2048 : kk * 32));
+    uint64_t lbo = MN ? 8192 : 16;
+    return ((a & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+/* d[64] += A (64 x 16) @ B (16 x 128) for the warpgroup; TA / TB: operand is MN-major. */
+template <int TA, int TB>
+static __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
         "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, "
         "%37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "
-        "%55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "%55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %67, %68;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
           "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
@@ -59,46 +93,20 @@ static __device__ __forceinline__ void wg_mma_64x128x16(float *d, uint64_t da, u
           "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
           "+f"(d[63])
-        : "l"(da), "l"(db), "r"(1));
+        : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
 }
-#endif
 
-/* One 128x128 output tile of one expert; rows past the expert and columns past Ncols are
- * loaded as zeros and not stored. Requires Ncols % 8 == 0, Kdim % 8 == 0 and 16-byte aligned
- * tensors (gt_cuda_grouped_mm_wgmma checks). */
-__global__ void __launch_bounds__(WG_THREADS)
-    k_grouped_mm_wgmma(bf16 *out, const bf16 *A, const bf16 *w, const int32_t *offsets, int E,
-                       int Ncols, int Kdim) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    extern __shared__ __align__(1024) unsigned char wg_raw[];
-    unsigned char *sm = (unsigned char *)(((uintptr_t)wg_raw + 1023) & ~(uintptr_t)1023);
-    int e, r0, r1;
-    if (!gt_moe_find_tile<WG_TILE>(offsets, E, blockIdx.y, &e, &r0, &r1)) return;
-    int c0 = blockIdx.x * WG_TILE, tid = threadIdx.x;
-    const bf16 *we = w + (size_t)e * Ncols * Kdim;
-    int iters = (Kdim + WG_BK - 1) / WG_BK;
-    auto load = [&](int it, int st) {
-        int k0 = it * WG_BK;
-        unsigned char *as = sm + st * WG_STAGE_BYTES, *bs = as + WG_TILE_BYTES;
-#pragma unroll
-        for (int q = tid; q < WG_TILE * (WG_BK / 8); q += WG_THREADS) {
-            int row = q >> 3, kc = q & 7, at = row * 128 + ((kc ^ (row & 7)) << 4);
-            int k = k0 + kc * 8;
-            bool oka = row < r1 - r0 && k < Kdim, okb = c0 + row < Ncols && k < Kdim;
-            wg_copy16(as + at, oka ? A + (size_t)(r0 + row) * Kdim + k : A, oka);
-            wg_copy16(bs + at, okb ? we + (size_t)(c0 + row) * Kdim + k : w, okb);
-        }
-    };
-    float d[64];
-#pragma unroll
-    for (int i = 0; i < 64; i++)
-        d[i] = 0.0f;
+/* The pipelined main loop over `iters` k steps: d += A_tile @ B_tile (this warpgroup's 64 rows
+ * of A). load(it, st) issues the copies of k step `it` into stage st. */
+template <bool A_MN, bool B_MN, typename Load>
+static __device__ __forceinline__ void wg_mainloop(float *d, unsigned char *sm, int iters,
+                                                   Load load) {
 #pragma unroll
     for (int st = 0; st < WG_STAGES - 1; st++) {
         if (st < iters) load(st, st);
         asm volatile("cp.async.commit_group;\n" ::);
     }
-    int wg = tid >> 7;
+    int wg = threadIdx.x >> 7;
     for (int it = 0; it < iters; it++) {
         asm volatile("cp.async.wait_group %0;\n" ::"n"(WG_STAGES - 2));
         /* the copies are generic-proxy writes; wgmma reads through the async proxy */
@@ -107,19 +115,55 @@ __global__ void __launch_bounds__(WG_THREADS)
         int nx = it + WG_STAGES - 1;
         if (nx < iters) load(nx, nx % WG_STAGES);
         asm volatile("cp.async.commit_group;\n" ::);
-        const unsigned char *as = sm + (it % WG_STAGES) * WG_STAGE_BYTES + wg * 64 * 128;
-        const unsigned char *bs = sm + (it % WG_STAGES) * WG_STAGE_BYTES + WG_TILE_BYTES;
+        const unsigned char *st = sm + (it % WG_STAGES) * WG_STAGE_BYTES;
+        const unsigned char *as = st + wg * (A_MN ? 8192 : 64 * 128), *bs = st + WG_TILE_BYTES;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; kk++)
-            wg_mma_64x128x16(d, wg_desc(as + kk * 32), wg_desc(bs + kk * 32));
+            wg_mma<A_MN, B_MN>(d, wg_desc<A_MN>(as, kk), wg_desc<B_MN>(bs, kk));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+static __device__ __forceinline__ unsigned char *wg_aligned(unsigned char *raw) {
+    return (unsigned char *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
+}
+#endif
+
+/* out[r, c] over the rows of each expert; B_MN: W_e is [Kdim][Ncols] (the data gradient),
+ * else [Ncols][Kdim] (the forward). Rows past the expert and columns past Ncols are loaded as
+ * zeros and not stored. */
+template <bool B_MN>
+__global__ void __launch_bounds__(WG_THREADS)
+    k_grouped_mm_wgmma(bf16 *out, const bf16 *A, const bf16 *w, const int32_t *offsets, int E,
+                       int Ncols, int Kdim) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) unsigned char wg_raw[];
+    unsigned char *sm = wg_aligned(wg_raw);
+    int e, r0, r1;
+    if (!gt_moe_find_tile<WG_TILE>(offsets, E, blockIdx.y, &e, &r0, &r1)) return;
+    int c0 = blockIdx.x * WG_TILE;
+    const bf16 *we = w + (size_t)e * Ncols * Kdim;
+    auto load = [&](int it, int st) {
+        int k0 = it * WG_BK;
+        unsigned char *as = sm + st * WG_STAGE_BYTES, *bs = as + WG_TILE_BYTES;
+        wg_load<false>(as, A + (size_t)r0 * Kdim + k0, (size_t)Kdim, r1 - r0, Kdim - k0, A);
+        if (B_MN)
+            wg_load<true>(bs, we + (size_t)k0 * Ncols + c0, (size_t)Ncols, Ncols - c0, Kdim - k0,
+                          w);
+        else
+            wg_load<false>(bs, we + (size_t)c0 * Kdim + k0, (size_t)Kdim, Ncols - c0, Kdim - k0, w);
+    };
+    float d[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        d[i] = 0.0f;
+    wg_mainloop<false, B_MN>(d, sm, (Kdim + WG_BK - 1) / WG_BK, load);
     /* accumulator layout: warp q of the warpgroup holds rows 16q..16q+15; per n8 block j,
      * d[4j..4j+1] is row lane/4, columns 8j + 2(lane%4) + {0,1}; d[4j+2..3] is row lane/4 + 8 */
-    int lane = tid & 31, q = (tid >> 5) & 3;
+    int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
     int row = r0 + wg * 64 + q * 16 + (lane >> 2);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -136,17 +180,98 @@ __global__ void __launch_bounds__(WG_THREADS)
 #endif
 }
 
+/* dw[e][n, k] (+)= sum over the expert's rows r, in order, of dout[r, n] a[r, k]. Overwriting
+ * (accumulate 0) writes the whole tile, zeros for an expert without rows. The tile goes
+ * through shared memory so the read-modify-write uses 16-byte accesses. */
+__global__ void __launch_bounds__(WG_THREADS)
+    k_grouped_mm_dw_wgmma(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets,
+                          int Nf, int K, int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) unsigned char wg_raw[];
+    unsigned char *sm = wg_aligned(wg_raw);
+    int e = blockIdx.z, k0 = blockIdx.x * WG_TILE, n0 = blockIdx.y * WG_TILE;
+    int lo = offsets[e], hi = max(lo, offsets[e + 1]);
+    if (hi == lo && accumulate) return;
+    auto load = [&](int it, int st) {
+        int rb = lo + it * WG_BK;
+        unsigned char *ds = sm + st * WG_STAGE_BYTES, *xs = ds + WG_TILE_BYTES;
+        wg_load<true>(ds, dout + (size_t)rb * Nf + n0, (size_t)Nf, Nf - n0, hi - rb, dout);
+        wg_load<true>(xs, a + (size_t)rb * K + k0, (size_t)K, K - k0, hi - rb, a);
+    };
+    float d[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        d[i] = 0.0f;
+    wg_mainloop<true, true>(d, sm, (hi - lo + WG_BK - 1) / WG_BK, load);
+    __syncthreads(); /* every warpgroup is done with the pipeline's buffers */
+    float *cs = (float *)sm;
+    int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            int r = wg * 64 + q * 16 + (lane >> 2) + 8 * h, c = 8 * j + 2 * (lane & 3);
+            *(float2 *)(cs + r * WG_LD_C + c) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        }
+    __syncthreads();
+    float *dwe = dw + (size_t)e * Nf * K;
+    for (int base = 0; base < WG_TILE * WG_TILE / 4; base += WG_THREADS * 8) {
+        float4 old[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int i = base + u * WG_THREADS + threadIdx.x, r = i >> 5, c = (i & 31) * 4;
+            old[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (accumulate && n0 + r < Nf && k0 + c < K)
+                old[u] = *(const float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int i = base + u * WG_THREADS + threadIdx.x, r = i >> 5, c = (i & 31) * 4;
+            if (n0 + r < Nf && k0 + c < K) {
+                const float *t = cs + r * WG_LD_C + c;
+                *(float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c) =
+                    make_float4(old[u].x + t[0], old[u].y + t[1], old[u].z + t[2], old[u].w + t[3]);
+            }
+        }
+    }
+#endif
+}
+
 cudaError_t gt_cuda_grouped_mm_wgmma_init(void) {
-    return cudaFuncSetAttribute(k_grouped_mm_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                WG_SMEM);
+    cudaError_t e = cudaFuncSetAttribute(k_grouped_mm_wgmma<false>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_grouped_mm_wgmma<true>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_grouped_mm_dw_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 WG_SMEM);
+    return e;
+}
+
+static int wg_ok(const void *x, const void *y, const void *z, int a, int b) {
+    return (((uintptr_t)x | (uintptr_t)y | (uintptr_t)z) & 15u) == 0 && a % 8 == 0 && b % 8 == 0;
 }
 
 int gt_cuda_grouped_mm_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
-                             const int32_t *offsets, int R, int E, int Ncols, int Kdim) {
-    if ((((uintptr_t)out | (uintptr_t)A | (uintptr_t)w) & 15u) != 0 || Ncols % 8 != 0 ||
-        Kdim % 8 != 0)
-        return 0;
+                             const int32_t *offsets, int R, int E, int Ncols, int Kdim,
+                             int kmajor) {
+    if (!wg_ok(out, A, w, Ncols, Kdim)) return 0;
     dim3 grid((Ncols + WG_TILE - 1) / WG_TILE, (R + WG_TILE - 1) / WG_TILE + E);
-    k_grouped_mm_wgmma<<<grid, WG_THREADS, WG_SMEM, cs>>>(out, A, w, offsets, E, Ncols, Kdim);
+    if (kmajor)
+        k_grouped_mm_wgmma<false>
+            <<<grid, WG_THREADS, WG_SMEM, cs>>>(out, A, w, offsets, E, Ncols, Kdim);
+    else
+        k_grouped_mm_wgmma<true>
+            <<<grid, WG_THREADS, WG_SMEM, cs>>>(out, A, w, offsets, E, Ncols, Kdim);
+    return 1;
+}
+
+int gt_cuda_grouped_mm_dw_wgmma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
+                                const int32_t *offsets, int E, int Nf, int K, int accumulate) {
+    if (!wg_ok(dw, dout, a, Nf, K)) return 0;
+    dim3 grid((K + WG_TILE - 1) / WG_TILE, (Nf + WG_TILE - 1) / WG_TILE, E);
+    k_grouped_mm_dw_wgmma<<<grid, WG_THREADS, WG_SMEM, cs>>>(dw, dout, a, offsets, Nf, K,
+                                                             accumulate);
     return 1;
 }
