@@ -84,6 +84,9 @@ else
   part ctest_gpu 150 bash -c "for t in $BUILD/gpu_test_*; do echo \"== \$t\"; \$t || echo \"FAILED \$t\"; done"
 fi
 show ctest_gpu "" 'tests passed|tests failed|\(Failed\)|\(Timeout\)|^FAILED'
+# the MoE tests again on the mma.sync grouped GEMMs (the default on sm_90 is wgmma)
+part moe_tests_mma 60 env GT_CUDA_MOE=mma "$BUILD/gpu_test_cuda_moe"
+show moe_tests_mma "" 'PASSED|FAILED'
 
 # 2. a short training run on the GPU (the smoke test everything else relies on)
 part train_tiny 40 "$GT" train --recipe tiny train.train_iters=30 logger.log_interval=10

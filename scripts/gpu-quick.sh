@@ -3,7 +3,7 @@
 # bench (eager and full_iteration) on the chosen workloads, each MoE kernel variant of
 # QUICK_MOE_VARIANTS on the moe workload. No PyTorch (scripts/gpu-check.sh is the full run).
 # Carry build-gpu-run (scripts/gpu-build.sh). Logs under $OUT (summary.txt).
-# Env: QUICK_WORKLOADS (default "tiny gpt124m llama1b moe"), QUICK_MOE_VARIANTS (default "mma";
+# Env: QUICK_WORKLOADS (default "tiny gpt124m llama1b moe"), QUICK_MOE_VARIANTS (default "wgmma";
 # each other variant also reruns the MoE GPU tests).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,14 +19,14 @@ for t in build-gpu-run/gpu_test_*; do
   echo "$(basename "$t") rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$(basename "$t").log" | tr '\n' ' ')" | tee -a "$S"
   grep -E "FAILED|rel L2 error .* \(tol" "$OUT/$(basename "$t").log" | grep -iE "moe_matmul|FAILED|rope" | tee -a "$S"
 done
-for v in ${QUICK_MOE_VARIANTS:-mma}; do
-  [ "$v" = mma ] && continue
+for v in ${QUICK_MOE_VARIANTS:-wgmma}; do
+  [ "$v" = wgmma ] && continue
   GT_CUDA_MOE=$v timeout 120 build-gpu-run/gpu_test_cuda_moe >"$OUT/gpu_test_cuda_moe_$v.log" 2>&1
   echo "gpu_test_cuda_moe GT_CUDA_MOE=$v rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/gpu_test_cuda_moe_$v.log" | tr '\n' ' ')" | tee -a "$S"
 done
 for w in ${QUICK_WORKLOADS:-tiny gpt124m llama1b moe}; do
-  variants=mma
-  [ "$w" = moe ] && variants=${QUICK_MOE_VARIANTS:-mma}
+  variants=wgmma
+  [ "$w" = moe ] && variants=${QUICK_MOE_VARIANTS:-wgmma}
   for v in $variants; do
     GT_CUDA_MOE=$v timeout 120 $GT bench --recipe $w --modes eager,full_iteration --steps 20 \
       --warmup 2 >"$OUT/bench_${w}_$v.log" 2>&1

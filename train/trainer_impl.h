@@ -37,9 +37,9 @@ struct gt_trainer {
      * work that would otherwise sit between two steps); copied into h_batch before the next
      * launch, once the current step no longer reads h_batch. */
     int32_t *h_next;
-    int prefetched;        /* h_next holds the next batch */
-    gt_data_pos next_pos;  /* data position of the batch in h_next (what a checkpoint keeps) */
-    int prefetch_rc;       /* a failed prefetch, reported by the next step */
+    int prefetched;       /* h_next holds the next batch */
+    gt_data_pos next_pos; /* data position of the batch in h_next (what a checkpoint keeps) */
+    int prefetch_rc;      /* a failed prefetch, reported by the next step */
     gt_error prefetch_err;
     gt_step_state *h_st; /* pinned [2]: training, evaluation state read back */
 

@@ -397,27 +397,35 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     else if (attn && !strcmp(attn, "tc"))
         im->attn_mode = GT_ATTN_TC;
     else if (attn && *attn && strcmp(attn, "cudnn"))
-        bad_env = "GT_CUDA_ATTN (cudnn | tc | simt)";
-    /* mma.sync grouped GEMM by default (22.2 ms/step on the moe workload, H200, 2026-11-29;
-     * tc, 64x64 WMMA, measured 85 ms) */
-    im->moe_mode = GT_MOE_MMA;
+        bad_env = "GT_CUDA_ATTN has an unknown value (use cudnn, tc or simt)";
+    /* grouped GEMMs: warpgroup MMA where the sm_90a kernels run (compute capability 9.0;
+     * moe 19.7 ms/step on the H200, 2026-11-29), else mma.sync (21.0 ms there; tc, 64x64
+     * WMMA, measured 85 ms) */
+    int cc_major = 0, cc_minor = 0;
+    cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, device);
+    int sm90 = cc_major == 9 && cc_minor == 0;
+    im->moe_mode = sm90 ? GT_MOE_WGMMA : GT_MOE_MMA;
     if (moe && !strcmp(moe, "simt"))
         im->moe_mode = GT_MOE_SIMT;
     else if (moe && !strcmp(moe, "tc"))
         im->moe_mode = GT_MOE_TC;
-    else if (moe && !strcmp(moe, "mma8"))
-        im->moe_mode = GT_MOE_MMA8;
-    else if (moe && !strcmp(moe, "wgmma"))
+    else if (moe && !strcmp(moe, "mma"))
+        im->moe_mode = GT_MOE_MMA;
+    else if (moe && !strcmp(moe, "wgmma") && sm90)
         im->moe_mode = GT_MOE_WGMMA;
-    else if (moe && *moe && strcmp(moe, "mma"))
-        bad_env = "GT_CUDA_MOE (mma | mma8 | wgmma | tc | simt)";
+    else if (moe && !strcmp(moe, "wgmma"))
+        bad_env = "GT_CUDA_MOE=wgmma needs compute capability 9.0, which this GPU is not (use "
+                  "mma, tc or simt)";
+    else if (moe && *moe)
+        bad_env = "GT_CUDA_MOE has an unknown value (use wgmma, mma, tc or simt)";
     if (bad_env) {
         free(b);
         free(ops);
         free(im);
         return gt_error_set(err, GT_ERR_INVALID,
-                            "unknown value in the environment variable %s; unset it or use "
-                            "one of the listed values",
+                            "kernel choice from the environment: %s; or unset it for the "
+                            "default",
                             bad_env);
     }
     cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device);

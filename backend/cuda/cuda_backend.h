@@ -41,11 +41,11 @@ typedef struct gt_cuda_gemm_plan gt_cuda_gemm_plan; /* cuda_matmul.c */
  * reference). */
 typedef enum { GT_ATTN_CUDNN = 0, GT_ATTN_TC, GT_ATTN_SIMT } gt_attn_mode;
 
-/* Which grouped-GEMM kernels the MoE experts use (GT_CUDA_MOE=mma|mma8|wgmma|tc|simt):
- * mma.sync with ldmatrix and a 3-stage pipeline, 4 warps a block (default) or 8; wgmma: the
- * forward on warpgroup MMA, the gradients as mma (shapes they cannot take go to tc); the
- * 64x64 WMMA ones; or the fp32 SIMT reference. */
-typedef enum { GT_MOE_TC = 0, GT_MOE_SIMT, GT_MOE_MMA, GT_MOE_MMA8, GT_MOE_WGMMA } gt_moe_mode;
+/* Which grouped-GEMM kernels the MoE experts use (GT_CUDA_MOE=wgmma|mma|tc|simt): warpgroup
+ * MMA (the default on compute capability 9.0), mma.sync with ldmatrix (the default elsewhere),
+ * both with 3-stage pipelines (shapes they cannot take go to tc); the 64x64 WMMA ones; or the
+ * fp32 SIMT reference. */
+typedef enum { GT_MOE_TC = 0, GT_MOE_SIMT, GT_MOE_MMA, GT_MOE_WGMMA } gt_moe_mode;
 
 /* One planned attention shape and whether cuDNN runs it. */
 typedef struct gt_cuda_attn_plan {

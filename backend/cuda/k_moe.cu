@@ -624,11 +624,6 @@ static int gm_check(gt_backend *b, const char *what, int R, int E, int Nf, int K
     return !b->planning && R > 0;
 }
 
-/* warps a block of the mma grouped GEMMs: 4 (64x64 warp tiles) or 8 (64x32, GT_CUDA_MOE=mma8) */
-static int mma_warps(int mode) {
-    return mode == GT_MOE_MMA8 ? 8 : 4;
-}
-
 static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *a,
                                 const void *w, const int32_t *offsets, int R, int E, int Nf,
                                 int K) {
@@ -640,9 +635,9 @@ static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const vo
         GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
         return;
     }
-    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8 || mode == GT_MOE_WGMMA) &&
+    if ((mode == GT_MOE_MMA || mode == GT_MOE_WGMMA) &&
         gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
-                               offsets, R, E, Nf, K, 1, mma_warps(mode))) {
+                               offsets, R, E, Nf, K, 1)) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
         return;
     }
@@ -669,9 +664,9 @@ static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, cons
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
         return;
     }
-    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8 || mode == GT_MOE_WGMMA) &&
+    if ((mode == GT_MOE_MMA || mode == GT_MOE_WGMMA) &&
         gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
-                               offsets, R, E, K, Nf, 0, mma_warps(mode))) {
+                               offsets, R, E, K, Nf, 0)) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
         return;
     }
@@ -698,9 +693,9 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
         return;
     }
-    if ((mode == GT_MOE_MMA || mode == GT_MOE_MMA8 || mode == GT_MOE_WGMMA) &&
+    if ((mode == GT_MOE_MMA || mode == GT_MOE_WGMMA) &&
         gt_cuda_grouped_mm_dw_mma(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
-                                  offsets, E, Nf, K, accumulate, mma_warps(mode))) {
+                                  offsets, E, Nf, K, accumulate)) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
         return;
     }

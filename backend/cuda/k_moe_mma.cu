@@ -1,10 +1,9 @@
 /* Grouped GEMMs of the MoE experts on mma.sync m16n8k16 (bf16 in, fp32 accumulate) with
  * ldmatrix fragment loads and a 3-stage cp.async pipeline: 128x128 block tiles, 4 warps of
- * 64x64 (default) or 8 warps of 64x32 (GT_CUDA_MOE=mma8, twice the warps an SM can switch
- * between), k steps of 64 (22.2 ms/step on moe against 23.0 with 4 stages of 32; 256-row
- * tiles with 8 warps measured slower, 25.4). Same contract as the WMMA kernels of k_moe_gemm.cu
- * (device offsets, worst-case grid, each block finds its expert's row tile, fixed summation order,
- * no atomics), about three times their speed on the moe workload's shapes.
+ * 64x64, k steps of 64 (22.2 ms/step on moe against 23.0 with 4 stages of 32; 256-row tiles
+ * with 8 warps measured slower, 25.4). Same contract as the WMMA kernels of k_moe_gemm.cu (device
+ * offsets, worst-case grid, each block finds its expert's row tile, fixed summation order, no
+ * atomics), about three times their speed on the moe workload's shapes.
  *
  * Operands sit in shared memory either as [outer][64 k] rows ("k-contiguous", padded to 72
  * elements) or as [64 k][128 outer] rows ("outer-contiguous", padded to 136); both paddings
@@ -17,6 +16,7 @@
 #define MM_TILE 128
 #define MM_BK 64
 #define MM_STAGES 3
+#define MM_THREADS 128
 #define MM_LD_K (MM_BK + 8)    /* [outer][k] tiles */
 #define MM_LD_O (MM_TILE + 8)  /* [k][outer] tiles */
 #define MM_OPERAND_BYTES 18432 /* max(128*72, 64*136) bf16 */
@@ -59,20 +59,20 @@ static __device__ __forceinline__ void mma_16816(float *c, const uint32_t *a, co
 /* One operand tile of a k step into shared memory. g points at element (outer 0, k 0) of the
  * tile; ld is the global stride between consecutive rows of the stored layout; outer_left and
  * k_left bound the valid part (multiples of 8 along the contiguous dimension). */
-template <bool OUTER_CONTIG, int THREADS>
+template <bool OUTER_CONTIG>
 static __device__ __forceinline__ void mm_load(bf16 *s, const bf16 *g, size_t ld, int outer_left,
                                                int k_left, const bf16 *safe) {
     int tid = threadIdx.x;
     if (!OUTER_CONTIG) { /* [outer][k]: 128 rows x MM_BK / 8 chunks */
 #pragma unroll
-        for (int q = tid; q < MM_TILE * (MM_BK / 8); q += THREADS) {
+        for (int q = tid; q < MM_TILE * (MM_BK / 8); q += MM_THREADS) {
             int o = q / (MM_BK / 8), kc = (q % (MM_BK / 8)) * 8;
             bool ok = o < outer_left && kc < k_left;
             mm_copy16(s + o * MM_LD_K + kc, ok ? g + (size_t)o * ld + kc : safe, ok);
         }
     } else { /* [k][outer]: MM_BK rows x 16 chunks */
 #pragma unroll
-        for (int q = tid; q < MM_BK * (MM_TILE / 8); q += THREADS) {
+        for (int q = tid; q < MM_BK * (MM_TILE / 8); q += MM_THREADS) {
             int kr = q >> 4, oc = (q & 15) * 8;
             bool ok = kr < k_left && oc < outer_left;
             mm_copy16(s + kr * MM_LD_O + oc, ok ? g + (size_t)kr * ld + oc : safe, ok);
@@ -94,12 +94,12 @@ static __device__ __forceinline__ void mm_frag_a(uint32_t (*a)[4], const bf16 *s
     }
 }
 
-/* B fragments (16 k x 8 n) of the warp's NT n tiles at k offset ks. */
-template <bool OUTER_CONTIG, int NT>
+/* B fragments (16 k x 8 n) of the warp's eight n tiles at k offset ks. */
+template <bool OUTER_CONTIG>
 static __device__ __forceinline__ void mm_frag_b(uint32_t (*b)[2], const bf16 *s, int n0, int ks) {
     int lane = threadIdx.x & 31, mi = lane >> 3, j = lane & 7;
 #pragma unroll
-    for (int p = 0; p < NT / 2; p++) {
+    for (int p = 0; p < 4; p++) {
         int n = n0 + p * 16;
         uint32_t r[4];
         if (!OUTER_CONTIG)
@@ -110,19 +110,12 @@ static __device__ __forceinline__ void mm_frag_b(uint32_t (*b)[2], const bf16 *s
     }
 }
 
-/* Warps of a block: 2 along the tile's rows (64 rows each) x WN along its columns
- * (128 / WN columns each, NT = 16 / WN n tiles of 8). */
-template <int WN> struct mm_shape {
-    static constexpr int threads = 64 * WN, wcols = MM_TILE / WN, nt = wcols / 8;
-};
-
-/* The pipelined main loop over `iters` k steps: acc[4][NT][4] += A_tile @ B_tile. load(it, st)
+/* The pipelined main loop over `iters` k steps: acc[4][8][4] += A_tile @ B_tile. load(it, st)
  * issues the copies of k step `it` into stage st. */
-template <bool A_OC, bool B_OC, int WN, typename Load>
-static __device__ __forceinline__ void mm_mainloop(float (*acc)[mm_shape<WN>::nt][4],
-                                                   unsigned char *sm, int iters, Load load) {
-    constexpr int NT = mm_shape<WN>::nt;
-    int warp = threadIdx.x >> 5, wm = (warp / WN) * 64, wn = (warp % WN) * mm_shape<WN>::wcols;
+template <bool A_OC, bool B_OC, typename Load>
+static __device__ __forceinline__ void mm_mainloop(float (*acc)[8][4], unsigned char *sm, int iters,
+                                                   Load load) {
+    int warp = threadIdx.x >> 5, wm = (warp >> 1) * 64, wn = (warp & 1) * 64;
 #pragma unroll
     for (int st = 0; st < MM_STAGES - 1; st++) {
         if (st < iters) load(st, st);
@@ -138,13 +131,13 @@ static __device__ __forceinline__ void mm_mainloop(float (*acc)[mm_shape<WN>::nt
         const bf16 *bs = as + MM_OPERAND_BYTES / 2;
 #pragma unroll
         for (int ks = 0; ks < MM_BK; ks += 16) {
-            uint32_t a[4][4], b[NT][2];
+            uint32_t a[4][4], b[8][2];
             mm_frag_a<A_OC>(a, as, wm, ks);
-            mm_frag_b<B_OC, NT>(b, bs, wn, ks);
+            mm_frag_b<B_OC>(b, bs, wn, ks);
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
-                for (int j = 0; j < NT; j++)
+                for (int j = 0; j < 8; j++)
                     mma_16816(acc[i][j], a[i], b[j]);
         }
     }
@@ -153,32 +146,29 @@ static __device__ __forceinline__ void mm_mainloop(float (*acc)[mm_shape<WN>::nt
 
 /* out[r, c] = sum_k A[r, k] W_e(c, k) for the rows of each expert. KMAJOR: W_e is [Ncols][Kdim]
  * (the forward); else [Kdim][Ncols] (the data gradient). */
-template <bool KMAJOR, int WN>
-__global__ void __launch_bounds__(mm_shape<WN>::threads)
+template <bool KMAJOR>
+__global__ void __launch_bounds__(MM_THREADS)
     k_grouped_mm_mma(bf16 *out, const bf16 *A, const bf16 *w, const int32_t *offsets, int E,
                      int Ncols, int Kdim) {
-    constexpr int NT = mm_shape<WN>::nt, THREADS = mm_shape<WN>::threads;
     extern __shared__ __align__(128) unsigned char sm[];
     int e, r0, r1;
     if (!gt_moe_find_tile<MM_TILE>(offsets, E, blockIdx.y, &e, &r0, &r1)) return;
     int c0 = blockIdx.x * MM_TILE;
     const bf16 *we = w + (size_t)e * Ncols * Kdim;
-    float acc[4][NT][4] = {};
+    float acc[4][8][4] = {};
     auto load = [&](int it, int st) {
         int k0 = it * MM_BK;
         bf16 *as = (bf16 *)(sm + st * 2 * MM_OPERAND_BYTES), *bs = as + MM_OPERAND_BYTES / 2;
-        mm_load<false, THREADS>(as, A + (size_t)r0 * Kdim + k0, (size_t)Kdim, r1 - r0, Kdim - k0,
-                                A);
+        mm_load<false>(as, A + (size_t)r0 * Kdim + k0, (size_t)Kdim, r1 - r0, Kdim - k0, A);
         if (KMAJOR)
-            mm_load<false, THREADS>(bs, we + (size_t)c0 * Kdim + k0, (size_t)Kdim, Ncols - c0,
-                                    Kdim - k0, w);
+            mm_load<false>(bs, we + (size_t)c0 * Kdim + k0, (size_t)Kdim, Ncols - c0, Kdim - k0, w);
         else
-            mm_load<true, THREADS>(bs, we + (size_t)k0 * Ncols + c0, (size_t)Ncols, Ncols - c0,
-                                   Kdim - k0, w);
+            mm_load<true>(bs, we + (size_t)k0 * Ncols + c0, (size_t)Ncols, Ncols - c0, Kdim - k0,
+                          w);
     };
-    mm_mainloop<false, !KMAJOR, WN>(acc, sm, (Kdim + MM_BK - 1) / MM_BK, load);
+    mm_mainloop<false, !KMAJOR>(acc, sm, (Kdim + MM_BK - 1) / MM_BK, load);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int wm = (warp / WN) * 64, wn = (warp % WN) * mm_shape<WN>::wcols;
+    int wm = (warp >> 1) * 64, wn = (warp & 1) * 64;
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -186,7 +176,7 @@ __global__ void __launch_bounds__(mm_shape<WN>::threads)
             int row = r0 + wm + i * 16 + (lane >> 2) + h * 8;
             if (row >= r1) continue;
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
+            for (int j = 0; j < 8; j++) {
                 int col = c0 + wn + j * 8 + (lane & 3) * 2;
                 if (col < Ncols)
                     *(__nv_bfloat162 *)(out + (size_t)row * Ncols + col) =
@@ -197,23 +187,21 @@ __global__ void __launch_bounds__(mm_shape<WN>::threads)
 
 /* dw[e][n, k] (+)= sum over the expert's rows r, in order, of dout[r, n] a[r, k]. Overwriting
  * (accumulate 0) writes the whole tile, zeros for an expert without rows. */
-template <int WN>
-__global__ void __launch_bounds__(mm_shape<WN>::threads)
+__global__ void __launch_bounds__(MM_THREADS)
     k_grouped_mm_dw_mma(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets, int Nf,
                         int K, int accumulate) {
-    constexpr int NT = mm_shape<WN>::nt, THREADS = mm_shape<WN>::threads;
     extern __shared__ __align__(128) unsigned char sm[];
     int e = blockIdx.z, k0 = blockIdx.x * MM_TILE, n0 = blockIdx.y * MM_TILE;
     int lo = offsets[e], hi = max(lo, offsets[e + 1]);
     if (hi == lo && accumulate) return;
-    float acc[4][NT][4] = {};
+    float acc[4][8][4] = {};
     auto load = [&](int it, int st) {
         int rb = lo + it * MM_BK;
         bf16 *ds = (bf16 *)(sm + st * 2 * MM_OPERAND_BYTES), *xs = ds + MM_OPERAND_BYTES / 2;
-        mm_load<true, THREADS>(ds, dout + (size_t)rb * Nf + n0, (size_t)Nf, Nf - n0, hi - rb, dout);
-        mm_load<true, THREADS>(xs, a + (size_t)rb * K + k0, (size_t)K, K - k0, hi - rb, a);
+        mm_load<true>(ds, dout + (size_t)rb * Nf + n0, (size_t)Nf, Nf - n0, hi - rb, dout);
+        mm_load<true>(xs, a + (size_t)rb * K + k0, (size_t)K, K - k0, hi - rb, a);
     };
-    mm_mainloop<true, true, WN>(acc, sm, (hi - lo + MM_BK - 1) / MM_BK, load);
+    mm_mainloop<true, true>(acc, sm, (hi - lo + MM_BK - 1) / MM_BK, load);
     /* The += goes through shared memory: the tile is staged there, then read-modify-written
      * with 16-byte accesses, eight loads in flight per thread. Straight from the fragments,
      * each load waited for the previous store (the compiler cannot tell they do not alias),
@@ -222,31 +210,31 @@ __global__ void __launch_bounds__(mm_shape<WN>::threads)
     __syncthreads(); /* every warp is done with the pipeline's buffers */
     float *cs = (float *)sm;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int wm = (warp / WN) * 64, wn = (warp % WN) * mm_shape<WN>::wcols;
+    int wm = (warp >> 1) * 64, wn = (warp & 1) * 64;
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
+            for (int j = 0; j < 8; j++) {
                 int r = wm + i * 16 + (lane >> 2) + h * 8, c = wn + j * 8 + (lane & 3) * 2;
                 *(float2 *)(cs + r * MM_LD_C + c) =
                     make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
             }
     __syncthreads();
     float *dwe = dw + (size_t)e * Nf * K;
-    for (int base = 0; base < MM_TILE * MM_TILE / 4; base += THREADS * 8) {
+    for (int base = 0; base < MM_TILE * MM_TILE / 4; base += MM_THREADS * 8) {
         float4 old[8];
 #pragma unroll
         for (int u = 0; u < 8; u++) {
-            int q = base + u * THREADS + threadIdx.x, r = q >> 5, c = (q & 31) * 4;
+            int q = base + u * MM_THREADS + threadIdx.x, r = q >> 5, c = (q & 31) * 4;
             old[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (accumulate && n0 + r < Nf && k0 + c < K)
                 old[u] = *(const float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c);
         }
 #pragma unroll
         for (int u = 0; u < 8; u++) {
-            int q = base + u * THREADS + threadIdx.x, r = q >> 5, c = (q & 31) * 4;
+            int q = base + u * MM_THREADS + threadIdx.x, r = q >> 5, c = (q & 31) * 4;
             if (n0 + r < Nf && k0 + c < K) {
                 const float *t = cs + r * MM_LD_C + c;
                 *(float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c) =
@@ -260,55 +248,35 @@ static int mm_ok(const void *x, const void *y, const void *z, int a, int b) {
     return (((uintptr_t)x | (uintptr_t)y | (uintptr_t)z) & 15u) == 0 && a % 8 == 0 && b % 8 == 0;
 }
 
-template <int WN> static cudaError_t mm_allow_smem(void) {
-    cudaError_t e = cudaFuncSetAttribute(k_grouped_mm_mma<true, WN>,
+cudaError_t gt_cuda_grouped_mm_mma_init(void) {
+    cudaError_t e = cudaFuncSetAttribute(k_grouped_mm_mma<true>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, MM_SMEM);
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_grouped_mm_mma<false, WN>,
+        e = cudaFuncSetAttribute(k_grouped_mm_mma<false>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, MM_SMEM);
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_grouped_mm_dw_mma<WN>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, MM_SMEM);
+        e = cudaFuncSetAttribute(k_grouped_mm_dw_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 MM_SMEM);
     return e;
 }
 
-cudaError_t gt_cuda_grouped_mm_mma_init(void) {
-    cudaError_t e = mm_allow_smem<2>();
-    return e == cudaSuccess ? mm_allow_smem<4>() : e;
-}
-
-template <int WN>
-static void mm_launch(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
-                      const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor) {
-    dim3 grid((Ncols + MM_TILE - 1) / MM_TILE, (R + MM_TILE - 1) / MM_TILE + E);
-    constexpr int T = mm_shape<WN>::threads;
-    if (kmajor)
-        k_grouped_mm_mma<true, WN><<<grid, T, MM_SMEM, cs>>>(out, A, w, offsets, E, Ncols, Kdim);
-    else
-        k_grouped_mm_mma<false, WN><<<grid, T, MM_SMEM, cs>>>(out, A, w, offsets, E, Ncols, Kdim);
-}
-
 int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
-                           const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor,
-                           int warps) {
+                           const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor) {
     if (!mm_ok(out, A, w, Ncols, Kdim)) return 0;
-    if (warps == 8)
-        mm_launch<4>(cs, out, A, w, offsets, R, E, Ncols, Kdim, kmajor);
+    dim3 grid((Ncols + MM_TILE - 1) / MM_TILE, (R + MM_TILE - 1) / MM_TILE + E);
+    if (kmajor)
+        k_grouped_mm_mma<true>
+            <<<grid, MM_THREADS, MM_SMEM, cs>>>(out, A, w, offsets, E, Ncols, Kdim);
     else
-        mm_launch<2>(cs, out, A, w, offsets, R, E, Ncols, Kdim, kmajor);
+        k_grouped_mm_mma<false>
+            <<<grid, MM_THREADS, MM_SMEM, cs>>>(out, A, w, offsets, E, Ncols, Kdim);
     return 1;
 }
 
 int gt_cuda_grouped_mm_dw_mma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
-                              const int32_t *offsets, int E, int Nf, int K, int accumulate,
-                              int warps) {
+                              const int32_t *offsets, int E, int Nf, int K, int accumulate) {
     if (!mm_ok(dw, dout, a, Nf, K)) return 0;
     dim3 grid((K + MM_TILE - 1) / MM_TILE, (Nf + MM_TILE - 1) / MM_TILE, E);
-    if (warps == 8)
-        k_grouped_mm_dw_mma<4>
-            <<<grid, mm_shape<4>::threads, MM_SMEM, cs>>>(dw, dout, a, offsets, Nf, K, accumulate);
-    else
-        k_grouped_mm_dw_mma<2>
-            <<<grid, mm_shape<2>::threads, MM_SMEM, cs>>>(dw, dout, a, offsets, Nf, K, accumulate);
+    k_grouped_mm_dw_mma<<<grid, MM_THREADS, MM_SMEM, cs>>>(dw, dout, a, offsets, Nf, K, accumulate);
     return 1;
 }

@@ -51,22 +51,20 @@ void gt_cuda_grouped_mm_tc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16
 void gt_cuda_grouped_mm_dw_tc(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
                               const int32_t *offsets, int E, int Nf, int K);
 
-/* mma (GT_CUDA_MOE=mma, the default, or mma8; k_moe_mma.cu): mma.sync + ldmatrix, 3-stage
- * cp.async, 128x128 tiles with `warps` 4 (64x64 a warp) or 8 (64x32); return 0 without
- * launching unless Ncols, Kdim % 8 == 0 and the tensors are 16-byte aligned.
- * gt_cuda_grouped_mm_mma_init allows their dynamic shared memory. */
+/* mma (GT_CUDA_MOE=mma; k_moe_mma.cu): mma.sync + ldmatrix, 3-stage cp.async, 128x128 tiles
+ * of 4 warps; return 0 without launching unless Ncols, Kdim % 8 == 0 and the tensors are
+ * 16-byte aligned. gt_cuda_grouped_mm_mma_init allows their dynamic shared memory. */
 cudaError_t gt_cuda_grouped_mm_mma_init(void);
 int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
-                           const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor,
-                           int warps);
+                           const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor);
 /* dw[e][Nf, K] (+)= dout[group]^T @ a[group]; accumulate 0 overwrites, with zeros for an
  * expert without rows */
 int gt_cuda_grouped_mm_dw_mma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
-                              const int32_t *offsets, int E, int Nf, int K, int accumulate,
-                              int warps);
+                              const int32_t *offsets, int E, int Nf, int K, int accumulate);
 
-/* wgmma (GT_CUDA_MOE=wgmma; k_moe_wgmma.cu, sm_90a): the same three products on warpgroup
- * MMA; same arguments and conditions as the mma launchers, 0 without launching otherwise. */
+/* wgmma (GT_CUDA_MOE=wgmma, the default on sm_90; k_moe_wgmma.cu, sm_90a): the same three
+ * products on warpgroup MMA; same arguments and conditions as the mma launchers, 0 without
+ * launching otherwise. */
 cudaError_t gt_cuda_grouped_mm_wgmma_init(void);
 int gt_cuda_grouped_mm_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
                              const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor);
