@@ -130,6 +130,8 @@ void gt_cuda_register_moe_ops(gt_backend_ops *ops);
 int gt_cuda_attention_init(gt_error *err);
 int gt_cuda_dense_init(gt_error *err);
 int gt_cuda_moe_init(gt_error *err);
+/* Allows the cross-entropy kernel its shared memory (a row of logits); k_loss.cu. */
+int gt_cuda_loss_init(gt_error *err);
 
 /* k_attention.cu: rotary tables; plan_finish allocates and fills those not yet built */
 int gt_cuda_rope_plan_finish(gt_backend *b, gt_error *err);

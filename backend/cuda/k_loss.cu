@@ -1,12 +1,8 @@
-/* Loss kernels of the CUDA backend: cross entropy over bf16 logits (up to V = 65536 a cluster
- * of eight blocks per row with the row in registers, else one block per row with an online
+/* Loss kernels of the CUDA backend: cross entropy over bf16 logits (one block per row; up to
+ * V = 57344 the row staged in shared memory, else one block per row with an online
  * softmax over two passes; fp32 math, dlogits written in place, ignored targets give 0) and the
  * deterministic loss sum into the step state. */
-#include <cooperative_groups.h>
-
 #include "backend/cuda/cuda_common.cuh"
-
-namespace cg = cooperative_groups;
 
 #define CE_THREADS 512
 #define LOSS_THREADS 1024
@@ -120,114 +116,87 @@ __global__ void k_cross_entropy8(float *losses, bf16 *dlogits, const bf16 *logit
     }
 }
 
-/* A cluster of CE_CLUSTER blocks per row, each holding its part of the row in registers: one
- * read of the logits from memory, one write of the gradient, and one exponential per logit
- * (kept from the sum for the gradient). The kernel was arithmetic-bound before (two
- * exponentials, unpacking twice and a target compare per logit: 2.5 TB/s on gpt124m). The
- * blocks of a row exchange their maxima, then their sums of exponentials, through
- * distributed shared memory, each combined in rank order. */
-#define CE_CLUSTER 8
-#define CE_CL_THREADS 256
+/* The row staged in shared memory (bf16, V * 2 bytes, V <= CE_SMEM_MAX_V): one read of the
+ * logits from memory and one write of the gradient, with no register pressure, so two or
+ * three rows share an SM and one row's loads overlap another's arithmetic and stores (with
+ * the row in one block's registers an SM held a single row and its phases ran in turn: 2.5
+ * TB/s on gpt124m; blocks of a cluster exchanging partial sums paid more in cluster
+ * barriers than they saved). Max, then the sum of exponentials, each reduced in a fixed
+ * order, then the gradient; exponentials as exp2 of a fused multiply-add. */
+#define CE_SMEM_MAX_V 57344
 #define CE_LOG2E 1.4426950408889634f
 
-template <int C>
-__global__ void __cluster_dims__(CE_CLUSTER, 1, 1) __launch_bounds__(CE_CL_THREADS)
-    k_cross_entropy_cl(float *losses, bf16 *dlogits, const bf16 *logits, const int32_t *targets,
-                       int V, float dscale) {
-    __shared__ float sh[CE_CL_THREADS / 32];
-    __shared__ float part[2]; /* this block's max, then its sum */
-    cg::cluster_group cl = cg::this_cluster();
-    int rank = (int)cl.block_rank();
-    int n = blockIdx.x / CE_CLUSTER, V8 = V / 8, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    int j0 = rank * CE_CL_THREADS * C + threadIdx.x;
+__global__ void __launch_bounds__(CE_THREADS)
+    k_cross_entropy_smem(float *losses, bf16 *dlogits, const bf16 *logits, const int32_t *targets,
+                         int V, float dscale) {
+    extern __shared__ __align__(16) unsigned char ce_raw[];
+    const uint4 *row = (const uint4 *)ce_raw;
+    __shared__ float sh[32];
+    int n = blockIdx.x, V8 = V / 8;
     const bf16 *x = logits + (size_t)n * V;
+    for (int j = threadIdx.x; j < V8; j += blockDim.x)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                         (uint32_t)__cvta_generic_to_shared(ce_raw + 16 * j)),
+                     "l"(x + 8 * j));
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
     int t = targets[n];
     int valid = t >= 0 && t < V;
-    float e[C][8];
-    {
-        uint4 r[C];
-#pragma unroll
-        for (int c = 0; c < C; c++) {
-            int j = j0 + c * CE_CL_THREADS;
-            r[c] = j < V8 ? *(const uint4 *)(x + 8 * j) : make_uint4(0, 0, 0, 0);
-        }
-        float m = -INFINITY;
-#pragma unroll
-        for (int c = 0; c < C; c++) {
-            unpack8(e[c], r[c]); /* the logits, until they become exponentials */
-            if (j0 + c * CE_CL_THREADS < V8)
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    m = fmaxf(m, e[c][k]);
-        }
-        m = warp_max(m);
-        if (lane == 0) sh[wid] = m;
-    }
-    float tl = valid && rank == 0 && threadIdx.x == 0 ? ldf(x + t) : 0.0f;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        float bm = sh[0];
-        for (int w = 1; w < CE_CL_THREADS / 32; w++)
-            bm = fmaxf(bm, sh[w]);
-        part[0] = bm;
-    }
-    cl.sync();
-    float M = -INFINITY;
-#pragma unroll
-    for (int q = 0; q < CE_CLUSTER; q++)
-        M = fmaxf(M, *cl.map_shared_rank(&part[0], q));
-    float ml = M * CE_LOG2E, sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < C; c++) {
-        bool in = j0 + c * CE_CL_THREADS < V8;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            e[c][k] = in ? exp2f(fmaf(e[c][k], CE_LOG2E, -ml)) : 0.0f;
-            sum += e[c][k];
-        }
-    }
-    float bs = block_sum(sum, sh);
-    if (threadIdx.x == 0) part[1] = bs;
-    cl.sync();
-    float S = 0.0f;
-#pragma unroll
-    for (int q = 0; q < CE_CLUSTER; q++)
-        S += *cl.map_shared_rank(&part[1], q);
-    cl.sync(); /* no block leaves while another still reads its shared memory */
-    float lse = M + logf(S), scale = valid ? dscale / S : 0.0f;
-    if (rank == 0 && threadIdx.x == 0) losses[n] = valid ? lse - tl : 0.0f;
-    bf16 *dx = dlogits + (size_t)n * V;
-#pragma unroll
-    for (int c = 0; c < C; c++) {
-        int j = j0 + c * CE_CL_THREADS;
-        if (j >= V8) continue;
-        float g[8];
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < V8; j += blockDim.x) {
+        float f[8];
+        unpack8(f, row[j]);
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            g[k] = e[c][k] * scale;
-        if (valid && j == (t >> 3)) g[t & 7] -= dscale; /* softmax - onehot at the target */
-        st8(dx + 8 * j, g);
+            m = fmaxf(m, f[k]);
     }
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = m;
+    __syncthreads();
+    float M = sh[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+        M = fmaxf(M, sh[w]);
+    float ml = M * CE_LOG2E, sum = 0.0f;
+    for (int j = threadIdx.x; j < V8; j += blockDim.x) {
+        float f[8];
+        unpack8(f, row[j]);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            sum += exp2f(fmaf(f[k], CE_LOG2E, -ml));
+    }
+    float S = block_sum(sum, sh); /* its first barrier also ends the reads of the maxima */
+    float lse = M + logf(S), scale = valid ? dscale / S : 0.0f;
+    if (threadIdx.x == 0) losses[n] = valid ? lse - __bfloat162float(x[t]) : 0.0f;
+    bf16 *dx = dlogits + (size_t)n * V;
+    for (int j = threadIdx.x; j < V8; j += blockDim.x) {
+        float f[8];
+        unpack8(f, row[j]);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            f[k] = exp2f(fmaf(f[k], CE_LOG2E, -ml)) * scale;
+        if (valid && j == (t >> 3)) f[t & 7] -= dscale; /* softmax - onehot at the target */
+        st8(dx + 8 * j, f);
+    }
+}
+
+extern "C" int gt_cuda_loss_init(gt_error *err) {
+    cudaError_t e = cudaFuncSetAttribute(
+        k_cross_entropy_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, CE_SMEM_MAX_V * 2);
+    if (e != cudaSuccess)
+        return gt_error_set(err, GT_ERR_DEVICE,
+                            "cudaFuncSetAttribute(cross-entropy shared memory): %s (the kernel "
+                            "needs up to %d KiB of shared memory per block)",
+                            cudaGetErrorString(e), CE_SMEM_MAX_V * 2 / 1024);
+    return GT_OK;
 }
 
 static void cuda_cross_entropy(gt_backend *b, gt_stream *s, float *losses, void *dlogits,
                                const void *logits, const int32_t *targets, int N, int V,
                                float dscale) {
     if (b->planning || N <= 0 || V <= 0) return;
-    if (V % 8 == 0 && al16(logits) && al16(dlogits) && V <= 8 * CE_CLUSTER * CE_CL_THREADS * 4) {
-        int chunks = (V / 8 + CE_CLUSTER * CE_CL_THREADS - 1) / (CE_CLUSTER * CE_CL_THREADS);
-        cudaStream_t cs = gt_cuda_stream(s);
-        const bf16 *lg = (const bf16 *)logits;
-        unsigned grid = (unsigned)N * CE_CLUSTER;
-        if (chunks <= 1)
-            k_cross_entropy_cl<1>
-                <<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
-        else if (chunks <= 2)
-            k_cross_entropy_cl<2>
-                <<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
-        else
-            k_cross_entropy_cl<4>
-                <<<grid, CE_CL_THREADS, 0, cs>>>(losses, (bf16 *)dlogits, lg, targets, V, dscale);
+    if (V % 8 == 0 && al16(logits) && al16(dlogits) && V <= CE_SMEM_MAX_V) {
+        k_cross_entropy_smem<<<N, CE_THREADS, (size_t)V * 2, gt_cuda_stream(s)>>>(
+            losses, (bf16 *)dlogits, (const bf16 *)logits, targets, V, dscale);
         GT_CUDA_LAUNCHED(b, "cross_entropy");
         return;
     }

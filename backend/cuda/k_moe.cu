@@ -719,7 +719,7 @@ extern "C" int gt_cuda_moe_init(gt_error *err) {
     if (e != cudaSuccess)
         return gt_error_set(err, GT_ERR_DEVICE,
                             "cudaFuncSetAttribute(grouped GEMM shared memory): %s (the MoE "
-                            "kernels need 80 KiB of shared memory per block)",
+                            "kernels need up to 109 KiB of shared memory per block)",
                             cudaGetErrorString(e));
     return GT_OK;
 }

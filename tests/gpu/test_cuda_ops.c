@@ -369,9 +369,8 @@ static void test_swiglu_matches_cpu(void **state) {
     }
 }
 
-/* V 1000, 32768 and 50304 (a cluster of blocks per row, 1, 2 and 4 chunks a thread), 70000
- * (two passes with 16-byte loads), 1001 (scalar); in place, two ignored targets, one target
- * in the last column. */
+/* V 1000, 32768 and 50304 (the row in shared memory), 70000 (two passes with 16-byte loads),
+ * 1001 (scalar); in place, two ignored targets, one target in the last column. */
 static void test_cross_entropy_in_place_and_loss_sum_match_cpu(void **state) {
     gpu_env *e = *state;
     NEED_CPU(e, cross_entropy);
