@@ -146,6 +146,10 @@ if command -v compute-sanitizer >/dev/null; then
   # the MoE kernels (grouped GEMMs with zero-filled tile edges, row gathers) over uneven groups
   part memcheck_moe 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/gpu_test_cuda_moe"
   show memcheck_moe "" 'ERROR SUMMARY|PASSED|FAILED'
+  # shared-memory races in the grouped GEMMs' pipelines (wgmma by default on sm_90)
+  part racecheck_moe 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$BUILD/gpu_test_cuda_moe"
+  show racecheck_moe "" 'RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED'
 else
   say "memcheck_train             SKIPPED (compute-sanitizer not found)"
 fi

@@ -1,7 +1,8 @@
 /* Grouped GEMMs of the MoE experts on mma.sync m16n8k16 (bf16 in, fp32 accumulate) with
  * ldmatrix fragment loads and a 3-stage cp.async pipeline: 128x128 block tiles, 4 warps of
  * 64x64, k steps of 64 (22.2 ms/step on moe against 23.0 with 4 stages of 32; 256-row tiles
- * with 8 warps measured slower, 25.4). Same contract as the WMMA kernels of k_moe_gemm.cu (device
+ * with 8 warps measured slower, 25.4; 8 warps of 64x32 no faster, 20.89 against 20.82). The
+ * default where the sm_90a warpgroup-MMA kernels of k_moe_wgmma.cu cannot run. Same contract as the WMMA kernels of k_moe_gemm.cu (device
  * offsets, worst-case grid, each block finds its expert's row tile, fixed summation order, no
  * atomics), about three times their speed on the moe workload's shapes.
  *
@@ -23,15 +24,6 @@
 #define MM_SMEM (MM_STAGES * 2 * MM_OPERAND_BYTES)
 #define MM_LD_C (MM_TILE + 4) /* fp32 staging of a finished tile: 128 x 132 x 4 < MM_SMEM */
 
-static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared, asynchronously; zeros when !ok (src-size 0 reads nothing) */
-static __device__ __forceinline__ void mm_copy16(bf16 *dst, const bf16 *src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-                 "r"(ok ? 16 : 0));
-}
 static __device__ __forceinline__ void mm_commit() {
     asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -42,12 +34,12 @@ template <int N> static __device__ __forceinline__ void mm_wait() {
 static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const bf16 *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
+                 : "r"(gt_smem_u32(p)));
 }
 static __device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const bf16 *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p)));
+                 : "r"(gt_smem_u32(p)));
 }
 static __device__ __forceinline__ void mma_16816(float *c, const uint32_t *a, const uint32_t *b) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
@@ -68,14 +60,14 @@ static __device__ __forceinline__ void mm_load(bf16 *s, const bf16 *g, size_t ld
         for (int q = tid; q < MM_TILE * (MM_BK / 8); q += MM_THREADS) {
             int o = q / (MM_BK / 8), kc = (q % (MM_BK / 8)) * 8;
             bool ok = o < outer_left && kc < k_left;
-            mm_copy16(s + o * MM_LD_K + kc, ok ? g + (size_t)o * ld + kc : safe, ok);
+            gt_cp_async16(s + o * MM_LD_K + kc, ok ? g + (size_t)o * ld + kc : safe, ok);
         }
     } else { /* [k][outer]: MM_BK rows x 16 chunks */
 #pragma unroll
         for (int q = tid; q < MM_BK * (MM_TILE / 8); q += MM_THREADS) {
             int kr = q >> 4, oc = (q & 15) * 8;
             bool ok = kr < k_left && oc < outer_left;
-            mm_copy16(s + kr * MM_LD_O + oc, ok ? g + (size_t)kr * ld + oc : safe, ok);
+            gt_cp_async16(s + kr * MM_LD_O + oc, ok ? g + (size_t)kr * ld + oc : safe, ok);
         }
     }
 }
@@ -222,30 +214,8 @@ __global__ void __launch_bounds__(MM_THREADS)
                     make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
             }
     __syncthreads();
-    float *dwe = dw + (size_t)e * Nf * K;
-    for (int base = 0; base < MM_TILE * MM_TILE / 4; base += MM_THREADS * 8) {
-        float4 old[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) {
-            int q = base + u * MM_THREADS + threadIdx.x, r = q >> 5, c = (q & 31) * 4;
-            old[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (accumulate && n0 + r < Nf && k0 + c < K)
-                old[u] = *(const float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c);
-        }
-#pragma unroll
-        for (int u = 0; u < 8; u++) {
-            int q = base + u * MM_THREADS + threadIdx.x, r = q >> 5, c = (q & 31) * 4;
-            if (n0 + r < Nf && k0 + c < K) {
-                const float *t = cs + r * MM_LD_C + c;
-                *(float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c) =
-                    make_float4(old[u].x + t[0], old[u].y + t[1], old[u].z + t[2], old[u].w + t[3]);
-            }
-        }
-    }
-}
-
-static int mm_ok(const void *x, const void *y, const void *z, int a, int b) {
-    return (((uintptr_t)x | (uintptr_t)y | (uintptr_t)z) & 15u) == 0 && a % 8 == 0 && b % 8 == 0;
+    gt_moe_dw_store_tile<MM_THREADS, MM_LD_C>(dw + (size_t)e * Nf * K, cs, n0, k0, Nf, K,
+                                              accumulate);
 }
 
 cudaError_t gt_cuda_grouped_mm_mma_init(void) {
@@ -262,7 +232,7 @@ cudaError_t gt_cuda_grouped_mm_mma_init(void) {
 
 int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
                            const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor) {
-    if (!mm_ok(out, A, w, Ncols, Kdim)) return 0;
+    if (!gt_moe_gemm_ok(out, A, w, Ncols, Kdim)) return 0;
     dim3 grid((Ncols + MM_TILE - 1) / MM_TILE, (R + MM_TILE - 1) / MM_TILE + E);
     if (kmajor)
         k_grouped_mm_mma<true>
@@ -275,7 +245,7 @@ int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16
 
 int gt_cuda_grouped_mm_dw_mma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
                               const int32_t *offsets, int E, int Nf, int K, int accumulate) {
-    if (!mm_ok(dw, dout, a, Nf, K)) return 0;
+    if (!gt_moe_gemm_ok(dw, dout, a, Nf, K)) return 0;
     dim3 grid((K + MM_TILE - 1) / MM_TILE, (Nf + MM_TILE - 1) / MM_TILE, E);
     k_grouped_mm_dw_mma<<<grid, MM_THREADS, MM_SMEM, cs>>>(dw, dout, a, offsets, Nf, K, accumulate);
     return 1;

@@ -28,15 +28,6 @@
 #define WG_LD_C (WG_TILE + 4) /* fp32 staging of a finished dw tile: 128 x 132 x 4 < 96 KiB */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-static __device__ __forceinline__ uint32_t wg_smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void wg_copy16(void *dst, const bf16 *src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(wg_smem_u32(dst)),
-                 "l"(src), "r"(ok ? 16 : 0));
-}
-
 /* One operand tile of a k step into the swizzled layout. g points at element (row 0, k 0);
  * ld is the global stride between consecutive stored rows (k-contiguous: between tile rows;
  * row-contiguous: between k rows); rows_left and k_left bound the valid part (multiples of 8
@@ -50,8 +41,8 @@ static __device__ __forceinline__ void wg_load(unsigned char *s, const bf16 *g, 
         for (int q = tid; q < WG_TILE * (WG_BK / 8); q += WG_THREADS) {
             int o = q >> 3, kc = q & 7;
             bool ok = o < rows_left && kc * 8 < k_left;
-            wg_copy16(s + o * 128 + ((kc ^ (o & 7)) << 4), ok ? g + (size_t)o * ld + kc * 8 : safe,
-                      ok);
+            gt_cp_async16(s + o * 128 + ((kc ^ (o & 7)) << 4),
+                          ok ? g + (size_t)o * ld + kc * 8 : safe, ok);
         }
     } else {
 #pragma unroll
@@ -59,7 +50,7 @@ static __device__ __forceinline__ void wg_load(unsigned char *s, const bf16 *g, 
             int kr = q >> 4, oc = q & 15, c = oc & 7;
             bool ok = kr < k_left && oc * 8 < rows_left;
             int at = (oc >> 3) * 8192 + (kr >> 3) * 1024 + (kr & 7) * 128 + ((c ^ (kr & 7)) << 4);
-            wg_copy16(s + at, ok ? g + (size_t)kr * ld + oc * 8 : safe, ok);
+            gt_cp_async16(s + at, ok ? g + (size_t)kr * ld + oc * 8 : safe, ok);
         }
     }
 }
@@ -68,7 +59,7 @@ static __device__ __forceinline__ void wg_load(unsigned char *s, const bf16 *g, 
  * (16 bytes, unused, for K-major; 8192 for MN-major), stride 1024, layout 1 (128-byte
  * swizzle). */
 template <bool MN> static __device__ __forceinline__ uint64_t wg_desc(const void *p, int kk) {
-    uint64_t a = wg_smem_u32((const unsigned char *)p + (MN ? kk * 2048 : kk * 32));
+    uint64_t a = gt_smem_u32((const unsigned char *)p + (MN ? kk * 2048 : kk * 32));
     uint64_t lbo = MN ? 8192 : 16;
     return ((a & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
 }
@@ -214,26 +205,8 @@ __global__ void __launch_bounds__(WG_THREADS)
             *(float2 *)(cs + r * WG_LD_C + c) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
         }
     __syncthreads();
-    float *dwe = dw + (size_t)e * Nf * K;
-    for (int base = 0; base < WG_TILE * WG_TILE / 4; base += WG_THREADS * 8) {
-        float4 old[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) {
-            int i = base + u * WG_THREADS + threadIdx.x, r = i >> 5, c = (i & 31) * 4;
-            old[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (accumulate && n0 + r < Nf && k0 + c < K)
-                old[u] = *(const float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c);
-        }
-#pragma unroll
-        for (int u = 0; u < 8; u++) {
-            int i = base + u * WG_THREADS + threadIdx.x, r = i >> 5, c = (i & 31) * 4;
-            if (n0 + r < Nf && k0 + c < K) {
-                const float *t = cs + r * WG_LD_C + c;
-                *(float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c) =
-                    make_float4(old[u].x + t[0], old[u].y + t[1], old[u].z + t[2], old[u].w + t[3]);
-            }
-        }
-    }
+    gt_moe_dw_store_tile<WG_THREADS, WG_LD_C>(dw + (size_t)e * Nf * K, cs, n0, k0, Nf, K,
+                                              accumulate);
 #endif
 }
 
@@ -249,14 +222,10 @@ cudaError_t gt_cuda_grouped_mm_wgmma_init(void) {
     return e;
 }
 
-static int wg_ok(const void *x, const void *y, const void *z, int a, int b) {
-    return (((uintptr_t)x | (uintptr_t)y | (uintptr_t)z) & 15u) == 0 && a % 8 == 0 && b % 8 == 0;
-}
-
 int gt_cuda_grouped_mm_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
                              const int32_t *offsets, int R, int E, int Ncols, int Kdim,
                              int kmajor) {
-    if (!wg_ok(out, A, w, Ncols, Kdim)) return 0;
+    if (!gt_moe_gemm_ok(out, A, w, Ncols, Kdim)) return 0;
     dim3 grid((Ncols + WG_TILE - 1) / WG_TILE, (R + WG_TILE - 1) / WG_TILE + E);
     if (kmajor)
         k_grouped_mm_wgmma<false>
@@ -269,7 +238,7 @@ int gt_cuda_grouped_mm_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf
 
 int gt_cuda_grouped_mm_dw_wgmma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
                                 const int32_t *offsets, int E, int Nf, int K, int accumulate) {
-    if (!wg_ok(dw, dout, a, Nf, K)) return 0;
+    if (!gt_moe_gemm_ok(dw, dout, a, Nf, K)) return 0;
     dim3 grid((K + WG_TILE - 1) / WG_TILE, (Nf + WG_TILE - 1) / WG_TILE, E);
     k_grouped_mm_dw_wgmma<<<grid, WG_THREADS, WG_SMEM, cs>>>(dw, dout, a, offsets, Nf, K,
                                                              accumulate);

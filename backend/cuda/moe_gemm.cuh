@@ -5,6 +5,21 @@
 
 #include "backend/cuda/cuda_common.cuh"
 
+static __device__ __forceinline__ uint32_t gt_smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, asynchronously; zeros when !ok (src-size 0 reads nothing) */
+static __device__ __forceinline__ void gt_cp_async16(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(gt_smem_u32(dst)),
+                 "l"(src), "r"(ok ? 16 : 0));
+}
+
+/* What the tensor-core grouped GEMMs need: 16-byte aligned tensors, both sizes % 8 == 0. */
+static inline int gt_moe_gemm_ok(const void *x, const void *y, const void *z, int a, int b) {
+    return (((uintptr_t)x | (uintptr_t)y | (uintptr_t)z) & 15u) == 0 && a % 8 == 0 && b % 8 == 0;
+}
+
 /* Expert and rows [*r0, *r1) of TILE-row tile t of a grouped GEMM over device offsets (the
  * grid has one y index per possible tile: R / TILE + E); 0 when t is past the last tile. Warp 0
  * scans the offsets 32 experts at a time (one load and a shuffle scan per 32 experts, instead of a
@@ -41,6 +56,34 @@ static __device__ int gt_moe_find_tile(const int32_t *offsets, int E, int t, int
     if (found[0] < 0) return 0;
     *e_out = found[0], *r0 = found[1], *r1 = found[2];
     return 1;
+}
+
+/* The (+)= of a finished 128x128 fp32 weight-gradient tile staged in shared memory (cs, rows
+ * of ld floats) into dw_e[n0.., k0..] ([Nf][K]): 16-byte accesses, eight loads in flight per
+ * thread before the stores (read straight from the fragments, each load waited on the
+ * previous store: the compiler cannot tell they do not alias). accumulate 0 overwrites. */
+template <int THREADS, int LD>
+static __device__ __forceinline__ void gt_moe_dw_store_tile(float *dwe, const float *cs, int n0,
+                                                            int k0, int Nf, int K, int accumulate) {
+    for (int base = 0; base < 128 * 128 / 4; base += THREADS * 8) {
+        float4 old[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int q = base + u * THREADS + threadIdx.x, r = q >> 5, c = (q & 31) * 4;
+            old[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (accumulate && n0 + r < Nf && k0 + c < K)
+                old[u] = *(const float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int q = base + u * THREADS + threadIdx.x, r = q >> 5, c = (q & 31) * 4;
+            if (n0 + r < Nf && k0 + c < K) {
+                const float *t = cs + r * LD + c;
+                *(float4 *)(dwe + (size_t)(n0 + r) * K + k0 + c) =
+                    make_float4(old[u].x + t[0], old[u].y + t[1], old[u].z + t[2], old[u].w + t[3]);
+            }
+        }
+    }
 }
 
 /* out[R, Ncols] rows of each group = A[R, Kdim] @ W_e^T, W_e(c, k) = w[e*w_expert + c*wc + k*wk] */
