@@ -2,9 +2,10 @@
  * ldmatrix fragment loads and a 3-stage cp.async pipeline: 128x128 block tiles, 4 warps of
  * 64x64, k steps of 64 (22.2 ms/step on moe against 23.0 with 4 stages of 32; 256-row tiles
  * with 8 warps measured slower, 25.4; 8 warps of 64x32 no faster, 20.89 against 20.82). The
- * default where the sm_90a warpgroup-MMA kernels of k_moe_wgmma.cu cannot run. Same contract as the WMMA kernels of k_moe_gemm.cu (device
- * offsets, worst-case grid, each block finds its expert's row tile, fixed summation order, no
- * atomics), about three times their speed on the moe workload's shapes.
+ * default where the sm_90a warpgroup-MMA kernels of k_moe_wgmma.cu cannot run. Same contract as the
+ * WMMA kernels of k_moe_gemm.cu (device offsets, worst-case grid, each block finds its expert's row
+ * tile, fixed summation order, no atomics), about three times their speed on the moe workload's
+ * shapes.
  *
  * Operands sit in shared memory either as [outer][64 k] rows ("k-contiguous", padded to 72
  * elements) or as [64 k][128 outer] rows ("outer-contiguous", padded to 136); both paddings
