@@ -166,7 +166,9 @@ __global__ void __launch_bounds__(CE_THREADS)
     }
     float S = block_sum(sum, sh); /* its first barrier also ends the reads of the maxima */
     float lse = M + logf(S), scale = valid ? dscale / S : 0.0f;
-    if (threadIdx.x == 0) losses[n] = valid ? lse - __bfloat162float(x[t]) : 0.0f;
+    /* the target's logit from the staged row: in place, x[t] may already hold a gradient */
+    if (threadIdx.x == 0)
+        losses[n] = valid ? lse - __bfloat162float(((const bf16 *)ce_raw)[t]) : 0.0f;
     bf16 *dx = dlogits + (size_t)n * V;
     for (int j = threadIdx.x; j < V8; j += blockDim.x) {
         float f[8];
