@@ -404,6 +404,30 @@ static void test_cross_entropy_in_place_and_loss_sum_match_cpu(void **state) {
         EXPECT_CLOSE(what, gotv, c_dl, nv, TOL_BF16);
         free(logits), free(gotv);
     }
+    /* in place over many rows, twice: the losses must not depend on the order in which the
+     * block's threads overwrite the logits with the gradient (the target's logit once raced
+     * with those stores) */
+    {
+        enum { NB = 1024, VB = 32768 };
+        size_t nv = (size_t)NB * VB;
+        float *logits = rand_vec(e, nv, 4.0f), *l1 = malloc(NB * 4), *l2 = malloc(NB * 4);
+        int32_t *tg = malloc(NB * 4);
+        for (int i = 0; i < NB; i++)
+            tg[i] = (int32_t)(env_next(e) % (uint64_t)VB);
+        int32_t *g_tg = g_i32(e, tg, NB);
+        float *g_l = g_f32(e, NULL, NB);
+        for (int rep = 0; rep < 2; rep++) {
+            void *g_logits = g_act(e, logits, nv);
+            e->gpu->ops->cross_entropy(e->gpu, e->gs, g_l, g_logits, g_logits, g_tg, NB, VB, 1.0f);
+            g_read_f32(e, rep ? l2 : l1, g_l, NB);
+        }
+        assert_memory_equal(l1, l2, NB * 4);
+        float *c_l = c_f32(e, NULL, NB), *c_dl = c_f32(e, NULL, nv);
+        e->cpu->ops->cross_entropy(e->cpu, e->cs, c_l, c_dl, c_f32(e, logits, nv), c_i32(e, tg, NB),
+                                   NB, VB, 1.0f);
+        EXPECT_CLOSE("cross_entropy losses in place, 1024 x 32768", l1, c_l, NB, TOL_F32);
+        free(logits), free(l1), free(l2), free(tg);
+    }
     gt_step_state init = default_state(), *cst, *gst, hs;
     init.loss = 1.25f;
     make_states(e, &init, &cst, &gst);
