@@ -4,7 +4,8 @@
 # QUICK_MOE_VARIANTS on the moe workload. No PyTorch (scripts/gpu-check.sh is the full run).
 # Carry build-gpu-run (scripts/gpu-build.sh). Logs under $OUT (summary.txt).
 # Env: QUICK_WORKLOADS (default "tiny gpt124m llama1b moe"), QUICK_MOE_VARIANTS (default "wgmma";
-# each other variant also reruns the MoE GPU tests).
+# each other variant also reruns the MoE GPU tests), QUICK_MODES (default "eager,full_iteration";
+# "all" adds the per-layer scope sets).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gt-quick}; mkdir -p "$OUT"
@@ -28,9 +29,9 @@ for w in ${QUICK_WORKLOADS:-tiny gpt124m llama1b moe}; do
   variants=wgmma
   [ "$w" = moe ] && variants=${QUICK_MOE_VARIANTS:-wgmma}
   for v in $variants; do
-    GT_CUDA_MOE=$v timeout 120 $GT bench --recipe $w --modes eager,full_iteration --steps 20 \
+    GT_CUDA_MOE=$v timeout 120 $GT bench --recipe $w --modes ${QUICK_MODES:-eager,full_iteration} --steps 20 \
       --warmup 2 >"$OUT/bench_${w}_$v.log" 2>&1
     echo "bench $w GT_CUDA_MOE=$v rc=$?" | tee -a "$S"
-    grep -E "^(eager|full_iteration)|identical|[Ee]rror" "$OUT/bench_${w}_$v.log" | tee -a "$S"
+    grep -E "^(eager|attn|full_iteration)|identical|[Ee]rror" "$OUT/bench_${w}_$v.log" | tee -a "$S"
   done
 done
