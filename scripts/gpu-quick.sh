@@ -18,7 +18,7 @@ S=$OUT/summary.txt
 for t in build-gpu-run/gpu_test_*; do
   timeout 120 "$t" >"$OUT/$(basename "$t").log" 2>&1
   echo "$(basename "$t") rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$(basename "$t").log" | tr '\n' ' ')" | tee -a "$S"
-  grep -E "FAILED|rel L2 error .* \(tol" "$OUT/$(basename "$t").log" | grep -iE "moe_matmul|FAILED|rope" | tee -a "$S"
+  grep -E "FAILED|rel L2 error .* \(tol" "$OUT/$(basename "$t").log" | grep -iE "moe_matmul|FAILED|rope|in place, 1024" | tee -a "$S"
 done
 for v in ${QUICK_MOE_VARIANTS:-wgmma}; do
   [ "$v" = wgmma ] && continue
