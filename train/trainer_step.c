@@ -113,6 +113,10 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     t->next_pos = gt_data_get_pos(t->train);
     t->prefetch_rc = load_batch(t, t->h_next, t->steps + 2, &t->prefetch_err);
     t->prefetched = t->prefetch_rc == GT_OK;
+    if (t->prefetch_rc) { /* back to the batch's start: a checkpoint or a retry reads it whole */
+        gt_error ignored = {0};
+        (void)gt_data_set_pos(t->train, t->next_pos, &ignored);
+    }
     t->b->ops->memcpy_d2h(t->b, t->s, &t->h_st[0], t->st, sizeof(gt_step_state));
     rc = t->b->ops->stream_sync(t->b, t->s, err);
     if (!rc) rc = gt_backend_check(t->b, err);

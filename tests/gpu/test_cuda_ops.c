@@ -410,7 +410,7 @@ static void test_cross_entropy_in_place_and_loss_sum_match_cpu(void **state) {
     {
         enum { NB = 1024, VB = 32768 };
         size_t nv = (size_t)NB * VB;
-        float *logits = rand_vec(e, nv, 4.0f), *l1 = malloc(NB * 4), *l2 = malloc(NB * 4);
+        float *logits = rand_vec(e, nv, 4.0f), *l1 = calloc(NB, 4), *l2 = calloc(NB, 4);
         int32_t *tg = malloc(NB * 4);
         for (int i = 0; i < NB; i++)
             tg[i] = (int32_t)(env_next(e) % (uint64_t)VB);
