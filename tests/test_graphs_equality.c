@@ -8,21 +8,7 @@
 #define STEPS 30
 #define WARMUP 2
 
-static gtf_run g_eager; /* the reference, trained once */
-
-static int setup(void **state) {
-    (void)state;
-    gt_config c;
-    gtf_tiny_dense(&c);
-    gtf_train(&c, STEPS, &g_eager);
-    return g_eager.steps == STEPS ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    gtf_free(&g_eager);
-    return 0;
-}
+GTF_EAGER_REFERENCE(STEPS)
 
 static void test_eager_run_captures_nothing(void **state) {
     (void)state;
@@ -193,5 +179,5 @@ int main(void) {
         cmocka_unit_test(test_zero_warmup_captures_the_first_step),
         cmocka_unit_test(test_debug_capture_check_passes_and_changes_nothing),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, gtf_eager_setup, gtf_eager_teardown);
 }

@@ -8,21 +8,7 @@
 #define STEPS 12
 #define WARMUP 2
 
-static gtf_run g_eager; /* eager reference, STEPS steps */
-
-static int setup(void **state) {
-    (void)state;
-    gt_config c;
-    gtf_tiny_dense(&c);
-    gtf_train(&c, STEPS, &g_eager);
-    return g_eager.steps == STEPS ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    gtf_free(&g_eager);
-    return 0;
-}
+GTF_EAGER_REFERENCE(STEPS)
 
 /* Master weights of an eager run of `steps` steps. */
 static void eager_master(int steps, gtf_run *out) {
@@ -267,5 +253,5 @@ int main(void) {
         cmocka_unit_test(test_destroy_after_failed_capture_leaves_no_graph),
         cmocka_unit_test(test_destroy_accepts_null),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, gtf_eager_setup, gtf_eager_teardown);
 }

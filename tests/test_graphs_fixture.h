@@ -170,4 +170,22 @@ static inline void gtf_assert_progress(const gtf_run *r, int warmup) {
     }
 }
 
+/* Defines g_eager, an eager reference run of n_steps steps of gtf_tiny_dense trained once by
+ * the group setup, and that setup / teardown pair (gtf_eager_setup, gtf_eager_teardown) for
+ * cmocka_run_group_tests. */
+#define GTF_EAGER_REFERENCE(n_steps)                                                               \
+    static gtf_run g_eager;                                                                        \
+    static int gtf_eager_setup(void **state) {                                                     \
+        (void)state;                                                                               \
+        gt_config c;                                                                               \
+        gtf_tiny_dense(&c);                                                                        \
+        gtf_train(&c, (n_steps), &g_eager);                                                        \
+        return g_eager.steps == (n_steps) ? 0 : -1;                                                \
+    }                                                                                              \
+    static int gtf_eager_teardown(void **state) {                                                  \
+        (void)state;                                                                               \
+        gtf_free(&g_eager);                                                                        \
+        return 0;                                                                                  \
+    }
+
 #endif
