@@ -241,4 +241,20 @@ static inline gt_step_state default_state(void) {
     return s;
 }
 
+/* cmocka hooks shared by the GPU test binaries: one gpu_env per group (the state), and a
+ * per-test teardown that frees the buffers a test allocated through it. */
+static inline int gpu_group_setup(void **state) {
+    gpu_env *e = NULL;
+    if (env_open(&e)) return -1;
+    *state = e;
+    return 0;
+}
+static inline int gpu_group_teardown(void **state) {
+    return env_close(*state);
+}
+static inline int gpu_free_bufs(void **state) {
+    env_free_all(*state);
+    return 0;
+}
+
 #endif

@@ -4,19 +4,6 @@
  * backward, gradient norm, AdamW) succeeds and replays bitwise equal to eager step by step. */
 #include "gpu/gpu_testutil.h"
 
-static int setup(void **state) {
-    gpu_env *e = NULL;
-    if (env_open(&e)) return -1;
-    *state = e;
-    return 0;
-}
-static int teardown(void **state) {
-    return env_close(*state);
-}
-static int free_bufs(void **state) {
-    env_free_all(*state);
-    return 0;
-}
 
 /* A tiny one-layer model step on the GPU, all buffers fixed. */
 enum { BB = 2, TT = 96, HH = 4, KVH = 2, HD = 64, DM = HH * HD, VOC = 512, FF = 384 };
@@ -305,11 +292,11 @@ static void test_global_capture_of_a_training_step_replays_bitwise_equal_to_eage
 }
 
 int main(void) {
-#define T(f) cmocka_unit_test_teardown(f, free_bufs)
+#define T(f) cmocka_unit_test_teardown(f, gpu_free_bufs)
     const struct CMUnitTest tests[] = {
         T(test_capture_of_a_short_sequence_replays_equal_to_eager),
         T(test_capture_that_synchronizes_is_rejected_cleanly),
         T(test_global_capture_of_a_training_step_replays_bitwise_equal_to_eager),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
 }

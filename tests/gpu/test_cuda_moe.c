@@ -3,19 +3,6 @@
  * gather/combine and the grouped GEMMs over device offsets (including empty experts). */
 #include "gpu/gpu_testutil.h"
 
-static int setup(void **state) {
-    gpu_env *e = NULL;
-    if (env_open(&e)) return -1;
-    *state = e;
-    return 0;
-}
-static int teardown(void **state) {
-    return env_close(*state);
-}
-static int free_bufs(void **state) {
-    env_free_all(*state);
-    return 0;
-}
 
 enum { N_TOK = 200, E_EXP = 16, TOPK = 4, D_MODEL = 96, NF = 80 };
 
@@ -315,7 +302,7 @@ static void test_permute_over_several_rounds_matches_cpu(void **state) {
 }
 
 int main(void) {
-#define T(f) cmocka_unit_test_teardown(f, free_bufs)
+#define T(f) cmocka_unit_test_teardown(f, gpu_free_bufs)
     const struct CMUnitTest tests[] = {
         T(test_router_topk_aux_loss_and_backward_match_cpu),
         T(test_permute_is_stable_and_matches_cpu_dropless_and_capacity),
@@ -323,5 +310,5 @@ int main(void) {
         T(test_gather_combine_and_grouped_matmuls_match_cpu),
         T(test_grouped_matmuls_match_cpu_across_tiles),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
 }

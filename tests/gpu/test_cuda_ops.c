@@ -3,19 +3,6 @@
  * precision, plus determinism (two runs bitwise equal) of the ops that reduce. */
 #include "gpu/gpu_testutil.h"
 
-static int setup(void **state) {
-    gpu_env *e = NULL;
-    if (env_open(&e)) return -1;
-    *state = e;
-    return 0;
-}
-static int teardown(void **state) {
-    return env_close(*state);
-}
-static int free_bufs(void **state) {
-    env_free_all(*state);
-    return 0;
-}
 
 static void test_from_float_rounds_to_nearest_bf16(void **state) {
     gpu_env *e = *state;
@@ -594,7 +581,7 @@ static void test_memory_is_tracked_with_a_peak(void **state) {
 }
 
 int main(void) {
-#define T(f) cmocka_unit_test_teardown(f, free_bufs)
+#define T(f) cmocka_unit_test_teardown(f, gpu_free_bufs)
     const struct CMUnitTest tests[] = {
         T(test_from_float_rounds_to_nearest_bf16),
         T(test_embedding_matches_cpu_and_backward_is_deterministic),
@@ -613,5 +600,5 @@ int main(void) {
         T(test_unplanned_matmul_shape_is_a_sticky_error_naming_it),
         T(test_memory_is_tracked_with_a_peak),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
 }

@@ -9,19 +9,6 @@
 
 #define REPS 20
 
-static int setup(void **state) {
-    gpu_env *e = NULL;
-    if (env_open(&e)) return -1;
-    *state = e;
-    return 0;
-}
-static int teardown(void **state) {
-    return env_close(*state);
-}
-static int free_bufs(void **state) {
-    env_free_all(*state);
-    return 0;
-}
 
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -243,12 +230,12 @@ static void test_grouped_matmul_speed_at_the_moe_shape(void **state) {
 }
 
 int main(void) {
-#define T(f) cmocka_unit_test_teardown(f, free_bufs)
+#define T(f) cmocka_unit_test_teardown(f, gpu_free_bufs)
     const struct CMUnitTest tests[] = {
         T(test_matmul_reaches_a_large_fraction_of_peak),
         T(test_attention_speed_at_workload_shapes),
         T(test_memory_bound_ops_speed),
         T(test_grouped_matmul_speed_at_the_moe_shape),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
 }
