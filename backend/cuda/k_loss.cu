@@ -7,6 +7,32 @@
 #define CE_THREADS 512
 #define LOSS_THREADS 1024
 
+/* log-sum-exp of the block from each thread's running (max, sum of exp(x - max)): a fixed
+ * butterfly in the warp, then the warps in order (sh_m, sh_s: CE_THREADS / 32 floats each). */
+static __device__ __forceinline__ float ce_block_lse(float m, float sum, float *sh_m, float *sh_s) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, sum, o);
+        float mm = fmaxf(m, m2);
+        sum = (m == -INFINITY ? 0.0f : sum * expf(m - mm)) +
+              (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mm));
+        m = mm;
+    }
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    if (lane == 0) {
+        sh_m[wid] = m;
+        sh_s[wid] = sum;
+    }
+    __syncthreads();
+    float M = -INFINITY, S = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+        float mm = fmaxf(M, sh_m[w]);
+        S = (M == -INFINITY ? 0.0f : S * expf(M - mm)) +
+            (sh_m[w] == -INFINITY ? 0.0f : sh_s[w] * expf(sh_m[w] - mm));
+        M = mm;
+    }
+    return M + logf(S);
+}
+
 /* ---- cross entropy: one block per row, online softmax, dlogits written in place ---- */
 
 __global__ void k_cross_entropy(float *losses, bf16 *dlogits, const bf16 *logits,
@@ -28,28 +54,7 @@ __global__ void k_cross_entropy(float *losses, bf16 *dlogits, const bf16 *logits
             sum += expf(v - m);
         }
     }
-    /* combine (m, sum) pairs: a fixed butterfly in the warp, then warps in order */
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, sum, o);
-        float mm = fmaxf(m, m2);
-        sum = (m == -INFINITY ? 0.0f : sum * expf(m - mm)) +
-              (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mm));
-        m = mm;
-    }
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    if (lane == 0) {
-        sh_m[wid] = m;
-        sh_s[wid] = sum;
-    }
-    __syncthreads();
-    float M = -INFINITY, S = 0.0f;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
-        float mm = fmaxf(M, sh_m[w]);
-        S = (M == -INFINITY ? 0.0f : S * expf(M - mm)) +
-            (sh_m[w] == -INFINITY ? 0.0f : sh_s[w] * expf(sh_m[w] - mm));
-        M = mm;
-    }
-    float lse = M + logf(S);
+    float lse = ce_block_lse(m, sum, sh_m, sh_s);
     if (threadIdx.x == 0) losses[n] = valid ? lse - sh_tl : 0.0f;
     bf16 *dx = dlogits + (size_t)n * V;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
@@ -83,27 +88,7 @@ __global__ void k_cross_entropy8(float *losses, bf16 *dlogits, const bf16 *logit
             sum += expf(v[k] - mn);
         m = mn;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, sum, o);
-        float mm = fmaxf(m, m2);
-        sum = (m == -INFINITY ? 0.0f : sum * expf(m - mm)) +
-              (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mm));
-        m = mm;
-    }
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    if (lane == 0) {
-        sh_m[wid] = m;
-        sh_s[wid] = sum;
-    }
-    __syncthreads();
-    float M = -INFINITY, S = 0.0f;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
-        float mm = fmaxf(M, sh_m[w]);
-        S = (M == -INFINITY ? 0.0f : S * expf(M - mm)) +
-            (sh_m[w] == -INFINITY ? 0.0f : sh_s[w] * expf(sh_m[w] - mm));
-        M = mm;
-    }
-    float lse = M + logf(S);
+    float lse = ce_block_lse(m, sum, sh_m, sh_s);
     if (threadIdx.x == 0) losses[n] = valid ? lse - sh_tl : 0.0f;
     bf16 *dx = dlogits + (size_t)n * V;
     for (int j = threadIdx.x; j < V8; j += blockDim.x) {

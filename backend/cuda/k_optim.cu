@@ -95,40 +95,48 @@ __global__ void k_gradnorm_final(gt_step_state *st, const double *part, int part
     }
 }
 
-__global__ void k_adamw(bf16 *params, float *master, const float *grads, float *m, float *v,
-                        size_t n, size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
+/* The step's AdamW scalars from the step state; false (and st->skipped set once) when a NaN
+ * check fired, so the update changes nothing. */
+static __device__ __forceinline__ bool adamw_begin(gt_step_state *st, const gt_adamw_params &hp,
+                                                   float *lr, float *clip, float *bc1, float *bc2) {
     if (st->nan_flags) {
         if (blockIdx.x == 0 && threadIdx.x == 0) st->skipped = 1;
-        return;
+        return false;
     }
-    float lr = st->lr, clip = st->clip_coef;
+    *lr = st->lr, *clip = st->clip_coef;
     float t = (float)(st->step + 1);
-    float bc1 = 1.0f - powf(hp.beta1, t), bc2 = 1.0f - powf(hp.beta2, t);
+    *bc1 = 1.0f - powf(hp.beta1, t), *bc2 = 1.0f - powf(hp.beta2, t);
+    return true;
+}
+
+/* One element: moments and master weight updated in place, g already clipped (the CPU
+ * reference's order of operations). */
+static __device__ __forceinline__ void adamw_elem(float g, float *m, float *v, float *w, float lr,
+                                                  float bc1, float bc2, float wd,
+                                                  const gt_adamw_params &hp) {
+    float mi = hp.beta1 * *m + (1.0f - hp.beta1) * g;
+    float vi = hp.beta2 * *v + (1.0f - hp.beta2) * g * g;
+    *m = mi;
+    *v = vi;
+    *w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + hp.eps) + wd * *w);
+}
+
+__global__ void k_adamw(bf16 *params, float *master, const float *grads, float *m, float *v,
+                        size_t n, size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
+    float lr, clip, bc1, bc2;
+    if (!adamw_begin(st, hp, &lr, &clip, &bc1, &bc2)) return;
     GT_GRID_STRIDE(i, n) {
-        float g = grads[i] * clip;
-        float mi = hp.beta1 * m[i] + (1.0f - hp.beta1) * g;
-        float vi = hp.beta2 * v[i] + (1.0f - hp.beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi / bc1, vhat = vi / bc2;
-        float w = master[i];
         float wd = i < n_decay ? hp.weight_decay : 0.0f;
-        w -= lr * (mhat / (sqrtf(vhat) + hp.eps) + wd * w);
-        master[i] = w;
-        params[i] = tobf(w);
+        adamw_elem(grads[i] * clip, &m[i], &v[i], &master[i], lr, bc1, bc2, wd, hp);
+        params[i] = tobf(master[i]);
     }
 }
 
 /* The same four elements at a time (n % 4 == 0, aligned arrays). */
 __global__ void k_adamw4(bf16 *params, float *master, const float *grads, float *m, float *v,
                          size_t n4, size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
-    if (st->nan_flags) {
-        if (blockIdx.x == 0 && threadIdx.x == 0) st->skipped = 1;
-        return;
-    }
-    float lr = st->lr, clip = st->clip_coef;
-    float t = (float)(st->step + 1);
-    float bc1 = 1.0f - powf(hp.beta1, t), bc2 = 1.0f - powf(hp.beta2, t);
+    float lr, clip, bc1, bc2;
+    if (!adamw_begin(st, hp, &lr, &clip, &bc1, &bc2)) return;
     GT_GRID_STRIDE(q, n4) {
         float4 g4 = ((const float4 *)grads)[q], m4 = ((float4 *)m)[q], v4 = ((float4 *)v)[q];
         float4 w4 = ((float4 *)master)[q];
@@ -137,16 +145,9 @@ __global__ void k_adamw4(bf16 *params, float *master, const float *grads, float 
         bf16 ps[4];
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            float g = gs[k] * clip;
-            float mi = hp.beta1 * ms[k] + (1.0f - hp.beta1) * g;
-            float vi = hp.beta2 * vs[k] + (1.0f - hp.beta2) * g * g;
-            ms[k] = mi;
-            vs[k] = vi;
             float wd = 4 * q + k < n_decay ? hp.weight_decay : 0.0f;
-            float w = ws[k];
-            w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + hp.eps) + wd * w);
-            ws[k] = w;
-            ps[k] = tobf(w);
+            adamw_elem(gs[k] * clip, &ms[k], &vs[k], &ws[k], lr, bc1, bc2, wd, hp);
+            ps[k] = tobf(ws[k]);
         }
         ((float4 *)m)[q] = make_float4(ms[0], ms[1], ms[2], ms[3]);
         ((float4 *)v)[q] = make_float4(vs[0], vs[1], vs[2], vs[3]);
