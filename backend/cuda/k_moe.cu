@@ -624,62 +624,46 @@ static int gm_check(gt_backend *b, const char *what, int R, int E, int Nf, int K
     return !b->planning && R > 0;
 }
 
+/* out[R, Ncols] = A[R, Kdim] @ W_e^T per group, W_e stored [Ncols][Kdim] (kmajor: the
+ * forward) or [Kdim][Ncols] (the data gradient), through the kernels moe_mode selects: wgmma,
+ * then mma.sync, then the 64x64 WMMA kernels for shapes those cannot take; or SIMT. */
+static void grouped_mm(gt_backend *b, gt_stream *s, const char *what, void *out, const void *A,
+                       const void *w, const int32_t *offsets, int R, int E, int Ncols, int Kdim,
+                       int kmajor) {
+    int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
+    cudaStream_t cs = gt_cuda_stream(s);
+    bf16 *o = (bf16 *)out;
+    const bf16 *a = (const bf16 *)A, *wb = (const bf16 *)w;
+    int wc = kmajor ? Kdim : 1, wk = kmajor ? 1 : Ncols;
+    int done = mode == GT_MOE_WGMMA &&
+               gt_cuda_grouped_mm_wgmma(cs, o, a, wb, offsets, R, E, Ncols, Kdim, kmajor);
+    if (!done && (mode == GT_MOE_MMA || mode == GT_MOE_WGMMA))
+        done = gt_cuda_grouped_mm_mma(cs, o, a, wb, offsets, R, E, Ncols, Kdim, kmajor);
+    if (!done && mode != GT_MOE_SIMT) {
+        gt_cuda_grouped_mm_tc(cs, o, a, wb, offsets, R, E, Ncols, Kdim, (size_t)Ncols * Kdim, wc,
+                              wk);
+        done = 1;
+    }
+    if (!done) {
+        dim3 grid((Ncols + GM_BN - 1) / GM_BN, (R + GM_BM - 1) / GM_BM + E);
+        k_grouped_mm<<<grid, MOE_THREADS, 0, cs>>>(o, a, wb, offsets, E, Ncols, Kdim,
+                                                   (size_t)Ncols * Kdim, wc, wk);
+    }
+    GT_CUDA_LAUNCHED(b, what);
+}
+
 static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *a,
                                 const void *w, const int32_t *offsets, int R, int E, int Nf,
                                 int K) {
     if (!gm_check(b, "moe_matmul_fwd", R, E, Nf, K)) return;
-    int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_WGMMA &&
-        gt_cuda_grouped_mm_wgmma(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
-                                 offsets, R, E, Nf, K, 1)) {
-        GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
-        return;
-    }
-    if ((mode == GT_MOE_MMA || mode == GT_MOE_WGMMA) &&
-        gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
-                               offsets, R, E, Nf, K, 1)) {
-        GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
-        return;
-    }
-    if (mode != GT_MOE_SIMT) {
-        gt_cuda_grouped_mm_tc(gt_cuda_stream(s), (bf16 *)out, (const bf16 *)a, (const bf16 *)w,
-                              offsets, R, E, Nf, K, (size_t)Nf * K, K, 1);
-        GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
-        return;
-    }
-    dim3 grid((Nf + GM_BN - 1) / GM_BN, (R + GM_BM - 1) / GM_BM + E);
-    k_grouped_mm<<<grid, MOE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)out, (const bf16 *)a, (const bf16 *)w, offsets, E, Nf, K, (size_t)Nf * K, K, 1);
-    GT_CUDA_LAUNCHED(b, "moe_matmul_fwd");
+    grouped_mm(b, s, "moe_matmul_fwd", out, a, w, offsets, R, E, Nf, K, 1);
 }
 
 static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, const void *dout,
                                      const void *w, const int32_t *offsets, int R, int E, int Nf,
                                      int K) {
     if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K)) return;
-    int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_WGMMA &&
-        gt_cuda_grouped_mm_wgmma(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
-                                 offsets, R, E, K, Nf, 0)) {
-        GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
-        return;
-    }
-    if ((mode == GT_MOE_MMA || mode == GT_MOE_WGMMA) &&
-        gt_cuda_grouped_mm_mma(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
-                               offsets, R, E, K, Nf, 0)) {
-        GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
-        return;
-    }
-    if (mode != GT_MOE_SIMT) {
-        gt_cuda_grouped_mm_tc(gt_cuda_stream(s), (bf16 *)da, (const bf16 *)dout, (const bf16 *)w,
-                              offsets, R, E, K, Nf, (size_t)Nf * K, 1, K);
-        GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
-        return;
-    }
-    dim3 grid((K + GM_BN - 1) / GM_BN, (R + GM_BM - 1) / GM_BM + E);
-    k_grouped_mm<<<grid, MOE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)da, (const bf16 *)dout, (const bf16 *)w, offsets, E, K, Nf, (size_t)Nf * K, 1, K);
-    GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_data");
+    grouped_mm(b, s, "moe_matmul_bwd_data", da, dout, w, offsets, R, E, K, Nf, 0);
 }
 
 static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, const void *dout,
