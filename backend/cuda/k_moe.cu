@@ -684,7 +684,9 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
         return;
     }
     /* the tc and SIMT kernels only accumulate: overwriting is zeroing first */
-    if (!accumulate) cudaMemsetAsync(dw, 0, (size_t)E * Nf * K * sizeof(float), gt_cuda_stream(s));
+    if (!accumulate)
+        GT_CUDA_OP(b,
+                   cudaMemsetAsync(dw, 0, (size_t)E * Nf * K * sizeof(float), gt_cuda_stream(s)));
     if (mode != GT_MOE_SIMT) {
         gt_cuda_grouped_mm_dw_tc(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
                                  offsets, E, Nf, K);
