@@ -4,7 +4,6 @@
  * backward, gradient norm, AdamW) succeeds and replays bitwise equal to eager step by step. */
 #include "gpu/gpu_testutil.h"
 
-
 /* A tiny one-layer model step on the GPU, all buffers fixed. */
 enum { BB = 2, TT = 96, HH = 4, KVH = 2, HD = 64, DM = HH * HD, VOC = 512, FF = 384 };
 #define NTOK (BB * TT)

@@ -3,7 +3,6 @@
  * gather/combine and the grouped GEMMs over device offsets (including empty experts). */
 #include "gpu/gpu_testutil.h"
 
-
 enum { N_TOK = 200, E_EXP = 16, TOPK = 4, D_MODEL = 96, NF = 80 };
 
 /* Routing of N_TOK tokens on both backends; experts 5 and 9 get no tokens. */

@@ -3,7 +3,6 @@
  * precision, plus determinism (two runs bitwise equal) of the ops that reduce. */
 #include "gpu/gpu_testutil.h"
 
-
 static void test_from_float_rounds_to_nearest_bf16(void **state) {
     gpu_env *e = *state;
     size_t n = 4096;

@@ -9,7 +9,6 @@
 
 #define REPS 20
 
-
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
