@@ -673,7 +673,7 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
     int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
     if (mode == GT_MOE_WGMMA &&
         gt_cuda_grouped_mm_dw_wgmma(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
-                                    offsets, E, Nf, K, accumulate)) {
+                                    offsets, R, E, Nf, K, accumulate)) {
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
         return;
     }
@@ -704,8 +704,9 @@ extern "C" int gt_cuda_moe_init(gt_error *err) {
     if (e == cudaSuccess) e = gt_cuda_grouped_mm_wgmma_init();
     if (e != cudaSuccess)
         return gt_error_set(err, GT_ERR_DEVICE,
-                            "cudaFuncSetAttribute(grouped GEMM shared memory): %s (the MoE "
-                            "kernels need up to 109 KiB of shared memory per block)",
+                            "setting up the grouped GEMM kernels: %s (the MoE kernels need up "
+                            "to 109 KiB of shared memory per block, and the driver's "
+                            "cuTensorMapEncodeTiled; a driver for CUDA 12 or later has it)",
                             cudaGetErrorString(e));
     return GT_OK;
 }

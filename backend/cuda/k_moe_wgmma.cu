@@ -1,19 +1,29 @@
 /* Grouped GEMMs of the MoE experts on Hopper's warpgroup MMA (wgmma, sm_90a; this file alone
- * is compiled for sm_90a, see CMakeLists.txt). 128x128 block tiles, two warpgroups of 64x128
- * (m64n128k16), k steps of 64 through a 3-stage cp.async pipeline, two blocks an SM. Same
- * contracts as the mma kernels of k_moe_mma.cu (device offsets, worst-case grid, each block
- * finds its expert's row tile, fixed summation order, no atomics):
+ * is compiled for sm_90a, see CMakeLists.txt), fed by the tensor memory accelerator (TMA).
+ * 128x128 block tiles; a block is two consumer warpgroups (64x128 each, m64n128k16) and one
+ * producer warp that issues the TMA copies of k steps of 64 into a 3-stage ring guarded by
+ * mbarriers (full: the copies landed; empty: both warpgroups finished reading); consumers keep
+ * one wgmma group in flight. Two blocks an SM. Same contracts as the mma kernels of
+ * k_moe_mma.cu (device offsets, worst-case grid, each block finds its expert's row tile, fixed
+ * summation order, no atomics):
  * - k_grouped_mm_wgmma<false>: the forward, out[r, c] = sum_k A[r, k] W_e[c, k];
  * - k_grouped_mm_wgmma<true>: the data gradient, da[r, c] = sum_n dout[r, n] W_e[n, c];
  * - k_grouped_mm_dw_wgmma: dw[e][n, k] (+)= sum over the expert's rows r of dout[r, n] a[r, k].
  *
- * Shared-memory tiles use the 128-byte swizzle wgmma reads, in 1024-byte atoms of 8 rows of
- * 128 bytes where the 16-byte chunk c of row r sits at chunk c ^ r:
- * - k-contiguous ("K-major") operand, [128 rows][64 k]: row o at o * 128, so 8-row groups are
- *   1024 bytes apart (the descriptor's stride); a k16 slice starts 32 bytes into the rows.
- * - row-contiguous ("MN-major") operand, [64 k][128 rows]: atoms of 8 k x 64 rows; the 8 k
- *   groups of one 64-row half are 1024 bytes apart (stride), the two halves 8192 bytes
- *   (leading offset); a k16 slice starts two atoms (2048 bytes) further. */
+ * Shared-memory tiles use the 128-byte swizzle of both TMA and wgmma, in 1024-byte atoms of 8
+ * rows of 128 bytes where the 16-byte chunk c of row r sits at chunk c ^ r:
+ * - k-contiguous ("K-major") operand, [128 rows][64 k], one TMA box of 64 x 128: row o at
+ *   o * 128, so 8-row groups are 1024 bytes apart (the descriptor's stride); a k16 slice
+ *   starts 32 bytes into the rows.
+ * - row-contiguous ("MN-major") operand, [64 k][128 rows], two TMA boxes of 64 rows x 64 k,
+ *   8192 bytes apart (the descriptor's leading offset); the 8 k groups of one box are 1024
+ *   bytes apart (stride); a k16 slice starts two atoms (2048 bytes) further.
+ * What the boxes read past the operands is zero (TMA fills out-of-bounds elements with
+ * zeros): k past Kdim, rows past R, columns past Ncols. Rows of the next expert inside a tile
+ * only reach outputs that are not stored, except in the weight gradient, whose last k step
+ * zeroes them in shared memory. */
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <stdint.h>
 
 #include "backend/cuda/moe_gemm.cuh"
@@ -21,38 +31,51 @@
 #define WG_TILE 128
 #define WG_BK 64
 #define WG_STAGES 3
-#define WG_THREADS 256
-#define WG_TILE_BYTES (WG_TILE * WG_BK * 2)         /* one operand tile: 16 KiB */
-#define WG_STAGE_BYTES (2 * WG_TILE_BYTES)          /* A and B */
-#define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 1024) /* + slack to align to 1024 bytes */
+#define WG_CONSUMERS 256                    /* two warpgroups */
+#define WG_THREADS (WG_CONSUMERS + 32)      /* + the producer warp */
+#define WG_TILE_BYTES (WG_TILE * WG_BK * 2) /* one operand tile: 16 KiB */
+#define WG_STAGE_BYTES (2 * WG_TILE_BYTES)  /* A and B */
+/* the ring, its 2 x WG_STAGES mbarriers, and slack to align the ring to 1024 bytes */
+#define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 2 * WG_STAGES * 8 + 1024)
 #define WG_LD_C (WG_TILE + 4) /* fp32 staging of a finished dw tile: 128 x 132 x 4 < 96 KiB */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* One operand tile of a k step into the swizzled layout. g points at element (row 0, k 0);
- * ld is the global stride between consecutive stored rows (k-contiguous: between tile rows;
- * row-contiguous: between k rows); rows_left and k_left bound the valid part (multiples of 8
- * along the contiguous dimension); the rest is zero-filled. */
-template <bool MN>
-static __device__ __forceinline__ void wg_load(unsigned char *s, const bf16 *g, size_t ld,
-                                               int rows_left, int k_left, const bf16 *safe) {
-    int tid = threadIdx.x;
-    if (!MN) {
-#pragma unroll
-        for (int q = tid; q < WG_TILE * (WG_BK / 8); q += WG_THREADS) {
-            int o = q >> 3, kc = q & 7;
-            bool ok = o < rows_left && kc * 8 < k_left;
-            gt_cp_async16(s + o * 128 + ((kc ^ (o & 7)) << 4),
-                          ok ? g + (size_t)o * ld + kc * 8 : safe, ok);
-        }
-    } else {
-#pragma unroll
-        for (int q = tid; q < WG_BK * (WG_TILE / 8); q += WG_THREADS) {
-            int kr = q >> 4, oc = q & 15, c = oc & 7;
-            bool ok = kr < k_left && oc * 8 < rows_left;
-            int at = (oc >> 3) * 8192 + (kr >> 3) * 1024 + (kr & 7) * 128 + ((c ^ (kr & 7)) << 4);
-            gt_cp_async16(s + at, ok ? g + (size_t)kr * ld + oc * 8 : safe, ok);
-        }
-    }
+static __device__ __forceinline__ void mb_init(uint64_t *bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(gt_smem_u32(bar)), "r"(count));
+}
+
+/* the producer's arrival, announcing the bytes the stage's copies will deliver */
+static __device__ __forceinline__ void mb_expect_tx(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(gt_smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void mb_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(gt_smem_u32(bar)) : "memory");
+}
+
+/* waits until the phase of the given parity completed */
+static __device__ __forceinline__ void mb_wait(uint64_t *bar, int parity) {
+    asm volatile("{\n.reg .pred p;\nWG_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WG_WAIT;\n}\n" ::"r"(gt_smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* one TMA box of the tensor map into shared memory; completion counted on bar */
+static __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar,
+                                                int x, int y, int z) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(gt_smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(gt_smem_u32(bar)), "r"(x), "r"(y), "r"(z)
+                 : "memory");
+}
+
+/* the two consumer warpgroups only (the producer warp does not take part) */
+static __device__ __forceinline__ void consumers_sync(void) {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(WG_CONSUMERS) : "memory");
 }
 
 /* Matrix descriptor of the k16 slice kk of a swizzled tile at p: address >> 4, leading offset
@@ -87,71 +110,100 @@ static __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db
         : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
 }
 
-/* The pipelined main loop over `iters` k steps: d += A_tile @ B_tile (this warpgroup's 64 rows
- * of A). load(it, st) issues the copies of k step `it` into stage st. */
-template <bool A_MN, bool B_MN, typename Load>
-static __device__ __forceinline__ void wg_mainloop(float *d, unsigned char *sm, int iters,
-                                                   Load load) {
-#pragma unroll
-    for (int st = 0; st < WG_STAGES - 1; st++) {
-        if (st < iters) load(st, st);
-        asm volatile("cp.async.commit_group;\n" ::);
+/* The ring of one block: the stages, then the full and empty mbarriers. Thread 0 initializes
+ * them (full: the producer's one arrival plus the copies' bytes; empty: one arrival per
+ * consumer warp); the caller syncs the block before use. */
+struct wg_ring {
+    unsigned char *sm;
+    uint64_t *full, *empty;
+};
+
+static __device__ __forceinline__ wg_ring wg_ring_setup(unsigned char *raw) {
+    wg_ring r;
+    r.sm = (unsigned char *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
+    r.full = (uint64_t *)(r.sm + WG_STAGES * WG_STAGE_BYTES);
+    r.empty = r.full + WG_STAGES;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WG_STAGES; s++) {
+            mb_init(&r.full[s], 1);
+            mb_init(&r.empty[s], WG_CONSUMERS / 32);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    int wg = threadIdx.x >> 7;
+    return r;
+}
+
+/* The producer warp's lane 0: for each k step, wait for its stage to be free, then issue its
+ * copies (load(it, stage bytes, full barrier), 32 KiB in all). */
+template <typename Load>
+static __device__ __forceinline__ void wg_produce(const wg_ring &r, int iters, Load load) {
+    if ((threadIdx.x & 31) != 0) return;
     for (int it = 0; it < iters; it++) {
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(WG_STAGES - 2));
-        /* the copies are generic-proxy writes; wgmma reads through the async proxy */
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads(); /* stage it is in; stage it - 1 is no longer read (waited below) */
-        int nx = it + WG_STAGES - 1;
-        if (nx < iters) load(nx, nx % WG_STAGES);
-        asm volatile("cp.async.commit_group;\n" ::);
-        const unsigned char *st = sm + (it % WG_STAGES) * WG_STAGE_BYTES;
+        int s = it % WG_STAGES;
+        if (it >= WG_STAGES) mb_wait(&r.empty[s], ((it / WG_STAGES) + 1) & 1);
+        mb_expect_tx(&r.full[s], WG_STAGE_BYTES);
+        load(it, r.sm + s * WG_STAGE_BYTES, &r.full[s]);
+    }
+}
+
+/* The consumers' main loop over `iters` k steps: d += A_tile @ B_tile (this warpgroup's 64
+ * rows of A), one wgmma group in flight; a stage is handed back once the group that read it
+ * completed. fix(it, stage) may rewrite a landed stage before it is read (it must fence and
+ * sync the consumers itself). */
+template <bool A_MN, bool B_MN, typename Fix>
+static __device__ __forceinline__ void wg_consume(float *d, const wg_ring &r, int iters, Fix fix) {
+    int wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
+    for (int it = 0; it < iters; it++) {
+        int s = it % WG_STAGES;
+        mb_wait(&r.full[s], (it / WG_STAGES) & 1);
+        unsigned char *st = r.sm + s * WG_STAGE_BYTES;
+        fix(it, st);
         const unsigned char *as = st + wg * (A_MN ? 8192 : 64 * 128), *bs = st + WG_TILE_BYTES;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; kk++)
             wg_mma<A_MN, B_MN>(d, wg_desc<A_MN>(as, kk), wg_desc<B_MN>(bs, kk));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        if (it > 0 && lane == 0) mb_arrive(&r.empty[(it - 1) % WG_STAGES]);
     }
-    asm volatile("cp.async.wait_group 0;\n" ::);
-}
-
-static __device__ __forceinline__ unsigned char *wg_aligned(unsigned char *raw) {
-    return (unsigned char *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
 #endif
 
-/* out[r, c] over the rows of each expert; B_MN: W_e is [Kdim][Ncols] (the data gradient),
- * else [Ncols][Kdim] (the forward). Rows past the expert and columns past Ncols are loaded as
- * zeros and not stored. */
+/* out[r, c] over the rows of each expert; B_MN: W_e is [Kdim][Ncols] (the data gradient; tW
+ * maps w as [E][Kdim][Ncols], boxes of 64 x 64 x 1), else [Ncols][Kdim] (the forward; tW maps
+ * w as [E * Ncols][Kdim], boxes of 64 x 128). tA maps A as [R][Kdim], boxes of 64 x 128. */
 template <bool B_MN>
-__global__ void __launch_bounds__(WG_THREADS)
-    k_grouped_mm_wgmma(bf16 *out, const bf16 *A, const bf16 *w, const int32_t *offsets, int E,
+__global__ void __launch_bounds__(WG_THREADS, 2)
+    k_grouped_mm_wgmma(bf16 *out, const __grid_constant__ CUtensorMap tA,
+                       const __grid_constant__ CUtensorMap tW, const int32_t *offsets, int E,
                        int Ncols, int Kdim) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char wg_raw[];
-    unsigned char *sm = wg_aligned(wg_raw);
     int e, r0, r1;
     if (!gt_moe_find_tile<WG_TILE>(offsets, E, blockIdx.y, &e, &r0, &r1)) return;
-    int c0 = blockIdx.x * WG_TILE;
-    const bf16 *we = w + (size_t)e * Ncols * Kdim;
-    auto load = [&](int it, int st) {
-        int k0 = it * WG_BK;
-        unsigned char *as = sm + st * WG_STAGE_BYTES, *bs = as + WG_TILE_BYTES;
-        wg_load<false>(as, A + (size_t)r0 * Kdim + k0, (size_t)Kdim, r1 - r0, Kdim - k0, A);
-        if (B_MN)
-            wg_load<true>(bs, we + (size_t)k0 * Ncols + c0, (size_t)Ncols, Ncols - c0, Kdim - k0,
-                          w);
-        else
-            wg_load<false>(bs, we + (size_t)c0 * Kdim + k0, (size_t)Kdim, Ncols - c0, Kdim - k0, w);
-    };
+    wg_ring ring = wg_ring_setup(wg_raw);
+    __syncthreads();
+    int c0 = blockIdx.x * WG_TILE, iters = (Kdim + WG_BK - 1) / WG_BK;
+    if (threadIdx.x >= WG_CONSUMERS) {
+        wg_produce(ring, iters, [&](int it, unsigned char *st, uint64_t *bar) {
+            int k0 = it * WG_BK;
+            tma_load(st, &tA, bar, k0, r0, 0);
+            if (B_MN) {
+                tma_load(st + WG_TILE_BYTES, &tW, bar, c0, k0, e);
+                tma_load(st + WG_TILE_BYTES + 8192, &tW, bar, c0 + 64, k0, e);
+            } else {
+                tma_load(st + WG_TILE_BYTES, &tW, bar, k0, e * Ncols + c0, 0);
+            }
+        });
+        return;
+    }
     float d[64];
 #pragma unroll
     for (int i = 0; i < 64; i++)
         d[i] = 0.0f;
-    wg_mainloop<false, B_MN>(d, sm, (Kdim + WG_BK - 1) / WG_BK, load);
+    wg_consume<false, B_MN>(d, ring, iters, [](int, unsigned char *) {});
     /* accumulator layout: warp q of the warpgroup holds rows 16q..16q+15; per n8 block j,
      * d[4j..4j+1] is row lane/4, columns 8j + 2(lane%4) + {0,1}; d[4j+2..3] is row lane/4 + 8 */
     int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
@@ -171,31 +223,51 @@ __global__ void __launch_bounds__(WG_THREADS)
 #endif
 }
 
-/* dw[e][n, k] (+)= sum over the expert's rows r, in order, of dout[r, n] a[r, k]. Overwriting
- * (accumulate 0) writes the whole tile, zeros for an expert without rows. The tile goes
- * through shared memory so the read-modify-write uses 16-byte accesses. */
-__global__ void __launch_bounds__(WG_THREADS)
-    k_grouped_mm_dw_wgmma(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets,
-                          int Nf, int K, int accumulate) {
+/* dw[e][n, k] (+)= sum over the expert's rows r, in order, of dout[r, n] a[r, k]; tD maps dout
+ * as [R][Nf] and tX maps a as [R][K], boxes of 64 x 64. Overwriting (accumulate 0) writes the
+ * whole tile, zeros for an expert without rows. The tile goes through shared memory so the
+ * read-modify-write uses 16-byte accesses. */
+__global__ void __launch_bounds__(WG_THREADS, 2)
+    k_grouped_mm_dw_wgmma(float *dw, const __grid_constant__ CUtensorMap tD,
+                          const __grid_constant__ CUtensorMap tX, const int32_t *offsets, int Nf,
+                          int K, int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char wg_raw[];
-    unsigned char *sm = wg_aligned(wg_raw);
     int e = blockIdx.z, k0 = blockIdx.x * WG_TILE, n0 = blockIdx.y * WG_TILE;
     int lo = offsets[e], hi = max(lo, offsets[e + 1]);
     if (hi == lo && accumulate) return;
-    auto load = [&](int it, int st) {
-        int rb = lo + it * WG_BK;
-        unsigned char *ds = sm + st * WG_STAGE_BYTES, *xs = ds + WG_TILE_BYTES;
-        wg_load<true>(ds, dout + (size_t)rb * Nf + n0, (size_t)Nf, Nf - n0, hi - rb, dout);
-        wg_load<true>(xs, a + (size_t)rb * K + k0, (size_t)K, K - k0, hi - rb, a);
-    };
+    wg_ring ring = wg_ring_setup(wg_raw);
+    __syncthreads();
+    int iters = (hi - lo + WG_BK - 1) / WG_BK;
+    if (threadIdx.x >= WG_CONSUMERS) {
+        wg_produce(ring, iters, [&](int it, unsigned char *st, uint64_t *bar) {
+            int rb = lo + it * WG_BK;
+            tma_load(st, &tD, bar, n0, rb, 0);
+            tma_load(st + 8192, &tD, bar, n0 + 64, rb, 0);
+            tma_load(st + WG_TILE_BYTES, &tX, bar, k0, rb, 0);
+            tma_load(st + WG_TILE_BYTES + 8192, &tX, bar, k0 + 64, rb, 0);
+        });
+        return;
+    }
     float d[64];
 #pragma unroll
     for (int i = 0; i < 64; i++)
         d[i] = 0.0f;
-    wg_mainloop<true, true>(d, sm, (hi - lo + WG_BK - 1) / WG_BK, load);
-    __syncthreads(); /* every warpgroup is done with the pipeline's buffers */
-    float *cs = (float *)sm;
+    /* the last k step's rows past the expert belong to the next one: zero them (whole 128-byte
+     * rows of each of the four 64 x 64 boxes) before they are read */
+    wg_consume<true, true>(d, ring, iters, [&](int it, unsigned char *st) {
+        int valid = hi - (lo + it * WG_BK);
+        if (valid >= WG_BK) return;
+        for (int q = threadIdx.x; q < 4 * (WG_BK - valid) * 8; q += WG_CONSUMERS) {
+            int box = q / ((WG_BK - valid) * 8), rem = q % ((WG_BK - valid) * 8);
+            *(uint4 *)(st + box * 8192 + (valid + rem / 8) * 128 + (rem % 8) * 16) =
+                make_uint4(0, 0, 0, 0);
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        consumers_sync();
+    });
+    consumers_sync(); /* both warpgroups are done with the ring */
+    float *cs = (float *)ring.sm;
     int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3, wg = threadIdx.x >> 7;
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -204,15 +276,25 @@ __global__ void __launch_bounds__(WG_THREADS)
             int r = wg * 64 + q * 16 + (lane >> 2) + 8 * h, c = 8 * j + 2 * (lane & 3);
             *(float2 *)(cs + r * WG_LD_C + c) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
         }
-    __syncthreads();
-    gt_moe_dw_store_tile<WG_THREADS, WG_LD_C>(dw + (size_t)e * Nf * K, cs, n0, k0, Nf, K,
-                                              accumulate);
+    consumers_sync();
+    gt_moe_dw_store_tile<WG_CONSUMERS, WG_LD_C>(dw + (size_t)e * Nf * K, cs, n0, k0, Nf, K,
+                                                accumulate);
 #endif
 }
 
+/* cuTensorMapEncodeTiled, from the driver through the runtime (no link against libcuda) */
+static PFN_cuTensorMapEncodeTiled_v12000 wg_encode;
+
 cudaError_t gt_cuda_grouped_mm_wgmma_init(void) {
-    cudaError_t e = cudaFuncSetAttribute(k_grouped_mm_wgmma<false>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                     cudaEnableDefault, &found);
+    if (e != cudaSuccess) return e;
+    if (found != cudaDriverEntryPointSuccess || !fn) return cudaErrorSymbolNotFound;
+    wg_encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    e = cudaFuncSetAttribute(k_grouped_mm_wgmma<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             WG_SMEM);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(k_grouped_mm_wgmma<true>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
@@ -222,25 +304,45 @@ cudaError_t gt_cuda_grouped_mm_wgmma_init(void) {
     return e;
 }
 
+/* A bf16 tensor of up to three dimensions (d0 contiguous) in boxes of b0 x b1 x 1, 128-byte
+ * swizzle, zeros out of bounds; 0 when the driver refuses it. */
+static int wg_map(CUtensorMap *m, const bf16 *p, uint64_t d0, uint64_t d1, uint64_t d2, int b0,
+                  int b1) {
+    cuuint64_t dims[3] = {d0, d1, d2}, strides[2] = {d0 * 2, d0 * d1 * 2};
+    cuuint32_t box[3] = {(cuuint32_t)b0, (cuuint32_t)b1, 1}, unit[3] = {1, 1, 1};
+    return wg_encode && wg_encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)p, dims, strides,
+                                  box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 int gt_cuda_grouped_mm_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
                              const int32_t *offsets, int R, int E, int Ncols, int Kdim,
                              int kmajor) {
     if (!gt_moe_gemm_ok(out, A, w, Ncols, Kdim)) return 0;
+    CUtensorMap tA, tW;
+    if (!wg_map(&tA, A, Kdim, R, 1, WG_BK, WG_TILE)) return 0;
+    if (kmajor ? !wg_map(&tW, w, Kdim, (uint64_t)E * Ncols, 1, WG_BK, WG_TILE)
+               : !wg_map(&tW, w, Ncols, Kdim, E, 64, WG_BK))
+        return 0;
     dim3 grid((Ncols + WG_TILE - 1) / WG_TILE, (R + WG_TILE - 1) / WG_TILE + E);
     if (kmajor)
         k_grouped_mm_wgmma<false>
-            <<<grid, WG_THREADS, WG_SMEM, cs>>>(out, A, w, offsets, E, Ncols, Kdim);
+            <<<grid, WG_THREADS, WG_SMEM, cs>>>(out, tA, tW, offsets, E, Ncols, Kdim);
     else
         k_grouped_mm_wgmma<true>
-            <<<grid, WG_THREADS, WG_SMEM, cs>>>(out, A, w, offsets, E, Ncols, Kdim);
+            <<<grid, WG_THREADS, WG_SMEM, cs>>>(out, tA, tW, offsets, E, Ncols, Kdim);
     return 1;
 }
 
 int gt_cuda_grouped_mm_dw_wgmma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
-                                const int32_t *offsets, int E, int Nf, int K, int accumulate) {
+                                const int32_t *offsets, int R, int E, int Nf, int K,
+                                int accumulate) {
     if (!gt_moe_gemm_ok(dw, dout, a, Nf, K)) return 0;
+    CUtensorMap tD, tX;
+    if (!wg_map(&tD, dout, Nf, R, 1, 64, WG_BK) || !wg_map(&tX, a, K, R, 1, 64, WG_BK)) return 0;
     dim3 grid((K + WG_TILE - 1) / WG_TILE, (Nf + WG_TILE - 1) / WG_TILE, E);
-    k_grouped_mm_dw_wgmma<<<grid, WG_THREADS, WG_SMEM, cs>>>(dw, dout, a, offsets, Nf, K,
+    k_grouped_mm_dw_wgmma<<<grid, WG_THREADS, WG_SMEM, cs>>>(dw, tD, tX, offsets, Nf, K,
                                                              accumulate);
     return 1;
 }

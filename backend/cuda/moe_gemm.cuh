@@ -106,12 +106,14 @@ int gt_cuda_grouped_mm_dw_mma(cudaStream_t cs, float *dw, const bf16 *dout, cons
                               const int32_t *offsets, int E, int Nf, int K, int accumulate);
 
 /* wgmma (GT_CUDA_MOE=wgmma, the default on sm_90; k_moe_wgmma.cu, sm_90a): the same three
- * products on warpgroup MMA; same arguments and conditions as the mma launchers, 0 without
- * launching otherwise. */
+ * products on warpgroup MMA fed by TMA; same arguments and conditions as the mma launchers
+ * (plus R, the rows of dout and a, for the weight gradient), 0 without launching otherwise.
+ * gt_cuda_grouped_mm_wgmma_init also looks up the driver's tensor-map encoder. */
 cudaError_t gt_cuda_grouped_mm_wgmma_init(void);
 int gt_cuda_grouped_mm_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
                              const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor);
 int gt_cuda_grouped_mm_dw_wgmma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
-                                const int32_t *offsets, int E, int Nf, int K, int accumulate);
+                                const int32_t *offsets, int R, int E, int Nf, int K,
+                                int accumulate);
 
 #endif
