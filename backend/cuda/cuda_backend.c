@@ -399,8 +399,8 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     else if (attn && *attn && strcmp(attn, "cudnn"))
         bad_env = "GT_CUDA_ATTN has an unknown value (use cudnn, tc or simt)";
     /* grouped GEMMs: warpgroup MMA where the sm_90a kernels run (compute capability 9.0;
-     * moe 17.1 ms/step on the H200 with TMA feeding it, 2026-11-29), else mma.sync (21.0 ms there; tc, 64x64
-     * WMMA, measured 85 ms) */
+     * moe 17.1 ms/step on the H200 with TMA feeding it, 2026-11-29), else mma.sync (21.0 ms there;
+     * tc, 64x64 WMMA, measured 85 ms) */
     int cc_major = 0, cc_minor = 0;
     cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device);
     cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, device);

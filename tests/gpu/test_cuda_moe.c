@@ -253,14 +253,18 @@ static void grouped_case(gpu_env *e, const int32_t *off, int E, int NFW, int KW)
 
 /* The grouped GEMMs at widths past one tile and one 32-deep k step: uneven groups (empty, one
  * row, exactly one tile, one past a tile), a reduction length that is not a multiple of 32,
- * column counts that leave partial tiles; small groups and groups of several tiles. */
+ * column counts that leave partial tiles; small groups and groups of several tiles. Widths
+ * of 136, 520, 264 and 200 leave partial 128-wide tiles and 64-deep k steps; 256 and 512 do
+ * not. */
 static void test_grouped_matmuls_match_cpu_across_tiles(void **state) {
     gpu_env *e = *state;
     NEED_CPU(e, moe_matmul_fwd);
     static const int32_t small[9] = {0, 300, 300, 429, 430, 685, 813, 813, 1000};
     grouped_case(e, small, 8, 136, 520);
+    grouped_case(e, small, 8, 264, 200);
     static const int32_t big[5] = {0, 700, 700, 1213, 1600};
     grouped_case(e, big, 4, 256, 520);
+    grouped_case(e, big, 4, 256, 512);
 }
 
 /* Many rounds of the placement kernel (12000 assignments, 4096 a round): random experts, one
