@@ -129,7 +129,8 @@ void gt_cuda_register_moe_ops(gt_backend_ops *ops);
 /* One-time kernel attributes (large dynamic shared memory); at backend creation. */
 int gt_cuda_attention_init(gt_error *err);
 int gt_cuda_dense_init(gt_error *err);
-int gt_cuda_moe_init(gt_error *err);
+/* sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */
+int gt_cuda_moe_init(int sm90, gt_error *err);
 /* Allows the cross-entropy kernel its shared memory (a row of logits); k_loss.cu. */
 int gt_cuda_loss_init(gt_error *err);
 

@@ -699,14 +699,16 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
     GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
 }
 
-extern "C" int gt_cuda_moe_init(gt_error *err) {
+extern "C" int gt_cuda_moe_init(int sm90, gt_error *err) {
     cudaError_t e = gt_cuda_grouped_mm_mma_init();
-    if (e == cudaSuccess) e = gt_cuda_grouped_mm_wgmma_init();
+    /* the wgmma kernels exist only as sm_90a code: elsewhere there is nothing to set up */
+    if (e == cudaSuccess && sm90) e = gt_cuda_grouped_mm_wgmma_init();
     if (e != cudaSuccess)
         return gt_error_set(err, GT_ERR_DEVICE,
                             "setting up the grouped GEMM kernels: %s (the MoE kernels need up "
-                            "to 109 KiB of shared memory per block, and the driver's "
-                            "cuTensorMapEncodeTiled; a driver for CUDA 12 or later has it)",
+                            "to 109 KiB of shared memory per block, and on compute capability "
+                            "9.0 the driver's cuTensorMapEncodeTiled, which a driver for CUDA "
+                            "12 or later has)",
                             cudaGetErrorString(e));
     return GT_OK;
 }
