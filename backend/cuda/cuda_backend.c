@@ -461,7 +461,6 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     b->impl = im;
     int rc = gt_cuda_matmul_init(b, err);
     if (!rc) rc = gt_cuda_attention_init(err);
-    if (!rc) rc = gt_cuda_dense_init(err);
     if (!rc) rc = gt_cuda_moe_init(sm90, err);
     if (!rc) rc = gt_cuda_loss_init(err);
     if (rc) {

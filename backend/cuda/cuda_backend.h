@@ -23,7 +23,7 @@ struct gt_stream {
  * different streams never share one; sizes are the maxima recorded while planning. */
 typedef enum {
     GT_SCRATCH_RMSNORM = 0, /* per-block dw partials [blocks][d] */
-    GT_SCRATCH_EMBED,       /* sorted (token, n) keys [N] */
+    GT_SCRATCH_EMBED,       /* tokens sorted, positions, CUB radix-sort storage */
     GT_SCRATCH_GRADNORM,    /* per-block sums of squares */
     GT_SCRATCH_ATTN,        /* D_i = dO_i . O_i [B,H,T] */
     GT_SCRATCH_MOE,         /* column means of router probs [E] */
@@ -128,7 +128,6 @@ void gt_cuda_register_moe_ops(gt_backend_ops *ops);
 
 /* One-time kernel attributes (large dynamic shared memory); at backend creation. */
 int gt_cuda_attention_init(gt_error *err);
-int gt_cuda_dense_init(gt_error *err);
 /* sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */
 int gt_cuda_moe_init(int sm90, gt_error *err);
 /* Allows the cross-entropy kernel its shared memory (a row of logits); k_loss.cu. */

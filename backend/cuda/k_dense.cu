@@ -4,6 +4,8 @@
  * where sizes and alignment allow. Cross entropy and the loss sum are in k_loss.cu. */
 #include <string.h>
 
+#include <cub/cub.cuh>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "core/philox.h"
 
@@ -15,8 +17,6 @@
 #define RMS_BWD_V_WARPS 4 /* warps per block of the vector rmsnorm backward */
 #define COLSUM_WARPS 32   /* warps per block of k_colsum_final_wide */
 #define RMS_VEC_MAX_K 8   /* vector rmsnorm kernels: d = 256 * K, K <= 8 */
-#define EMB_SORT_THREADS 1024
-#define EMB_SORT_SHARED_MAX 16384 /* keys sorted in shared memory up to this many */
 
 /* ---- conversion ---- */
 
@@ -106,47 +106,24 @@ __global__ void k_embedding_fwd(bf16 *out, const int32_t *tokens, const bf16 *wt
     }
 }
 
-/* Sorts keys (token << 32 | n) ascending with a bitonic network in one block, so every
- * vocabulary row's tokens end up adjacent and in token order. */
-__global__ void k_embedding_sort(uint64_t *keys_out, const int32_t *tokens, int N, int P,
-                                 int use_shared) {
-    extern __shared__ uint64_t sh_keys[];
-    uint64_t *a = use_shared ? sh_keys : keys_out;
-    for (int i = threadIdx.x; i < P; i += blockDim.x)
-        a[i] = i < N ? ((uint64_t)(uint32_t)tokens[i] << 32) | (uint32_t)i : ~(uint64_t)0;
-    __syncthreads();
-    for (int k = 2; k <= P; k <<= 1) {
-        for (int j = k >> 1; j > 0; j >>= 1) {
-            for (int i = threadIdx.x; i < P; i += blockDim.x) {
-                int ixj = i ^ j;
-                if (ixj > i) {
-                    uint64_t x = a[i], y = a[ixj];
-                    int up = (i & k) == 0;
-                    if ((x > y) == up) {
-                        a[i] = y;
-                        a[ixj] = x;
-                    }
-                }
-            }
-            __syncthreads();
-        }
+__global__ void k_iota(int32_t *out, int N) {
+    GT_GRID_STRIDE(i, (size_t)N) {
+        out[i] = (int32_t)i;
     }
-    if (use_shared)
-        for (int i = threadIdx.x; i < N; i += blockDim.x)
-            keys_out[i] = a[i];
 }
 
-/* One warp per sorted position; the warp at the head of a run of equal tokens sums the run's
- * rows in token order and adds them to dwte[token]. */
-__global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint64_t *keys, int N, int V,
-                                  int d) {
+/* One warp per sorted position (tok: the tokens sorted, pos: their positions, in position
+ * order among equal tokens); the warp at the head of a run of equal tokens sums the run's rows
+ * in position order and adds them to dwte[token]. */
+__global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint32_t *toks,
+                                  const int32_t *pos, int N, int V, int d) {
     int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (w >= N) return;
-    uint32_t tok = (uint32_t)(keys[w] >> 32);
-    if (w > 0 && (uint32_t)(keys[w - 1] >> 32) == tok) return;
+    uint32_t tok = toks[w];
+    if (w > 0 && toks[w - 1] == tok) return;
     if (tok >= (uint32_t)V) return;
     int end = w + 1;
-    while (end < N && (uint32_t)(keys[end] >> 32) == tok)
+    while (end < N && toks[end] == tok)
         end++;
     if (d % 8 == 0 && ((uintptr_t)dout & 15u) == 0 && ((uintptr_t)dwte & 15u) == 0) {
         /* 16-byte loads: eight columns per lane, the same per-column order of additions */
@@ -154,7 +131,7 @@ __global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint64_t 
             float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             for (int r = w; r < end; r++) {
                 float v[8];
-                ld8(v, dout + (size_t)(uint32_t)keys[r] * d + c);
+                ld8(v, dout + (size_t)pos[r] * d + c);
 #pragma unroll
                 for (int j = 0; j < 8; j++)
                     acc[j] += v[j];
@@ -169,8 +146,7 @@ __global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint64_t 
     for (int c = lane; c < d; c += 32) {
         float acc = 0.0f;
         for (int r = w; r < end; r++) {
-            uint32_t n = (uint32_t)keys[r];
-            acc += ldf(dout + (size_t)n * d + c);
+            acc += ldf(dout + (size_t)pos[r] * d + c);
         }
         dwte[(size_t)tok * d + c] += acc;
     }
@@ -199,26 +175,34 @@ static void cuda_embedding_fwd(gt_backend *b, gt_stream *s, void *out, const int
     GT_CUDA_LAUNCHED(b, "embedding_fwd");
 }
 
-static int pow2_at_least(int n) {
-    int p = 1;
-    while (p < n)
-        p <<= 1;
-    return p;
-}
-
+/* The embedding gradient: the positions sorted by token (CUB's radix sort over the token's
+ * bits, stable, so equal tokens keep position order and the sums are deterministic), then one
+ * warp per run of equal tokens. Scratch: sorted tokens, positions in and out, CUB's storage. */
 static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, const void *dout,
                                const int32_t *tokens, int N, int V, int d) {
-    int P = pow2_at_least(N > 1 ? N : 1);
-    uint64_t *keys = (uint64_t *)gt_cuda_scratch(b, GT_SCRATCH_EMBED, (size_t)P * sizeof(uint64_t),
-                                                 "embedding_bwd");
-    if (!keys || N <= 0 || d <= 0) return;
-    int use_shared = P <= EMB_SORT_SHARED_MAX;
-    size_t shm = use_shared ? (size_t)P * sizeof(uint64_t) : 0;
-    k_embedding_sort<<<1, EMB_SORT_THREADS, shm, gt_cuda_stream(s)>>>(keys, tokens, N, P,
-                                                                      use_shared);
+    if (N <= 0 || d <= 0 || V <= 0) return;
+    int bits = 1;
+    while (bits < 31 && ((unsigned)(V - 1) >> bits) != 0)
+        bits++;
+    size_t cub_bytes = 0;
+    cudaStream_t cs = gt_cuda_stream(s);
+    /* sizes only: nothing runs with a NULL storage pointer */
+    cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const uint32_t *)NULL, (uint32_t *)NULL,
+                                    (const int32_t *)NULL, (int32_t *)NULL, N, 0, bits, cs);
+    size_t arr = ((size_t)N * 4 + 255) & ~(size_t)255;
+    unsigned char *sc =
+        (unsigned char *)gt_cuda_scratch(b, GT_SCRATCH_EMBED, 3 * arr + cub_bytes, "embedding_bwd");
+    if (!sc) return;
+    uint32_t *toks = (uint32_t *)sc;
+    int32_t *pos_in = (int32_t *)(sc + arr), *pos = (int32_t *)(sc + 2 * arr);
+    k_iota<<<gt_grid((size_t)N, DENSE_THREADS), DENSE_THREADS, 0, cs>>>(pos_in, N);
+    /* token ids are in [0, V) (the data loaders check shards against the vocabulary): their
+     * bits as unsigned */
+    GT_CUDA_OP(b, cub::DeviceRadixSort::SortPairs(sc + 3 * arr, cub_bytes, (const uint32_t *)tokens,
+                                                  toks, pos_in, pos, N, 0, bits, cs));
     int warps_per_block = DENSE_THREADS / 32;
-    k_embedding_accum<<<(N + warps_per_block - 1) / warps_per_block, DENSE_THREADS, 0,
-                        gt_cuda_stream(s)>>>(dwte, (const bf16 *)dout, keys, N, V, d);
+    k_embedding_accum<<<(N + warps_per_block - 1) / warps_per_block, DENSE_THREADS, 0, cs>>>(
+        dwte, (const bf16 *)dout, toks, pos, N, V, d);
     GT_CUDA_LAUNCHED(b, "embedding_bwd");
 }
 
@@ -647,16 +631,6 @@ static void cuda_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *
     k_swiglu_bwd<<<gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
         (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
     GT_CUDA_LAUNCHED(b, "swiglu_bwd");
-}
-
-extern "C" int gt_cuda_dense_init(gt_error *err) {
-    cudaError_t e =
-        cudaFuncSetAttribute(k_embedding_sort, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             EMB_SORT_SHARED_MAX * (int)sizeof(uint64_t));
-    if (e != cudaSuccess)
-        return gt_error_set(err, GT_ERR_DEVICE, "cudaFuncSetAttribute(embedding sort): %s",
-                            cudaGetErrorString(e));
-    return GT_OK;
 }
 
 extern "C" void gt_cuda_register_dense_ops(gt_backend_ops *ops) {

@@ -19,13 +19,14 @@ static void test_from_float_rounds_to_nearest_bf16(void **state) {
     free(back);
 }
 
-/* d 96 takes the 16-byte backward, d 20 the scalar one */
-static void embedding_case(gpu_env *e, int d) {
-    int N = 300, V = 97;
-    int32_t tok[300];
+/* d 96 and 64 take the 16-byte backward, d 20 the scalar one; N 8192 over V 50304 is
+ * gpt124m's batch (16-bit tokens, runs of repeats across the whole batch) */
+static void embedding_case(gpu_env *e, int N, int V, int d) {
+    int32_t *tok = malloc((size_t)N * sizeof *tok);
     for (int i = 0; i < N; i++)
         tok[i] = (int32_t)(env_next(e) % (uint64_t)V);
-    tok[5] = tok[6] = tok[7] = tok[200] = 3; /* repeated rows */
+    tok[5] = tok[6] = tok[7] = tok[200] = 3;  /* repeated rows */
+    tok[N - 1] = tok[N / 2] = tok[1] = V - 1; /* the largest id, repeated far apart */
     float *wte = rand_vec(e, (size_t)V * d, 1.0f), *dout = rand_vec(e, (size_t)N * d, 1.0f);
     float *dw0 = rand_vec(e, (size_t)V * d, 0.5f);
     size_t rows = (size_t)(N > V ? N : V); /* downloads of both [N,d] and [V,d] */
@@ -48,15 +49,16 @@ static void embedding_case(gpu_env *e, int d) {
     g_read_f32(e, got2, g_dw2, (size_t)V * d);
     EXPECT_CLOSE("embedding_bwd dwte", got, c_dw, (size_t)V * d, TOL_F32);
     assert_memory_equal(got, got2, (size_t)V * d * sizeof(float));
-    free(wte), free(dout), free(dw0), free(got), free(got2);
+    free(tok), free(wte), free(dout), free(dw0), free(got), free(got2);
 }
 
 static void test_embedding_matches_cpu_and_backward_is_deterministic(void **state) {
     gpu_env *e = *state;
     NEED_CPU(e, embedding_fwd);
     NEED_CPU(e, embedding_bwd);
-    embedding_case(e, 96);
-    embedding_case(e, 20);
+    embedding_case(e, 300, 97, 96);
+    embedding_case(e, 300, 97, 20);
+    embedding_case(e, 8192, 50304, 64);
 }
 
 static void rmsnorm_case(gpu_env *e, int N, int d) {
