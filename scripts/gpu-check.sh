@@ -132,8 +132,8 @@ rm -f "$LOGS"/parity_*/*.gtw "$LOGS"/parity_*/tokens.bin # large and reproducibl
 pack
 
 # 5. torch.compile for the same workloads (slow to compile: last)
-part bench_pt_compile 200 "${PYRUN[@]}" bench/torch_reference.py bench --workloads "$(echo $WORKLOADS | tr ' ' ,)" \
-  --modes compile --steps 20 --warmup 5 --time-budget 175 --json "$LOGS/bench_pt_compile.json"
+part bench_pt_compile 240 "${PYRUN[@]}" bench/torch_reference.py bench --workloads "$(echo $WORKLOADS | tr ' ' ,)" \
+  --modes compile --steps 20 --warmup 5 --time-budget 200 --json "$LOGS/bench_pt_compile.json"
 show bench_pt_compile "" "compile"
 "${PYRUN[@]}" bench/torch_reference.py compare --graphtrain "$GT_JSONS" --torch "$PT_JSONS,$LOGS/bench_pt_compile.json" \
   >"$OUT/compare.md" 2>>"$LOGS/compare.log"
