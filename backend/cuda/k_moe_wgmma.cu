@@ -173,7 +173,7 @@ static __device__ __forceinline__ void wg_consume(float *d, const wg_ring &r, in
 
 /* out[r, c] over the rows of each expert; B_MN: W_e is [Kdim][Ncols] (the data gradient; tW
  * maps w as [E][Kdim][Ncols], boxes of 64 x 64 x 1), else [Ncols][Kdim] (the forward; tW maps
- * w as [E * Ncols][Kdim], boxes of 64 x 128). tA maps A as [R][Kdim], boxes of 64 x 128. */
+ * w as [E][Ncols][Kdim], boxes of 64 x 128 x 1). tA maps A as [R][Kdim], boxes of 64 x 128. */
 template <bool B_MN>
 __global__ void __launch_bounds__(WG_THREADS, 2)
     k_grouped_mm_wgmma(bf16 *out, const __grid_constant__ CUtensorMap tA,
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(WG_THREADS, 2)
                 tma_load(st + WG_TILE_BYTES, &tW, bar, c0, k0, e);
                 tma_load(st + WG_TILE_BYTES + 8192, &tW, bar, c0 + 64, k0, e);
             } else {
-                tma_load(st + WG_TILE_BYTES, &tW, bar, k0, e * Ncols + c0, 0);
+                tma_load(st + WG_TILE_BYTES, &tW, bar, k0, c0, e);
             }
         });
         return;
@@ -322,7 +322,7 @@ int gt_cuda_grouped_mm_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf
     if (!gt_moe_gemm_ok(out, A, w, Ncols, Kdim)) return 0;
     CUtensorMap tA, tW;
     if (!wg_map(&tA, A, Kdim, R, 1, WG_BK, WG_TILE)) return 0;
-    if (kmajor ? !wg_map(&tW, w, Kdim, (uint64_t)E * Ncols, 1, WG_BK, WG_TILE)
+    if (kmajor ? !wg_map(&tW, w, Kdim, Ncols, E, WG_BK, WG_TILE)
                : !wg_map(&tW, w, Ncols, Kdim, E, 64, WG_BK))
         return 0;
     dim3 grid((Ncols + WG_TILE - 1) / WG_TILE, (R + WG_TILE - 1) / WG_TILE + E);
