@@ -207,7 +207,8 @@ static void grouped_case(gpu_env *e, const int32_t *off, int E, int NFW, int KW)
     size_t na = (size_t)R * KW, nh = (size_t)R * NFW, nw = (size_t)E * NFW * KW;
     float *x = rand_vec(e, na, 1.0f), *w = rand_vec(e, nw, 0.2f), *dh = rand_vec(e, nh, 1.0f);
     float *dw0 = rand_vec(e, nw, 0.1f);
-    float *got = malloc((nw > na ? nw : na) * 4);
+    size_t most = nw > na ? nw : na; /* got receives [E,NFW,KW], [R,KW] and [R,NFW] */
+    float *got = malloc((most > nh ? most : nh) * 4);
     int32_t *co = c_i32(e, off, (size_t)E + 1), *go = g_i32(e, off, (size_t)E + 1);
     float *c_x = c_f32(e, x, na), *c_w = c_f32(e, w, nw), *c_h = c_f32(e, NULL, nh);
     void *g_x = g_act(e, x, na), *g_w = g_act(e, w, nw), *g_h = g_act(e, NULL, nh);
