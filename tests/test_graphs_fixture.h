@@ -160,6 +160,18 @@ static inline void gtf_assert_same(const gtf_run *a, const gtf_run *b) {
                      (double)b->master[i]);
 }
 
+/* A run stopped by the NaN check at step k of a replayed graph: the error names the step and
+ * the k - 1 steps before it completed. */
+static inline void gtf_assert_nan_stop_replayed(const gtf_run *r, int k) {
+    assert_int_equal(r->rc, GT_ERR_NUMERIC);
+    assert_int_equal(r->stop_step, k);
+    assert_int_equal(r->steps, k - 1);
+    assert_int_equal(r->stop_mode, GT_STEP_REPLAYED);
+    char want[32];
+    snprintf(want, sizeof want, "step %d", k);
+    assert_non_null(strstr(r->err.msg, want));
+}
+
 /* Eager for the first `warmup` steps, captured at the next, replayed after. */
 static inline void gtf_assert_progress(const gtf_run *r, int warmup) {
     for (int i = 0; i < r->steps; i++) {

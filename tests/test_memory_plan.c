@@ -21,13 +21,19 @@ static void tiny_config(gt_config *c) {
     c->train.global_batch_size = 2;
 }
 
+/* the plan of tiny_config (c keeps that config) */
+static void tiny_plan(gt_config *c, gt_memory_plan *p) {
+    gt_error err = {0};
+    tiny_config(c);
+    assert_int_equal(gt_memory_plan_compute(c, 2, p, &err), GT_OK);
+}
+
 static void test_plan_adds_up_its_parts(void **state) {
     (void)state;
     gt_config c;
-    tiny_config(&c);
     gt_memory_plan p;
     gt_error err = {0};
-    assert_int_equal(gt_memory_plan_compute(&c, 2, &p, &err), GT_OK);
+    tiny_plan(&c, &p);
     assert_int_equal(p.total,
                      p.params + p.grads + p.activations + p.scratch + p.optimizer + p.workspace);
     gt_model_info mi;
@@ -39,10 +45,9 @@ static void test_plan_adds_up_its_parts(void **state) {
 static void test_activations_grow_with_the_micro_batch(void **state) {
     (void)state;
     gt_config c;
-    tiny_config(&c);
     gt_memory_plan small, big;
     gt_error err = {0};
-    assert_int_equal(gt_memory_plan_compute(&c, 2, &small, &err), GT_OK);
+    tiny_plan(&c, &small);
     c.train.micro_batch_size = 8;
     c.train.global_batch_size = 8;
     assert_int_equal(gt_memory_plan_compute(&c, 2, &big, &err), GT_OK);
@@ -53,10 +58,9 @@ static void test_activations_grow_with_the_micro_batch(void **state) {
 static void test_run_that_cannot_fit_is_refused_with_the_knobs(void **state) {
     (void)state;
     gt_config c;
-    tiny_config(&c);
     gt_memory_plan p;
     gt_error err = {0};
-    assert_int_equal(gt_memory_plan_compute(&c, 2, &p, &err), GT_OK);
+    tiny_plan(&c, &p);
     assert_int_equal(gt_memory_plan_check_fit(&p, p.total - 1, &err), GT_ERR_NOMEM);
     assert_non_null(strstr(err.msg, "nothing was allocated"));
     assert_non_null(strstr(err.msg, "train.micro_batch_size"));
@@ -66,10 +70,9 @@ static void test_run_that_cannot_fit_is_refused_with_the_knobs(void **state) {
 static void test_run_that_fits_or_unknown_free_memory_passes(void **state) {
     (void)state;
     gt_config c;
-    tiny_config(&c);
     gt_memory_plan p;
     gt_error err = {0};
-    assert_int_equal(gt_memory_plan_compute(&c, 2, &p, &err), GT_OK);
+    tiny_plan(&c, &p);
     assert_int_equal(gt_memory_plan_check_fit(&p, p.total, &err), GT_OK);
     assert_int_equal(gt_memory_plan_check_fit(&p, 0, &err), GT_OK); /* cpu: not known */
 }
