@@ -170,9 +170,11 @@ typedef struct gt_backend_ops {
     /* AdamW over flat arrays: if st->nan_flags, set st->skipped and change nothing. Otherwise,
      * with t = st->step + 1, g = grads * clip_coef, weight decay on the first n_decay
      * elements: master -= lr * (mhat / (sqrt(vhat) + eps) + wd * master); params = master
-     * in compute dtype. */
+     * in compute dtype. m and v are fp32, or bf16 where hp.m_bf16 / hp.v_bf16 say so: the
+     * math is fp32, the update uses the new fp32 moments, and storing rounds them to
+     * nearest-even (as Transformer Engine's FusedAdam does). */
     void (*adamw)(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
-                  float *m, float *v, size_t n, size_t n_decay, gt_adamw_params hp,
+                  void *m, void *v, size_t n, size_t n_decay, gt_adamw_params hp,
                   gt_step_state *st);
     /* records the first NaN step, then st->step++ */
     void (*step_end)(gt_backend *b, gt_stream *s, gt_step_state *st);

@@ -50,6 +50,8 @@ typedef enum {
     GT_DTYPE_FP8_DS, /* fp8 delayed scaling */
 } gt_compute_dtype;
 typedef enum { GT_LR_CONSTANT, GT_LR_LINEAR, GT_LR_COSINE } gt_lr_style;
+/* storage of an optimizer state (the math is fp32 either way) */
+typedef enum { GT_STATE_FP32, GT_STATE_BF16 } gt_state_dtype;
 typedef enum { GT_DEVICE_AUTO, GT_DEVICE_CPU, GT_DEVICE_CUDA } gt_device_kind;
 typedef enum { GT_CAPTURE_FAIL_STOP, GT_CAPTURE_FAIL_EAGER } gt_capture_failure;
 typedef enum { GT_DATA_MOCK, GT_DATA_SHARDS } gt_data_source;
@@ -135,6 +137,10 @@ typedef struct gt_optimizer_config {
     double adam_beta2;
     double adam_eps;
     double clip_grad; /* <= 0: no clipping */
+    /* Megatron's precision-aware optimizer: the Adam moments may be stored in bf16 */
+    bool use_precision_aware_optimizer;
+    gt_state_dtype exp_avg_dtype;
+    gt_state_dtype exp_avg_sq_dtype;
 } gt_optimizer_config;
 
 typedef struct gt_scheduler_config {

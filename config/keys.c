@@ -22,6 +22,7 @@ static const char *const k_recompute_modules[] = {
     "core_attn", "mlp", "moe", "moe_act", "layernorm", "shared_experts", NULL};
 static const char *const k_dispatcher[] = {"allgather", "alltoall", "flex", NULL};
 static const char *const k_dtype[] = {"bf16", "fp32", "fp8_cs", "fp8_mx", "fp8_ds", NULL};
+static const char *const k_state_dtype[] = {"fp32", "bf16", NULL};
 static const char *const k_lr_style[] = {"constant", "linear", "cosine", NULL};
 static const char *const k_device[] = {"auto", "cpu", "cuda", NULL};
 static const char *const k_capture_failure[] = {"stop", "eager", NULL};
@@ -95,6 +96,9 @@ static const gt_key k_keys[] = {
     {"optimizer.adam_beta2", GT_KEY_DOUBLE, F(optimizer.adam_beta2), "0.95", NULL, 0, 0.999999999, "Adam beta2.", NULL},
     {"optimizer.adam_eps", GT_KEY_DOUBLE, F(optimizer.adam_eps), "1e-08", NULL, 1e-30, 1, "Adam epsilon.", NULL},
     {"optimizer.clip_grad", GT_KEY_DOUBLE, F(optimizer.clip_grad), "1", NULL, -1, 1e9, "Global gradient-norm clip; <= 0 = no clipping.", "0"},
+    {"optimizer.use_precision_aware_optimizer", GT_KEY_BOOL, F(optimizer.use_precision_aware_optimizer), "false", NULL, 0, 0, "Allow the Adam moments in a lower precision (exp_avg_dtype, exp_avg_sq_dtype); the update math stays fp32.", NULL},
+    {"optimizer.exp_avg_dtype", GT_KEY_ENUM, F(optimizer.exp_avg_dtype), "fp32", k_state_dtype, 0, 0, "Storage of Adam's first moment: fp32, or bf16 with use_precision_aware_optimizer (2 bytes a parameter less to keep and to stream each step).", NULL},
+    {"optimizer.exp_avg_sq_dtype", GT_KEY_ENUM, F(optimizer.exp_avg_sq_dtype), "fp32", k_state_dtype, 0, 0, "Storage of Adam's second moment: fp32, or bf16 with use_precision_aware_optimizer.", NULL},
     {"scheduler.lr_decay_style", GT_KEY_ENUM, F(scheduler.lr_decay_style), "cosine", k_lr_style, 0, 0, "Learning-rate decay after warmup.", NULL},
     {"scheduler.lr_warmup_iters", GT_KEY_INT, F(scheduler.lr_warmup_iters), "10", NULL, 0, 1000000000, "Linear warmup steps.", NULL},
     {"scheduler.lr_decay_iters", GT_KEY_INT, F(scheduler.lr_decay_iters), "0", NULL, 0, 1000000000, "Steps over which the rate decays; 0 = train_iters.", "0"},

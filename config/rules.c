@@ -383,6 +383,17 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
         add(r, GT_SEVERITY_ERROR, "min_lr_le_lr", KEYS("optimizer.min_lr", "optimizer.lr"),
             "set optimizer.min_lr <= optimizer.lr", "min_lr %g is above the peak lr %g",
             c->optimizer.min_lr, c->optimizer.lr);
+    if (!c->optimizer.use_precision_aware_optimizer &&
+        (c->optimizer.exp_avg_dtype != GT_STATE_FP32 ||
+         c->optimizer.exp_avg_sq_dtype != GT_STATE_FP32))
+        add(r, GT_SEVERITY_ERROR, "moment_dtype_needs_precision_aware",
+            KEYS("optimizer.exp_avg_dtype", "optimizer.exp_avg_sq_dtype",
+                 "optimizer.use_precision_aware_optimizer"),
+            "set optimizer.use_precision_aware_optimizer=true, or both moment dtypes to fp32",
+            "Adam moments in bf16 (exp_avg_dtype %s, exp_avg_sq_dtype %s) need the "
+            "precision-aware optimizer, which is off",
+            c->optimizer.exp_avg_dtype == GT_STATE_BF16 ? "bf16" : "fp32",
+            c->optimizer.exp_avg_sq_dtype == GT_STATE_BF16 ? "bf16" : "fp32");
     if (c->train.eval_interval > 0 && c->train.eval_iters == 0)
         add(r, GT_SEVERITY_ERROR, "eval_needs_iters",
             KEYS("train.eval_interval", "train.eval_iters"),

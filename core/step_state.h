@@ -44,6 +44,8 @@ typedef struct gt_adamw_params {
     float eps;
     float weight_decay;
     float clip_grad; /* <= 0: no clipping */
+    int32_t m_bf16;  /* the first moment is stored in bf16 (else fp32) */
+    int32_t v_bf16;  /* the second moment is stored in bf16 (else fp32) */
 } gt_adamw_params;
 
 #endif

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config/keys.h"
+#include "core/bf16.h"
 #include "train/checkpoint.h"
 #include "train/shard.h"
 #include "train/trainer.h"
@@ -92,13 +93,15 @@ static void free_state(state_copy *s) {
     free(s->v);
 }
 
-static void test_resumed_run_equals_uninterrupted_run_bitwise(void **state) {
-    (void)state;
+/* extra: NULL-terminated overrides on top of resume_config */
+static void resumed_run_equals_uninterrupted_run(const char *const *extra) {
     char dir[256], ckpt[300], kv[400];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
     gt_config c;
     resume_config(&c, dir);
+    for (int i = 0; extra && extra[i]; i++)
+        set(&c, extra[i]);
     float full[10], part[10];
 
     gt_trainer *a = create(&c);
@@ -127,8 +130,25 @@ static void test_resumed_run_equals_uninterrupted_run_bitwise(void **state) {
     assert_memory_equal(sa.m, sr.m, sa.n * sizeof(float));
     assert_memory_equal(sa.v, sr.v, sa.n * sizeof(float));
     assert_true(full[0] != full[9]);
+    if (c.optimizer.exp_avg_dtype == GT_STATE_BF16) /* what the run kept really is bf16 */
+        for (size_t i = 0; i < sa.n; i++)
+            assert_true(gt_bf16_to_float(gt_bf16_from_float(sa.m[i])) == sa.m[i]);
     free_state(&sa);
     free_state(&sr);
+}
+
+static void test_resumed_run_equals_uninterrupted_run_bitwise(void **state) {
+    (void)state;
+    resumed_run_equals_uninterrupted_run(NULL);
+}
+
+/* The same with the Adam moments in bf16: the checkpoint holds them as fp32, exactly. */
+static void test_resume_with_bf16_moments_is_bitwise(void **state) {
+    (void)state;
+    static const char *const kv[] = {"optimizer.use_precision_aware_optimizer=true",
+                                     "optimizer.exp_avg_dtype=bf16",
+                                     "optimizer.exp_avg_sq_dtype=bf16", NULL};
+    resumed_run_equals_uninterrupted_run(kv);
 }
 
 /* Saves a 2-step checkpoint and returns the path of its file. */
@@ -229,6 +249,7 @@ static void test_missing_checkpoint_names_the_path(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resumed_run_equals_uninterrupted_run_bitwise),
+        cmocka_unit_test(test_resume_with_bf16_moments_is_bitwise),
         cmocka_unit_test(test_corrupt_checkpoint_is_refused),
         cmocka_unit_test(test_truncated_checkpoint_is_refused),
         cmocka_unit_test(test_file_that_is_not_a_checkpoint_is_refused),

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "core/bf16.h"
 
 typedef struct fixture {
     gt_backend *b;
@@ -116,7 +117,7 @@ static void test_adamw_first_step_matches_hand_computation_with_weight_decay(voi
     /* t = 1: mhat = g, vhat = g^2, so the Adam direction is sign(g) (eps negligible) */
     float master[3] = {1.0f, -2.0f, 0.5f}, params[3] = {0}, g[3] = {0.1f, -0.2f, 0.3f};
     float m[3] = {0}, v[3] = {0};
-    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 0.0f};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 0.0f, 0, 0};
     f->st.lr = 0.01f;
     f->st.step = 0;
     f->b->ops->adamw(f->b, f->s, params, master, g, m, v, 3, 2, hp, &f->st);
@@ -135,7 +136,7 @@ static void test_adamw_bias_correction_uses_step_plus_one(void **state) {
     /* second step with the same gradient: m = 0.019, mhat = 0.019/0.19 = 0.1;
      * vhat = 1.999e-5 / 0.001999 = 0.01 -> direction 1 again (t = 1 would give 1.34) */
     float master[1] = {1.0f}, g[1] = {0.1f}, m[1] = {0.01f}, v[1] = {1e-5f};
-    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 0.0f};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0, 0};
     f->st.lr = 0.01f;
     f->st.step = 1;
     f->b->ops->adamw(f->b, f->s, master, master, g, m, v, 1, 1, hp, &f->st);
@@ -146,7 +147,7 @@ static void test_adamw_bias_correction_uses_step_plus_one(void **state) {
 static void test_adamw_applies_clip_coefficient_to_gradients(void **state) {
     fixture *f = *state;
     float master[2] = {0, 0}, g[2] = {3, 4}, m[2] = {0}, v[2] = {0};
-    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 1.0f};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 0, 0};
     gt_backend_grad_norm(f->b, f->s, &f->st, g, 2, 1, 1, hp.clip_grad);
     assert_float_equal(f->st.clip_coef, 0.2f, 1e-6);
     f->st.lr = 0.1f;
@@ -157,10 +158,63 @@ static void test_adamw_applies_clip_coefficient_to_gradients(void **state) {
     assert_float_equal(master[0], -0.1f, 1e-6);
 }
 
+/* Moments stored in bf16 (the precision-aware optimizer): over two steps from the same state,
+ * the master weights are bitwise those of fp32 moments (the update uses the new fp32 values)
+ * and the stored moments are those fp32 values rounded to nearest-even. */
+static void test_adamw_bf16_moments_are_the_fp32_ones_rounded(void **state) {
+    fixture *f = *state;
+    enum { N = 1000 };
+    static float w32[N], w16[N], g[N], m32[N], v32[N];
+    static uint16_t m16[N], v16[N];
+    uint32_t x = 7;
+    for (int i = 0; i < N; i++) {
+        x = x * 1664525u + 1013904223u;
+        g[i] = ((float)(x >> 8) / 16777216.0f - 0.5f) * 0.02f;
+        w32[i] = w16[i] = (float)(i % 17) * 0.01f - 0.08f;
+        m16[i] = v16[i] = 0;
+    }
+    gt_adamw_params hp32 = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    gt_adamw_params hp16 = hp32;
+    hp16.m_bf16 = hp16.v_bf16 = 1;
+    f->st.lr = 0.01f;
+    f->st.clip_coef = 1.0f;
+    for (int step = 0; step < 2; step++) {
+        f->st.step = step;
+        for (int i = 0; i < N; i++) { /* the fp32 run starts from the stored bf16 moments */
+            m32[i] = gt_bf16_to_float(m16[i]);
+            v32[i] = gt_bf16_to_float(v16[i]);
+        }
+        f->b->ops->adamw(f->b, f->s, w32, w32, g, m32, v32, N, N / 2, hp32, &f->st);
+        f->b->ops->adamw(f->b, f->s, w16, w16, g, m16, v16, N, N / 2, hp16, &f->st);
+        assert_memory_equal(w32, w16, sizeof w32);
+        int rounded = 0;
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(m16[i], gt_bf16_from_float(m32[i]));
+            assert_int_equal(v16[i], gt_bf16_from_float(v32[i]));
+            rounded += gt_bf16_to_float(m16[i]) != m32[i];
+        }
+        assert_true(rounded > N / 2); /* bf16 keeps 8 bits: most values did round */
+    }
+}
+
+/* The host bf16 conversion rounds to nearest-even and keeps NaN a NaN. */
+static void test_bf16_rounds_to_nearest_even(void **state) {
+    (void)state;
+    assert_int_equal(gt_bf16_from_float(1.0f), 0x3f80);
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: to even (1) */
+    assert_int_equal(gt_bf16_from_float(1.00390625f), 0x3f80);
+    /* 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: to even (1 + 2^-6) */
+    assert_int_equal(gt_bf16_from_float(1.01171875f), 0x3f82);
+    assert_int_equal(gt_bf16_from_float(-2.0f), 0xc000);
+    assert_true(isnan(gt_bf16_to_float(gt_bf16_from_float(NAN))));
+    assert_true(isinf(gt_bf16_to_float(gt_bf16_from_float(INFINITY))));
+    assert_true(gt_bf16_to_float(gt_bf16_from_float(3.0e38f)) > 3.0e38f); /* no overflow to inf */
+}
+
 static void test_nan_loss_sets_flag_and_skips_update(void **state) {
     fixture *f = *state;
     float master[2] = {1, 2}, g[2] = {0.5f, 0.5f}, m[2] = {0}, v[2] = {0};
-    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 1.0f};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0};
     f->st.step = 7;
     f->st.lr = 0.1f;
     f->st.loss = NAN;
@@ -222,6 +276,8 @@ int main(void) {
         T(test_adamw_first_step_matches_hand_computation_with_weight_decay),
         T(test_adamw_bias_correction_uses_step_plus_one),
         T(test_adamw_applies_clip_coefficient_to_gradients),
+        T(test_adamw_bf16_moments_are_the_fp32_ones_rounded),
+        T(test_bf16_rounds_to_nearest_even),
         T(test_nan_loss_sets_flag_and_skips_update),
         T(test_nan_checks_off_leave_flags_clear),
         T(test_inject_nan_fires_only_at_its_step),

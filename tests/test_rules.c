@@ -146,6 +146,8 @@ static const rule_case k_cases[] = {
      "dataset.source=shards dataset.data_path=data/x"},
     {"min_lr_le_lr", GT_SEVERITY_ERROR, "optimizer.lr=0.001 optimizer.min_lr=0.01",
      "optimizer.lr=0.01 optimizer.min_lr=0.001"},
+    {"moment_dtype_needs_precision_aware", GT_SEVERITY_ERROR, "optimizer.exp_avg_sq_dtype=bf16",
+     "optimizer.exp_avg_sq_dtype=bf16 optimizer.use_precision_aware_optimizer=true"},
     {"eval_needs_iters", GT_SEVERITY_ERROR, "train.eval_interval=10 train.eval_iters=0",
      "train.eval_interval=10 train.eval_iters=2"},
     /* valid settings this engine cannot run yet */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "graphs/graphs.h"
 #include "train/memory_plan.h"
 #include "train/trainer_extra.h"
@@ -89,6 +90,10 @@ static void set_hyper(gt_trainer *t) {
     t->hp.eps = (float)c->optimizer.adam_eps;
     t->hp.weight_decay = (float)c->optimizer.weight_decay;
     t->hp.clip_grad = (float)c->optimizer.clip_grad;
+    t->hp.m_bf16 = c->optimizer.exp_avg_dtype == GT_STATE_BF16;
+    t->hp.v_bf16 = c->optimizer.exp_avg_sq_dtype == GT_STATE_BF16;
+    t->m_elem = t->hp.m_bf16 ? 2 : sizeof(float);
+    t->v_elem = t->hp.v_bf16 ? 2 : sizeof(float);
     t->check_loss = c->rerun_state_machine.check_for_nan_in_loss;
     t->check_grad = c->ddp.check_for_nan_in_grad;
     t->inject_nan = c->runtime.inject_nan_at_step > 0 ? c->runtime.inject_nan_at_step - 1 : -1;
@@ -100,8 +105,8 @@ static int alloc_state(gt_trainer *t, gt_error *err) {
     gt_arena_init(&t->state, "step_state");
     gt_arena_init(&t->batch, "batch");
     int rc = gt_arena_add(&t->opt, "master", n, (void **)&t->master, err);
-    if (!rc) rc = gt_arena_add(&t->opt, "adam_m", n, (void **)&t->adam_m, err);
-    if (!rc) rc = gt_arena_add(&t->opt, "adam_v", n, (void **)&t->adam_v, err);
+    if (!rc) rc = gt_arena_add(&t->opt, "adam_m", t->n_params * t->m_elem, &t->adam_m, err);
+    if (!rc) rc = gt_arena_add(&t->opt, "adam_v", t->n_params * t->v_elem, &t->adam_v, err);
     if (!rc) rc = gt_arena_add(&t->state, "train", sizeof(gt_step_state), (void **)&t->st, err);
     if (!rc) rc = gt_arena_add(&t->state, "eval", sizeof(gt_step_state), (void **)&t->eval_st, err);
     t->batch_bytes = (size_t)t->n_micro * 2 * (size_t)t->N * sizeof(int32_t);
@@ -156,8 +161,8 @@ static int init_weights(gt_trainer *t, gt_error *err) {
         const gt_backend_ops *o = t->b->ops;
         o->memcpy_h2d(t->b, t->s, t->master, host, t->n_params * sizeof(float));
         o->from_float(t->b, t->s, t->mi->params, t->master, t->n_params);
-        o->memset0(t->b, t->s, t->adam_m, t->n_params * sizeof(float));
-        o->memset0(t->b, t->s, t->adam_v, t->n_params * sizeof(float));
+        o->memset0(t->b, t->s, t->adam_m, t->n_params * t->m_elem);
+        o->memset0(t->b, t->s, t->adam_v, t->n_params * t->v_elem);
         rc = o->stream_sync(t->b, t->s, err);
     }
     free(host);
@@ -262,10 +267,50 @@ int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err) {
     return t->b->ops->stream_sync(t->b, t->s, err);
 }
 
+/* One moment into fp32 host memory, widened from bf16 where the run stores it so. */
+static int read_moment(gt_trainer *t, float *out, const void *dev, int is_bf16, gt_error *err) {
+    size_t n = t->n_params;
+    if (!is_bf16) {
+        t->b->ops->memcpy_d2h(t->b, t->s, out, dev, n * sizeof(float));
+        return t->b->ops->stream_sync(t->b, t->s, err);
+    }
+    uint16_t *half = malloc(n * sizeof *half);
+    if (!half) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory reading Adam moments");
+    t->b->ops->memcpy_d2h(t->b, t->s, half, dev, n * sizeof *half);
+    int rc = t->b->ops->stream_sync(t->b, t->s, err);
+    for (size_t i = 0; !rc && i < n; i++)
+        out[i] = gt_bf16_to_float(half[i]);
+    free(half);
+    return rc;
+}
+
 int gt_trainer_read_moments(gt_trainer *t, float *m, float *v, gt_error *err) {
-    t->b->ops->memcpy_d2h(t->b, t->s, m, t->adam_m, t->n_params * sizeof(float));
-    t->b->ops->memcpy_d2h(t->b, t->s, v, t->adam_v, t->n_params * sizeof(float));
-    return t->b->ops->stream_sync(t->b, t->s, err);
+    int rc = read_moment(t, m, t->adam_m, t->hp.m_bf16, err);
+    if (!rc) rc = read_moment(t, v, t->adam_v, t->hp.v_bf16, err);
+    return rc;
+}
+
+int gt_trainer_write_moments(gt_trainer *t, const float *m, const float *v, gt_error *err) {
+    size_t n = t->n_params;
+    uint16_t *tmp = NULL;
+    if ((t->hp.m_bf16 || t->hp.v_bf16) && !(tmp = malloc(n * sizeof *tmp)))
+        return gt_error_set(err, GT_ERR_NOMEM, "out of host memory converting Adam moments");
+    int rc = GT_OK;
+    for (int k = 0; k < 2 && !rc; k++) {
+        const float *src = k ? v : m;
+        void *dev = k ? t->adam_v : t->adam_m;
+        if (!(k ? t->hp.v_bf16 : t->hp.m_bf16)) {
+            t->b->ops->memcpy_h2d(t->b, t->s, dev, src, n * sizeof(float));
+            rc = t->b->ops->stream_sync(t->b, t->s, err);
+            continue;
+        }
+        for (size_t i = 0; i < n; i++)
+            tmp[i] = gt_bf16_from_float(src[i]);
+        t->b->ops->memcpy_h2d(t->b, t->s, dev, tmp, n * sizeof *tmp);
+        rc = t->b->ops->stream_sync(t->b, t->s, err); /* tmp is reused for v */
+    }
+    free(tmp);
+    return rc;
 }
 
 void gt_trainer_print_memory(const gt_trainer *t, FILE *f) {

@@ -17,11 +17,11 @@ int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
     float *buf = malloc(3 * n * sizeof(float));
     if (!buf) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory saving a checkpoint");
     gt_backend *b = t->b;
+    /* the moments go to the checkpoint as fp32 whatever the run stores them in */
+    int rc = gt_trainer_read_moments(t, buf + n, buf + 2 * n, err);
     b->ops->memcpy_d2h(b, t->s, buf, t->master, n * sizeof(float));
-    b->ops->memcpy_d2h(b, t->s, buf + n, t->adam_m, n * sizeof(float));
-    b->ops->memcpy_d2h(b, t->s, buf + 2 * n, t->adam_v, n * sizeof(float));
     b->ops->memcpy_d2h(b, t->s, &t->h_st[0], t->st, sizeof(gt_step_state));
-    int rc = b->ops->stream_sync(b, t->s, err);
+    if (!rc) rc = b->ops->stream_sync(b, t->s, err);
     if (!rc) {
         gt_ckpt_meta meta;
         memset(&meta, 0, sizeof meta);
@@ -60,16 +60,16 @@ int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err) {
     if (!rc) t->prefetched = 0; /* the next batch is the checkpoint's */
     if (!rc) {
         gt_backend *b = t->b;
-        size_t bytes = t->n_params * sizeof(float);
-        b->ops->memcpy_h2d(b, t->s, t->master, master, bytes);
-        b->ops->memcpy_h2d(b, t->s, t->adam_m, m, bytes);
-        b->ops->memcpy_h2d(b, t->s, t->adam_v, v, bytes);
+        /* fp32 moments in the checkpoint: exact for an fp32 run, rounded to nearest-even for
+         * a bf16 one (exact again when the checkpoint came from a bf16 run) */
+        rc = gt_trainer_write_moments(t, m, v, err);
+        b->ops->memcpy_h2d(b, t->s, t->master, master, t->n_params * sizeof(float));
         b->ops->from_float(b, t->s, t->mi->params, t->master, t->n_params);
         gt_step_state st = meta.state;
         st.inject_nan = t->inject_nan; /* the hook belongs to this run's config */
         t->h_st[0] = st;
         b->ops->memcpy_h2d(b, t->s, t->st, &t->h_st[0], sizeof st);
-        rc = b->ops->stream_sync(b, t->s, err);
+        if (!rc) rc = b->ops->stream_sync(b, t->s, err);
         t->steps = st.step;
     }
     free(master);

@@ -16,5 +16,8 @@ int gt_trainer_resumed(const gt_trainer *t);
 gt_data_pos gt_trainer_data_pos(const gt_trainer *t);
 /* Host copies of the Adam moments [n_params] (tests compare resumed state). */
 int gt_trainer_read_moments(gt_trainer *t, float *m, float *v, gt_error *err);
+/* Sets the Adam moments from fp32 host arrays [n_params] (rounded to nearest-even where the
+ * run stores a moment in bf16). */
+int gt_trainer_write_moments(gt_trainer *t, const float *m, const float *v, gt_error *err);
 
 #endif

@@ -20,10 +20,11 @@ struct gt_trainer {
     int n_micro; /* micro-batches per step = global_batch_size / micro_batch_size */
     int B, T, N; /* micro_batch_size, seq_length, tokens per micro-batch */
 
-    gt_arena opt;  /* optimizer state, fp32 */
-    float *master; /* [n_params] master weights */
-    float *adam_m; /* [n_params] first moment */
-    float *adam_v; /* [n_params] second moment */
+    gt_arena opt;          /* optimizer state */
+    float *master;         /* [n_params] fp32 master weights */
+    void *adam_m;          /* [n_params] first moment, fp32 or bf16 (hp.m_bf16) */
+    void *adam_v;          /* [n_params] second moment, fp32 or bf16 (hp.v_bf16) */
+    size_t m_elem, v_elem; /* their bytes per element */
 
     gt_arena state;         /* the small device step-state arena */
     gt_step_state *st;      /* [1] training step state */

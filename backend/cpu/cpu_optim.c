@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "config/config.h"
+#include "core/bf16.h"
 
 #define CPU_PI 3.14159265358979323846
 
@@ -186,7 +187,7 @@ typedef struct adamw_args {
     float *params; /* [n] compute dtype (fp32 here); may alias master */
     float *master; /* [n] */
     const float *grads;
-    float *m, *v;
+    void *m, *v; /* fp32, or bf16 (uint16_t) where hp says so */
     size_t n, n_decay;
     gt_adamw_params hp; /* constant for the run */
     gt_step_state *st;  /* step, lr, clip_coef, nan_flags read at run time */
@@ -203,12 +204,25 @@ static void k_adamw(const void *p) {
     double b1 = a->hp.beta1, b2 = a->hp.beta2;
     double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
     double lr = st->lr, coef = st->clip_coef, eps = a->hp.eps, wd = a->hp.weight_decay;
+    float *mf = a->m, *vf = a->v;
+    uint16_t *mh = a->m, *vh = a->v;
     for (size_t i = 0; i < a->n; i++) {
         double g = (double)a->grads[i] * coef;
-        /* the stored (fp32) moments are the ones the update uses, as on the device */
-        a->m[i] = (float)(b1 * a->m[i] + (1.0 - b1) * g);
-        a->v[i] = (float)(b2 * a->v[i] + (1.0 - b2) * g * g);
-        double m = a->m[i], v = a->v[i];
+        /* fp32 moments as the device computes them; bf16 storage rounds them after the update
+         * used them (Transformer Engine's FusedAdam does the same) */
+        double m_old = a->hp.m_bf16 ? gt_bf16_to_float(mh[i]) : mf[i];
+        double v_old = a->hp.v_bf16 ? gt_bf16_to_float(vh[i]) : vf[i];
+        float m_new = (float)(b1 * m_old + (1.0 - b1) * g);
+        float v_new = (float)(b2 * v_old + (1.0 - b2) * g * g);
+        if (a->hp.m_bf16)
+            mh[i] = gt_bf16_from_float(m_new);
+        else
+            mf[i] = m_new;
+        if (a->hp.v_bf16)
+            vh[i] = gt_bf16_from_float(v_new);
+        else
+            vf[i] = v_new;
+        double m = m_new, v = v_new;
         double w = a->master[i];
         double upd = (m / bc1) / (sqrt(v / bc2) + eps);
         if (i < a->n_decay) upd += wd * w;
@@ -218,7 +232,7 @@ static void k_adamw(const void *p) {
 }
 
 static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
-                      float *m, float *v, size_t n, size_t n_decay, gt_adamw_params hp,
+                      void *m, void *v, size_t n, size_t n_decay, gt_adamw_params hp,
                       gt_step_state *st) {
     if (!st || n_decay > n || !(hp.beta1 >= 0 && hp.beta1 < 1) ||
         !(hp.beta2 >= 0 && hp.beta2 < 1) || !(hp.eps > 0) || !(hp.weight_decay >= 0)) {

@@ -3,7 +3,7 @@
  * partials, on a side stream of low priority so that it overlaps the rest of the backward,
  * then one fixed-order final sum that sets the NaN flags and the clip coefficient), and AdamW
  * over the whole flat parameter array in one launch, reading lr/step/clip/flags from the step
- * state. */
+ * state, its moments in fp32 or bf16 (the precision-aware optimizer). */
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -111,7 +111,7 @@ static __device__ __forceinline__ bool adamw_begin(gt_step_state *st, const gt_a
 }
 
 /* One element: moments and master weight updated in place, g already clipped (the CPU
- * reference's order of operations). */
+ * reference's order of operations); the update uses the new fp32 moments. */
 static __device__ __forceinline__ void adamw_elem(float g, float *m, float *v, float *w, float lr,
                                                   float bc1, float bc2, float wd,
                                                   const gt_adamw_params &hp) {
@@ -122,27 +122,72 @@ static __device__ __forceinline__ void adamw_elem(float g, float *m, float *v, f
     *w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + hp.eps) + wd * *w);
 }
 
-__global__ void k_adamw(bf16 *params, float *master, const float *grads, float *m, float *v,
-                        size_t n, size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
+/* Moment storage: fp32 as is, bf16 widened on load and rounded to nearest-even on store. */
+static __device__ __forceinline__ float st_load(const float *p, size_t i) {
+    return p[i];
+}
+static __device__ __forceinline__ float st_load(const bf16 *p, size_t i) {
+    return __bfloat162float(p[i]);
+}
+static __device__ __forceinline__ void st_store(float *p, size_t i, float x) {
+    p[i] = x;
+}
+static __device__ __forceinline__ void st_store(bf16 *p, size_t i, float x) {
+    p[i] = __float2bfloat16(x);
+}
+/* four consecutive elements from index 4q (16 bytes of fp32 or 8 of bf16) */
+static __device__ __forceinline__ void st_load4(const float *p, size_t q, float *x) {
+    float4 f = ((const float4 *)p)[q];
+    x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
+}
+static __device__ __forceinline__ void st_load4(const bf16 *p, size_t q, float *x) {
+    uint2 raw = ((const uint2 *)p)[q];
+    bf16 h[4];
+    memcpy(h, &raw, 8);
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        x[k] = __bfloat162float(h[k]);
+}
+static __device__ __forceinline__ void st_store4(float *p, size_t q, const float *x) {
+    ((float4 *)p)[q] = make_float4(x[0], x[1], x[2], x[3]);
+}
+static __device__ __forceinline__ void st_store4(bf16 *p, size_t q, const float *x) {
+    bf16 h[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        h[k] = __float2bfloat16(x[k]);
+    uint2 raw;
+    memcpy(&raw, h, 8);
+    ((uint2 *)p)[q] = raw;
+}
+
+template <typename MT, typename VT>
+__global__ void k_adamw(bf16 *params, float *master, const float *grads, MT *m, VT *v, size_t n,
+                        size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
     float lr, clip, bc1, bc2;
     if (!adamw_begin(st, hp, &lr, &clip, &bc1, &bc2)) return;
     GT_GRID_STRIDE(i, n) {
         float wd = i < n_decay ? hp.weight_decay : 0.0f;
-        adamw_elem(grads[i] * clip, &m[i], &v[i], &master[i], lr, bc1, bc2, wd, hp);
+        float mi = st_load(m, i), vi = st_load(v, i);
+        adamw_elem(grads[i] * clip, &mi, &vi, &master[i], lr, bc1, bc2, wd, hp);
+        st_store(m, i, mi);
+        st_store(v, i, vi);
         params[i] = tobf(master[i]);
     }
 }
 
 /* The same four elements at a time (n % 4 == 0, aligned arrays). */
-__global__ void k_adamw4(bf16 *params, float *master, const float *grads, float *m, float *v,
-                         size_t n4, size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
+template <typename MT, typename VT>
+__global__ void k_adamw4(bf16 *params, float *master, const float *grads, MT *m, VT *v, size_t n4,
+                         size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
     float lr, clip, bc1, bc2;
     if (!adamw_begin(st, hp, &lr, &clip, &bc1, &bc2)) return;
     GT_GRID_STRIDE(q, n4) {
-        float4 g4 = ((const float4 *)grads)[q], m4 = ((float4 *)m)[q], v4 = ((float4 *)v)[q];
-        float4 w4 = ((float4 *)master)[q];
-        float gs[4] = {g4.x, g4.y, g4.z, g4.w}, ms[4] = {m4.x, m4.y, m4.z, m4.w};
-        float vs[4] = {v4.x, v4.y, v4.z, v4.w}, ws[4] = {w4.x, w4.y, w4.z, w4.w};
+        float4 g4 = ((const float4 *)grads)[q], w4 = ((float4 *)master)[q];
+        float gs[4] = {g4.x, g4.y, g4.z, g4.w}, ws[4] = {w4.x, w4.y, w4.z, w4.w};
+        float ms[4], vs[4];
+        st_load4(m, q, ms);
+        st_load4(v, q, vs);
         bf16 ps[4];
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -150,8 +195,8 @@ __global__ void k_adamw4(bf16 *params, float *master, const float *grads, float 
             adamw_elem(gs[k] * clip, &ms[k], &vs[k], &ws[k], lr, bc1, bc2, wd, hp);
             ps[k] = tobf(ws[k]);
         }
-        ((float4 *)m)[q] = make_float4(ms[0], ms[1], ms[2], ms[3]);
-        ((float4 *)v)[q] = make_float4(vs[0], vs[1], vs[2], vs[3]);
+        st_store4(m, q, ms);
+        st_store4(v, q, vs);
         ((float4 *)master)[q] = make_float4(ws[0], ws[1], ws[2], ws[3]);
         uint2 pk;
         memcpy(&pk, ps, 8);
@@ -244,25 +289,39 @@ static void cuda_grad_norm_finish(gt_backend *b, gt_stream *s, gt_step_state *st
     GT_CUDA_LAUNCHED(b, "grad_norm_finish");
 }
 
-static void cuda_adamw(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
-                       float *m, float *v, size_t n, size_t n_decay, gt_adamw_params hp,
-                       gt_step_state *st) {
-    if (b->planning) return;
+template <typename MT, typename VT>
+static void adamw_launch(gt_backend *b, gt_stream *s, void *params, float *master,
+                         const float *grads, void *m, void *v, size_t n, size_t n_decay,
+                         gt_adamw_params hp, gt_step_state *st) {
     uintptr_t bits =
         (uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v;
+    cudaStream_t cs = gt_cuda_stream(s);
     if (n % 4 == 0 && (bits & 15u) == 0) {
         unsigned g4 = gt_grid(n / 4, OPT_THREADS);
         if (g4 > 8192) g4 = 8192;
-        k_adamw4<<<g4, OPT_THREADS, 0, gt_cuda_stream(s)>>>((bf16 *)params, master, grads, m, v,
-                                                            n / 4, n_decay, hp, st);
-        GT_CUDA_LAUNCHED(b, "adamw");
-        return;
+        k_adamw4<MT, VT><<<g4, OPT_THREADS, 0, cs>>>((bf16 *)params, master, grads, (MT *)m,
+                                                     (VT *)v, n / 4, n_decay, hp, st);
+    } else {
+        unsigned grid = gt_grid(n, OPT_THREADS);
+        if (grid > 8192) grid = 8192;
+        k_adamw<MT, VT><<<grid, OPT_THREADS, 0, cs>>>((bf16 *)params, master, grads, (MT *)m,
+                                                      (VT *)v, n, n_decay, hp, st);
     }
-    unsigned grid = gt_grid(n, OPT_THREADS);
-    if (grid > 8192) grid = 8192;
-    k_adamw<<<grid, OPT_THREADS, 0, gt_cuda_stream(s)>>>((bf16 *)params, master, grads, m, v, n,
-                                                         n_decay, hp, st);
     GT_CUDA_LAUNCHED(b, "adamw");
+}
+
+static void cuda_adamw(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
+                       void *m, void *v, size_t n, size_t n_decay, gt_adamw_params hp,
+                       gt_step_state *st) {
+    if (b->planning) return;
+    if (hp.m_bf16 && hp.v_bf16)
+        adamw_launch<bf16, bf16>(b, s, params, master, grads, m, v, n, n_decay, hp, st);
+    else if (hp.m_bf16)
+        adamw_launch<bf16, float>(b, s, params, master, grads, m, v, n, n_decay, hp, st);
+    else if (hp.v_bf16)
+        adamw_launch<float, bf16>(b, s, params, master, grads, m, v, n, n_decay, hp, st);
+    else
+        adamw_launch<float, float>(b, s, params, master, grads, m, v, n, n_decay, hp, st);
 }
 
 extern "C" void gt_cuda_register_optim_ops(gt_backend_ops *ops) {

@@ -467,7 +467,7 @@ static void test_optimizer_step_matches_cpu(void **state) {
     float *m = rand_vec(e, n, 0.01f), *v = rand_vec(e, n, 0.01f), *got = malloc(n * 4);
     for (size_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
-    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
     gt_lr_schedule sc = {1e-3f, 1e-4f, 2, 100, 2};
     gt_step_state init = default_state(), *cst, *gst, hs;
     make_states(e, &init, &cst, &gst);
@@ -506,12 +506,63 @@ static void test_optimizer_step_matches_cpu(void **state) {
     free(master), free(grads), free(m), free(v), free(got);
 }
 
+/* Moments stored in bf16 on the device: over two steps from the same state the master
+ * weights are bitwise those of fp32 moments, and the stored moments are the fp32 ones rounded
+ * to nearest-even; n = 4099 runs the scalar kernel, n = 4096 the 4-wide one. */
+static void test_adamw_bf16_moments_are_the_fp32_ones_rounded(void **state) {
+    gpu_env *e = *state;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t n = pass ? 4099 : 4096;
+        float *master = rand_vec(e, n, 1.0f), *grads = rand_vec(e, n, 0.01f);
+        float *w32 = malloc(n * 4), *w16 = malloc(n * 4), *m32 = malloc(n * 4);
+        float *v32 = malloc(n * 4), *m16 = malloc(n * 4), *v16 = malloc(n * 4);
+        gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0}, hp16 = hp;
+        hp16.m_bf16 = hp16.v_bf16 = 1;
+        gt_step_state init = default_state(), *cst, *gst;
+        make_states(e, &init, &cst, &gst);
+        float *g_w32 = g_f32(e, master, n), *g_w16 = g_f32(e, master, n), *g_g = g_f32(e, grads, n);
+        float *g_m32 = g_f32(e, NULL, n), *g_v32 = g_f32(e, NULL, n);
+        void *g_m16 = g_act(e, NULL, n), *g_v16 = g_act(e, NULL, n), *g_p = g_act(e, NULL, n);
+        GPU_PLAN(e, gt_backend_grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, hp.clip_grad));
+        e->gpu->ops->memset0(e->gpu, e->gs, g_m16, n * 2);
+        e->gpu->ops->memset0(e->gpu, e->gs, g_v16, n * 2);
+        for (int step = 0; step < 2; step++) {
+            /* the fp32 run starts from the stored bf16 moments */
+            g_read_act(e, m16, g_m16, n);
+            g_read_act(e, v16, g_v16, n);
+            e->gpu->ops->memcpy_h2d(e->gpu, e->gs, g_m32, m16, n * 4);
+            e->gpu->ops->memcpy_h2d(e->gpu, e->gs, g_v32, v16, n * 4);
+            g_sync(e);
+            gt_backend_grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, hp.clip_grad);
+            e->gpu->ops->adamw(e->gpu, e->gs, g_p, g_w32, g_g, g_m32, g_v32, n, n / 2, hp, gst);
+            e->gpu->ops->adamw(e->gpu, e->gs, g_p, g_w16, g_g, g_m16, g_v16, n, n / 2, hp16, gst);
+            e->gpu->ops->step_end(e->gpu, e->gs, gst);
+            g_read_f32(e, w32, g_w32, n);
+            g_read_f32(e, w16, g_w16, n);
+            g_read_f32(e, m32, g_m32, n);
+            g_read_f32(e, v32, g_v32, n);
+            g_read_act(e, m16, g_m16, n);
+            g_read_act(e, v16, g_v16, n);
+            assert_memory_equal(w32, w16, n * 4);
+            size_t rounded = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (m16[i] != bf16_round(m32[i]) || v16[i] != bf16_round(v32[i]))
+                    fail_msg("n %zu step %d element %zu: bf16 moments %g %g, fp32 %g %g", n, step,
+                             i, (double)m16[i], (double)v16[i], (double)m32[i], (double)v32[i]);
+                rounded += m16[i] != m32[i];
+            }
+            assert_true(rounded > n / 2);
+        }
+        free(master), free(grads), free(w32), free(w16), free(m32), free(v32), free(m16), free(v16);
+    }
+}
+
 static void test_injected_nan_skips_the_update_and_is_recorded(void **state) {
     gpu_env *e = *state;
     size_t n = 3000;
     float *master = rand_vec(e, n, 1.0f), *grads = rand_vec(e, n, 0.1f), *got = malloc(n * 4);
     float *losses = rand_vec(e, 10, 1.0f);
-    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
     gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 100, 0};
     gt_step_state init = default_state(), *cst, *gst, hs;
     init.inject_nan = 3; /* == init.step */
@@ -614,6 +665,7 @@ int main(void) {
         T(test_optimizer_step_matches_cpu),
         T(test_injected_nan_skips_the_update_and_is_recorded),
         T(test_grad_norm_is_deterministic_and_exact),
+        T(test_adamw_bf16_moments_are_the_fp32_ones_rounded),
         T(test_unplanned_matmul_shape_is_a_sticky_error_naming_it),
         T(test_memory_is_tracked_with_a_peak),
     };
