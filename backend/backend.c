@@ -21,12 +21,6 @@ int gt_backend_check(gt_backend *b, gt_error *err) {
     return code;
 }
 
-void gt_backend_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads,
-                          size_t n, int check_loss, int check_grad, float clip) {
-    b->ops->grad_norm_part(b, s, grads, n, 0);
-    b->ops->grad_norm_finish(b, s, st, 1, check_loss, check_grad, clip);
-}
-
 void gt_backend_destroy(gt_backend *b) {
     if (b && b->ops && b->ops->destroy) b->ops->destroy(b);
 }

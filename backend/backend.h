@@ -155,18 +155,11 @@ typedef struct gt_backend_ops {
     void (*micro_next)(gt_backend *b, gt_stream *s, gt_step_state *st);
     /* test hook: if st->step == st->inject_nan, set st->loss and grads[0] to NaN */
     void (*inject_nan)(gt_backend *b, gt_stream *s, gt_step_state *st, float *grads);
-    /* The gradient norm, in segments so that a backend can reduce the gradients a backward
-     * has finished while the rest of it still runs. grad_norm_part: the sum of squares of
-     * grads[0..n) into partial `seg` (0, 1, ... each once a step); it may run concurrently
-     * with later ops on s, which must not write grads[0..n) before grad_norm_finish.
-     * grad_norm_finish waits for every part, sums partials 0..n_segs-1 in that order and
-     * takes the root: grad_norm; sets GT_NAN_LOSS in st->nan_flags when check_loss and
-     * st->loss is not finite, GT_NAN_GRAD when check_grad and the norm is not finite;
-     * clip_coef = min(1, clip / (norm + 1e-6)) when clip > 0, else 1. The result depends on
-     * the segments, never on when the parts ran. */
-    void (*grad_norm_part)(gt_backend *b, gt_stream *s, const float *grads, size_t n, int seg);
-    void (*grad_norm_finish)(gt_backend *b, gt_stream *s, gt_step_state *st, int n_segs,
-                             int check_loss, int check_grad, float clip);
+    /* set GT_NAN_LOSS in st->nan_flags when check_loss and st->loss is not finite;
+     * grad_norm = ||grads||_2 in a fixed order; set GT_NAN_GRAD when check_grad and the norm
+     * is not finite. clip_coef = min(1, clip / (norm + 1e-6)) when clip > 0, else 1. */
+    void (*grad_norm)(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads, size_t n,
+                      int check_loss, int check_grad, float clip);
     /* AdamW over flat arrays: if st->nan_flags, set st->skipped and change nothing. Otherwise,
      * with t = st->step + 1, g = grads * clip_coef, weight decay on the first n_decay
      * elements: master -= lr * (mhat / (sqrt(vhat) + eps) + wd * master); params = master
@@ -245,10 +238,6 @@ struct gt_backend {
 int gt_backend_create_cpu(gt_backend **b, gt_error *err);
 int gt_backend_create_cuda(gt_backend **b, int device, gt_error *err);
 void gt_backend_destroy(gt_backend *b);
-
-/* The gradient norm of one array as a single segment (grad_norm_part, grad_norm_finish). */
-void gt_backend_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads,
-                          size_t n, int check_loss, int check_grad, float clip);
 
 /* Records an op failure (first one wins); used by backends inside steps. */
 void gt_backend_fail(gt_backend *b, int code, const char *fmt, ...)

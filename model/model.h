@@ -81,31 +81,15 @@ const char *gt_unit_kind_name(gt_unit_kind k);
 void gt_model_unit_run(gt_model *m, gt_stream *s, int layer, int unit, int backward,
                        gt_step_state *st);
 
-/* The gradient segments, in the order a backward finishes them: 0 the output head, 1..L the
- * layers from the last to the first, L + 1 the embedding, L + 2 the tensors without weight
- * decay (norm weights, biases: final only at the end). Together they cover [0, n_params)
- * once, alignment padding included. */
-int gt_model_grad_segments(const gt_model *m);
-void gt_model_grad_segment(const gt_model *m, int seg, size_t *off, size_t *n);
-
-/* Told during a backward that gradient segment `seg` is final: no later op of this
- * micro-batch writes it. The trainer starts the segment's share of the gradient norm there. */
-typedef struct gt_grads_ready {
-    void *ctx;
-    void (*ready)(void *ctx, gt_stream *s, int seg);
-} gt_grads_ready;
-
 /* One micro-batch: embedding, every unit forward, head + loss (adds dscale-weighted mean loss
  * into st->loss, where dscale = 1 / micro-batches), head backward, every unit backward in
  * reverse, embedding backward. Weight gradients accumulate into grads (accumulate 1) or
  * overwrite them (accumulate 0: the step's first micro-batch, which then needs no zeroed
  * gradients; every gradient is written). tokens / targets are device arrays [N]. exec may be
- * NULL (all eager); unit graphs replay the accumulate of the call that captured them. ready
- * (may be NULL) hears of every gradient segment as it becomes final, in segment order. */
+ * NULL (all eager); unit graphs replay the accumulate of the call that captured them. */
 void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
                                const int32_t *targets, float dscale, int accumulate,
-                               gt_step_state *st, const gt_unit_exec *exec,
-                               const gt_grads_ready *ready);
+                               gt_step_state *st, const gt_unit_exec *exec);
 
 /* Forward only (evaluation, no dropout): adds scale * mean loss into st->loss, where st is
  * a separate step state kept for evaluation. */

@@ -79,7 +79,6 @@ typedef struct gt_layer {
     gt_attn_block attn;
     gt_mlp_block mlp;
     gt_moe_block moe;
-    size_t grad_off; /* where its weight-decayed tensors start in the flat arrays */
 } gt_layer;
 
 /* Buffers shared by every unit; none of them carries a value from forward to backward. */

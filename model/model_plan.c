@@ -232,7 +232,6 @@ static int build_tensors(gt_model *m, gt_error *err) {
     T(m->wte, 1, 2, dm->V, dm->d, 0, "embedding.wte", 0);
     for (int l = 0; l < m->num_layers; l++) {
         gt_layer *L = &m->layers[l];
-        L->grad_off = cur;
         if (L->has_attn) {
             T(L->attn.qkv_w, 1, 2, dm->qkv, dm->d, 0, "layers.%d.attn.qkv_w", l);
             T(L->attn.o_w, 1, 2, dm->d, dm->H * dm->hd, 0, "layers.%d.attn.o_w", l);

@@ -90,37 +90,9 @@ static void head_bwd(gt_model *m, gt_stream *s) {
                         m->grad_acc);
 }
 
-int gt_model_grad_segments(const gt_model *m) {
-    return m->num_layers + 3;
-}
-
-void gt_model_grad_segment(const gt_model *m, int seg, size_t *off, size_t *n) {
-    int L = m->num_layers;
-    size_t head = m->tensors[m->lm_w].offset;
-    size_t lo = 0, hi = 0;
-    if (seg == 0) {
-        lo = head, hi = m->info.n_decay;
-    } else if (seg >= 1 && seg <= L) {
-        int l = L - seg;
-        lo = m->layers[l].grad_off;
-        hi = l + 1 < L ? m->layers[l + 1].grad_off : head;
-    } else if (seg == L + 1) {
-        lo = 0, hi = L > 0 ? m->layers[0].grad_off : head;
-    } else if (seg == L + 2) {
-        lo = m->info.n_decay, hi = m->info.n_params;
-    }
-    *off = lo;
-    *n = hi - lo;
-}
-
-static void grads_ready(const gt_grads_ready *ready, gt_stream *s, int seg) {
-    if (ready && ready->ready) ready->ready(ready->ctx, s, seg);
-}
-
 void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
                                const int32_t *targets, float dscale, int accumulate,
-                               gt_step_state *st, const gt_unit_exec *exec,
-                               const gt_grads_ready *ready) {
+                               gt_step_state *st, const gt_unit_exec *exec) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     /* units read them (aux-loss weight, gradient overwrite); a unit graph keeps the values of
@@ -133,19 +105,14 @@ void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
             run_unit(m, s, l, u, 0, st, exec);
     head_fwd(m, s, targets, dscale, st);
     head_bwd(m, s);
-    grads_ready(ready, s, 0);
-    for (int l = m->num_layers - 1; l >= 0; l--) {
+    for (int l = m->num_layers - 1; l >= 0; l--)
         for (int u = m->layers[l].n_units - 1; u >= 0; u--)
             run_unit(m, s, l, u, 1, st, exec);
-        grads_ready(ready, s, m->num_layers - l);
-    }
     /* the embedding gradient is a scatter-add: overwriting it means zeroing it first */
     if (!accumulate)
         b->ops->memset0(b, s, gt_model_grad(m, m->wte),
                         (size_t)dm->V * (size_t)dm->d * sizeof(float));
     b->ops->embedding_bwd(b, s, gt_model_grad(m, m->wte), m->sc.dres, tokens, dm->N, dm->V, dm->d);
-    grads_ready(ready, s, m->num_layers + 1);
-    grads_ready(ready, s, m->num_layers + 2);
 }
 
 void gt_model_forward_loss(gt_model *m, gt_stream *s, const int32_t *tokens, const int32_t *targets,

@@ -5,9 +5,7 @@
 # Carry build-gpu-run (scripts/gpu-build.sh). Logs under $OUT (summary.txt).
 # Env: QUICK_WORKLOADS (default "tiny gpt124m llama1b moe"), QUICK_MOE_VARIANTS (default "wgmma";
 # each other variant also reruns the MoE GPU tests), QUICK_MODES (default "eager,full_iteration";
-# "all" adds the per-layer scope sets), QUICK_ENVS (space-separated VAR=value settings, each
-# its own bench run of every workload, e.g. "GT_CUDA_NORM_OVERLAP=1 GT_CUDA_NORM_OVERLAP=0";
-# default: one run as is).
+# "all" adds the per-layer scope sets).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gt-quick}; mkdir -p "$OUT"
@@ -31,12 +29,9 @@ for w in ${QUICK_WORKLOADS:-tiny gpt124m llama1b moe}; do
   variants=wgmma
   [ "$w" = moe ] && variants=${QUICK_MOE_VARIANTS:-wgmma}
   for v in $variants; do
-    for ev in ${QUICK_ENVS:-GT_QUICK_DEFAULT=1}; do
-      log="$OUT/bench_${w}_${v}_${ev//[^A-Za-z0-9]/_}.log"
-      env "$ev" GT_CUDA_MOE=$v timeout 120 $GT bench --recipe $w --modes ${QUICK_MODES:-eager,full_iteration} \
-        --steps 20 --warmup 2 >"$log" 2>&1
-      echo "bench $w GT_CUDA_MOE=$v $ev rc=$?" | tee -a "$S"
-      grep -E "^(eager|attn|full_iteration)|identical|[Ee]rror" "$log" | tee -a "$S"
-    done
+    GT_CUDA_MOE=$v timeout 120 $GT bench --recipe $w --modes ${QUICK_MODES:-eager,full_iteration} --steps 20 \
+      --warmup 2 >"$OUT/bench_${w}_$v.log" 2>&1
+    echo "bench $w GT_CUDA_MOE=$v rc=$?" | tee -a "$S"
+    grep -E "^(eager|attn|full_iteration)|identical|[Ee]rror" "$OUT/bench_${w}_$v.log" | tee -a "$S"
   done
 done

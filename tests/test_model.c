@@ -118,7 +118,7 @@ static void units_match_plain_path(gt_config *c) {
         tm_begin_step(&fx, 7);
         for (int micro = 0; micro < 2; micro++) {
             gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 0.5f, 1, fx.st,
-                                      pass ? &exec : NULL, NULL);
+                                      pass ? &exec : NULL);
             fx.b->ops->micro_next(fx.b, fx.s, fx.st);
         }
         tm_check(&fx);
@@ -196,7 +196,7 @@ static void captured_units_replay_like_eager(gt_config *c) {
             tm_begin_step(&fx, step);
             for (int micro = 0; micro < 2; micro++) {
                 gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 0.5f, 1, fx.st,
-                                          pass ? &exec : NULL, NULL);
+                                          pass ? &exec : NULL);
                 fx.b->ops->micro_next(fx.b, fx.s, fx.st);
             }
             tm_check(&fx);
@@ -398,75 +398,6 @@ static void test_init_is_deterministic_with_the_configured_spread(void **state) 
     tm_fixture_destroy(&fx);
 }
 
-/* Gradient segments: they tile [0, n_params); the backward announces each once, in order,
- * only when it is final: a copy taken at the announcement equals the gradient at the end,
- * with every gradient NaN before an overwriting backward. Dense with biases, and MoE. */
-typedef struct seg_log {
-    tm_fixture *fx;
-    int calls[64], order[64], n;
-    float *copy; /* [n_params] */
-} seg_log;
-
-static void log_segment(void *ctx, gt_stream *s, int seg) {
-    (void)s;
-    seg_log *lg = ctx;
-    size_t off = 0, n = 0;
-    gt_model_grad_segment(lg->fx->m, seg, &off, &n);
-    lg->calls[seg]++;
-    lg->order[lg->n++] = seg;
-    /* the CPU backend runs ops at once: the gradients are as the backward left them so far */
-    memcpy(lg->copy + off, lg->fx->info->grads + off, n * sizeof(float));
-}
-
-static void segments_tile_and_are_final(const gt_config *c) {
-    tm_fixture fx;
-    tm_fixture_create(&fx, c);
-    size_t np = fx.info->n_params;
-    int ns = gt_model_grad_segments(fx.m);
-    assert_int_equal(ns, fx.m->num_layers + 3);
-    unsigned char *cover = calloc(np, 1);
-    assert_non_null(cover);
-    for (int seg = 0; seg < ns; seg++) {
-        size_t off = 0, n = 0;
-        gt_model_grad_segment(fx.m, seg, &off, &n);
-        assert_true(off + n <= np);
-        for (size_t i = off; i < off + n; i++)
-            cover[i]++;
-    }
-    for (size_t i = 0; i < np; i++)
-        if (cover[i] != 1) fail_msg("gradient element %zu is in %d segments", i, cover[i]);
-    seg_log lg = {.fx = &fx};
-    lg.copy = malloc(np * sizeof(float));
-    assert_non_null(lg.copy);
-    tm_begin_step(&fx, 1);
-    for (size_t i = 0; i < np; i++)
-        fx.info->grads[i] = NAN;
-    gt_grads_ready ready = {&lg, log_segment};
-    gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 1.0f, 0, fx.st, NULL, &ready);
-    tm_check(&fx);
-    assert_int_equal(lg.n, ns);
-    for (int seg = 0; seg < ns; seg++)
-        assert_int_equal(lg.order[seg], seg);
-    for (int t = 0; t < fx.m->n_tensors; t++) {
-        const gt_model_tensor_desc *d = &fx.m->tensors[t];
-        if (memcmp(lg.copy + d->offset, fx.info->grads + d->offset, d->numel * sizeof(float)))
-            fail_msg("the gradient of %s changed after its segment was announced", d->name);
-    }
-    free(lg.copy);
-    free(cover);
-    tm_fixture_destroy(&fx);
-}
-
-static void test_gradient_segments_tile_and_are_final_when_announced(void **state) {
-    (void)state;
-    gt_config c;
-    tm_tiny_config(&c);
-    c.model.add_bias_linear = true;
-    segments_tile_and_are_final(&c);
-    tm_tiny_moe_config(&c, 0);
-    segments_tile_and_are_final(&c);
-}
-
 /* The planning pass only records shapes: nothing is computed, nothing fails, and training
  * works afterwards. */
 static void test_planning_pass_computes_nothing(void **state) {
@@ -477,7 +408,7 @@ static void test_planning_pass_computes_nothing(void **state) {
     tm_fixture_create(&fx, &c);
     fx.b->planning = 1;
     tm_begin_step(&fx, 0);
-    gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 1.0f, 1, fx.st, NULL, NULL);
+    gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 1.0f, 1, fx.st, NULL);
     gt_model_forward_loss(fx.m, fx.s, fx.tokens, fx.targets, 1.0f, fx.st);
     gt_error err = {0};
     assert_int_equal(fx.b->ops->plan_finish(fx.b, &err), GT_OK);
@@ -501,7 +432,7 @@ static void test_micro_batches_accumulate_the_mean_gradient(void **state) {
     memcpy(one, fx.info->grads, n * sizeof(float));
     tm_begin_step(&fx, 0);
     for (int micro = 0; micro < 2; micro++) {
-        gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 0.5f, 1, fx.st, NULL, NULL);
+        gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 0.5f, 1, fx.st, NULL);
         fx.b->ops->micro_next(fx.b, fx.s, fx.st);
     }
     tm_check(&fx);
@@ -534,7 +465,7 @@ static void overwrite_matches_zero_then_accumulate(const gt_config *c) {
     tm_begin_step(&fx, 3);
     for (size_t i = 0; i < n; i++)
         fx.info->grads[i] = NAN;
-    gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 1.0f, 0, fx.st, NULL, NULL);
+    gt_model_forward_backward(fx.m, fx.s, fx.tokens, fx.targets, 1.0f, 0, fx.st, NULL);
     tm_check(&fx);
     assert_true((double)fx.st->loss + (double)fx.st->aux_loss == l_acc);
     for (int t = 0; t < fx.m->n_tensors; t++) {
@@ -612,7 +543,6 @@ int main(void) {
         cmocka_unit_test(test_parameters_put_decayed_matrices_first),
         cmocka_unit_test(test_init_is_deterministic_with_the_configured_spread),
         cmocka_unit_test(test_planning_pass_computes_nothing),
-        cmocka_unit_test(test_gradient_segments_tile_and_are_final_when_announced),
         cmocka_unit_test(test_micro_batches_accumulate_the_mean_gradient),
         cmocka_unit_test(test_first_micro_batch_overwrites_every_gradient),
         cmocka_unit_test(test_flops_per_token_follow_the_workloads_formula),

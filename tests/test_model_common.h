@@ -110,7 +110,7 @@ static inline void tm_check(tm_fixture *fx) {
  * mean cross-entropy plus the (coefficient-weighted) MoE aux loss. */
 static inline double tm_train_loss(tm_fixture *fx, int64_t step, const gt_unit_exec *exec) {
     tm_begin_step(fx, step);
-    gt_model_forward_backward(fx->m, fx->s, fx->tokens, fx->targets, 1.0f, 1, fx->st, exec, NULL);
+    gt_model_forward_backward(fx->m, fx->s, fx->tokens, fx->targets, 1.0f, 1, fx->st, exec);
     tm_check(fx);
     return (double)fx->st->loss + (double)fx->st->aux_loss;
 }

@@ -17,15 +17,6 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* A gradient segment is final: its share of the gradient norm can start (on the CUDA
- * backend, on a side stream while the backward goes on). */
-static void norm_segment(void *ctx, gt_stream *s, int seg) {
-    gt_trainer *t = ctx;
-    size_t off = 0, n = 0;
-    gt_model_grad_segment(t->m, seg, &off, &n);
-    t->b->ops->grad_norm_part(t->b, s, t->mi->grads + off, n, seg);
-}
-
 void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec) {
     gt_backend *b = t->b;
     const gt_backend_ops *o = b->ops;
@@ -39,25 +30,16 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
     if (!overwrite) o->memset0(b, s, t->mi->grads, t->n_params * sizeof(float));
     o->step_begin(b, s, t->st, t->sched);
     float dscale = 1.0f / (float)t->n_micro;
-    /* The gradient norm goes segment by segment as the last micro-batch's backward finishes
-     * them, unless something still changes the gradients after the backward (the reduction
-     * hook, the NaN test hook): then every segment after that. The segments, and so the bits
-     * of the norm, are the same either way. */
-    int early = !t->grad_reduce && t->inject_nan < 0;
-    gt_grads_ready ready = {t, norm_segment};
     for (int i = 0; i < t->n_micro; i++) {
         const int32_t *tok = t->d_batch + (size_t)i * 2 * (size_t)t->N;
         gt_model_forward_backward(t->m, s, tok, tok + t->N, dscale, !(overwrite && i == 0), t->st,
-                                  exec, early && i == t->n_micro - 1 ? &ready : NULL);
+                                  exec);
         o->micro_next(b, s, t->st);
     }
     if (t->grad_reduce) t->grad_reduce(t->grad_reduce_ctx, b, s, t->mi->grads, t->n_params);
     if (t->inject_nan >= 0) o->inject_nan(b, s, t->st, t->mi->grads);
-    int n_segs = gt_model_grad_segments(t->m);
-    if (!early)
-        for (int seg = 0; seg < n_segs; seg++)
-            norm_segment(t, s, seg);
-    o->grad_norm_finish(b, s, t->st, n_segs, t->check_loss, t->check_grad, t->hp.clip_grad);
+    o->grad_norm(b, s, t->st, t->mi->grads, t->n_params, t->check_loss, t->check_grad,
+                 t->hp.clip_grad);
     o->adamw(b, s, t->mi->params, t->master, t->mi->grads, t->adam_m, t->adam_v, t->n_params,
              t->n_decay, t->hp, t->st);
     o->step_end(b, s, t->st);

@@ -25,8 +25,6 @@ struct gt_stream {
 typedef struct cpu_impl {
     int live_graphs;
     size_t allocated, peak;
-    double *norm_part; /* gradient-norm partials (cpu_optim.c) */
-    int n_norm_part;
 } cpu_impl;
 
 /* Allocation header so free() can keep the byte count exact. */
@@ -255,20 +253,7 @@ static int cpu_live_graphs(gt_backend *b) {
     return ((cpu_impl *)b->impl)->live_graphs;
 }
 
-double *gt_cpu_norm_partials(gt_backend *b, int n) {
-    cpu_impl *im = b->impl;
-    if (n > im->n_norm_part) {
-        double *p = realloc(im->norm_part, (size_t)n * sizeof *p);
-        if (!p) return NULL;
-        memset(p + im->n_norm_part, 0, (size_t)(n - im->n_norm_part) * sizeof *p);
-        im->norm_part = p;
-        im->n_norm_part = n;
-    }
-    return im->norm_part;
-}
-
 static void cpu_destroy(gt_backend *b) {
-    if (b->impl) free(((cpu_impl *)b->impl)->norm_part);
     free(b->impl);
     free((void *)b->ops);
     free(b);

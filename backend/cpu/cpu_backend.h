@@ -14,11 +14,6 @@ typedef void (*gt_cpu_kernel)(const void *args);
 /* Runs fn(args) now, or records fn with a copy of the args when s is capturing. */
 void gt_cpu_submit(gt_backend *b, gt_stream *s, gt_cpu_kernel fn, const void *args, size_t size);
 
-/* The gradient-norm partials, at least n of them. Ops grow the array when they are submitted
- * and their kernels look it up again when they run, so a recorded graph never holds a pointer
- * a later growth moved. NULL when out of host memory. */
-double *gt_cpu_norm_partials(gt_backend *b, int n);
-
 /* Fills the math entries of the op table (backend/cpu/cpu_*.c). */
 void gt_cpu_register_dense_ops(gt_backend_ops *ops);
 void gt_cpu_register_optim_ops(gt_backend_ops *ops);

@@ -109,54 +109,23 @@ static void cpu_step_end(gt_backend *b, gt_stream *s, gt_step_state *st) {
     submit_st(b, s, "step_end", k_step_end, st, NULL);
 }
 
-/* ---- gradient norm: partials per segment, then the sum in segment order ---- */
-
-typedef struct norm_part_args {
-    gt_backend *b;
-    const float *grads;
-    size_t n;
-    int seg;
-} norm_part_args;
-
-static void k_grad_norm_part(const void *p) {
-    const norm_part_args *a = p;
-    double ss = 0;
-    for (size_t i = 0; i < a->n; i++)
-        ss += (double)a->grads[i] * a->grads[i];
-    gt_cpu_norm_partials(a->b, a->seg + 1)[a->seg] = ss;
-}
-
-static void cpu_grad_norm_part(gt_backend *b, gt_stream *s, const float *grads, size_t n, int seg) {
-    if ((n > 0 && !grads) || seg < 0) {
-        gt_backend_fail(b, GT_ERR_INVALID, "grad_norm_part: missing gradients or segment %d < 0",
-                        seg);
-        return;
-    }
-    if (!gt_cpu_norm_partials(b, seg + 1)) {
-        gt_backend_fail(b, GT_ERR_NOMEM, "grad_norm_part: out of host memory for %d partials",
-                        seg + 1);
-        return;
-    }
-    norm_part_args a = {b, grads, n, seg};
-    gt_cpu_submit(b, s, k_grad_norm_part, &a, sizeof a);
-}
+/* ---- grad_norm ---- */
 
 typedef struct norm_args {
-    gt_backend *b;
     gt_step_state *st;
-    int n_segs;
+    const float *grads;
+    size_t n;
     int check_loss, check_grad;
     float clip;
 } norm_args;
 
-static void k_grad_norm_finish(const void *p) {
+static void k_grad_norm(const void *p) {
     const norm_args *a = p;
     gt_step_state *st = a->st;
     if (a->check_loss && !isfinite(st->loss)) st->nan_flags |= GT_NAN_LOSS;
-    const double *part = gt_cpu_norm_partials(a->b, a->n_segs);
     double ss = 0;
-    for (int i = 0; i < a->n_segs; i++)
-        ss += part[i];
+    for (size_t i = 0; i < a->n; i++)
+        ss += (double)a->grads[i] * a->grads[i];
     double norm = sqrt(ss);
     st->grad_norm = (float)norm;
     if (a->check_grad && !isfinite(st->grad_norm)) st->nan_flags |= GT_NAN_GRAD;
@@ -165,20 +134,14 @@ static void k_grad_norm_finish(const void *p) {
     st->clip_coef = c < 1.0 ? (float)c : 1.0f;
 }
 
-static void cpu_grad_norm_finish(gt_backend *b, gt_stream *s, gt_step_state *st, int n_segs,
-                                 int check_loss, int check_grad, float clip) {
-    if (!st || n_segs < 1) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "grad_norm_finish: missing step state or no segments (%d)", n_segs);
+static void cpu_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads,
+                          size_t n, int check_loss, int check_grad, float clip) {
+    if (!st || (n > 0 && !grads)) {
+        gt_backend_fail(b, GT_ERR_INVALID, "grad_norm: missing step state or gradients");
         return;
     }
-    if (!gt_cpu_norm_partials(b, n_segs)) {
-        gt_backend_fail(b, GT_ERR_NOMEM, "grad_norm_finish: out of host memory for %d partials",
-                        n_segs);
-        return;
-    }
-    norm_args a = {b, st, n_segs, check_loss, check_grad, clip};
-    gt_cpu_submit(b, s, k_grad_norm_finish, &a, sizeof a);
+    norm_args a = {st, grads, n, check_loss, check_grad, clip};
+    gt_cpu_submit(b, s, k_grad_norm, &a, sizeof a);
 }
 
 /* ---- adamw ---- */
@@ -251,8 +214,7 @@ void gt_cpu_register_optim_ops(gt_backend_ops *ops) {
     ops->step_begin = cpu_step_begin;
     ops->micro_next = cpu_micro_next;
     ops->inject_nan = cpu_inject_nan;
-    ops->grad_norm_part = cpu_grad_norm_part;
-    ops->grad_norm_finish = cpu_grad_norm_finish;
+    ops->grad_norm = cpu_grad_norm;
     ops->adamw = cpu_adamw;
     ops->step_end = cpu_step_end;
 }

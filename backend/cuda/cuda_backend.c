@@ -157,16 +157,11 @@ static int cuda_stream_create(gt_backend *b, gt_stream **s, gt_error *err) {
     (void)b;
     *s = calloc(1, sizeof **s);
     if (!*s) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory creating a stream");
-    /* the highest priority: the gradient norm's side stream, at the lowest, takes only the
-     * SMs the step leaves free (graphs keep the priorities:
-     * cudaGraphInstantiateFlagUseNodePriority) */
-    int least = 0, greatest = 0;
-    cudaDeviceGetStreamPriorityRange(&least, &greatest);
-    cudaError_t e = cudaStreamCreateWithPriority(&(*s)->cs, cudaStreamNonBlocking, greatest);
+    cudaError_t e = cudaStreamCreateWithFlags(&(*s)->cs, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(*s);
         *s = NULL;
-        return gt_error_set(err, GT_ERR_DEVICE, "cudaStreamCreateWithPriority failed: %s",
+        return gt_error_set(err, GT_ERR_DEVICE, "cudaStreamCreateWithFlags failed: %s",
                             cudaGetErrorString(e));
     }
     return GT_OK;
@@ -298,7 +293,7 @@ static int cuda_end_capture(gt_backend *b, gt_stream *s, gt_graph **g, gt_graph_
         return rc;
     }
     cudaGraphExec_t exec = NULL;
-    e = cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
+    e = cudaGraphInstantiate(&exec, graph, 0);
     double t2 = now_ms();
     if (e != cudaSuccess) {
         cudaGraphDestroy(graph);
@@ -358,9 +353,6 @@ static void cuda_destroy(gt_backend *b) {
         gt_cuda_matmul_destroy(b);
         gt_cuda_rope_destroy(b);
         gt_cudnn_attn_destroy((gt_cudnn_attn *)im->cudnn);
-        if (im->side) cudaStreamDestroy(im->side);
-        if (im->side_fork) cudaEventDestroy(im->side_fork);
-        if (im->side_join) cudaEventDestroy(im->side_join);
         free(im->attn_plans);
         if (im->scratch_base) cuda_free(b, im->scratch_base);
         free(im->allocs);
@@ -368,16 +360,6 @@ static void cuda_destroy(gt_backend *b) {
     }
     free((void *)b->ops);
     free(b);
-}
-
-/* The gradient norm's side stream and its fork/join events. */
-static int side_stream_init(gt_cuda_impl *im, gt_error *err) {
-    int least = 0, greatest = 0;
-    GT_CUDA_RET(err, cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    GT_CUDA_RET(err, cudaStreamCreateWithPriority(&im->side, cudaStreamNonBlocking, least));
-    GT_CUDA_RET(err, cudaEventCreateWithFlags(&im->side_fork, cudaEventDisableTiming));
-    GT_CUDA_RET(err, cudaEventCreateWithFlags(&im->side_join, cudaEventDisableTiming));
-    return GT_OK;
 }
 
 int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
@@ -409,7 +391,6 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     /* kernel choices for developers: unknown spellings are refused, never ignored */
     const char *attn = getenv("GT_CUDA_ATTN");
     const char *moe = getenv("GT_CUDA_MOE");
-    const char *overlap = getenv("GT_CUDA_NORM_OVERLAP");
     im->attn_mode = GT_ATTN_CUDNN;
     if (attn && !strcmp(attn, "simt"))
         im->attn_mode = GT_ATTN_SIMT;
@@ -438,11 +419,6 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
                   "mma, tc or simt)";
     else if (moe && *moe)
         bad_env = "GT_CUDA_MOE has an unknown value (use wgmma, mma, tc or simt)";
-    int norm_overlap = 1; /* the gradient norm on a side stream (k_optim.cu) */
-    if (overlap && !strcmp(overlap, "0"))
-        norm_overlap = 0;
-    else if (overlap && *overlap && strcmp(overlap, "1"))
-        bad_env = "GT_CUDA_NORM_OVERLAP has an unknown value (use 1 or 0)";
     if (bad_env) {
         free(b);
         free(ops);
@@ -483,8 +459,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     b->name = "cuda";
     b->act_bytes = 2; /* bf16 */
     b->impl = im;
-    int rc = norm_overlap ? side_stream_init(im, err) : GT_OK;
-    if (!rc) rc = gt_cuda_matmul_init(b, err);
+    int rc = gt_cuda_matmul_init(b, err);
     if (!rc) rc = gt_cuda_attention_init(err);
     if (!rc) rc = gt_cuda_moe_init(sm90, err);
     if (!rc) rc = gt_cuda_loss_init(err);

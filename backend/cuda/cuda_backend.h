@@ -92,11 +92,6 @@ typedef struct gt_cuda_impl {
     size_t scratch_need[GT_SCRATCH_COUNT]; /* recorded while planning */
     size_t scratch_have[GT_SCRATCH_COUNT]; /* allocated by plan_finish */
     void *scratch[GT_SCRATCH_COUNT];
-    /* side stream of the gradient norm (k_optim.cu), at the lowest priority while every
-     * stream_create stream has the highest; NULL when GT_CUDA_NORM_OVERLAP=0 */
-    cudaStream_t side;
-    cudaEvent_t side_fork, side_join;
-    int side_open; /* parts enqueued on side since the last join */
 } gt_cuda_impl;
 
 /* Reports a failed CUDA runtime call into the sticky error (ops) and returns nonzero. */

@@ -1,15 +1,15 @@
 /* Step state and optimizer kernels: the LR schedule on device, the micro-batch counter, the
- * NaN test hook, a deterministic gradient norm (per segment GN_SEG_BLOCKS fixed per-block
- * partials, on a side stream of low priority so that it overlaps the rest of the backward,
- * then one fixed-order final sum that sets the NaN flags and the clip coefficient), and AdamW
- * over the whole flat parameter array in one launch, reading lr/step/clip/flags from the step
- * state, its moments in fp32 or bf16 (the precision-aware optimizer). */
+ * NaN test hook, a deterministic two-pass gradient norm (fixed per-block partials, then a
+ * fixed-order final sum) that sets the NaN flags and the clip coefficient, and AdamW over the
+ * whole flat parameter array in one launch, reading lr/step/clip/flags from the step state,
+ * its moments in fp32 or bf16 (the precision-aware optimizer). */
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 
 #define OPT_THREADS 256
-#define GN_SEG_BLOCKS 256 /* partials of one gradient-norm segment: every block writes one */
+#define GN_MAX_BLOCKS 1024 /* partials of the gradient norm */
+#define GN_ITEMS_PER_THREAD 8
 #define FINAL_THREADS 1024
 /* gt_lr_style values (config/config.h) */
 #define LR_CONSTANT 0
@@ -236,57 +236,27 @@ static void cuda_step_end(gt_backend *b, gt_stream *s, gt_step_state *st) {
     GT_CUDA_LAUNCHED(b, "step_end");
 }
 
-/* Sums of squares of one segment into its GN_SEG_BLOCKS partials. When the backend has a
- * side stream, the kernel runs there after everything enqueued on s so far (an event
- * edge), so the backward goes on while it reads; grad_norm_finish joins it back. Under
- * capture the side stream joins the capture through that edge. */
-static void cuda_grad_norm_part(gt_backend *b, gt_stream *s, const float *grads, size_t n,
-                                int seg) {
-    if ((n > 0 && !grads) || seg < 0) {
-        gt_backend_fail(b, GT_ERR_INVALID, "grad_norm_part: missing gradients or segment %d < 0",
-                        seg);
-        return;
-    }
-    double *part = (double *)gt_cuda_scratch(
-        b, GT_SCRATCH_GRADNORM, (size_t)(seg + 1) * GN_SEG_BLOCKS * sizeof(double), "grad_norm");
-    if (!part) return;
-    part += (size_t)seg * GN_SEG_BLOCKS;
-    gt_cuda_impl *im = (gt_cuda_impl *)b->impl;
-    cudaStream_t cs = gt_cuda_stream(s);
-    if (im->side) {
-        GT_CUDA_OP(b, cudaEventRecord(im->side_fork, cs));
-        GT_CUDA_OP(b, cudaStreamWaitEvent(im->side, im->side_fork, 0));
-        cs = im->side;
-        im->side_open = 1;
-    }
-    if (n % 4 == 0 && ((uintptr_t)grads & 15u) == 0)
-        k_gradnorm_partial4<<<GN_SEG_BLOCKS, OPT_THREADS, 0, cs>>>(part, (const float4 *)grads,
-                                                                   n / 4);
-    else
-        k_gradnorm_partial<<<GN_SEG_BLOCKS, OPT_THREADS, 0, cs>>>(part, grads, n);
-    GT_CUDA_LAUNCHED(b, "grad_norm_part");
+static int gradnorm_blocks(size_t n) {
+    size_t per_block = (size_t)OPT_THREADS * GN_ITEMS_PER_THREAD;
+    size_t blocks = (n + per_block - 1) / per_block;
+    if (blocks < 1) blocks = 1;
+    if (blocks > GN_MAX_BLOCKS) blocks = GN_MAX_BLOCKS;
+    return (int)blocks;
 }
 
-static void cuda_grad_norm_finish(gt_backend *b, gt_stream *s, gt_step_state *st, int n_segs,
-                                  int check_loss, int check_grad, float clip) {
-    if (!st || n_segs < 1) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "grad_norm_finish: missing step state or no segments (%d)", n_segs);
-        return;
-    }
-    double *part = (double *)gt_cuda_scratch(
-        b, GT_SCRATCH_GRADNORM, (size_t)n_segs * GN_SEG_BLOCKS * sizeof(double), "grad_norm");
+static void cuda_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads,
+                           size_t n, int check_loss, int check_grad, float clip) {
+    int blocks = gradnorm_blocks(n);
+    double *part = (double *)gt_cuda_scratch(b, GT_SCRATCH_GRADNORM,
+                                             (size_t)GN_MAX_BLOCKS * sizeof(double), "grad_norm");
     if (!part) return;
-    gt_cuda_impl *im = (gt_cuda_impl *)b->impl;
     cudaStream_t cs = gt_cuda_stream(s);
-    if (im->side_open) {
-        GT_CUDA_OP(b, cudaEventRecord(im->side_join, im->side));
-        GT_CUDA_OP(b, cudaStreamWaitEvent(cs, im->side_join, 0));
-        im->side_open = 0;
-    }
-    k_gradnorm_final<<<1, FINAL_THREADS, 0, cs>>>(st, part, n_segs * GN_SEG_BLOCKS, check_loss,
-                                                  check_grad, clip);
-    GT_CUDA_LAUNCHED(b, "grad_norm_finish");
+    if (n % 4 == 0 && ((uintptr_t)grads & 15u) == 0)
+        k_gradnorm_partial4<<<blocks, OPT_THREADS, 0, cs>>>(part, (const float4 *)grads, n / 4);
+    else
+        k_gradnorm_partial<<<blocks, OPT_THREADS, 0, cs>>>(part, grads, n);
+    k_gradnorm_final<<<1, FINAL_THREADS, 0, cs>>>(st, part, blocks, check_loss, check_grad, clip);
+    GT_CUDA_LAUNCHED(b, "grad_norm");
 }
 
 template <typename MT, typename VT>
@@ -328,8 +298,7 @@ extern "C" void gt_cuda_register_optim_ops(gt_backend_ops *ops) {
     ops->step_begin = cuda_step_begin;
     ops->micro_next = cuda_micro_next;
     ops->inject_nan = cuda_inject_nan;
-    ops->grad_norm_part = cuda_grad_norm_part;
-    ops->grad_norm_finish = cuda_grad_norm_finish;
+    ops->grad_norm = cuda_grad_norm;
     ops->adamw = cuda_adamw;
     ops->step_end = cuda_step_end;
 }

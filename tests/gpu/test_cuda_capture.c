@@ -139,7 +139,7 @@ static void model_step(model *md) {
     o->embedding_bwd(b, s, md->dwte, md->dx, md->tokens, NTOK, VOC, DM);
     o->micro_next(b, s, md->st);
     /* optimizer */
-    gt_backend_grad_norm(b, s, md->st, md->grads, md->nparam, 1, 1, hp.clip_grad);
+    o->grad_norm(b, s, md->st, md->grads, md->nparam, 1, 1, hp.clip_grad);
     o->adamw(b, s, md->params, md->master, md->grads, md->m, md->v, md->nparam, md->nparam, hp,
              md->st);
     o->step_end(b, s, md->st);

@@ -460,8 +460,7 @@ static void test_lr_schedule_matches_cpu_for_every_style(void **state) {
 static void test_optimizer_step_matches_cpu(void **state) {
     gpu_env *e = *state;
     NEED_CPU(e, adamw);
-    NEED_CPU(e, grad_norm_part);
-    NEED_CPU(e, grad_norm_finish);
+    NEED_CPU(e, grad_norm);
     size_t n = 5000, n_decay = 3000;
     float *master = rand_vec(e, n, 1.0f), *grads = rand_vec(e, n, 0.1f);
     float *m = rand_vec(e, n, 0.01f), *v = rand_vec(e, n, 0.01f), *got = malloc(n * 4);
@@ -480,9 +479,9 @@ static void test_optimizer_step_matches_cpu(void **state) {
         gt_backend *b = be ? e->gpu : e->cpu;
         gt_stream *s = be ? e->gs : e->cs;
         gt_step_state *st = be ? gst : cst;
-        if (be) GPU_PLAN(e, gt_backend_grad_norm(b, s, st, g_g, n, 1, 1, hp.clip_grad));
+        if (be) GPU_PLAN(e, b->ops->grad_norm(b, s, st, g_g, n, 1, 1, hp.clip_grad));
         b->ops->step_begin(b, s, st, sc);
-        gt_backend_grad_norm(b, s, st, be ? g_g : c_g, n, 1, 1, hp.clip_grad);
+        b->ops->grad_norm(b, s, st, be ? g_g : c_g, n, 1, 1, hp.clip_grad);
         b->ops->adamw(b, s, be ? g_params : (void *)c_params, be ? g_master : c_master,
                       be ? g_g : c_g, be ? g_m : c_m, be ? g_v : c_v, n, n_decay, hp, st);
         b->ops->step_end(b, s, st);
@@ -523,7 +522,7 @@ static void test_adamw_bf16_moments_are_the_fp32_ones_rounded(void **state) {
         float *g_w32 = g_f32(e, master, n), *g_w16 = g_f32(e, master, n), *g_g = g_f32(e, grads, n);
         float *g_m32 = g_f32(e, NULL, n), *g_v32 = g_f32(e, NULL, n);
         void *g_m16 = g_act(e, NULL, n), *g_v16 = g_act(e, NULL, n), *g_p = g_act(e, NULL, n);
-        GPU_PLAN(e, gt_backend_grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, hp.clip_grad));
+        GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, hp.clip_grad));
         e->gpu->ops->memset0(e->gpu, e->gs, g_m16, n * 2);
         e->gpu->ops->memset0(e->gpu, e->gs, g_v16, n * 2);
         for (int step = 0; step < 2; step++) {
@@ -533,7 +532,7 @@ static void test_adamw_bf16_moments_are_the_fp32_ones_rounded(void **state) {
             e->gpu->ops->memcpy_h2d(e->gpu, e->gs, g_m32, m16, n * 4);
             e->gpu->ops->memcpy_h2d(e->gpu, e->gs, g_v32, v16, n * 4);
             g_sync(e);
-            gt_backend_grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, hp.clip_grad);
+            e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, hp.clip_grad);
             e->gpu->ops->adamw(e->gpu, e->gs, g_p, g_w32, g_g, g_m32, g_v32, n, n / 2, hp, gst);
             e->gpu->ops->adamw(e->gpu, e->gs, g_p, g_w16, g_g, g_m16, g_v16, n, n / 2, hp16, gst);
             e->gpu->ops->step_end(e->gpu, e->gs, gst);
@@ -570,11 +569,11 @@ static void test_injected_nan_skips_the_update_and_is_recorded(void **state) {
     float *g_master = g_f32(e, master, n), *g_g = g_f32(e, grads, n), *g_m = g_f32(e, NULL, n);
     float *g_v = g_f32(e, NULL, n), *g_l = g_f32(e, losses, 10);
     void *g_params = g_act(e, master, n);
-    GPU_PLAN(e, gt_backend_grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, 1.0f));
+    GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, 1.0f));
     e->gpu->ops->step_begin(e->gpu, e->gs, gst, sc);
     e->gpu->ops->loss_accumulate(e->gpu, e->gs, gst, g_l, 10, 1.0f);
     e->gpu->ops->inject_nan(e->gpu, e->gs, gst, g_g);
-    gt_backend_grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, 1.0f);
+    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, 1.0f);
     e->gpu->ops->adamw(e->gpu, e->gs, g_params, g_master, g_g, g_m, g_v, n, n, hp, gst);
     e->gpu->ops->step_end(e->gpu, e->gs, gst);
     read_state(e, &hs, gst);
@@ -599,30 +598,15 @@ static void test_grad_norm_is_deterministic_and_exact(void **state) {
     gt_step_state init = default_state(), *cst, *gst, h1, h2;
     make_states(e, &init, &cst, &gst);
     float *dg = g_f32(e, g, n);
-    GPU_PLAN(e, gt_backend_grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f));
-    gt_backend_grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f);
+    GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f));
+    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f);
     read_state(e, &h1, gst);
-    gt_backend_grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f);
+    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f);
     read_state(e, &h2, gst);
     printf("    grad_norm %.9g, host double %.9g\n", (double)h1.grad_norm, ref);
     assert_memory_equal(&h1.grad_norm, &h2.grad_norm, sizeof(float));
     assert_true(fabs(h1.grad_norm - ref) <= 1e-6 * ref);
     assert_true(h1.clip_coef == 1.0f && h1.nan_flags == 0);
-    /* in three segments, the middle one unaligned (the scalar kernel), summed in order */
-    size_t cut[4] = {0, 1000001, 2000000, n};
-    for (int plan = 1; plan >= 0; plan--) {
-        e->gpu->planning = plan;
-        for (int seg = 0; seg < 3; seg++)
-            e->gpu->ops->grad_norm_part(e->gpu, e->gs, dg + cut[seg], cut[seg + 1] - cut[seg], seg);
-        e->gpu->ops->grad_norm_finish(e->gpu, e->gs, gst, 3, 0, 1, 0.0f);
-        if (plan) {
-            gt_error err = {0};
-            assert_int_equal(e->gpu->ops->plan_finish(e->gpu, &err), GT_OK);
-        }
-    }
-    read_state(e, &h2, gst);
-    printf("    grad_norm in 3 segments %.9g\n", (double)h2.grad_norm);
-    assert_true(fabs(h2.grad_norm - ref) <= 1e-6 * ref);
     free(g);
 }
 
