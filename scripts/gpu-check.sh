@@ -154,6 +154,14 @@ else
   say "memcheck_train             SKIPPED (compute-sanitizer not found)"
 fi
 
+# 7. the precision-aware optimizer (Adam moments in bf16, an opt-in), full_iteration only
+for w in $WORKLOADS; do
+  part "bench_gt_bf16_moments_$w" 45 "$GT" bench --recipe "$w" --modes full_iteration --steps 30 \
+    --warmup 3 optimizer.use_precision_aware_optimizer=true optimizer.exp_avg_dtype=bf16 \
+    optimizer.exp_avg_sq_dtype=bf16
+  show "bench_gt_bf16_moments_$w" "[bf16 moments $w] " '^full_iteration |[Ee]rror'
+done
+
 say "total ${SECONDS}s; tables: compare.md; logs and JSON: logs.tar.gz"
 cat "$OUT/compare.md" >>"$SUMMARY"
 pack

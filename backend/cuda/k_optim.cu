@@ -176,32 +176,44 @@ __global__ void k_adamw(bf16 *params, float *master, const float *grads, MT *m, 
     }
 }
 
-/* The same four elements at a time (n % 4 == 0, aligned arrays). */
+/* Four elements from index 4q (n % 4 == 0, aligned arrays). */
 template <typename MT, typename VT>
-__global__ void k_adamw4(bf16 *params, float *master, const float *grads, MT *m, VT *v, size_t n4,
-                         size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
+static __device__ __forceinline__ void
+adamw_quad(size_t q, bf16 *__restrict__ params, float *__restrict__ master,
+           const float *__restrict__ grads, MT *__restrict__ m, VT *__restrict__ v, size_t n_decay,
+           const gt_adamw_params &hp, float lr, float clip, float bc1, float bc2) {
+    float4 g4 = ((const float4 *)grads)[q], w4 = ((float4 *)master)[q];
+    float gs[4] = {g4.x, g4.y, g4.z, g4.w}, ws[4] = {w4.x, w4.y, w4.z, w4.w};
+    float ms[4], vs[4];
+    st_load4(m, q, ms);
+    st_load4(v, q, vs);
+    bf16 ps[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float wd = 4 * q + k < n_decay ? hp.weight_decay : 0.0f;
+        adamw_elem(gs[k] * clip, &ms[k], &vs[k], &ws[k], lr, bc1, bc2, wd, hp);
+        ps[k] = tobf(ws[k]);
+    }
+    st_store4(m, q, ms);
+    st_store4(v, q, vs);
+    ((float4 *)master)[q] = make_float4(ws[0], ws[1], ws[2], ws[3]);
+    uint2 pk;
+    memcpy(&pk, ps, 8);
+    ((uint2 *)params)[q] = pk;
+}
+
+/* One quad a thread, a block per 256 quads and no grid-stride loop: measured against a
+ * grid-stride loop over at most 8192 blocks (with one or two quads a trip) on the H200, moe
+ * full_iteration 16.90-16.92 against 17.10-17.12 ms a step, gpt124m and llama1b the same
+ * within noise. */
+template <typename MT, typename VT>
+__global__ void k_adamw4(bf16 *__restrict__ params, float *__restrict__ master,
+                         const float *__restrict__ grads, MT *__restrict__ m, VT *__restrict__ v,
+                         size_t n4, size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
     float lr, clip, bc1, bc2;
     if (!adamw_begin(st, hp, &lr, &clip, &bc1, &bc2)) return;
-    GT_GRID_STRIDE(q, n4) {
-        float4 g4 = ((const float4 *)grads)[q], w4 = ((float4 *)master)[q];
-        float gs[4] = {g4.x, g4.y, g4.z, g4.w}, ws[4] = {w4.x, w4.y, w4.z, w4.w};
-        float ms[4], vs[4];
-        st_load4(m, q, ms);
-        st_load4(v, q, vs);
-        bf16 ps[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float wd = 4 * q + k < n_decay ? hp.weight_decay : 0.0f;
-            adamw_elem(gs[k] * clip, &ms[k], &vs[k], &ws[k], lr, bc1, bc2, wd, hp);
-            ps[k] = tobf(ws[k]);
-        }
-        st_store4(m, q, ms);
-        st_store4(v, q, vs);
-        ((float4 *)master)[q] = make_float4(ws[0], ws[1], ws[2], ws[3]);
-        uint2 pk;
-        memcpy(&pk, ps, 8);
-        ((uint2 *)params)[q] = pk;
-    }
+    size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q < n4) adamw_quad<MT, VT>(q, params, master, grads, m, v, n_decay, hp, lr, clip, bc1, bc2);
 }
 
 static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched) {
@@ -267,10 +279,14 @@ static void adamw_launch(gt_backend *b, gt_stream *s, void *params, float *maste
         (uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v;
     cudaStream_t cs = gt_cuda_stream(s);
     if (n % 4 == 0 && (bits & 15u) == 0) {
-        unsigned g4 = gt_grid(n / 4, OPT_THREADS);
-        if (g4 > 8192) g4 = 8192;
-        k_adamw4<MT, VT><<<g4, OPT_THREADS, 0, cs>>>((bf16 *)params, master, grads, (MT *)m,
-                                                     (VT *)v, n / 4, n_decay, hp, st);
+        size_t blocks = (n / 4 + OPT_THREADS - 1) / OPT_THREADS;
+        if (blocks > 0x7fffffffu) { /* over 2^41 parameters: beyond any grid */
+            gt_backend_fail(b, GT_ERR_INVALID, "adamw: %zu parameters are too many for one grid",
+                            n);
+            return;
+        }
+        k_adamw4<MT, VT><<<(unsigned)blocks, OPT_THREADS, 0, cs>>>(
+            (bf16 *)params, master, grads, (MT *)m, (VT *)v, n / 4, n_decay, hp, st);
     } else {
         unsigned grid = gt_grid(n, OPT_THREADS);
         if (grid > 8192) grid = 8192;
