@@ -279,7 +279,8 @@ static void adamw_launch(gt_backend *b, gt_stream *s, void *params, float *maste
         (uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v;
     cudaStream_t cs = gt_cuda_stream(s);
     if (n % 4 == 0 && (bits & 15u) == 0) {
-        size_t blocks = (n / 4 + OPT_THREADS - 1) / OPT_THREADS;
+        /* at least one block: it also records a skipped step (n = 0 included) */
+        size_t blocks = n / 4 ? (n / 4 + OPT_THREADS - 1) / OPT_THREADS : 1;
         if (blocks > 0x7fffffffu) { /* over 2^41 parameters: beyond any grid */
             gt_backend_fail(b, GT_ERR_INVALID, "adamw: %zu parameters are too many for one grid",
                             n);

@@ -587,6 +587,21 @@ static void test_injected_nan_skips_the_update_and_is_recorded(void **state) {
     free(master), free(grads), free(got), free(losses);
 }
 
+/* AdamW over no parameters still launches cleanly and records a NaN-skipped step. */
+static void test_adamw_of_no_parameters_records_a_skip(void **state) {
+    gpu_env *e = *state;
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    gt_step_state init = default_state(), *cst, *gst, hs;
+    init.nan_flags = GT_NAN_LOSS;
+    make_states(e, &init, &cst, &gst);
+    float *g = g_f32(e, NULL, 4);
+    e->gpu->ops->adamw(e->gpu, e->gs, g_act(e, NULL, 4), g, g, g, g, 0, 0, hp, gst);
+    read_state(e, &hs, gst);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(e->gpu, &err), GT_OK);
+    assert_int_equal(hs.skipped, 1);
+}
+
 static void test_grad_norm_is_deterministic_and_exact(void **state) {
     gpu_env *e = *state;
     size_t n = 3000001;
@@ -649,6 +664,7 @@ int main(void) {
         T(test_optimizer_step_matches_cpu),
         T(test_injected_nan_skips_the_update_and_is_recorded),
         T(test_grad_norm_is_deterministic_and_exact),
+        T(test_adamw_of_no_parameters_records_a_skip),
         T(test_adamw_bf16_moments_are_the_fp32_ones_rounded),
         T(test_unplanned_matmul_shape_is_a_sticky_error_naming_it),
         T(test_memory_is_tracked_with_a_peak),
