@@ -42,6 +42,28 @@ static void test_plan_adds_up_its_parts(void **state) {
     assert_int_equal(p.params, mi.param_bytes);
 }
 
+/* bf16 Adam moments (the precision-aware optimizer) hold 2 bytes a parameter each in the plan
+ */
+static void test_bf16_moments_shrink_the_optimizer_state(void **state) {
+    (void)state;
+    gt_config c;
+    gt_memory_plan p;
+    gt_error err = {0};
+    tiny_plan(&c, &p);
+    c.optimizer.use_precision_aware_optimizer = true;
+    c.optimizer.exp_avg_sq_dtype = GT_STATE_BF16;
+    gt_memory_plan one;
+    assert_int_equal(gt_memory_plan_compute(&c, 2, &one, &err), GT_OK);
+    c.optimizer.exp_avg_dtype = GT_STATE_BF16;
+    gt_memory_plan both;
+    assert_int_equal(gt_memory_plan_compute(&c, 2, &both, &err), GT_OK);
+    gt_model_info mi;
+    assert_int_equal(gt_model_plan(&c, 2, &mi, &err), GT_OK);
+    assert_int_equal(one.optimizer, mi.n_params * (4 + 4 + 2));
+    assert_int_equal(both.optimizer, mi.n_params * (4 + 2 + 2));
+    assert_int_equal(p.total - both.total, mi.n_params * 4);
+}
+
 static void test_activations_grow_with_the_micro_batch(void **state) {
     (void)state;
     gt_config c;
@@ -89,6 +111,7 @@ static void test_validate_prints_the_memory_plan(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_adds_up_its_parts),
+        cmocka_unit_test(test_bf16_moments_shrink_the_optimizer_state),
         cmocka_unit_test(test_activations_grow_with_the_micro_batch),
         cmocka_unit_test(test_run_that_cannot_fit_is_refused_with_the_knobs),
         cmocka_unit_test(test_run_that_fits_or_unknown_free_memory_passes),
