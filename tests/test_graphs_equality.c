@@ -136,6 +136,32 @@ static void test_full_iteration_replays_bitwise_like_eager(void **state) {
     gtf_free(&r);
 }
 
+/* With the Adam moments in bf16 (the precision-aware optimizer) the full-iteration graph and
+ * per-unit graphs still replay eager's steps bitwise; and the losses are not those of fp32
+ * moments (the setting took effect). */
+static void test_bf16_moments_replay_bitwise_like_eager(void **state) {
+    (void)state;
+    gt_config c;
+    gtf_tiny_dense(&c);
+    c.optimizer.use_precision_aware_optimizer = true;
+    c.optimizer.exp_avg_dtype = GT_STATE_BF16;
+    c.optimizer.exp_avg_sq_dtype = GT_STATE_BF16;
+    gtf_run eager, units, full;
+    gtf_train(&c, STEPS, &eager);
+    gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MLP);
+    gtf_train(&c, STEPS, &units);
+    gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
+    gtf_train(&c, STEPS, &full);
+    assert_int_equal(eager.rc, GT_OK);
+    gtf_assert_same(&eager, &units);
+    gtf_assert_same(&eager, &full);
+    gtf_assert_progress(&full, WARMUP);
+    assert_true(memcmp(eager.loss, g_eager.loss, sizeof eager.loss) != 0);
+    gtf_free(&eager);
+    gtf_free(&units);
+    gtf_free(&full);
+}
+
 static void test_zero_warmup_captures_the_first_step(void **state) {
     (void)state;
     gt_config c;
@@ -176,6 +202,7 @@ int main(void) {
         cmocka_unit_test(test_mixed_dense_and_moe_layers_capture_their_own_units),
         cmocka_unit_test(test_evaluation_between_replays_changes_nothing),
         cmocka_unit_test(test_full_iteration_replays_bitwise_like_eager),
+        cmocka_unit_test(test_bf16_moments_replay_bitwise_like_eager),
         cmocka_unit_test(test_zero_warmup_captures_the_first_step),
         cmocka_unit_test(test_debug_capture_check_passes_and_changes_nothing),
     };
