@@ -156,7 +156,10 @@ static void test_bf16_moments_replay_bitwise_like_eager(void **state) {
     gtf_assert_same(&eager, &units);
     gtf_assert_same(&eager, &full);
     gtf_assert_progress(&full, WARMUP);
-    assert_true(memcmp(eager.loss, g_eager.loss, sizeof eager.loss) != 0);
+    int differ = 0;
+    for (int i = 0; i < STEPS; i++)
+        differ += eager.loss[i] != g_eager.loss[i];
+    assert_true(differ > STEPS / 2);
     gtf_free(&eager);
     gtf_free(&units);
     gtf_free(&full);
