@@ -109,6 +109,18 @@ static void test_gpu_full_iteration_graph_matches_eager_bitwise(void **state) {
     compare(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 1);
 }
 
+/* The precision-aware optimizer (bf16 Adam moments) in a full-iteration graph: bitwise eager. */
+static void test_gpu_bf16_moments_full_iteration_matches_eager_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_dense(&c);
+    c.optimizer.use_precision_aware_optimizer = true;
+    c.optimizer.exp_avg_dtype = GT_STATE_BF16;
+    c.optimizer.exp_avg_sq_dtype = GT_STATE_BF16;
+    compare(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 1);
+}
+
 static void test_gpu_dropless_moe_scopes_match_eager_bitwise(void **state) {
     (void)state;
     if (!g_have_gpu) skip();
@@ -238,6 +250,7 @@ int main(void) {
         cmocka_unit_test(test_gpu_attn_graphs_match_eager_bitwise),
         cmocka_unit_test(test_gpu_attn_mlp_graphs_match_eager_bitwise),
         cmocka_unit_test(test_gpu_full_iteration_graph_matches_eager_bitwise),
+        cmocka_unit_test(test_gpu_bf16_moments_full_iteration_matches_eager_bitwise),
         cmocka_unit_test(test_gpu_dropless_moe_scopes_match_eager_bitwise),
         cmocka_unit_test(test_gpu_moe_scope_with_capacity_matches_eager_bitwise),
         cmocka_unit_test(test_gpu_failed_capture_falls_back_and_leaves_no_graph),
