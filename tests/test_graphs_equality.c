@@ -143,9 +143,7 @@ static void test_bf16_moments_replay_bitwise_like_eager(void **state) {
     (void)state;
     gt_config c;
     gtf_tiny_dense(&c);
-    c.optimizer.use_precision_aware_optimizer = true;
-    c.optimizer.exp_avg_dtype = GT_STATE_BF16;
-    c.optimizer.exp_avg_sq_dtype = GT_STATE_BF16;
+    gtf_bf16_moments(&c);
     gtf_run eager, units, full;
     gtf_train(&c, STEPS, &eager);
     gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MLP);

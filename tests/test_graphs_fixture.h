@@ -75,6 +75,13 @@ static inline void gtf_graphs(gt_config *c, gt_graph_impl impl, uint32_t scope) 
     c->model.cuda_graph_scope = scope;
 }
 
+/* The precision-aware optimizer with both Adam moments in bf16. */
+static inline void gtf_bf16_moments(gt_config *c) {
+    c->optimizer.use_precision_aware_optimizer = true;
+    c->optimizer.exp_avg_dtype = GT_STATE_BF16;
+    c->optimizer.exp_avg_sq_dtype = GT_STATE_BF16;
+}
+
 static inline void gtf_free(gtf_run *r) {
     free(r->master);
     r->master = NULL;

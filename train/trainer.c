@@ -290,26 +290,26 @@ int gt_trainer_read_moments(gt_trainer *t, float *m, float *v, gt_error *err) {
     return rc;
 }
 
-int gt_trainer_write_moments(gt_trainer *t, const float *m, const float *v, gt_error *err) {
+/* One moment from fp32 host memory, rounded to bf16 where the run stores it so. */
+static int write_moment(gt_trainer *t, void *dev, const float *in, int is_bf16, gt_error *err) {
     size_t n = t->n_params;
-    uint16_t *tmp = NULL;
-    if ((t->hp.m_bf16 || t->hp.v_bf16) && !(tmp = malloc(n * sizeof *tmp)))
-        return gt_error_set(err, GT_ERR_NOMEM, "out of host memory converting Adam moments");
-    int rc = GT_OK;
-    for (int k = 0; k < 2 && !rc; k++) {
-        const float *src = k ? v : m;
-        void *dev = k ? t->adam_v : t->adam_m;
-        if (!(k ? t->hp.v_bf16 : t->hp.m_bf16)) {
-            t->b->ops->memcpy_h2d(t->b, t->s, dev, src, n * sizeof(float));
-            rc = t->b->ops->stream_sync(t->b, t->s, err);
-            continue;
-        }
-        for (size_t i = 0; i < n; i++)
-            tmp[i] = gt_bf16_from_float(src[i]);
-        t->b->ops->memcpy_h2d(t->b, t->s, dev, tmp, n * sizeof *tmp);
-        rc = t->b->ops->stream_sync(t->b, t->s, err); /* tmp is reused for v */
+    if (!is_bf16) {
+        t->b->ops->memcpy_h2d(t->b, t->s, dev, in, n * sizeof(float));
+        return t->b->ops->stream_sync(t->b, t->s, err);
     }
-    free(tmp);
+    uint16_t *half = malloc(n * sizeof *half);
+    if (!half) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory writing Adam moments");
+    for (size_t i = 0; i < n; i++)
+        half[i] = gt_bf16_from_float(in[i]);
+    t->b->ops->memcpy_h2d(t->b, t->s, dev, half, n * sizeof *half);
+    int rc = t->b->ops->stream_sync(t->b, t->s, err); /* before half is freed */
+    free(half);
+    return rc;
+}
+
+int gt_trainer_write_moments(gt_trainer *t, const float *m, const float *v, gt_error *err) {
+    int rc = write_moment(t, t->adam_m, m, t->hp.m_bf16, err);
+    if (!rc) rc = write_moment(t, t->adam_v, v, t->hp.v_bf16, err);
     return rc;
 }
 

@@ -176,12 +176,18 @@ __global__ void k_adamw(bf16 *params, float *master, const float *grads, MT *m, 
     }
 }
 
-/* Four elements from index 4q (n % 4 == 0, aligned arrays). */
+/* Four elements from index 4q a thread (n % 4 == 0, aligned arrays), a block per 256 quads
+ * and no grid-stride loop: measured against a grid-stride loop over at most 8192 blocks (with
+ * one or two quads a trip) on the H200, moe full_iteration 16.90-16.92 against 17.10-17.12 ms
+ * a step, gpt124m and llama1b the same within noise. */
 template <typename MT, typename VT>
-static __device__ __forceinline__ void
-adamw_quad(size_t q, bf16 *__restrict__ params, float *__restrict__ master,
-           const float *__restrict__ grads, MT *__restrict__ m, VT *__restrict__ v, size_t n_decay,
-           const gt_adamw_params &hp, float lr, float clip, float bc1, float bc2) {
+__global__ void k_adamw4(bf16 *__restrict__ params, float *__restrict__ master,
+                         const float *__restrict__ grads, MT *__restrict__ m, VT *__restrict__ v,
+                         size_t n4, size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
+    float lr, clip, bc1, bc2;
+    if (!adamw_begin(st, hp, &lr, &clip, &bc1, &bc2)) return;
+    size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= n4) return;
     float4 g4 = ((const float4 *)grads)[q], w4 = ((float4 *)master)[q];
     float gs[4] = {g4.x, g4.y, g4.z, g4.w}, ws[4] = {w4.x, w4.y, w4.z, w4.w};
     float ms[4], vs[4];
@@ -200,20 +206,6 @@ adamw_quad(size_t q, bf16 *__restrict__ params, float *__restrict__ master,
     uint2 pk;
     memcpy(&pk, ps, 8);
     ((uint2 *)params)[q] = pk;
-}
-
-/* One quad a thread, a block per 256 quads and no grid-stride loop: measured against a
- * grid-stride loop over at most 8192 blocks (with one or two quads a trip) on the H200, moe
- * full_iteration 16.90-16.92 against 17.10-17.12 ms a step, gpt124m and llama1b the same
- * within noise. */
-template <typename MT, typename VT>
-__global__ void k_adamw4(bf16 *__restrict__ params, float *__restrict__ master,
-                         const float *__restrict__ grads, MT *__restrict__ m, VT *__restrict__ v,
-                         size_t n4, size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
-    float lr, clip, bc1, bc2;
-    if (!adamw_begin(st, hp, &lr, &clip, &bc1, &bc2)) return;
-    size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q < n4) adamw_quad<MT, VT>(q, params, master, grads, m, v, n_decay, hp, lr, clip, bc1, bc2);
 }
 
 static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched) {

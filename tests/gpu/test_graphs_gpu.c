@@ -115,9 +115,7 @@ static void test_gpu_bf16_moments_full_iteration_matches_eager_bitwise(void **st
     if (!g_have_gpu) skip();
     gt_config c;
     gpu_dense(&c);
-    c.optimizer.use_precision_aware_optimizer = true;
-    c.optimizer.exp_avg_dtype = GT_STATE_BF16;
-    c.optimizer.exp_avg_sq_dtype = GT_STATE_BF16;
+    gtf_bf16_moments(&c);
     compare(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 1);
 }
 
