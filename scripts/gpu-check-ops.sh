@@ -10,9 +10,7 @@ cd "$(dirname "$0")/.."
 BUILD=${GT_GPU_RUN_DIR:-build-gpu-run}
 OUT=${OUT:-/tmp/gt-gpu-out}
 mkdir -p "$OUT"
-NV=$(python3 -c 'import nvidia; print(nvidia.__path__[0])' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$PWD/$BUILD/lib:${NV:+$NV/cudnn/lib:$NV/nccl/lib:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export GT_SOURCE_DIR=$PWD
+source scripts/gpu-env.sh "$BUILD"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"

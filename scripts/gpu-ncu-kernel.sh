@@ -10,9 +10,7 @@ if [ $# -lt 2 ]; then
   exit 2
 fi
 OUT=${OUT:-/tmp/gt-ncu}; mkdir -p "$OUT"
-NV=$(python3 -c 'import nvidia, os; print(nvidia.__path__[0])' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$PWD/build-gpu-run/lib:$NV/cudnn/lib:$NV/nccl/lib:$NV/cublas/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export GT_SOURCE_DIR=$PWD GT_RECIPE_DIR=$PWD/recipes PATH=$PATH:/usr/local/cuda/bin
+source scripts/gpu-env.sh
 timeout 300 ncu --clock-control none -k "regex:$2" --launch-count "${3:-3}" \
   --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
   --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats \

@@ -5,9 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gt-profile}; mkdir -p "$OUT"
-NV=$(python3 -c 'import nvidia, os; print(nvidia.__path__[0])' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$PWD/build-gpu-run/lib:$NV/cudnn/lib:$NV/nccl/lib:$NV/cublas/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export GT_SOURCE_DIR=$PWD GT_RECIPE_DIR=$PWD/recipes PATH=$PATH:/usr/local/cuda/bin
+source scripts/gpu-env.sh
 GT=$PWD/build-gpu-run/graphtrain
 (
 for v in ${PROFILE_MOE_VARIANTS-mma tc}; do

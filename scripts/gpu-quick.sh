@@ -9,9 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gt-quick}; mkdir -p "$OUT"
-NV=$(python3 -c 'import nvidia, os; print(nvidia.__path__[0])' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$PWD/build-gpu-run/lib:$NV/cudnn/lib:$NV/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export GT_SOURCE_DIR=$PWD GT_RECIPE_DIR=$PWD/recipes
+source scripts/gpu-env.sh
 GT=$PWD/build-gpu-run/graphtrain
 S=$OUT/summary.txt
 { date -u +%Y-%m-%dT%H:%M:%SZ; nvidia-smi --query-gpu=name --format=csv,noheader; } | tee "$S"

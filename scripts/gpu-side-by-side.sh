@@ -7,10 +7,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gt-sbs}; mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-PY_LD=${LD_LIBRARY_PATH:-}
-NV=$($PY -c 'import nvidia, os; print(nvidia.__path__[0])' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$PWD/build-gpu-run/lib:$NV/cudnn/lib:$NV/nccl/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export GT_SOURCE_DIR=$PWD GT_RECIPE_DIR=$PWD/recipes
+PYTHON=$PY source scripts/gpu-env.sh
+PY_LD=$GT_PY_LD_LIBRARY_PATH
 GT=$PWD/build-gpu-run/graphtrain
 STEPS=${SBS_STEPS:-20}
 S=$OUT/summary.txt
