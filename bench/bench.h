@@ -1,7 +1,7 @@
 /* The benchmark harness behind `graphtrain bench`: for each graph mode (eager, TE-style
  * scopes, full iteration) it builds a trainer, runs warmup and capture, times steady-state
  * steps, and derives throughput, MFU, the step-time limit, graph and memory statistics and the
- * per-step losses that must agree bitwise across modes. Output: table, JSON, CSV. */
+ * per-step losses that must agree bitwise across modes. Output: table, JSON, CSV, SVG plot. */
 #ifndef GT_BENCH_BENCH_H
 #define GT_BENCH_BENCH_H
 
@@ -104,6 +104,10 @@ void gt_bench_report_free(gt_bench_report *rep);
 void gt_bench_print_table(const gt_bench_report *rep, FILE *f);
 int gt_bench_write_json(const gt_bench_report *rep, const char *path, gt_error *err);
 int gt_bench_write_csv(const gt_bench_report *rep, const char *path, gt_error *err);
+/* An SVG bar chart of the modes (bench/bench_plot.c); path must end in .svg, which
+ * gt_bench_svg_path_check says before any work. */
+int gt_bench_write_svg(const gt_bench_report *rep, const char *path, gt_error *err);
+int gt_bench_svg_path_check(const char *path, gt_error *err);
 
 /* Parity export for bench/torch_reference.py (bench/parity.c): writes into dir config.json,
  * weights.gtw (initial master weights, bench/weights_io.h), tokens.bin (every step's batches),

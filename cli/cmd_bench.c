@@ -1,8 +1,10 @@
 /* graphtrain bench: steady-state timing of the graph modes side by side (bench/bench.h), plus
  * the hidden exchange paths for bench/torch_reference.py (--export-weights, --parity). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "bench/weights_io.h"
@@ -13,7 +15,8 @@
 static const char *usage =
     "usage: graphtrain bench [--recipe R | -mr R] [--config FILE]\n"
     "                        [--modes eager,attn,attn+mlp,full_iteration | --modes all]\n"
-    "                        [--steps N] [--warmup W] [--json FILE] [--csv FILE] [--quiet]\n"
+    "                        [--steps N] [--warmup W] [--json FILE] [--csv FILE]\n"
+    "                        [--plot FILE.svg] [--quiet]\n"
     "                        [Bridge harness flags] [key=value ...]\n"
     "  --modes      graph modes to compare (default all): eager, full_iteration, or scopes\n"
     "               joined by '+' (attn, attn+mlp, ...). On MoE models attn+mlp means\n"
@@ -22,12 +25,14 @@ static const char *usage =
     "               steps after the capture step (default 3)\n"
     "  --cuda_graph_impl X --cuda_graph_scope a,b   run that single mode (Bridge's harness)\n"
     "  --json FILE, --csv FILE   also write the results there\n"
+    "  --plot FILE.svg           also draw them: a bar a mode (median, min-max whisker) against\n"
+    "               the step-time limit\n"
     "  --export-weights FILE     write the initial fp32 weights (bench/weights_io.h) and exit\n"
     "  --parity DIR [--parity-steps K]   write weights, batches, losses and step-1 gradients\n"
     "               for `bench/torch_reference.py parity DIR` (K default 10)\n";
 
 typedef struct bench_args {
-    const char *modes, *json, *csv, *export_weights, *parity;
+    const char *modes, *json, *csv, *plot, *export_weights, *parity;
     int steps, warmup, parity_steps, quiet, help;
 } bench_args;
 
@@ -71,6 +76,8 @@ static int parse_rest(int argc, char **argv, bench_args *a, gt_error *err) {
             STRING(a->json);
         else if (!strcmp(f, "--csv"))
             STRING(a->csv);
+        else if (!strcmp(f, "--plot"))
+            STRING(a->plot);
         else if (!strcmp(f, "--export-weights"))
             STRING(a->export_weights);
         else if (!strcmp(f, "--parity"))
@@ -107,6 +114,26 @@ static const char *find_flag(int argc, char **argv, const char *f1, const char *
     return NULL;
 }
 
+/* Before the modes run (minutes on a GPU): an output that could not be written is refused
+ * now, not after the run. */
+static int check_output(const char *flag, const char *path, gt_error *err) {
+    if (!path) return GT_OK;
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (access(dir, W_OK) != 0)
+        return gt_error_set(err, GT_ERR_IO,
+                            "bench: %s %s: cannot write into the folder %s (%s); create it or "
+                            "choose another path",
+                            flag, path, dir, strerror(errno));
+    return GT_OK;
+}
+
 static int export_weights(const gt_config *base, const char *path, gt_error *err) {
     gt_config c = *base;
     c.dataset.source = GT_DATA_MOCK;
@@ -127,6 +154,10 @@ static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err
         fputs(usage, stdout);
         return GT_OK;
     }
+    if (a.plot && (rc = gt_bench_svg_path_check(a.plot, err))) return rc;
+    if ((rc = check_output("--json", a.json, err)) || (rc = check_output("--csv", a.csv, err)) ||
+        (rc = check_output("--plot", a.plot, err)))
+        return rc;
     if (a.export_weights) return export_weights(cfg, a.export_weights, err);
     if (a.parity) return gt_bench_parity(cfg, a.parity, a.parity_steps, err);
 
@@ -160,6 +191,7 @@ static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err
         gt_bench_print_table(rep, stdout);
         if (a.json) rc = gt_bench_write_json(rep, a.json, err);
         if (!rc && a.csv) rc = gt_bench_write_csv(rep, a.csv, err);
+        if (!rc && a.plot) rc = gt_bench_write_svg(rep, a.plot, err);
         int failed = 0;
         for (int i = 0; i < rep->n; i++)
             failed += !rep->results[i].ok;

@@ -1,7 +1,7 @@
 /* The bench harness (bench/bench.h, `graphtrain bench`) on a tiny CPU model: every mode runs,
- * the JSON and CSV carry every field, the losses of eager, scoped and full-iteration runs agree
- * bitwise, a mode that fails is reported while the others still run, and the mode list and
- * FLOPs formula behave as documented. */
+ * the JSON and CSV carry every field, the SVG plot draws every mode to scale, the losses of eager,
+ * scoped and full-iteration runs agree bitwise, a mode that fails is reported while the others
+ * still run, and the mode list and FLOPs formula behave as documented. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,8 +165,8 @@ static void test_cli_bench_writes_json_csv_and_says_losses_are_identical(void **
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(args, sizeof args,
              "bench " TINY_ARGS " --modes eager,attn+mlp,full_iteration --steps 2 --warmup 0 "
-             "--json %s/b.json --csv %s/b.csv --quiet",
-             dir, dir);
+             "--json %s/b.json --csv %s/b.csv --plot %s/b.svg --quiet",
+             dir, dir, dir);
     static char out[1 << 16];
     int rc = gt_test_run(args, out, sizeof out);
     if (rc) fprintf(stderr, "%s\n", out);
@@ -188,7 +188,111 @@ static void test_cli_bench_writes_json_csv_and_says_losses_are_identical(void **
     assert_int_equal(count(json, "\"ok\": true"), 3);
     free(json);
     remove(path);
+    snprintf(path, sizeof path, "%s/b.svg", dir);
+    char *svg = read_all(path);
+    assert_non_null(svg);
+    assert_int_equal(count(svg, "<rect class=\"bar "), 3);
+    free(svg);
+    remove(path);
     remove(dir);
+}
+
+/* The width of the first bar of class cls in an SVG from gt_bench_write_svg, or -1. */
+static double bar_width(const char *svg, const char *cls) {
+    char key[64];
+    snprintf(key, sizeof key, "<rect class=\"%s\"", cls);
+    const char *p = strstr(svg, key);
+    if (!p) return -1;
+    p = strstr(p, "width=\"");
+    double wv = -1;
+    if (p && sscanf(p, "width=\"%lf\"", &wv) != 1) wv = -1;
+    return wv;
+}
+
+static void test_plot_draws_a_bar_per_mode_to_scale_with_its_figures(void **state) {
+    (void)state;
+    gt_bench_report rep;
+    run_modes("eager,attn,full_iteration", &rep);
+    snprintf(rep.w.label, sizeof rep.w.label, "tiny<&>cpu"); /* escaped in the title */
+    char dir[256], path[300];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/bench.svg", dir);
+    gt_error err = {0};
+    assert_int_equal(gt_bench_write_svg(&rep, path, &err), GT_OK);
+    char *svg = read_all(path);
+    assert_non_null(svg);
+    static const char head[] = "<svg xmlns=\"http://www.w3.org/2000/svg\"";
+    assert_int_equal(strncmp(svg, head, sizeof head - 1), 0);
+    size_t len = strlen(svg);
+    assert_true(len > 8 && !strcmp(svg + len - 7, "</svg>\n"));
+    assert_int_equal(count(svg, "<rect class=\"bar "), 3);
+    assert_int_equal(count(svg, "class=\"bar eager\""), 1);
+    assert_int_equal(count(svg, "class=\"bar scoped\""), 1);
+    assert_int_equal(count(svg, "class=\"bar full\""), 1);
+    assert_int_equal(count(svg, "class=\"whisker\""), 3);
+    assert_int_equal(count(svg, "class=\"limit\""), 1);
+    assert_non_null(strstr(svg, "tiny&lt;&amp;&gt;cpu"));
+    assert_null(strstr(svg, "tiny<&>cpu"));
+    assert_non_null(strstr(svg, "losses bitwise identical across modes: yes"));
+    for (int i = 0; i < rep.n; i++) {
+        const gt_bench_result *r = &rep.results[i];
+        char want[96];
+        snprintf(want, sizeof want, ">%s</text>", r->mode.name);
+        assert_non_null(strstr(svg, want));
+        snprintf(want, sizeof want, "%.3f ms", r->median_ms);
+        assert_non_null(strstr(svg, want));
+        if (i > 0) {
+            snprintf(want, sizeof want, "(%.2fx eager)", rep.results[0].median_ms / r->median_ms);
+            assert_non_null(strstr(svg, want));
+        }
+    }
+    /* bar lengths are the medians on one scale */
+    double we = bar_width(svg, "bar eager"), wf = bar_width(svg, "bar full");
+    assert_true(we > 0 && wf > 0);
+    double want_ratio = rep.results[0].median_ms / rep.results[2].median_ms;
+    assert_true(fabs(we / wf - want_ratio) < 0.01 * want_ratio + 0.2 / wf);
+    free(svg);
+    remove(path);
+
+    /* a failed mode is written as its error, without a bar */
+    rep.results[1].ok = 0;
+    snprintf(rep.results[1].error.msg, sizeof rep.results[1].error.msg, "capture <failed>");
+    assert_int_equal(gt_bench_write_svg(&rep, path, &err), GT_OK);
+    svg = read_all(path);
+    assert_non_null(svg);
+    assert_int_equal(count(svg, "<rect class=\"bar "), 2);
+    assert_non_null(strstr(svg, "FAILED: capture &lt;failed&gt;"));
+    free(svg);
+    remove(path);
+
+    /* not an .svg name, or a folder that does not exist: refused, naming the fix */
+    snprintf(path, sizeof path, "%s/bench.png", dir);
+    assert_int_equal(gt_bench_write_svg(&rep, path, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "*.svg"));
+    assert_null(fopen(path, "r"));
+    snprintf(path, sizeof path, "%s/no-such-folder/bench.svg", dir);
+    assert_int_equal(gt_bench_write_svg(&rep, path, &err), GT_ERR_IO);
+    assert_non_null(strstr(err.msg, "no-such-folder"));
+    remove(dir);
+    gt_bench_report_free(&rep);
+}
+
+/* Output paths are checked before any mode runs: a long GPU run is not lost to a typo. */
+static void test_cli_bench_refuses_unwritable_outputs_before_running(void **state) {
+    (void)state;
+    static char out[1 << 16];
+    int rc = gt_test_run("bench " TINY_ARGS " --modes eager --steps 1 --warmup 0 --quiet "
+                         "--plot bench.png",
+                         out, sizeof out);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(out, "name the file *.svg"));
+    assert_null(strstr(out, "median_ms")); /* nothing ran */
+    rc = gt_test_run("bench " TINY_ARGS " --modes eager --steps 1 --warmup 0 --quiet "
+                     "--json /no-such-folder-gt/b.json",
+                     out, sizeof out);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(out, "cannot write into the folder /no-such-folder-gt"));
+    assert_null(strstr(out, "median_ms"));
 }
 
 static void test_harness_flags_select_a_single_mode(void **state) {
@@ -363,6 +467,8 @@ int main(void) {
         cmocka_unit_test(test_bench_json_has_every_field_and_modes_agree_bitwise),
         cmocka_unit_test(test_mode_whose_capture_fails_is_reported_and_others_still_run),
         cmocka_unit_test(test_cli_bench_writes_json_csv_and_says_losses_are_identical),
+        cmocka_unit_test(test_plot_draws_a_bar_per_mode_to_scale_with_its_figures),
+        cmocka_unit_test(test_cli_bench_refuses_unwritable_outputs_before_running),
         cmocka_unit_test(test_harness_flags_select_a_single_mode),
         cmocka_unit_test(test_parity_export_writes_config_weights_batches_losses_and_gradients),
         cmocka_unit_test(test_cli_export_weights_writes_a_readable_weights_file),
