@@ -767,6 +767,57 @@ def cmd_compare(a):
               " | ".join(fmt(t.get(m)) for m in tr_modes) +
               f" | {ratio} | {f'{100 * mfu:.1f}%' if mfu is not None else '-'} | "
               f"{f'{peak:.3f}' if peak is not None else '-'} | {g.get('_identical', '-')} |")
+    if a.plot:
+        return plot_compare(gt, tr, gt_modes, tr_modes, a.plot)
+    return 0
+
+
+def _xml(text):
+    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;"))
+
+
+def plot_compare(gt, tr, gt_modes, tr_modes, path):
+    """compare --plot: an SVG with a panel a workload, a bar a mode (graphtrain in blue, PyTorch
+    in orange, each panel on its own ms scale), the ratio of the best of each in the title."""
+    if not path.endswith(".svg"):
+        print(f"compare: --plot writes an SVG image; name the file *.svg (got {path!r})",
+              file=sys.stderr)
+        return 2
+    order = sorted(set(gt) | set(tr), key=lambda w: list(WORKLOADS).index(w) if w in WORKLOADS else 99)
+    label_w, bar_w, row, width = 170, 520, 20, 900
+    out, y = [], 40
+    for w in order:
+        g, t = gt.get(w, {}), tr.get(w, {})
+        rows = [("gt " + m, g[m]["median_ms"], "gt") for m in gt_modes if m in g]
+        rows += [("pt " + m, t[m]["median_ms"], "pt") for m in tr_modes if m in t]
+        if not rows:
+            continue
+        gbest = min(((v, n) for n, v, k in rows if k == "gt"), default=None)
+        tbest = min(((v, n) for n, v, k in rows if k == "pt"), default=None)
+        title = w
+        if gbest and tbest:
+            title += (f": best PyTorch {tbest[0]:.2f} ms ({tbest[1][3:]}) / best graphtrain "
+                      f"{gbest[0]:.2f} ms ({gbest[1][3:]}) = {tbest[0] / gbest[0]:.2f}x")
+        out.append(f'<text x="12" y="{y + 14}" font-weight="bold">{_xml(title)}</text>')
+        y += 24
+        top = max(v for _, v, _ in rows)
+        for name, v, kind in rows:
+            bw = bar_w * v / top
+            out.append(f'<text x="{label_w - 8}" y="{y + 14}" text-anchor="end">{_xml(name)}</text>')
+            out.append(f'<rect class="{kind}" x="{label_w}" y="{y + 3}" width="{bw:.1f}" '
+                       f'height="{row - 6}"/>')
+            out.append(f'<text x="{label_w + bw + 6:.1f}" y="{y + 14}">{v:.2f} ms</text>')
+            y += row
+        y += 14
+    with open(path, "w") as f:
+        f.write(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y + 10}" '
+                'font-family="sans-serif" font-size="12">\n'
+                '<style>.gt{fill:#2b5797}.pt{fill:#e08a2c}</style>\n'
+                '<rect width="100%" height="100%" fill="white"/>\n'
+                '<text x="12" y="22" font-size="15" font-weight="bold">ms per step, median: '
+                'graphtrain (gt, blue) and PyTorch (pt, orange) side by side</text>\n')
+        f.write("\n".join(out) + "\n</svg>\n")
     return 0
 
 
@@ -789,6 +840,7 @@ def main(argv=None):
     r = sub.add_parser("compare", help="markdown table of graphtrain and PyTorch bench JSONs")
     r.add_argument("--graphtrain", default="", help="comma-separated `graphtrain bench --json` files")
     r.add_argument("--torch", default="", help="comma-separated `bench --json` files of this script")
+    r.add_argument("--plot", help="also draw the table as an SVG (one panel a workload)")
     a = p.parse_args(argv)
     return {"bench": cmd_bench, "parity": cmd_parity, "compare": cmd_compare}[a.cmd](a)
 

@@ -6,9 +6,10 @@
 # most important results come first. Needs build-gpu/ from scripts/gpu-build.sh (carry it).
 #
 # Results under $OUT (the device sets it; default /tmp/gt-gpu-check): summary.txt (one line per
-# part plus the key figures), compare.md (graphtrain vs PyTorch table) and logs.tar.gz (every
-# log and JSON/CSV; the device returns at most 8 files, so the logs travel as one archive,
-# refreshed after every part). Usage: scripts/gpu-check.sh [quick]  (quick: tiny workload only)
+# part plus the key figures), compare.md (graphtrain vs PyTorch table), compare.svg (the same
+# drawn) and logs.tar.gz (every log and JSON/CSV; the device returns at most 8 files, so the
+# logs travel as one archive, refreshed after every part).
+# Usage: scripts/gpu-check.sh [quick]  (quick: tiny workload only)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
@@ -105,7 +106,8 @@ for w in $WORKLOADS; do
   show "bench_pt_$w" "" "^$w "
   GT_JSONS="$GT_JSONS,$LOGS/bench_gt_$w.json" PT_JSONS="$PT_JSONS,$LOGS/bench_pt_$w.json"
 done
-"${PYRUN[@]}" bench/torch_reference.py compare --graphtrain "$GT_JSONS" --torch "$PT_JSONS" >"$OUT/compare.md" 2>>"$LOGS/compare.log"
+"${PYRUN[@]}" bench/torch_reference.py compare --graphtrain "$GT_JSONS" --torch "$PT_JSONS" \
+  --plot "$OUT/compare.svg" >"$OUT/compare.md" 2>>"$LOGS/compare.log"
 
 # 4. parity: graphtrain's losses and step-1 gradients against PyTorch fp32 and bf16. init std
 #    0.2 makes attention peaked, so a wrong rotary pairing or head mapping moves the gradients
@@ -136,7 +138,7 @@ part bench_pt_compile 240 "${PYRUN[@]}" bench/torch_reference.py bench --workloa
   --modes compile --steps 20 --warmup 5 --time-budget 200 --json "$LOGS/bench_pt_compile.json"
 show bench_pt_compile "" "compile"
 "${PYRUN[@]}" bench/torch_reference.py compare --graphtrain "$GT_JSONS" --torch "$PT_JSONS,$LOGS/bench_pt_compile.json" \
-  >"$OUT/compare.md" 2>>"$LOGS/compare.log"
+  --plot "$OUT/compare.svg" >"$OUT/compare.md" 2>>"$LOGS/compare.log"
 
 # 6. compute-sanitizer memcheck over a short run that captures and replays a full-iteration graph
 if command -v compute-sanitizer >/dev/null; then
@@ -162,7 +164,7 @@ for w in $WORKLOADS; do
   show "bench_gt_bf16_moments_$w" "[bf16 moments $w] " '^full_iteration |[Ee]rror'
 done
 
-say "total ${SECONDS}s; tables: compare.md; logs and JSON: logs.tar.gz"
+say "total ${SECONDS}s; tables: compare.md (drawn: compare.svg); logs and JSON: logs.tar.gz"
 cat "$OUT/compare.md" >>"$SUMMARY"
 pack
 rm -rf "$LOGS"

@@ -30,5 +30,5 @@ for w in ${SBS_WORKLOADS:-tiny gpt124m llama1b moe}; do
   grep -E "^$w " "$OUT/pt_$w.log" | tee -a "$S"
   GJ="$GJ,$OUT/gt_$w.json" PJ="$PJ,$OUT/pt_$w.json"
 done
-env LD_LIBRARY_PATH="$PY_LD" $PY bench/torch_reference.py compare --graphtrain "${GJ#,}" --torch "${PJ#,}" >"$OUT/compare.md" 2>"$OUT/compare.log"
+env LD_LIBRARY_PATH="$PY_LD" $PY bench/torch_reference.py compare --graphtrain "${GJ#,}" --torch "${PJ#,}" --plot "$OUT/compare.svg" >"$OUT/compare.md" 2>"$OUT/compare.log"
 cat "$OUT/compare.md" | tee -a "$S"
