@@ -7,8 +7,8 @@
 #
 # Results under $OUT (the device sets it; default /tmp/gt-gpu-check): summary.txt (one line per
 # part plus the key figures), compare.md (graphtrain vs PyTorch table), compare.svg (the same
-# drawn) and logs.tar.gz (every log and JSON/CSV; the device returns at most 8 files, so the
-# logs travel as one archive, refreshed after every part).
+# drawn) and logs.tar.gz (every log, JSON/CSV and bench plot; the device returns at most 8
+# files, so the logs travel as one archive, refreshed after every part).
 # Usage: scripts/gpu-check.sh [quick]  (quick: tiny workload only)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -99,7 +99,7 @@ declare -A PT_LIMIT=([tiny]=35 [gpt124m]=40 [llama1b]=60 [moe]=50)
 GT_JSONS="" PT_JSONS=""
 for w in $WORKLOADS; do
   part "bench_gt_$w" "${GT_LIMIT[$w]:-60}" "$GT" bench --recipe "$w" --modes all --steps 30 \
-    --json "$LOGS/bench_gt_$w.json" --csv "$LOGS/bench_gt_$w.csv"
+    --json "$LOGS/bench_gt_$w.json" --csv "$LOGS/bench_gt_$w.csv" --plot "$LOGS/bench_gt_$w.svg"
   show "bench_gt_$w" "[$w] " '^(eager|attn|full_iteration)|bitwise identical|FAILED|graphtrain bench:'
   part "bench_pt_$w" "${PT_LIMIT[$w]:-50}" "${PYRUN[@]}" bench/torch_reference.py bench --workloads "$w" \
     --modes eager,te_attn,te_attn_mlp,full_iteration --steps 20 --warmup 5 --json "$LOGS/bench_pt_$w.json"
