@@ -122,7 +122,8 @@ static __device__ __forceinline__ void adamw_elem(float g, float *m, float *v, f
     *w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + hp.eps) + wd * *w);
 }
 
-/* Moment storage: fp32 as is, bf16 widened on load and rounded to nearest-even on store. */
+/* fp32 or bf16 storage (moments, and the fp32 / bf16 arrays of the 4-wide kernel): fp32 as is,
+ * bf16 widened on load and rounded to nearest-even on store. */
 static __device__ __forceinline__ float st_load(const float *p, size_t i) {
     return p[i];
 }
@@ -188,24 +189,20 @@ __global__ void k_adamw4(bf16 *__restrict__ params, float *__restrict__ master,
     if (!adamw_begin(st, hp, &lr, &clip, &bc1, &bc2)) return;
     size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= n4) return;
-    float4 g4 = ((const float4 *)grads)[q], w4 = ((float4 *)master)[q];
-    float gs[4] = {g4.x, g4.y, g4.z, g4.w}, ws[4] = {w4.x, w4.y, w4.z, w4.w};
-    float ms[4], vs[4];
+    float gs[4], ws[4], ms[4], vs[4];
+    st_load4(grads, q, gs);
+    st_load4(master, q, ws);
     st_load4(m, q, ms);
     st_load4(v, q, vs);
-    bf16 ps[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         float wd = 4 * q + k < n_decay ? hp.weight_decay : 0.0f;
         adamw_elem(gs[k] * clip, &ms[k], &vs[k], &ws[k], lr, bc1, bc2, wd, hp);
-        ps[k] = tobf(ws[k]);
     }
     st_store4(m, q, ms);
     st_store4(v, q, vs);
-    ((float4 *)master)[q] = make_float4(ws[0], ws[1], ws[2], ws[3]);
-    uint2 pk;
-    memcpy(&pk, ps, 8);
-    ((uint2 *)params)[q] = pk;
+    st_store4(master, q, ws);
+    st_store4(params, q, ws); /* the compute copy: rounded to bf16 */
 }
 
 static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched) {
