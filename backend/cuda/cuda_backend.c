@@ -17,6 +17,9 @@ struct gt_graph {
 
 #define GT_CUDA_SCRATCH_ALIGN 256
 
+/* declared in cuda_backend.h; GT_CUDA_PDL=off turns it off when a backend is created */
+int gt_cuda_pdl = 1;
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -391,6 +394,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     /* kernel choices for developers: unknown spellings are refused, never ignored */
     const char *attn = getenv("GT_CUDA_ATTN");
     const char *moe = getenv("GT_CUDA_MOE");
+    const char *pdl = getenv("GT_CUDA_PDL");
     im->attn_mode = GT_ATTN_CUDNN;
     if (attn && !strcmp(attn, "simt"))
         im->attn_mode = GT_ATTN_SIMT;
@@ -419,6 +423,12 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
                   "mma, tc or simt)";
     else if (moe && *moe)
         bad_env = "GT_CUDA_MOE has an unknown value (use wgmma, mma, tc or simt)";
+    if (pdl && !strcmp(pdl, "off"))
+        gt_cuda_pdl = 0;
+    else if (pdl && *pdl && strcmp(pdl, "on"))
+        bad_env = "GT_CUDA_PDL has an unknown value (use on or off)";
+    else
+        gt_cuda_pdl = 1;
     if (bad_env) {
         free(b);
         free(ops);

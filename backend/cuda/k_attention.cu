@@ -61,6 +61,7 @@ static __device__ __forceinline__ void tile_dot(float acc[4][4], const float *A,
 template <int HD>
 __global__ void __launch_bounds__(ATT_THREADS)
     k_attn_fwd(bf16 *out, float *lse, const bf16 *qkv, attn_geo g, const gt_step_state *st) {
+    GT_PDL_ENTRY();
     extern __shared__ float sm[];
     float *Qs = sm, *Ks = Qs + ATT_BR * (HD + 1), *Vs = Ks + ATT_BC * (HD + 1);
     float *Ps = Vs + ATT_BC * (HD + 1); /* [BR][BC + 1] */
@@ -141,6 +142,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 /* D[b,h,i] = dO_i . O_i: one warp per row. */
 __global__ void k_attn_bwd_pre(float *D, const bf16 *dout, const bf16 *out, int B, int T, int H,
                                int hd) {
+    GT_PDL_ENTRY();
     size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     size_t rows = (size_t)B * H * T;
@@ -158,6 +160,7 @@ template <int HD>
 __global__ void __launch_bounds__(ATT_THREADS)
     k_attn_bwd_dkv(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
                    attn_geo g, const gt_step_state *st) {
+    GT_PDL_ENTRY();
     extern __shared__ float sm[];
     float *Ks = sm, *Vs = Ks + ATT_BC * (HD + 1), *Qs = Vs + ATT_BC * (HD + 1);
     float *dOs = Qs + ATT_BR * (HD + 1);
@@ -231,6 +234,7 @@ template <int HD>
 __global__ void __launch_bounds__(ATT_THREADS)
     k_attn_bwd_dq(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
                   attn_geo g, const gt_step_state *st) {
+    GT_PDL_ENTRY();
     extern __shared__ float sm[];
     float *Qs = sm, *dOs = Qs + ATT_BR * (HD + 1), *Ks = dOs + ATT_BR * (HD + 1);
     float *Vs = Ks + ATT_BC * (HD + 1), *dSs = Vs + ATT_BC * (HD + 1);
@@ -423,11 +427,11 @@ static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *ls
         return;
     }
     if (hd == 64)
-        k_attn_fwd<64>
-            <<<grid, ATT_THREADS, fwd_smem(64), cs>>>((bf16 *)out, lse, (const bf16 *)qkv, g, st);
+        gt_launch(k_attn_fwd<64>, grid, ATT_THREADS, fwd_smem(64), cs, (bf16 *)out, lse,
+                  (const bf16 *)qkv, g, st);
     else
-        k_attn_fwd<128>
-            <<<grid, ATT_THREADS, fwd_smem(128), cs>>>((bf16 *)out, lse, (const bf16 *)qkv, g, st);
+        gt_launch(k_attn_fwd<128>, grid, ATT_THREADS, fwd_smem(128), cs, (bf16 *)out, lse,
+                  (const bf16 *)qkv, g, st);
     GT_CUDA_LAUNCHED(b, "attention_fwd");
 }
 
@@ -454,8 +458,8 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     attn_geo g = make_geo(B, T, H, KV, hd, p, site);
     cudaStream_t cs = gt_cuda_stream(s);
     size_t rows = (size_t)B * H * T;
-    k_attn_bwd_pre<<<gt_grid(rows * 32, ATT_THREADS), ATT_THREADS, 0, cs>>>(
-        D, (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
+    gt_launch(k_attn_bwd_pre, gt_grid(rows * 32, ATT_THREADS), ATT_THREADS, 0, cs, D,
+              (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
     int simt = ((gt_cuda_impl *)b->impl)->attn_mode == GT_ATTN_SIMT;
     if (!simt && gt_cuda_attn_tc_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st)) {
         GT_CUDA_LAUNCHED(b, "attention_bwd");
@@ -463,15 +467,15 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     }
     dim3 gkv((T + ATT_BC - 1) / ATT_BC, KV, B), gq((T + ATT_BR - 1) / ATT_BR, H, B);
     if (hd == 64) {
-        k_attn_bwd_dkv<64><<<gkv, ATT_THREADS, dkv_smem(64), cs>>>(
-            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
-        k_attn_bwd_dq<64><<<gq, ATT_THREADS, dq_smem(64), cs>>>((bf16 *)dqkv, (const bf16 *)dout,
-                                                                (const bf16 *)qkv, lse, D, g, st);
+        gt_launch(k_attn_bwd_dkv<64>, gkv, ATT_THREADS, dkv_smem(64), cs, (bf16 *)dqkv,
+                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
+        gt_launch(k_attn_bwd_dq<64>, gq, ATT_THREADS, dq_smem(64), cs, (bf16 *)dqkv,
+                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
     } else {
-        k_attn_bwd_dkv<128><<<gkv, ATT_THREADS, dkv_smem(128), cs>>>(
-            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
-        k_attn_bwd_dq<128><<<gq, ATT_THREADS, dq_smem(128), cs>>>((bf16 *)dqkv, (const bf16 *)dout,
-                                                                  (const bf16 *)qkv, lse, D, g, st);
+        gt_launch(k_attn_bwd_dkv<128>, gkv, ATT_THREADS, dkv_smem(128), cs, (bf16 *)dqkv,
+                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
+        gt_launch(k_attn_bwd_dq<128>, gq, ATT_THREADS, dq_smem(128), cs, (bf16 *)dqkv,
+                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
     }
     GT_CUDA_LAUNCHED(b, "attention_bwd");
 }
@@ -485,6 +489,7 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
  * kernels evaluated per element, in the same fp32 operation order, so it holds bitwise the cos
  * and sin they computed; rope_turn keeps their roundings of the rotation. */
 __global__ void k_rope_table(float2 *tab, int T, int hd, float theta) {
+    GT_PDL_ENTRY();
     int half = hd / 2, total = T * half;
     float l2t = log2f(theta);
     for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < total; q += gridDim.x * blockDim.x) {
@@ -520,6 +525,7 @@ static __device__ __forceinline__ void rope_turn(float *x0, float *x1, float cs,
  * time; one pair per thread still waited on memory latency. */
 __global__ void k_rope8(bf16 *qkv, const float2 *__restrict__ tab, int rows, int T, int H, int KV,
                         int hd, int inverse) {
+    GT_PDL_ENTRY();
     int half = hd / 2, chunks = half / 8, heads = H + KV, C = (H + 2 * KV) * hd;
     int per_row = heads * chunks, total = rows * per_row;
     for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < total; q += gridDim.x * blockDim.x) {
@@ -547,6 +553,7 @@ __global__ void k_rope8(bf16 *qkv, const float2 *__restrict__ tab, int rows, int
  * block per token row, same math. */
 __global__ void k_rope_odd(bf16 *qkv, const float2 *__restrict__ tab, int T, int H, int KV, int hd,
                            int inverse) {
+    GT_PDL_ENTRY();
     int half = hd / 2, heads = H + KV;
     int row = blockIdx.x, t = row % T;
     bf16 *base = qkv + (size_t)row * (size_t)((H + 2 * KV) * hd);
@@ -669,11 +676,11 @@ static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, i
     unsigned rows = (unsigned)B * (unsigned)T;
     size_t items = (size_t)rows * (size_t)(H + KV) * (size_t)(hd / 16);
     if ((hd / 2) % 8 == 0 && al16(qkv) && items < (1u << 30))
-        k_rope8<<<gt_grid(items, ATT_THREADS), ATT_THREADS, 0, gt_cuda_stream(s)>>>(
-            (bf16 *)qkv, tab, (int)rows, T, H, KV, hd, inverse);
+        gt_launch(k_rope8, gt_grid(items, ATT_THREADS), ATT_THREADS, 0, gt_cuda_stream(s),
+                  (bf16 *)qkv, tab, (int)rows, T, H, KV, hd, inverse);
     else
-        k_rope_odd<<<rows, ATT_THREADS, 0, gt_cuda_stream(s)>>>((bf16 *)qkv, tab, T, H, KV, hd,
-                                                                inverse);
+        gt_launch(k_rope_odd, rows, ATT_THREADS, 0, gt_cuda_stream(s), (bf16 *)qkv, tab, T, H, KV,
+                  hd, inverse);
     GT_CUDA_LAUNCHED(b, what);
 }
 

@@ -67,6 +67,7 @@ template <int HD> static constexpr size_t tc_fwd_smem() {
 template <int HD>
 __global__ void __launch_bounds__(TC_THREADS)
     k_attn_fwd_tc(bf16 *out, float *lse, const bf16 *qkv, attn_geo g, const gt_step_state *st) {
+    GT_PDL_ENTRY();
     constexpr int LD = HD + 8, LDO = HD + 4;
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Qs = (bf16 *)smraw, *Ks = Qs + TC_TILE * LD, *Vs = Ks + TC_TILE * LD;
@@ -188,6 +189,7 @@ template <int HD>
 __global__ void __launch_bounds__(TC_THREADS)
     k_attn_dkv_tc(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
                   attn_geo g, const gt_step_state *st) {
+    GT_PDL_ENTRY();
     constexpr int LD = HD + 8, LDO = HD + 4, NF = HD / 16;
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Ks = (bf16 *)smraw, *Vs = Ks + TC_TILE * LD, *Qs = Vs + TC_TILE * LD;
@@ -257,6 +259,7 @@ template <int HD>
 __global__ void __launch_bounds__(TC_THREADS)
     k_attn_dq_tc(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
                  attn_geo g, const gt_step_state *st) {
+    GT_PDL_ENTRY();
     constexpr int LD = HD + 8, LDO = HD + 4, NF = HD / 16;
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16 *Qs = (bf16 *)smraw, *dOs = Qs + TC_TILE * LD, *Ks = dOs + TC_TILE * LD;
@@ -316,11 +319,11 @@ int gt_cuda_attn_tc_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv,
     if ((hd != 64 && hd != 128) || !aligned16(qkv)) return 0;
     dim3 grid((g->T + TC_TILE - 1) / TC_TILE, g->H, g->B);
     if (hd == 64)
-        k_attn_fwd_tc<64><<<grid, TC_THREADS, tc_fwd_smem<64>(), cs>>>((bf16 *)out, lse,
-                                                                       (const bf16 *)qkv, *g, st);
+        gt_launch(k_attn_fwd_tc<64>, grid, TC_THREADS, tc_fwd_smem<64>(), cs, (bf16 *)out, lse,
+                  (const bf16 *)qkv, *g, st);
     else
-        k_attn_fwd_tc<128><<<grid, TC_THREADS, tc_fwd_smem<128>(), cs>>>((bf16 *)out, lse,
-                                                                         (const bf16 *)qkv, *g, st);
+        gt_launch(k_attn_fwd_tc<128>, grid, TC_THREADS, tc_fwd_smem<128>(), cs, (bf16 *)out, lse,
+                  (const bf16 *)qkv, *g, st);
     return 1;
 }
 
@@ -331,15 +334,15 @@ int gt_cuda_attn_tc_bwd(cudaStream_t cs, void *dqkv, const void *dout, const voi
     dim3 gkv((g->T + TC_TILE - 1) / TC_TILE, g->KV, g->B);
     dim3 gq((g->T + TC_TILE - 1) / TC_TILE, g->H, g->B);
     if (hd == 64) {
-        k_attn_dkv_tc<64><<<gkv, TC_THREADS, tc_dkv_smem<64>(), cs>>>(
-            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
-        k_attn_dq_tc<64><<<gq, TC_THREADS, tc_dq_smem<64>(), cs>>>(
-            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
+        gt_launch(k_attn_dkv_tc<64>, gkv, TC_THREADS, tc_dkv_smem<64>(), cs, (bf16 *)dqkv,
+                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
+        gt_launch(k_attn_dq_tc<64>, gq, TC_THREADS, tc_dq_smem<64>(), cs, (bf16 *)dqkv,
+                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
     } else {
-        k_attn_dkv_tc<128><<<gkv, TC_THREADS, tc_dkv_smem<128>(), cs>>>(
-            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
-        k_attn_dq_tc<128><<<gq, TC_THREADS, tc_dq_smem<128>(), cs>>>(
-            (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
+        gt_launch(k_attn_dkv_tc<128>, gkv, TC_THREADS, tc_dkv_smem<128>(), cs, (bf16 *)dqkv,
+                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
+        gt_launch(k_attn_dq_tc<128>, gq, TC_THREADS, tc_dq_smem<128>(), cs, (bf16 *)dqkv,
+                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
     }
     return 1;
 }

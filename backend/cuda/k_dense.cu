@@ -21,28 +21,31 @@
 /* ---- conversion ---- */
 
 __global__ void k_to_float(float *dst, const bf16 *src, size_t n) {
+    GT_PDL_ENTRY();
     GT_GRID_STRIDE(i, n) dst[i] = ldf(src + i);
 }
 __global__ void k_from_float(bf16 *dst, const float *src, size_t n) {
+    GT_PDL_ENTRY();
     GT_GRID_STRIDE(i, n) dst[i] = tobf(src[i]);
 }
 
 static void cuda_to_float(gt_backend *b, gt_stream *s, float *dst, const void *src, size_t n) {
     if (b->planning || n == 0) return;
-    k_to_float<<<gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
-        dst, (const bf16 *)src, n);
+    gt_launch(k_to_float, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s), dst,
+              (const bf16 *)src, n);
     GT_CUDA_LAUNCHED(b, "to_float");
 }
 static void cuda_from_float(gt_backend *b, gt_stream *s, void *dst, const float *src, size_t n) {
     if (b->planning || n == 0) return;
-    k_from_float<<<gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>((bf16 *)dst,
-                                                                                     src, n);
+    gt_launch(k_from_float, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
+              (bf16 *)dst, src, n);
     GT_CUDA_LAUNCHED(b, "from_float");
 }
 
 /* ---- dbias: column sums in two fixed-order passes ---- */
 
 __global__ void k_colsum_partial(float *part, const bf16 *x, int M, int N) {
+    GT_PDL_ENTRY();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     int r0 = blockIdx.y * DBIAS_ROWS;
     if (c >= N) return;
@@ -53,6 +56,7 @@ __global__ void k_colsum_partial(float *part, const bf16 *x, int M, int N) {
     part[(size_t)blockIdx.y * N + c] = acc;
 }
 __global__ void k_colsum_final(float *out, const float *part, int parts, int N, int accumulate) {
+    GT_PDL_ENTRY();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= N) return;
     float acc = 0.0f;
@@ -67,6 +71,7 @@ __global__ void k_colsum_final(float *out, const float *part, int parts, int N, 
  * memory parallelism. */
 __global__ void __launch_bounds__(COLSUM_WARPS * 32)
     k_colsum_final_wide(float *out, const float *part, int parts, int N, int accumulate) {
+    GT_PDL_ENTRY();
     __shared__ float sh[COLSUM_WARPS][32];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, c = blockIdx.x * 32 + lane;
     float acc = 0.0f;
@@ -90,15 +95,17 @@ extern "C" void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const v
                                            "matmul dbias");
     if (!part || M <= 0 || N <= 0) return;
     dim3 g1((N + DENSE_THREADS - 1) / DENSE_THREADS, parts);
-    k_colsum_partial<<<g1, DENSE_THREADS, 0, gt_cuda_stream(s)>>>(part, (const bf16 *)dout, M, N);
-    k_colsum_final<<<(N + DENSE_THREADS - 1) / DENSE_THREADS, DENSE_THREADS, 0,
-                     gt_cuda_stream(s)>>>(dbias, part, parts, N, accumulate);
+    gt_launch(k_colsum_partial, g1, DENSE_THREADS, 0, gt_cuda_stream(s), part, (const bf16 *)dout,
+              M, N);
+    gt_launch(k_colsum_final, (N + DENSE_THREADS - 1) / DENSE_THREADS, DENSE_THREADS, 0,
+              gt_cuda_stream(s), dbias, part, parts, N, accumulate);
     GT_CUDA_LAUNCHED(b, "matmul dbias");
 }
 
 /* ---- embedding ---- */
 
 __global__ void k_embedding_fwd(bf16 *out, const int32_t *tokens, const bf16 *wte, int N, int d) {
+    GT_PDL_ENTRY();
     size_t total = (size_t)N * d;
     GT_GRID_STRIDE(i, total) {
         size_t n = i / d, c = i % d;
@@ -107,6 +114,7 @@ __global__ void k_embedding_fwd(bf16 *out, const int32_t *tokens, const bf16 *wt
 }
 
 __global__ void k_iota(int32_t *out, int N) {
+    GT_PDL_ENTRY();
     GT_GRID_STRIDE(i, (size_t)N) {
         out[i] = (int32_t)i;
     }
@@ -117,6 +125,7 @@ __global__ void k_iota(int32_t *out, int N) {
  * in position order and adds them to dwte[token]. */
 __global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint32_t *toks,
                                   const int32_t *pos, int N, int V, int d) {
+    GT_PDL_ENTRY();
     int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (w >= N) return;
     uint32_t tok = toks[w];
@@ -153,6 +162,7 @@ __global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint32_t 
 }
 
 __global__ void k_embedding_fwd8(bf16 *out, const int32_t *tokens, const bf16 *wte, int N, int d) {
+    GT_PDL_ENTRY();
     size_t d8 = (size_t)d / 8, total = (size_t)N * d8;
     GT_GRID_STRIDE(i, total) {
         size_t n = i / d8, c = i % d8;
@@ -165,13 +175,13 @@ static void cuda_embedding_fwd(gt_backend *b, gt_stream *s, void *out, const int
     if (b->planning || N <= 0 || d <= 0) return;
     size_t total = (size_t)N * d;
     if (d % 8 == 0 && al16(out) && al16(wte)) {
-        k_embedding_fwd8<<<gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
-                           gt_cuda_stream(s)>>>((bf16 *)out, tokens, (const bf16 *)wte, N, d);
+        gt_launch(k_embedding_fwd8, gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
+                  gt_cuda_stream(s), (bf16 *)out, tokens, (const bf16 *)wte, N, d);
         GT_CUDA_LAUNCHED(b, "embedding_fwd");
         return;
     }
-    k_embedding_fwd<<<gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)out, tokens, (const bf16 *)wte, N, d);
+    gt_launch(k_embedding_fwd, gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
+              (bf16 *)out, tokens, (const bf16 *)wte, N, d);
     GT_CUDA_LAUNCHED(b, "embedding_fwd");
 }
 
@@ -195,14 +205,14 @@ static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, const v
     if (!sc) return;
     uint32_t *toks = (uint32_t *)sc;
     int32_t *pos_in = (int32_t *)(sc + arr), *pos = (int32_t *)(sc + 2 * arr);
-    k_iota<<<gt_grid((size_t)N, DENSE_THREADS), DENSE_THREADS, 0, cs>>>(pos_in, N);
+    gt_launch(k_iota, gt_grid((size_t)N, DENSE_THREADS), DENSE_THREADS, 0, cs, pos_in, N);
     /* token ids are in [0, V) (the data loaders check shards against the vocabulary): their
      * bits as unsigned */
     GT_CUDA_OP(b, cub::DeviceRadixSort::SortPairs(sc + 3 * arr, cub_bytes, (const uint32_t *)tokens,
                                                   toks, pos_in, pos, N, 0, bits, cs));
     int warps_per_block = DENSE_THREADS / 32;
-    k_embedding_accum<<<(N + warps_per_block - 1) / warps_per_block, DENSE_THREADS, 0, cs>>>(
-        dwte, (const bf16 *)dout, toks, pos, N, V, d);
+    gt_launch(k_embedding_accum, (N + warps_per_block - 1) / warps_per_block, DENSE_THREADS, 0, cs,
+              dwte, (const bf16 *)dout, toks, pos, N, V, d);
     GT_CUDA_LAUNCHED(b, "embedding_bwd");
 }
 
@@ -211,6 +221,7 @@ static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, const v
 /* One warp per row. */
 __global__ void k_rmsnorm_fwd(bf16 *out, float *rstd, const bf16 *inp, const bf16 *w, int N, int d,
                               float eps) {
+    GT_PDL_ENTRY();
     int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (row >= N) return;
     const bf16 *x = inp + (size_t)row * d;
@@ -232,6 +243,7 @@ __global__ void k_rmsnorm_fwd(bf16 *out, float *rstd, const bf16 *inp, const bf1
 template <int COLS>
 __global__ void k_rmsnorm_bwd(bf16 *dinp, float *dw_part, const bf16 *dout, const bf16 *inp,
                               const bf16 *w, const float *rstd, int N, int d) {
+    GT_PDL_ENTRY();
     __shared__ float sh[32];
     float dwp[COLS], wv[COLS];
 #pragma unroll
@@ -279,6 +291,7 @@ __global__ void k_rmsnorm_bwd(bf16 *dinp, float *dw_part, const bf16 *dout, cons
 template <int K>
 __global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const bf16 *w, int N,
                                 float eps) {
+    GT_PDL_ENTRY();
     constexpr int d = 256 * K;
     int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (row >= N) return;
@@ -318,6 +331,7 @@ template <int K>
 __global__ void __launch_bounds__(RMS_BWD_V_WARPS * 32)
     k_rmsnorm_bwd_v(bf16 *dinp, float *dw_part, const bf16 *dout, const bf16 *inp, const bf16 *w,
                     const float *rstd, int N, int rpw) {
+    GT_PDL_ENTRY();
     constexpr int d = 256 * K;
     extern __shared__ float sdw[]; /* [RMS_BWD_V_WARPS][d] */
     int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -387,8 +401,8 @@ static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd
         switch (d / 256) {
 #define RMS_FWD_V(K)                                                                               \
     case K:                                                                                        \
-        k_rmsnorm_fwd_v<K><<<grid, DENSE_THREADS, 0, cs>>>((bf16 *)out, rstd, (const bf16 *)inp,   \
-                                                           (const bf16 *)w, N, eps);               \
+        gt_launch(k_rmsnorm_fwd_v<K>, grid, DENSE_THREADS, 0, cs, (bf16 *)out, rstd,               \
+                  (const bf16 *)inp, (const bf16 *)w, N, eps);                                     \
         break
             RMS_FWD_V(1);
             RMS_FWD_V(2);
@@ -406,9 +420,8 @@ static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd
         return;
     }
     int rows_per_block = DENSE_THREADS / 32;
-    k_rmsnorm_fwd<<<(N + rows_per_block - 1) / rows_per_block, DENSE_THREADS, 0,
-                    gt_cuda_stream(s)>>>((bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)w, N,
-                                         d, eps);
+    gt_launch(k_rmsnorm_fwd, (N + rows_per_block - 1) / rows_per_block, DENSE_THREADS, 0,
+              gt_cuda_stream(s), (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)w, N, d, eps);
     GT_CUDA_LAUNCHED(b, "rmsnorm_fwd");
 }
 
@@ -436,9 +449,8 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
         switch (d / 256) {
 #define RMS_BWD_V(K)                                                                               \
     case K:                                                                                        \
-        k_rmsnorm_bwd_v<K><<<blocks, RMS_BWD_V_WARPS * 32, shm, cs>>>(                             \
-            (bf16 *)dinp, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N,   \
-            rpw);                                                                                  \
+        gt_launch(k_rmsnorm_bwd_v<K>, blocks, RMS_BWD_V_WARPS * 32, shm, cs, (bf16 *)dinp, part,   \
+                  (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, rpw);           \
         break
             RMS_BWD_V(1);
             RMS_BWD_V(2);
@@ -452,8 +464,8 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
         default:
             break;
         }
-        k_colsum_final_wide<<<(d + 31) / 32, COLSUM_WARPS * 32, 0, cs>>>(dw, part, blocks, d,
-                                                                         accumulate);
+        gt_launch(k_colsum_final_wide, (d + 31) / 32, COLSUM_WARPS * 32, 0, cs, dw, part, blocks, d,
+                  accumulate);
         GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
         return;
     }
@@ -464,8 +476,8 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
     int cols = (d + DENSE_THREADS - 1) / DENSE_THREADS; /* columns per thread */
     cudaStream_t cs = gt_cuda_stream(s);
 #define RMS_BWD(C)                                                                                 \
-    k_rmsnorm_bwd<C><<<blocks, DENSE_THREADS, 0, cs>>>(                                            \
-        (bf16 *)dinp, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, d)
+    gt_launch(k_rmsnorm_bwd<C>, blocks, DENSE_THREADS, 0, cs, (bf16 *)dinp, part,                  \
+              (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, d)
     if (cols <= 1)
         RMS_BWD(1);
     else if (cols <= 2)
@@ -479,18 +491,20 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
     else
         RMS_BWD(RMS_MAX_COLS);
 #undef RMS_BWD
-    k_colsum_final<<<(d + DENSE_THREADS - 1) / DENSE_THREADS, DENSE_THREADS, 0,
-                     gt_cuda_stream(s)>>>(dw, part, blocks, d, accumulate);
+    gt_launch(k_colsum_final, (d + DENSE_THREADS - 1) / DENSE_THREADS, DENSE_THREADS, 0,
+              gt_cuda_stream(s), dw, part, blocks, d, accumulate);
     GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
 }
 
 /* ---- add, dropout, swiglu ---- */
 
 __global__ void k_add(bf16 *out, const bf16 *a, const bf16 *x, size_t n) {
+    GT_PDL_ENTRY();
     GT_GRID_STRIDE(i, n) out[i] = tobf(ldf(a + i) + ldf(x + i));
 }
 
 __global__ void k_add8(bf16 *out, const bf16 *a, const bf16 *x, size_t n8) {
+    GT_PDL_ENTRY();
     GT_GRID_STRIDE(i, n8) {
         float fa[8], fx[8];
         ld8(fa, a + 8 * i);
@@ -506,18 +520,19 @@ static void cuda_add(gt_backend *b, gt_stream *s, void *out, const void *a, cons
                      size_t n) {
     if (b->planning || n == 0) return;
     if (n % 8 == 0 && al16(out) && al16(a) && al16(x)) {
-        k_add8<<<gt_grid(n / 8, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
-            (bf16 *)out, (const bf16 *)a, (const bf16 *)x, n / 8);
+        gt_launch(k_add8, gt_grid(n / 8, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
+                  (bf16 *)out, (const bf16 *)a, (const bf16 *)x, n / 8);
         GT_CUDA_LAUNCHED(b, "add");
         return;
     }
-    k_add<<<gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)out, (const bf16 *)a, (const bf16 *)x, n);
+    gt_launch(k_add, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s), (bf16 *)out,
+              (const bf16 *)a, (const bf16 *)x, n);
     GT_CUDA_LAUNCHED(b, "add");
 }
 
 __global__ void k_dropout(bf16 *out, const bf16 *in, size_t n, float p, uint64_t seed,
                           uint32_t site, const gt_step_state *st) {
+    GT_PDL_ENTRY();
     uint32_t micro = (uint32_t)st->micro, step = (uint32_t)st->step;
     float scale = 1.0f / (1.0f - p);
     GT_GRID_STRIDE(i, n) {
@@ -540,8 +555,8 @@ static void dropout_run(gt_backend *b, gt_stream *s, const char *what, void *out
                 b, cudaMemcpyAsync(out, in, n * 2, cudaMemcpyDeviceToDevice, gt_cuda_stream(s)));
         return;
     }
-    k_dropout<<<gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)out, (const bf16 *)in, n, p, site.seed, site.site, st);
+    gt_launch(k_dropout, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
+              (bf16 *)out, (const bf16 *)in, n, p, site.seed, site.site, st);
     GT_CUDA_LAUNCHED(b, what);
 }
 
@@ -555,6 +570,7 @@ static void cuda_dropout_bwd(gt_backend *b, gt_stream *s, void *dx, const void *
 }
 
 __global__ void k_swiglu_fwd(bf16 *out, const bf16 *gu, int N, int f) {
+    GT_PDL_ENTRY();
     size_t total = (size_t)N * f;
     GT_GRID_STRIDE(i, total) {
         size_t n = i / f, c = i % f;
@@ -563,6 +579,7 @@ __global__ void k_swiglu_fwd(bf16 *out, const bf16 *gu, int N, int f) {
     }
 }
 __global__ void k_swiglu_bwd(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int f) {
+    GT_PDL_ENTRY();
     size_t total = (size_t)N * f;
     GT_GRID_STRIDE(i, total) {
         size_t n = i / f, c = i % f;
@@ -574,6 +591,7 @@ __global__ void k_swiglu_bwd(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N,
 }
 
 __global__ void k_swiglu_fwd8(bf16 *out, const bf16 *gu, int N, int f) {
+    GT_PDL_ENTRY();
     size_t f8 = (size_t)f / 8, total = (size_t)N * f8;
     GT_GRID_STRIDE(i, total) {
         size_t n = i / f8, c = 8 * (i % f8);
@@ -587,6 +605,7 @@ __global__ void k_swiglu_fwd8(bf16 *out, const bf16 *gu, int N, int f) {
     }
 }
 __global__ void k_swiglu_bwd8(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int f) {
+    GT_PDL_ENTRY();
     size_t f8 = (size_t)f / 8, total = (size_t)N * f8;
     GT_GRID_STRIDE(i, total) {
         size_t n = i / f8, c = 8 * (i % f8);
@@ -609,13 +628,13 @@ static void cuda_swiglu_fwd(gt_backend *b, gt_stream *s, void *out, const void *
     if (b->planning || N <= 0 || f <= 0) return;
     size_t total = (size_t)N * f;
     if (f % 8 == 0 && al16(out) && al16(gu)) {
-        k_swiglu_fwd8<<<gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
-            (bf16 *)out, (const bf16 *)gu, N, f);
+        gt_launch(k_swiglu_fwd8, gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
+                  gt_cuda_stream(s), (bf16 *)out, (const bf16 *)gu, N, f);
         GT_CUDA_LAUNCHED(b, "swiglu_fwd");
         return;
     }
-    k_swiglu_fwd<<<gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)out, (const bf16 *)gu, N, f);
+    gt_launch(k_swiglu_fwd, gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
+              (bf16 *)out, (const bf16 *)gu, N, f);
     GT_CUDA_LAUNCHED(b, "swiglu_fwd");
 }
 static void cuda_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *dout,
@@ -623,13 +642,13 @@ static void cuda_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *
     if (b->planning || N <= 0 || f <= 0) return;
     size_t total = (size_t)N * f;
     if (f % 8 == 0 && al16(dgu) && al16(dout) && al16(gu)) {
-        k_swiglu_bwd8<<<gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
-            (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
+        gt_launch(k_swiglu_bwd8, gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
+                  gt_cuda_stream(s), (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
         GT_CUDA_LAUNCHED(b, "swiglu_bwd");
         return;
     }
-    k_swiglu_bwd<<<gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
+    gt_launch(k_swiglu_bwd, gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
+              (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
     GT_CUDA_LAUNCHED(b, "swiglu_bwd");
 }
 

@@ -37,6 +37,7 @@ static __device__ __forceinline__ float ce_block_lse(float m, float sum, float *
 
 __global__ void k_cross_entropy(float *losses, bf16 *dlogits, const bf16 *logits,
                                 const int32_t *targets, int V, float dscale) {
+    GT_PDL_ENTRY();
     __shared__ float sh_m[CE_THREADS / 32], sh_s[CE_THREADS / 32];
     __shared__ float sh_tl;
     int n = blockIdx.x;
@@ -66,6 +67,7 @@ __global__ void k_cross_entropy(float *losses, bf16 *dlogits, const bf16 *logits
 /* The same with 16-byte loads and stores (V % 8 == 0, aligned rows). */
 __global__ void k_cross_entropy8(float *losses, bf16 *dlogits, const bf16 *logits,
                                  const int32_t *targets, int V, float dscale) {
+    GT_PDL_ENTRY();
     __shared__ float sh_m[CE_THREADS / 32], sh_s[CE_THREADS / 32];
     __shared__ float sh_tl;
     int n = blockIdx.x, V8 = V / 8;
@@ -114,6 +116,7 @@ __global__ void k_cross_entropy8(float *losses, bf16 *dlogits, const bf16 *logit
 __global__ void __launch_bounds__(CE_THREADS)
     k_cross_entropy_smem(float *losses, bf16 *dlogits, const bf16 *logits, const int32_t *targets,
                          int V, float dscale) {
+    GT_PDL_ENTRY();
     extern __shared__ __align__(16) unsigned char ce_raw[];
     const uint4 *row = (const uint4 *)ce_raw;
     __shared__ float sh[32];
@@ -182,23 +185,24 @@ static void cuda_cross_entropy(gt_backend *b, gt_stream *s, float *losses, void 
                                float dscale) {
     if (b->planning || N <= 0 || V <= 0) return;
     if (V % 8 == 0 && al16(logits) && al16(dlogits) && V <= CE_SMEM_MAX_V) {
-        k_cross_entropy_smem<<<N, CE_THREADS, (size_t)V * 2, gt_cuda_stream(s)>>>(
-            losses, (bf16 *)dlogits, (const bf16 *)logits, targets, V, dscale);
+        gt_launch(k_cross_entropy_smem, N, CE_THREADS, (size_t)V * 2, gt_cuda_stream(s), losses,
+                  (bf16 *)dlogits, (const bf16 *)logits, targets, V, dscale);
         GT_CUDA_LAUNCHED(b, "cross_entropy");
         return;
     }
     if (V % 8 == 0 && al16(logits) && al16(dlogits)) {
-        k_cross_entropy8<<<N, CE_THREADS, 0, gt_cuda_stream(s)>>>(
-            losses, (bf16 *)dlogits, (const bf16 *)logits, targets, V, dscale);
+        gt_launch(k_cross_entropy8, N, CE_THREADS, 0, gt_cuda_stream(s), losses, (bf16 *)dlogits,
+                  (const bf16 *)logits, targets, V, dscale);
         GT_CUDA_LAUNCHED(b, "cross_entropy");
         return;
     }
-    k_cross_entropy<<<N, CE_THREADS, 0, gt_cuda_stream(s)>>>(
-        losses, (bf16 *)dlogits, (const bf16 *)logits, targets, V, dscale);
+    gt_launch(k_cross_entropy, N, CE_THREADS, 0, gt_cuda_stream(s), losses, (bf16 *)dlogits,
+              (const bf16 *)logits, targets, V, dscale);
     GT_CUDA_LAUNCHED(b, "cross_entropy");
 }
 
 __global__ void k_loss_accumulate(gt_step_state *st, const float *losses, int N, float scale) {
+    GT_PDL_ENTRY();
     __shared__ double sh[32];
     double acc = 0.0;
     for (int i = threadIdx.x; i < N; i += blockDim.x)
@@ -210,7 +214,7 @@ __global__ void k_loss_accumulate(gt_step_state *st, const float *losses, int N,
 static void cuda_loss_accumulate(gt_backend *b, gt_stream *s, gt_step_state *st,
                                  const float *losses, int N, float scale) {
     if (b->planning) return;
-    k_loss_accumulate<<<1, LOSS_THREADS, 0, gt_cuda_stream(s)>>>(st, losses, N, scale);
+    gt_launch(k_loss_accumulate, 1, LOSS_THREADS, 0, gt_cuda_stream(s), st, losses, N, scale);
     GT_CUDA_LAUNCHED(b, "loss_accumulate");
 }
 

@@ -21,6 +21,7 @@
 /* One warp per token: softmax, then k rounds of a warp argmax (ties: lower expert). */
 __global__ void k_router_fwd(float *probs, int32_t *topk_idx, float *topk_w, const bf16 *logits,
                              int N, int E, int k) {
+    GT_PDL_ENTRY();
     int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (n >= N) return;
     float pv[ROUTER_MAX_Q];
@@ -77,6 +78,7 @@ __global__ void k_router_fwd(float *probs, int32_t *topk_idx, float *topk_w, con
 }
 
 __global__ void k_router_counts(int32_t *counts, const int32_t *topk_idx, int NK, int E) {
+    GT_PDL_ENTRY();
     extern __shared__ int hist[];
     for (int e = threadIdx.x; e < E; e += blockDim.x)
         hist[e] = 0;
@@ -104,14 +106,15 @@ static void cuda_moe_router_fwd(gt_backend *b, gt_stream *s, float *probs, int32
     cudaStream_t cs = gt_cuda_stream(s);
     int wpb = MOE_THREADS / 32;
     if (N > 0)
-        k_router_fwd<<<(N + wpb - 1) / wpb, MOE_THREADS, 0, cs>>>(probs, topk_idx, topk_w,
-                                                                  (const bf16 *)logits, N, E, k);
-    k_router_counts<<<1, 1024, E * sizeof(int), cs>>>(counts, topk_idx, N * k, E);
+        gt_launch(k_router_fwd, (N + wpb - 1) / wpb, MOE_THREADS, 0, cs, probs, topk_idx, topk_w,
+                  (const bf16 *)logits, N, E, k);
+    gt_launch(k_router_counts, 1, 1024, E * sizeof(int), cs, counts, topk_idx, N * k, E);
     GT_CUDA_LAUNCHED(b, "moe_router_fwd");
 }
 
 /* Column means of probs in a fixed order: one block per expert. */
 __global__ void k_col_mean(float *mean, const float *probs, int N, int E) {
+    GT_PDL_ENTRY();
     __shared__ double sh[32];
     int e = blockIdx.x;
     double acc = 0.0;
@@ -123,6 +126,7 @@ __global__ void k_col_mean(float *mean, const float *probs, int N, int E) {
 
 __global__ void k_aux_final(gt_step_state *st, const float *mean, const int32_t *counts, int N,
                             int E, int k, float coeff) {
+    GT_PDL_ENTRY();
     float acc = 0.0f;
     for (int e = threadIdx.x; e < E; e += 32)
         acc += (float)counts[e] / (float)(N * k) * mean[e];
@@ -136,8 +140,8 @@ static void cuda_moe_aux_loss(gt_backend *b, gt_stream *s, gt_step_state *st, co
         (float *)gt_cuda_scratch(b, GT_SCRATCH_MOE, (size_t)(E > 0 ? E : 1) * 4, "moe_aux_loss");
     if (!mean || N <= 0 || E <= 0 || k <= 0) return;
     cudaStream_t cs = gt_cuda_stream(s);
-    k_col_mean<<<E, MOE_THREADS, 0, cs>>>(mean, probs, N, E);
-    k_aux_final<<<1, 32, 0, cs>>>(st, mean, counts, N, E, k, coeff);
+    gt_launch(k_col_mean, E, MOE_THREADS, 0, cs, mean, probs, N, E);
+    gt_launch(k_aux_final, 1, 32, 0, cs, st, mean, counts, N, E, k, coeff);
     GT_CUDA_LAUNCHED(b, "moe_aux_loss");
 }
 
@@ -145,6 +149,7 @@ static void cuda_moe_aux_loss(gt_backend *b, gt_stream *s, gt_step_state *st, co
 __global__ void k_router_bwd(bf16 *dlogits, const float *dtopk_w, const float *probs,
                              const int32_t *topk_idx, const float *topk_w, const int32_t *counts,
                              int N, int E, int k, float aux_coeff) {
+    GT_PDL_ENTRY();
     int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (n >= N) return;
     const float *p = probs + (size_t)n * E;
@@ -184,8 +189,8 @@ static void cuda_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, cons
     }
     if (b->planning || N <= 0 || E <= 0 || k <= 0) return;
     int wpb = MOE_THREADS / 32;
-    k_router_bwd<<<(N + wpb - 1) / wpb, MOE_THREADS, 0, gt_cuda_stream(s)>>>(
-        (bf16 *)dlogits, dtopk_w, probs, topk_idx, topk_w, counts, N, E, k, aux_coeff);
+    gt_launch(k_router_bwd, (N + wpb - 1) / wpb, MOE_THREADS, 0, gt_cuda_stream(s), (bf16 *)dlogits,
+              dtopk_w, probs, topk_idx, topk_w, counts, N, E, k, aux_coeff);
     GT_CUDA_LAUNCHED(b, "moe_router_bwd");
 }
 
@@ -197,6 +202,7 @@ static void cuda_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, cons
 
 __global__ void k_permute_count(int32_t *cnt, int32_t *token_slot, const int32_t *topk_idx, int NK,
                                 int E) {
+    GT_PDL_ENTRY();
     __shared__ int warp_cnt[PERMUTE_THREADS / 32];
     int e = blockIdx.x, lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     int c = 0;
@@ -220,6 +226,7 @@ __global__ void k_permute_count(int32_t *cnt, int32_t *token_slot, const int32_t
 __global__ void k_permute_place(int32_t *slot_token, int32_t *token_slot, int32_t *offsets,
                                 const int32_t *cnt, const int32_t *topk_idx, int NK, int E,
                                 int capacity) {
+    GT_PDL_ENTRY();
     __shared__ int warp_hits[PERMUTE_THREADS / 32];
     __shared__ int warp_base[PERMUTE_THREADS / 32];
     __shared__ int base_sh, chunk_total;
@@ -298,9 +305,9 @@ static void cuda_moe_permute(gt_backend *b, gt_stream *s, int32_t *slot_token, i
                                               "moe_permute");
     if (b->planning || !cnt) return;
     cudaStream_t cs = gt_cuda_stream(s);
-    k_permute_count<<<E, PERMUTE_THREADS, 0, cs>>>(cnt, token_slot, topk_idx, N * k, E);
-    k_permute_place<<<E, PERMUTE_THREADS, 0, cs>>>(slot_token, token_slot, offsets, cnt, topk_idx,
-                                                   N * k, E, capacity);
+    gt_launch(k_permute_count, E, PERMUTE_THREADS, 0, cs, cnt, token_slot, topk_idx, N * k, E);
+    gt_launch(k_permute_place, E, PERMUTE_THREADS, 0, cs, slot_token, token_slot, offsets, cnt,
+              topk_idx, N * k, E, capacity);
     GT_CUDA_LAUNCHED(b, "moe_permute");
 }
 
@@ -325,6 +332,7 @@ template <int W> static __device__ __forceinline__ void stw(bf16 *p, const float
 
 template <int W>
 __global__ void k_gather(bf16 *xe, const bf16 *x, const int32_t *slot_token, int k, int d) {
+    GT_PDL_ENTRY();
     int r = blockIdx.x, a = slot_token[r];
     const bf16 *src = a >= 0 ? x + (size_t)(a / k) * d : NULL;
     bf16 *dst = xe + (size_t)r * d;
@@ -341,6 +349,7 @@ __global__ void k_gather(bf16 *xe, const bf16 *x, const int32_t *slot_token, int
 
 template <int W>
 __global__ void k_gather_bwd(bf16 *dx, const bf16 *dxe, const int32_t *token_slot, int k, int d) {
+    GT_PDL_ENTRY();
     int n = blockIdx.x;
     bf16 *dst = dx + (size_t)n * d;
     for (int c = threadIdx.x * W; c < d; c += blockDim.x * W) {
@@ -361,6 +370,7 @@ __global__ void k_gather_bwd(bf16 *dx, const bf16 *dxe, const int32_t *token_slo
 template <int W>
 __global__ void k_combine_fwd(bf16 *y, const bf16 *ye, const float *topk_w,
                               const int32_t *token_slot, int k, int d) {
+    GT_PDL_ENTRY();
     int n = blockIdx.x;
     for (int c = threadIdx.x * W; c < d; c += blockDim.x * W) {
         float acc[W], v[W];
@@ -383,6 +393,7 @@ __global__ void k_combine_fwd(bf16 *y, const bf16 *ye, const float *topk_w,
 template <int W>
 __global__ void k_combine_bwd_dye(bf16 *dye, const bf16 *dy, const float *topk_w,
                                   const int32_t *slot_token, int k, int d) {
+    GT_PDL_ENTRY();
     int r = blockIdx.x, a = slot_token[r];
     float wa = a >= 0 ? topk_w[a] : 0.0f;
     const bf16 *src = a >= 0 ? dy + (size_t)(a / k) * d : NULL;
@@ -405,14 +416,15 @@ __global__ void k_combine_bwd_dye(bf16 *dye, const bf16 *dy, const float *topk_w
 #define MOE_ROWS(kern, rows, d, cs, al, ...)                                                       \
     do {                                                                                           \
         if ((d) % 8 == 0 && (al))                                                                  \
-            kern<8><<<(rows), MOE_ROW_THREADS, 0, (cs)>>>(__VA_ARGS__);                            \
+            gt_launch(kern<8>, (rows), MOE_ROW_THREADS, 0, (cs), __VA_ARGS__);                     \
         else                                                                                       \
-            kern<1><<<(rows), MOE_ROW_THREADS, 0, (cs)>>>(__VA_ARGS__);                            \
+            gt_launch(kern<1>, (rows), MOE_ROW_THREADS, 0, (cs), __VA_ARGS__);                     \
     } while (0)
 
 /* One warp per assignment. */
 __global__ void k_combine_bwd_dw(float *dtopk_w, const bf16 *dy, const bf16 *ye,
                                  const int32_t *token_slot, int NK, int k, int d) {
+    GT_PDL_ENTRY();
     int a = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (a >= NK) return;
     int r = token_slot[a];
@@ -473,8 +485,8 @@ static void cuda_moe_combine_bwd(gt_backend *b, gt_stream *s, void *dye, float *
                  (const bf16 *)dy, topk_w, slot_token, k, d);
     int NK = N * k, wpb = MOE_THREADS / 32;
     if (NK > 0)
-        k_combine_bwd_dw<<<(NK + wpb - 1) / wpb, MOE_THREADS, 0, cs>>>(
-            dtopk_w, (const bf16 *)dy, (const bf16 *)ye, token_slot, NK, k, d);
+        gt_launch(k_combine_bwd_dw, (NK + wpb - 1) / wpb, MOE_THREADS, 0, cs, dtopk_w,
+                  (const bf16 *)dy, (const bf16 *)ye, token_slot, NK, k, d);
     GT_CUDA_LAUNCHED(b, "moe_combine_bwd");
 }
 
@@ -503,6 +515,7 @@ static __device__ int find_tile(const int32_t *offsets, int E, int t, int *e_out
 __global__ void __launch_bounds__(MOE_THREADS)
     k_grouped_mm(bf16 *out, const bf16 *A, const bf16 *w, const int32_t *offsets, int E, int Ncols,
                  int Kdim, size_t w_expert, int wc, int wk) {
+    GT_PDL_ENTRY();
     __shared__ float As[GM_BK][GM_BM + 1];
     __shared__ float Ws[GM_BK][GM_BN + 1];
     int e, r0, r1;
@@ -567,6 +580,7 @@ __global__ void __launch_bounds__(MOE_THREADS)
 __global__ void __launch_bounds__(MOE_THREADS)
     k_grouped_mm_dw(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets, int Nf,
                     int K) {
+    GT_PDL_ENTRY();
     __shared__ float Ds[GM_BK][GM_BN + 1];
     __shared__ float As[GM_BK][GM_BN + 1];
     int e = blockIdx.z, k0 = blockIdx.x * GM_BN, n0 = blockIdx.y * GM_BN;
@@ -646,8 +660,8 @@ static void grouped_mm(gt_backend *b, gt_stream *s, const char *what, void *out,
     }
     if (!done) {
         dim3 grid((Ncols + GM_BN - 1) / GM_BN, (R + GM_BM - 1) / GM_BM + E);
-        k_grouped_mm<<<grid, MOE_THREADS, 0, cs>>>(o, a, wb, offsets, E, Ncols, Kdim,
-                                                   (size_t)Ncols * Kdim, wc, wk);
+        gt_launch(k_grouped_mm, grid, MOE_THREADS, 0, cs, o, a, wb, offsets, E, Ncols, Kdim,
+                  (size_t)Ncols * Kdim, wc, wk);
     }
     GT_CUDA_LAUNCHED(b, what);
 }
@@ -694,8 +708,8 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
         return;
     }
     dim3 grid((K + GM_BN - 1) / GM_BN, (Nf + GM_BN - 1) / GM_BN, E);
-    k_grouped_mm_dw<<<grid, MOE_THREADS, 0, gt_cuda_stream(s)>>>(dw, (const bf16 *)dout,
-                                                                 (const bf16 *)a, offsets, Nf, K);
+    gt_launch(k_grouped_mm_dw, grid, MOE_THREADS, 0, gt_cuda_stream(s), dw, (const bf16 *)dout,
+              (const bf16 *)a, offsets, Nf, K);
     GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
 }
 

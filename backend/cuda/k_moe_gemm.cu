@@ -46,6 +46,7 @@ template <bool KMAJOR>
 __global__ void __launch_bounds__(MG_THREADS)
     k_grouped_mm_tc(bf16 *out, const bf16 *A, const bf16 *w, const int32_t *offsets, int E,
                     int Ncols, int Kdim, size_t w_expert, int wc, int wk) {
+    GT_PDL_ENTRY();
     __shared__ __align__(128) bf16 As[MG_TILE * MG_LDK];        /* [row][k] */
     __shared__ __align__(128) bf16 Bs[MG_TILE * (MG_TILE + 8)]; /* [n][k] or [k][n] */
     __shared__ __align__(128) float Cs[MG_TILE * MG_LDC];
@@ -119,6 +120,7 @@ __global__ void __launch_bounds__(MG_THREADS)
 __global__ void __launch_bounds__(MG_THREADS)
     k_grouped_mm_dw_tc(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets, int Nf,
                        int K) {
+    GT_PDL_ENTRY();
     __shared__ __align__(128) bf16 Ds[MG_BK * MG_LDN]; /* [r][n] */
     __shared__ __align__(128) bf16 As[MG_BK * MG_LDN]; /* [r][k] */
     __shared__ __align__(128) float Cs[MG_TILE * MG_LDC];
@@ -178,15 +180,15 @@ void gt_cuda_grouped_mm_tc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16
                            size_t w_expert, int wc, int wk) {
     dim3 grid((Ncols + MG_TILE - 1) / MG_TILE, (R + MG_TILE - 1) / MG_TILE + E);
     if (wk == 1)
-        k_grouped_mm_tc<true>
-            <<<grid, MG_THREADS, 0, cs>>>(out, A, w, offsets, E, Ncols, Kdim, w_expert, wc, wk);
+        gt_launch(k_grouped_mm_tc<true>, grid, MG_THREADS, 0, cs, out, A, w, offsets, E, Ncols,
+                  Kdim, w_expert, wc, wk);
     else
-        k_grouped_mm_tc<false>
-            <<<grid, MG_THREADS, 0, cs>>>(out, A, w, offsets, E, Ncols, Kdim, w_expert, wc, wk);
+        gt_launch(k_grouped_mm_tc<false>, grid, MG_THREADS, 0, cs, out, A, w, offsets, E, Ncols,
+                  Kdim, w_expert, wc, wk);
 }
 
 void gt_cuda_grouped_mm_dw_tc(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
                               const int32_t *offsets, int E, int Nf, int K) {
     dim3 grid((K + MG_TILE - 1) / MG_TILE, (Nf + MG_TILE - 1) / MG_TILE, E);
-    k_grouped_mm_dw_tc<<<grid, MG_THREADS, 0, cs>>>(dw, dout, a, offsets, Nf, K);
+    gt_launch(k_grouped_mm_dw_tc, grid, MG_THREADS, 0, cs, dw, dout, a, offsets, Nf, K);
 }

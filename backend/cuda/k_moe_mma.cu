@@ -143,6 +143,7 @@ template <bool KMAJOR>
 __global__ void __launch_bounds__(MM_THREADS)
     k_grouped_mm_mma(bf16 *out, const bf16 *A, const bf16 *w, const int32_t *offsets, int E,
                      int Ncols, int Kdim) {
+    GT_PDL_ENTRY();
     extern __shared__ __align__(128) unsigned char sm[];
     int e, r0, r1;
     if (!gt_moe_find_tile<MM_TILE>(offsets, E, blockIdx.y, &e, &r0, &r1)) return;
@@ -183,6 +184,7 @@ __global__ void __launch_bounds__(MM_THREADS)
 __global__ void __launch_bounds__(MM_THREADS)
     k_grouped_mm_dw_mma(float *dw, const bf16 *dout, const bf16 *a, const int32_t *offsets, int Nf,
                         int K, int accumulate) {
+    GT_PDL_ENTRY();
     extern __shared__ __align__(128) unsigned char sm[];
     int e = blockIdx.z, k0 = blockIdx.x * MM_TILE, n0 = blockIdx.y * MM_TILE;
     int lo = offsets[e], hi = max(lo, offsets[e + 1]);
@@ -236,11 +238,11 @@ int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16
     if (!gt_moe_gemm_ok(out, A, w, Ncols, Kdim)) return 0;
     dim3 grid((Ncols + MM_TILE - 1) / MM_TILE, (R + MM_TILE - 1) / MM_TILE + E);
     if (kmajor)
-        k_grouped_mm_mma<true>
-            <<<grid, MM_THREADS, MM_SMEM, cs>>>(out, A, w, offsets, E, Ncols, Kdim);
+        gt_launch(k_grouped_mm_mma<true>, grid, MM_THREADS, MM_SMEM, cs, out, A, w, offsets, E,
+                  Ncols, Kdim);
     else
-        k_grouped_mm_mma<false>
-            <<<grid, MM_THREADS, MM_SMEM, cs>>>(out, A, w, offsets, E, Ncols, Kdim);
+        gt_launch(k_grouped_mm_mma<false>, grid, MM_THREADS, MM_SMEM, cs, out, A, w, offsets, E,
+                  Ncols, Kdim);
     return 1;
 }
 
@@ -248,6 +250,7 @@ int gt_cuda_grouped_mm_dw_mma(cudaStream_t cs, float *dw, const bf16 *dout, cons
                               const int32_t *offsets, int E, int Nf, int K, int accumulate) {
     if (!gt_moe_gemm_ok(dw, dout, a, Nf, K)) return 0;
     dim3 grid((K + MM_TILE - 1) / MM_TILE, (Nf + MM_TILE - 1) / MM_TILE, E);
-    k_grouped_mm_dw_mma<<<grid, MM_THREADS, MM_SMEM, cs>>>(dw, dout, a, offsets, Nf, K, accumulate);
+    gt_launch(k_grouped_mm_dw_mma, grid, MM_THREADS, MM_SMEM, cs, dw, dout, a, offsets, Nf, K,
+              accumulate);
     return 1;
 }

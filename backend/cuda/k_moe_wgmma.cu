@@ -179,6 +179,7 @@ __global__ void __launch_bounds__(WG_THREADS, 2)
     k_grouped_mm_wgmma(bf16 *out, const __grid_constant__ CUtensorMap tA,
                        const __grid_constant__ CUtensorMap tW, const int32_t *offsets, int E,
                        int Ncols, int Kdim) {
+    GT_PDL_ENTRY();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char wg_raw[];
     int e, r0, r1;
@@ -231,6 +232,7 @@ __global__ void __launch_bounds__(WG_THREADS, 2)
     k_grouped_mm_dw_wgmma(float *dw, const __grid_constant__ CUtensorMap tD,
                           const __grid_constant__ CUtensorMap tX, const int32_t *offsets, int Nf,
                           int K, int accumulate) {
+    GT_PDL_ENTRY();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char wg_raw[];
     int e = blockIdx.z, k0 = blockIdx.x * WG_TILE, n0 = blockIdx.y * WG_TILE;
@@ -327,11 +329,11 @@ int gt_cuda_grouped_mm_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf
         return 0;
     dim3 grid((Ncols + WG_TILE - 1) / WG_TILE, (R + WG_TILE - 1) / WG_TILE + E);
     if (kmajor)
-        k_grouped_mm_wgmma<false>
-            <<<grid, WG_THREADS, WG_SMEM, cs>>>(out, tA, tW, offsets, E, Ncols, Kdim);
+        gt_launch(k_grouped_mm_wgmma<false>, grid, WG_THREADS, WG_SMEM, cs, out, tA, tW, offsets, E,
+                  Ncols, Kdim);
     else
-        k_grouped_mm_wgmma<true>
-            <<<grid, WG_THREADS, WG_SMEM, cs>>>(out, tA, tW, offsets, E, Ncols, Kdim);
+        gt_launch(k_grouped_mm_wgmma<true>, grid, WG_THREADS, WG_SMEM, cs, out, tA, tW, offsets, E,
+                  Ncols, Kdim);
     return 1;
 }
 
@@ -342,7 +344,7 @@ int gt_cuda_grouped_mm_dw_wgmma(cudaStream_t cs, float *dw, const bf16 *dout, co
     CUtensorMap tD, tX;
     if (!wg_map(&tD, dout, Nf, R, 1, 64, WG_BK) || !wg_map(&tX, a, K, R, 1, 64, WG_BK)) return 0;
     dim3 grid((K + WG_TILE - 1) / WG_TILE, (Nf + WG_TILE - 1) / WG_TILE, E);
-    k_grouped_mm_dw_wgmma<<<grid, WG_THREADS, WG_SMEM, cs>>>(dw, tD, tX, offsets, Nf, K,
-                                                             accumulate);
+    gt_launch(k_grouped_mm_dw_wgmma, grid, WG_THREADS, WG_SMEM, cs, dw, tD, tX, offsets, Nf, K,
+              accumulate);
     return 1;
 }
