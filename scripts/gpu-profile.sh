@@ -25,7 +25,7 @@ prof() { # workload
     timeout 150 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv $GT train --recipe $w model.cuda_graph_impl=none train.train_iters=2 logger.log_interval=1 > "$OUT/kern_$w.csv" 2>/dev/null
   fi
   python3 - "$OUT/kern_$w.csv" "$w" <<'PY'
-import csv, sys, collections
+import csv, os, sys, collections
 path, w = sys.argv[1], sys.argv[2]
 rows = list(csv.reader(open(path, errors="replace")))
 hdr = None; agg = collections.Counter(); cnt = collections.Counter()
@@ -46,7 +46,7 @@ for r in rows:
     agg[name[:90]] += v; cnt[name[:90]] += 1
 tot = sum(agg.values())
 print(f"== {w}: kernel time total {tot:.2f} ms over the profiled steps")
-for n, v in agg.most_common(25): print(f"{v:9.3f} ms {100*v/tot:5.1f}% x{cnt[n]:5d}  {n}")
+for n, v in agg.most_common(int(os.environ.get("PROFILE_TOP", "25"))): print(f"{v:9.3f} ms {100*v/tot:5.1f}% x{cnt[n]:5d}  {n}")
 PY
 }
 for w in ${PROFILE_WORKLOADS:-gpt124m tiny}; do prof $w 2>&1 | tee -a "$OUT/profile.log"; done

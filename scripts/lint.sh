@@ -63,6 +63,23 @@ if ! printf '%s\n' "${tsrcs[@]}" |
   status=1
 fi
 
+# ---- 4. every CUDA kernel waits for its predecessor before touching memory ----
+# gt_launch lets a kernel start while the one before it still runs (programmatic dependent
+# launch); only its first statement, GT_PDL_ENTRY(), makes that safe (cuda_common.cuh).
+mapfile -t cus < <(printf '%s\n' "${files[@]}" | grep -E '\.cuh?$')
+echo "lint: GT_PDL_ENTRY first in every kernel of ${#cus[@]} CUDA files"
+if ! awk 'FNR == 1 { g = 0 }
+          /__global__/ { g = 1 }
+          g == 1 && /\{[[:space:]]*$/ { g = 2; next }
+          g == 2 { if ($0 !~ /^[[:space:]]*GT_PDL_ENTRY\(\);/) {
+                     print FILENAME ":" FNR ": a kernel whose first statement is not GT_PDL_ENTRY();"
+                     bad = 1 }
+                   g = 0 }
+          END { exit bad }' "${cus[@]}"; then
+  echo "lint: start each kernel with GT_PDL_ENTRY(); (backend/cuda/cuda_common.cuh says why)" >&2
+  status=1
+fi
+
 if [ "$status" -eq 0 ]; then
   echo "lint: clean ($((SECONDS - t0)) s)"
 fi
