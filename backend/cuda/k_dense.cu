@@ -569,13 +569,20 @@ static void cuda_dropout_bwd(gt_backend *b, gt_stream *s, void *dx, const void *
     dropout_run(b, s, "dropout_bwd", dx, dy, n, p, site, st);
 }
 
+/* sigmoid on the special-function units (exp2 and reciprocal approximations, a few ulp of
+ * fp32: far below the bf16 rounding of every output). The IEEE expf and division cost about
+ * 30 instructions an element, which made these memory-bound kernels issue-bound. */
+static __device__ __forceinline__ float fast_sigmoid(float g) {
+    return __fdividef(1.0f, 1.0f + __expf(-g));
+}
+
 __global__ void k_swiglu_fwd(bf16 *out, const bf16 *gu, int N, int f) {
     GT_PDL_ENTRY();
     size_t total = (size_t)N * f;
     GT_GRID_STRIDE(i, total) {
         size_t n = i / f, c = i % f;
         float g = ldf(gu + n * 2 * f + c), u = ldf(gu + n * 2 * f + f + c);
-        out[i] = tobf(g / (1.0f + expf(-g)) * u);
+        out[i] = tobf(g * fast_sigmoid(g) * u);
     }
 }
 __global__ void k_swiglu_bwd(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int f) {
@@ -584,50 +591,55 @@ __global__ void k_swiglu_bwd(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N,
     GT_GRID_STRIDE(i, total) {
         size_t n = i / f, c = i % f;
         float g = ldf(gu + n * 2 * f + c), u = ldf(gu + n * 2 * f + f + c), dy = ldf(dout + i);
-        float sg = 1.0f / (1.0f + expf(-g));
+        float sg = fast_sigmoid(g);
         dgu[n * 2 * f + c] = tobf(dy * u * sg * (1.0f + g * (1.0f - sg)));
         dgu[n * 2 * f + f + c] = tobf(dy * g * sg);
     }
 }
 
+/* Eight elements a thread; 32-bit indices (the launcher checks N * f / 8 < 2^31). */
 __global__ void k_swiglu_fwd8(bf16 *out, const bf16 *gu, int N, int f) {
     GT_PDL_ENTRY();
-    size_t f8 = (size_t)f / 8, total = (size_t)N * f8;
-    GT_GRID_STRIDE(i, total) {
-        size_t n = i / f8, c = 8 * (i % f8);
+    unsigned f8 = (unsigned)f / 8, total = (unsigned)N * f8;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += gridDim.x * blockDim.x) {
+        unsigned n = i / f8, c = 8 * (i - n * f8);
+        const bf16 *row = gu + (size_t)n * 2 * f + c;
         float g[8], u[8];
-        ld8(g, gu + n * 2 * f + c);
-        ld8(u, gu + n * 2 * f + f + c);
+        ld8(g, row);
+        ld8(u, row + f);
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            g[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
-        st8(out + n * f + c, g);
+            g[k] = g[k] * fast_sigmoid(g[k]) * u[k];
+        st8(out + (size_t)n * f + c, g);
     }
 }
 __global__ void k_swiglu_bwd8(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int f) {
     GT_PDL_ENTRY();
-    size_t f8 = (size_t)f / 8, total = (size_t)N * f8;
-    GT_GRID_STRIDE(i, total) {
-        size_t n = i / f8, c = 8 * (i % f8);
+    unsigned f8 = (unsigned)f / 8, total = (unsigned)N * f8;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += gridDim.x * blockDim.x) {
+        unsigned n = i / f8, c = 8 * (i - n * f8);
+        size_t r = (size_t)n * 2 * f + c;
         float g[8], u[8], dy[8], dg[8], du[8];
-        ld8(g, gu + n * 2 * f + c);
-        ld8(u, gu + n * 2 * f + f + c);
-        ld8(dy, dout + n * f + c);
+        ld8(g, gu + r);
+        ld8(u, gu + r + f);
+        ld8(dy, dout + (size_t)n * f + c);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            float sg = 1.0f / (1.0f + expf(-g[k]));
+            float sg = fast_sigmoid(g[k]);
             dg[k] = dy[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
             du[k] = dy[k] * g[k] * sg;
         }
-        st8(dgu + n * 2 * f + c, dg);
-        st8(dgu + n * 2 * f + f + c, du);
+        st8(dgu + r, dg);
+        st8(dgu + r + f, du);
     }
 }
 
 static void cuda_swiglu_fwd(gt_backend *b, gt_stream *s, void *out, const void *gu, int N, int f) {
     if (b->planning || N <= 0 || f <= 0) return;
     size_t total = (size_t)N * f;
-    if (f % 8 == 0 && al16(out) && al16(gu)) {
+    if (f % 8 == 0 && total / 8 < (1u << 31) && al16(out) && al16(gu)) {
         gt_launch(k_swiglu_fwd8, gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
                   gt_cuda_stream(s), (bf16 *)out, (const bf16 *)gu, N, f);
         GT_CUDA_LAUNCHED(b, "swiglu_fwd");
@@ -641,7 +653,7 @@ static void cuda_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *
                             const void *gu, int N, int f) {
     if (b->planning || N <= 0 || f <= 0) return;
     size_t total = (size_t)N * f;
-    if (f % 8 == 0 && al16(dgu) && al16(dout) && al16(gu)) {
+    if (f % 8 == 0 && total / 8 < (1u << 31) && al16(dgu) && al16(dout) && al16(gu)) {
         gt_launch(k_swiglu_bwd8, gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
                   gt_cuda_stream(s), (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
         GT_CUDA_LAUNCHED(b, "swiglu_bwd");

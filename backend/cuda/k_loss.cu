@@ -113,6 +113,15 @@ __global__ void k_cross_entropy8(float *losses, bf16 *dlogits, const bf16 *logit
 #define CE_SMEM_MAX_V 57344
 #define CE_LOG2E 1.4426950408889634f
 
+/* 2^x on the special-function unit, results below 2^-126 flushed to zero (one instruction;
+ * exp2f adds a denormal fix-up around it). Such terms are below fp32's normal range and add
+ * nothing to a sum of exponentials led by exp(0) = 1. */
+static __device__ __forceinline__ float ce_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __global__ void __launch_bounds__(CE_THREADS)
     k_cross_entropy_smem(float *losses, bf16 *dlogits, const bf16 *logits, const int32_t *targets,
                          int V, float dscale) {
@@ -131,6 +140,7 @@ __global__ void __launch_bounds__(CE_THREADS)
     int valid = t >= 0 && t < V;
     __syncthreads();
     float m = -INFINITY;
+#pragma unroll 2
     for (int j = threadIdx.x; j < V8; j += blockDim.x) {
         float f[8];
         unpack8(f, row[j]);
@@ -145,12 +155,13 @@ __global__ void __launch_bounds__(CE_THREADS)
     for (int w = 1; w < (int)(blockDim.x >> 5); w++)
         M = fmaxf(M, sh[w]);
     float ml = M * CE_LOG2E, sum = 0.0f;
+#pragma unroll 2
     for (int j = threadIdx.x; j < V8; j += blockDim.x) {
         float f[8];
         unpack8(f, row[j]);
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            sum += exp2f(fmaf(f[k], CE_LOG2E, -ml));
+            sum += ce_exp2(fmaf(f[k], CE_LOG2E, -ml));
     }
     float S = block_sum(sum, sh); /* its first barrier also ends the reads of the maxima */
     float lse = M + logf(S), scale = valid ? dscale / S : 0.0f;
@@ -158,13 +169,15 @@ __global__ void __launch_bounds__(CE_THREADS)
     if (threadIdx.x == 0)
         losses[n] = valid ? lse - __bfloat162float(((const bf16 *)ce_raw)[t]) : 0.0f;
     bf16 *dx = dlogits + (size_t)n * V;
+    int tj = valid ? t : -1; /* softmax - onehot at the target; constant indices keep f in
+                              * registers (f[t & 7] put it in local memory) */
+#pragma unroll 2
     for (int j = threadIdx.x; j < V8; j += blockDim.x) {
         float f[8];
         unpack8(f, row[j]);
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            f[k] = exp2f(fmaf(f[k], CE_LOG2E, -ml)) * scale;
-        if (valid && j == (t >> 3)) f[t & 7] -= dscale; /* softmax - onehot at the target */
+            f[k] = ce_exp2(fmaf(f[k], CE_LOG2E, -ml)) * scale - (8 * j + k == tj ? dscale : 0.0f);
         st8(dx + 8 * j, f);
     }
 }
