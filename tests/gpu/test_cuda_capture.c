@@ -1,7 +1,10 @@
 /* GPU tests of CUDA graph capture through the backend: a captured op sequence replays to the
  * same bits as eager, a capture that synchronizes is rejected cleanly (no graph left alive,
  * the backend keeps working), and a global-mode capture of a whole training step (forward,
- * backward, gradient norm, AdamW) succeeds and replays bitwise equal to eager step by step. */
+ * backward, gradient norm, AdamW) succeeds and replays bitwise equal to eager step by step.
+ * Programmatic dependent launch (kernels starting while their predecessor finishes) changes
+ * no bit, eager or replayed, and an unknown GT_CUDA_PDL is refused. */
+#include "backend/cuda/cuda_backend.h" /* gt_cuda_pdl */
 #include "gpu/gpu_testutil.h"
 
 /* A tiny one-layer model step on the GPU, all buffers fixed. */
@@ -290,12 +293,104 @@ static void test_global_capture_of_a_training_step_replays_bitwise_equal_to_eage
     free(master0), free(final_eager), free(final_graph);
 }
 
+/* The state a step reads, back to what it was when `master0` and `st0` were taken. */
+static void model_reset(gpu_env *e, model *md, const float *master0, const gt_step_state *st0) {
+    gt_backend *b = e->gpu;
+    size_t np = md->nparam;
+    b->ops->memcpy_h2d(b, e->gs, md->master, master0, np * 4);
+    b->ops->from_float(b, e->gs, md->params, md->master, np);
+    b->ops->memset0(b, e->gs, md->m, np * 4);
+    b->ops->memset0(b, e->gs, md->v, np * 4);
+    b->ops->memcpy_h2d(b, e->gs, md->st, st0, sizeof *st0);
+    g_sync(e);
+}
+
+/* Every kernel waits for its predecessor in GT_PDL_ENTRY before touching memory, so letting
+ * kernels launch early must change nothing: STEPS steps with programmatic launch off, on, and
+ * on inside a replayed graph give the same losses, norms and master weights, bit for bit. A
+ * kernel that read its input before the wait would race with the kernel writing it; the tiny
+ * model's short kernels are where such a race shows. */
+static void test_programmatic_launch_changes_no_bit(void **state) {
+    gpu_env *e = *state;
+    gt_error err = {0};
+    gt_backend *b = e->gpu;
+    enum { STEPS = 6, RUNS = 3 };
+    float loss[RUNS][STEPS], gn[RUNS][STEPS];
+    model md;
+    memset(&md, 0, sizeof md);
+    model_build(e, &md);
+    model_plan(e, &md);
+    size_t np = md.nparam;
+    float *master0 = malloc(np * 4), *final[RUNS];
+    g_read_f32(e, master0, md.master, np);
+    gt_step_state st0;
+    read_state(e, &st0, md.st);
+    int saved = gt_cuda_pdl;
+    for (int run = 0; run < RUNS; run++) {
+        final[run] = malloc(np * 4);
+        gt_cuda_pdl = run > 0; /* run 0: plain launches; 1: programmatic; 2: in a graph */
+        model_reset(e, &md, master0, &st0);
+        gt_graph *g = NULL;
+        if (run == 2) {
+            gt_graph_info info = {0};
+            assert_int_equal(b->ops->begin_capture(b, e->gs, GT_CAPTURE_GLOBAL, &err), GT_OK);
+            model_step(&md);
+            if (b->ops->end_capture(b, e->gs, &g, &info, &err)) fail_msg("%s", err.msg);
+        }
+        for (int i = 0; i < STEPS; i++) {
+            if (g) {
+                if (b->ops->graph_launch(b, g, e->gs, &err)) fail_msg("%s", err.msg);
+            } else {
+                model_step(&md);
+            }
+            read_losses(e, &md, &loss[run][i], &gn[run][i]);
+        }
+        g_read_f32(e, final[run], md.master, np);
+        if (g) b->ops->graph_destroy(b, g);
+    }
+    gt_cuda_pdl = saved;
+    assert_int_equal(b->ops->live_graphs(b), 0);
+    for (int run = 1; run < RUNS; run++) {
+        printf("    %s: step %d loss %.7f against %.7f with plain launches\n",
+               run == 1 ? "programmatic launch" : "programmatic launch in a graph", STEPS,
+               (double)loss[run][STEPS - 1], (double)loss[0][STEPS - 1]);
+        assert_memory_equal(loss[0], loss[run], sizeof loss[0]);
+        assert_memory_equal(gn[0], gn[run], sizeof gn[0]);
+        assert_memory_equal(final[0], final[run], np * 4);
+    }
+    assert_true(loss[0][STEPS - 1] < loss[0][0]); /* it trains */
+    free(master0);
+    for (int run = 0; run < RUNS; run++)
+        free(final[run]);
+}
+
+static void test_unknown_pdl_setting_is_refused(void **state) {
+    (void)state;
+    gt_error err = {0};
+    gt_backend *b = NULL;
+    int saved = gt_cuda_pdl;
+    setenv("GT_CUDA_PDL", "sometimes", 1);
+    int rc = gt_backend_create_cuda(&b, 0, &err);
+    unsetenv("GT_CUDA_PDL");
+    if (rc == GT_OK) {
+        gt_backend_destroy(b);
+        fail_msg("GT_CUDA_PDL=sometimes was accepted");
+    }
+    printf("    refused: %s\n", err.msg);
+    assert_int_equal(rc, GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "GT_CUDA_PDL"));
+    assert_non_null(strstr(err.msg, "on or off"));
+    assert_int_equal(gt_cuda_pdl, saved); /* a refused setting leaves the running one alone */
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_teardown(f, gpu_free_bufs)
     const struct CMUnitTest tests[] = {
         T(test_capture_of_a_short_sequence_replays_equal_to_eager),
         T(test_capture_that_synchronizes_is_rejected_cleanly),
         T(test_global_capture_of_a_training_step_replays_bitwise_equal_to_eager),
+        T(test_programmatic_launch_changes_no_bit),
+        T(test_unknown_pdl_setting_is_refused),
     };
     return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
 }
