@@ -17,7 +17,8 @@ struct gt_graph {
 
 #define GT_CUDA_SCRATCH_ALIGN 256
 
-/* declared in cuda_backend.h; GT_CUDA_PDL=off turns it off when a backend is created */
+/* declared in cuda_backend.h; set when a backend is created: on from compute capability 9.0
+ * unless GT_CUDA_PDL=off */
 int gt_cuda_pdl = 1;
 
 static double now_ms(void) {
@@ -423,12 +424,16 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
                   "mma, tc or simt)";
     else if (moe && *moe)
         bad_env = "GT_CUDA_MOE has an unknown value (use wgmma, mma, tc or simt)";
+    /* programmatic dependent launch needs compute capability 9.0 or newer */
     if (pdl && !strcmp(pdl, "off"))
         gt_cuda_pdl = 0;
     else if (pdl && *pdl && strcmp(pdl, "on"))
         bad_env = "GT_CUDA_PDL has an unknown value (use on or off)";
+    else if (pdl && *pdl && cc_major < 9)
+        bad_env = "GT_CUDA_PDL=on needs compute capability 9.0 or newer, which this GPU is not "
+                  "(use off)";
     else
-        gt_cuda_pdl = 1;
+        gt_cuda_pdl = cc_major >= 9;
     if (bad_env) {
         free(b);
         free(ops);

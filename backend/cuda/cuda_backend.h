@@ -105,8 +105,9 @@ int gt_cuda_fail_call(gt_backend *b, cudaError_t e, const char *call, const char
 #define GT_CUDA_LAUNCHED(b, what)                                                                  \
     gt_cuda_fail_call((b), cudaGetLastError(), what, __FILE__, __LINE__)
 
-/* Programmatic dependent launch between the backend's kernels (cuda_common.cuh): on unless
- * GT_CUDA_PDL=off; set once when a CUDA backend is created, read by every launch. */
+/* Programmatic dependent launch between the backend's kernels (cuda_common.cuh): on from
+ * compute capability 9.0 unless GT_CUDA_PDL=off; set when a CUDA backend is created, read by
+ * every launch. */
 extern int gt_cuda_pdl;
 
 /* The raw CUDA stream of s (the legacy default stream for NULL). */
