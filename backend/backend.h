@@ -84,6 +84,9 @@ typedef struct gt_backend_ops {
     int (*graph_launch)(gt_backend *b, gt_graph *g, gt_stream *s, gt_error *err);
     void (*graph_destroy)(gt_backend *b, gt_graph *g);
     int (*live_graphs)(gt_backend *b); /* graphs created and not destroyed */
+    /* One line naming the device and the kernel choices that move step times (the CUDA
+     * backend's GT_CUDA_* switches), for benchmark reports; at most n bytes with the NUL. */
+    void (*describe)(gt_backend *b, char *buf, size_t n);
 
     /* ---- dense transformer ops ---- */
     /* out[N,d] = wte[tokens[n]] */

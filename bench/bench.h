@@ -38,7 +38,8 @@ typedef struct gt_bench_options {
 /* Static figures of the workload (same for every mode). */
 typedef struct gt_bench_workload {
     char label[GT_BENCH_NAME_MAX];
-    char backend[16]; /* "cpu" or "cuda" */
+    char backend[16];         /* "cpu" or "cuda" */
+    char backend_detail[256]; /* the backend's describe(): device and kernel choices */
     int tokens_per_step;
     double n_params;       /* every parameter */
     double n_active;       /* parameters a token passes through (FLOPs formula's N) */

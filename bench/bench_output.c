@@ -30,6 +30,7 @@ void gt_bench_print_table(const gt_bench_report *rep, FILE *f) {
     fprintf(f, "workload %s on %s: %d tokens/step, %.4g params (%.4g active), %.4g FLOP/step%s\n",
             w->label, w->backend, w->tokens_per_step, w->n_params, w->n_active, w->flops_per_step,
             w->flops_from_model ? " (model)" : "");
+    if (w->backend_detail[0]) fprintf(f, "backend: %s\n", w->backend_detail);
     fprintf(f,
             "step-time limit %.4f ms = FLOPs/%.0f TFLOP/s + %.4g bytes/%.1f TB/s "
             "(bytes = %.0f*params + %d*2*GEMM params)\n",
@@ -171,6 +172,7 @@ int gt_bench_write_json(const gt_bench_report *rep, const char *path, gt_error *
     fprintf(f, "{\n  ");
     json_field_str(f, "workload", w->label, 1);
     json_field_str(f, "backend", w->backend, 1);
+    json_field_str(f, "backend_detail", w->backend_detail, 1);
     json_field_str(f, "date", date, 1);
     fprintf(f, "\n  ");
     json_field_num(f, "tokens_per_step", w->tokens_per_step, 1);

@@ -133,6 +133,11 @@ int gt_bench_write_svg(const gt_bench_report *rep, const char *path, gt_error *e
             rep->losses_identical > 0    ? "yes"
             : rep->losses_identical == 0 ? "NO"
                                          : "n/a");
+    if (w->backend_detail[0]) {
+        fputs("<text class=\"small\" x=\"12\" y=\"60\">", f);
+        xml_text(f, w->backend_detail);
+        fputs("</text>\n", f);
+    }
     int y_axis = PLOT_TOP + rep->n * PLOT_ROW;
     for (int t = 0; t * step <= axis + 1e-9 * axis; t++) {
         double x = PLOT_LABEL_W + t * step * scale;

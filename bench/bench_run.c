@@ -118,6 +118,8 @@ static void run_mode(const gt_config *base, const gt_bench_options *o, int train
         gt_backend *b = gt_trainer_backend(t);
         snprintf(rep->w.backend, sizeof rep->w.backend, "%s",
                  b->kind == GT_BACKEND_CUDA ? "cuda" : "cpu");
+        if (b->ops->describe)
+            b->ops->describe(b, rep->w.backend_detail, sizeof rep->w.backend_detail);
     }
     int timed_from = total - o->steps; /* 0-based index of the first timed step */
     for (int i = 0; i < total; i++) {

@@ -98,6 +98,7 @@ static void test_bench_json_has_every_field_and_modes_agree_bitwise(void **state
     assert_non_null(json);
     static const char *const top[] = {"\"workload\": \"tiny-cpu\"",
                                       "\"backend\": \"cpu\"",
+                                      "\"backend_detail\": \"CPU reference kernels",
                                       "\"date\": ",
                                       "\"tokens_per_step\": 32",
                                       "\"n_params\": ",
@@ -173,6 +174,7 @@ static void test_cli_bench_writes_json_csv_and_says_losses_are_identical(void **
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "bitwise identical across modes over the first 10 steps: yes"));
     assert_non_null(strstr(out, "attn+mlp"));
+    assert_non_null(strstr(out, "\nbackend: CPU reference kernels")); /* what ran, stated */
     char path[300];
     snprintf(path, sizeof path, "%s/b.csv", dir);
     char *csv = read_all(path);
@@ -232,6 +234,7 @@ static void test_plot_draws_a_bar_per_mode_to_scale_with_its_figures(void **stat
     assert_int_equal(count(svg, "class=\"whisker\""), 3);
     assert_int_equal(count(svg, "class=\"limit\""), 1);
     assert_non_null(strstr(svg, "tiny&lt;&amp;&gt;cpu"));
+    assert_non_null(strstr(svg, ">CPU reference kernels")); /* the backend's own line */
     assert_null(strstr(svg, "tiny<&>cpu"));
     assert_non_null(strstr(svg, "losses bitwise identical across modes: yes"));
     for (int i = 0; i < rep.n; i++) {

@@ -21,7 +21,14 @@ static int make_backend(gt_trainer *t, gt_error *err) {
     }
     case GT_DEVICE_AUTO: {
         gt_error cuda_err = {0};
-        if (gt_backend_create_cuda(&t->b, 0, &cuda_err) == GT_OK) return GT_OK;
+        int rc = gt_backend_create_cuda(&t->b, 0, &cuda_err);
+        if (rc == GT_OK) return GT_OK;
+        /* a GPU that is there but set up wrongly (a GT_CUDA_* switch) is the user's to fix;
+         * only a build without CUDA or no usable GPU falls back to the CPU */
+        if (rc == GT_ERR_INVALID) {
+            *err = cuda_err;
+            return gt_error_wrap(err, "runtime.device=auto: ");
+        }
         fprintf(stderr, "graphtrain: note: using the CPU backend (fp32 reference): %s\n",
                 cuda_err.msg);
         return gt_backend_create_cpu(&t->b, err);

@@ -1,6 +1,7 @@
 /* CPU backend: memory, streams, copies, and capture by recording submitted kernels. */
 #include "backend/cpu/cpu_backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -259,6 +260,11 @@ static void cpu_destroy(gt_backend *b) {
     free(b);
 }
 
+static void cpu_describe(gt_backend *b, char *buf, size_t n) {
+    (void)b;
+    snprintf(buf, n, "CPU reference kernels, fp32 activations, one thread");
+}
+
 int gt_backend_create_cpu(gt_backend **out, gt_error *err) {
     *out = NULL;
     gt_backend *b = calloc(1, sizeof *b);
@@ -290,6 +296,7 @@ int gt_backend_create_cpu(gt_backend **out, gt_error *err) {
     ops->graph_launch = cpu_graph_launch;
     ops->graph_destroy = cpu_graph_destroy;
     ops->live_graphs = cpu_live_graphs;
+    ops->describe = cpu_describe;
     ops->destroy = cpu_destroy;
     gt_cpu_register_dense_ops(ops);
     gt_cpu_register_optim_ops(ops);

@@ -6,6 +6,7 @@
 #include "backend/cuda/cudnn_attention.h"
 
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -366,6 +367,23 @@ static void cuda_destroy(gt_backend *b) {
     free(b);
 }
 
+static void cuda_describe(gt_backend *b, char *buf, size_t n) {
+    const gt_cuda_impl *im = b->impl;
+    static const char *const attn[] = {"cudnn", "tc", "simt"};
+    static const char *const moe[] = {"tc", "simt", "mma", "wgmma"};
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, im->device) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(p.name, sizeof p.name, "CUDA device %d", im->device);
+        p.major = p.minor = 0;
+    }
+    snprintf(buf, n,
+             "%s (compute capability %d.%d, %d SMs); GT_CUDA_ATTN=%s GT_CUDA_MOE=%s "
+             "GT_CUDA_PDL=%s",
+             p.name, p.major, p.minor, im->sm_count, attn[im->attn_mode], moe[im->moe_mode],
+             gt_cuda_pdl ? "on" : "off");
+}
+
 int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     *out = NULL;
     int count = 0;
@@ -462,6 +480,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     ops->graph_launch = cuda_graph_launch;
     ops->graph_destroy = cuda_graph_destroy;
     ops->live_graphs = cuda_live_graphs;
+    ops->describe = cuda_describe;
     ops->destroy = cuda_destroy;
     gt_cuda_register_matmul_ops(ops);
     gt_cuda_register_dense_ops(ops);

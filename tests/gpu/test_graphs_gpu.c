@@ -3,7 +3,8 @@
  * for per-unit graphs captured in the middle of an eager step (attn; attn+mlp; MoE attn +
  * moe_router + moe_preprocess; moe with drop-and-pad) and for the full-iteration graph; a
  * forced capture failure leaves no graph alive and the run continues eagerly; capture costs
- * (almost) no device memory because everything lives in the static arenas. Skips when no GPU
+ * (almost) no device memory because everything lives in the static arenas; with
+ * runtime.device=auto a mistyped GT_CUDA_* switch is an error, not a CPU run. Skips when no GPU
  * can be used. Prints eager vs replayed step times (information, not a pass criterion). */
 #include "test_graphs_fixture.h"
 
@@ -243,6 +244,29 @@ static void test_gpu_graph_checkpoint_resumes_bitwise(void **state) {
     rmdir(dir);
 }
 
+/* runtime.device=auto falls back to the CPU only when no GPU can be used: a GPU that is there
+ * with a mistyped GT_CUDA_* switch is an error naming the switch, not a run on the CPU. */
+static void test_gpu_auto_device_with_a_bad_switch_is_an_error_not_a_cpu_run(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_dense(&c);
+    c.runtime.device = GT_DEVICE_AUTO;
+    setenv("GT_CUDA_MOE", "fastest", 1);
+    gt_trainer *t = NULL;
+    gt_error err = {0};
+    int rc = gt_trainer_create(&t, &c, &err);
+    unsetenv("GT_CUDA_MOE");
+    if (rc == GT_OK) {
+        gt_trainer_destroy(t);
+        fail_msg("GT_CUDA_MOE=fastest with runtime.device=auto was accepted");
+    }
+    printf("    refused: %s\n", err.msg);
+    assert_int_equal(rc, GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "runtime.device=auto"));
+    assert_non_null(strstr(err.msg, "GT_CUDA_MOE has an unknown value"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_attn_graphs_match_eager_bitwise),
@@ -255,6 +279,7 @@ int main(void) {
         cmocka_unit_test(test_gpu_capture_check_passes_in_global_mode),
         cmocka_unit_test(test_gpu_nan_in_full_iteration_graph_is_reported_at_its_step),
         cmocka_unit_test(test_gpu_graph_checkpoint_resumes_bitwise),
+        cmocka_unit_test(test_gpu_auto_device_with_a_bad_switch_is_an_error_not_a_cpu_run),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
