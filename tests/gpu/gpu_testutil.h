@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/bf16.h"
 #include "testlib.h"
 
 #define TOL_BF16 1e-2 /* relative L2 error of bf16 outputs */
@@ -26,14 +27,9 @@ typedef struct gpu_env {
     uint64_t rng;
 } gpu_env;
 
+/* x rounded to the nearest bf16 (ties to even), as fp32 */
 static inline float bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    float r;
-    memcpy(&r, &u, 4);
-    return r;
+    return gt_bf16_to_float(gt_bf16_from_float(x));
 }
 
 static inline uint64_t env_next(gpu_env *e) {

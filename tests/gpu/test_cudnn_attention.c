@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "backend/cuda/cudnn_attention.h"
+#include "core/bf16.h"
 #include "testlib.h"
 
 #define TOL_ATTN 2e-2 /* relative L2 error of bf16 outputs against the fp32 reference */
@@ -39,18 +40,6 @@ typedef struct fixture {
 
 /* ---- host bf16 and random numbers ---- */
 
-static uint16_t to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even; inputs are finite */
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
 static float uniform(fixture *f, float scale) {
     f->rng ^= f->rng << 13;
     f->rng ^= f->rng >> 7;
@@ -61,8 +50,8 @@ static float uniform(fixture *f, float scale) {
 static uint16_t *rand_bf16(fixture *f, size_t n, float scale, float *as_float) {
     uint16_t *h = malloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) {
-        h[i] = to_bf16(uniform(f, scale));
-        if (as_float) as_float[i] = from_bf16(h[i]);
+        h[i] = gt_bf16_from_float(uniform(f, scale));
+        if (as_float) as_float[i] = gt_bf16_to_float(h[i]);
     }
     return h;
 }
@@ -216,7 +205,7 @@ static void download_bf16(fixture *f, float *h, const void *d, size_t n) {
     CUDA_OK(cudaMemcpyAsync(tmp, d, n * 2, cudaMemcpyDeviceToHost, f->stream));
     CUDA_OK(cudaStreamSynchronize(f->stream));
     for (size_t i = 0; i < n; i++)
-        h[i] = from_bf16(tmp[i]);
+        h[i] = gt_bf16_to_float(tmp[i]);
     free(tmp);
 }
 
