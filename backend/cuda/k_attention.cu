@@ -422,7 +422,8 @@ static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *ls
     attn_geo g = make_geo(B, T, H, KV, hd, p, site);
     dim3 grid((T + ATT_BR - 1) / ATT_BR, H, B);
     int simt = ((gt_cuda_impl *)b->impl)->attn_mode == GT_ATTN_SIMT;
-    if (!simt && gt_cuda_attn_tc_fwd(cs, out, lse, qkv, &g, hd, st)) {
+    if (!simt && (gt_cuda_attn_mma_fwd(cs, out, lse, qkv, &g, hd, st) ||
+                  gt_cuda_attn_tc_fwd(cs, out, lse, qkv, &g, hd, st))) {
         GT_CUDA_LAUNCHED(b, "attention_fwd");
         return;
     }
@@ -461,7 +462,8 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     gt_launch(k_attn_bwd_pre, gt_grid(rows * 32, ATT_THREADS), ATT_THREADS, 0, cs, D,
               (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
     int simt = ((gt_cuda_impl *)b->impl)->attn_mode == GT_ATTN_SIMT;
-    if (!simt && gt_cuda_attn_tc_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st)) {
+    if (!simt && (gt_cuda_attn_mma_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st) ||
+                  gt_cuda_attn_tc_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st))) {
         GT_CUDA_LAUNCHED(b, "attention_bwd");
         return;
     }
@@ -705,6 +707,7 @@ extern "C" int gt_cuda_attention_init(gt_error *err) {
     if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dq<64>, dq_smem(64));
     if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dq<128>, dq_smem(128));
     if (e == cudaSuccess) e = gt_cuda_attn_tc_init();
+    if (e == cudaSuccess) e = gt_cuda_attn_mma_init();
     if (e != cudaSuccess)
         return gt_error_set(err, GT_ERR_DEVICE,
                             "cudaFuncSetAttribute(attention shared memory): %s (the attention "

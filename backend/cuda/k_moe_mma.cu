@@ -25,30 +25,6 @@
 #define MM_SMEM (MM_STAGES * 2 * MM_OPERAND_BYTES)
 #define MM_LD_C (MM_TILE + 4) /* fp32 staging of a finished tile: 128 x 132 x 4 < MM_SMEM */
 
-static __device__ __forceinline__ void mm_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> static __device__ __forceinline__ void mm_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(gt_smem_u32(p)));
-}
-static __device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const bf16 *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(gt_smem_u32(p)));
-}
-static __device__ __forceinline__ void mma_16816(float *c, const uint32_t *a, const uint32_t *b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 /* One operand tile of a k step into shared memory. g points at element (outer 0, k 0) of the
  * tile; ld is the global stride between consecutive rows of the stored layout; outer_left and
  * k_left bound the valid part (multiples of 8 along the contiguous dimension). */
@@ -81,9 +57,9 @@ static __device__ __forceinline__ void mm_frag_a(uint32_t (*a)[4], const bf16 *s
     for (int i = 0; i < 4; i++) {
         int m = m0 + i * 16;
         if (!OUTER_CONTIG)
-            ldsm_x4(a[i], s + (m + (lane & 15)) * MM_LD_K + ks + (lane >> 4) * 8);
+            gt_ldsm_x4(a[i], s + (m + (lane & 15)) * MM_LD_K + ks + (lane >> 4) * 8);
         else
-            ldsm_x4_t(a[i], s + (ks + j + (mi >> 1) * 8) * MM_LD_O + m + (mi & 1) * 8);
+            gt_ldsm_x4_t(a[i], s + (ks + j + (mi >> 1) * 8) * MM_LD_O + m + (mi & 1) * 8);
     }
 }
 
@@ -96,9 +72,9 @@ static __device__ __forceinline__ void mm_frag_b(uint32_t (*b)[2], const bf16 *s
         int n = n0 + p * 16;
         uint32_t r[4];
         if (!OUTER_CONTIG)
-            ldsm_x4(r, s + (n + j + (mi >> 1) * 8) * MM_LD_K + ks + (mi & 1) * 8);
+            gt_ldsm_x4(r, s + (n + j + (mi >> 1) * 8) * MM_LD_K + ks + (mi & 1) * 8);
         else
-            ldsm_x4_t(r, s + (ks + j + (mi & 1) * 8) * MM_LD_O + n + (mi >> 1) * 8);
+            gt_ldsm_x4_t(r, s + (ks + j + (mi & 1) * 8) * MM_LD_O + n + (mi >> 1) * 8);
         b[2 * p][0] = r[0], b[2 * p][1] = r[1], b[2 * p + 1][0] = r[2], b[2 * p + 1][1] = r[3];
     }
 }
@@ -112,14 +88,14 @@ static __device__ __forceinline__ void mm_mainloop(float (*acc)[8][4], unsigned 
 #pragma unroll
     for (int st = 0; st < MM_STAGES - 1; st++) {
         if (st < iters) load(st, st);
-        mm_commit();
+        gt_cp_commit();
     }
     for (int it = 0; it < iters; it++) {
-        mm_wait<MM_STAGES - 2>();
+        gt_cp_wait<MM_STAGES - 2>();
         __syncthreads(); /* stage it is in; everyone is done with stage it - 1 */
         int nx = it + MM_STAGES - 1;
         if (nx < iters) load(nx, nx % MM_STAGES);
-        mm_commit();
+        gt_cp_commit();
         const bf16 *as = (const bf16 *)(sm + (it % MM_STAGES) * 2 * MM_OPERAND_BYTES);
         const bf16 *bs = as + MM_OPERAND_BYTES / 2;
 #pragma unroll
@@ -131,10 +107,10 @@ static __device__ __forceinline__ void mm_mainloop(float (*acc)[8][4], unsigned 
             for (int i = 0; i < 4; i++)
 #pragma unroll
                 for (int j = 0; j < 8; j++)
-                    mma_16816(acc[i][j], a[i], b[j]);
+                    gt_mma_16816(acc[i][j], a[i], b[j]);
         }
     }
-    mm_wait<0>();
+    gt_cp_wait<0>();
 }
 
 /* out[r, c] = sum_k A[r, k] W_e(c, k) for the rows of each expert. KMAJOR: W_e is [Ncols][Kdim]

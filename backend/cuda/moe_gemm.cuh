@@ -4,16 +4,7 @@
 #define GT_BACKEND_CUDA_MOE_GEMM_CUH
 
 #include "backend/cuda/cuda_common.cuh"
-
-static __device__ __forceinline__ uint32_t gt_smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared, asynchronously; zeros when !ok (src-size 0 reads nothing) */
-static __device__ __forceinline__ void gt_cp_async16(void *dst, const void *src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(gt_smem_u32(dst)),
-                 "l"(src), "r"(ok ? 16 : 0));
-}
+#include "backend/cuda/mma_sync.cuh"
 
 /* What the tensor-core grouped GEMMs need: 16-byte aligned tensors, both sizes % 8 == 0. */
 static inline int gt_moe_gemm_ok(const void *x, const void *y, const void *z, int a, int b) {
