@@ -45,7 +45,7 @@ int gt_cuda_attn_tc_bwd(cudaStream_t cs, void *dqkv, const void *dout, const voi
                         const gt_step_state *st);
 cudaError_t gt_cuda_attn_tc_init(void);
 /* mma.sync path for head size 64 (k_attention_mma.cu), tried before the WMMA kernels; same
- * contract and the same 0 when the call does not fit. */
+ * contract and the same 0 when the call does not fit.*/
 int gt_cuda_attn_mma_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv, const attn_geo *g,
                          int hd, const gt_step_state *st);
 int gt_cuda_attn_mma_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,

@@ -5,8 +5,9 @@
  * so no float atomics. Dropout masks use the CPU reference's element index
  * ((b*H + h)*T + i)*T + j, so GPU and CPU drop the same probabilities. bf16 I/O, fp32 math;
  * the head size is a compile-time parameter (64 or 128). These fp32 SIMT kernels are the
- * reference and fallback; k_attention_tc.cu runs the same algorithm on tensor cores and is
- * used whenever it can take the call (GT_CUDA_ATTN=simt at backend creation forces these).
+ * reference and fallback; the same algorithm runs on tensor cores whenever it can take the call
+ * (GT_CUDA_ATTN=simt at backend creation forces these): k_attention_mma.cu (mma.sync) for head
+ * size 64, k_attention_tc.cu (WMMA) for 128.
  * cuDNN's fused attention (cudnn_attention.c) runs the shapes it supports without dropout: its
  * dropout mask is not the Philox mask the CPU reference and these kernels share. */
 #include "backend/cuda/cuda_common.cuh"
@@ -154,6 +155,30 @@ __global__ void k_attn_bwd_pre(float *D, const bf16 *dout, const bf16 *out, int 
         acc += ldf(dout + off + c) * ldf(out + off + c);
     acc = warp_sum(acc);
     if (lane == 0) D[w] = acc;
+}
+
+/* The same for hd % 8 == 0 and 16-byte aligned rows: hd / 8 lanes a row, 16-byte loads. */
+template <int LPR>
+__global__ void k_attn_bwd_pre8(float *D, const bf16 *dout, const bf16 *out, int B, int T, int H) {
+    GT_PDL_ENTRY();
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x, row = t / LPR;
+    int part = (int)(t % LPR);
+    size_t rows = (size_t)B * H * T;
+    float acc = 0.0f;
+    if (row < rows) {
+        int i = (int)(row % T), h = (int)((row / T) % H), b = (int)(row / ((size_t)T * H));
+        size_t off = ((size_t)b * T + i) * ((size_t)H * LPR * 8) + (size_t)h * LPR * 8 + part * 8;
+        float x[8], y[8];
+        ld8(x, dout + off);
+        ld8(y, out + off);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            acc += x[j] * y[j];
+    }
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1)
+        acc += __shfl_xor_sync(0xffffffffu, acc, o, LPR);
+    if (row < rows && part == 0) D[row] = acc;
 }
 
 template <int HD>
@@ -459,8 +484,18 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     attn_geo g = make_geo(B, T, H, KV, hd, p, site);
     cudaStream_t cs = gt_cuda_stream(s);
     size_t rows = (size_t)B * H * T;
-    gt_launch(k_attn_bwd_pre, gt_grid(rows * 32, ATT_THREADS), ATT_THREADS, 0, cs, D,
-              (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
+    if ((hd == 64 || hd == 128) && ptr_aligned16(dout) && ptr_aligned16(out)) {
+        unsigned blocks = (unsigned)((rows * (hd / 8) + ATT_THREADS - 1) / ATT_THREADS);
+        if (hd == 64)
+            gt_launch(k_attn_bwd_pre8<8>, blocks, ATT_THREADS, 0, cs, D, (const bf16 *)dout,
+                      (const bf16 *)out, B, T, H);
+        else
+            gt_launch(k_attn_bwd_pre8<16>, blocks, ATT_THREADS, 0, cs, D, (const bf16 *)dout,
+                      (const bf16 *)out, B, T, H);
+    } else {
+        gt_launch(k_attn_bwd_pre, gt_grid(rows * 32, ATT_THREADS), ATT_THREADS, 0, cs, D,
+                  (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
+    }
     int simt = ((gt_cuda_impl *)b->impl)->attn_mode == GT_ATTN_SIMT;
     if (!simt && (gt_cuda_attn_mma_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st) ||
                   gt_cuda_attn_tc_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st))) {

@@ -2,25 +2,30 @@
  * accumulators) in FlashAttention-2's register layout: the fast path of the backend's own
  * attention, ahead of the WMMA kernels of k_attention_tc.cu (which keep head size 128).
  *
- * 64-row tiles, 4 warps a block, each warp owning 16 rows of the block's tile; scores,
+ * 64-row tiles; a block is two halves of 4 warps, each warp owning 16 rows of the block's
+ * tile. The halves take alternate tiles of the loop (key tiles in the forward and dQ, query
+ * tiles in dK/dV), each with its own copies and its own barrier, then half 1 hands its partial
+ * results to half 0 through shared memory and half 0 combines them in that fixed order and
+ * stores: twice the warps on a short loop, which is what short sequences need. Scores,
  * probabilities and accumulators stay in registers (the C fragments of a score strip, rounded
- * to bf16 in pairs, are the A fragments of the next product: mma_sync.cuh). The next K/V (or
- * Q/dO) tile is copied with cp.async while the current one is used.
+ * to bf16 in pairs, are the A fragments of the next product: mma_sync.cuh). The next tile is
+ * copied with cp.async while the current one is used.
  * - forward: a block per 64 queries; online softmax in base 2 over the key tiles up to the
  *   diagonal; saves lse (natural log) for the backward.
  * - backward: dK/dV per 64-key tile (a warp owns 16 keys and loops over the group's query heads
  *   and the query tiles from the diagonal on, in order), dQ per 64-query tile (a warp owns 16
- *   queries, key tiles in order). Each output element is summed by one thread in a fixed order:
- *   no atomics, the same bits on every run. D = rowsum(dO * O) comes from k_attn_bwd_pre.
+ *   queries, key tiles in order), both in one launch. Each output element is summed by one
+ *   thread in a fixed order: no atomics, the same bits on every run. D = rowsum(dO * O) is
+ *   summed where it is used, from the O and dO tiles (no separate pass).
  * Same contract as the other attention kernels (attention.cuh): qkv rows [B*T, (H + 2KV) * 64],
  * out/dout rows [B*T, H * 64], dropout by the shared Philox multiplier, P and dS rounded to
  * bf16 before their products. */
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/mma_sync.cuh"
 
-#define AM_T 64  /* rows (queries or keys) per tile */
-#define AM_HD 64 /* head size */
-#define AM_THREADS 128
+#define AM_T 64           /* rows (queries or keys) per tile */
+#define AM_HD 64          /* head size */
+#define AM_HALF 128       /* threads of a half */
 #define AM_LD (AM_HD + 8) /* bf16 row stride of a tile: 144 bytes, ldmatrix without conflicts */
 #define AM_TILE_ELEMS (AM_T * AM_LD)
 #define AM_LOG2E 1.4426950408889634f
@@ -31,19 +36,46 @@
 static __device__ __forceinline__ void am_load(bf16 *dst, const bf16 *src, int row_base, int r0,
                                                int T, int stride, int col0) {
 #pragma unroll
-    for (int k = 0; k < AM_T * 8 / AM_THREADS; k++) {
-        int idx = threadIdx.x + k * AM_THREADS, r = idx >> 3, v = idx & 7, t = r0 + r;
+    for (int k = 0; k < AM_T * 8 / AM_HALF; k++) {
+        int idx = (threadIdx.x & (AM_HALF - 1)) + k * AM_HALF, r = idx >> 3, v = idx & 7;
+        int t = r0 + r;
         bool ok = t < T;
         const bf16 *p = src + (size_t)(row_base + (ok ? t : 0)) * stride + col0 + v * 8;
         gt_cp_async16(dst + r * AM_LD + v * 8, p, ok);
     }
 }
 
+/* Barrier of one half's 128 threads (ids 1 and 2; 0 is __syncthreads). */
+static __device__ __forceinline__ void am_bar(int half) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + half), "n"(AM_HALF) : "memory");
+}
+
+/* Half 1 hands a 16 x 64 accumulator strip (slot k0..k0+31) to the same thread of half 0:
+ * thread-minor layout, no bank conflicts; the caller puts, __syncthreads, then gets. */
+static __device__ __forceinline__ void am_put(float *x, const float (&a)[8][4], int k0) {
+    int ht = threadIdx.x & (AM_HALF - 1);
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            x[(k0 + nb * 4 + e) * AM_HALF + ht] = a[nb][e];
+}
+/* a += what the twin thread put (half 0's value first, then half 1's: a fixed order) */
+static __device__ __forceinline__ void am_get_add(float (&a)[8][4], const float *x, int k0) {
+    int ht = threadIdx.x & (AM_HALF - 1);
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            a[nb][e] += x[(k0 + nb * 4 + e) * AM_HALF + ht];
+}
+
 /* 64 floats (per-row statistics of one head) from rows [r0, r0 + 64), zeros past T. */
 static __device__ __forceinline__ void am_load_stats(float *dst, const float *src, int r0, int T) {
-    if (threadIdx.x < AM_T) {
-        int t = r0 + threadIdx.x;
-        gt_cp_async4(dst + threadIdx.x, src + (t < T ? t : 0), t < T);
+    int ht = threadIdx.x & (AM_HALF - 1);
+    if (ht < AM_T) {
+        int t = r0 + ht;
+        gt_cp_async4(dst + ht, src + (t < T ? t : 0), t < T);
     }
 }
 
@@ -129,22 +161,29 @@ static __device__ __forceinline__ void am_store(bf16 *dst, bf16 *stage, const fl
     }
 }
 
-#define AM_FWD_SMEM (5 * AM_TILE_ELEMS * sizeof(bf16))
+/* fwd shared memory, per half: Q, K[2], V[2] */
+#define AM_FWD_HALF_SMEM (5 * AM_TILE_ELEMS * sizeof(bf16))
 
-__global__ void __launch_bounds__(AM_THREADS)
+template <int HALVES>
+__global__ void __launch_bounds__(HALVES *AM_HALF)
     k_attn_fwd_mma(bf16 *out, float *lse, const bf16 *qkv, attn_geo g, const gt_step_state *st) {
     GT_PDL_ENTRY();
     extern __shared__ __align__(128) unsigned char am_smem[];
-    bf16 *Qs = (bf16 *)am_smem, *Ks = Qs + AM_TILE_ELEMS, *Vs = Ks + 2 * AM_TILE_ELEMS;
-    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+    int hf = threadIdx.x / AM_HALF, w = (threadIdx.x % AM_HALF) >> 5;
+    int lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+    bf16 *Qs = (bf16 *)am_smem + hf * 5 * AM_TILE_ELEMS, *Ks = Qs + AM_TILE_ELEMS;
+    bf16 *Vs = Ks + 2 * AM_TILE_ELEMS;
     int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     int kvh = h / (g.H / g.KV), T = g.T, q0 = qt * AM_T, row_base = b * T;
     int kcol = (g.H + kvh) * AM_HD, vcol = (g.H + g.KV + kvh) * AM_HD;
     uint32_t micro = g.p > 0.0f ? (uint32_t)st->micro : 0u;
     uint32_t step = g.p > 0.0f ? (uint32_t)st->step : 0u;
+    /* this half's key tiles: hf, hf + HALVES, ... up to the diagonal tile qt */
     am_load(Qs, qkv, row_base, q0, T, g.C, h * AM_HD);
-    am_load(Ks, qkv, row_base, 0, T, g.C, kcol);
-    am_load(Vs, qkv, row_base, 0, T, g.C, vcol);
+    if (hf <= qt) {
+        am_load(Ks, qkv, row_base, hf * AM_T, T, g.C, kcol);
+        am_load(Vs, qkv, row_base, hf * AM_T, T, g.C, vcol);
+    }
     gt_cp_commit();
     const float c2 = g.scale * AM_LOG2E;
     int i0 = q0 + w * 16 + gr; /* this thread's rows: i0 and i0 + 8 */
@@ -155,16 +194,16 @@ __global__ void __launch_bounds__(AM_THREADS)
         for (int e = 0; e < 4; e++)
             o[nb][e] = 0.0f;
     uint32_t qf[4][4];
-    for (int kt = 0; kt <= qt; kt++) {
-        int cur = kt & 1;
-        if (kt < qt) {
-            am_load(Ks + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, (kt + 1) * AM_T, T, g.C, kcol);
-            am_load(Vs + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, (kt + 1) * AM_T, T, g.C, vcol);
+    for (int kt = hf, n = 0; kt <= qt; kt += HALVES, n++) {
+        int cur = n & 1, nx = kt + HALVES;
+        if (nx <= qt) {
+            am_load(Ks + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, nx * AM_T, T, g.C, kcol);
+            am_load(Vs + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, nx * AM_T, T, g.C, vcol);
         }
         gt_cp_commit();
         gt_cp_wait<1>();
-        __syncthreads();
-        if (kt == 0) am_frag_a(qf, Qs, w * 16);
+        am_bar(hf);
+        if (n == 0) am_frag_a(qf, Qs, w * 16);
         float s[8][4];
         am_dot_rows(s, qf, Ks + cur * AM_TILE_ELEMS);
         int k0 = kt * AM_T;
@@ -204,16 +243,47 @@ __global__ void __launch_bounds__(AM_THREADS)
         uint32_t pf[4][4];
         am_to_a(pf, s);
         am_acc_cols(o, pf, Vs + cur * AM_TILE_ELEMS);
-        __syncthreads(); /* the next prefetch overwrites this buffer */
+        am_bar(hf); /* the next prefetch overwrites this buffer */
     }
-    float inv[2];
+    gt_cp_wait<0>(); /* a half without iterations still has its first copies in flight */
+    am_bar(hf);      /* ... and the exchange below writes over their tiles */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
     }
-    /* Qs rows of this warp are free: its Q fragments are in registers */
+    float inv[2];
+    if (HALVES == 2) { /* half 1's (m, l, o) to half 0 through half 1's tiles: o in slots 0..31,
+                        * m and l in 32..35 */
+        float *x = (float *)((bf16 *)am_smem + 5 * AM_TILE_ELEMS);
+        int ht = threadIdx.x % AM_HALF;
+        if (hf == 1) {
+            am_put(x, o, 0);
+            x[32 * AM_HALF + ht] = m[0], x[33 * AM_HALF + ht] = m[1];
+            x[34 * AM_HALF + ht] = l[0], x[35 * AM_HALF + ht] = l[1];
+        }
+        __syncthreads();
+        if (hf == 1) return;
+        float f0[2], f1[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float m1 = x[(32 + r) * AM_HALF + ht], l1 = x[(34 + r) * AM_HALF + ht];
+            float mm = fmaxf(m[r], m1), base = mm == -INFINITY ? 0.0f : mm;
+            f0[r] = exp2f(m[r] - base);
+            f1[r] = exp2f(m1 - base);
+            l[r] = l[r] * f0[r] + l1 * f1[r];
+            m[r] = mm;
+        }
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                o[nb][e] = o[nb][e] * f0[e >> 1] + x[(nb * 4 + e) * AM_HALF + ht] * f1[e >> 1];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    /* half 0's Qs rows of this warp are free: its Q fragments are in registers */
     am_store(out, Qs, o, inv[0], inv[1], w * 16, q0, T, row_base, g.H * AM_HD, h * AM_HD);
     if (tq == 0)
 #pragma unroll
@@ -253,18 +323,24 @@ am_p_ds(float (&s)[8][4], float (&dp)[8][4], const attn_geo &g, uint32_t micro, 
         }
 }
 
-#define AM_BWD_SMEM (6 * AM_TILE_ELEMS * sizeof(bf16) + 4 * AM_T * sizeof(float))
+/* bwd shared memory, per half: two tiles that stay (K, V or Q, dO), two double-buffered tiles
+ * (dK/dV: Q and dO; dQ: K and V), and (dK/dV) double-buffered lse and D of the query tile */
+#define AM_HALF_BWD (6 * AM_TILE_ELEMS * sizeof(bf16) + 4 * AM_T * sizeof(float))
 
-__global__ void __launch_bounds__(AM_THREADS)
+/* dK and dV of key tile blockIdx.x (tile 0, the longest loop, first) of kv head blockIdx.y of
+ * sequence blockIdx.z. */
+template <int HALVES>
+__global__ void __launch_bounds__(HALVES *AM_HALF)
     k_attn_dkv_mma(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
                    attn_geo g, const gt_step_state *st) {
     GT_PDL_ENTRY();
     extern __shared__ __align__(128) unsigned char am_smem[];
-    bf16 *Ks = (bf16 *)am_smem, *Vs = Ks + AM_TILE_ELEMS, *Qs = Vs + AM_TILE_ELEMS;
+    int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    int hf = threadIdx.x / AM_HALF, w = (threadIdx.x % AM_HALF) >> 5;
+    unsigned char *mine = am_smem + hf * AM_HALF_BWD;
+    bf16 *Ks = (bf16 *)mine, *Vs = Ks + AM_TILE_ELEMS, *Qs = Vs + AM_TILE_ELEMS;
     bf16 *dOs = Qs + 2 * AM_TILE_ELEMS;
     float *Ls = (float *)(dOs + 2 * AM_TILE_ELEMS), *Ds = Ls + 2 * AM_T;
-    int w = threadIdx.x >> 5;
-    int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z; /* key tile 0 has the most work */
     int T = g.T, row_base = b * T, k0 = kt * AM_T, group = g.H / g.KV, HO = g.H * AM_HD;
     int nq = (T + AM_T - 1) / AM_T - kt, n_it = group * nq;
     uint32_t micro = g.p > 0.0f ? (uint32_t)st->micro : 0u;
@@ -277,11 +353,12 @@ __global__ void __launch_bounds__(AM_THREADS)
 #pragma unroll
         for (int e = 0; e < 4; e++)
             dk[nb][e] = dv[nb][e] = 0.0f;
-    uint32_t kf[4][4], vf[4][4];
-    for (int it = -1; it < n_it; it++) {
-        int nx = it + 1; /* prefetch iteration nx into buffer nx & 1 */
+    /* this half's iterations: hf, hf + HALVES, ... (iteration it: query head kvh * group + it / nq,
+     * query tile kt + it % nq); n counts them, the prefetch runs one ahead */
+    for (int it = hf - HALVES, n = -1; it < n_it; it += HALVES, n++) {
+        int nx = it + HALVES;
         if (nx < n_it) {
-            int h = kvh * group + nx / nq, q0 = (kt + nx % nq) * AM_T, buf = nx & 1;
+            int h = kvh * group + nx / nq, q0 = (kt + nx % nq) * AM_T, buf = (n + 1) & 1;
             size_t srow = ((size_t)b * g.H + h) * T;
             am_load(Qs + buf * AM_TILE_ELEMS, qkv, row_base, q0, T, g.C, h * AM_HD);
             am_load(dOs + buf * AM_TILE_ELEMS, dout, row_base, q0, T, HO, h * AM_HD);
@@ -289,18 +366,17 @@ __global__ void __launch_bounds__(AM_THREADS)
             am_load_stats(Ds + buf * AM_T, D + srow, q0, T);
         }
         gt_cp_commit();
-        if (it < 0) continue;
+        if (n < 0) continue;
         gt_cp_wait<1>();
-        __syncthreads();
-        if (it == 0) {
-            am_frag_a(kf, Ks, w * 16);
-            am_frag_a(vf, Vs, w * 16);
-        }
-        int cur = it & 1, h = kvh * group + it / nq, q0 = (kt + it % nq) * AM_T;
+        am_bar(hf);
+        int cur = n & 1, h = kvh * group + it / nq, q0 = (kt + it % nq) * AM_T;
         const bf16 *Qc = Qs + cur * AM_TILE_ELEMS, *dOc = dOs + cur * AM_TILE_ELEMS;
         float s[8][4], dp[8][4];
-        am_dot_rows(s, kf, Qc);   /* S^T: keys of this warp x the tile's queries */
-        am_dot_rows(dp, vf, dOc); /* dP^T = V dO^T */
+        uint32_t kvf[4][4]; /* K then V fragments, from shared memory each time: registers */
+        am_frag_a(kvf, Ks, w * 16);
+        am_dot_rows(s, kvf, Qc); /* S^T: keys of this warp x the tile's queries */
+        am_frag_a(kvf, Vs, w * 16);
+        am_dot_rows(dp, kvf, dOc); /* dP^T = V dO^T */
         am_p_ds<true>(s, dp, g, micro, step, b, h, k0 + w * 16 + ((threadIdx.x & 31) >> 2), q0,
                       Ls + cur * AM_T, Ds + cur * AM_T);
         uint32_t pa[4][4];
@@ -308,30 +384,50 @@ __global__ void __launch_bounds__(AM_THREADS)
         am_acc_cols(dv, pa, dOc); /* dV += P^T dO */
         am_to_a(pa, dp);
         am_acc_cols(dk, pa, Qc); /* dK += dS^T Q */
-        __syncthreads();
+        am_bar(hf);
     }
-    /* Ks / Vs rows of this warp are free: its K and V fragments are in registers */
+    gt_cp_wait<0>(); /* a half without iterations still has its first copies in flight */
+    am_bar(hf);      /* ... and the exchange below writes over their tiles */
+    if (HALVES == 2) {
+        float *x = (float *)(am_smem + AM_HALF_BWD); /* half 1's region */
+        if (hf == 1) {
+            am_put(x, dk, 0);
+            am_put(x, dv, 32);
+        }
+        __syncthreads();
+        if (hf == 1) return;
+        am_get_add(dk, x, 0);
+        am_get_add(dv, x, 32);
+    }
+    /* half 0's Ks / Vs rows of this warp: read by this warp alone, and no longer */
     am_store(dqkv, Ks, dk, g.scale, g.scale, w * 16, k0, T, row_base, g.C, (g.H + kvh) * AM_HD);
     am_store(dqkv, Vs, dv, 1.0f, 1.0f, w * 16, k0, T, row_base, g.C, (g.H + g.KV + kvh) * AM_HD);
 }
 
-__global__ void __launch_bounds__(AM_THREADS)
+/* dQ of query tile gridDim.x - 1 - blockIdx.x (the longest loop first) of head blockIdx.y of
+ * sequence blockIdx.z. */
+template <int HALVES>
+__global__ void __launch_bounds__(HALVES *AM_HALF)
     k_attn_dq_mma(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
                   attn_geo g, const gt_step_state *st) {
     GT_PDL_ENTRY();
     extern __shared__ __align__(128) unsigned char am_smem[];
-    bf16 *Qs = (bf16 *)am_smem, *dOs = Qs + AM_TILE_ELEMS, *Ks = dOs + AM_TILE_ELEMS;
-    bf16 *Vs = Ks + 2 * AM_TILE_ELEMS;
-    int w = threadIdx.x >> 5, gr = (threadIdx.x & 31) >> 2;
-    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* long rows first */
+    int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int hf = threadIdx.x / AM_HALF, w = (threadIdx.x % AM_HALF) >> 5;
+    int gr = (threadIdx.x & 31) >> 2;
+    bf16 *Qs = (bf16 *)(am_smem + hf * AM_HALF_BWD), *dOs = Qs + AM_TILE_ELEMS;
+    bf16 *Ks = dOs + AM_TILE_ELEMS, *Vs = Ks + 2 * AM_TILE_ELEMS;
     int kvh = h / (g.H / g.KV), T = g.T, row_base = b * T, q0 = qt * AM_T;
     int kcol = (g.H + kvh) * AM_HD, vcol = (g.H + g.KV + kvh) * AM_HD;
     uint32_t micro = g.p > 0.0f ? (uint32_t)st->micro : 0u;
     uint32_t step = g.p > 0.0f ? (uint32_t)st->step : 0u;
+    /* this half's key tiles: hf, hf + HALVES, ... up to the diagonal tile qt */
     am_load(Qs, qkv, row_base, q0, T, g.C, h * AM_HD);
     am_load(dOs, dout, row_base, q0, T, g.H * AM_HD, h * AM_HD);
-    am_load(Ks, qkv, row_base, 0, T, g.C, kcol);
-    am_load(Vs, qkv, row_base, 0, T, g.C, vcol);
+    if (hf <= qt) {
+        am_load(Ks, qkv, row_base, hf * AM_T, T, g.C, kcol);
+        am_load(Vs, qkv, row_base, hf * AM_T, T, g.C, vcol);
+    }
     gt_cp_commit();
     float lq[2], dd[2];
     size_t srow = ((size_t)b * g.H + h) * T;
@@ -348,16 +444,16 @@ __global__ void __launch_bounds__(AM_THREADS)
         for (int e = 0; e < 4; e++)
             dq[nb][e] = 0.0f;
     uint32_t qf[4][4], of[4][4];
-    for (int kt = 0; kt <= qt; kt++) {
-        int cur = kt & 1;
-        if (kt < qt) {
-            am_load(Ks + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, (kt + 1) * AM_T, T, g.C, kcol);
-            am_load(Vs + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, (kt + 1) * AM_T, T, g.C, vcol);
+    for (int kt = hf, n = 0; kt <= qt; kt += HALVES, n++) {
+        int cur = n & 1, nx = kt + HALVES;
+        if (nx <= qt) {
+            am_load(Ks + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, nx * AM_T, T, g.C, kcol);
+            am_load(Vs + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, nx * AM_T, T, g.C, vcol);
         }
         gt_cp_commit();
         gt_cp_wait<1>();
-        __syncthreads();
-        if (kt == 0) {
+        am_bar(hf);
+        if (n == 0) {
             am_frag_a(qf, Qs, w * 16);
             am_frag_a(of, dOs, w * 16);
         }
@@ -369,41 +465,69 @@ __global__ void __launch_bounds__(AM_THREADS)
         uint32_t da[4][4];
         am_to_a(da, dp);
         am_acc_cols(dq, da, Kc); /* dQ += dS K */
+        am_bar(hf);
+    }
+    gt_cp_wait<0>(); /* a half without iterations still has its first copies in flight */
+    am_bar(hf);      /* ... and the exchange below writes over their tiles */
+    if (HALVES == 2) {
+        float *x = (float *)(am_smem + AM_HALF_BWD);
+        if (hf == 1) am_put(x, dq, 0);
         __syncthreads();
+        if (hf == 1) return;
+        am_get_add(dq, x, 0);
     }
     am_store(dqkv, Qs, dq, g.scale, g.scale, w * 16, q0, T, row_base, g.C, h * AM_HD);
+}
+
+/* Two halves where the loops are short (up to 4 tiles: each half then has at most two), one
+ * where they are long enough to keep a block busy alone. */
+static int am_halves(const attn_geo *g) {
+    return (g->T + AM_T - 1) / AM_T <= 4 ? 2 : 1;
 }
 
 int gt_cuda_attn_mma_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv, const attn_geo *g,
                          int hd, const gt_step_state *st) {
     if (hd != AM_HD || ((uintptr_t)qkv & 15u) || ((uintptr_t)out & 15u) || g->C % 8) return 0;
     dim3 grid((g->T + AM_T - 1) / AM_T, g->H, g->B);
-    gt_launch(k_attn_fwd_mma, grid, AM_THREADS, AM_FWD_SMEM, cs, (bf16 *)out, lse,
-              (const bf16 *)qkv, *g, st);
+    if (am_halves(g) == 2)
+        gt_launch(k_attn_fwd_mma<2>, grid, 2 * AM_HALF, 2 * AM_FWD_HALF_SMEM, cs, (bf16 *)out, lse,
+                  (const bf16 *)qkv, *g, st);
+    else
+        gt_launch(k_attn_fwd_mma<1>, grid, AM_HALF, AM_FWD_HALF_SMEM, cs, (bf16 *)out, lse,
+                  (const bf16 *)qkv, *g, st);
     return 1;
 }
 
 int gt_cuda_attn_mma_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,
                          const float *lse, const float *D, const attn_geo *g, int hd,
                          const gt_step_state *st) {
-    if (hd != AM_HD || (((uintptr_t)qkv | (uintptr_t)dout | (uintptr_t)dqkv) & 15u) || g->C % 8)
+    if (hd != AM_HD || g->C % 8 || (((uintptr_t)qkv | (uintptr_t)dout | (uintptr_t)dqkv) & 15u))
         return 0;
     dim3 gkv((g->T + AM_T - 1) / AM_T, g->KV, g->B), gq((g->T + AM_T - 1) / AM_T, g->H, g->B);
-    gt_launch(k_attn_dkv_mma, gkv, AM_THREADS, AM_BWD_SMEM, cs, (bf16 *)dqkv, (const bf16 *)dout,
-              (const bf16 *)qkv, lse, D, *g, st);
-    gt_launch(k_attn_dq_mma, gq, AM_THREADS, AM_BWD_SMEM, cs, (bf16 *)dqkv, (const bf16 *)dout,
-              (const bf16 *)qkv, lse, D, *g, st);
+    if (am_halves(g) == 2) {
+        gt_launch(k_attn_dkv_mma<2>, gkv, 2 * AM_HALF, 2 * AM_HALF_BWD, cs, (bf16 *)dqkv,
+                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
+        gt_launch(k_attn_dq_mma<2>, gq, 2 * AM_HALF, 2 * AM_HALF_BWD, cs, (bf16 *)dqkv,
+                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
+    } else {
+        gt_launch(k_attn_dkv_mma<1>, gkv, AM_HALF, AM_HALF_BWD, cs, (bf16 *)dqkv,
+                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
+        gt_launch(k_attn_dq_mma<1>, gq, AM_HALF, AM_HALF_BWD, cs, (bf16 *)dqkv, (const bf16 *)dout,
+                  (const bf16 *)qkv, lse, D, *g, st);
+    }
     return 1;
 }
 
+template <typename K> static cudaError_t am_allow(K kernel, size_t bytes) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
 cudaError_t gt_cuda_attn_mma_init(void) {
-    cudaError_t e = cudaFuncSetAttribute(
-        k_attn_fwd_mma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)AM_FWD_SMEM);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_attn_dkv_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)AM_BWD_SMEM);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(k_attn_dq_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)AM_BWD_SMEM);
+    cudaError_t e = am_allow(k_attn_fwd_mma<1>, AM_FWD_HALF_SMEM);
+    if (e == cudaSuccess) e = am_allow(k_attn_fwd_mma<2>, 2 * AM_FWD_HALF_SMEM);
+    if (e == cudaSuccess) e = am_allow(k_attn_dkv_mma<1>, AM_HALF_BWD);
+    if (e == cudaSuccess) e = am_allow(k_attn_dkv_mma<2>, 2 * AM_HALF_BWD);
+    if (e == cudaSuccess) e = am_allow(k_attn_dq_mma<1>, AM_HALF_BWD);
+    if (e == cudaSuccess) e = am_allow(k_attn_dq_mma<2>, 2 * AM_HALF_BWD);
     return e;
 }
