@@ -36,8 +36,9 @@ static __device__ __forceinline__ void p_ds(const attn_geo &g, uint32_t micro, u
     *ds = pr * (dp * mult - D_i);
 }
 
-/* Tensor-core path (k_attention_tc.cu). Each returns 0 without launching anything when the
- * call does not fit it (head size, pointer alignment), so the caller falls back. */
+/* WMMA tensor-core path for head size 128 (k_attention_tc.cu). Each returns 0 without launching
+ * anything when the call does not fit it (head size, pointer alignment), so the caller falls back.
+ */
 int gt_cuda_attn_tc_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv, const attn_geo *g,
                         int hd, const gt_step_state *st);
 int gt_cuda_attn_tc_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,

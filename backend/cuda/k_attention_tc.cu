@@ -1,5 +1,6 @@
 /* Tensor-core causal GQA attention (WMMA bf16 16x16x16, fp32 accumulate): the fast path of
- * k_attention.cu for hd 64/128 and 16-byte aligned tensors. Same algorithm and the same
+ * k_attention.cu for hd 128 and 16-byte aligned tensors (hd 64 has the mma.sync kernels of
+ * k_attention_mma.cu). Same algorithm and the same
  * determinism as the SIMT kernels: forward with an online softmax per 64-query tile; backward
  * in two kernels, dK/dV per 64-key tile (looping over the group's query heads and the query
  * tiles in order) and dQ per 64-query tile, so no atomics. Each of the 4 warps owns 16 rows:
@@ -316,34 +317,23 @@ static int aligned16(const void *p) {
 
 int gt_cuda_attn_tc_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv, const attn_geo *g,
                         int hd, const gt_step_state *st) {
-    if ((hd != 64 && hd != 128) || !aligned16(qkv)) return 0;
+    if (hd != 128 || !aligned16(qkv)) return 0;
     dim3 grid((g->T + TC_TILE - 1) / TC_TILE, g->H, g->B);
-    if (hd == 64)
-        gt_launch(k_attn_fwd_tc<64>, grid, TC_THREADS, tc_fwd_smem<64>(), cs, (bf16 *)out, lse,
-                  (const bf16 *)qkv, *g, st);
-    else
-        gt_launch(k_attn_fwd_tc<128>, grid, TC_THREADS, tc_fwd_smem<128>(), cs, (bf16 *)out, lse,
-                  (const bf16 *)qkv, *g, st);
+    gt_launch(k_attn_fwd_tc<128>, grid, TC_THREADS, tc_fwd_smem<128>(), cs, (bf16 *)out, lse,
+              (const bf16 *)qkv, *g, st);
     return 1;
 }
 
 int gt_cuda_attn_tc_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,
                         const float *lse, const float *D, const attn_geo *g, int hd,
                         const gt_step_state *st) {
-    if ((hd != 64 && hd != 128) || !aligned16(qkv) || !aligned16(dout)) return 0;
+    if (hd != 128 || !aligned16(qkv) || !aligned16(dout)) return 0;
     dim3 gkv((g->T + TC_TILE - 1) / TC_TILE, g->KV, g->B);
     dim3 gq((g->T + TC_TILE - 1) / TC_TILE, g->H, g->B);
-    if (hd == 64) {
-        gt_launch(k_attn_dkv_tc<64>, gkv, TC_THREADS, tc_dkv_smem<64>(), cs, (bf16 *)dqkv,
-                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
-        gt_launch(k_attn_dq_tc<64>, gq, TC_THREADS, tc_dq_smem<64>(), cs, (bf16 *)dqkv,
-                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
-    } else {
-        gt_launch(k_attn_dkv_tc<128>, gkv, TC_THREADS, tc_dkv_smem<128>(), cs, (bf16 *)dqkv,
-                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
-        gt_launch(k_attn_dq_tc<128>, gq, TC_THREADS, tc_dq_smem<128>(), cs, (bf16 *)dqkv,
-                  (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
-    }
+    gt_launch(k_attn_dkv_tc<128>, gkv, TC_THREADS, tc_dkv_smem<128>(), cs, (bf16 *)dqkv,
+              (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
+    gt_launch(k_attn_dq_tc<128>, gq, TC_THREADS, tc_dq_smem<128>(), cs, (bf16 *)dqkv,
+              (const bf16 *)dout, (const bf16 *)qkv, lse, D, *g, st);
     return 1;
 }
 
@@ -352,11 +342,8 @@ template <typename K> static cudaError_t tc_allow(K kernel, size_t bytes) {
 }
 
 cudaError_t gt_cuda_attn_tc_init(void) {
-    cudaError_t e = tc_allow(k_attn_fwd_tc<64>, tc_fwd_smem<64>());
-    if (e == cudaSuccess) e = tc_allow(k_attn_fwd_tc<128>, tc_fwd_smem<128>());
-    if (e == cudaSuccess) e = tc_allow(k_attn_dkv_tc<64>, tc_dkv_smem<64>());
+    cudaError_t e = tc_allow(k_attn_fwd_tc<128>, tc_fwd_smem<128>());
     if (e == cudaSuccess) e = tc_allow(k_attn_dkv_tc<128>, tc_dkv_smem<128>());
-    if (e == cudaSuccess) e = tc_allow(k_attn_dq_tc<64>, tc_dq_smem<64>());
     if (e == cudaSuccess) e = tc_allow(k_attn_dq_tc<128>, tc_dq_smem<128>());
     return e;
 }
