@@ -2,21 +2,22 @@
  * accumulators) in FlashAttention-2's register layout: the fast path of the backend's own
  * attention, ahead of the WMMA kernels of k_attention_tc.cu (which keep head size 128).
  *
- * 64-row tiles; a block is two halves of 4 warps, each warp owning 16 rows of the block's
- * tile. The halves take alternate tiles of the loop (key tiles in the forward and dQ, query
- * tiles in dK/dV), each with its own copies and its own barrier, then half 1 hands its partial
- * results to half 0 through shared memory and half 0 combines them in that fixed order and
- * stores: twice the warps on a short loop, which is what short sequences need. Scores,
- * probabilities and accumulators stay in registers (the C fragments of a score strip, rounded
- * to bf16 in pairs, are the A fragments of the next product: mma_sync.cuh). The next tile is
- * copied with cp.async while the current one is used.
+ * 64-row tiles, each warp owning 16 rows of a block's tile. Where the loop has at most 4 tiles
+ * (T <= 256), a block is two halves of 4 warps that take alternate tiles of the loop (key tiles
+ * in the forward and dQ, query tiles in dK/dV), each with its own copies and its own barrier;
+ * then half 1 hands its partial results to half 0 through shared memory and half 0 combines
+ * them in that fixed order and stores: twice the warps on a short loop. Longer loops keep a
+ * block of one half (4 warps), which measured faster there. Scores, probabilities and
+ * accumulators stay in registers (the C fragments of a score strip, rounded to bf16 in pairs,
+ * are the A fragments of the next product: mma_sync.cuh). The next tile is copied with
+ * cp.async while the current one is used.
  * - forward: a block per 64 queries; online softmax in base 2 over the key tiles up to the
  *   diagonal; saves lse (natural log) for the backward.
  * - backward: dK/dV per 64-key tile (a warp owns 16 keys and loops over the group's query heads
- *   and the query tiles from the diagonal on, in order), dQ per 64-query tile (a warp owns 16
- *   queries, key tiles in order), both in one launch. Each output element is summed by one
- *   thread in a fixed order: no atomics, the same bits on every run. D = rowsum(dO * O) is
- *   summed where it is used, from the O and dO tiles (no separate pass).
+ *   and the query tiles from the diagonal on, in order), then dQ per 64-query tile (a warp owns
+ *   16 queries, key tiles in order). Each output element is summed by one thread in a fixed
+ *   order: no atomics, the same bits on every run. D = rowsum(dO * O) comes from
+ *   k_attn_bwd_pre8 (k_attention.cu).
  * Same contract as the other attention kernels (attention.cuh): qkv rows [B*T, (H + 2KV) * 64],
  * out/dout rows [B*T, H * 64], dropout by the shared Philox multiplier, P and dS rounded to
  * bf16 before their products. */
