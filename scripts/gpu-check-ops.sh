@@ -2,7 +2,8 @@
 # Runs the CUDA backend's GPU tests on the GPU machine from a carried build-gpu-run/ (made by
 # scripts/gpu-build.sh on the development machine): its tests/gpu tests, then again with the
 # other kernel choices (GT_CUDA_ATTN=simt|tc, GT_CUDA_MOE=simt|tc), then memcheck and
-# racecheck passes (the capture-rejection test makes API errors on purpose: not reported);
+# racecheck passes (the capture-rejection test makes API errors on purpose: not reported;
+# racecheck of the ops test runs with GT_CUDA_ATTN=tc: see below);
 # logs and a summary under $OUT. Limits: TEST_LIMIT, SAN_LIMIT, RACE_LIMIT seconds.
 # Usage on the GPU machine: scripts/gpu-check-ops.sh [quick]
 set -uo pipefail
@@ -63,6 +64,12 @@ if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
       run "racecheck_$t" "${RACE_LIMIT:-150}" compute-sanitizer --tool racecheck \
         --report-api-errors no --error-exitcode 9 "$BUILD/$t"
     done
+    # the own attention kernels (shared-memory hand-overs between warp halves); with tc, since
+    # racecheck reports hazards inside cuDNN's generated sdpa kernels (wgmma/TMA code it does
+    # not follow), which would hide ours
+    run "racecheck_gpu_test_cuda_ops_tc" "${RACE_LIMIT:-150}" env GT_CUDA_ATTN=tc \
+      compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 \
+      "$BUILD/gpu_test_cuda_ops"
   fi
 fi
 echo "logs in $OUT" | tee -a "$SUMMARY"
