@@ -6,6 +6,7 @@
 #define GT_CONFIG_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define GT_PATH_MAX 512
@@ -52,6 +53,10 @@ typedef enum {
 typedef enum { GT_LR_CONSTANT, GT_LR_LINEAR, GT_LR_COSINE } gt_lr_style;
 /* storage of an optimizer state (the math is fp32 either way) */
 typedef enum { GT_STATE_FP32, GT_STATE_BF16 } gt_state_dtype;
+/* bytes an element of such a state takes */
+static inline size_t gt_state_dtype_bytes(gt_state_dtype d) {
+    return d == GT_STATE_BF16 ? 2 : 4;
+}
 typedef enum { GT_DEVICE_AUTO, GT_DEVICE_CPU, GT_DEVICE_CUDA } gt_device_kind;
 typedef enum { GT_CAPTURE_FAIL_STOP, GT_CAPTURE_FAIL_EAGER } gt_capture_failure;
 typedef enum { GT_DATA_MOCK, GT_DATA_SHARDS } gt_data_source;

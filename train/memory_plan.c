@@ -17,9 +17,9 @@ int gt_memory_plan_compute(const gt_config *cfg, size_t act_bytes, gt_memory_pla
     p->grads = mi.grad_bytes;
     p->activations = mi.act_bytes;
     p->scratch = mi.scratch_bytes;
-    size_t m_elem = cfg->optimizer.exp_avg_dtype == GT_STATE_BF16 ? 2 : sizeof(float);
-    size_t v_elem = cfg->optimizer.exp_avg_sq_dtype == GT_STATE_BF16 ? 2 : sizeof(float);
-    p->optimizer = mi.n_params * (sizeof(float) + m_elem + v_elem);
+    p->optimizer =
+        mi.n_params * (sizeof(float) + gt_state_dtype_bytes(cfg->optimizer.exp_avg_dtype) +
+                       gt_state_dtype_bytes(cfg->optimizer.exp_avg_sq_dtype));
     /* cuDNN's deterministic attention backward needs B*H*T*T*2 bytes of workspace (the
      * largest single allowance); count it whenever the model has attention */
     const gt_model_config *m = &cfg->model;

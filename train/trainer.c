@@ -99,8 +99,8 @@ static void set_hyper(gt_trainer *t) {
     t->hp.clip_grad = (float)c->optimizer.clip_grad;
     t->hp.m_bf16 = c->optimizer.exp_avg_dtype == GT_STATE_BF16;
     t->hp.v_bf16 = c->optimizer.exp_avg_sq_dtype == GT_STATE_BF16;
-    t->m_elem = t->hp.m_bf16 ? 2 : sizeof(float);
-    t->v_elem = t->hp.v_bf16 ? 2 : sizeof(float);
+    t->m_elem = gt_state_dtype_bytes(c->optimizer.exp_avg_dtype);
+    t->v_elem = gt_state_dtype_bytes(c->optimizer.exp_avg_sq_dtype);
     t->check_loss = c->rerun_state_machine.check_for_nan_in_loss;
     t->check_grad = c->ddp.check_for_nan_in_grad;
     t->inject_nan = c->runtime.inject_nan_at_step > 0 ? c->runtime.inject_nan_at_step - 1 : -1;

@@ -46,6 +46,22 @@ static __device__ __forceinline__ void am_load(bf16 *dst, const bf16 *src, int r
     }
 }
 
+/* The K and V tiles of kv-column pair (kcol, vcol) for key rows [r0, r0 + 64): am_load twice. */
+static __device__ __forceinline__ void am_load_kv(bf16 *Kt, bf16 *Vt, const bf16 *qkv, int row_base,
+                                                  int r0, int T, int C, int kcol, int vcol) {
+    am_load(Kt, qkv, row_base, r0, T, C, kcol);
+    am_load(Vt, qkv, row_base, r0, T, C, vcol);
+}
+
+/* A 16 x 64 accumulator strip to zero. */
+static __device__ __forceinline__ void am_zero(float (&a)[8][4]) {
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            a[nb][e] = 0.0f;
+}
+
 /* Barrier of one half's 128 threads (ids 1 and 2; 0 is __syncthreads). */
 static __device__ __forceinline__ void am_bar(int half) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(1 + half), "n"(AM_HALF) : "memory");
@@ -93,11 +109,7 @@ static __device__ __forceinline__ void am_frag_a(uint32_t (&f)[4][4], const bf16
 static __device__ __forceinline__ void am_dot_rows(float (&acc)[8][4], const uint32_t (&a)[4][4],
                                                    const bf16 *tile) {
     int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            acc[nb][e] = 0.0f;
+    am_zero(acc);
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
 #pragma unroll
@@ -181,26 +193,18 @@ __global__ void __launch_bounds__(HALVES *AM_HALF)
     uint32_t step = g.p > 0.0f ? (uint32_t)st->step : 0u;
     /* this half's key tiles: hf, hf + HALVES, ... up to the diagonal tile qt */
     am_load(Qs, qkv, row_base, q0, T, g.C, h * AM_HD);
-    if (hf <= qt) {
-        am_load(Ks, qkv, row_base, hf * AM_T, T, g.C, kcol);
-        am_load(Vs, qkv, row_base, hf * AM_T, T, g.C, vcol);
-    }
+    if (hf <= qt) am_load_kv(Ks, Vs, qkv, row_base, hf * AM_T, T, g.C, kcol, vcol);
     gt_cp_commit();
     const float c2 = g.scale * AM_LOG2E;
     int i0 = q0 + w * 16 + gr; /* this thread's rows: i0 and i0 + 8 */
     float o[8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            o[nb][e] = 0.0f;
+    am_zero(o);
     uint32_t qf[4][4];
     for (int kt = hf, n = 0; kt <= qt; kt += HALVES, n++) {
         int cur = n & 1, nx = kt + HALVES;
-        if (nx <= qt) {
-            am_load(Ks + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, nx * AM_T, T, g.C, kcol);
-            am_load(Vs + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, nx * AM_T, T, g.C, vcol);
-        }
+        if (nx <= qt)
+            am_load_kv(Ks + (cur ^ 1) * AM_TILE_ELEMS, Vs + (cur ^ 1) * AM_TILE_ELEMS, qkv,
+                       row_base, nx * AM_T, T, g.C, kcol, vcol);
         gt_cp_commit();
         gt_cp_wait<1>();
         am_bar(hf);
@@ -346,14 +350,10 @@ __global__ void __launch_bounds__(HALVES *AM_HALF)
     int nq = (T + AM_T - 1) / AM_T - kt, n_it = group * nq;
     uint32_t micro = g.p > 0.0f ? (uint32_t)st->micro : 0u;
     uint32_t step = g.p > 0.0f ? (uint32_t)st->step : 0u;
-    am_load(Ks, qkv, row_base, k0, T, g.C, (g.H + kvh) * AM_HD);
-    am_load(Vs, qkv, row_base, k0, T, g.C, (g.H + g.KV + kvh) * AM_HD);
+    am_load_kv(Ks, Vs, qkv, row_base, k0, T, g.C, (g.H + kvh) * AM_HD, (g.H + g.KV + kvh) * AM_HD);
     float dk[8][4], dv[8][4];
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            dk[nb][e] = dv[nb][e] = 0.0f;
+    am_zero(dk);
+    am_zero(dv);
     /* this half's iterations: hf, hf + HALVES, ... (iteration it: query head kvh * group + it / nq,
      * query tile kt + it % nq); n counts them, the prefetch runs one ahead */
     for (int it = hf - HALVES, n = -1; it < n_it; it += HALVES, n++) {
@@ -425,10 +425,7 @@ __global__ void __launch_bounds__(HALVES *AM_HALF)
     /* this half's key tiles: hf, hf + HALVES, ... up to the diagonal tile qt */
     am_load(Qs, qkv, row_base, q0, T, g.C, h * AM_HD);
     am_load(dOs, dout, row_base, q0, T, g.H * AM_HD, h * AM_HD);
-    if (hf <= qt) {
-        am_load(Ks, qkv, row_base, hf * AM_T, T, g.C, kcol);
-        am_load(Vs, qkv, row_base, hf * AM_T, T, g.C, vcol);
-    }
+    if (hf <= qt) am_load_kv(Ks, Vs, qkv, row_base, hf * AM_T, T, g.C, kcol, vcol);
     gt_cp_commit();
     float lq[2], dd[2];
     size_t srow = ((size_t)b * g.H + h) * T;
@@ -439,18 +436,13 @@ __global__ void __launch_bounds__(HALVES *AM_HALF)
         dd[r] = i < T ? D[srow + i] : 0.0f;
     }
     float dq[8][4];
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            dq[nb][e] = 0.0f;
+    am_zero(dq);
     uint32_t qf[4][4], of[4][4];
     for (int kt = hf, n = 0; kt <= qt; kt += HALVES, n++) {
         int cur = n & 1, nx = kt + HALVES;
-        if (nx <= qt) {
-            am_load(Ks + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, nx * AM_T, T, g.C, kcol);
-            am_load(Vs + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base, nx * AM_T, T, g.C, vcol);
-        }
+        if (nx <= qt)
+            am_load_kv(Ks + (cur ^ 1) * AM_TILE_ELEMS, Vs + (cur ^ 1) * AM_TILE_ELEMS, qkv,
+                       row_base, nx * AM_T, T, g.C, kcol, vcol);
         gt_cp_commit();
         gt_cp_wait<1>();
         am_bar(hf);
