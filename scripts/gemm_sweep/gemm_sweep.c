@@ -1,0 +1,125 @@
+/* How far cuBLASLt's first heuristic answer is from its best algorithm, per GEMM of a
+ * workload: for each (kind, M, N, K) the backend plans (backend/cuda/cuda_matmul.c's layouts:
+ * forward out = a @ w^T, data gradient da = dout @ w, weight gradient dw (+)= dout^T @ a in
+ * fp32), asks the heuristic for up to 32 algorithms, times each (CUDA events, 20 launches
+ * after 3 warm-up launches, random bf16 operands) and prints the first answer's time, the best
+ * time and which answer was best. A developer tool for scripts/gpu-*.sh; not part of the
+ * engine.
+ * Usage: gemm_sweep TOKENS D QKV FFN VOCAB   (one layer's GEMM shapes plus the output head) */
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define WS_BYTES ((size_t)32 << 20)
+#define MAX_ALGOS 32
+
+enum { FWD, BWD_DATA, BWD_WEIGHT };
+static const char *const kind_names[] = {"fwd", "bwd_data", "bwd_weight"};
+
+static void *dev_random(size_t bytes, uint32_t seed) {
+    uint16_t *h = malloc(bytes);
+    void *d = NULL;
+    if (!h || cudaMalloc(&d, bytes) != cudaSuccess) {
+        fprintf(stderr, "gemm_sweep: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    for (size_t i = 0; i < bytes / 2; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        /* bf16 in [-1, 1): sign, exponent 120..126, random mantissa */
+        h[i] = (uint16_t)(((seed >> 31) << 15) | ((120u + (seed >> 24) % 7u) << 7) |
+                          ((seed >> 8) & 0x7fu));
+    }
+    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    free(h);
+    return d;
+}
+
+static void sweep(cublasLtHandle_t lt, void *ws, int kind, int M, int N, int K) {
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    uint64_t ar, ac, br, bc, cr, cc;
+    cudaDataType_t ct = CUDA_R_16BF;
+    if (kind == FWD) {
+        ta = CUBLAS_OP_T;
+        ar = K, ac = N, br = K, bc = M, cr = N, cc = M;
+    } else if (kind == BWD_DATA) {
+        ar = K, ac = N, br = N, bc = M, cr = K, cc = M;
+    } else {
+        tb = CUBLAS_OP_T;
+        ar = K, ac = M, br = N, bc = M, cr = K, cc = N;
+        ct = CUDA_R_32F;
+    }
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ar, ac, (int64_t)ar);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, br, bc, (int64_t)br);
+    cublasLtMatrixLayoutCreate(&lc, ct, cr, cc, (int64_t)cr);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    size_t wsb = WS_BYTES;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                         sizeof wsb);
+    cublasLtMatmulHeuristicResult_t res[MAX_ALGOS];
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, MAX_ALGOS, res, &found);
+    void *A = dev_random(ar * ac * 2, 1), *B = dev_random(br * bc * 2, 2);
+    void *C = dev_random(cr * cc * (ct == CUDA_R_32F ? 4 : 2), 3);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float alpha = 1.0f, beta = kind == BWD_WEIGHT ? 1.0f : 0.0f;
+    float first = -1, best = 1e30f;
+    int best_i = -1;
+    for (int i = 0; i < found; i++) {
+        int ok = 1;
+        for (int r = 0; r < 23 && ok; r++) {
+            if (r == 3) cudaEventRecord(e0, 0);
+            ok = cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &res[i].algo,
+                                ws, WS_BYTES, 0) == CUBLAS_STATUS_SUCCESS;
+        }
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        float us = ok ? ms * 1e3f / 20 : -1;
+        if (i == 0) first = us;
+        if (ok && us < best) best = us, best_i = i;
+    }
+    double flops = 2.0 * M * N * K;
+    printf("%-10s M=%-6d N=%-6d K=%-6d algos %2d  first %8.2f us (%5.0f TFLOP/s)  best %8.2f us "
+           "(#%d, %5.0f TFLOP/s)  gain %5.1f%%\n",
+           kind_names[kind], M, N, K, found, first, flops / first * 1e-6, best, best_i,
+           flops / best * 1e-6, 100.0 * (first - best) / first);
+    cudaFree(A), cudaFree(B), cudaFree(C);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc), cublasLtMatmulDescDestroy(desc);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 6) {
+        fprintf(stderr, "usage: gemm_sweep TOKENS D QKV FFN VOCAB\n");
+        return 2;
+    }
+    int T = atoi(argv[1]), D = atoi(argv[2]), Q = atoi(argv[3]), F = atoi(argv[4]);
+    int V = atoi(argv[5]);
+    cublasLtHandle_t lt;
+    void *ws = NULL;
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS || cudaMalloc(&ws, WS_BYTES) != cudaSuccess) {
+        fprintf(stderr, "gemm_sweep: no GPU or cuBLASLt\n");
+        return 1;
+    }
+    /* (out features, in features) of each projection: qkv, o, gate/up, down, head */
+    int shapes[5][2] = {{Q, D}, {D, D}, {2 * F, D}, {D, F}, {V, D}};
+    for (int s = 0; s < 5; s++)
+        for (int k = 0; k < 3; k++)
+            sweep(lt, ws, k, T, shapes[s][0], shapes[s][1]);
+    cudaFree(ws);
+    cublasLtDestroy(lt);
+    return 0;
+}
