@@ -31,13 +31,17 @@ CUDA_ROOT=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nv
 CUPTI_LIB=$(ls "$CUDA_ROOT"/lib64/libcupti.so.* "$CUDA_ROOT"/lib/libcupti.so.* \
   "$CUDA_ROOT"/extras/CUPTI/lib64/libcupti.so.* 2>/dev/null | head -1 || true)
 if [ -f "$CUDA_ROOT/include/cupti.h" ] && [ -n "$CUPTI_LIB" ]; then
-  gcc -std=c11 -O2 -Wall -Wextra -shared -fPIC scripts/kernel_trace/kernel_trace.c \
-    -I"$CUDA_ROOT/include" "$CUPTI_LIB" -o "$RUN/lib/libgt_kernel_trace.so"
-  cp -L "$CUPTI_LIB" "$RUN/lib/"
+  if gcc -std=c11 -O2 -Wall -Wextra -shared -fPIC scripts/kernel_trace/kernel_trace.c \
+    -I"$CUDA_ROOT/include" "$CUPTI_LIB" -o "$RUN/lib/libgt_kernel_trace.so"; then
+    cp -L "$CUPTI_LIB" "$RUN/lib/"
+  else
+    echo "gpu-build: the CUPTI tracer did not build; scripts/gpu-timeline.sh will say so" >&2
+  fi
 fi
 # the cuBLASLt algorithm sweep (scripts/gemm_sweep): how far the heuristic's first answer is
 # from its best one, per GEMM shape of a workload
 gcc -std=c11 -O2 -Wall -Wextra scripts/gemm_sweep/gemm_sweep.c -I"$CUDA_ROOT/include" \
-  -L"$CUDA_ROOT/lib64" -lcublasLt -lcudart -o "$RUN/gemm_sweep"
+  -L"$CUDA_ROOT/lib64" -L"$CUDA_ROOT/lib" -lcublasLt -lcudart -o "$RUN/gemm_sweep" ||
+  echo "gpu-build: gemm_sweep did not build (cuBLASLt not under $CUDA_ROOT); the rest is staged" >&2
 echo "gpu-build: built $BUILD, staged $RUN ($(du -sh "$RUN" | cut -f1)); on the GPU machine run"
 echo "  scripts/gpu-check-ops.sh   (carry $RUN)"
