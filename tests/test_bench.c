@@ -48,6 +48,21 @@ static int count(const char *hay, const char *needle) {
     return n;
 }
 
+typedef int (*bench_writer)(const gt_bench_report *rep, const char *path, gt_error *err);
+
+/* Writes rep with `write` as dir/name, dir a fresh temporary folder (the caller removes both),
+ * and returns the file's text (the caller frees it). */
+static char *write_and_read(const gt_bench_report *rep, bench_writer write, const char *name,
+                            char dir[256], char path[300]) {
+    gt_test_tmpdir(dir, 256);
+    snprintf(path, 300, "%s/%s", dir, name);
+    gt_error err = {0};
+    if (write(rep, path, &err)) fail_msg("writing %s: %s", path, err.msg);
+    char *text = read_all(path);
+    assert_non_null(text);
+    return text;
+}
+
 static void run_modes(const char *modes, gt_bench_report *rep) {
     gt_config c;
     tiny_config(&c);
@@ -90,12 +105,7 @@ static void test_bench_json_has_every_field_and_modes_agree_bitwise(void **state
     assert_int_equal(rep.losses_identical, 1);
 
     char dir[256], path[300];
-    gt_test_tmpdir(dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/bench.json", dir);
-    gt_error err = {0};
-    assert_int_equal(gt_bench_write_json(&rep, path, &err), GT_OK);
-    char *json = read_all(path);
-    assert_non_null(json);
+    char *json = write_and_read(&rep, gt_bench_write_json, "bench.json", dir, path);
     static const char *const top[] = {"\"workload\": \"tiny-cpu\"",
                                       "\"backend\": \"cpu\"",
                                       "\"backend_detail\": \"CPU reference kernels",
@@ -217,12 +227,7 @@ static void test_plot_draws_a_bar_per_mode_to_scale_with_its_figures(void **stat
     run_modes("eager,attn,full_iteration", &rep);
     snprintf(rep.w.label, sizeof rep.w.label, "tiny<&>cpu"); /* escaped in the title */
     char dir[256], path[300];
-    gt_test_tmpdir(dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/bench.svg", dir);
-    gt_error err = {0};
-    assert_int_equal(gt_bench_write_svg(&rep, path, &err), GT_OK);
-    char *svg = read_all(path);
-    assert_non_null(svg);
+    char *svg = write_and_read(&rep, gt_bench_write_svg, "bench.svg", dir, path);
     static const char head[] = "<svg xmlns=\"http://www.w3.org/2000/svg\"";
     assert_int_equal(strncmp(svg, head, sizeof head - 1), 0);
     size_t len = strlen(svg);
@@ -260,6 +265,7 @@ static void test_plot_draws_a_bar_per_mode_to_scale_with_its_figures(void **stat
     /* a failed mode is written as its error, without a bar */
     rep.results[1].ok = 0;
     snprintf(rep.results[1].error.msg, sizeof rep.results[1].error.msg, "capture <failed>");
+    gt_error err = {0};
     assert_int_equal(gt_bench_write_svg(&rep, path, &err), GT_OK);
     svg = read_all(path);
     assert_non_null(svg);
