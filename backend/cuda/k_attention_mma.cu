@@ -67,6 +67,27 @@ static __device__ __forceinline__ void am_bar(int half) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(1 + half), "n"(AM_HALF) : "memory");
 }
 
+/* One step of a half's K/V loop over double-buffered tiles: copy the next tile nx (when it is
+ * still <= qt) into the buffer not in use, then wait for tile `cur` and hold the half until
+ * every thread's copies of it have landed. */
+static __device__ __forceinline__ void am_kv_step(bf16 *Ks, bf16 *Vs, const bf16 *qkv, int row_base,
+                                                  int cur, int nx, int qt, int T, int C, int kcol,
+                                                  int vcol, int hf) {
+    if (nx <= qt)
+        am_load_kv(Ks + (cur ^ 1) * AM_TILE_ELEMS, Vs + (cur ^ 1) * AM_TILE_ELEMS, qkv, row_base,
+                   nx * AM_T, T, C, kcol, vcol);
+    gt_cp_commit();
+    gt_cp_wait<1>();
+    am_bar(hf);
+}
+
+/* After a half's loop: a half without iterations still has its first copies in flight, and
+ * the exchange between halves that follows writes over their tiles. */
+static __device__ __forceinline__ void am_drain(int hf) {
+    gt_cp_wait<0>();
+    am_bar(hf);
+}
+
 /* Half 1 hands a 16 x 64 accumulator strip (slot k0..k0+31) to the same thread of half 0:
  * thread-minor layout, no bank conflicts; the caller puts, __syncthreads, then gets. */
 static __device__ __forceinline__ void am_put(float *x, const float (&a)[8][4], int k0) {
@@ -201,13 +222,8 @@ __global__ void __launch_bounds__(HALVES *AM_HALF)
     am_zero(o);
     uint32_t qf[4][4];
     for (int kt = hf, n = 0; kt <= qt; kt += HALVES, n++) {
-        int cur = n & 1, nx = kt + HALVES;
-        if (nx <= qt)
-            am_load_kv(Ks + (cur ^ 1) * AM_TILE_ELEMS, Vs + (cur ^ 1) * AM_TILE_ELEMS, qkv,
-                       row_base, nx * AM_T, T, g.C, kcol, vcol);
-        gt_cp_commit();
-        gt_cp_wait<1>();
-        am_bar(hf);
+        int cur = n & 1;
+        am_kv_step(Ks, Vs, qkv, row_base, cur, kt + HALVES, qt, T, g.C, kcol, vcol, hf);
         if (n == 0) am_frag_a(qf, Qs, w * 16);
         float s[8][4];
         am_dot_rows(s, qf, Ks + cur * AM_TILE_ELEMS);
@@ -250,8 +266,7 @@ __global__ void __launch_bounds__(HALVES *AM_HALF)
         am_acc_cols(o, pf, Vs + cur * AM_TILE_ELEMS);
         am_bar(hf); /* the next prefetch overwrites this buffer */
     }
-    gt_cp_wait<0>(); /* a half without iterations still has its first copies in flight */
-    am_bar(hf);      /* ... and the exchange below writes over their tiles */
+    am_drain(hf);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -387,8 +402,7 @@ __global__ void __launch_bounds__(HALVES *AM_HALF)
         am_acc_cols(dk, pa, Qc); /* dK += dS^T Q */
         am_bar(hf);
     }
-    gt_cp_wait<0>(); /* a half without iterations still has its first copies in flight */
-    am_bar(hf);      /* ... and the exchange below writes over their tiles */
+    am_drain(hf);
     if (HALVES == 2) {
         float *x = (float *)(am_smem + AM_HALF_BWD); /* half 1's region */
         if (hf == 1) {
@@ -439,13 +453,8 @@ __global__ void __launch_bounds__(HALVES *AM_HALF)
     am_zero(dq);
     uint32_t qf[4][4], of[4][4];
     for (int kt = hf, n = 0; kt <= qt; kt += HALVES, n++) {
-        int cur = n & 1, nx = kt + HALVES;
-        if (nx <= qt)
-            am_load_kv(Ks + (cur ^ 1) * AM_TILE_ELEMS, Vs + (cur ^ 1) * AM_TILE_ELEMS, qkv,
-                       row_base, nx * AM_T, T, g.C, kcol, vcol);
-        gt_cp_commit();
-        gt_cp_wait<1>();
-        am_bar(hf);
+        int cur = n & 1;
+        am_kv_step(Ks, Vs, qkv, row_base, cur, kt + HALVES, qt, T, g.C, kcol, vcol, hf);
         if (n == 0) {
             am_frag_a(qf, Qs, w * 16);
             am_frag_a(of, dOs, w * 16);
@@ -460,8 +469,7 @@ __global__ void __launch_bounds__(HALVES *AM_HALF)
         am_acc_cols(dq, da, Kc); /* dQ += dS K */
         am_bar(hf);
     }
-    gt_cp_wait<0>(); /* a half without iterations still has its first copies in flight */
-    am_bar(hf);      /* ... and the exchange below writes over their tiles */
+    am_drain(hf);
     if (HALVES == 2) {
         float *x = (float *)(am_smem + AM_HALF_BWD);
         if (hf == 1) am_put(x, dq, 0);
