@@ -442,16 +442,16 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
                   "mma, tc or simt)";
     else if (moe && *moe)
         bad_env = "GT_CUDA_MOE has an unknown value (use wgmma, mma, tc or simt)";
-    /* programmatic dependent launch needs compute capability 9.0 or newer */
+    /* programmatic dependent launch needs compute capability 9.0 or newer; the process-wide
+     * switch changes only once the whole environment was accepted */
+    int use_pdl = cc_major >= 9;
     if (pdl && !strcmp(pdl, "off"))
-        gt_cuda_pdl = 0;
+        use_pdl = 0;
     else if (pdl && *pdl && strcmp(pdl, "on"))
         bad_env = "GT_CUDA_PDL has an unknown value (use on or off)";
     else if (pdl && *pdl && cc_major < 9)
         bad_env = "GT_CUDA_PDL=on needs compute capability 9.0 or newer, which this GPU is not "
                   "(use off)";
-    else
-        gt_cuda_pdl = cc_major >= 9;
     if (bad_env) {
         free(b);
         free(ops);
@@ -461,6 +461,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
                             "default",
                             bad_env);
     }
+    gt_cuda_pdl = use_pdl;
     cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device);
     ops->alloc = cuda_alloc;
     ops->free = cuda_free;
