@@ -46,6 +46,7 @@ typedef struct gt_rng_site {
 
 typedef struct gt_graph_info {
     int nodes;
+    int memsets_replaced; /* memset nodes the backend turned into kernel nodes after capture */
     double capture_ms;
     double instantiate_ms;
 } gt_graph_info;

@@ -55,7 +55,7 @@ int gt_graph_capture(gt_backend *b, gt_stream *s, gt_capture_mode mode, const ch
 
     double t1 = now_ms();
     gt_graph *g = NULL;
-    gt_graph_info info = {0, 0, 0};
+    gt_graph_info info = {0, 0, 0, 0};
     gt_error end_err;
     gt_error_clear(&end_err);
     rc = b->ops->end_capture(b, s, &g, &info, &end_err);

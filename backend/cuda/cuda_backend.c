@@ -21,6 +21,9 @@ struct gt_graph {
 /* declared in cuda_backend.h; set when a backend is created: on from compute capability 9.0
  * unless GT_CUDA_PDL=off */
 int gt_cuda_pdl = 1;
+/* declared in cuda_backend.h; set when a backend is created: on unless
+ * GT_CUDA_GRAPH_MEMSET=node */
+int gt_cuda_graph_fill = 1;
 
 static double now_ms(void) {
     struct timespec ts;
@@ -297,6 +300,14 @@ static int cuda_end_capture(gt_backend *b, gt_stream *s, gt_graph **g, gt_graph_
         gt_error_wrap(err, "an op failed during capture: ");
         return rc;
     }
+    int replaced = 0;
+    if (gt_cuda_graph_fill) {
+        int rc = gt_cuda_graph_memsets_to_kernels(graph, &replaced, err);
+        if (rc) {
+            cudaGraphDestroy(graph);
+            return rc;
+        }
+    }
     cudaGraphExec_t exec = NULL;
     e = cudaGraphInstantiate(&exec, graph, 0);
     double t2 = now_ms();
@@ -319,6 +330,7 @@ static int cuda_end_capture(gt_backend *b, gt_stream *s, gt_graph **g, gt_graph_
         size_t nodes = 0;
         if (cudaGraphGetNodes(graph, NULL, &nodes) != cudaSuccess) cudaGetLastError();
         info->nodes = (int)nodes;
+        info->memsets_replaced = replaced;
         info->capture_ms = t1 - s->capture_t0_ms;
         info->instantiate_ms = t2 - t1;
     }
@@ -379,9 +391,9 @@ static void cuda_describe(gt_backend *b, char *buf, size_t n) {
     }
     snprintf(buf, n,
              "%s (compute capability %d.%d, %d SMs); GT_CUDA_ATTN=%s GT_CUDA_MOE=%s "
-             "GT_CUDA_PDL=%s",
+             "GT_CUDA_PDL=%s GT_CUDA_GRAPH_MEMSET=%s",
              p.name, p.major, p.minor, im->sm_count, attn[im->attn_mode], moe[im->moe_mode],
-             gt_cuda_pdl ? "on" : "off");
+             gt_cuda_pdl ? "on" : "off", gt_cuda_graph_fill ? "kernel" : "node");
 }
 
 int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
@@ -414,6 +426,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     const char *attn = getenv("GT_CUDA_ATTN");
     const char *moe = getenv("GT_CUDA_MOE");
     const char *pdl = getenv("GT_CUDA_PDL");
+    const char *fill = getenv("GT_CUDA_GRAPH_MEMSET");
     im->attn_mode = GT_ATTN_CUDNN;
     if (attn && !strcmp(attn, "simt"))
         im->attn_mode = GT_ATTN_SIMT;
@@ -452,6 +465,11 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     else if (pdl && *pdl && cc_major < 9)
         bad_env = "GT_CUDA_PDL=on needs compute capability 9.0 or newer, which this GPU is not "
                   "(use off)";
+    int use_fill = 1;
+    if (fill && !strcmp(fill, "node"))
+        use_fill = 0;
+    else if (fill && *fill && strcmp(fill, "kernel"))
+        bad_env = "GT_CUDA_GRAPH_MEMSET has an unknown value (use kernel or node)";
     if (bad_env) {
         free(b);
         free(ops);
@@ -462,6 +480,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
                             bad_env);
     }
     gt_cuda_pdl = use_pdl;
+    gt_cuda_graph_fill = use_fill;
     cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device);
     ops->alloc = cuda_alloc;
     ops->free = cuda_free;

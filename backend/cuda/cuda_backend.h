@@ -109,6 +109,10 @@ int gt_cuda_fail_call(gt_backend *b, cudaError_t e, const char *call, const char
  * compute capability 9.0 unless GT_CUDA_PDL=off; set when a CUDA backend is created, read by
  * every launch. */
 extern int gt_cuda_pdl;
+/* After capture, memset nodes become kernel nodes writing the same bytes (k_graph_fill.cu)
+ * unless GT_CUDA_GRAPH_MEMSET=node; set when a CUDA backend is created. */
+extern int gt_cuda_graph_fill;
+int gt_cuda_graph_memsets_to_kernels(cudaGraph_t g, int *replaced, gt_error *err);
 
 /* The raw CUDA stream of s (the legacy default stream for NULL). */
 static inline cudaStream_t gt_cuda_stream(gt_stream *s) {

@@ -218,8 +218,18 @@ __global__ void k_loss_accumulate(gt_step_state *st, const float *losses, int N,
     GT_PDL_ENTRY();
     __shared__ double sh[32];
     double acc = 0.0;
-    for (int i = threadIdx.x; i < N; i += blockDim.x)
-        acc += losses[i];
+    /* eight loads in flight a thread, added in index order as one at a time would */
+    for (int i0 = (int)threadIdx.x; i0 < N; i0 += 8 * (int)blockDim.x) {
+        float v[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int i = i0 + k * (int)blockDim.x;
+            v[k] = i < N ? losses[i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (i0 + k * (int)blockDim.x < N) acc += v[k];
+    }
     acc = block_sum_d(acc, sh);
     if (threadIdx.x == 0) st->loss += (float)(scale * acc);
 }

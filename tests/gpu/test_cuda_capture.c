@@ -3,7 +3,8 @@
  * the backend keeps working), and a global-mode capture of a whole training step (forward,
  * backward, gradient norm, AdamW) succeeds and replays bitwise equal to eager step by step.
  * Programmatic dependent launch (kernels starting while their predecessor finishes) changes
- * no bit, eager or replayed, and an unknown GT_CUDA_PDL is refused. */
+ * no bit, eager or replayed, nor does replacing a graph's memset nodes by fill kernels; an
+ * unknown GT_CUDA_PDL or GT_CUDA_GRAPH_MEMSET is refused. */
 #include "backend/cuda/cuda_backend.h" /* gt_cuda_pdl */
 #include "gpu/gpu_testutil.h"
 
@@ -314,7 +315,7 @@ static void test_programmatic_launch_changes_no_bit(void **state) {
     gpu_env *e = *state;
     gt_error err = {0};
     gt_backend *b = e->gpu;
-    enum { STEPS = 6, RUNS = 3 };
+    enum { STEPS = 6, RUNS = 4 };
     float loss[RUNS][STEPS], gn[RUNS][STEPS];
     model md;
     memset(&md, 0, sizeof md);
@@ -325,17 +326,24 @@ static void test_programmatic_launch_changes_no_bit(void **state) {
     g_read_f32(e, master0, md.master, np);
     gt_step_state st0;
     read_state(e, &st0, md.st);
-    int saved = gt_cuda_pdl;
+    int saved = gt_cuda_pdl, saved_fill = gt_cuda_graph_fill;
     for (int run = 0; run < RUNS; run++) {
         final[run] = malloc(np * 4);
-        gt_cuda_pdl = run > 0; /* run 0: plain launches; 1: programmatic; 2: in a graph */
+        /* run 0: plain launches; 1: programmatic; 2: in a graph with its memset nodes; 3: in
+         * a graph whose memset nodes became k_graph_fill kernel nodes */
+        gt_cuda_pdl = run > 0;
+        gt_cuda_graph_fill = run == 3;
         model_reset(e, &md, master0, &st0);
         gt_graph *g = NULL;
-        if (run == 2) {
+        if (run >= 2) {
             gt_graph_info info = {0};
             assert_int_equal(b->ops->begin_capture(b, e->gs, GT_CAPTURE_GLOBAL, &err), GT_OK);
             model_step(&md);
             if (b->ops->end_capture(b, e->gs, &g, &info, &err)) fail_msg("%s", err.msg);
+            printf("    run %d: %d nodes, %d memset nodes replaced by kernels\n", run, info.nodes,
+                   info.memsets_replaced);
+            if (run == 2) assert_int_equal(info.memsets_replaced, 0);
+            if (run == 3) assert_true(info.memsets_replaced > 0);
         }
         for (int i = 0; i < STEPS; i++) {
             if (g) {
@@ -349,10 +357,13 @@ static void test_programmatic_launch_changes_no_bit(void **state) {
         if (g) b->ops->graph_destroy(b, g);
     }
     gt_cuda_pdl = saved;
+    gt_cuda_graph_fill = saved_fill;
     assert_int_equal(b->ops->live_graphs(b), 0);
+    static const char *const what[RUNS] = {"", "programmatic launch",
+                                           "programmatic launch in a graph",
+                                           "programmatic launch in a graph of fill kernels"};
     for (int run = 1; run < RUNS; run++) {
-        printf("    %s: step %d loss %.7f against %.7f with plain launches\n",
-               run == 1 ? "programmatic launch" : "programmatic launch in a graph", STEPS,
+        printf("    %s: step %d loss %.7f against %.7f with plain launches\n", what[run], STEPS,
                (double)loss[run][STEPS - 1], (double)loss[0][STEPS - 1]);
         assert_memory_equal(loss[0], loss[run], sizeof loss[0]);
         assert_memory_equal(gn[0], gn[run], sizeof gn[0]);
@@ -381,6 +392,18 @@ static void test_unknown_pdl_setting_is_refused(void **state) {
     assert_non_null(strstr(err.msg, "GT_CUDA_PDL"));
     assert_non_null(strstr(err.msg, "on or off"));
     assert_int_equal(gt_cuda_pdl, saved); /* a refused setting leaves the running one alone */
+    int saved_fill = gt_cuda_graph_fill;
+    setenv("GT_CUDA_GRAPH_MEMSET", "sometimes", 1);
+    rc = gt_backend_create_cuda(&b, 0, &err);
+    unsetenv("GT_CUDA_GRAPH_MEMSET");
+    if (rc == GT_OK) {
+        gt_backend_destroy(b);
+        fail_msg("GT_CUDA_GRAPH_MEMSET=sometimes was accepted");
+    }
+    printf("    refused: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "GT_CUDA_GRAPH_MEMSET"));
+    assert_non_null(strstr(err.msg, "kernel or node"));
+    assert_int_equal(gt_cuda_graph_fill, saved_fill);
 }
 
 int main(void) {
