@@ -3,8 +3,9 @@
  * the backend keeps working), and a global-mode capture of a whole training step (forward,
  * backward, gradient norm, AdamW) succeeds and replays bitwise equal to eager step by step.
  * Programmatic dependent launch (kernels starting while their predecessor finishes) changes
- * no bit, eager or replayed, nor does replacing a graph's memset nodes by fill kernels; an
- * unknown GT_CUDA_PDL or GT_CUDA_GRAPH_MEMSET is refused. */
+ * no bit, eager or replayed, nor does replacing a graph's memset nodes by fill kernels (which
+ * write what memset nodes of every element size and shape write); an unknown GT_CUDA_PDL or
+ * GT_CUDA_GRAPH_MEMSET is refused. */
 #include "backend/cuda/cuda_backend.h" /* gt_cuda_pdl */
 #include "gpu/gpu_testutil.h"
 
@@ -375,6 +376,92 @@ static void test_programmatic_launch_changes_no_bit(void **state) {
         free(final[run]);
 }
 
+/* The memset-to-kernel pass on a chain of memset nodes of every element size, 1-D and 2-D,
+ * aligned and not, overlapping so that their order shows: the graph with the pass must
+ * leave the bytes that the same graph of memset nodes leaves, which the host model below
+ * must match too. Each node's in-edge comes from the previous one, a kernel once replaced, so
+ * the programmatic in-edges are exercised. */
+typedef struct fill_case {
+    size_t off, pitch, width, height;
+    unsigned value, elem;
+} fill_case;
+
+static void host_fill(unsigned char *buf, const fill_case *c) {
+    for (size_t y = 0; y < c->height; y++)
+        for (size_t x = 0; x < c->width; x++)
+            for (unsigned k = 0; k < c->elem; k++)
+                buf[c->off + y * c->pitch + x * c->elem + k] =
+                    (unsigned char)(c->value >> (8 * k)); /* little-endian */
+}
+
+static void run_fill_graph(cudaGraph_t g, void *dbuf, unsigned char *out, size_t bytes) {
+    cudaGraphExec_t ex = NULL;
+    assert_int_equal(cudaMemset(dbuf, 0x5A, bytes), cudaSuccess);
+    assert_int_equal(cudaGraphInstantiate(&ex, g, 0), cudaSuccess);
+    assert_int_equal(cudaGraphLaunch(ex, 0), cudaSuccess);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    assert_int_equal(cudaMemcpy(out, dbuf, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaGraphExecDestroy(ex);
+}
+
+static void test_fill_kernels_write_what_the_memset_nodes_would(void **state) {
+    (void)state;
+    enum { BYTES = 1 << 20, NCASE = 7 };
+    static const fill_case cases[NCASE] = {
+        {3, 0, 1000, 1, 0xA5u, 1},           /* bytes, unaligned */
+        {2, 0, 777, 1, 0x1234u, 2},          /* 16-bit, unaligned for 16-byte stores */
+        {16, 0, 1025, 1, 0xDEADBEEFu, 4},    /* 32-bit: 16-byte stores and a tail */
+        {4096, 512, 100, 9, 0x01020304u, 4}, /* 2-D, rows 16-byte aligned */
+        {70, 300, 77, 5, 0xBEEFu, 2},        /* 2-D, rows not aligned */
+        {0, 0, 600000, 1, 0u, 1},            /* large zeroing over the ones before */
+        {100, 0, 50, 1, 0x3Cu, 1},           /* on top of the zeroing */
+    };
+    unsigned char *want = malloc(BYTES), *got = malloc(BYTES);
+    memset(want, 0x5A, BYTES);
+    void *dbuf = NULL;
+    assert_int_equal(cudaMalloc(&dbuf, BYTES), cudaSuccess);
+    cudaGraph_t g = NULL, plain = NULL;
+    assert_int_equal(cudaGraphCreate(&g, 0), cudaSuccess);
+    cudaGraphNode_t prev = NULL;
+    for (int i = 0; i < NCASE; i++) {
+        const fill_case *c = &cases[i];
+        struct cudaMemsetParams mp;
+        memset(&mp, 0, sizeof mp);
+        mp.dst = (char *)dbuf + c->off;
+        mp.pitch = c->pitch ? c->pitch : c->width * c->elem;
+        mp.value = c->value;
+        mp.elementSize = c->elem;
+        mp.width = c->width;
+        mp.height = c->height;
+        cudaGraphNode_t n = NULL;
+        assert_int_equal(cudaGraphAddMemsetNode(&n, g, prev ? &prev : NULL, prev ? 1 : 0, &mp),
+                         cudaSuccess);
+        prev = n;
+        fill_case h = *c;
+        h.pitch = mp.pitch;
+        host_fill(want, &h);
+    }
+    assert_int_equal(cudaGraphClone(&plain, g), cudaSuccess);
+    run_fill_graph(plain, dbuf, got, BYTES); /* the memset nodes themselves */
+    assert_memory_equal(got, want, BYTES);
+    gt_error err = {0};
+    int replaced = 0;
+    if (gt_cuda_graph_memsets_to_kernels(g, &replaced, &err)) fail_msg("%s", err.msg);
+    printf("    %d memset nodes replaced by fill kernels (programmatic launch %s)\n", replaced,
+           gt_cuda_pdl ? "on" : "off");
+    assert_int_equal(replaced, NCASE);
+    size_t n = 0;
+    assert_int_equal(cudaGraphGetNodes(g, NULL, &n), cudaSuccess);
+    assert_int_equal(n, NCASE);
+    run_fill_graph(g, dbuf, got, BYTES);
+    assert_memory_equal(got, want, BYTES);
+    cudaGraphDestroy(plain);
+    cudaGraphDestroy(g);
+    cudaFree(dbuf);
+    free(want);
+    free(got);
+}
+
 static void test_unknown_pdl_setting_is_refused(void **state) {
     (void)state;
     gt_error err = {0};
@@ -413,6 +500,7 @@ int main(void) {
         T(test_capture_that_synchronizes_is_rejected_cleanly),
         T(test_global_capture_of_a_training_step_replays_bitwise_equal_to_eager),
         T(test_programmatic_launch_changes_no_bit),
+        T(test_fill_kernels_write_what_the_memset_nodes_would),
         T(test_unknown_pdl_setting_is_refused),
     };
     return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
