@@ -53,6 +53,29 @@ typedef struct gt_graph_info {
 
 typedef enum { GT_CAPTURE_THREAD_LOCAL = 0, GT_CAPTURE_GLOBAL = 1 } gt_capture_mode;
 
+/* The RMSNorm weight gradient in two steps, so that a model sums all its norms' gradients in
+ * one launch: rmsnorm_bwd_part leaves gt_rmsnorm_parts(N) partial rows, fixed by N alone so
+ * that the caller sizes and sums them without asking the backend (every backend writes that
+ * many), and colsum_many adds them up. */
+#define GT_RMSNORM_PARTS_MAX 512
+static inline int gt_rmsnorm_parts(int N) {
+    int rows = (N + 4 * GT_RMSNORM_PARTS_MAX - 1) / (4 * GT_RMSNORM_PARTS_MAX); /* per quarter */
+    if (rows < 1) rows = 1;
+    return N > 0 ? (N + 4 * rows - 1) / (4 * rows) : 0;
+}
+typedef struct gt_colsum_job {
+    float *out;        /* [d] */
+    const float *part; /* [parts, d] */
+    int parts, d;
+    int accumulate; /* out += sums; else out = sums */
+} gt_colsum_job;
+#define GT_COLSUM_MAX_JOBS 64 /* jobs one colsum_many call takes */
+/* At least gt_rmsnorm_parts(n) for every n <= N: how many rows to reserve for shapes up to N */
+static inline int gt_rmsnorm_parts_bound(int N) {
+    int q = (N + 3) / 4;
+    return q < GT_RMSNORM_PARTS_MAX ? q : GT_RMSNORM_PARTS_MAX;
+}
+
 typedef struct gt_backend_ops {
     /* ---- memory (only outside steps) ---- */
     int (*alloc)(gt_backend *b, size_t bytes, void **ptr, gt_error *err);
@@ -103,6 +126,12 @@ typedef struct gt_backend_ops {
     void (*rmsnorm_bwd)(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
                         const void *inp, const void *w, const float *rstd, int N, int d,
                         int accumulate);
+    /* as rmsnorm_bwd, but dw is left as gt_rmsnorm_parts(N) rows part[p][0..d): their column
+     * sums, in row order, are the dw of this call */
+    void (*rmsnorm_bwd_part)(gt_backend *b, gt_stream *s, void *dinp, float *part, const void *dout,
+                             const void *inp, const void *w, const float *rstd, int N, int d);
+    /* for each of n <= GT_COLSUM_MAX_JOBS jobs: out[c] (+)= sum over p in order of part[p][c] */
+    void (*colsum_many)(gt_backend *b, gt_stream *s, const gt_colsum_job *jobs, int n);
     /* out[n] = a[n] + x[n]; out may alias a or x */
     void (*add)(gt_backend *b, gt_stream *s, void *out, const void *a, const void *x, size_t n);
     /* out = in * keep / (1-p) with keep from Philox(site, step from st); in-place allowed */

@@ -74,9 +74,10 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
                               m->sc.bb, a->ln, dm->N, dm->qkv, dm->d, m->grad_acc);
     b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.bb, gt_model_param(m, a->qkv_w), dm->N, dm->qkv,
                             dm->d, 0);
-    /* rmsnorm_bwd adds into dres: the residual's own gradient plus the branch's */
-    b->ops->rmsnorm_bwd(b, s, m->sc.dres, gt_model_grad(m, a->norm_w), m->sc.dln, m->res[a->res_in],
-                        gt_model_param(m, a->norm_w), a->rstd, dm->N, dm->d, m->grad_acc);
+    /* adds into dres: the residual's own gradient plus the branch's; the norm weight's
+     * gradient is summed from a->dw_part at the end of the backward (model_run.c) */
+    b->ops->rmsnorm_bwd_part(b, s, m->sc.dres, a->dw_part, m->sc.dln, m->res[a->res_in],
+                             gt_model_param(m, a->norm_w), a->rstd, dm->N, dm->d);
 }
 
 void gt_mlp_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st) {
@@ -107,6 +108,6 @@ void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
                               p->ln, dm->N, 2 * dm->f, dm->d, m->grad_acc);
     b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.bb, gt_model_param(m, p->gu_w), dm->N, 2 * dm->f,
                             dm->d, 0);
-    b->ops->rmsnorm_bwd(b, s, m->sc.dres, gt_model_grad(m, p->norm_w), m->sc.dln, m->res[p->res_in],
-                        gt_model_param(m, p->norm_w), p->rstd, dm->N, dm->d, m->grad_acc);
+    b->ops->rmsnorm_bwd_part(b, s, m->sc.dres, p->dw_part, m->sc.dln, m->res[p->res_in],
+                             gt_model_param(m, p->norm_w), p->rstd, dm->N, dm->d);
 }

@@ -35,21 +35,23 @@ typedef struct gt_model_tensor_desc {
 typedef struct gt_attn_block {
     int res_in, res_out; /* residual stream buffers read and written */
     int norm_w, qkv_w, qkv_b, o_w, o_b;
-    void *ln;    /* [N, d] normalized input */
-    float *rstd; /* [N] */
-    void *qkv;   /* [N, (H + 2*KV) * hd] after rope */
-    void *att;   /* [N, H * hd] attention output */
-    float *lse;  /* [B, H, T] */
+    void *ln;       /* [N, d] normalized input */
+    float *rstd;    /* [N] */
+    float *dw_part; /* [gt_rmsnorm_parts_bound(N), d] the norm's weight-gradient partials */
+    void *qkv;      /* [N, (H + 2*KV) * hd] after rope */
+    void *att;      /* [N, H * hd] attention output */
+    float *lse;     /* [B, H, T] */
 } gt_attn_block;
 
 /* MLP block: rmsnorm -> gate_up (+bias) -> swiglu -> down (+bias) -> dropout -> add. */
 typedef struct gt_mlp_block {
     int res_in, res_out;
     int norm_w, gu_w, gu_b, down_w, down_b;
-    void *ln;    /* [N, d] */
-    float *rstd; /* [N] */
-    void *gu;    /* [N, 2f] gate then up */
-    void *h;     /* [N, f] swiglu output */
+    void *ln;       /* [N, d] */
+    float *rstd;    /* [N] */
+    float *dw_part; /* [gt_rmsnorm_parts_bound(N), d] */
+    void *gu;       /* [N, 2f] gate then up */
+    void *h;        /* [N, f] swiglu output */
 } gt_mlp_block;
 
 /* MoE block, split over three units: router (norm, logits, top-k, aux loss), preprocess
@@ -59,6 +61,7 @@ typedef struct gt_moe_block {
     int norm_w, router_w, gu_w, down_w;
     void *ln;            /* [N, d] */
     float *rstd;         /* [N] */
+    float *dw_part;      /* [gt_rmsnorm_parts_bound(N), d] */
     float *probs;        /* [N, E] */
     int32_t *topk_idx;   /* [N, k] */
     float *topk_w;       /* [N, k] */
@@ -116,6 +119,7 @@ struct gt_model {
     int wte, lm_w, final_w; /* tensor indices */
     void *lnf;              /* [N, d] final norm output */
     float *rstdf;           /* [N] */
+    float *dw_partf;        /* [gt_rmsnorm_parts_bound(N), d] */
     gt_model_scratch sc;
     gt_arena params, grads, acts, scratch;
     void *params_base; /* [n_params] act dtype */

@@ -37,8 +37,8 @@ void gt_moe_router_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) 
     /* sc.dln already holds the gradient through the experts (preprocess backward) */
     b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.e, gt_model_param(m, e->router_w), dm->N, dm->E,
                             dm->d, 1);
-    b->ops->rmsnorm_bwd(b, s, m->sc.dres, gt_model_grad(m, e->norm_w), m->sc.dln, m->res[e->res_in],
-                        gt_model_param(m, e->norm_w), e->rstd, dm->N, dm->d, m->grad_acc);
+    b->ops->rmsnorm_bwd_part(b, s, m->sc.dres, e->dw_part, m->sc.dln, m->res[e->res_in],
+                             gt_model_param(m, e->norm_w), e->rstd, dm->N, dm->d);
 }
 
 void gt_moe_preprocess_fwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {

@@ -297,6 +297,7 @@ static double flops_per_token(const gt_model *m) {
 static int plan_arenas(gt_model *m, gt_error *err) {
     const gt_model_dims *dm = &m->dm;
     size_t N = (size_t)dm->N, d = (size_t)dm->d, ae = m->act_elem, R = (size_t)dm->R;
+    size_t P = (size_t)gt_rmsnorm_parts_bound(dm->N); /* weight-gradient partial rows a norm */
     int rc;
     char nm[GT_ARENA_NAME_MAX];
     PLAN(&m->params, "params", m->info.n_params * ae, &m->params_base);
@@ -317,6 +318,7 @@ static int plan_arenas(gt_model *m, gt_error *err) {
             gt_attn_block *a = &L->attn;
             ACT("layers.%d.attn.ln", N * d * ae, &a->ln);
             ACT("layers.%d.attn.rstd", N * sizeof(float), &a->rstd);
+            ACT("layers.%d.attn.dw_part", P * d * sizeof(float), &a->dw_part);
             ACT("layers.%d.attn.qkv", N * dm->qkv * ae, &a->qkv);
             ACT("layers.%d.attn.att", N * dm->H * dm->hd * ae, &a->att);
             ACT("layers.%d.attn.lse", N * dm->H * sizeof(float), &a->lse);
@@ -327,6 +329,7 @@ static int plan_arenas(gt_model *m, gt_error *err) {
             gt_mlp_block *p = &L->mlp;
             ACT("layers.%d.mlp.ln", N * d * ae, &p->ln);
             ACT("layers.%d.mlp.rstd", N * sizeof(float), &p->rstd);
+            ACT("layers.%d.mlp.dw_part", P * d * sizeof(float), &p->dw_part);
             ACT("layers.%d.mlp.gu", N * 2 * dm->f * ae, &p->gu);
             ACT("layers.%d.mlp.h", N * dm->f * ae, &p->h);
             if (N * dm->f > sc_a) sc_a = N * dm->f;
@@ -337,6 +340,7 @@ static int plan_arenas(gt_model *m, gt_error *err) {
             size_t E = (size_t)dm->E, k = (size_t)dm->k;
             ACT("layers.%d.moe.ln", N * d * ae, &e->ln);
             ACT("layers.%d.moe.rstd", N * sizeof(float), &e->rstd);
+            ACT("layers.%d.moe.dw_part", P * d * sizeof(float), &e->dw_part);
             ACT("layers.%d.moe.probs", N * E * sizeof(float), &e->probs);
             ACT("layers.%d.moe.topk_idx", N * k * sizeof(int32_t), &e->topk_idx);
             ACT("layers.%d.moe.topk_w", N * k * sizeof(float), &e->topk_w);
@@ -355,6 +359,7 @@ static int plan_arenas(gt_model *m, gt_error *err) {
 #undef ACT
     PLAN(&m->acts, "final_norm.ln", N * d * ae, &m->lnf);
     PLAN(&m->acts, "final_norm.rstd", N * sizeof(float), &m->rstdf);
+    PLAN(&m->acts, "final_norm.dw_part", P * d * sizeof(float), &m->dw_partf);
     gt_model_scratch *sc = &m->sc;
     PLAN(&m->scratch, "dres", N * d * ae, &sc->dres);
     PLAN(&m->scratch, "branch", N * d * ae, &sc->y);

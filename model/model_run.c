@@ -85,9 +85,38 @@ static void head_bwd(gt_model *m, gt_stream *s) {
     b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.logits, gt_model_param(m, m->lm_w), dm->N, dm->V,
                             dm->d, 0);
     b->ops->memset0(b, s, m->sc.dres, (size_t)dm->N * dm->d * m->act_elem);
-    b->ops->rmsnorm_bwd(b, s, m->sc.dres, gt_model_grad(m, m->final_w), m->sc.dln,
-                        m->res[m->n_res - 1], gt_model_param(m, m->final_w), m->rstdf, dm->N, dm->d,
-                        m->grad_acc);
+    b->ops->rmsnorm_bwd_part(b, s, m->sc.dres, m->dw_partf, m->sc.dln, m->res[m->n_res - 1],
+                             gt_model_param(m, m->final_w), m->rstdf, dm->N, dm->d);
+}
+
+/* Every norm weight's gradient from the partial rows its backward left: one colsum_many
+ * launch for all norms (as many as GT_COLSUM_MAX_JOBS a launch) instead of one column-sum
+ * kernel after each norm. Runs after the units, so it also sums what unit graphs left. */
+static void norm_grads(gt_model *m, gt_stream *s) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    gt_colsum_job jobs[GT_COLSUM_MAX_JOBS];
+    int n = 0, parts = gt_rmsnorm_parts(dm->N);
+    for (int l = 0; l <= m->num_layers; l++) {
+        const gt_layer *L = l < m->num_layers ? &m->layers[l] : NULL;
+        int w[3], nw = 0;
+        const float *part[3];
+        if (!L) {
+            w[nw] = m->final_w, part[nw++] = m->dw_partf;
+        } else {
+            if (L->has_attn) w[nw] = L->attn.norm_w, part[nw++] = L->attn.dw_part;
+            if (L->has_mlp) w[nw] = L->mlp.norm_w, part[nw++] = L->mlp.dw_part;
+            if (L->has_moe) w[nw] = L->moe.norm_w, part[nw++] = L->moe.dw_part;
+        }
+        for (int i = 0; i < nw; i++) {
+            if (n == GT_COLSUM_MAX_JOBS) {
+                b->ops->colsum_many(b, s, jobs, n);
+                n = 0;
+            }
+            jobs[n++] = (gt_colsum_job){gt_model_grad(m, w[i]), part[i], parts, dm->d, m->grad_acc};
+        }
+    }
+    b->ops->colsum_many(b, s, jobs, n);
 }
 
 void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
@@ -108,6 +137,7 @@ void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
     for (int l = m->num_layers - 1; l >= 0; l--)
         for (int u = m->layers[l].n_units - 1; u >= 0; u--)
             run_unit(m, s, l, u, 1, st, exec);
+    norm_grads(m, s);
     /* the embedding gradient is a scatter-add: overwriting it means zeroing it first */
     if (!accumulate)
         b->ops->memset0(b, s, gt_model_grad(m, m->wte),

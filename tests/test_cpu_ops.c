@@ -139,6 +139,49 @@ test_rmsnorm_forward_matches_formula_and_backward_matches_finite_differences(voi
     free(c.x), free(c.w), free(c.out), free(c.rstd), free(c.g), free(dx), free(dw);
 }
 
+/* The weight gradient in two steps: gt_rmsnorm_parts(N) partial rows, then colsum_many over
+ * an overwriting and an accumulating job, gives rmsnorm_bwd's dinp and dw bit for bit; too
+ * many jobs in one call are refused by name. */
+static void test_rmsnorm_partial_rows_and_colsum_many_give_rmsnorm_bwd(void **state) {
+    fixture *f = *state;
+    gt_backend *b = f->b;
+    const int N = 37, d = 24;
+    int parts = gt_rmsnorm_parts(N);
+    assert_int_equal(parts, 10); /* rows of 4 below N = 2048 */
+    assert_int_equal(gt_rmsnorm_parts(8192), GT_RMSNORM_PARTS_MAX);
+    assert_int_equal(gt_rmsnorm_parts(2049), 257);
+    for (int n = 1; n <= 9000; n += 7) /* the bound holds for every smaller shape */
+        assert_true(gt_rmsnorm_parts(n) <= gt_rmsnorm_parts_bound(9000));
+    float *x = rand_buf(f, N * d, 1.5f), *w = rand_buf(f, d, 1), *g = rand_buf(f, N * d, 1);
+    float *rstd = zeros(N), *y = zeros(N * d);
+    b->ops->rmsnorm_fwd(b, f->s, y, rstd, x, w, N, d, 1e-5f);
+    float *dx1 = rand_buf(f, N * d, 1), *dx2 = malloc((size_t)N * d * 4);
+    memcpy(dx2, dx1, (size_t)N * d * 4);
+    float *dw_acc = rand_buf(f, d, 1), *dw_acc2 = malloc((size_t)d * 4), *dw_set = zeros(d);
+    float *dw_ref = zeros(d), *part = rand_buf(f, parts * d, 1);
+    memcpy(dw_acc2, dw_acc, (size_t)d * 4);
+    for (int i = 0; i < d; i++)
+        dw_set[i] = NAN;
+    b->ops->rmsnorm_bwd(b, f->s, dx1, dw_acc, g, x, w, rstd, N, d, 1);
+    b->ops->rmsnorm_bwd(b, f->s, dx1, dw_ref, g, x, w, rstd, N, d, 0); /* dinp twice */
+    b->ops->rmsnorm_bwd_part(b, f->s, dx2, part, g, x, w, rstd, N, d);
+    b->ops->rmsnorm_bwd_part(b, f->s, dx2, part, g, x, w, rstd, N, d);
+    gt_colsum_job jobs[2] = {{dw_set, part, parts, d, 0}, {dw_acc2, part, parts, d, 1}};
+    b->ops->colsum_many(b, f->s, jobs, 2);
+    assert_memory_equal(dx1, dx2, (size_t)N * d * 4);
+    assert_memory_equal(dw_ref, dw_set, (size_t)d * 4);
+    assert_memory_equal(dw_acc, dw_acc2, (size_t)d * 4);
+    gt_colsum_job many[GT_COLSUM_MAX_JOBS + 1];
+    for (int j = 0; j <= GT_COLSUM_MAX_JOBS; j++)
+        many[j] = jobs[0];
+    b->ops->colsum_many(b, f->s, many, GT_COLSUM_MAX_JOBS + 1);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "colsum_many"));
+    free(x), free(w), free(g), free(rstd), free(y), free(dx1), free(dx2), free(dw_acc);
+    free(dw_acc2), free(dw_set), free(dw_ref), free(part);
+}
+
 /* ---------------- matmul ---------------- */
 
 typedef struct mm_ctx {
@@ -569,6 +612,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(
             test_rmsnorm_forward_matches_formula_and_backward_matches_finite_differences, setup,
             teardown),
+        cmocka_unit_test_setup_teardown(test_rmsnorm_partial_rows_and_colsum_many_give_rmsnorm_bwd,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_matmul_with_bias_forward_and_backward_match_reference,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_rope_rotates_q_and_k_only_and_backward_is_the_adjoint,

@@ -158,6 +158,60 @@ static void cpu_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw, 
     gt_cpu_submit(b, s, k_rmsnorm_bwd, &a, sizeof a);
 }
 
+/* The weight gradient left in gt_rmsnorm_parts(N) rows: row 0 holds the sum rmsnorm_bwd
+ * computes, the other rows zeros, so colsum_many gives back rmsnorm_bwd's dw bit for bit
+ * (x + 0.0f == x). */
+typedef struct rms_part_args {
+    rms_args r;
+    int parts;
+} rms_part_args;
+
+static void k_rmsnorm_bwd_part(const void *p) {
+    const rms_part_args *a = p;
+    k_rmsnorm_bwd(&a->r);
+    memset(a->r.stat + a->r.d, 0, (size_t)(a->parts - 1) * (size_t)a->r.d * sizeof(float));
+}
+
+static void cpu_rmsnorm_bwd_part(gt_backend *b, gt_stream *s, void *dinp, float *part,
+                                 const void *dout, const void *inp, const void *w,
+                                 const float *rstd, int N, int d) {
+    CPU_REQUIRE(b, N > 0 && d > 0, "rmsnorm_bwd_part: bad shape N=%d d=%d", N, d);
+    rms_part_args a = {{dinp, part, inp, w, dout, rstd, N, d, 0, 0}, gt_rmsnorm_parts(N)};
+    gt_cpu_submit(b, s, k_rmsnorm_bwd_part, &a, sizeof a);
+}
+
+typedef struct colsum_many_args {
+    gt_colsum_job jobs[GT_COLSUM_MAX_JOBS];
+    int n;
+} colsum_many_args;
+
+static void k_colsum_many(const void *p) {
+    const colsum_many_args *a = p;
+    for (int j = 0; j < a->n; j++) {
+        const gt_colsum_job *jb = &a->jobs[j];
+        for (int c = 0; c < jb->d; c++) {
+            float t = 0.0f;
+            for (int q = 0; q < jb->parts; q++)
+                t += jb->part[(size_t)q * (size_t)jb->d + (size_t)c];
+            jb->out[c] = (jb->accumulate ? jb->out[c] : 0.0f) + t;
+        }
+    }
+}
+
+static void cpu_colsum_many(gt_backend *b, gt_stream *s, const gt_colsum_job *jobs, int n) {
+    CPU_REQUIRE(b, n >= 0 && n <= GT_COLSUM_MAX_JOBS, "colsum_many: %d jobs (at most %d)", n,
+                GT_COLSUM_MAX_JOBS);
+    colsum_many_args a;
+    memset(&a, 0, sizeof a);
+    for (int j = 0; j < n; j++) {
+        CPU_REQUIRE(b, jobs[j].parts >= 0 && jobs[j].d > 0, "colsum_many: job %d: parts=%d d=%d", j,
+                    jobs[j].parts, jobs[j].d);
+        a.jobs[j] = jobs[j];
+    }
+    a.n = n;
+    gt_cpu_submit(b, s, k_colsum_many, &a, sizeof a);
+}
+
 /* ---- add ---- */
 
 typedef struct add_args {
@@ -399,6 +453,8 @@ void gt_cpu_register_dense_ops(gt_backend_ops *ops) {
     ops->embedding_bwd = cpu_embedding_bwd;
     ops->rmsnorm_fwd = cpu_rmsnorm_fwd;
     ops->rmsnorm_bwd = cpu_rmsnorm_bwd;
+    ops->rmsnorm_bwd_part = cpu_rmsnorm_bwd_part;
+    ops->colsum_many = cpu_colsum_many;
     ops->add = cpu_add;
     ops->dropout_fwd = cpu_dropout_fwd;
     ops->dropout_bwd = cpu_dropout_bwd;

@@ -10,10 +10,8 @@
 #include "core/philox.h"
 
 #define DENSE_THREADS 256
-#define RMS_BWD_ROWS 32   /* rows per block of the rmsnorm backward */
 #define RMS_MAX_COLS 32   /* columns per thread: d <= 256 * 32 */
 #define DBIAS_ROWS 64     /* rows per partial of the dbias column sums */
-#define RMS_WARP_ROWS 4   /* rows per warp of the vector rmsnorm backward */
 #define RMS_BWD_V_WARPS 4 /* warps per block of the vector rmsnorm backward */
 #define COLSUM_WARPS 32   /* warps per block of k_colsum_final_wide */
 #define RMS_VEC_MAX_K 8   /* vector rmsnorm kernels: d = 256 * K, K <= 8 */
@@ -238,11 +236,11 @@ __global__ void k_rmsnorm_fwd(bf16 *out, float *rstd, const bf16 *inp, const bf1
     if (lane == 0) rstd[row] = r;
 }
 
-/* Block = RMS_BWD_ROWS consecutive rows, processed in order; each thread owns the columns
+/* Block = `rows` consecutive rows, processed in order; each thread owns the columns
  * tid + k*blockDim, so its dw partial is summed in row order without atomics. */
 template <int COLS>
 __global__ void k_rmsnorm_bwd(bf16 *dinp, float *dw_part, const bf16 *dout, const bf16 *inp,
-                              const bf16 *w, const float *rstd, int N, int d) {
+                              const bf16 *w, const float *rstd, int N, int d, int rows) {
     GT_PDL_ENTRY();
     __shared__ float sh[32];
     float dwp[COLS], wv[COLS];
@@ -252,7 +250,7 @@ __global__ void k_rmsnorm_bwd(bf16 *dinp, float *dw_part, const bf16 *dout, cons
         dwp[k] = 0.0f;
         wv[k] = c < d ? ldf(w + c) : 0.0f;
     }
-    int r0 = blockIdx.x * RMS_BWD_ROWS, r1 = min(N, r0 + RMS_BWD_ROWS);
+    int r0 = blockIdx.x * rows, r1 = min(N, r0 + rows);
     for (int r = r0; r < r1; r++) {
         const bf16 *x = inp + (size_t)r * d, *dy = dout + (size_t)r * d;
         float rs = rstd[r];
@@ -286,8 +284,8 @@ __global__ void k_rmsnorm_bwd(bf16 *dinp, float *dw_part, const bf16 *dout, cons
 }
 
 /* Vector versions for d % 256 == 0 (K = d / 256 chunks of 8 columns per lane): one warp per
- * row, 16-byte loads. The backward's warp owns RMS_WARP_ROWS consecutive rows and keeps its
- * dw partial in registers, summed in row order; partials are then reduced per column. */
+ * row, 16-byte loads. The backward's warp owns consecutive rows and keeps its dw partial
+ * summed in row order; partials are then reduced per column. */
 template <int K>
 __global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const bf16 *w, int N,
                                 float eps) {
@@ -318,15 +316,14 @@ __global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const b
     if (lane == 0) rstd[row] = r;
 }
 
-/* One warp per row, rpw (<= RMS_WARP_ROWS) consecutive rows per warp, RMS_BWD_V_WARPS warps a
- * block (fewer rows a warp when N is small, so that every SM gets blocks).
+/* One warp per row, rpw consecutive rows per warp (ceil(N / 2048): 1 up to N = 2048, 4 at
+ * N = 8192), RMS_BWD_V_WARPS warps a block, gt_rmsnorm_parts(N) blocks.
  * A row's x, dy and dinp are loaded together, before the row's reduction, and kept in
  * registers as packed bf16, so each row waits on memory once (reloading them after the
  * reduction, with dinp's first load there, made the kernel latency-bound: 74 us a call at
  * llama1b's d = 2048 against 33 us of memory time). The weight stays in L1 and is read as
  * needed. Each warp sums its dw partial in row order in shared memory; the block then adds
- * its warps' partials in warp order and writes one partial row, so the partials are N / 16
- * rows, not N / 4. */
+ * its warps' partials in warp order and writes one partial row. */
 template <int K>
 __global__ void __launch_bounds__(RMS_BWD_V_WARPS * 32)
     k_rmsnorm_bwd_v(bf16 *dinp, float *dw_part, const bf16 *dout, const bf16 *inp, const bf16 *w,
@@ -425,27 +422,19 @@ static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd
     GT_CUDA_LAUNCHED(b, "rmsnorm_fwd");
 }
 
-static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
-                             const void *inp, const void *w, const float *rstd, int N, int d,
-                             int accumulate) {
-    if (d > DENSE_THREADS * RMS_MAX_COLS) {
-        gt_backend_fail(b, GT_ERR_UNSUPPORTED, "rmsnorm_bwd: d=%d exceeds the kernel's %d", d,
-                        DENSE_THREADS * RMS_MAX_COLS);
-        return;
-    }
+/* dinp += the input gradient; part[gt_rmsnorm_parts(N)][d] = the weight gradient's partial
+ * rows, block p summing rows [p * rows, (p + 1) * rows) with rows = 4 * ceil(N / 2048):
+ * at most GT_RMSNORM_PARTS_MAX blocks (256 at N = 1024, 512 at N = 8192). */
+static void rmsnorm_bwd_parts(gt_stream *s, void *dinp, float *part, const void *dout,
+                              const void *inp, const void *w, const float *rstd, int N, int d) {
+    int blocks = gt_rmsnorm_parts(N);
+    int rows = (N + blocks - 1) / blocks;
+    rows = (rows + RMS_BWD_V_WARPS - 1) / RMS_BWD_V_WARPS * RMS_BWD_V_WARPS;
+    cudaStream_t cs = gt_cuda_stream(s);
     if (d % 256 == 0 && d <= 256 * RMS_VEC_MAX_K && al16(dinp) && al16(dout) && al16(inp) &&
         al16(w)) {
-        /* RMS_WARP_ROWS rows a warp where that still gives two blocks an SM, else fewer */
-        int sms = ((gt_cuda_impl *)b->impl)->sm_count;
-        int rpw = N / (RMS_BWD_V_WARPS * 2 * (sms > 0 ? sms : 1));
-        rpw = rpw < 1 ? 1 : rpw > RMS_WARP_ROWS ? RMS_WARP_ROWS : rpw;
-        int rows_per_block = rpw * RMS_BWD_V_WARPS;
-        int blocks = (N + rows_per_block - 1) / rows_per_block;
-        float *part = (float *)gt_cuda_scratch(b, GT_SCRATCH_RMSNORM,
-                                               (size_t)blocks * d * sizeof(float), "rmsnorm_bwd");
-        if (!part || N <= 0) return;
+        int rpw = rows / RMS_BWD_V_WARPS; /* rows a warp */
         size_t shm = (size_t)RMS_BWD_V_WARPS * d * sizeof(float);
-        cudaStream_t cs = gt_cuda_stream(s);
         switch (d / 256) {
 #define RMS_BWD_V(K)                                                                               \
     case K:                                                                                        \
@@ -464,20 +453,12 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
         default:
             break;
         }
-        gt_launch(k_colsum_final_wide, (d + 31) / 32, COLSUM_WARPS * 32, 0, cs, dw, part, blocks, d,
-                  accumulate);
-        GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
         return;
     }
-    int blocks = (N + RMS_BWD_ROWS - 1) / RMS_BWD_ROWS;
-    float *part = (float *)gt_cuda_scratch(b, GT_SCRATCH_RMSNORM,
-                                           (size_t)blocks * d * sizeof(float), "rmsnorm_bwd");
-    if (!part || N <= 0 || d <= 0) return;
     int cols = (d + DENSE_THREADS - 1) / DENSE_THREADS; /* columns per thread */
-    cudaStream_t cs = gt_cuda_stream(s);
 #define RMS_BWD(C)                                                                                 \
     gt_launch(k_rmsnorm_bwd<C>, blocks, DENSE_THREADS, 0, cs, (bf16 *)dinp, part,                  \
-              (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, d)
+              (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, d, rows)
     if (cols <= 1)
         RMS_BWD(1);
     else if (cols <= 2)
@@ -491,9 +472,83 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
     else
         RMS_BWD(RMS_MAX_COLS);
 #undef RMS_BWD
-    gt_launch(k_colsum_final, (d + DENSE_THREADS - 1) / DENSE_THREADS, DENSE_THREADS, 0,
-              gt_cuda_stream(s), dw, part, blocks, d, accumulate);
+}
+
+static int rmsnorm_bwd_shape_ok(gt_backend *b, const char *op, int N, int d) {
+    if (d > DENSE_THREADS * RMS_MAX_COLS) {
+        gt_backend_fail(b, GT_ERR_UNSUPPORTED, "%s: d=%d exceeds the kernel's %d", op, d,
+                        DENSE_THREADS * RMS_MAX_COLS);
+        return 0;
+    }
+    return N > 0 && d > 0;
+}
+
+static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
+                             const void *inp, const void *w, const float *rstd, int N, int d,
+                             int accumulate) {
+    int parts = gt_rmsnorm_parts(N);
+    float *part = (float *)gt_cuda_scratch(
+        b, GT_SCRATCH_RMSNORM, (size_t)(parts > 0 ? parts : 1) * (d > 0 ? d : 1) * sizeof(float),
+        "rmsnorm_bwd");
+    if (!rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd", N, d) || !part) return;
+    rmsnorm_bwd_parts(s, dinp, part, dout, inp, w, rstd, N, d);
+    gt_launch(k_colsum_final_wide, (d + 31) / 32, COLSUM_WARPS * 32, 0, gt_cuda_stream(s), dw, part,
+              parts, d, accumulate);
     GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
+}
+
+static void cuda_rmsnorm_bwd_part(gt_backend *b, gt_stream *s, void *dinp, float *part,
+                                  const void *dout, const void *inp, const void *w,
+                                  const float *rstd, int N, int d) {
+    if (b->planning || !rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd_part", N, d)) return;
+    rmsnorm_bwd_parts(s, dinp, part, dout, inp, w, rstd, N, d);
+    GT_CUDA_LAUNCHED(b, "rmsnorm_bwd_part");
+}
+
+/* Every job's column sums in one launch: blockIdx.y is the job, and each block runs
+ * k_colsum_final_wide's sum over 32 columns (the same order, so the same bits). */
+typedef struct colsum_jobs {
+    gt_colsum_job j[GT_COLSUM_MAX_JOBS];
+} colsum_jobs;
+
+__global__ void __launch_bounds__(COLSUM_WARPS * 32)
+    k_colsum_many(const __grid_constant__ colsum_jobs jobs) {
+    GT_PDL_ENTRY();
+    __shared__ float sh[COLSUM_WARPS][32];
+    const gt_colsum_job *jb = &jobs.j[blockIdx.y];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, c = blockIdx.x * 32 + lane;
+    if (blockIdx.x * 32 >= (unsigned)jb->d) return; /* the whole block: no barrier below */
+    float acc = 0.0f;
+    if (c < jb->d)
+        for (int p = w; p < jb->parts; p += COLSUM_WARPS)
+            acc += jb->part[(size_t)p * jb->d + c];
+    sh[w][lane] = acc;
+    __syncthreads();
+    if (w == 0 && c < jb->d) {
+        float t = 0.0f;
+        for (int k = 0; k < COLSUM_WARPS; k++)
+            t += sh[k][lane];
+        jb->out[c] = (jb->accumulate ? jb->out[c] : 0.0f) + t;
+    }
+}
+
+static void cuda_colsum_many(gt_backend *b, gt_stream *s, const gt_colsum_job *jobs, int n) {
+    if (b->planning || n == 0) return;
+    if (n < 0 || n > GT_COLSUM_MAX_JOBS) {
+        gt_backend_fail(b, GT_ERR_INVALID, "colsum_many: %d jobs (at most %d)", n,
+                        GT_COLSUM_MAX_JOBS);
+        return;
+    }
+    colsum_jobs cj;
+    memset(&cj, 0, sizeof cj);
+    int dmax = 0;
+    for (int i = 0; i < n; i++) {
+        cj.j[i] = jobs[i];
+        dmax = jobs[i].d > dmax ? jobs[i].d : dmax;
+    }
+    dim3 grid((unsigned)(dmax + 31) / 32, (unsigned)n);
+    gt_launch(k_colsum_many, grid, COLSUM_WARPS * 32, 0, gt_cuda_stream(s), cj);
+    GT_CUDA_LAUNCHED(b, "colsum_many");
 }
 
 /* ---- add, dropout, swiglu ---- */
@@ -671,6 +726,8 @@ extern "C" void gt_cuda_register_dense_ops(gt_backend_ops *ops) {
     ops->embedding_bwd = cuda_embedding_bwd;
     ops->rmsnorm_fwd = cuda_rmsnorm_fwd;
     ops->rmsnorm_bwd = cuda_rmsnorm_bwd;
+    ops->rmsnorm_bwd_part = cuda_rmsnorm_bwd_part;
+    ops->colsum_many = cuda_colsum_many;
     ops->add = cuda_add;
     ops->dropout_fwd = cuda_dropout_fwd;
     ops->dropout_bwd = cuda_dropout_bwd;

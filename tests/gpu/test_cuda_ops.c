@@ -94,6 +94,8 @@ static void rmsnorm_case(gpu_env *e, int N, int d) {
     g_read_f32(e, got2, g_dw2, d);
     EXPECT_CLOSE("rmsnorm_bwd dw (+=)", got, c_dw, d, TOL_F32);
     assert_memory_equal(got, got2, (size_t)d * 4);
+    float *dw_init = malloc((size_t)d * 4);
+    memcpy(dw_init, dw0, (size_t)d * 4);
     /* accumulate 0 overwrites NaN-filled dw */
     for (int i = 0; i < d; i++)
         dw0[i] = NAN;
@@ -103,7 +105,37 @@ static void rmsnorm_case(gpu_env *e, int N, int d) {
     e->gpu->ops->rmsnorm_bwd(e->gpu, e->gs, g_dx2, g_dwo, g_dy, g_x, g_w, g_rstd, N, d, 0);
     g_read_f32(e, got, g_dwo, d);
     EXPECT_CLOSE("rmsnorm_bwd dw (=)", got, c_dwo, d, TOL_F32);
-    free(x), free(w), free(dy), free(dx0), free(dw0), free(got), free(got2);
+    /* the same in two steps, on both backends: the partial rows, then one colsum_many over an
+     * overwriting and an accumulating job, give rmsnorm_bwd's dinp and dw bit for bit */
+    int parts = gt_rmsnorm_parts(N);
+    assert_true(parts >= 1 && parts <= gt_rmsnorm_parts_bound(N));
+    float *g_part = g_f32(e, NULL, (size_t)parts * d), *c_part = c_f32(e, NULL, (size_t)parts * d);
+    void *g_dx3 = g_act(e, dx0, nd);
+    float *g_dw3 = g_f32(e, dw0, d), *g_dw4 = g_f32(e, dw_init, d);
+    float *c_dx3 = c_f32(e, dx0, nd), *c_dx4 = c_f32(e, dx0, nd);
+    float *c_dw3 = c_f32(e, dw0, d), *c_dw4 = c_f32(e, dw_init, d), *c_dw5 = c_f32(e, dw_init, d);
+    e->gpu->ops->rmsnorm_bwd_part(e->gpu, e->gs, g_dx3, g_part, g_dy, g_x, g_w, g_rstd, N, d);
+    gt_colsum_job gj[2] = {{g_dw3, g_part, parts, d, 0}, {g_dw4, g_part, parts, d, 1}};
+    e->gpu->ops->colsum_many(e->gpu, e->gs, gj, 2);
+    g_read_act(e, got, g_dx3, nd);
+    g_read_act(e, got2, g_dx, nd);
+    assert_memory_equal(got, got2, nd * 4);
+    g_read_f32(e, got, g_dw3, d);
+    g_read_f32(e, got2, g_dwo, d);
+    assert_memory_equal(got, got2, (size_t)d * 4);
+    g_read_f32(e, got, g_dw4, d);
+    g_read_f32(e, got2, g_dw, d);
+    assert_memory_equal(got, got2, (size_t)d * 4);
+    e->cpu->ops->rmsnorm_bwd_part(e->cpu, e->cs, c_dx3, c_part, c_f32(e, dy, nd), c_x, c_w, c_rstd,
+                                  N, d);
+    gt_colsum_job cj[2] = {{c_dw3, c_part, parts, d, 0}, {c_dw4, c_part, parts, d, 1}};
+    e->cpu->ops->colsum_many(e->cpu, e->cs, cj, 2);
+    e->cpu->ops->rmsnorm_bwd(e->cpu, e->cs, c_dx4, c_dw5, c_f32(e, dy, nd), c_x, c_w, c_rstd, N, d,
+                             1);
+    assert_memory_equal(c_dx3, c_dx4, nd * 4);
+    assert_memory_equal(c_dw3, c_dwo, (size_t)d * 4);
+    assert_memory_equal(c_dw4, c_dw5, (size_t)d * 4);
+    free(x), free(w), free(dy), free(dx0), free(dw0), free(dw_init), free(got), free(got2);
 }
 
 static void test_rmsnorm_matches_cpu_and_dw_is_deterministic(void **state) {
