@@ -176,6 +176,7 @@ static void cpu_rmsnorm_bwd_part(gt_backend *b, gt_stream *s, void *dinp, float 
                                  const void *dout, const void *inp, const void *w,
                                  const float *rstd, int N, int d) {
     CPU_REQUIRE(b, N > 0 && d > 0, "rmsnorm_bwd_part: bad shape N=%d d=%d", N, d);
+    CPU_REQUIRE(b, part != NULL, "rmsnorm_bwd_part: no buffer for the partial rows");
     rms_part_args a = {{dinp, part, inp, w, dout, rstd, N, d, 0, 0}, gt_rmsnorm_parts(N)};
     gt_cpu_submit(b, s, k_rmsnorm_bwd_part, &a, sizeof a);
 }

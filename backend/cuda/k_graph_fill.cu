@@ -12,12 +12,11 @@
  *
  * Measured on the H200 (stop 16, docs/benchmarks.md): the gaps in front of gpt124m's GEMMs
  * fell from 100 to 8 us a step and those in front of cuDNN's kernels from 71 to 4 us; steps
- * got 1-2% faster on tiny and up to 1% on gpt124m. (Under the CUPTI tracer of
+ * got 1.3-1.7% faster on tiny and 0.3-0.5% on gpt124m. (Under the CUPTI tracer of
  * scripts/gpu-timeline.sh, such a graph shows a 0.3-0.4 ms hole after its first node that
  * untraced runs do not have.) */
 #include "backend/cuda/cuda_common.cuh"
 
-#include <stdlib.h>
 #include <vector>
 
 #define FILL_THREADS 256
