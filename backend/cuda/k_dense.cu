@@ -13,7 +13,7 @@
 #define RMS_MAX_COLS 32   /* columns per thread: d <= 256 * 32 */
 #define DBIAS_ROWS 64     /* rows per partial of the dbias column sums */
 #define RMS_BWD_V_WARPS 4 /* warps per block of the vector rmsnorm backward */
-#define COLSUM_WARPS 32   /* warps per block of k_colsum_final_wide */
+#define COLSUM_WARPS 32   /* warps per block of k_colsum_many */
 #define RMS_VEC_MAX_K 8   /* vector rmsnorm kernels: d = 256 * K, K <= 8 */
 
 /* ---- conversion ---- */
@@ -61,29 +61,6 @@ __global__ void k_colsum_final(float *out, const float *part, int parts, int N, 
     for (int p = 0; p < parts; p++)
         acc += part[(size_t)p * N + c];
     out[c] = (accumulate ? out[c] : 0.0f) + acc;
-}
-
-/* out[c] (+)= sum over parts of part[p][c] for many parts: a block owns 32 columns, warp w
- * sums parts w, w + COLSUM_WARPS, ... in order, then the warp sums are added in warp order.
- * 32 warps a block: at d = 768 there are only 24 blocks, so the block must carry the
- * memory parallelism. */
-__global__ void __launch_bounds__(COLSUM_WARPS * 32)
-    k_colsum_final_wide(float *out, const float *part, int parts, int N, int accumulate) {
-    GT_PDL_ENTRY();
-    __shared__ float sh[COLSUM_WARPS][32];
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, c = blockIdx.x * 32 + lane;
-    float acc = 0.0f;
-    if (c < N)
-        for (int p = w; p < parts; p += COLSUM_WARPS)
-            acc += part[(size_t)p * N + c];
-    sh[w][lane] = acc;
-    __syncthreads();
-    if (w == 0 && c < N) {
-        float t = 0.0f;
-        for (int k = 0; k < COLSUM_WARPS; k++)
-            t += sh[k][lane];
-        out[c] = (accumulate ? out[c] : 0.0f) + t;
-    }
 }
 
 extern "C" void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const void *dout, int M,
@@ -483,30 +460,10 @@ static int rmsnorm_bwd_shape_ok(gt_backend *b, const char *op, int N, int d) {
     return N > 0 && d > 0;
 }
 
-static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
-                             const void *inp, const void *w, const float *rstd, int N, int d,
-                             int accumulate) {
-    int parts = gt_rmsnorm_parts(N);
-    float *part = (float *)gt_cuda_scratch(
-        b, GT_SCRATCH_RMSNORM, (size_t)(parts > 0 ? parts : 1) * (d > 0 ? d : 1) * sizeof(float),
-        "rmsnorm_bwd");
-    if (!rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd", N, d) || !part) return;
-    rmsnorm_bwd_parts(s, dinp, part, dout, inp, w, rstd, N, d);
-    gt_launch(k_colsum_final_wide, (d + 31) / 32, COLSUM_WARPS * 32, 0, gt_cuda_stream(s), dw, part,
-              parts, d, accumulate);
-    GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
-}
-
-static void cuda_rmsnorm_bwd_part(gt_backend *b, gt_stream *s, void *dinp, float *part,
-                                  const void *dout, const void *inp, const void *w,
-                                  const float *rstd, int N, int d) {
-    if (b->planning || !rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd_part", N, d)) return;
-    rmsnorm_bwd_parts(s, dinp, part, dout, inp, w, rstd, N, d);
-    GT_CUDA_LAUNCHED(b, "rmsnorm_bwd_part");
-}
-
-/* Every job's column sums in one launch: blockIdx.y is the job, and each block runs
- * k_colsum_final_wide's sum over 32 columns (the same order, so the same bits). */
+/* Every job's column sums in one launch, out[c] (+)= sum over p of part[p][c]: blockIdx.y is
+ * the job and a block owns 32 columns. Warp w sums parts w, w + COLSUM_WARPS, ... in order,
+ * then the warp sums are added in warp order. 32 warps a block: at d = 768 a job has only
+ * 24 blocks, so the block must carry the memory parallelism. */
 typedef struct colsum_jobs {
     gt_colsum_job j[GT_COLSUM_MAX_JOBS];
 } colsum_jobs;
@@ -549,6 +506,28 @@ static void cuda_colsum_many(gt_backend *b, gt_stream *s, const gt_colsum_job *j
     dim3 grid((unsigned)(dmax + 31) / 32, (unsigned)n);
     gt_launch(k_colsum_many, grid, COLSUM_WARPS * 32, 0, gt_cuda_stream(s), cj);
     GT_CUDA_LAUNCHED(b, "colsum_many");
+}
+
+static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
+                             const void *inp, const void *w, const float *rstd, int N, int d,
+                             int accumulate) {
+    int parts = gt_rmsnorm_parts(N);
+    float *part = (float *)gt_cuda_scratch(
+        b, GT_SCRATCH_RMSNORM, (size_t)(parts > 0 ? parts : 1) * (d > 0 ? d : 1) * sizeof(float),
+        "rmsnorm_bwd");
+    if (!rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd", N, d) || !part) return;
+    rmsnorm_bwd_parts(s, dinp, part, dout, inp, w, rstd, N, d);
+    GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
+    gt_colsum_job job = {dw, part, parts, d, accumulate};
+    cuda_colsum_many(b, s, &job, 1);
+}
+
+static void cuda_rmsnorm_bwd_part(gt_backend *b, gt_stream *s, void *dinp, float *part,
+                                  const void *dout, const void *inp, const void *w,
+                                  const float *rstd, int N, int d) {
+    if (b->planning || !rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd_part", N, d)) return;
+    rmsnorm_bwd_parts(s, dinp, part, dout, inp, w, rstd, N, d);
+    GT_CUDA_LAUNCHED(b, "rmsnorm_bwd_part");
 }
 
 /* ---- add, dropout, swiglu ---- */
