@@ -76,6 +76,28 @@ static inline int gt_rmsnorm_parts_bound(int N) {
     return q < GT_RMSNORM_PARTS_MAX ? q : GT_RMSNORM_PARTS_MAX;
 }
 
+/* The rows of a flat gradient that may be nonzero: elements [offset, offset + rows * d) of the
+ * gradient array are `rows` rows of d, and row r is all zeros wherever dirty[r] == 0 (dirty:
+ * rows bytes, in device memory). embedding_bwd keeps the marks of the embedding gradient,
+ * whose rows only the step's tokens touch. A hint, never a change of results: grad_norm and
+ * adamw may skip the loads of unmarked rows (they are zero) or read them anyway; rows marked
+ * that hold zeros are allowed. dirty == NULL: nothing is known. */
+typedef struct gt_grad_rows {
+    uint8_t *dirty;
+    size_t offset, rows;
+    int d;
+} gt_grad_rows;
+#define GT_NO_GRAD_ROWS ((gt_grad_rows){NULL, 0, 0, 0})
+/* 1 when element i of the gradient lies in a row the marks say is zero */
+static inline int gt_grad_rows_zero(const gt_grad_rows *r, size_t i) {
+    return r->dirty && i >= r->offset && i - r->offset < r->rows * (size_t)r->d &&
+           !r->dirty[(i - r->offset) / (size_t)r->d];
+}
+/* 1 when the rows lie inside a gradient of n elements (or say nothing) */
+static inline int gt_grad_rows_fit(const gt_grad_rows *r, size_t n) {
+    return !r->dirty || (r->d > 0 && r->offset <= n && r->rows <= (n - r->offset) / (size_t)r->d);
+}
+
 typedef struct gt_backend_ops {
     /* ---- memory (only outside steps) ---- */
     int (*alloc)(gt_backend *b, size_t bytes, void **ptr, gt_error *err);
@@ -116,9 +138,14 @@ typedef struct gt_backend_ops {
     /* out[N,d] = wte[tokens[n]] */
     void (*embedding_fwd)(gt_backend *b, gt_stream *s, void *out, const int32_t *tokens,
                           const void *wte, int N, int d);
-    /* dwte[V,d] += scatter of dout by token; deterministic (fixed summation order) */
-    void (*embedding_bwd)(gt_backend *b, gt_stream *s, float *dwte, const void *dout,
-                          const int32_t *tokens, int N, int V, int d);
+    /* dwte[V,d] (+)= scatter of dout by token; deterministic (fixed summation order).
+     * overwrite: dwte is zeroed first, then summed into. dirty (V bytes, or NULL) marks the
+     * rows of dwte that may be nonzero (gt_grad_rows): with it, overwrite zeroes only the
+     * marked rows and clears their marks, and every row summed into gets marked; the caller
+     * keeps every unmarked row zero. Without it, overwrite zeroes all of dwte. */
+    void (*embedding_bwd)(gt_backend *b, gt_stream *s, float *dwte, uint8_t *dirty,
+                          const void *dout, const int32_t *tokens, int N, int V, int d,
+                          int overwrite);
     /* out = inp * rstd * w, rstd[n] = 1/sqrt(mean(inp[n]^2) + eps) */
     void (*rmsnorm_fwd)(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *inp,
                         const void *w, int N, int d, float eps);
@@ -186,13 +213,15 @@ typedef struct gt_backend_ops {
     void (*step_begin)(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched);
     /* st->micro++ (called after each micro-batch's backward) */
     void (*micro_next)(gt_backend *b, gt_stream *s, gt_step_state *st);
-    /* test hook: if st->step == st->inject_nan, set st->loss and grads[0] to NaN */
-    void (*inject_nan)(gt_backend *b, gt_stream *s, gt_step_state *st, float *grads);
+    /* test hook: if st->step == st->inject_nan, set st->loss and grads[0] to NaN, and mark
+     * the row of grads[0] when rows cover it */
+    void (*inject_nan)(gt_backend *b, gt_stream *s, gt_step_state *st, float *grads,
+                       gt_grad_rows rows);
     /* set GT_NAN_LOSS in st->nan_flags when check_loss and st->loss is not finite;
      * grad_norm = ||grads||_2 in a fixed order; set GT_NAN_GRAD when check_grad and the norm
      * is not finite. clip_coef = min(1, clip / (norm + 1e-6)) when clip > 0, else 1. */
     void (*grad_norm)(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads, size_t n,
-                      int check_loss, int check_grad, float clip);
+                      gt_grad_rows rows, int check_loss, int check_grad, float clip);
     /* AdamW over flat arrays: if st->nan_flags, set st->skipped and change nothing. Otherwise,
      * with t = st->step + 1, g = grads * clip_coef, weight decay on the first n_decay
      * elements: master -= lr * (mhat / (sqrt(vhat) + eps) + wd * master); params = master
@@ -200,7 +229,7 @@ typedef struct gt_backend_ops {
      * math is fp32, the update uses the new fp32 moments, and storing rounds them to
      * nearest-even (as Transformer Engine's FusedAdam does). */
     void (*adamw)(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
-                  void *m, void *v, size_t n, size_t n_decay, gt_adamw_params hp,
+                  gt_grad_rows rows, void *m, void *v, size_t n, size_t n_decay, gt_adamw_params hp,
                   gt_step_state *st);
     /* records the first NaN step, then st->step++ */
     void (*step_end)(gt_backend *b, gt_stream *s, gt_step_state *st);

@@ -91,6 +91,19 @@ void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
                                const int32_t *targets, float dscale, int accumulate,
                                gt_step_state *st, const gt_unit_exec *exec);
 
+/* The marks of the embedding gradient's rows that may be nonzero (V bytes in the grads arena,
+ * gt_grad_rows over the flat gradient array). The tokens of a step touch few of the
+ * vocabulary's rows, so while the marks are kept, the step's first micro-batch zeroes only the
+ * rows marked (those the last step touched) instead of the whole embedding gradient, and
+ * grad_norm and adamw skip the loads of the other rows, which are zero: the same bits as
+ * without them. Off until gt_model_track_embedding_rows, and then for good. Turn it on only
+ * while every gradient is still zero, and only when nothing but the model writes the
+ * gradients: a gradient-reduction hook adds rows other ranks touched, which the marks here
+ * do not know. While off, the first micro-batch zeroes the whole embedding gradient. */
+void gt_model_track_embedding_rows(gt_model *m);
+/* The marks for grad_norm and adamw; GT_NO_GRAD_ROWS while off */
+gt_grad_rows gt_model_grad_rows(const gt_model *m);
+
 /* Forward only (evaluation, no dropout): adds scale * mean loss into st->loss, where st is
  * a separate step state kept for evaluation. */
 void gt_model_forward_loss(gt_model *m, gt_stream *s, const int32_t *tokens, const int32_t *targets,

@@ -122,9 +122,11 @@ struct gt_model {
     float *dw_partf;        /* [gt_rmsnorm_parts_bound(N), d] */
     gt_model_scratch sc;
     gt_arena params, grads, acts, scratch;
-    void *params_base; /* [n_params] act dtype */
-    float *grads_base; /* [n_params] */
-    size_t act_elem;   /* bytes per act element */
+    void *params_base;  /* [n_params] act dtype */
+    float *grads_base;  /* [n_params] */
+    uint8_t *emb_dirty; /* [V] marks of the embedding gradient's rows (grads arena) */
+    int emb_track;      /* the marks are kept (gt_model_track_embedding_rows) */
+    size_t act_elem;    /* bytes per act element */
     gt_model_info info;
     float dscale;  /* of the running forward_backward (constant over a run) */
     int grad_acc;  /* of the running forward_backward: weight gradients += (1) or = (0) */

@@ -138,11 +138,20 @@ void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
         for (int u = m->layers[l].n_units - 1; u >= 0; u--)
             run_unit(m, s, l, u, 1, st, exec);
     norm_grads(m, s);
-    /* the embedding gradient is a scatter-add: overwriting it means zeroing it first */
-    if (!accumulate)
-        b->ops->memset0(b, s, gt_model_grad(m, m->wte),
-                        (size_t)dm->V * (size_t)dm->d * sizeof(float));
-    b->ops->embedding_bwd(b, s, gt_model_grad(m, m->wte), m->sc.dres, tokens, dm->N, dm->V, dm->d);
+    /* the embedding gradient is a scatter-add: overwriting it zeroes it first, all of it or
+     * only the rows the marks say may be nonzero */
+    b->ops->embedding_bwd(b, s, gt_model_grad(m, m->wte), m->emb_track ? m->emb_dirty : NULL,
+                          m->sc.dres, tokens, dm->N, dm->V, dm->d, !accumulate);
+}
+
+void gt_model_track_embedding_rows(gt_model *m) {
+    m->emb_track = m->emb_dirty != NULL;
+}
+
+gt_grad_rows gt_model_grad_rows(const gt_model *m) {
+    if (!m->emb_track) return GT_NO_GRAD_ROWS;
+    const gt_model_tensor_desc *t = &m->tensors[m->wte];
+    return (gt_grad_rows){m->emb_dirty, t->offset, (size_t)m->dm.V, m->dm.d};
 }
 
 void gt_model_forward_loss(gt_model *m, gt_stream *s, const int32_t *tokens, const int32_t *targets,

@@ -110,8 +110,9 @@ static void tiny_step(gt_backend *b, gt_stream *s, tiny *t) {
     b->ops->loss_accumulate(b, s, &t->st, t->losses, TM, 1.0f / TM);
     b->ops->dropout_bwd(b, s, t->logits, t->logits, TM * TV, 0.2f, site, &t->st);
     b->ops->matmul_bwd_weight(b, s, t->dw, NULL, t->logits, t->x, TM, TV, TK, 1);
-    b->ops->grad_norm(b, s, &t->st, t->dw, TV * TK, 1, 1, hp.clip_grad);
-    b->ops->adamw(b, s, t->w, t->w, t->dw, t->m, t->v, TV * TK, TV * TK, hp, &t->st);
+    b->ops->grad_norm(b, s, &t->st, t->dw, TV * TK, GT_NO_GRAD_ROWS, 1, 1, hp.clip_grad);
+    b->ops->adamw(b, s, t->w, t->w, t->dw, GT_NO_GRAD_ROWS, t->m, t->v, TV * TK, TV * TK, hp,
+                  &t->st);
     b->ops->step_end(b, s, &t->st);
 }
 

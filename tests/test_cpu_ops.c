@@ -35,7 +35,7 @@ static void test_embedding_gathers_rows_and_backward_sums_repeated_tokens(void *
     float *dout = rand_buf(f, (size_t)N * d, 1), *dwte = zeros((size_t)V * d);
     dwte[3] = 1.5f; /* row 1 must keep its old value: += */
     f->b->ops->embedding_fwd(f->b, f->s, out, tok, wte, N, d);
-    f->b->ops->embedding_bwd(f->b, f->s, dwte, dout, tok, N, V, d);
+    f->b->ops->embedding_bwd(f->b, f->s, dwte, NULL, dout, tok, N, V, d, 0);
     for (int n = 0; n < N; n++)
         for (int i = 0; i < d; i++)
             assert_true(out[n * d + i] == wte[tok[n] * d + i]);
@@ -55,11 +55,39 @@ static void test_embedding_rejects_token_outside_vocabulary(void **state) {
     fixture *f = *state;
     int32_t tok[2] = {1, 7};
     float wte[6] = {0}, dwte[6] = {0}, dout[4] = {1, 1, 1, 1};
-    f->b->ops->embedding_bwd(f->b, f->s, dwte, dout, tok, 2, 3, 2);
+    f->b->ops->embedding_bwd(f->b, f->s, dwte, NULL, dout, tok, 2, 3, 2, 0);
     gt_error err = {0};
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "vocab"));
     (void)wte;
+}
+
+/* Overwriting with row marks zeroes only the marked rows and clears their marks, marks every
+ * row summed into, and gives the bits of overwriting without marks when the unmarked rows are
+ * zero; an accumulating call leaves the marked rows' old values and adds. */
+static void test_embedding_backward_keeps_row_marks(void **state) {
+    fixture *f = *state;
+    const int V = 6, d = 3, N = 4;
+    int32_t tok[4] = {4, 1, 4, 2};
+    float *dout = rand_buf(f, (size_t)N * d, 1), *plain = zeros((size_t)V * d);
+    float *marked = zeros((size_t)V * d);
+    uint8_t dirty[6] = {0, 0, 0, 1, 0, 1}; /* rows 3 and 5 hold old values */
+    for (int i = 0; i < d; i++)
+        marked[3 * d + i] = 2.0f, marked[5 * d + i] = -1.0f, plain[3 * d + i] = 9.0f;
+    f->b->ops->embedding_bwd(f->b, f->s, plain, NULL, dout, tok, N, V, d, 1);
+    f->b->ops->embedding_bwd(f->b, f->s, marked, dirty, dout, tok, N, V, d, 1);
+    assert_memory_equal(marked, plain, (size_t)V * d * sizeof(float));
+    const uint8_t want[6] = {0, 1, 1, 0, 1, 0};
+    assert_memory_equal(dirty, want, sizeof want);
+    f->b->ops->embedding_bwd(f->b, f->s, marked, dirty, dout, tok, N, V, d, 0);
+    for (int i = 0; i < d; i++) {
+        assert_true(marked[1 * d + i] == dout[1 * d + i] + dout[1 * d + i]);
+        assert_true(marked[0 * d + i] == 0.0f);
+    }
+    assert_memory_equal(dirty, want, sizeof want);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(f->b, &err), GT_OK);
+    free(dout), free(plain), free(marked);
 }
 
 typedef struct emb_ctx {
@@ -80,7 +108,7 @@ static void test_embedding_backward_matches_finite_differences(void **state) {
     static const int32_t tok[6] = {3, 1, 3, 0, 3, 1}; /* token 2 unused: zero gradient */
     emb_ctx c = {f, rand_buf(f, 4 * 5, 1), zeros(6 * 5), rand_buf(f, 6 * 5, 1), tok, 6, 4, 5};
     float *dwte = zeros(4 * 5);
-    f->b->ops->embedding_bwd(f->b, f->s, dwte, c.g, tok, c.N, c.V, c.d);
+    f->b->ops->embedding_bwd(f->b, f->s, dwte, NULL, c.g, tok, c.N, c.V, c.d, 0);
     assert_true(fd_max_err(emb_loss, &c, c.wte, 4 * 5, dwte, "embedding dwte") < FD_REL_TOL);
     free(c.wte), free(c.out), free(c.g), free(dwte);
 }
@@ -605,6 +633,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(
             test_embedding_gathers_rows_and_backward_sums_repeated_tokens, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_embedding_backward_keeps_row_marks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_embedding_backward_matches_finite_differences, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_embedding_rejects_token_outside_vocabulary, setup,

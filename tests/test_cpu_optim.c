@@ -102,13 +102,13 @@ static void test_lr_schedule_rejects_unknown_style(void **state) {
 static void test_grad_norm_and_clip_coefficient(void **state) {
     fixture *f = *state;
     float g[3] = {3, 4, 12};
-    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 3, 1, 1, 1.0f);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 3, GT_NO_GRAD_ROWS, 1, 1, 1.0f);
     assert_float_equal(f->st.grad_norm, 13.0f, 1e-6);
     assert_float_equal(f->st.clip_coef, 1.0 / (13.0 + 1e-6), 1e-7);
     assert_int_equal(f->st.nan_flags, 0);
-    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 3, 1, 1, 100.0f);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 3, GT_NO_GRAD_ROWS, 1, 1, 100.0f);
     assert_true(f->st.clip_coef == 1.0f);
-    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 3, 1, 1, 0.0f);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 3, GT_NO_GRAD_ROWS, 1, 1, 0.0f);
     assert_true(f->st.clip_coef == 1.0f);
 }
 
@@ -120,7 +120,7 @@ static void test_adamw_first_step_matches_hand_computation_with_weight_decay(voi
     gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 0.0f, 0, 0};
     f->st.lr = 0.01f;
     f->st.step = 0;
-    f->b->ops->adamw(f->b, f->s, params, master, g, m, v, 3, 2, hp, &f->st);
+    f->b->ops->adamw(f->b, f->s, params, master, g, GT_NO_GRAD_ROWS, m, v, 3, 2, hp, &f->st);
     assert_float_equal(master[0], 0.989f, 1e-6);  /* 1 - 0.01 * (1 + 0.1 * 1) */
     assert_float_equal(master[1], -1.988f, 1e-6); /* -2 - 0.01 * (-1 + 0.1 * -2) */
     assert_float_equal(master[2], 0.49f, 1e-6);   /* not decayed: 0.5 - 0.01 */
@@ -139,7 +139,7 @@ static void test_adamw_bias_correction_uses_step_plus_one(void **state) {
     gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0, 0};
     f->st.lr = 0.01f;
     f->st.step = 1;
-    f->b->ops->adamw(f->b, f->s, master, master, g, m, v, 1, 1, hp, &f->st);
+    f->b->ops->adamw(f->b, f->s, master, master, g, GT_NO_GRAD_ROWS, m, v, 1, 1, hp, &f->st);
     assert_float_equal(m[0], 0.019f, 1e-8);
     assert_float_equal(master[0], 0.99f, 1e-5);
 }
@@ -148,10 +148,10 @@ static void test_adamw_applies_clip_coefficient_to_gradients(void **state) {
     fixture *f = *state;
     float master[2] = {0, 0}, g[2] = {3, 4}, m[2] = {0}, v[2] = {0};
     gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 0, 0};
-    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, 1, 1, hp.clip_grad);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, GT_NO_GRAD_ROWS, 1, 1, hp.clip_grad);
     assert_float_equal(f->st.clip_coef, 0.2f, 1e-6);
     f->st.lr = 0.1f;
-    f->b->ops->adamw(f->b, f->s, master, master, g, m, v, 2, 2, hp, &f->st);
+    f->b->ops->adamw(f->b, f->s, master, master, g, GT_NO_GRAD_ROWS, m, v, 2, 2, hp, &f->st);
     assert_float_equal(m[0], 0.06f, 1e-6); /* 0.1 * 3 * 0.2 */
     assert_float_equal(m[1], 0.08f, 1e-6);
     assert_float_equal(v[1], 0.001f * 0.64f, 1e-7);
@@ -184,8 +184,10 @@ static void test_adamw_bf16_moments_are_the_fp32_ones_rounded(void **state) {
             m32[i] = gt_bf16_to_float(m16[i]);
             v32[i] = gt_bf16_to_float(v16[i]);
         }
-        f->b->ops->adamw(f->b, f->s, w32, w32, g, m32, v32, N, N / 2, hp32, &f->st);
-        f->b->ops->adamw(f->b, f->s, w16, w16, g, m16, v16, N, N / 2, hp16, &f->st);
+        f->b->ops->adamw(f->b, f->s, w32, w32, g, GT_NO_GRAD_ROWS, m32, v32, N, N / 2, hp32,
+                         &f->st);
+        f->b->ops->adamw(f->b, f->s, w16, w16, g, GT_NO_GRAD_ROWS, m16, v16, N, N / 2, hp16,
+                         &f->st);
         assert_memory_equal(w32, w16, sizeof w32);
         int rounded = 0;
         for (int i = 0; i < N; i++) {
@@ -218,9 +220,9 @@ static void test_nan_loss_sets_flag_and_skips_update(void **state) {
     f->st.step = 7;
     f->st.lr = 0.1f;
     f->st.loss = NAN;
-    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, 1, 1, 1.0f);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, GT_NO_GRAD_ROWS, 1, 1, 1.0f);
     assert_int_equal(f->st.nan_flags, GT_NAN_LOSS);
-    f->b->ops->adamw(f->b, f->s, master, master, g, m, v, 2, 2, hp, &f->st);
+    f->b->ops->adamw(f->b, f->s, master, master, g, GT_NO_GRAD_ROWS, m, v, 2, 2, hp, &f->st);
     assert_true(master[0] == 1 && master[1] == 2 && m[0] == 0 && v[0] == 0);
     assert_int_equal(f->st.skipped, 1);
     f->b->ops->step_end(f->b, f->s, &f->st);
@@ -231,7 +233,7 @@ static void test_nan_loss_sets_flag_and_skips_update(void **state) {
     g[1] = INFINITY;
     f->st.loss = 1;
     f->st.nan_flags = 0;
-    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, 1, 1, 1.0f);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, GT_NO_GRAD_ROWS, 1, 1, 1.0f);
     assert_int_equal(f->st.nan_flags, GT_NAN_GRAD);
     f->b->ops->step_end(f->b, f->s, &f->st);
     assert_int_equal(f->st.nan_step, 7);
@@ -242,7 +244,7 @@ static void test_nan_checks_off_leave_flags_clear(void **state) {
     fixture *f = *state;
     float g[2] = {NAN, 1};
     f->st.loss = INFINITY;
-    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, 0, 0, 1.0f);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, GT_NO_GRAD_ROWS, 0, 0, 1.0f);
     assert_int_equal(f->st.nan_flags, 0);
     assert_true(isnan(f->st.grad_norm));
     f->b->ops->step_end(f->b, f->s, &f->st);
@@ -255,13 +257,66 @@ static void test_inject_nan_fires_only_at_its_step(void **state) {
     f->st.inject_nan = 3;
     f->st.step = 2;
     f->st.loss = 1.5f;
-    f->b->ops->inject_nan(f->b, f->s, &f->st, g);
+    f->b->ops->inject_nan(f->b, f->s, &f->st, g, GT_NO_GRAD_ROWS);
     assert_true(f->st.loss == 1.5f && g[0] == 1.0f);
     f->st.step = 3;
-    f->b->ops->inject_nan(f->b, f->s, &f->st, g);
+    f->b->ops->inject_nan(f->b, f->s, &f->st, g, GT_NO_GRAD_ROWS);
     assert_true(isnan(f->st.loss) && isnan(g[0]) && g[1] == 2.0f);
-    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, 1, 1, 1.0f);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, GT_NO_GRAD_ROWS, 1, 1, 1.0f);
     assert_int_equal(f->st.nan_flags, GT_NAN_LOSS | GT_NAN_GRAD);
+}
+
+/* The row marks (gt_grad_rows) skip unmarked rows: garbage there (NaN) changes neither the
+ * norm nor the update, which equal those of the same gradients with zeros there, bit for bit;
+ * the inject hook marks the row of grads[0]. Gradients: 2 plain elements, then 3 rows of 2. */
+static void test_grad_rows_skip_unmarked_rows_bit_for_bit(void **state) {
+    fixture *f = *state;
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    float zeros_g[8] = {0.5f, -1.0f, 0, 0, 0.25f, -0.75f, 0, 0};
+    float junk_g[8] = {0.5f, -1.0f, NAN, NAN, 0.25f, -0.75f, 1e30f, NAN};
+    uint8_t dirty[3] = {0, 1, 0};
+    gt_grad_rows rows = {dirty, 2, 3, 2};
+    float w_ref[8], w_got[8], m_ref[8] = {0}, m_got[8] = {0}, v_ref[8] = {0}, v_got[8] = {0};
+    for (int i = 0; i < 8; i++)
+        w_ref[i] = w_got[i] = 0.1f * (float)(i + 1);
+    f->st.lr = 0.01f;
+    f->st.step = 4;
+    f->b->ops->grad_norm(f->b, f->s, &f->st, zeros_g, 8, GT_NO_GRAD_ROWS, 1, 1, hp.clip_grad);
+    float norm_ref = f->st.grad_norm, clip_ref = f->st.clip_coef;
+    f->b->ops->adamw(f->b, f->s, w_ref, w_ref, zeros_g, GT_NO_GRAD_ROWS, m_ref, v_ref, 8, 8, hp,
+                     &f->st);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, junk_g, 8, rows, 1, 1, hp.clip_grad);
+    assert_int_equal(f->st.nan_flags, 0);
+    assert_true(f->st.grad_norm == norm_ref && f->st.clip_coef == clip_ref);
+    f->b->ops->adamw(f->b, f->s, w_got, w_got, junk_g, rows, m_got, v_got, 8, 8, hp, &f->st);
+    assert_memory_equal(w_got, w_ref, sizeof w_ref);
+    assert_memory_equal(m_got, m_ref, sizeof m_ref);
+    assert_memory_equal(v_got, v_ref, sizeof v_ref);
+    /* rows that start at element 0: the hook's NaN in grads[0] gets its row marked */
+    gt_grad_rows at0 = {dirty, 0, 3, 2};
+    dirty[0] = 0;
+    f->st.inject_nan = 4;
+    f->b->ops->inject_nan(f->b, f->s, &f->st, junk_g, at0);
+    assert_int_equal(dirty[0], 1);
+    f->b->ops->grad_norm(f->b, f->s, &f->st, junk_g, 8, at0, 1, 1, hp.clip_grad);
+    assert_true((f->st.nan_flags & GT_NAN_GRAD) != 0);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(f->b, &err), GT_OK);
+}
+
+static void test_grad_rows_past_the_gradients_are_refused(void **state) {
+    fixture *f = *state;
+    float g[8] = {0};
+    uint8_t dirty[4] = {0};
+    gt_grad_rows rows = {dirty, 2, 4, 2}; /* elements 2..10 of 8 */
+    f->b->ops->grad_norm(f->b, f->s, &f->st, g, 8, rows, 1, 1, 1.0f);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "reach past the 8 gradients"));
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    f->b->ops->adamw(f->b, f->s, g, g, g, rows, g, g, 8, 8, hp, &f->st);
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "adamw"));
 }
 
 int main(void) {
@@ -281,6 +336,8 @@ int main(void) {
         T(test_nan_loss_sets_flag_and_skips_update),
         T(test_nan_checks_off_leave_flags_clear),
         T(test_inject_nan_fires_only_at_its_step),
+        T(test_grad_rows_skip_unmarked_rows_bit_for_bit),
+        T(test_grad_rows_past_the_gradients_are_refused),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

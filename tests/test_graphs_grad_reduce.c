@@ -1,6 +1,7 @@
 /* The gradient-reduction hook: enqueued in every step between the backward and the gradient
  * norm, captured into a full-iteration graph and so run again on every replay, run eagerly
- * between per-unit graphs, and fixed once the first step has run. */
+ * between per-unit graphs, and fixed once the first step has run. Without one, the model keeps
+ * the embedding gradient's row marks, with the same bits. */
 #include "test_graphs_fixture.h"
 
 #define STEPS 8
@@ -117,10 +118,71 @@ static void test_hook_runs_before_the_gradient_norm(void **state) {
     free(r.snap_host);
 }
 
+/* A hook that changes nothing: the gradients stay the model's. */
+static void keep_grads(void *ctx, gt_backend *b, gt_stream *s, float *grads, size_t n) {
+    (void)ctx, (void)b, (void)s, (void)grads, (void)n;
+}
+
+typedef struct marks_run {
+    float loss[STEPS], grad_norm[STEPS];
+    float *master; /* [n] after the last step */
+    size_t n;
+    int marked; /* the model kept the embedding gradient's row marks */
+} marks_run;
+
+static void run_marks(const gt_config *c, gt_grad_reduce_fn fn, marks_run *out) {
+    gtf_assert_valid(c);
+    memset(out, 0, sizeof *out);
+    gt_error err = {0};
+    gt_trainer *t = NULL;
+    if (gt_trainer_create(&t, c, &err) != GT_OK) fail_msg("gt_trainer_create: %s", err.msg);
+    if (gt_trainer_set_grad_reduce(t, fn, NULL, &err) != GT_OK) fail_msg("%s", err.msg);
+    for (int i = 0; i < STEPS; i++) {
+        gt_step_stats st;
+        if (gt_trainer_step(t, &st, &err) != GT_OK) fail_msg("step %d: %s", i + 1, err.msg);
+        out->loss[i] = st.loss;
+        out->grad_norm[i] = st.grad_norm;
+    }
+    out->marked = gt_model_grad_rows(gt_trainer_model(t)).dirty != NULL;
+    out->n = gt_model_get_info(gt_trainer_model(t))->n_params;
+    out->master = calloc(out->n, sizeof(float));
+    assert_non_null(out->master);
+    if (gt_trainer_read_master(t, out->master, &err) != GT_OK) fail_msg("%s", err.msg);
+    gt_trainer_destroy(t);
+}
+
+/* Without a hook the model keeps the marks of the embedding gradient's rows (the tiny model's
+ * steps touch at most 32 of its 64 rows), zeroes only the marked rows and the optimizer skips
+ * the others; a hook turns the marks off. Both give the same bits (losses, gradient norms,
+ * master weights): eager, with per-unit graphs, in a full-iteration graph, with two
+ * micro-batches a step and with one. */
+static void test_row_marks_give_the_bits_of_a_full_zeroing(void **state) {
+    (void)state;
+    for (int variant = 0; variant < 4; variant++) {
+        gt_config c;
+        gtf_tiny_dense(&c);
+        c.model.cuda_graph_warmup_steps = WARMUP;
+        if (variant == 1) gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MLP);
+        if (variant >= 2) gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
+        if (variant == 3) c.train.global_batch_size = c.train.micro_batch_size;
+        marks_run marked, plain;
+        run_marks(&c, NULL, &marked);
+        run_marks(&c, keep_grads, &plain);
+        assert_true(marked.marked);
+        assert_false(plain.marked);
+        assert_memory_equal(marked.loss, plain.loss, sizeof marked.loss);
+        assert_memory_equal(marked.grad_norm, plain.grad_norm, sizeof marked.grad_norm);
+        assert_int_equal(marked.n, plain.n);
+        assert_memory_equal(marked.master, plain.master, marked.n * sizeof(float));
+        free(marked.master), free(plain.master);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hook_runs_in_every_mode_and_inside_replays),
         cmocka_unit_test(test_hook_runs_before_the_gradient_norm),
+        cmocka_unit_test(test_row_marks_give_the_bits_of_a_full_zeroing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

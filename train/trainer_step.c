@@ -37,10 +37,11 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
         o->micro_next(b, s, t->st);
     }
     if (t->grad_reduce) t->grad_reduce(t->grad_reduce_ctx, b, s, t->mi->grads, t->n_params);
-    if (t->inject_nan >= 0) o->inject_nan(b, s, t->st, t->mi->grads);
-    o->grad_norm(b, s, t->st, t->mi->grads, t->n_params, t->check_loss, t->check_grad,
+    gt_grad_rows rows = gt_model_grad_rows(t->m);
+    if (t->inject_nan >= 0) o->inject_nan(b, s, t->st, t->mi->grads, rows);
+    o->grad_norm(b, s, t->st, t->mi->grads, t->n_params, rows, t->check_loss, t->check_grad,
                  t->hp.clip_grad);
-    o->adamw(b, s, t->mi->params, t->master, t->mi->grads, t->adam_m, t->adam_v, t->n_params,
+    o->adamw(b, s, t->mi->params, t->master, t->mi->grads, rows, t->adam_m, t->adam_v, t->n_params,
              t->n_decay, t->hp, t->st);
     o->step_end(b, s, t->st);
 }
@@ -90,6 +91,9 @@ static int numeric_error(const gt_trainer *t, const gt_step_state *h, gt_error *
 
 int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     memset(stats, 0, sizeof *stats);
+    /* The first step fixes the hook. Without one, only the model writes the gradients, all
+     * zero until now, so the model may keep the marks of the embedding gradient's rows. */
+    if (!t->stepped && !t->grad_reduce) gt_model_track_embedding_rows(t->m);
     t->stepped = 1;
     double t0 = now_ms();
     int rc = GT_OK;

@@ -19,6 +19,8 @@ typedef struct emb_args {
     const float *x;        /* fwd: wte [V,d]; bwd: dout [N,d] */
     const int32_t *tokens; /* [N] */
     int N, V, d;
+    uint8_t *dirty; /* bwd: [V] marks of the rows of dwte that may be nonzero, or NULL */
+    int overwrite;  /* bwd: zero dwte (its marked rows, with marks) first */
 } emb_args;
 
 static void k_embedding_fwd(const void *p) {
@@ -41,6 +43,14 @@ static void k_embedding_fwd(const void *p) {
 /* Tokens in sequence order: each row of dwte sums its contributions in token order. */
 static void k_embedding_bwd(const void *p) {
     const emb_args *a = p;
+    size_t row = (size_t)a->d;
+    if (a->overwrite && !a->dirty) memset(a->dwte, 0, (size_t)a->V * row * sizeof(float));
+    if (a->overwrite && a->dirty)
+        for (int r = 0; r < a->V; r++)
+            if (a->dirty[r]) {
+                memset(a->dwte + (size_t)r * row, 0, row * sizeof(float));
+                a->dirty[r] = 0;
+            }
     for (int n = 0; n < a->N; n++) {
         int32_t t = a->tokens[n];
         if (t < 0 || t >= a->V) {
@@ -54,6 +64,7 @@ static void k_embedding_bwd(const void *p) {
         const float *dy = a->x + (size_t)n * a->d;
         for (int i = 0; i < a->d; i++)
             g[i] += dy[i];
+        if (a->dirty) a->dirty[t] = 1;
     }
 }
 
@@ -62,14 +73,15 @@ static void k_embedding_bwd(const void *p) {
 static void cpu_embedding_fwd(gt_backend *b, gt_stream *s, void *out, const int32_t *tokens,
                               const void *wte, int N, int d) {
     CPU_REQUIRE(b, N >= 0 && d > 0, "embedding_fwd: bad shape N=%d d=%d", N, d);
-    emb_args a = {b, out, NULL, wte, tokens, N, INT32_MAX, d};
+    emb_args a = {b, out, NULL, wte, tokens, N, INT32_MAX, d, NULL, 0};
     gt_cpu_submit(b, s, k_embedding_fwd, &a, sizeof a);
 }
 
-static void cpu_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, const void *dout,
-                              const int32_t *tokens, int N, int V, int d) {
+static void cpu_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, uint8_t *dirty,
+                              const void *dout, const int32_t *tokens, int N, int V, int d,
+                              int overwrite) {
     CPU_REQUIRE(b, N >= 0 && V > 0 && d > 0, "embedding_bwd: bad shape N=%d V=%d d=%d", N, V, d);
-    emb_args a = {b, NULL, dwte, dout, tokens, N, V, d};
+    emb_args a = {b, NULL, dwte, dout, tokens, N, V, d, dirty, overwrite != 0};
     gt_cpu_submit(b, s, k_embedding_bwd, &a, sizeof a);
 }
 

@@ -64,7 +64,8 @@ static void cpu_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr
 
 typedef struct st_args {
     gt_step_state *st;
-    float *grads; /* inject_nan only; may be NULL */
+    float *grads;      /* inject_nan only; may be NULL */
+    gt_grad_rows rows; /* inject_nan only */
 } st_args;
 
 static void k_micro_next(const void *p) {
@@ -75,7 +76,10 @@ static void k_inject_nan(const void *p) {
     const st_args *a = p;
     if (a->st->step != a->st->inject_nan) return;
     a->st->loss = NAN;
-    if (a->grads) a->grads[0] = NAN;
+    if (!a->grads) return;
+    a->grads[0] = NAN;
+    const gt_grad_rows *r = &a->rows;
+    if (r->dirty && r->offset == 0 && r->rows > 0) r->dirty[0] = 1;
 }
 
 static void k_step_end(const void *p) {
@@ -88,25 +92,26 @@ static void k_step_end(const void *p) {
 }
 
 static void submit_st(gt_backend *b, gt_stream *s, const char *what, gt_cpu_kernel fn,
-                      gt_step_state *st, float *grads) {
+                      gt_step_state *st, float *grads, gt_grad_rows rows) {
     if (!st) {
         gt_backend_fail(b, GT_ERR_INVALID, "%s: no step state given", what);
         return;
     }
-    st_args a = {st, grads};
+    st_args a = {st, grads, rows};
     gt_cpu_submit(b, s, fn, &a, sizeof a);
 }
 
 static void cpu_micro_next(gt_backend *b, gt_stream *s, gt_step_state *st) {
-    submit_st(b, s, "micro_next", k_micro_next, st, NULL);
+    submit_st(b, s, "micro_next", k_micro_next, st, NULL, GT_NO_GRAD_ROWS);
 }
 
-static void cpu_inject_nan(gt_backend *b, gt_stream *s, gt_step_state *st, float *grads) {
-    submit_st(b, s, "inject_nan", k_inject_nan, st, grads);
+static void cpu_inject_nan(gt_backend *b, gt_stream *s, gt_step_state *st, float *grads,
+                           gt_grad_rows rows) {
+    submit_st(b, s, "inject_nan", k_inject_nan, st, grads, rows);
 }
 
 static void cpu_step_end(gt_backend *b, gt_stream *s, gt_step_state *st) {
-    submit_st(b, s, "step_end", k_step_end, st, NULL);
+    submit_st(b, s, "step_end", k_step_end, st, NULL, GT_NO_GRAD_ROWS);
 }
 
 /* ---- grad_norm ---- */
@@ -115,6 +120,7 @@ typedef struct norm_args {
     gt_step_state *st;
     const float *grads;
     size_t n;
+    gt_grad_rows rows; /* rows known zero are skipped, as the device skips their loads */
     int check_loss, check_grad;
     float clip;
 } norm_args;
@@ -125,7 +131,7 @@ static void k_grad_norm(const void *p) {
     if (a->check_loss && !isfinite(st->loss)) st->nan_flags |= GT_NAN_LOSS;
     double ss = 0;
     for (size_t i = 0; i < a->n; i++)
-        ss += (double)a->grads[i] * a->grads[i];
+        if (!gt_grad_rows_zero(&a->rows, i)) ss += (double)a->grads[i] * a->grads[i];
     double norm = sqrt(ss);
     st->grad_norm = (float)norm;
     if (a->check_grad && !isfinite(st->grad_norm)) st->nan_flags |= GT_NAN_GRAD;
@@ -135,12 +141,19 @@ static void k_grad_norm(const void *p) {
 }
 
 static void cpu_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads,
-                          size_t n, int check_loss, int check_grad, float clip) {
+                          size_t n, gt_grad_rows rows, int check_loss, int check_grad, float clip) {
     if (!st || (n > 0 && !grads)) {
         gt_backend_fail(b, GT_ERR_INVALID, "grad_norm: missing step state or gradients");
         return;
     }
-    norm_args a = {st, grads, n, check_loss, check_grad, clip};
+    if (!gt_grad_rows_fit(&rows, n)) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "grad_norm: %zu rows of %d from element %zu reach past the %zu "
+                        "gradients; pass rows inside the gradient array",
+                        rows.rows, rows.d, rows.offset, n);
+        return;
+    }
+    norm_args a = {st, grads, n, rows, check_loss, check_grad, clip};
     gt_cpu_submit(b, s, k_grad_norm, &a, sizeof a);
 }
 
@@ -150,7 +163,8 @@ typedef struct adamw_args {
     float *params; /* [n] compute dtype (fp32 here); may alias master */
     float *master; /* [n] */
     const float *grads;
-    void *m, *v; /* fp32, or bf16 (uint16_t) where hp says so */
+    gt_grad_rows rows; /* rows known zero: g = 0 without reading them */
+    void *m, *v;       /* fp32, or bf16 (uint16_t) where hp says so */
     size_t n, n_decay;
     gt_adamw_params hp; /* constant for the run */
     gt_step_state *st;  /* step, lr, clip_coef, nan_flags read at run time */
@@ -170,7 +184,7 @@ static void k_adamw(const void *p) {
     float *mf = a->m, *vf = a->v;
     uint16_t *mh = a->m, *vh = a->v;
     for (size_t i = 0; i < a->n; i++) {
-        double g = (double)a->grads[i] * coef;
+        double g = gt_grad_rows_zero(&a->rows, i) ? 0.0 : (double)a->grads[i] * coef;
         /* fp32 moments as the device computes them; bf16 storage rounds them after the update
          * used them (Transformer Engine's FusedAdam does the same) */
         double m_old = a->hp.m_bf16 ? gt_bf16_to_float(mh[i]) : mf[i];
@@ -195,8 +209,8 @@ static void k_adamw(const void *p) {
 }
 
 static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
-                      void *m, void *v, size_t n, size_t n_decay, gt_adamw_params hp,
-                      gt_step_state *st) {
+                      gt_grad_rows rows, void *m, void *v, size_t n, size_t n_decay,
+                      gt_adamw_params hp, gt_step_state *st) {
     if (!st || n_decay > n || !(hp.beta1 >= 0 && hp.beta1 < 1) ||
         !(hp.beta2 >= 0 && hp.beta2 < 1) || !(hp.eps > 0) || !(hp.weight_decay >= 0)) {
         gt_backend_fail(b, GT_ERR_INVALID,
@@ -206,7 +220,14 @@ static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, float *master, 
                         (double)hp.weight_decay);
         return;
     }
-    adamw_args a = {params, master, grads, m, v, n, n_decay, hp, st};
+    if (!gt_grad_rows_fit(&rows, n)) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "adamw: %zu rows of %d from element %zu reach past the %zu gradients; "
+                        "pass rows inside the gradient array",
+                        rows.rows, rows.d, rows.offset, n);
+        return;
+    }
+    adamw_args a = {params, master, grads, rows, m, v, n, n_decay, hp, st};
     gt_cpu_submit(b, s, k_adamw, &a, sizeof a);
 }
 

@@ -88,24 +88,45 @@ __global__ void k_embedding_fwd(bf16 *out, const int32_t *tokens, const bf16 *wt
     }
 }
 
-__global__ void k_iota(int32_t *out, int N) {
+/* Before the sort: pos[i] = i for i < N; with marks (dirty, V bytes), also the marked rows of
+ * dwte zeroed and their marks cleared, thread t looking at row t and each warp zeroing the
+ * marked rows among its 32 together. One thread per max(N, V). */
+__global__ void k_embedding_prep(int32_t *pos, int N, float *dwte, uint8_t *dirty, int V, int d) {
     GT_PDL_ENTRY();
-    GT_GRID_STRIDE(i, (size_t)N) {
-        out[i] = (int32_t)i;
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < (size_t)N) pos[t] = (int32_t)t;
+    if (!dirty) return;
+    int lane = threadIdx.x & 31;
+    bool mine = t < (size_t)V && dirty[t];
+    unsigned marked = __ballot_sync(0xffffffffu, mine);
+    size_t first = t - lane;
+    bool vec = d % 4 == 0 && ((uintptr_t)dwte & 15u) == 0;
+    while (marked) {
+        int j = __ffs(marked) - 1;
+        marked &= marked - 1;
+        float *row = dwte + (first + j) * (size_t)d;
+        if (vec)
+            for (int c = 4 * lane; c < d; c += 128)
+                *(float4 *)(row + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+        else
+            for (int c = lane; c < d; c += 32)
+                row[c] = 0.0f;
     }
+    if (mine) dirty[t] = 0;
 }
 
 /* One warp per sorted position (tok: the tokens sorted, pos: their positions, in position
  * order among equal tokens); the warp at the head of a run of equal tokens sums the run's rows
- * in position order and adds them to dwte[token]. */
-__global__ void k_embedding_accum(float *dwte, const bf16 *dout, const uint32_t *toks,
-                                  const int32_t *pos, int N, int V, int d) {
+ * in position order, adds them to dwte[token] and marks the row in dirty (when given). */
+__global__ void k_embedding_accum(float *dwte, uint8_t *dirty, const bf16 *dout,
+                                  const uint32_t *toks, const int32_t *pos, int N, int V, int d) {
     GT_PDL_ENTRY();
     int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (w >= N) return;
     uint32_t tok = toks[w];
     if (w > 0 && toks[w - 1] == tok) return;
     if (tok >= (uint32_t)V) return;
+    if (dirty && lane == 0) dirty[tok] = 1;
     int end = w + 1;
     while (end < N && toks[end] == tok)
         end++;
@@ -162,15 +183,24 @@ static void cuda_embedding_fwd(gt_backend *b, gt_stream *s, void *out, const int
 
 /* The embedding gradient: the positions sorted by token (CUB's radix sort over the token's
  * bits, stable, so equal tokens keep position order and the sums are deterministic), then one
- * warp per run of equal tokens. Scratch: sorted tokens, positions in and out, CUB's storage. */
-static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, const void *dout,
-                               const int32_t *tokens, int N, int V, int d) {
-    if (N <= 0 || d <= 0 || V <= 0) return;
+ * warp per run of equal tokens. Scratch: sorted tokens, positions in and out, CUB's storage.
+ * Overwriting with marks zeroes only the marked rows (inside the prep kernel); without marks,
+ * the whole gradient. */
+static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, uint8_t *dirty,
+                               const void *dout, const int32_t *tokens, int N, int V, int d,
+                               int overwrite) {
+    if (N < 0 || d <= 0 || V <= 0) {
+        gt_backend_fail(b, GT_ERR_INVALID, "embedding_bwd: bad shape N=%d V=%d d=%d", N, V, d);
+        return;
+    }
+    cudaStream_t cs = gt_cuda_stream(s);
+    if (overwrite && !dirty && !b->planning)
+        GT_CUDA_OP(b, cudaMemsetAsync(dwte, 0, (size_t)V * d * sizeof(float), cs));
+    if (N == 0 && !(overwrite && dirty)) return;
     int bits = 1;
     while (bits < 31 && ((unsigned)(V - 1) >> bits) != 0)
         bits++;
     size_t cub_bytes = 0;
-    cudaStream_t cs = gt_cuda_stream(s);
     /* sizes only: nothing runs with a NULL storage pointer */
     cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const uint32_t *)NULL, (uint32_t *)NULL,
                                     (const int32_t *)NULL, (int32_t *)NULL, N, 0, bits, cs);
@@ -180,14 +210,22 @@ static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, const v
     if (!sc) return;
     uint32_t *toks = (uint32_t *)sc;
     int32_t *pos_in = (int32_t *)(sc + arr), *pos = (int32_t *)(sc + 2 * arr);
-    gt_launch(k_iota, gt_grid((size_t)N, DENSE_THREADS), DENSE_THREADS, 0, cs, pos_in, N);
+    size_t prep = (size_t)N > (size_t)V ? (size_t)N : (size_t)V;
+    /* one thread per position and per row, no grid-stride loop: at most 2^31 / 256 blocks */
+    unsigned prep_blocks = (unsigned)((prep + DENSE_THREADS - 1) / DENSE_THREADS);
+    gt_launch(k_embedding_prep, prep_blocks, DENSE_THREADS, 0, cs, pos_in, N, dwte,
+              overwrite ? dirty : (uint8_t *)NULL, V, d);
+    if (N == 0) {
+        GT_CUDA_LAUNCHED(b, "embedding_bwd");
+        return;
+    }
     /* token ids are in [0, V) (the data loaders check shards against the vocabulary): their
      * bits as unsigned */
     GT_CUDA_OP(b, cub::DeviceRadixSort::SortPairs(sc + 3 * arr, cub_bytes, (const uint32_t *)tokens,
                                                   toks, pos_in, pos, N, 0, bits, cs));
     int warps_per_block = DENSE_THREADS / 32;
     gt_launch(k_embedding_accum, (N + warps_per_block - 1) / warps_per_block, DENSE_THREADS, 0, cs,
-              dwte, (const bf16 *)dout, toks, pos, N, V, d);
+              dwte, dirty, (const bf16 *)dout, toks, pos, N, V, d);
     GT_CUDA_LAUNCHED(b, "embedding_bwd");
 }
 

@@ -141,12 +141,12 @@ static void model_step(model *md) {
     o->matmul_bwd_weight(b, s, md->dwqkv, NULL, md->dqkv, md->xn, NTOK, QKV_W, DM, 1);
     o->matmul_bwd_data(b, s, md->dxn, md->dqkv, md->wqkv, NTOK, QKV_W, DM, 0);
     o->rmsnorm_bwd(b, s, md->dx, md->dnorm_w, md->dxn, md->x, md->norm_w, md->rstd, NTOK, DM, 1);
-    o->embedding_bwd(b, s, md->dwte, md->dx, md->tokens, NTOK, VOC, DM);
+    o->embedding_bwd(b, s, md->dwte, NULL, md->dx, md->tokens, NTOK, VOC, DM, 0);
     o->micro_next(b, s, md->st);
     /* optimizer */
-    o->grad_norm(b, s, md->st, md->grads, md->nparam, 1, 1, hp.clip_grad);
-    o->adamw(b, s, md->params, md->master, md->grads, md->m, md->v, md->nparam, md->nparam, hp,
-             md->st);
+    o->grad_norm(b, s, md->st, md->grads, md->nparam, GT_NO_GRAD_ROWS, 1, 1, hp.clip_grad);
+    o->adamw(b, s, md->params, md->master, md->grads, GT_NO_GRAD_ROWS, md->m, md->v, md->nparam,
+             md->nparam, hp, md->st);
     o->step_end(b, s, md->st);
 }
 

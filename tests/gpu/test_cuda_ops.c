@@ -33,8 +33,8 @@ static void embedding_case(gpu_env *e, int N, int V, int d) {
     float *got = malloc(rows * d * sizeof *got), *got2 = malloc(rows * d * 4);
     float *c_out = c_f32(e, NULL, (size_t)N * d), *c_dw = c_f32(e, dw0, (size_t)V * d);
     e->cpu->ops->embedding_fwd(e->cpu, e->cs, c_out, c_i32(e, tok, N), c_f32(e, wte, V * d), N, d);
-    e->cpu->ops->embedding_bwd(e->cpu, e->cs, c_dw, c_f32(e, dout, (size_t)N * d), c_i32(e, tok, N),
-                               N, V, d);
+    e->cpu->ops->embedding_bwd(e->cpu, e->cs, c_dw, NULL, c_f32(e, dout, (size_t)N * d),
+                               c_i32(e, tok, N), N, V, d, 0);
     int32_t *g_tok = g_i32(e, tok, N);
     void *g_wte = g_act(e, wte, (size_t)V * d), *g_out = g_act(e, NULL, (size_t)N * d);
     void *g_dout = g_act(e, dout, (size_t)N * d);
@@ -42,9 +42,9 @@ static void embedding_case(gpu_env *e, int N, int V, int d) {
     g_read_act(e, got, g_out, (size_t)N * d);
     EXPECT_CLOSE("embedding_fwd out", got, c_out, (size_t)N * d, 1e-6);
     float *g_dw = g_f32(e, dw0, (size_t)V * d), *g_dw2 = g_f32(e, dw0, (size_t)V * d);
-    GPU_PLAN(e, e->gpu->ops->embedding_bwd(e->gpu, e->gs, g_dw, g_dout, g_tok, N, V, d));
-    e->gpu->ops->embedding_bwd(e->gpu, e->gs, g_dw, g_dout, g_tok, N, V, d);
-    e->gpu->ops->embedding_bwd(e->gpu, e->gs, g_dw2, g_dout, g_tok, N, V, d);
+    GPU_PLAN(e, e->gpu->ops->embedding_bwd(e->gpu, e->gs, g_dw, NULL, g_dout, g_tok, N, V, d, 0));
+    e->gpu->ops->embedding_bwd(e->gpu, e->gs, g_dw, NULL, g_dout, g_tok, N, V, d, 0);
+    e->gpu->ops->embedding_bwd(e->gpu, e->gs, g_dw2, NULL, g_dout, g_tok, N, V, d, 0);
     g_read_f32(e, got, g_dw, (size_t)V * d);
     g_read_f32(e, got2, g_dw2, (size_t)V * d);
     EXPECT_CLOSE("embedding_bwd dwte", got, c_dw, (size_t)V * d, TOL_F32);
@@ -514,11 +514,13 @@ static void test_optimizer_step_matches_cpu(void **state) {
         gt_backend *b = be ? e->gpu : e->cpu;
         gt_stream *s = be ? e->gs : e->cs;
         gt_step_state *st = be ? gst : cst;
-        if (be) GPU_PLAN(e, b->ops->grad_norm(b, s, st, g_g, n, 1, 1, hp.clip_grad));
+        if (be)
+            GPU_PLAN(e, b->ops->grad_norm(b, s, st, g_g, n, GT_NO_GRAD_ROWS, 1, 1, hp.clip_grad));
         b->ops->step_begin(b, s, st, sc);
-        b->ops->grad_norm(b, s, st, be ? g_g : c_g, n, 1, 1, hp.clip_grad);
+        b->ops->grad_norm(b, s, st, be ? g_g : c_g, n, GT_NO_GRAD_ROWS, 1, 1, hp.clip_grad);
         b->ops->adamw(b, s, be ? g_params : (void *)c_params, be ? g_master : c_master,
-                      be ? g_g : c_g, be ? g_m : c_m, be ? g_v : c_v, n, n_decay, hp, st);
+                      be ? g_g : c_g, GT_NO_GRAD_ROWS, be ? g_m : c_m, be ? g_v : c_v, n, n_decay,
+                      hp, st);
         b->ops->step_end(b, s, st);
     }
     read_state(e, &hs, gst);
@@ -557,7 +559,8 @@ static void test_adamw_bf16_moments_are_the_fp32_ones_rounded(void **state) {
         float *g_w32 = g_f32(e, master, n), *g_w16 = g_f32(e, master, n), *g_g = g_f32(e, grads, n);
         float *g_m32 = g_f32(e, NULL, n), *g_v32 = g_f32(e, NULL, n);
         void *g_m16 = g_act(e, NULL, n), *g_v16 = g_act(e, NULL, n), *g_p = g_act(e, NULL, n);
-        GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, hp.clip_grad));
+        GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, GT_NO_GRAD_ROWS, 1, 1,
+                                           hp.clip_grad));
         e->gpu->ops->memset0(e->gpu, e->gs, g_m16, n * 2);
         e->gpu->ops->memset0(e->gpu, e->gs, g_v16, n * 2);
         for (int step = 0; step < 2; step++) {
@@ -567,9 +570,11 @@ static void test_adamw_bf16_moments_are_the_fp32_ones_rounded(void **state) {
             e->gpu->ops->memcpy_h2d(e->gpu, e->gs, g_m32, m16, n * 4);
             e->gpu->ops->memcpy_h2d(e->gpu, e->gs, g_v32, v16, n * 4);
             g_sync(e);
-            e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, hp.clip_grad);
-            e->gpu->ops->adamw(e->gpu, e->gs, g_p, g_w32, g_g, g_m32, g_v32, n, n / 2, hp, gst);
-            e->gpu->ops->adamw(e->gpu, e->gs, g_p, g_w16, g_g, g_m16, g_v16, n, n / 2, hp16, gst);
+            e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, GT_NO_GRAD_ROWS, 1, 1, hp.clip_grad);
+            e->gpu->ops->adamw(e->gpu, e->gs, g_p, g_w32, g_g, GT_NO_GRAD_ROWS, g_m32, g_v32, n,
+                               n / 2, hp, gst);
+            e->gpu->ops->adamw(e->gpu, e->gs, g_p, g_w16, g_g, GT_NO_GRAD_ROWS, g_m16, g_v16, n,
+                               n / 2, hp16, gst);
             e->gpu->ops->step_end(e->gpu, e->gs, gst);
             g_read_f32(e, w32, g_w32, n);
             g_read_f32(e, w16, g_w16, n);
@@ -604,12 +609,13 @@ static void test_injected_nan_skips_the_update_and_is_recorded(void **state) {
     float *g_master = g_f32(e, master, n), *g_g = g_f32(e, grads, n), *g_m = g_f32(e, NULL, n);
     float *g_v = g_f32(e, NULL, n), *g_l = g_f32(e, losses, 10);
     void *g_params = g_act(e, master, n);
-    GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, 1.0f));
+    GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, GT_NO_GRAD_ROWS, 1, 1, 1.0f));
     e->gpu->ops->step_begin(e->gpu, e->gs, gst, sc);
     e->gpu->ops->loss_accumulate(e->gpu, e->gs, gst, g_l, 10, 1.0f);
-    e->gpu->ops->inject_nan(e->gpu, e->gs, gst, g_g);
-    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, 1, 1, 1.0f);
-    e->gpu->ops->adamw(e->gpu, e->gs, g_params, g_master, g_g, g_m, g_v, n, n, hp, gst);
+    e->gpu->ops->inject_nan(e->gpu, e->gs, gst, g_g, GT_NO_GRAD_ROWS);
+    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, GT_NO_GRAD_ROWS, 1, 1, 1.0f);
+    e->gpu->ops->adamw(e->gpu, e->gs, g_params, g_master, g_g, GT_NO_GRAD_ROWS, g_m, g_v, n, n, hp,
+                       gst);
     e->gpu->ops->step_end(e->gpu, e->gs, gst);
     read_state(e, &hs, gst);
     assert_int_equal(hs.nan_flags, GT_NAN_LOSS | GT_NAN_GRAD);
@@ -630,7 +636,8 @@ static void test_adamw_of_no_parameters_records_a_skip(void **state) {
     init.nan_flags = GT_NAN_LOSS;
     make_states(e, &init, &cst, &gst);
     float *g = g_f32(e, NULL, 4);
-    e->gpu->ops->adamw(e->gpu, e->gs, g_act(e, NULL, 4), g, g, g, g, 0, 0, hp, gst);
+    e->gpu->ops->adamw(e->gpu, e->gs, g_act(e, NULL, 4), g, g, GT_NO_GRAD_ROWS, g, g, 0, 0, hp,
+                       gst);
     read_state(e, &hs, gst);
     gt_error err = {0};
     assert_int_equal(gt_backend_check(e->gpu, &err), GT_OK);
@@ -648,10 +655,10 @@ static void test_grad_norm_is_deterministic_and_exact(void **state) {
     gt_step_state init = default_state(), *cst, *gst, h1, h2;
     make_states(e, &init, &cst, &gst);
     float *dg = g_f32(e, g, n);
-    GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f));
-    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f);
+    GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, GT_NO_GRAD_ROWS, 0, 1, 0.0f));
+    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, GT_NO_GRAD_ROWS, 0, 1, 0.0f);
     read_state(e, &h1, gst);
-    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, 0, 1, 0.0f);
+    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, dg, n, GT_NO_GRAD_ROWS, 0, 1, 0.0f);
     read_state(e, &h2, gst);
     printf("    grad_norm %.9g, host double %.9g\n", (double)h1.grad_norm, ref);
     assert_memory_equal(&h1.grad_norm, &h2.grad_norm, sizeof(float));

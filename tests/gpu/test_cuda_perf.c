@@ -141,7 +141,7 @@ static void run_rms(gpu_env *e, void *p) {
 }
 static void run_emb(gpu_env *e, void *p) {
     ew_ctx *c = p;
-    e->gpu->ops->embedding_bwd(e->gpu, e->gs, c->dwte, c->x, c->tok, c->N, c->V, c->d);
+    e->gpu->ops->embedding_bwd(e->gpu, e->gs, c->dwte, NULL, c->x, c->tok, c->N, c->V, c->d, 0);
 }
 static void run_ce(gpu_env *e, void *p) {
     ew_ctx *c = p;
@@ -150,9 +150,9 @@ static void run_ce(gpu_env *e, void *p) {
 static void run_opt(gpu_env *e, void *p) {
     ew_ctx *c = p;
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
-    e->gpu->ops->grad_norm(e->gpu, e->gs, c->st, c->grads, c->n, 1, 1, 1.0f);
-    e->gpu->ops->adamw(e->gpu, e->gs, c->params, c->master, c->grads, c->m, c->v, c->n, c->n, hp,
-                       c->st);
+    e->gpu->ops->grad_norm(e->gpu, e->gs, c->st, c->grads, c->n, GT_NO_GRAD_ROWS, 1, 1, 1.0f);
+    e->gpu->ops->adamw(e->gpu, e->gs, c->params, c->master, c->grads, GT_NO_GRAD_ROWS, c->m, c->v,
+                       c->n, c->n, hp, c->st);
 }
 
 static void test_memory_bound_ops_speed(void **state) {
