@@ -19,7 +19,7 @@ rm -rf "$RUN"
 mkdir -p "$RUN/lib"
 cp "$BUILD/graphtrain" "$BUILD"/gpu_test_* "$RUN/"
 for lib in libcmocka.so.0; do
-  src=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
+  src=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ && !found {print $NF; found = 1}')
   if [ -z "$src" ]; then
     echo "gpu-build: $lib not found; install it with apt-get install libcmocka0" >&2
     exit 1
