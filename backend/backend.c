@@ -1,4 +1,5 @@
-/* Backend-independent parts of the op interface: the sticky error and destruction. */
+/* Backend-independent parts of the op interface: the sticky error, the check of gradient row
+ * marks, and destruction. */
 #include "backend/backend.h"
 
 #include <stdarg.h>
@@ -12,6 +13,15 @@ void gt_backend_fail(gt_backend *b, int code, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(b->sticky.msg, sizeof b->sticky.msg, fmt, ap);
     va_end(ap);
+}
+
+int gt_grad_rows_check(gt_backend *b, const char *op, const gt_grad_rows *rows, size_t n) {
+    if (gt_grad_rows_fit(rows, n)) return 1;
+    gt_backend_fail(b, GT_ERR_INVALID,
+                    "%s: %zu rows of %d from element %zu reach past the %zu gradients; pass rows "
+                    "inside the gradient array",
+                    op, rows->rows, rows->d, rows->offset, n);
+    return 0;
 }
 
 int gt_backend_check(gt_backend *b, gt_error *err) {

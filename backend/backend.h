@@ -304,6 +304,9 @@ void gt_backend_destroy(gt_backend *b);
 /* Records an op failure (first one wins); used by backends inside steps. */
 void gt_backend_fail(gt_backend *b, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* 1 when rows lie inside a gradient of n elements; else records the op failure, naming op,
+ * and returns 0 (grad_norm and adamw of every backend). */
+int gt_grad_rows_check(gt_backend *b, const char *op, const gt_grad_rows *rows, size_t n);
 /* Returns the sticky error, if any, into err and clears it. */
 int gt_backend_check(gt_backend *b, gt_error *err);
 

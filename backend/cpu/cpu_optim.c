@@ -146,13 +146,7 @@ static void cpu_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const 
         gt_backend_fail(b, GT_ERR_INVALID, "grad_norm: missing step state or gradients");
         return;
     }
-    if (!gt_grad_rows_fit(&rows, n)) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "grad_norm: %zu rows of %d from element %zu reach past the %zu "
-                        "gradients; pass rows inside the gradient array",
-                        rows.rows, rows.d, rows.offset, n);
-        return;
-    }
+    if (!gt_grad_rows_check(b, "grad_norm", &rows, n)) return;
     norm_args a = {st, grads, n, rows, check_loss, check_grad, clip};
     gt_cpu_submit(b, s, k_grad_norm, &a, sizeof a);
 }
@@ -220,13 +214,7 @@ static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, float *master, 
                         (double)hp.weight_decay);
         return;
     }
-    if (!gt_grad_rows_fit(&rows, n)) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "adamw: %zu rows of %d from element %zu reach past the %zu gradients; "
-                        "pass rows inside the gradient array",
-                        rows.rows, rows.d, rows.offset, n);
-        return;
-    }
+    if (!gt_grad_rows_check(b, "adamw", &rows, n)) return;
     adamw_args a = {params, master, grads, rows, m, v, n, n_decay, hp, st};
     gt_cpu_submit(b, s, k_adamw, &a, sizeof a);
 }

@@ -283,20 +283,10 @@ static int gradnorm_blocks(size_t n) {
     return (int)blocks;
 }
 
-/* false (and the backend failed) when the rows reach past the n gradients */
-static bool rows_fit(gt_backend *b, const char *op, gt_grad_rows rows, size_t n) {
-    if (gt_grad_rows_fit(&rows, n)) return true;
-    gt_backend_fail(b, GT_ERR_INVALID,
-                    "%s: %zu rows of %d from element %zu reach past the %zu gradients; pass rows "
-                    "inside the gradient array",
-                    op, rows.rows, rows.d, rows.offset, n);
-    return false;
-}
-
 static void cuda_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const float *grads,
                            size_t n, gt_grad_rows rows, int check_loss, int check_grad,
                            float clip) {
-    if (!rows_fit(b, "grad_norm", rows, n)) return;
+    if (!gt_grad_rows_check(b, "grad_norm", &rows, n)) return;
     int blocks = gradnorm_blocks(n);
     double *part = (double *)gt_cuda_scratch(b, GT_SCRATCH_GRADNORM,
                                              (size_t)GN_MAX_BLOCKS * sizeof(double), "grad_norm");
@@ -341,7 +331,7 @@ static void adamw_launch(gt_backend *b, gt_stream *s, void *params, float *maste
 static void cuda_adamw(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
                        gt_grad_rows rows, void *m, void *v, size_t n, size_t n_decay,
                        gt_adamw_params hp, gt_step_state *st) {
-    if (!rows_fit(b, "adamw", rows, n) || b->planning) return;
+    if (!gt_grad_rows_check(b, "adamw", &rows, n) || b->planning) return;
     if (hp.m_bf16 && hp.v_bf16)
         adamw_launch<bf16, bf16>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
     else if (hp.m_bf16)
