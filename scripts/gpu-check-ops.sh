@@ -31,7 +31,7 @@ run() { # name timeout command...
 }
 
 # the CUDA backend's tests (GT_GPU_TESTS="..." to choose others from the run folder)
-for t in ${GT_GPU_TESTS:-gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture gpu_test_cuda_perf}; do
+for t in ${GT_GPU_TESTS:-gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture gpu_test_cuda_perf gpu_test_cuda_grad_rows}; do
   run "$t" "${TEST_LIMIT:-240}" "$BUILD/$t"
 done
 # the fp32 SIMT attention kernels (the tensor-core kernels' fallback) against the CPU too
@@ -55,7 +55,7 @@ run "gpu_test_cuda_perf_tc_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc \
 if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
   run "memcheck_gpu_test_cuda_moe_tc" "${SAN_LIMIT:-150}" env GT_CUDA_MOE=tc \
     compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/gpu_test_cuda_moe"
-  for t in gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture; do
+  for t in gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture gpu_test_cuda_grad_rows; do
     run "memcheck_$t" "${SAN_LIMIT:-150}" compute-sanitizer --tool memcheck \
       --report-api-errors no --error-exitcode 9 "$BUILD/$t"
   done
