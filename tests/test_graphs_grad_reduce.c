@@ -31,9 +31,15 @@ typedef struct hook_run {
     float loss[STEPS], grad_norm[STEPS];
     gt_step_mode mode[STEPS];
     float *snap_host; /* [n] the snapshot after the last step */
+    float *master;    /* [n] master weights after the last step */
     size_t n;
     int calls;
+    int marked; /* the model kept the embedding gradient's row marks */
 } hook_run;
+
+static void free_run(hook_run *r) {
+    free(r->snap_host), free(r->master);
+}
 
 static void run_with_hook(const gt_config *c, gt_grad_reduce_fn fn, hook_run *out) {
     gtf_assert_valid(c);
@@ -61,6 +67,10 @@ static void run_with_hook(const gt_config *c, gt_grad_reduce_fn fn, hook_run *ou
     assert_non_null(strstr(late.msg, "before the first step"));
     out->n = h.n;
     out->calls = h.calls;
+    out->marked = gt_model_grad_rows(gt_trainer_model(t)).dirty != NULL;
+    out->master = calloc(h.n, sizeof(float));
+    assert_non_null(out->master);
+    if (gt_trainer_read_master(t, out->master, &err) != GT_OK) fail_msg("%s", err.msg);
     out->snap_host = calloc(h.n, sizeof(float));
     assert_non_null(out->snap_host);
     b->ops->memcpy_d2h(b, gt_trainer_stream(t), out->snap_host, h.snap, h.n * sizeof(float));
@@ -96,7 +106,7 @@ static void test_hook_runs_in_every_mode_and_inside_replays(void **state) {
     for (size_t i = 0; i < eager.n; i++)
         nonzero += eager.snap_host[i] != 0.0f;
     assert_true(nonzero > 0);
-    free(eager.snap_host), free(units.snap_host), free(full.snap_host);
+    free_run(&eager), free_run(&units), free_run(&full);
 }
 
 /* The hook runs before the gradient norm (and so before clipping and AdamW) in every step of
@@ -115,40 +125,12 @@ static void test_hook_runs_before_the_gradient_norm(void **state) {
                      (double)r.grad_norm[i]);
         assert_true(r.loss[i] > 0.0f);
     }
-    free(r.snap_host);
+    free_run(&r);
 }
 
 /* A hook that changes nothing: the gradients stay the model's. */
 static void keep_grads(void *ctx, gt_backend *b, gt_stream *s, float *grads, size_t n) {
     (void)ctx, (void)b, (void)s, (void)grads, (void)n;
-}
-
-typedef struct marks_run {
-    float loss[STEPS], grad_norm[STEPS];
-    float *master; /* [n] after the last step */
-    size_t n;
-    int marked; /* the model kept the embedding gradient's row marks */
-} marks_run;
-
-static void run_marks(const gt_config *c, gt_grad_reduce_fn fn, marks_run *out) {
-    gtf_assert_valid(c);
-    memset(out, 0, sizeof *out);
-    gt_error err = {0};
-    gt_trainer *t = NULL;
-    if (gt_trainer_create(&t, c, &err) != GT_OK) fail_msg("gt_trainer_create: %s", err.msg);
-    if (gt_trainer_set_grad_reduce(t, fn, NULL, &err) != GT_OK) fail_msg("%s", err.msg);
-    for (int i = 0; i < STEPS; i++) {
-        gt_step_stats st;
-        if (gt_trainer_step(t, &st, &err) != GT_OK) fail_msg("step %d: %s", i + 1, err.msg);
-        out->loss[i] = st.loss;
-        out->grad_norm[i] = st.grad_norm;
-    }
-    out->marked = gt_model_grad_rows(gt_trainer_model(t)).dirty != NULL;
-    out->n = gt_model_get_info(gt_trainer_model(t))->n_params;
-    out->master = calloc(out->n, sizeof(float));
-    assert_non_null(out->master);
-    if (gt_trainer_read_master(t, out->master, &err) != GT_OK) fail_msg("%s", err.msg);
-    gt_trainer_destroy(t);
 }
 
 /* Without a hook the model keeps the marks of the embedding gradient's rows (the tiny model's
@@ -165,16 +147,16 @@ static void test_row_marks_give_the_bits_of_a_full_zeroing(void **state) {
         if (variant == 1) gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MLP);
         if (variant >= 2) gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
         if (variant == 3) c.train.global_batch_size = c.train.micro_batch_size;
-        marks_run marked, plain;
-        run_marks(&c, NULL, &marked);
-        run_marks(&c, keep_grads, &plain);
+        hook_run marked, plain;
+        run_with_hook(&c, NULL, &marked);
+        run_with_hook(&c, keep_grads, &plain);
         assert_true(marked.marked);
         assert_false(plain.marked);
         assert_memory_equal(marked.loss, plain.loss, sizeof marked.loss);
         assert_memory_equal(marked.grad_norm, plain.grad_norm, sizeof marked.grad_norm);
         assert_int_equal(marked.n, plain.n);
         assert_memory_equal(marked.master, plain.master, marked.n * sizeof(float));
-        free(marked.master), free(plain.master);
+        free_run(&marked), free_run(&plain);
     }
 }
 
