@@ -33,6 +33,7 @@ typedef struct gt_bench_options {
     gt_bench_mode modes[GT_BENCH_MAX_MODES];
     const char *label; /* workload name for the output, e.g. the recipe; may be NULL */
     int quiet;         /* no progress lines on stderr */
+    int same_process;  /* 1: every mode in this process; 0 (default): each in a child process */
 } gt_bench_options;
 
 /* Static figures of the workload (same for every mode). */
@@ -96,7 +97,12 @@ void gt_bench_workload_compute(gt_bench_workload *w, const gt_config *cfg, doubl
 
 /* Runs every mode of o on copies of cfg (mock data, train_iters raised as needed). A mode that
  * fails is recorded with ok = 0 and its error; the run continues with the next mode. Returns
- * an error only when nothing could run. Free with gt_bench_report_free. */
+ * an error only when nothing could run. Free with gt_bench_report_free.
+ * Unless o->same_process, each mode runs in a child process of its own (fork) and sends its
+ * result back through a pipe, so a mode is timed as a run of its own would be: in one process,
+ * the third trainer with cuDNN attention lost most of what programmatic launch gains (tiny's
+ * full_iteration 1.76 ms after two other modes against 1.67 ms alone, H200, 2026-11-29). A
+ * child that dies fails its mode, naming the signal or exit status. */
 int gt_bench_run(const gt_config *cfg, const gt_bench_options *o, gt_bench_report *rep,
                  gt_error *err);
 void gt_bench_report_free(gt_bench_report *rep);

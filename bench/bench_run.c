@@ -1,10 +1,16 @@
 /* Runs the bench modes: one trainer per mode on a copy of the config, the same number of steps
  * in every mode (so the learning-rate schedule and the losses line up), timing only the
  * steady-state steps after the eager warmup, the capture step and the bench warmup. */
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "config/rules.h"
@@ -165,6 +171,134 @@ done:
     free(ms);
 }
 
+/* ---- one mode in a child process ----
+ * The child runs run_mode and writes to the pipe: a header, the workload figures (when it
+ * computed them), the result with its losses pointer cleared, then the losses. */
+#define CHILD_MAGIC 0x43484247u /* "GBHC" read as a little-endian u32 */
+
+typedef struct child_header {
+    uint32_t magic;
+    int has_workload;
+    int n_losses;
+} child_header;
+
+static int write_all(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        c += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* 0 when all n bytes came; -1 on an error or an early end */
+static int read_all(int fd, void *p, size_t n) {
+    char *c = p;
+    while (n) {
+        ssize_t r = read(fd, c, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        c += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int send_result(int fd, const gt_bench_report *rep, const gt_bench_result *r,
+                       int has_workload) {
+    child_header h = {CHILD_MAGIC, has_workload, r->losses ? r->n_losses : 0};
+    gt_bench_result copy = *r;
+    copy.losses = NULL;
+    if (write_all(fd, &h, sizeof h)) return -1;
+    if (has_workload && write_all(fd, &rep->w, sizeof rep->w)) return -1;
+    if (write_all(fd, &copy, sizeof copy)) return -1;
+    return h.n_losses ? write_all(fd, r->losses, (size_t)h.n_losses * sizeof(float)) : 0;
+}
+
+/* Fills r (and rep->w when the child sent it); on failure r keeps only its mode. */
+static int recv_result(int fd, gt_bench_report *rep, gt_bench_result *r) {
+    child_header h;
+    gt_bench_mode mode = r->mode;
+    if (read_all(fd, &h, sizeof h) || h.magic != CHILD_MAGIC || h.n_losses < 0 ||
+        h.n_losses > 100000000)
+        return -1;
+    if (h.has_workload && read_all(fd, &rep->w, sizeof rep->w)) return -1;
+    if (read_all(fd, r, sizeof *r)) {
+        memset(r, 0, sizeof *r);
+        r->mode = mode;
+        return -1;
+    }
+    r->losses = NULL;
+    r->mode = mode;
+    if (!h.n_losses) return 0;
+    r->losses = malloc((size_t)h.n_losses * sizeof(float));
+    if (!r->losses || read_all(fd, r->losses, (size_t)h.n_losses * sizeof(float))) {
+        free(r->losses);
+        r->losses = NULL;
+        r->ok = 0;
+        return -1;
+    }
+    r->n_losses = h.n_losses;
+    return 0;
+}
+
+/* A test hook: the child of this mode kills itself before it sends its result, as a crash
+ * would (tests/test_bench.c). */
+static int forced_crash(const gt_bench_mode *m) {
+    const char *v = getenv("GT_BENCH_FORCE_CHILD_CRASH");
+    return v && !strcmp(v, m->name);
+}
+
+static void run_mode_in_child(const gt_config *base, const gt_bench_options *o, int train_iters,
+                              gt_bench_report *rep, gt_bench_result *r, int first) {
+    int fd[2];
+    if (pipe(fd))
+        return (void)gt_error_set(&r->error, GT_ERR_IO,
+                                  "mode %s: could not create a pipe to its process (%s); run "
+                                  "with --same-process",
+                                  r->mode.name, strerror(errno));
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(fd[0]);
+        close(fd[1]);
+        return (void)gt_error_set(&r->error, GT_ERR_IO,
+                                  "mode %s: could not start its process (fork: %s); run with "
+                                  "--same-process",
+                                  r->mode.name, strerror(e));
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        run_mode(base, o, train_iters, rep, r, first);
+        if (forced_crash(&r->mode)) raise(SIGKILL);
+        int rc = send_result(fd[1], rep, r, first && rep->w.tokens_per_step > 0);
+        free(r->losses);
+        close(fd[1]);
+        _exit(rc ? 3 : 0);
+    }
+    close(fd[1]);
+    int got = recv_result(fd[0], rep, r);
+    close(fd[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (got == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    r->ok = 0;
+    if (WIFSIGNALED(status))
+        gt_error_set(&r->error, GT_ERR_DEVICE,
+                     "mode %s: its process died with signal %d (%s) before it sent its result; "
+                     "run the mode alone, or with --same-process, to see where",
+                     r->mode.name, WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else if (got != 0)
+        gt_error_set(&r->error, GT_ERR_IO,
+                     "mode %s: its process exited (status %d) without sending a whole result; "
+                     "run with --same-process to see why",
+                     r->mode.name, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
 /* Compares the leading steps' losses of every successful mode bitwise. */
 static void compare_losses(gt_bench_report *rep) {
     int n = GT_BENCH_LOSS_STEPS, modes = 0;
@@ -217,7 +351,10 @@ int gt_bench_run(const gt_config *cfg, const gt_bench_options *o, gt_bench_repor
         gt_bench_result *r = &rep->results[rep->n++];
         r->mode = o->modes[i];
         if (!o->quiet) fprintf(stderr, "bench: mode %s\n", r->mode.name);
-        run_mode(cfg, o, train_iters, rep, r, first);
+        if (o->same_process)
+            run_mode(cfg, o, train_iters, rep, r, first);
+        else
+            run_mode_in_child(cfg, o, train_iters, rep, r, first);
         if (r->ok || rep->w.tokens_per_step) first = 0;
         if (r->ok)
             ran++;

@@ -16,7 +16,7 @@ static const char *usage =
     "usage: graphtrain bench [--recipe R | -mr R] [--config FILE]\n"
     "                        [--modes eager,attn,attn+mlp,full_iteration | --modes all]\n"
     "                        [--steps N] [--warmup W] [--json FILE] [--csv FILE]\n"
-    "                        [--plot FILE.svg] [--quiet]\n"
+    "                        [--plot FILE.svg] [--quiet] [--same-process]\n"
     "                        [Bridge harness flags] [key=value ...]\n"
     "  --modes      graph modes to compare (default all): eager, full_iteration, or scopes\n"
     "               joined by '+' (attn, attn+mlp, ...). On MoE models attn+mlp means\n"
@@ -27,13 +27,15 @@ static const char *usage =
     "  --json FILE, --csv FILE   also write the results there\n"
     "  --plot FILE.svg           also draw them: a bar a mode (median, min-max whisker) against\n"
     "               the step-time limit\n"
+    "  --same-process            run every mode in this process; by default each mode runs\n"
+    "               in a process of its own, as a training run would\n"
     "  --export-weights FILE     write the initial fp32 weights (bench/weights_io.h) and exit\n"
     "  --parity DIR [--parity-steps K]   write weights, batches, losses and step-1 gradients\n"
     "               for `bench/torch_reference.py parity DIR` (K default 10)\n";
 
 typedef struct bench_args {
     const char *modes, *json, *csv, *plot, *export_weights, *parity;
-    int steps, warmup, parity_steps, quiet, help;
+    int steps, warmup, parity_steps, quiet, help, same_process;
 } bench_args;
 
 static int parse_int(const char *flag, const char *v, int lo, int *out, gt_error *err) {
@@ -70,6 +72,8 @@ static int parse_rest(int argc, char **argv, bench_args *a, gt_error *err) {
             a->help = 1;
         else if (!strcmp(f, "--quiet"))
             a->quiet = 1;
+        else if (!strcmp(f, "--same-process"))
+            a->same_process = 1;
         else if (!strcmp(f, "--modes"))
             STRING(a->modes);
         else if (!strcmp(f, "--json"))
@@ -166,6 +170,7 @@ static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err
     o.steps = a.steps;
     o.warmup = a.warmup;
     o.quiet = a.quiet;
+    o.same_process = a.same_process;
     const char *recipe = find_flag(argc, argv, "--recipe", "-mr");
     if (!recipe) recipe = find_flag(argc, argv, "--model_recipe_name", NULL);
     char label[GT_BENCH_NAME_MAX];

@@ -63,7 +63,7 @@ static char *write_and_read(const gt_bench_report *rep, bench_writer write, cons
     return text;
 }
 
-static void run_modes(const char *modes, gt_bench_report *rep) {
+static void run_modes_how(const char *modes, int same_process, gt_bench_report *rep) {
     gt_config c;
     tiny_config(&c);
     gt_bench_options o;
@@ -72,11 +72,17 @@ static void run_modes(const char *modes, gt_bench_report *rep) {
     o.warmup = 1;
     o.quiet = 1;
     o.label = "tiny-cpu";
+    o.same_process = same_process;
     gt_error err = {0};
     assert_int_equal(gt_bench_parse_modes(&o, modes, 0, &err), GT_OK);
     int rc = gt_bench_run(&c, &o, rep, &err);
     if (rc) fprintf(stderr, "gt_bench_run: %s\n", err.msg);
     assert_int_equal(rc, GT_OK);
+}
+
+/* each mode in a process of its own, the default */
+static void run_modes(const char *modes, gt_bench_report *rep) {
+    run_modes_how(modes, 0, rep);
 }
 
 static void test_bench_json_has_every_field_and_modes_agree_bitwise(void **state) {
@@ -167,6 +173,63 @@ static void test_mode_whose_capture_fails_is_reported_and_others_still_run(void 
     assert_false(rep.results[1].ok);
     assert_true(rep.results[1].error.msg[0] != '\0');
     assert_int_equal(rep.losses_identical, -1); /* one mode left: nothing to compare */
+    gt_bench_report_free(&rep);
+}
+
+/* Modes run in child processes bring back everything a run in this process has: the workload
+ * figures, the graph counts and every loss, bit for bit. */
+static void test_modes_in_their_own_processes_match_a_run_in_one_process(void **state) {
+    (void)state;
+    gt_bench_report *child = calloc(1, sizeof *child), *same = calloc(1, sizeof *same);
+    assert_non_null(child);
+    assert_non_null(same);
+    run_modes_how("eager,attn,full_iteration", 0, child);
+    run_modes_how("eager,attn,full_iteration", 1, same);
+    assert_int_equal(child->n, 3);
+    assert_int_equal(same->n, 3);
+    assert_int_equal(child->w.tokens_per_step, same->w.tokens_per_step);
+    assert_true(child->w.n_params == same->w.n_params && child->w.n_params > 0);
+    assert_true(child->w.flops_per_step == same->w.flops_per_step);
+    assert_string_equal(child->w.backend, "cpu");
+    assert_string_equal(child->w.backend_detail, same->w.backend_detail);
+    for (int i = 0; i < 3; i++) {
+        const gt_bench_result *a = &child->results[i], *b = &same->results[i];
+        assert_true(a->ok && b->ok);
+        assert_string_equal(a->mode.name, b->mode.name);
+        assert_string_equal(a->graph_mode, b->graph_mode);
+        assert_int_equal(a->graphs, b->graphs);
+        assert_int_equal(a->nodes, b->nodes);
+        assert_int_equal(a->capture_step, b->capture_step);
+        assert_int_equal(a->timed, b->timed);
+        assert_true(a->peak_bytes == b->peak_bytes && a->peak_bytes > 0);
+        assert_true(a->median_ms > 0);
+        assert_int_equal(a->n_losses, b->n_losses);
+        assert_memory_equal(a->losses, b->losses, (size_t)a->n_losses * sizeof(float));
+    }
+    assert_int_equal(child->losses_identical, 1);
+    gt_bench_report_free(child);
+    gt_bench_report_free(same);
+    free(child);
+    free(same);
+}
+
+/* A mode whose process dies is failed with the signal named; the modes around it still run
+ * and their losses are still compared. */
+static void test_a_mode_whose_process_dies_is_reported_and_others_still_run(void **state) {
+    (void)state;
+    setenv("GT_BENCH_FORCE_CHILD_CRASH", "attn", 1);
+    gt_bench_report rep;
+    run_modes("eager,attn,full_iteration", &rep);
+    unsetenv("GT_BENCH_FORCE_CHILD_CRASH");
+    assert_int_equal(rep.n, 3);
+    assert_true(rep.results[0].ok);
+    assert_false(rep.results[1].ok);
+    assert_true(rep.results[2].ok);
+    if (!strstr(rep.results[1].error.msg, "died with signal 9"))
+        fail_msg("unexpected error: %s", rep.results[1].error.msg);
+    assert_non_null(strstr(rep.results[1].error.msg, "mode attn"));
+    assert_int_equal(rep.losses_identical, 1);
+    assert_true(rep.w.tokens_per_step > 0);
     gt_bench_report_free(&rep);
 }
 
@@ -475,6 +538,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_json_has_every_field_and_modes_agree_bitwise),
         cmocka_unit_test(test_mode_whose_capture_fails_is_reported_and_others_still_run),
+        cmocka_unit_test(test_modes_in_their_own_processes_match_a_run_in_one_process),
+        cmocka_unit_test(test_a_mode_whose_process_dies_is_reported_and_others_still_run),
         cmocka_unit_test(test_cli_bench_writes_json_csv_and_says_losses_are_identical),
         cmocka_unit_test(test_plot_draws_a_bar_per_mode_to_scale_with_its_figures),
         cmocka_unit_test(test_cli_bench_refuses_unwritable_outputs_before_running),
