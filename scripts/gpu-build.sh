@@ -43,5 +43,10 @@ fi
 gcc -std=c11 -O2 -Wall -Wextra scripts/gemm_sweep/gemm_sweep.c -I"$CUDA_ROOT/include" \
   -L"$CUDA_ROOT/lib64" -L"$CUDA_ROOT/lib" -lcublasLt -lcudart -o "$RUN/gemm_sweep" ||
   echo "gpu-build: gemm_sweep did not build (cuBLASLt not under $CUDA_ROOT); the rest is staged" >&2
+# the backend's warpgroup-MMA grouped GEMMs run as dense GEMMs against cuBLASLt, per GEMM shape
+# of a workload (scripts/gemm_sweep/own_vs_lt.cu): where graphtrain's own GEMMs stand
+nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I. scripts/gemm_sweep/own_vs_lt.cu \
+  -lcublasLt -o "$RUN/own_vs_lt" ||
+  echo "gpu-build: own_vs_lt did not build; the rest is staged" >&2
 echo "gpu-build: built $BUILD, staged $RUN ($(du -sh "$RUN" | cut -f1)); on the GPU machine run"
 echo "  scripts/gpu-check-ops.sh   (carry $RUN)"

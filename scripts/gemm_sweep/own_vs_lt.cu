@@ -1,0 +1,224 @@
+/* Dense GEMMs of a workload's shapes: cuBLASLt's first heuristic answer against the backend's
+ * warpgroup-MMA kernels (k_moe_wgmma.cu) run as one group. Each is timed as a chain of
+ * CHAIN pairs (a small elementwise kernel, then the GEMM) captured in one CUDA graph, the way
+ * a training step runs them, so the programmatic launch of graphtrain's own kernels counts.
+ * Prints us per pair and the largest difference between the two results. A developer tool
+ * for the GPU scripts; not part of the engine.
+ * Usage: own_vs_lt TOKENS D QKV FFN VOCAB */
+#include <cublasLt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cuda/k_moe_wgmma.cu"
+
+int gt_cuda_pdl = 1;
+
+#define CHAIN 40
+#define WS ((size_t)32 << 20)
+
+enum { FWD, DATA, WGRAD };
+static const char *const names[] = {"fwd", "bwd_data", "bwd_weight"};
+
+__global__ void k_touch(bf16 *x, int n) {
+    GT_PDL_ENTRY();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __float2bfloat16(__bfloat162float(x[i]) * 1.0f);
+}
+
+static void *dev_random(size_t n, int fp32, unsigned seed) {
+    size_t bytes = n * (fp32 ? 4 : 2);
+    void *h = malloc(bytes), *d = NULL;
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        float v = ((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
+        if (fp32)
+            ((float *)h)[i] = v;
+        else
+            ((bf16 *)h)[i] = __float2bfloat16(v);
+    }
+    cudaMalloc(&d, bytes);
+    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    free(h);
+    return d;
+}
+
+struct lt_plan {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulHeuristicResult_t res;
+};
+
+/* the layouts of backend/cuda/cuda_matmul.c */
+static int lt_build(cublasLtHandle_t lt, lt_plan *p, int kind, int M, int N, int K) {
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    uint64_t ar, ac, br, bc, cr, cc;
+    cudaDataType_t ct = CUDA_R_16BF;
+    if (kind == FWD) {
+        ta = CUBLAS_OP_T;
+        ar = K, ac = N, br = K, bc = M, cr = N, cc = M;
+    } else if (kind == DATA) {
+        ar = K, ac = N, br = N, bc = M, cr = K, cc = M;
+    } else {
+        tb = CUBLAS_OP_T;
+        ar = K, ac = M, br = N, bc = M, cr = K, cc = N;
+        ct = CUDA_R_32F;
+    }
+    cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, (int64_t)ar);
+    cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, (int64_t)br);
+    cublasLtMatrixLayoutCreate(&p->lc, ct, cr, cc, (int64_t)cr);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    size_t wsb = WS;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                         sizeof wsb);
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &p->res,
+                                   &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    return found > 0;
+}
+
+static float chain_us(cudaStream_t s, bf16 *touch, int touch_n, void (*gemm)(void *), void *ctx) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    for (int i = 0; i < CHAIN; i++) {
+        gt_launch(k_touch, dim3((touch_n + 255) / 256), dim3(256), 0, s, touch, touch_n);
+        gemm(ctx);
+    }
+    cudaStreamEndCapture(s, &g);
+    if (cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) return -1;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int w = 0; w < 3; w++)
+        cudaGraphLaunch(ge, s);
+    float best = 1e30f;
+    for (int r = 0; r < 10; r++) {
+        cudaEventRecord(e0, s);
+        cudaGraphLaunch(ge, s);
+        cudaEventRecord(e1, s);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (ms < best) best = ms;
+    }
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return best * 1e3f / CHAIN;
+}
+
+struct job {
+    cudaStream_t s;
+    cublasLtHandle_t lt;
+    lt_plan *p;
+    int kind, M, N, K;
+    void *A, *B, *C, *C2, *ws;
+    int32_t *off;
+};
+
+static void run_lt(void *v) {
+    job *j = (job *)v;
+    float alpha = 1, beta = j->kind == WGRAD ? 1.0f : 0.0f;
+    /* cuda_matmul.c's operand order: (w, a) fwd, (w, dout) data, (a, dout) weight: (B, A) */
+    cublasLtMatmul(j->lt, j->p->desc, &alpha, j->B, j->p->la, j->A, j->p->lb, &beta, j->C, j->p->lc,
+                   j->C, j->p->lc, &j->p->res.algo, j->ws, WS, j->s);
+}
+
+static void run_own(void *v) {
+    job *j = (job *)v;
+    int ok;
+    if (j->kind == FWD) /* out[M,N] = A[M,K] W[N,K]^T */
+        ok = gt_cuda_grouped_mm_wgmma(j->s, (bf16 *)j->C2, (const bf16 *)j->A, (const bf16 *)j->B,
+                                      j->off, j->M, 1, j->N, j->K, 1);
+    else if (j->kind == DATA) /* da[M,K] = dout[M,N] W[N,K] */
+        ok = gt_cuda_grouped_mm_wgmma(j->s, (bf16 *)j->C2, (const bf16 *)j->A, (const bf16 *)j->B,
+                                      j->off, j->M, 1, j->K, j->N, 0);
+    else /* dw[N,K] += dout[M,N]^T a[M,K] */
+        ok = gt_cuda_grouped_mm_dw_wgmma(j->s, (float *)j->C2, (const bf16 *)j->A,
+                                         (const bf16 *)j->B, j->off, j->M, 1, j->N, j->K, 1);
+    if (!ok) fprintf(stderr, "own kernel refused the shape\n");
+}
+
+static double max_diff(const void *a, const void *b, size_t n, int fp32) {
+    size_t bytes = n * (fp32 ? 4 : 2);
+    void *ha = malloc(bytes), *hb = malloc(bytes);
+    cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost);
+    double m = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = fp32 ? ((float *)ha)[i] : __bfloat162float(((bf16 *)ha)[i]);
+        double y = fp32 ? ((float *)hb)[i] : __bfloat162float(((bf16 *)hb)[i]);
+        if (fabs(x - y) > m) m = fabs(x - y);
+        if (fabs(x) > ref) ref = fabs(x);
+    }
+    free(ha), free(hb);
+    return ref > 0 ? m / ref : m;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 6) {
+        fprintf(stderr, "usage: own_vs_lt TOKENS D QKV FFN VOCAB\n");
+        return 2;
+    }
+    int T = atoi(argv[1]), D = atoi(argv[2]), Q = atoi(argv[3]), F = atoi(argv[4]);
+    int V = atoi(argv[5]);
+    cublasLtHandle_t lt;
+    void *ws = NULL;
+    cudaStream_t s;
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS || cudaMalloc(&ws, WS) != cudaSuccess ||
+        gt_cuda_grouped_mm_wgmma_init() != cudaSuccess) {
+        fprintf(stderr, "own_vs_lt: no GPU, cuBLASLt or sm_90a\n");
+        return 1;
+    }
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    int32_t hoff[2] = {0, T}, *off;
+    cudaMalloc(&off, sizeof hoff);
+    cudaMemcpy(off, hoff, sizeof hoff, cudaMemcpyHostToDevice);
+    int touch_n = T * D;
+    bf16 *touch = (bf16 *)dev_random((size_t)touch_n, 0, 9);
+    float lt_sum = 0, own_sum = 0;
+    int shapes[5][2] = {{Q, D}, {D, D}, {2 * F, D}, {D, F}, {V, D}};
+    for (int sh = 0; sh < 5; sh++)
+        for (int kind = 0; kind < 3; kind++) {
+            int M = T, N = shapes[sh][0], K = shapes[sh][1];
+            lt_plan p;
+            if (!lt_build(lt, &p, kind, M, N, K)) {
+                printf("%s M=%d N=%d K=%d: cuBLASLt has no algorithm\n", names[kind], M, N, K);
+                continue;
+            }
+            /* A: the row operand (a [M,K] fwd; dout [M,N] data and weight); B: w [N,K] or a */
+            size_t na = (size_t)M * (kind == FWD ? K : N);
+            size_t nb = kind == WGRAD ? (size_t)M * K : (size_t)N * K;
+            size_t nc = kind == FWD ? (size_t)M * N : kind == DATA ? (size_t)M * K : (size_t)N * K;
+            int c32 = kind == WGRAD;
+            job j = {s,    lt,   &p, kind, M, N, K, dev_random(na, 0, 1), dev_random(nb, 0, 2),
+                     NULL, NULL, ws, off};
+            j.C = dev_random(nc, c32, 3);
+            j.C2 = dev_random(nc, c32, 3);
+            run_lt(&j);
+            run_own(&j);
+            cudaStreamSynchronize(s);
+            double diff = max_diff(j.C, j.C2, nc, c32);
+            float tl = chain_us(s, touch, touch_n, run_lt, &j);
+            float to = chain_us(s, touch, touch_n, run_own, &j);
+            cudaError_t e = cudaStreamSynchronize(s);
+            double fl = 2.0 * M * N * K;
+            printf("%-10s M=%-5d N=%-6d K=%-5d  lt %7.2f us  own %7.2f us  (%+5.1f%%)  "
+                   "gemm TFLOP/s at lt %5.0f  rel diff %.2e %s\n",
+                   names[kind], M, N, K, tl, to, 100.0 * (to - tl) / tl, fl / tl * 1e-6, diff,
+                   e == cudaSuccess ? "" : cudaGetErrorString(e));
+            if (sh < 4) lt_sum += tl, own_sum += to;
+            cudaFree(j.A), cudaFree(j.B), cudaFree(j.C), cudaFree(j.C2);
+            cublasLtMatrixLayoutDestroy(p.la), cublasLtMatrixLayoutDestroy(p.lb);
+            cublasLtMatrixLayoutDestroy(p.lc), cublasLtMatmulDescDestroy(p.desc);
+        }
+    printf("one layer's 12 GEMMs (each after a small kernel): lt %.1f us, own %.1f us\n", lt_sum,
+           own_sum);
+    return 0;
+}
