@@ -227,8 +227,10 @@ typedef struct gt_backend_ops {
      * elements: master -= lr * (mhat / (sqrt(vhat) + eps) + wd * master); params = master
      * in compute dtype. m and v are fp32, or bf16 where hp.m_bf16 / hp.v_bf16 say so: the
      * math is fp32, the update uses the new fp32 moments, and storing rounds them to
-     * nearest-even (as Transformer Engine's FusedAdam does). */
-    void (*adamw)(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
+     * nearest-even (as Transformer Engine's FusedAdam does). With hp.master_lo (backends with
+     * bf16 params), master is int16 [n] and the master weight is gt_master_join(params, master):
+     * the update is the same fp32 math, then gt_master_split stores it back into both. */
+    void (*adamw)(gt_backend *b, gt_stream *s, void *params, void *master, const float *grads,
                   gt_grad_rows rows, void *m, void *v, size_t n, size_t n_decay, gt_adamw_params hp,
                   gt_step_state *st);
     /* records the first NaN step, then st->step++ */

@@ -46,6 +46,9 @@ typedef struct gt_adamw_params {
     float clip_grad; /* <= 0: no clipping */
     int32_t m_bf16;  /* the first moment is stored in bf16 (else fp32) */
     int32_t v_bf16;  /* the second moment is stored in bf16 (else fp32) */
+    /* master holds the int16 low halves of the fp32 master weights and params (bf16) their
+     * high halves (core/bf16.h's gt_master_split); else master is fp32 */
+    int32_t master_lo;
 } gt_adamw_params;
 
 #endif

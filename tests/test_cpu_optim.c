@@ -117,7 +117,7 @@ static void test_adamw_first_step_matches_hand_computation_with_weight_decay(voi
     /* t = 1: mhat = g, vhat = g^2, so the Adam direction is sign(g) (eps negligible) */
     float master[3] = {1.0f, -2.0f, 0.5f}, params[3] = {0}, g[3] = {0.1f, -0.2f, 0.3f};
     float m[3] = {0}, v[3] = {0};
-    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 0.0f, 0, 0};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 0.0f, 0, 0, 0};
     f->st.lr = 0.01f;
     f->st.step = 0;
     f->b->ops->adamw(f->b, f->s, params, master, g, GT_NO_GRAD_ROWS, m, v, 3, 2, hp, &f->st);
@@ -136,7 +136,7 @@ static void test_adamw_bias_correction_uses_step_plus_one(void **state) {
     /* second step with the same gradient: m = 0.019, mhat = 0.019/0.19 = 0.1;
      * vhat = 1.999e-5 / 0.001999 = 0.01 -> direction 1 again (t = 1 would give 1.34) */
     float master[1] = {1.0f}, g[1] = {0.1f}, m[1] = {0.01f}, v[1] = {1e-5f};
-    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0, 0};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0, 0, 0};
     f->st.lr = 0.01f;
     f->st.step = 1;
     f->b->ops->adamw(f->b, f->s, master, master, g, GT_NO_GRAD_ROWS, m, v, 1, 1, hp, &f->st);
@@ -147,7 +147,7 @@ static void test_adamw_bias_correction_uses_step_plus_one(void **state) {
 static void test_adamw_applies_clip_coefficient_to_gradients(void **state) {
     fixture *f = *state;
     float master[2] = {0, 0}, g[2] = {3, 4}, m[2] = {0}, v[2] = {0};
-    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 0, 0};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 0, 0, 0};
     f->b->ops->grad_norm(f->b, f->s, &f->st, g, 2, GT_NO_GRAD_ROWS, 1, 1, hp.clip_grad);
     assert_float_equal(f->st.clip_coef, 0.2f, 1e-6);
     f->st.lr = 0.1f;
@@ -173,7 +173,7 @@ static void test_adamw_bf16_moments_are_the_fp32_ones_rounded(void **state) {
         w32[i] = w16[i] = (float)(i % 17) * 0.01f - 0.08f;
         m16[i] = v16[i] = 0;
     }
-    gt_adamw_params hp32 = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    gt_adamw_params hp32 = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
     gt_adamw_params hp16 = hp32;
     hp16.m_bf16 = hp16.v_bf16 = 1;
     f->st.lr = 0.01f;
@@ -216,7 +216,7 @@ static void test_bf16_rounds_to_nearest_even(void **state) {
 static void test_nan_loss_sets_flag_and_skips_update(void **state) {
     fixture *f = *state;
     float master[2] = {1, 2}, g[2] = {0.5f, 0.5f}, m[2] = {0}, v[2] = {0};
-    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
     f->st.step = 7;
     f->st.lr = 0.1f;
     f->st.loss = NAN;
@@ -271,7 +271,7 @@ static void test_inject_nan_fires_only_at_its_step(void **state) {
  * the inject hook marks the row of grads[0]. Gradients: 2 plain elements, then 3 rows of 2. */
 static void test_grad_rows_skip_unmarked_rows_bit_for_bit(void **state) {
     fixture *f = *state;
-    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
     float zeros_g[8] = {0.5f, -1.0f, 0, 0, 0.25f, -0.75f, 0, 0};
     float junk_g[8] = {0.5f, -1.0f, NAN, NAN, 0.25f, -0.75f, 1e30f, NAN};
     uint8_t dirty[3] = {0, 1, 0};
@@ -313,10 +313,79 @@ static void test_grad_rows_past_the_gradients_are_refused(void **state) {
     gt_error err = {0};
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "reach past the 8 gradients"));
-    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
     f->b->ops->adamw(f->b, f->s, g, g, g, rows, g, g, 8, 8, hp, &f->st);
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "adamw"));
+}
+
+static uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float float_of(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* core/bf16.h's split master: joining the halves gives the fp32 back bit for bit, the high
+ * half is the weight rounded to nearest with ties away from zero, over every sign, exponent
+ * and low-half pattern that matters (ties, the values beside them, subnormals, zeros, a
+ * carry into the next binade), and the documented edge past the largest bf16. */
+static void test_split_master_joins_back_exactly_and_rounds_ties_away(void **state) {
+    (void)state;
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1234, 0xc000};
+    static const uint32_t tops[] = {0x0000, 0x0001, 0x0080, 0x3f80, 0x3fff,
+                                    0x4049, 0x7f00, 0x7f7e, 0x007f, 0x3c23};
+    for (int sign = 0; sign < 2; sign++)
+        for (size_t t = 0; t < sizeof tops / sizeof tops[0]; t++)
+            for (size_t l = 0; l < sizeof lows / sizeof lows[0]; l++) {
+                uint32_t u = ((uint32_t)sign << 31) | (tops[t] << 16) | lows[l];
+                float w = float_of(u);
+                uint16_t hi;
+                int16_t lo;
+                gt_master_split(w, &hi, &lo);
+                assert_int_equal(bits_of(gt_master_join(hi, lo)), u);
+                /* ties away from zero: the high half rounds up in magnitude from 0x8000 on */
+                uint32_t want = ((u & 0x7fffffffu) + 0x8000u) >> 16 | (u >> 31) << 15;
+                assert_int_equal(hi, want);
+                /* nearest: hi is within half a bf16 step of w */
+                double step = ldexp(1.0, (int)((u >> 23) & 0xff) - 127 - 7);
+                if (((u >> 23) & 0xff) == 0) step = ldexp(1.0, -126 - 7);
+                assert_true(fabs((double)gt_bf16_to_float(hi) - (double)w) <= 0.5 * step);
+            }
+    /* 1 + 2^-8 exactly between two bf16: away from zero, where nearest-even goes down */
+    uint16_t hi;
+    int16_t lo;
+    gt_master_split(1.00390625f, &hi, &lo);
+    assert_int_equal(hi, 0x3f81);
+    assert_int_equal(gt_bf16_from_float(1.00390625f), 0x3f80);
+    assert_int_equal(lo, -32768);
+    /* past the largest bf16, infinities and NaN: truncated, lo 0, NaN stays NaN */
+    gt_master_split(float_of(0x7f7fffffu), &hi, &lo);
+    assert_int_equal(hi, 0x7f7f);
+    assert_int_equal(lo, 0);
+    gt_master_split(-INFINITY, &hi, &lo);
+    assert_int_equal(hi, 0xff80);
+    assert_true(isinf(gt_master_join(hi, lo)) && gt_master_join(hi, lo) < 0);
+    gt_master_split(float_of(0x7f800001u), &hi, &lo);
+    assert_true(isnan(gt_master_join(hi, lo)));
+    assert_int_equal(lo, 0);
+}
+
+/* The cpu backend keeps fp32 parameters: a split master is refused by name, nothing moves. */
+static void test_adamw_refuses_a_split_master_on_fp32_params(void **state) {
+    fixture *f = *state;
+    float w[4] = {1, 2, 3, 4}, g[4] = {1, 1, 1, 1}, m[4] = {0}, v[4] = {0};
+    gt_adamw_params hp = {0.9f, 0.999f, 1e-8f, 0.0f, 1.0f, 0, 0, 1};
+    f->b->ops->adamw(f->b, f->s, w, w, g, GT_NO_GRAD_ROWS, m, v, 4, 4, hp, &f->st);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "split master"));
+    assert_true(w[0] == 1 && w[3] == 4 && m[0] == 0 && v[0] == 0);
 }
 
 int main(void) {
@@ -338,6 +407,8 @@ int main(void) {
         T(test_inject_nan_fires_only_at_its_step),
         T(test_grad_rows_skip_unmarked_rows_bit_for_bit),
         T(test_grad_rows_past_the_gradients_are_refused),
+        T(test_split_master_joins_back_exactly_and_rounds_ties_away),
+        T(test_adamw_refuses_a_split_master_on_fp32_params),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

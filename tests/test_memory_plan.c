@@ -38,8 +38,15 @@ static void test_plan_adds_up_its_parts(void **state) {
                      p.params + p.grads + p.activations + p.scratch + p.optimizer + p.workspace);
     gt_model_info mi;
     assert_int_equal(gt_model_plan(&c, 2, &mi, &err), GT_OK);
-    assert_int_equal(p.optimizer, 3 * mi.n_params * sizeof(float));
+    /* bf16 parameters (act_bytes 2): the master is their int16 low halves, 2 bytes */
+    assert_int_equal(p.optimizer, mi.n_params * (2 + 4 + 4));
     assert_int_equal(p.params, mi.param_bytes);
+    /* fp32 parameters (the cpu backend): an fp32 master */
+    gt_memory_plan p4;
+    assert_int_equal(gt_memory_plan_compute(&c, 4, &p4, &err), GT_OK);
+    gt_model_info mi4;
+    assert_int_equal(gt_model_plan(&c, 4, &mi4, &err), GT_OK);
+    assert_int_equal(p4.optimizer, 3 * mi4.n_params * sizeof(float));
 }
 
 /* bf16 Adam moments (the precision-aware optimizer) hold 2 bytes a parameter each in the plan
@@ -59,8 +66,8 @@ static void test_bf16_moments_shrink_the_optimizer_state(void **state) {
     assert_int_equal(gt_memory_plan_compute(&c, 2, &both, &err), GT_OK);
     gt_model_info mi;
     assert_int_equal(gt_model_plan(&c, 2, &mi, &err), GT_OK);
-    assert_int_equal(one.optimizer, mi.n_params * (4 + 4 + 2));
-    assert_int_equal(both.optimizer, mi.n_params * (4 + 2 + 2));
+    assert_int_equal(one.optimizer, mi.n_params * (2 + 4 + 2));
+    assert_int_equal(both.optimizer, mi.n_params * (2 + 2 + 2));
     assert_int_equal(p.total - both.total, mi.n_params * 4);
 }
 

@@ -17,9 +17,9 @@ int gt_memory_plan_compute(const gt_config *cfg, size_t act_bytes, gt_memory_pla
     p->grads = mi.grad_bytes;
     p->activations = mi.act_bytes;
     p->scratch = mi.scratch_bytes;
-    p->optimizer =
-        mi.n_params * (sizeof(float) + gt_state_dtype_bytes(cfg->optimizer.exp_avg_dtype) +
-                       gt_state_dtype_bytes(cfg->optimizer.exp_avg_sq_dtype));
+    p->optimizer = mi.n_params * (gt_master_elem_bytes(act_bytes) +
+                                  gt_state_dtype_bytes(cfg->optimizer.exp_avg_dtype) +
+                                  gt_state_dtype_bytes(cfg->optimizer.exp_avg_sq_dtype));
     /* cuDNN's deterministic attention backward needs B*H*T*T*2 bytes of workspace (the
      * largest single allowance); count it whenever the model has attention */
     const gt_model_config *m = &cfg->model;
@@ -34,7 +34,9 @@ void gt_memory_plan_print(const gt_memory_plan *p, const char *backend, FILE *f)
     fprintf(f, "memory plan on the %s backend (allocated once, graphs add nothing):\n", backend);
     fprintf(f, "  parameters   %10.1f MiB\n", (double)p->params / MIB);
     fprintf(f, "  gradients    %10.1f MiB  (fp32)\n", (double)p->grads / MIB);
-    fprintf(f, "  optimizer    %10.1f MiB  (fp32 master, Adam m and v: fp32, or bf16 if set)\n",
+    fprintf(f,
+            "  optimizer    %10.1f MiB  (master: fp32, or its low halves beside bf16 "
+            "parameters; Adam m and v: fp32, or bf16 if set)\n",
             (double)p->optimizer / MIB);
     fprintf(f, "  activations  %10.1f MiB\n", (double)p->activations / MIB);
     fprintf(f, "  scratch      %10.1f MiB\n", (double)p->scratch / MIB);

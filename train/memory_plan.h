@@ -13,10 +13,16 @@
 
 typedef struct gt_memory_plan {
     size_t params, grads, activations, scratch; /* model arenas */
-    size_t optimizer;                           /* fp32 master + Adam m and v */
+    size_t optimizer;                           /* master + Adam m and v */
     size_t workspace;                           /* allowance: cuBLASLt, attention, reductions */
     size_t total;
 } gt_memory_plan;
+
+/* Bytes of a parameter's master weight beside its compute copy: 2 where the compute copy is
+ * bf16 (the master's int16 low halves, core/bf16.h's gt_master_split), else 4 (fp32). */
+static inline size_t gt_master_elem_bytes(size_t act_bytes) {
+    return act_bytes == 2 ? 2 : 4;
+}
 
 /* act_bytes: bytes per compute element (2 for the cuda backend's bf16, 4 for cpu). */
 int gt_memory_plan_compute(const gt_config *cfg, size_t act_bytes, gt_memory_plan *p,

@@ -107,11 +107,13 @@ static void set_hyper(gt_trainer *t) {
 }
 
 static int alloc_state(gt_trainer *t, gt_error *err) {
-    size_t n = t->n_params * sizeof(float);
+    size_t master_elem = gt_master_elem_bytes(t->b->act_bytes);
+    size_t n = t->n_params * master_elem;
+    t->hp.master_lo = master_elem == 2;
     gt_arena_init(&t->opt, "optimizer");
     gt_arena_init(&t->state, "step_state");
     gt_arena_init(&t->batch, "batch");
-    int rc = gt_arena_add(&t->opt, "master", n, (void **)&t->master, err);
+    int rc = gt_arena_add(&t->opt, "master", n, &t->master, err);
     if (!rc) rc = gt_arena_add(&t->opt, "adam_m", t->n_params * t->m_elem, &t->adam_m, err);
     if (!rc) rc = gt_arena_add(&t->opt, "adam_v", t->n_params * t->v_elem, &t->adam_v, err);
     if (!rc) rc = gt_arena_add(&t->state, "train", sizeof(gt_step_state), (void **)&t->st, err);
@@ -164,10 +166,9 @@ static int init_weights(gt_trainer *t, gt_error *err) {
     float *host = malloc(t->n_params * sizeof *host);
     if (!host) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory initializing weights");
     int rc = gt_model_init_params(t->m, t->cfg.rng.seed, host, err);
+    if (!rc) rc = gt_trainer_write_master(t, host, err);
     if (!rc) {
         const gt_backend_ops *o = t->b->ops;
-        o->memcpy_h2d(t->b, t->s, t->master, host, t->n_params * sizeof(float));
-        o->from_float(t->b, t->s, t->mi->params, t->master, t->n_params);
         o->memset0(t->b, t->s, t->adam_m, t->n_params * t->m_elem);
         o->memset0(t->b, t->s, t->adam_v, t->n_params * t->v_elem);
         rc = o->stream_sync(t->b, t->s, err);
@@ -270,8 +271,51 @@ gt_data_pos gt_trainer_data_pos(const gt_trainer *t) {
 }
 
 int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err) {
-    t->b->ops->memcpy_d2h(t->b, t->s, host, t->master, t->n_params * sizeof(float));
-    return t->b->ops->stream_sync(t->b, t->s, err);
+    gt_backend *b = t->b;
+    size_t n = t->n_params;
+    if (!t->hp.master_lo) {
+        b->ops->memcpy_d2h(b, t->s, host, t->master, n * sizeof(float));
+        return b->ops->stream_sync(b, t->s, err);
+    }
+    uint16_t *hi = malloc(n * sizeof *hi);
+    int16_t *lo = malloc(n * sizeof *lo);
+    int rc = GT_OK;
+    if (!hi || !lo) rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory reading the master");
+    if (!rc) {
+        b->ops->memcpy_d2h(b, t->s, hi, t->mi->params, n * sizeof *hi);
+        b->ops->memcpy_d2h(b, t->s, lo, t->master, n * sizeof *lo);
+        rc = b->ops->stream_sync(b, t->s, err);
+    }
+    for (size_t i = 0; !rc && i < n; i++)
+        host[i] = gt_master_join(hi[i], lo[i]);
+    free(hi);
+    free(lo);
+    return rc;
+}
+
+int gt_trainer_write_master(gt_trainer *t, const float *host, gt_error *err) {
+    gt_backend *b = t->b;
+    size_t n = t->n_params;
+    if (!t->hp.master_lo) {
+        b->ops->memcpy_h2d(b, t->s, t->master, host, n * sizeof(float));
+        b->ops->from_float(b, t->s, t->mi->params, t->master, n);
+        return b->ops->stream_sync(b, t->s, err);
+    }
+    uint16_t *hi = malloc(n * sizeof *hi);
+    int16_t *lo = malloc(n * sizeof *lo);
+    int rc = GT_OK;
+    if (!hi || !lo) rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory writing the master");
+    for (size_t i = 0; !rc && i < n; i++)
+        gt_master_split(host[i], &hi[i], &lo[i]);
+    if (!rc) {
+        b->ops->memcpy_h2d(b, t->s, t->mi->params, hi, n * sizeof *hi);
+        b->ops->memcpy_h2d(b, t->s, t->master, lo, n * sizeof *lo);
+        /* the copies read host memory that is freed below */
+        rc = b->ops->stream_sync(b, t->s, err);
+    }
+    free(hi);
+    free(lo);
+    return rc;
 }
 
 /* One moment into fp32 host memory, widened from bf16 where the run stores it so. */

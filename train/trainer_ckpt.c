@@ -19,7 +19,7 @@ int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
     gt_backend *b = t->b;
     /* the moments go to the checkpoint as fp32 whatever the run stores them in */
     int rc = gt_trainer_read_moments(t, buf + n, buf + 2 * n, err);
-    b->ops->memcpy_d2h(b, t->s, buf, t->master, n * sizeof(float));
+    if (!rc) rc = gt_trainer_read_master(t, buf, err);
     b->ops->memcpy_d2h(b, t->s, &t->h_st[0], t->st, sizeof(gt_step_state));
     if (!rc) rc = b->ops->stream_sync(b, t->s, err);
     if (!rc) {
@@ -63,8 +63,7 @@ int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err) {
         /* fp32 moments in the checkpoint: exact for an fp32 run, rounded to nearest-even for
          * a bf16 one (exact again when the checkpoint came from a bf16 run) */
         rc = gt_trainer_write_moments(t, m, v, err);
-        b->ops->memcpy_h2d(b, t->s, t->master, master, t->n_params * sizeof(float));
-        b->ops->from_float(b, t->s, t->mi->params, t->master, t->n_params);
+        if (!rc) rc = gt_trainer_write_master(t, master, err);
         gt_step_state st = meta.state;
         st.inject_nan = t->inject_nan; /* the hook belongs to this run's config */
         t->h_st[0] = st;

@@ -21,7 +21,8 @@ struct gt_trainer {
     int B, T, N; /* micro_batch_size, seq_length, tokens per micro-batch */
 
     gt_arena opt;          /* optimizer state */
-    float *master;         /* [n_params] fp32 master weights */
+    void *master;          /* [n_params] master weights: fp32, or with hp.master_lo their int16 low
+                            * halves, the bf16 parameters being the high halves (core/bf16.h) */
     void *adam_m;          /* [n_params] first moment, fp32 or bf16 (hp.m_bf16) */
     void *adam_v;          /* [n_params] second moment, fp32 or bf16 (hp.v_bf16) */
     size_t m_elem, v_elem; /* their bytes per element */

@@ -202,7 +202,7 @@ static void k_adamw(const void *p) {
     }
 }
 
-static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
+static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, void *master, const float *grads,
                       gt_grad_rows rows, void *m, void *v, size_t n, size_t n_decay,
                       gt_adamw_params hp, gt_step_state *st) {
     if (!st || n_decay > n || !(hp.beta1 >= 0 && hp.beta1 < 1) ||
@@ -212,6 +212,12 @@ static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, float *master, 
                         "weight_decay=%g); betas must be in [0,1), eps > 0, weight_decay >= 0",
                         n, n_decay, (double)hp.beta1, (double)hp.beta2, (double)hp.eps,
                         (double)hp.weight_decay);
+        return;
+    }
+    if (hp.master_lo) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "adamw: split master weights (hp.master_lo) need bf16 params; the cpu "
+                        "backend keeps fp32 params and an fp32 master");
         return;
     }
     if (!gt_grad_rows_check(b, "adamw", &rows, n)) return;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "core/bf16.h"
 
 #define OPT_THREADS 256
 #define GN_MAX_BLOCKS 1024 /* partials of the gradient norm */
@@ -144,15 +145,19 @@ static __device__ __forceinline__ bool adamw_begin(gt_step_state *st, const gt_a
 }
 
 /* One element: moments and master weight updated in place, g already clipped (the CPU
- * reference's order of operations); the update uses the new fp32 moments. */
+ * reference's order of operations); the update uses the new fp32 moments. Every rounding is
+ * spelled out (the intrinsics are not contracted or reassociated), so each kernel variant
+ * (fp32 or split master, fp32 or bf16 moments, 4-wide or scalar) computes the same bits:
+ * left to itself, ptxas fused `w - lr * u` into one FMA in some variants and not in others. */
 static __device__ __forceinline__ void adamw_elem(float g, float *m, float *v, float *w, float lr,
                                                   float bc1, float bc2, float wd,
                                                   const gt_adamw_params &hp) {
-    float mi = hp.beta1 * *m + (1.0f - hp.beta1) * g;
-    float vi = hp.beta2 * *v + (1.0f - hp.beta2) * g * g;
+    float mi = __fmaf_rn(hp.beta1, *m, __fmul_rn(1.0f - hp.beta1, g));
+    float vi = __fmaf_rn(hp.beta2, *v, __fmul_rn(__fmul_rn(1.0f - hp.beta2, g), g));
     *m = mi;
     *v = vi;
-    *w -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + hp.eps) + wd * *w);
+    float q = __fdiv_rn(__fdiv_rn(mi, bc1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, bc2)), hp.eps));
+    *w = __fmaf_rn(-lr, __fmaf_rn(wd, *w, q), *w);
 }
 
 /* fp32 or bf16 storage (moments, and the fp32 / bf16 arrays of the 4-wide kernel): fp32 as is,
@@ -195,19 +200,31 @@ static __device__ __forceinline__ void st_store4(bf16 *p, size_t q, const float 
     ((uint2 *)p)[q] = raw;
 }
 
-template <typename MT, typename VT>
-__global__ void k_adamw(bf16 *params, float *master, const float *grads, MT *m, VT *v, size_t n,
+/* LO: master is int16 low halves and params the high halves (core/bf16.h's gt_master_split:
+ * the compute copy rounded to nearest with ties away from zero); else master is fp32 and
+ * params its bf16 copy rounded to nearest-even. */
+template <typename MT, typename VT, bool LO>
+__global__ void k_adamw(bf16 *params, void *master, const float *grads, MT *m, VT *v, size_t n,
                         size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
     GT_PDL_ENTRY();
     float lr, clip, bc1, bc2;
     if (!adamw_begin(st, hp, &lr, &clip, &bc1, &bc2)) return;
+    uint16_t *hi = (uint16_t *)params;
+    int16_t *lo = (int16_t *)master;
+    float *mw = (float *)master;
     GT_GRID_STRIDE(i, n) {
         float wd = i < n_decay ? hp.weight_decay : 0.0f;
         float mi = st_load(m, i), vi = st_load(v, i);
-        adamw_elem(grads[i] * clip, &mi, &vi, &master[i], lr, bc1, bc2, wd, hp);
+        float w = LO ? gt_master_join(hi[i], lo[i]) : mw[i];
+        adamw_elem(grads[i] * clip, &mi, &vi, &w, lr, bc1, bc2, wd, hp);
         st_store(m, i, mi);
         st_store(v, i, vi);
-        params[i] = tobf(master[i]);
+        if (LO) {
+            gt_master_split(w, &hi[i], &lo[i]);
+        } else {
+            mw[i] = w;
+            params[i] = tobf(w);
+        }
     }
 }
 
@@ -215,8 +232,8 @@ __global__ void k_adamw(bf16 *params, float *master, const float *grads, MT *m, 
  * and no grid-stride loop: measured against a grid-stride loop over at most 8192 blocks (with
  * one or two quads a trip) on the H200, moe full_iteration 16.90-16.92 against 17.10-17.12 ms
  * a step, gpt124m and llama1b the same within noise. */
-template <typename MT, typename VT>
-__global__ void k_adamw4(bf16 *__restrict__ params, float *__restrict__ master,
+template <typename MT, typename VT, bool LO>
+__global__ void k_adamw4(bf16 *__restrict__ params, void *__restrict__ master,
                          const float *__restrict__ grads, quad_rows rows, MT *__restrict__ m,
                          VT *__restrict__ v, size_t n4, size_t n_decay, gt_adamw_params hp,
                          gt_step_state *st) {
@@ -226,8 +243,19 @@ __global__ void k_adamw4(bf16 *__restrict__ params, float *__restrict__ master,
     size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= n4) return;
     float gs[4] = {0.f, 0.f, 0.f, 0.f}, ws[4], ms[4], vs[4];
+    uint16_t his[4];
+    int16_t los[4];
     /* the state first: its loads do not wait for the row mark's */
-    st_load4(master, q, ws);
+    if (LO) {
+        uint2 h = ((const uint2 *)params)[q], l = ((const uint2 *)master)[q];
+        memcpy(his, &h, 8);
+        memcpy(los, &l, 8);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            ws[k] = gt_master_join(his[k], los[k]);
+    } else {
+        st_load4((const float *)master, q, ws);
+    }
     st_load4(m, q, ms);
     st_load4(v, q, vs);
     if (!quad_zero(rows, q)) st_load4(grads, q, gs); /* else zero, as stored */
@@ -238,8 +266,19 @@ __global__ void k_adamw4(bf16 *__restrict__ params, float *__restrict__ master,
     }
     st_store4(m, q, ms);
     st_store4(v, q, vs);
-    st_store4(master, q, ws);
-    st_store4(params, q, ws); /* the compute copy: rounded to bf16 */
+    if (LO) {
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            gt_master_split(ws[k], &his[k], &los[k]);
+        uint2 h, l;
+        memcpy(&h, his, 8);
+        memcpy(&l, los, 8);
+        ((uint2 *)params)[q] = h;
+        ((uint2 *)master)[q] = l;
+    } else {
+        st_store4((float *)master, q, ws);
+        st_store4(params, q, ws); /* the compute copy: rounded to bf16 */
+    }
 }
 
 static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched) {
@@ -302,10 +341,11 @@ static void cuda_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const
     GT_CUDA_LAUNCHED(b, "grad_norm");
 }
 
-template <typename MT, typename VT>
-static void adamw_launch(gt_backend *b, gt_stream *s, void *params, float *master,
+template <typename MT, typename VT, bool LO>
+static void adamw_launch(gt_backend *b, gt_stream *s, void *params, void *master,
                          const float *grads, gt_grad_rows rows, void *m, void *v, size_t n,
                          size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
+    /* 4 elements of the int16 halves are 8 bytes: the same 16-byte test covers them */
     uintptr_t bits =
         (uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v;
     cudaStream_t cs = gt_cuda_stream(s);
@@ -317,29 +357,39 @@ static void adamw_launch(gt_backend *b, gt_stream *s, void *params, float *maste
                             n);
             return;
         }
-        gt_launch(k_adamw4<MT, VT>, (unsigned)blocks, OPT_THREADS, 0, cs, (bf16 *)params, master,
-                  grads, to_quad_rows(rows), (MT *)m, (VT *)v, n / 4, n_decay, hp, st);
+        gt_launch(k_adamw4<MT, VT, LO>, (unsigned)blocks, OPT_THREADS, 0, cs, (bf16 *)params,
+                  master, grads, to_quad_rows(rows), (MT *)m, (VT *)v, n / 4, n_decay, hp, st);
     } else {
         unsigned grid = gt_grid(n, OPT_THREADS);
         if (grid > 8192) grid = 8192;
-        gt_launch(k_adamw<MT, VT>, grid, OPT_THREADS, 0, cs, (bf16 *)params, master, grads, (MT *)m,
-                  (VT *)v, n, n_decay, hp, st);
+        gt_launch(k_adamw<MT, VT, LO>, grid, OPT_THREADS, 0, cs, (bf16 *)params, master, grads,
+                  (MT *)m, (VT *)v, n, n_decay, hp, st);
     }
     GT_CUDA_LAUNCHED(b, "adamw");
 }
 
-static void cuda_adamw(gt_backend *b, gt_stream *s, void *params, float *master, const float *grads,
+template <bool LO>
+static void adamw_moments(gt_backend *b, gt_stream *s, void *params, void *master,
+                          const float *grads, gt_grad_rows rows, void *m, void *v, size_t n,
+                          size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
+    if (hp.m_bf16 && hp.v_bf16)
+        adamw_launch<bf16, bf16, LO>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
+    else if (hp.m_bf16)
+        adamw_launch<bf16, float, LO>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
+    else if (hp.v_bf16)
+        adamw_launch<float, bf16, LO>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
+    else
+        adamw_launch<float, float, LO>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
+}
+
+static void cuda_adamw(gt_backend *b, gt_stream *s, void *params, void *master, const float *grads,
                        gt_grad_rows rows, void *m, void *v, size_t n, size_t n_decay,
                        gt_adamw_params hp, gt_step_state *st) {
     if (!gt_grad_rows_check(b, "adamw", &rows, n) || b->planning) return;
-    if (hp.m_bf16 && hp.v_bf16)
-        adamw_launch<bf16, bf16>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
-    else if (hp.m_bf16)
-        adamw_launch<bf16, float>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
-    else if (hp.v_bf16)
-        adamw_launch<float, bf16>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
+    if (hp.master_lo)
+        adamw_moments<true>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
     else
-        adamw_launch<float, float>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
+        adamw_moments<false>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
 }
 
 extern "C" void gt_cuda_register_optim_ops(gt_backend_ops *ops) {

@@ -79,7 +79,7 @@ static void test_grad_norm_and_adamw_skip_unmarked_rows(void **state) {
             for (size_t c = 0; c < d; c++)
                 zeros[off + r * d + c] = 0.0f, junk[off + r * d + c] = NAN;
     }
-    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
     gt_step_state init = default_state(), *cst, *st_plain, *st_rows, h_plain, h_rows;
     make_states(e, &init, &cst, &st_plain);
     make_states(e, &init, &cst, &st_rows);

@@ -501,7 +501,7 @@ static void test_optimizer_step_matches_cpu(void **state) {
     float *m = rand_vec(e, n, 0.01f), *v = rand_vec(e, n, 0.01f), *got = malloc(n * 4);
     for (size_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
-    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
     gt_lr_schedule sc = {1e-3f, 1e-4f, 2, 100, 2};
     gt_step_state init = default_state(), *cst, *gst, hs;
     make_states(e, &init, &cst, &gst);
@@ -552,7 +552,7 @@ static void test_adamw_bf16_moments_are_the_fp32_ones_rounded(void **state) {
         float *master = rand_vec(e, n, 1.0f), *grads = rand_vec(e, n, 0.01f);
         float *w32 = malloc(n * 4), *w16 = malloc(n * 4), *m32 = malloc(n * 4);
         float *v32 = malloc(n * 4), *m16 = malloc(n * 4), *v16 = malloc(n * 4);
-        gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0}, hp16 = hp;
+        gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0}, hp16 = hp;
         hp16.m_bf16 = hp16.v_bf16 = 1;
         gt_step_state init = default_state(), *cst, *gst;
         make_states(e, &init, &cst, &gst);
@@ -596,12 +596,82 @@ static void test_adamw_bf16_moments_are_the_fp32_ones_rounded(void **state) {
     }
 }
 
+/* The split master (hp.master_lo: int16 low halves, the bf16 parameters the high halves):
+ * over three steps from the same state its joined master weights and its moments are bitwise
+ * those of the fp32 master, and its parameters are core/bf16.h's gt_master_split of them;
+ * fp32 and bf16 moments, n = 4096 (4-wide kernel) and 4099 (scalar). Some weights start
+ * exactly between two bf16, where the halves round away from zero. */
+static void test_adamw_split_master_is_the_fp32_master_bit_for_bit(void **state) {
+    gpu_env *e = *state;
+    for (int pass = 0; pass < 4; pass++) {
+        size_t n = pass & 1 ? 4099 : 4096;
+        float *master = rand_vec(e, n, 1.0f), *grads = rand_vec(e, n, 0.01f);
+        for (size_t i = 0; i < n; i += 97) { /* ties: low half 0x8000 */
+            uint32_t u;
+            memcpy(&u, &master[i], 4);
+            u = (u & 0xffff0000u) | 0x8000u;
+            memcpy(&master[i], &u, 4);
+        }
+        uint16_t *hi = malloc(n * 2);
+        int16_t *lo = malloc(n * 2);
+        float *w32 = malloc(n * 4), *joined = malloc(n * 4);
+        float *ma = malloc(n * 4), *mb = malloc(n * 4), *va = malloc(n * 4), *vb = malloc(n * 4);
+        for (size_t i = 0; i < n; i++)
+            gt_master_split(master[i], &hi[i], &lo[i]);
+        gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0}, hps;
+        hp.m_bf16 = hp.v_bf16 = pass >= 2;
+        hps = hp;
+        hps.master_lo = 1;
+        size_t me = pass >= 2 ? 2 : 4;
+        gt_step_state init = default_state(), *cst, *gst;
+        make_states(e, &init, &cst, &gst);
+        float *g_w = g_f32(e, master, n), *g_g = g_f32(e, grads, n);
+        void *g_p32 = g_act(e, NULL, n), *g_hi = g_alloc(e, n * 2), *g_lo = g_alloc(e, n * 2);
+        void *g_ma = g_alloc(e, n * me), *g_va = g_alloc(e, n * me);
+        void *g_mb = g_alloc(e, n * me), *g_vb = g_alloc(e, n * me);
+        e->gpu->ops->memcpy_h2d(e->gpu, e->gs, g_hi, hi, n * 2);
+        e->gpu->ops->memcpy_h2d(e->gpu, e->gs, g_lo, lo, n * 2);
+        GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, GT_NO_GRAD_ROWS, 1, 1,
+                                           hp.clip_grad));
+        for (int step = 0; step < 3; step++) {
+            e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, GT_NO_GRAD_ROWS, 1, 1, hp.clip_grad);
+            e->gpu->ops->adamw(e->gpu, e->gs, g_p32, g_w, g_g, GT_NO_GRAD_ROWS, g_ma, g_va, n,
+                               n / 2, hp, gst);
+            e->gpu->ops->adamw(e->gpu, e->gs, g_hi, g_lo, g_g, GT_NO_GRAD_ROWS, g_mb, g_vb, n,
+                               n / 2, hps, gst);
+            e->gpu->ops->step_end(e->gpu, e->gs, gst);
+            g_read_f32(e, w32, g_w, n);
+            e->gpu->ops->memcpy_d2h(e->gpu, e->gs, hi, g_hi, n * 2);
+            e->gpu->ops->memcpy_d2h(e->gpu, e->gs, lo, g_lo, n * 2);
+            e->gpu->ops->memcpy_d2h(e->gpu, e->gs, ma, g_ma, n * me);
+            e->gpu->ops->memcpy_d2h(e->gpu, e->gs, mb, g_mb, n * me);
+            e->gpu->ops->memcpy_d2h(e->gpu, e->gs, va, g_va, n * me);
+            e->gpu->ops->memcpy_d2h(e->gpu, e->gs, vb, g_vb, n * me);
+            g_sync(e);
+            for (size_t i = 0; i < n; i++) {
+                joined[i] = gt_master_join(hi[i], lo[i]);
+                uint16_t h;
+                int16_t l;
+                gt_master_split(w32[i], &h, &l);
+                if (h != hi[i] || l != lo[i])
+                    fail_msg("pass %d step %d element %zu: halves %04x %d, host split %04x %d",
+                             pass, step, i, hi[i], lo[i], h, l);
+            }
+            assert_memory_equal(joined, w32, n * 4);
+            assert_memory_equal(ma, mb, n * me);
+            assert_memory_equal(va, vb, n * me);
+        }
+        free(master), free(grads), free(hi), free(lo), free(w32), free(joined);
+        free(ma), free(mb), free(va), free(vb);
+    }
+}
+
 static void test_injected_nan_skips_the_update_and_is_recorded(void **state) {
     gpu_env *e = *state;
     size_t n = 3000;
     float *master = rand_vec(e, n, 1.0f), *grads = rand_vec(e, n, 0.1f), *got = malloc(n * 4);
     float *losses = rand_vec(e, 10, 1.0f);
-    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
     gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 100, 0};
     gt_step_state init = default_state(), *cst, *gst, hs;
     init.inject_nan = 3; /* == init.step */
@@ -631,7 +701,7 @@ static void test_injected_nan_skips_the_update_and_is_recorded(void **state) {
 /* AdamW over no parameters still launches cleanly and records a NaN-skipped step. */
 static void test_adamw_of_no_parameters_records_a_skip(void **state) {
     gpu_env *e = *state;
-    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
     gt_step_state init = default_state(), *cst, *gst, hs;
     init.nan_flags = GT_NAN_LOSS;
     make_states(e, &init, &cst, &gst);
@@ -708,6 +778,7 @@ int main(void) {
         T(test_grad_norm_is_deterministic_and_exact),
         T(test_adamw_of_no_parameters_records_a_skip),
         T(test_adamw_bf16_moments_are_the_fp32_ones_rounded),
+        T(test_adamw_split_master_is_the_fp32_master_bit_for_bit),
         T(test_unplanned_matmul_shape_is_a_sticky_error_naming_it),
         T(test_memory_is_tracked_with_a_peak),
     };

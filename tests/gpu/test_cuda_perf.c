@@ -149,7 +149,7 @@ static void run_ce(gpu_env *e, void *p) {
 }
 static void run_opt(gpu_env *e, void *p) {
     ew_ctx *c = p;
-    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0};
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
     e->gpu->ops->grad_norm(e->gpu, e->gs, c->st, c->grads, c->n, GT_NO_GRAD_ROWS, 1, 1, 1.0f);
     e->gpu->ops->adamw(e->gpu, e->gs, c->params, c->master, c->grads, GT_NO_GRAD_ROWS, c->m, c->v,
                        c->n, c->n, hp, c->st);
