@@ -12,10 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "lt_problem.h"
+
 #define WS_BYTES ((size_t)32 << 20)
 #define MAX_ALGOS 32
 
-enum { FWD, BWD_DATA, BWD_WEIGHT };
 static const char *const kind_names[] = {"fwd", "bwd_data", "bwd_weight"};
 
 static void *dev_random(size_t bytes, uint32_t seed) {
@@ -37,49 +38,23 @@ static void *dev_random(size_t bytes, uint32_t seed) {
 }
 
 static void sweep(cublasLtHandle_t lt, void *ws, int kind, int M, int N, int K) {
-    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    uint64_t ar, ac, br, bc, cr, cc;
-    cudaDataType_t ct = CUDA_R_16BF;
-    if (kind == FWD) {
-        ta = CUBLAS_OP_T;
-        ar = K, ac = N, br = K, bc = M, cr = N, cc = M;
-    } else if (kind == BWD_DATA) {
-        ar = K, ac = N, br = N, bc = M, cr = K, cc = M;
-    } else {
-        tb = CUBLAS_OP_T;
-        ar = K, ac = M, br = N, bc = M, cr = K, cc = N;
-        ct = CUDA_R_32F;
-    }
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ar, ac, (int64_t)ar);
-    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, br, bc, (int64_t)br);
-    cublasLtMatrixLayoutCreate(&lc, ct, cr, cc, (int64_t)cr);
-    cublasLtMatmulPreference_t pref;
-    cublasLtMatmulPreferenceCreate(&pref);
-    size_t wsb = WS_BYTES;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                         sizeof wsb);
+    lt_problem p;
     cublasLtMatmulHeuristicResult_t res[MAX_ALGOS];
-    int found = 0;
-    cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, MAX_ALGOS, res, &found);
-    void *A = dev_random(ar * ac * 2, 1), *B = dev_random(br * bc * 2, 2);
-    void *C = dev_random(cr * cc * (ct == CUDA_R_32F ? 4 : 2), 3);
+    int found = lt_problem_build(lt, &p, kind, M, N, K, WS_BYTES, res, MAX_ALGOS);
+    void *A = dev_random(p.a_elems * 2, 1), *B = dev_random(p.b_elems * 2, 2);
+    void *C = dev_random(p.c_elems * (p.c_fp32 ? 4 : 2), 3);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    float alpha = 1.0f, beta = kind == BWD_WEIGHT ? 1.0f : 0.0f;
+    float alpha = 1.0f, beta = kind == LT_BWD_WEIGHT ? 1.0f : 0.0f;
     float first = -1, best = 1e30f;
     int best_i = -1;
     for (int i = 0; i < found; i++) {
         int ok = 1;
         for (int r = 0; r < 23 && ok; r++) {
             if (r == 3) cudaEventRecord(e0, 0);
-            ok = cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &res[i].algo,
-                                ws, WS_BYTES, 0) == CUBLAS_STATUS_SUCCESS;
+            ok = cublasLtMatmul(lt, p.desc, &alpha, A, p.la, B, p.lb, &beta, C, p.lc, C, p.lc,
+                                &res[i].algo, ws, WS_BYTES, 0) == CUBLAS_STATUS_SUCCESS;
         }
         cudaEventRecord(e1, 0);
         cudaEventSynchronize(e1);
@@ -96,9 +71,7 @@ static void sweep(cublasLtHandle_t lt, void *ws, int kind, int M, int N, int K) 
            flops / best * 1e-6, 100.0 * (first - best) / first);
     cudaFree(A), cudaFree(B), cudaFree(C);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc), cublasLtMatmulDescDestroy(desc);
+    lt_problem_destroy(&p);
 }
 
 int main(int argc, char **argv) {

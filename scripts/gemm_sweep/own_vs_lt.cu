@@ -10,13 +10,14 @@
 #include <stdlib.h>
 
 #include "backend/cuda/k_moe_wgmma.cu"
+#include "scripts/gemm_sweep/lt_problem.h"
 
 int gt_cuda_pdl = 1;
 
 #define CHAIN 40
 #define WS ((size_t)32 << 20)
 
-enum { FWD, DATA, WGRAD };
+enum { FWD = LT_FWD, DATA = LT_BWD_DATA, WGRAD = LT_BWD_WEIGHT };
 static const char *const names[] = {"fwd", "bwd_data", "bwd_weight"};
 
 __global__ void k_touch(bf16 *x, int n) {
@@ -43,42 +44,12 @@ static void *dev_random(size_t n, int fp32, unsigned seed) {
 }
 
 struct lt_plan {
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, lc;
+    lt_problem p;
     cublasLtMatmulHeuristicResult_t res;
 };
 
-/* the layouts of backend/cuda/cuda_matmul.c */
 static int lt_build(cublasLtHandle_t lt, lt_plan *p, int kind, int M, int N, int K) {
-    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    uint64_t ar, ac, br, bc, cr, cc;
-    cudaDataType_t ct = CUDA_R_16BF;
-    if (kind == FWD) {
-        ta = CUBLAS_OP_T;
-        ar = K, ac = N, br = K, bc = M, cr = N, cc = M;
-    } else if (kind == DATA) {
-        ar = K, ac = N, br = N, bc = M, cr = K, cc = M;
-    } else {
-        tb = CUBLAS_OP_T;
-        ar = K, ac = M, br = N, bc = M, cr = K, cc = N;
-        ct = CUDA_R_32F;
-    }
-    cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, (int64_t)ar);
-    cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, (int64_t)br);
-    cublasLtMatrixLayoutCreate(&p->lc, ct, cr, cc, (int64_t)cr);
-    cublasLtMatmulPreference_t pref;
-    cublasLtMatmulPreferenceCreate(&pref);
-    size_t wsb = WS;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                         sizeof wsb);
-    int found = 0;
-    cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &p->res,
-                                   &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    return found > 0;
+    return lt_problem_build(lt, &p->p, kind, M, N, K, WS, &p->res, 1) > 0;
 }
 
 static float chain_us(cudaStream_t s, bf16 *touch, int touch_n, void (*gemm)(void *), void *ctx) {
@@ -126,8 +97,9 @@ static void run_lt(void *v) {
     job *j = (job *)v;
     float alpha = 1, beta = j->kind == WGRAD ? 1.0f : 0.0f;
     /* cuda_matmul.c's operand order: (w, a) fwd, (w, dout) data, (a, dout) weight: (B, A) */
-    cublasLtMatmul(j->lt, j->p->desc, &alpha, j->B, j->p->la, j->A, j->p->lb, &beta, j->C, j->p->lc,
-                   j->C, j->p->lc, &j->p->res.algo, j->ws, WS, j->s);
+    const lt_problem *q = &j->p->p;
+    cublasLtMatmul(j->lt, q->desc, &alpha, j->B, q->la, j->A, q->lb, &beta, j->C, q->lc, j->C,
+                   q->lc, &j->p->res.algo, j->ws, WS, j->s);
 }
 
 static void run_own(void *v) {
@@ -215,8 +187,7 @@ int main(int argc, char **argv) {
                    e == cudaSuccess ? "" : cudaGetErrorString(e));
             if (sh < 4) lt_sum += tl, own_sum += to;
             cudaFree(j.A), cudaFree(j.B), cudaFree(j.C), cudaFree(j.C2);
-            cublasLtMatrixLayoutDestroy(p.la), cublasLtMatrixLayoutDestroy(p.lb);
-            cublasLtMatrixLayoutDestroy(p.lc), cublasLtMatmulDescDestroy(p.desc);
+            lt_problem_destroy(&p.p);
         }
     printf("one layer's 12 GEMMs (each after a small kernel): lt %.1f us, own %.1f us\n", lt_sum,
            own_sum);

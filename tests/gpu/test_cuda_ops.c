@@ -542,6 +542,23 @@ static void test_optimizer_step_matches_cpu(void **state) {
     free(master), free(grads), free(m), free(v), free(got);
 }
 
+/* One step of two AdamW runs side by side on the same gradients and step state: the norm,
+ * run a (params, master, m, v, hp), run b, then the step's end. */
+typedef struct adamw_run {
+    void *params, *master, *m, *v;
+    gt_adamw_params hp;
+} adamw_run;
+
+static void adamw_pair_step(gpu_env *e, gt_step_state *gst, const float *g_g, size_t n,
+                            const adamw_run *a, const adamw_run *b) {
+    e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, GT_NO_GRAD_ROWS, 1, 1, a->hp.clip_grad);
+    e->gpu->ops->adamw(e->gpu, e->gs, a->params, a->master, g_g, GT_NO_GRAD_ROWS, a->m, a->v, n,
+                       n / 2, a->hp, gst);
+    e->gpu->ops->adamw(e->gpu, e->gs, b->params, b->master, g_g, GT_NO_GRAD_ROWS, b->m, b->v, n,
+                       n / 2, b->hp, gst);
+    e->gpu->ops->step_end(e->gpu, e->gs, gst);
+}
+
 /* Moments stored in bf16 on the device: over two steps from the same state the master
  * weights are bitwise those of fp32 moments, and the stored moments are the fp32 ones rounded
  * to nearest-even; n = 4099 runs the scalar kernel, n = 4096 the 4-wide one. */
@@ -570,12 +587,8 @@ static void test_adamw_bf16_moments_are_the_fp32_ones_rounded(void **state) {
             e->gpu->ops->memcpy_h2d(e->gpu, e->gs, g_m32, m16, n * 4);
             e->gpu->ops->memcpy_h2d(e->gpu, e->gs, g_v32, v16, n * 4);
             g_sync(e);
-            e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, GT_NO_GRAD_ROWS, 1, 1, hp.clip_grad);
-            e->gpu->ops->adamw(e->gpu, e->gs, g_p, g_w32, g_g, GT_NO_GRAD_ROWS, g_m32, g_v32, n,
-                               n / 2, hp, gst);
-            e->gpu->ops->adamw(e->gpu, e->gs, g_p, g_w16, g_g, GT_NO_GRAD_ROWS, g_m16, g_v16, n,
-                               n / 2, hp16, gst);
-            e->gpu->ops->step_end(e->gpu, e->gs, gst);
+            adamw_run a = {g_p, g_w32, g_m32, g_v32, hp}, b = {g_p, g_w16, g_m16, g_v16, hp16};
+            adamw_pair_step(e, gst, g_g, n, &a, &b);
             g_read_f32(e, w32, g_w32, n);
             g_read_f32(e, w16, g_w16, n);
             g_read_f32(e, m32, g_m32, n);
@@ -634,12 +647,8 @@ static void test_adamw_split_master_is_the_fp32_master_bit_for_bit(void **state)
         GPU_PLAN(e, e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, GT_NO_GRAD_ROWS, 1, 1,
                                            hp.clip_grad));
         for (int step = 0; step < 3; step++) {
-            e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g_g, n, GT_NO_GRAD_ROWS, 1, 1, hp.clip_grad);
-            e->gpu->ops->adamw(e->gpu, e->gs, g_p32, g_w, g_g, GT_NO_GRAD_ROWS, g_ma, g_va, n,
-                               n / 2, hp, gst);
-            e->gpu->ops->adamw(e->gpu, e->gs, g_hi, g_lo, g_g, GT_NO_GRAD_ROWS, g_mb, g_vb, n,
-                               n / 2, hps, gst);
-            e->gpu->ops->step_end(e->gpu, e->gs, gst);
+            adamw_run a = {g_p32, g_w, g_ma, g_va, hp}, b = {g_hi, g_lo, g_mb, g_vb, hps};
+            adamw_pair_step(e, gst, g_g, n, &a, &b);
             g_read_f32(e, w32, g_w, n);
             e->gpu->ops->memcpy_d2h(e->gpu, e->gs, hi, g_hi, n * 2);
             e->gpu->ops->memcpy_d2h(e->gpu, e->gs, lo, g_lo, n * 2);

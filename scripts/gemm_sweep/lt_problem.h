@@ -1,0 +1,65 @@
+/* The cuBLASLt problem of one dense GEMM of backend/cuda/cuda_matmul.c, for the developer
+ * tools beside this file (gemm_sweep.c, own_vs_lt.cu): row-major out[M,N] = a[M,K] w[N,K]^T
+ * (forward), da[M,K] = dout[M,N] w (data gradient) and dw[N,K] += dout^T a in fp32 (weight
+ * gradient), spelled as the column-major products the backend hands cuBLASLt, and the
+ * heuristic's first `want` answers for a workspace of ws_bytes. Valid C and C++. */
+#ifndef GT_SCRIPTS_GEMM_SWEEP_LT_PROBLEM_H
+#define GT_SCRIPTS_GEMM_SWEEP_LT_PROBLEM_H
+
+#include <cublasLt.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum { LT_FWD, LT_BWD_DATA, LT_BWD_WEIGHT };
+
+typedef struct lt_problem {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    uint64_t a_elems, b_elems, c_elems; /* elements of the operands cuBLASLt sees as A, B, C */
+    int c_fp32;                         /* C is fp32 (the weight gradient), else bf16 */
+} lt_problem;
+
+/* Builds p and asks for up to `want` algorithms into res; returns how many came. */
+static inline int lt_problem_build(cublasLtHandle_t lt, lt_problem *p, int kind, int M, int N,
+                                   int K, size_t ws_bytes, cublasLtMatmulHeuristicResult_t *res,
+                                   int want) {
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    uint64_t ar, ac, br, bc, cr, cc;
+    cudaDataType_t ct = CUDA_R_16BF;
+    if (kind == LT_FWD) {
+        ta = CUBLAS_OP_T;
+        ar = K, ac = N, br = K, bc = M, cr = N, cc = M;
+    } else if (kind == LT_BWD_DATA) {
+        ar = K, ac = N, br = N, bc = M, cr = K, cc = M;
+    } else {
+        tb = CUBLAS_OP_T;
+        ar = K, ac = M, br = N, bc = M, cr = K, cc = N;
+        ct = CUDA_R_32F;
+    }
+    p->a_elems = ar * ac, p->b_elems = br * bc, p->c_elems = cr * cc;
+    p->c_fp32 = ct == CUDA_R_32F;
+    cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, (int64_t)ar);
+    cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, (int64_t)br);
+    cublasLtMatrixLayoutCreate(&p->lc, ct, cr, cc, (int64_t)cr);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                         sizeof ws_bytes);
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, want, res,
+                                   &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    return found;
+}
+
+static inline void lt_problem_destroy(lt_problem *p) {
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatmulDescDestroy(p->desc);
+}
+
+#endif
