@@ -182,49 +182,33 @@ typedef struct child_header {
     int n_losses;
 } child_header;
 
-static int write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        c += w, n -= (size_t)w;
-    }
-    return 0;
+/* all n bytes through stdio (which retries short and interrupted transfers): 0, else -1 */
+static int put(FILE *f, const void *p, size_t n) {
+    return fwrite(p, 1, n, f) == n ? 0 : -1;
+}
+static int get(FILE *f, void *p, size_t n) {
+    return fread(p, 1, n, f) == n ? 0 : -1;
 }
 
-/* 0 when all n bytes came; -1 on an error or an early end */
-static int read_all(int fd, void *p, size_t n) {
-    char *c = p;
-    while (n) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        c += r, n -= (size_t)r;
-    }
-    return 0;
-}
-
-static int send_result(int fd, const gt_bench_report *rep, const gt_bench_result *r,
+static int send_result(FILE *f, const gt_bench_report *rep, const gt_bench_result *r,
                        int has_workload) {
     child_header h = {CHILD_MAGIC, has_workload, r->losses ? r->n_losses : 0};
     gt_bench_result copy = *r;
     copy.losses = NULL;
-    if (write_all(fd, &h, sizeof h)) return -1;
-    if (has_workload && write_all(fd, &rep->w, sizeof rep->w)) return -1;
-    if (write_all(fd, &copy, sizeof copy)) return -1;
-    return h.n_losses ? write_all(fd, r->losses, (size_t)h.n_losses * sizeof(float)) : 0;
+    if (put(f, &h, sizeof h)) return -1;
+    if (has_workload && put(f, &rep->w, sizeof rep->w)) return -1;
+    if (put(f, &copy, sizeof copy)) return -1;
+    return h.n_losses ? put(f, r->losses, (size_t)h.n_losses * sizeof(float)) : 0;
 }
 
 /* Fills r (and rep->w when the child sent it); on failure r keeps only its mode. */
-static int recv_result(int fd, gt_bench_report *rep, gt_bench_result *r) {
+static int recv_result(FILE *f, gt_bench_report *rep, gt_bench_result *r) {
     child_header h;
     gt_bench_mode mode = r->mode;
-    if (read_all(fd, &h, sizeof h) || h.magic != CHILD_MAGIC || h.n_losses < 0 ||
-        h.n_losses > 100000000)
+    if (get(f, &h, sizeof h) || h.magic != CHILD_MAGIC || h.n_losses < 0 || h.n_losses > 100000000)
         return -1;
-    if (h.has_workload && read_all(fd, &rep->w, sizeof rep->w)) return -1;
-    if (read_all(fd, r, sizeof *r)) {
+    if (h.has_workload && get(f, &rep->w, sizeof rep->w)) return -1;
+    if (get(f, r, sizeof *r)) {
         memset(r, 0, sizeof *r);
         r->mode = mode;
         return -1;
@@ -233,7 +217,7 @@ static int recv_result(int fd, gt_bench_report *rep, gt_bench_result *r) {
     r->mode = mode;
     if (!h.n_losses) return 0;
     r->losses = malloc((size_t)h.n_losses * sizeof(float));
-    if (!r->losses || read_all(fd, r->losses, (size_t)h.n_losses * sizeof(float))) {
+    if (!r->losses || get(f, r->losses, (size_t)h.n_losses * sizeof(float))) {
         free(r->losses);
         r->losses = NULL;
         r->ok = 0;
@@ -274,14 +258,19 @@ static void run_mode_in_child(const gt_config *base, const gt_bench_options *o, 
         close(fd[0]);
         run_mode(base, o, train_iters, rep, r, first);
         if (forced_crash(&r->mode)) raise(SIGKILL);
-        int rc = send_result(fd[1], rep, r, first && rep->w.tokens_per_step > 0);
+        FILE *out = fdopen(fd[1], "wb");
+        int rc = !out || send_result(out, rep, r, first && rep->w.tokens_per_step > 0) ||
+                 fclose(out) != 0;
         free(r->losses);
-        close(fd[1]);
         _exit(rc ? 3 : 0);
     }
     close(fd[1]);
-    int got = recv_result(fd[0], rep, r);
-    close(fd[0]);
+    FILE *in = fdopen(fd[0], "rb");
+    int got = in ? recv_result(in, rep, r) : -1;
+    if (in)
+        fclose(in);
+    else
+        close(fd[0]);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
