@@ -2,14 +2,16 @@
  * warpgroup-MMA kernels (k_moe_wgmma.cu) run as one group. Each is timed as a chain of
  * CHAIN pairs (a small elementwise kernel, then the GEMM) captured in one CUDA graph, the way
  * a training step runs them, so the programmatic launch of graphtrain's own kernels counts.
- * Prints us per pair and the largest difference between the two results. A developer tool
- * for the GPU scripts; not part of the engine.
+ * Prints us per pair and the largest difference between the two results; forward GEMMs also
+ * run the 128 x 256 prototype of dense_wgmma.cuh, one block a tile and persistent. A
+ * developer tool for the GPU scripts; not part of the engine.
  * Usage: own_vs_lt TOKENS D QKV FFN VOCAB */
 #include <cublasLt.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "backend/cuda/k_moe_wgmma.cu"
+#include "scripts/gemm_sweep/dense_wgmma.cuh"
 #include "scripts/gemm_sweep/lt_problem.h"
 
 int gt_cuda_pdl = 1;
@@ -117,6 +119,19 @@ static void run_own(void *v) {
     if (!ok) fprintf(stderr, "own kernel refused the shape\n");
 }
 
+static void run_dense(void *v, int persist) {
+    job *j = (job *)v;
+    if (!dense_wgmma(j->s, (bf16 *)j->C2, (const bf16 *)j->A, (const bf16 *)j->B, j->M, j->N, j->K,
+                     persist))
+        fprintf(stderr, "dense prototype refused the shape\n");
+}
+static void run_dense_tiles(void *v) {
+    run_dense(v, 0);
+}
+static void run_dense_persist(void *v) {
+    run_dense(v, 1);
+}
+
 static double max_diff(const void *a, const void *b, size_t n, int fp32) {
     size_t bytes = n * (fp32 ? 4 : 2);
     void *ha = malloc(bytes), *hb = malloc(bytes);
@@ -185,6 +200,19 @@ int main(int argc, char **argv) {
                    "gemm TFLOP/s at lt %5.0f  rel diff %.2e %s\n",
                    names[kind], M, N, K, tl, to, 100.0 * (to - tl) / tl, fl / tl * 1e-6, diff,
                    e == cudaSuccess ? "" : cudaGetErrorString(e));
+            for (int persist = 0; kind == FWD && persist < 2; persist++) {
+                void (*fn)(void *) = persist ? run_dense_persist : run_dense_tiles;
+                cudaMemset(j.C2, 0, nc * 2);
+                fn(&j);
+                cudaStreamSynchronize(s);
+                double d2 = max_diff(j.C, j.C2, nc, 0);
+                float t2 = chain_us(s, touch, touch_n, fn, &j);
+                cudaError_t e2 = cudaStreamSynchronize(s);
+                printf("%-10s M=%-5d N=%-6d K=%-5d  lt %7.2f us  128x256 %s %7.2f us "
+                       "(%+5.1f%%)  rel diff %.2e %s\n",
+                       names[kind], M, N, K, tl, persist ? "persistent" : "a block a tile", t2,
+                       100.0 * (t2 - tl) / tl, d2, e2 == cudaSuccess ? "" : cudaGetErrorString(e2));
+            }
             if (sh < 4) lt_sum += tl, own_sum += to;
             cudaFree(j.A), cudaFree(j.B), cudaFree(j.C), cudaFree(j.C2);
             lt_problem_destroy(&p.p);
