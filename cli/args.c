@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "config/keys.h"
+#include "config/rules.h"
 
 #define ARGS_MAX_OVERRIDES 256
 #define ARGS_DIR_MAX (GT_PATH_MAX + 32)
@@ -175,8 +176,9 @@ static int apply_harness(gt_config *cfg, const char *vals[HF_COUNT], gt_error *e
 }
 
 int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, char **rest_argv,
-                       gt_error *err) {
+                       int *checkable, gt_error *err) {
     const char *vals[HF_COUNT] = {0};
+    if (checkable) *checkable = 0;
     const char *overrides[ARGS_MAX_OVERRIDES];
     int n_over = 0, n_rest = 0;
     if (rest_argv && argc > 0) rest_argv[n_rest++] = argv[0];
@@ -228,8 +230,21 @@ int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, ch
         size_t used = strlen(all);
         snprintf(all + used, sizeof all - used, "%s%s", used ? "\n  " : "", one.msg);
     }
+    /* the bad keys kept their earlier values: the rest can still be checked */
+    gt_config_finalize(cfg);
+    if (checkable) *checkable = 1;
     if (bad > 1) return gt_error_set(err, first_rc, "%d bad overrides:\n  %s", bad, all);
     if (bad) return gt_error_set(err, first_rc, "%s", all);
-    gt_config_finalize(cfg);
     return GT_OK;
+}
+
+int gt_cli_report_other_errors(const gt_config *cfg, FILE *out) {
+    gt_report report;
+    int errors = gt_config_validate(cfg, &report);
+    if (errors > 0) {
+        fprintf(out, "and the rules, checked with the other settings (each bad key above keeps "
+                     "its earlier value):\n");
+        gt_report_print(&report, out);
+    }
+    return errors;
 }

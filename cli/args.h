@@ -4,6 +4,7 @@
 #define GT_CLI_ARGS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "config/config.h"
 #include "core/error.h"
@@ -21,9 +22,18 @@
  * -c/--compute_dtype, -ng/--num_gpus, --cuda_graph_impl (auto-enables model.use_te_rng_tracker
  * and rng.te_rng_tracker unless none, as Bridge's harness does), --cuda_graph_scope a,b,c.
  * Flags take their value as the next argument or after '='. Returns GT_OK, GT_ERR_INVALID
- * (bad flag or value) or GT_ERR_IO (recipe/config file unreadable). */
+ * (bad flag or value) or GT_ERR_IO (recipe/config file unreadable).
+ *
+ * *checkable (when not NULL) says whether cfg can go through gt_config_validate: 1 on success,
+ * and also when the only problems were bad key=value overrides (every one is in err). Then
+ * each bad key keeps the value it had before its override, and cfg is finalized, so the
+ * caller can report the rules' findings together with the overrides' errors. 0 otherwise. */
 int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, char **rest_argv,
-                       gt_error *err);
+                       int *checkable, gt_error *err);
+
+/* After a configuration error: checks cfg (see *checkable above) against every rule and, if
+ * any rule fails, prints a heading and the report to out. Returns the number of errors. */
+int gt_cli_report_other_errors(const gt_config *cfg, FILE *out);
 
 /* Resolves a recipe name to a file: a name containing '/' or ending in .yaml is a path;
  * otherwise <dir>/<name>.yaml for dir in $GT_RECIPE_DIR, ./recipes, <executable>/../recipes. */

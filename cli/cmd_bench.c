@@ -149,9 +149,18 @@ static int export_weights(const gt_config *base, const char *path, gt_error *err
 }
 
 static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err) {
-    int rest_argc = 0;
-    int rc = gt_cli_load_config(argc, argv, cfg, &rest_argc, rest, err);
-    if (rc) return rc;
+    int rest_argc = 0, checkable = 0;
+    int rc = gt_cli_load_config(argc, argv, cfg, &rest_argc, rest, &checkable, err);
+    if (rc) {
+        /* the overrides' errors are printed by the caller, the rules' findings here */
+        if (checkable) {
+            fprintf(stderr, "graphtrain bench: %s\n", err->msg);
+            gt_cli_report_other_errors(cfg, stderr);
+            return gt_error_set(err, rc,
+                                "the configuration is invalid (see above); nothing was run");
+        }
+        return rc;
+    }
     bench_args a = {.steps = 30, .warmup = 3, .parity_steps = 10};
     if ((rc = parse_rest(rest_argc, rest, &a, err))) return rc;
     if (a.help) {

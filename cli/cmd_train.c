@@ -51,7 +51,8 @@ int gt_cmd_train(int argc, char **argv) {
     gt_error err = {0};
     char *rest[argc > 0 ? argc : 1];
     int n_rest = 0;
-    int rc = gt_cli_load_config(argc, argv, &cfg, &n_rest, rest, &err);
+    int checkable = 0;
+    int rc = gt_cli_load_config(argc, argv, &cfg, &n_rest, rest, &checkable, &err);
     if (rc == GT_OK && n_rest > 1)
         rc = gt_error_set(&err, GT_ERR_INVALID,
                           "unknown argument '%.100s'; settings are key=value (e.g. "
@@ -59,6 +60,11 @@ int gt_cmd_train(int argc, char **argv) {
                           rest[1]);
     if (rc != GT_OK) {
         fprintf(stderr, "graphtrain train: %s\n", err.msg);
+        if (checkable) {
+            gt_cli_report_other_errors(&cfg, stderr);
+            fprintf(stderr, "graphtrain train: the configuration is invalid (see above); "
+                            "nothing was run\n");
+        }
         return TRAIN_EXIT_INVALID;
     }
     gt_report report;

@@ -27,9 +27,12 @@ static void usage(FILE *out) {
             "harness flags: -m -mr --task -g -c -ng --cuda_graph_impl --cuda_graph_scope a,b,c\n");
 }
 
+/* load_error: the configuration could not be fully loaded; r may still hold the findings of
+ * the rest of it (gt_cli_load_config's *checkable) */
 static void print_json(const gt_config *cfg, const gt_report *r, const char *load_error) {
     printf("{\"valid\": %s, \"errors\": %d, \"notes\": %d",
-           r && !r->errors && !load_error ? "true" : "false", r ? r->errors : 1, r ? r->notes : 0);
+           r && !r->errors && !load_error ? "true" : "false",
+           (r ? r->errors : 0) + (load_error ? 1 : 0), r ? r->notes : 0);
     if (load_error) {
         fputs(", \"load_error\": ", stdout);
         gt_json_write_string(stdout, load_error);
@@ -62,7 +65,8 @@ int gt_cmd_validate(int argc, char **argv) {
     }
     gt_config cfg;
     gt_error err = {0};
-    int rc = gt_cli_load_config(argc, argv, &cfg, &n_rest, rest, &err);
+    int checkable = 0;
+    int rc = gt_cli_load_config(argc, argv, &cfg, &n_rest, rest, &checkable, &err);
     for (int i = 1; i < n_rest; i++) {
         if (!strcmp(rest[i], "--json"))
             json = 1;
@@ -75,14 +79,18 @@ int gt_cmd_validate(int argc, char **argv) {
                               rest[i]);
         }
     }
+    gt_report report;
     if (rc != GT_OK) {
-        if (json)
-            print_json(NULL, NULL, err.msg);
-        else
+        /* every problem at once: the rules' findings on the rest of the configuration too */
+        if (json) {
+            if (checkable) gt_config_validate(&cfg, &report);
+            print_json(NULL, checkable ? &report : NULL, err.msg);
+        } else {
             fprintf(stderr, "graphtrain validate: %s\n", err.msg);
+            if (checkable) gt_cli_report_other_errors(&cfg, stderr);
+        }
         return VALIDATE_EXIT_INVALID;
     }
-    gt_report report;
     int errors = gt_config_validate(&cfg, &report);
     if (json) {
         print_json(&cfg, &report, NULL);

@@ -79,6 +79,42 @@ static void test_validate_reports_every_violation_and_exits_2(void **state) {
     assert_non_null(strstr(out, "fix: "));
 }
 
+/* A bad override does not hide the rules' findings on the rest: all come in one run, from
+ * validate, train and bench alike, and nothing runs. */
+static void test_bad_overrides_and_broken_rules_are_reported_together(void **state) {
+    char *out = *state;
+    int rc = gt_test_run("validate --quiet --recipe tiny model.cuda_graph_scope=attn "
+                         "train.micro_batch_size=0 optimizer.lr=-1",
+                         out, OUT_MAX);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "2 bad overrides"));
+    assert_non_null(strstr(out, "train.micro_batch_size: '0' is out of range"));
+    assert_non_null(strstr(out, "optimizer.lr: '-1' is out of range"));
+    assert_non_null(strstr(out, "each bad key above keeps its earlier value"));
+    assert_non_null(strstr(out, "error [local_needs_full_iteration]"));
+    rc = gt_test_run("validate --json --recipe tiny model.cuda_graph_scope=attn "
+                     "train.micro_batch_size=0",
+                     out, OUT_MAX);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "\"errors\": 2"));
+    assert_non_null(strstr(out, "\"load_error\": "));
+    assert_non_null(strstr(out, "\"rule\": \"local_needs_full_iteration\""));
+    const char *cmds[] = {"train", "bench"};
+    for (int i = 0; i < 2; i++) {
+        char args[256];
+        snprintf(args, sizeof args,
+                 "%s --recipe tiny model.cuda_graph_scope=attn train.micro_batch_size=0", cmds[i]);
+        assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
+        assert_non_null(strstr(out, "train.micro_batch_size: '0' is out of range"));
+        assert_non_null(strstr(out, "error [local_needs_full_iteration]"));
+        assert_non_null(strstr(out, "nothing was run"));
+    }
+    /* with only a bad override and sound rules, only the override is reported */
+    assert_int_equal(gt_test_run("validate --recipe tiny train.micro_batch_size=0", out, OUT_MAX),
+                     2);
+    assert_null(strstr(out, "and the rules"));
+}
+
 static void test_validate_dropless_moe_scope_is_an_error_with_bridges_advice(void **state) {
     char *out = *state;
     int rc = gt_test_run("validate --quiet --recipe moe model.cuda_graph_impl=transformer_engine "
@@ -206,6 +242,7 @@ int main(void) {
         cmocka_unit_test(test_command_help_exits_0),
         cmocka_unit_test(test_validate_valid_recipe_exits_0),
         cmocka_unit_test(test_validate_reports_every_violation_and_exits_2),
+        cmocka_unit_test(test_bad_overrides_and_broken_rules_are_reported_together),
         cmocka_unit_test(test_validate_dropless_moe_scope_is_an_error_with_bridges_advice),
         cmocka_unit_test(test_validate_json_is_one_object),
         cmocka_unit_test(test_validate_bad_input_names_the_problem),

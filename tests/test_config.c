@@ -299,7 +299,7 @@ static void load_recipe(gt_config *c, const char *name) {
     setenv("GT_RECIPE_DIR", dir, 1);
     char *argv[] = {"validate", "--recipe", (char *)name};
     gt_error err = {0};
-    if (gt_cli_load_config(3, argv, c, NULL, NULL, &err) != GT_OK) fail_msg("%s", err.msg);
+    if (gt_cli_load_config(3, argv, c, NULL, NULL, NULL, &err) != GT_OK) fail_msg("%s", err.msg);
 }
 
 static void test_workload_recipes_have_the_workloads_md_shapes(void **state) {
@@ -337,15 +337,15 @@ static void test_sources_apply_in_order_and_overrides_win(void **state) {
     gt_error err = {0};
     char *a1[] = {"validate", "model.num_layers=5", "--recipe", "tiny", "--config", cfgfile, "-ng",
                   "2"};
-    assert_int_equal(gt_cli_load_config(8, a1, &c, NULL, NULL, &err), GT_OK);
+    assert_int_equal(gt_cli_load_config(8, a1, &c, NULL, NULL, NULL, &err), GT_OK);
     assert_int_equal(c.model.num_layers, 5);    /* override beats config and recipe */
     assert_int_equal(c.model.hidden_size, 256); /* config beats recipe */
     assert_int_equal(c.model.seq_length, 256);  /* recipe beats defaults */
     assert_int_equal(c.runtime.num_gpus, 2);    /* harness flag beats config */
     char *a2[] = {"validate", "--recipe=tiny", "--config=/nonexistent.yaml"};
-    assert_int_equal(gt_cli_load_config(3, a2, &c, NULL, NULL, &err), GT_ERR_IO);
+    assert_int_equal(gt_cli_load_config(3, a2, &c, NULL, NULL, NULL, &err), GT_ERR_IO);
     char *a3[] = {"validate", "--recipe", "no_such_recipe"};
-    assert_int_equal(gt_cli_load_config(3, a3, &c, NULL, NULL, &err), GT_ERR_IO);
+    assert_int_equal(gt_cli_load_config(3, a3, &c, NULL, NULL, NULL, &err), GT_ERR_IO);
     assert_non_null(strstr(err.msg, "graphtrain recipes"));
 }
 
@@ -373,7 +373,7 @@ static void test_harness_flags_map_onto_keys_and_enable_the_rng_tracker(void **s
                  "--cuda_graph_scope",
                  "attn,moe_router"};
     unsetenv("PYTORCH_CUDA_ALLOC_CONF");
-    assert_int_equal(gt_cli_load_config(17, a, &c, NULL, NULL, &err), GT_OK);
+    assert_int_equal(gt_cli_load_config(17, a, &c, NULL, NULL, NULL, &err), GT_OK);
     assert_int_equal(c.model.num_moe_experts, 128); /* -mr picked the recipe */
     assert_string_equal(c.runtime.gpu, "h100");
     assert_int_equal(c.model.compute_dtype, GT_DTYPE_FP8_CS);
@@ -382,13 +382,13 @@ static void test_harness_flags_map_onto_keys_and_enable_the_rng_tracker(void **s
     assert_true(c.model.use_te_rng_tracker);
     assert_true(c.rng.te_rng_tracker);
     char *b[] = {"validate", "--cuda_graph_impl=none"};
-    assert_int_equal(gt_cli_load_config(2, b, &c, NULL, NULL, &err), GT_OK);
+    assert_int_equal(gt_cli_load_config(2, b, &c, NULL, NULL, NULL, &err), GT_OK);
     assert_false(c.model.use_te_rng_tracker);
     char *bad[] = {"validate", "--task", "sft"};
-    assert_int_equal(gt_cli_load_config(3, bad, &c, NULL, NULL, &err), GT_ERR_INVALID);
+    assert_int_equal(gt_cli_load_config(3, bad, &c, NULL, NULL, NULL, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "pretrain"));
     char *missing[] = {"validate", "--cuda_graph_scope"};
-    assert_int_equal(gt_cli_load_config(2, missing, &c, NULL, NULL, &err), GT_ERR_INVALID);
+    assert_int_equal(gt_cli_load_config(2, missing, &c, NULL, NULL, NULL, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "needs a value"));
 }
 
@@ -399,7 +399,7 @@ static void test_unknown_flags_are_left_for_the_caller(void **state) {
     char *a[] = {"bench", "--out", "r.json", "model.num_layers=2", "--json", "extra"};
     char *rest[6];
     int n = 0;
-    assert_int_equal(gt_cli_load_config(6, a, &c, &n, rest, &err), GT_OK);
+    assert_int_equal(gt_cli_load_config(6, a, &c, &n, rest, NULL, &err), GT_OK);
     assert_int_equal(n, 5);
     assert_string_equal(rest[0], "bench");
     assert_string_equal(rest[1], "--out");

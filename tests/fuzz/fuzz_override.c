@@ -43,13 +43,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gt_error err = {0};
     char *rest[FUZZ_MAX_ARGS + 1];
     int n_rest = 0;
-    if (gt_cli_load_config(argc, argv, &cfg, &n_rest, rest, &err) == GT_OK) {
+    int checkable = 0;
+    int rc = gt_cli_load_config(argc, argv, &cfg, &n_rest, rest, &checkable, &err);
+    if (checkable) { /* loaded, or only overrides were bad: the rules run either way */
         gt_report report;
         gt_config_validate(&cfg, &report);
         FILE *sink = fopen("/dev/null", "w");
         if (sink) {
             gt_config_print_json(&cfg, sink);
             gt_report_print(&report, sink);
+            if (rc != GT_OK) gt_cli_report_other_errors(&cfg, sink);
             fclose(sink);
         }
     }
