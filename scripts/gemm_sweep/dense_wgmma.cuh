@@ -1,10 +1,12 @@
 /* A prototype for the GPU scripts, not part of the engine: a dense forward GEMM on
  * Hopper's warpgroup MMA, out[M, N] = A[M, K] W[N, K]^T (bf16 in and out, fp32 sums), with
  * 128 x 256 block tiles (two consumer warpgroups of 64 x 256, m64n256k16) and a 4-stage TMA
- * ring of k steps of 64 fed by one producer warp; one block an SM, launched one block a tile
- * or as a persistent grid. It measures how far larger tiles, a deeper ring and a persistent
- * grid take graphtrain's own GEMM toward cuBLASLt on dense shapes (own_vs_lt prints it next
- * to k_moe_wgmma.cu's 128 x 128 kernel). The results are stored straight from the registers.
+ * ring of k steps of 64 fed by one producer warp; one block an SM, launched one block a tile,
+ * as a persistent grid, or as a persistent grid of two-block clusters sharing the W tile by TMA
+ * multicast. It measures how far larger tiles, a deeper ring, a persistent grid and halved W
+ * traffic take graphtrain's own GEMM toward cuBLASLt on dense shapes (own_vs_lt prints it next
+ * to k_moe_wgmma.cu's 128 x 128 kernel; docs/benchmarks.md, stop 19, has the figures). The
+ * results are stored straight from the registers.
  * Needs the helpers of backend/cuda/k_moe_wgmma.cu, included first. */
 #define DW_BM 128
 #define DW_BN 256
@@ -131,6 +133,161 @@ __global__ void __launch_bounds__(DW_THREADS, 1)
         }
     }
 #endif
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* one TMA box into the same offset of the shared memory of every block in mask, each block's
+ * mbarrier at bar's offset counting the bytes */
+static __device__ __forceinline__ void tma_load_mc(void *dst, const CUtensorMap *map, uint64_t *bar,
+                                                   int x, int y, uint16_t mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(gt_smem_u32(dst)),
+        "l"((uint64_t)map), "r"(gt_smem_u32(bar)), "r"(x), "r"(y), "r"(0), "h"(mask)
+        : "memory");
+}
+
+/* an arrival on the mbarrier at bar's offset in block `rank` of the cluster (release at the
+ * block's scope, as CUTLASS's cluster barriers do) */
+static __device__ __forceinline__ void mb_arrive_cluster(uint64_t *bar, uint32_t rank) {
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(gt_smem_u32(bar)),
+                 "r"(rank)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void cluster_sync_all(void) {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+#endif
+
+/* The persistent kernel in clusters of two blocks stacked along M: a cluster takes 256 x 256
+ * of the output, each block its 128 rows, and each block's producer loads its own A tile and
+ * half of the shared W tile, which TMA multicasts into both blocks. A stage is then free
+ * again only once the consumers of both blocks are done with it: one thread of each consumer
+ * warpgroup (its wgmma groups complete for all four warps at once) arrives on the empty
+ * barrier of both blocks (4 arrivals a phase). The blocks sync as a cluster after
+ * setting up their barriers and before exiting, so no remote write or arrival meets a block
+ * that is not there. */
+__global__ void __launch_bounds__(DW_THREADS, 1)
+    k_dense_wgmma_mc(bf16 *out, const __grid_constant__ CUtensorMap tA,
+                     const __grid_constant__ CUtensorMap tW, int M, int N, int K) {
+    GT_PDL_ENTRY();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) unsigned char dw_raw[];
+    unsigned char *sm = (unsigned char *)(((uintptr_t)dw_raw + 1023) & ~(uintptr_t)1023);
+    uint64_t *full = (uint64_t *)(sm + DW_STAGES * DW_STAGE_BYTES), *empty = full + DW_STAGES;
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < DW_STAGES; s++) {
+            mb_init(&full[s], 1);
+            mb_init(&empty[s], 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    cluster_sync_all();
+    int tn = (N + DW_BN - 1) / DW_BN, tm2 = (M + 2 * DW_BM - 1) / (2 * DW_BM), supers = tn * tm2;
+    int first = blockIdx.x / 2, step = gridDim.x / 2;
+    int iters = (K + DW_BK - 1) / DW_BK;
+    int wg = threadIdx.x >> 7;
+    if (wg == 2) {
+        if (threadIdx.x == 256) {
+            int g = 0;
+            for (int t = first; t < supers; t += step) {
+                int m0 = ((t / tn) * 2 + (int)rank) * DW_BM, n0 = (t % tn) * DW_BN;
+                for (int it = 0; it < iters; it++, g++) {
+                    int s = g % DW_STAGES;
+                    if (g >= DW_STAGES) mb_wait(&empty[s], ((g / DW_STAGES) + 1) & 1);
+                    mb_expect_tx(&full[s], DW_STAGE_BYTES);
+                    unsigned char *st = sm + s * DW_STAGE_BYTES;
+                    tma_load(st, &tA, &full[s], it * DW_BK, m0, 0);
+                    tma_load_mc(st + DW_A_BYTES + rank * (DW_BN / 2) * 128, &tW, &full[s],
+                                it * DW_BK, n0 + (int)rank * (DW_BN / 2), 0x3);
+                }
+            }
+        }
+    } else {
+        int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3;
+        int g = 0;
+        for (int t = first; t < supers; t += step) {
+            int m0 = ((t / tn) * 2 + (int)rank) * DW_BM, n0 = (t % tn) * DW_BN;
+            float d[128];
+#pragma unroll
+            for (int i = 0; i < 128; i++)
+                d[i] = 0.0f;
+            for (int it = 0; it < iters; it++, g++) {
+                int s = g % DW_STAGES;
+                mb_wait(&full[s], (g / DW_STAGES) & 1);
+                const unsigned char *st = sm + s * DW_STAGE_BYTES;
+                const unsigned char *as = st + wg * 64 * 128, *bs = st + DW_A_BYTES;
+                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+                for (int kk = 0; kk < DW_BK / 16; kk++)
+                    dw_mma256(d, wg_desc<false>(as, kk), wg_desc<false>(bs, kk));
+                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                if (it > 0 && (threadIdx.x & 127) == 0) {
+                    mb_arrive_cluster(&empty[(g - 1) % DW_STAGES], 0);
+                    mb_arrive_cluster(&empty[(g - 1) % DW_STAGES], 1);
+                }
+            }
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            if ((threadIdx.x & 127) == 0) {
+                mb_arrive_cluster(&empty[(g - 1) % DW_STAGES], 0);
+                mb_arrive_cluster(&empty[(g - 1) % DW_STAGES], 1);
+            }
+            int row = m0 + wg * 64 + q * 16 + (lane >> 2);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int r = row + 8 * h;
+                if (r >= M) continue;
+#pragma unroll
+                for (int j = 0; j < 32; j++) {
+                    int col = n0 + 8 * j + 2 * (lane & 3);
+                    if (col < N)
+                        *(__nv_bfloat162 *)(out + (size_t)r * N + col) =
+                            __floats2bfloat162_rn(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                }
+            }
+        }
+    }
+    cluster_sync_all();
+#endif
+}
+
+/* The cluster kernel: grid of the SMs rounded down to pairs, clusters of two along M. */
+static int dense_wgmma_mc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w, int M, int N,
+                          int K) {
+    static int attr, sms;
+    if (!attr) {
+        if (cudaFuncSetAttribute(k_dense_wgmma_mc, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 DW_SMEM) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
+            return 0;
+        attr = 1;
+    }
+    if (!gt_moe_gemm_ok(out, A, w, N, K)) return 0;
+    CUtensorMap tA, tW;
+    if (!wg_map(&tA, A, K, M, 1, DW_BK, DW_BM) || !wg_map(&tW, w, K, N, 1, DW_BK, DW_BN / 2))
+        return 0;
+    int supers = ((N + DW_BN - 1) / DW_BN) * ((M + 2 * DW_BM - 1) / (2 * DW_BM));
+    int clusters = supers < sms / 2 ? supers : sms / 2;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 2;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = gt_cuda_pdl;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(2 * clusters);
+    cfg.blockDim = dim3(DW_THREADS);
+    cfg.dynamicSmemBytes = DW_SMEM;
+    cfg.stream = cs;
+    cfg.attrs = at;
+    cfg.numAttrs = 2;
+    return cudaLaunchKernelEx(&cfg, k_dense_wgmma_mc, out, tA, tW, M, N, K) == cudaSuccess;
 }
 
 /* 1 when launched; 0 when the shape or the tensor maps are refused */

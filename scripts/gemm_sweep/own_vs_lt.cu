@@ -3,12 +3,14 @@
  * CHAIN pairs (a small elementwise kernel, then the GEMM) captured in one CUDA graph, the way
  * a training step runs them, so the programmatic launch of graphtrain's own kernels counts.
  * Prints us per pair and the largest difference between the two results; forward GEMMs also
- * run the 128 x 256 prototype of dense_wgmma.cuh, one block a tile and persistent. A
- * developer tool for the GPU scripts; not part of the engine.
- * Usage: own_vs_lt TOKENS D QKV FFN VOCAB */
+ * run the 128 x 256 prototype of dense_wgmma.cuh: one block a tile, persistent, and in
+ * clusters of two. `--once M N K` launches each forward kernel once outside a graph, for ncu.
+ * A developer tool for the GPU scripts; not part of the engine.
+ * Usage: own_vs_lt TOKENS D QKV FFN VOCAB | own_vs_lt --once M N K */
 #include <cublasLt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/k_moe_wgmma.cu"
 #include "scripts/gemm_sweep/dense_wgmma.cuh"
@@ -131,6 +133,12 @@ static void run_dense_tiles(void *v) {
 static void run_dense_persist(void *v) {
     run_dense(v, 1);
 }
+static void run_dense_cluster(void *v) {
+    job *j = (job *)v;
+    if (!dense_wgmma_mc(j->s, (bf16 *)j->C2, (const bf16 *)j->A, (const bf16 *)j->B, j->M, j->N,
+                        j->K))
+        fprintf(stderr, "dense cluster prototype refused the shape\n");
+}
 
 static double max_diff(const void *a, const void *b, size_t n, int fp32) {
     size_t bytes = n * (fp32 ? 4 : 2);
@@ -148,9 +156,55 @@ static double max_diff(const void *a, const void *b, size_t n, int fp32) {
     return ref > 0 ? m / ref : m;
 }
 
+/* --once M N K: each forward kernel (cuBLASLt, the MoE kernel, the prototype both ways) once,
+ * outside any graph, twice over: for a profiler such as ncu, which then sees each launch. */
+static int run_once(int M, int N, int K, cublasLtHandle_t lt, void *ws, cudaStream_t s,
+                    int32_t *off) {
+    lt_plan p;
+    if (!lt_build(lt, &p, FWD, M, N, K)) return 1;
+    job j = {s,
+             lt,
+             &p,
+             FWD,
+             M,
+             N,
+             K,
+             dev_random((size_t)M * K, 0, 1),
+             dev_random((size_t)N * K, 0, 2),
+             NULL,
+             NULL,
+             ws,
+             off};
+    j.C = dev_random((size_t)M * N, 0, 3);
+    j.C2 = dev_random((size_t)M * N, 0, 3);
+    for (int r = 0; r < 2; r++) {
+        run_lt(&j);
+        run_own(&j);
+        run_dense_tiles(&j);
+        run_dense_persist(&j);
+        run_dense_cluster(&j);
+    }
+    cudaError_t e = cudaStreamSynchronize(s);
+    printf("--once M=%d N=%d K=%d: %s\n", M, N, K, cudaGetErrorString(e));
+    return e != cudaSuccess;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--once")) {
+        cublasLtHandle_t lt;
+        void *ws = NULL;
+        cudaStream_t s;
+        int32_t hoff[2] = {0, atoi(argv[2])}, *off;
+        if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS || cudaMalloc(&ws, WS) != cudaSuccess ||
+            gt_cuda_grouped_mm_wgmma_init() != cudaSuccess)
+            return 1;
+        cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        cudaMalloc(&off, sizeof hoff);
+        cudaMemcpy(off, hoff, sizeof hoff, cudaMemcpyHostToDevice);
+        return run_once(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), lt, ws, s, off);
+    }
     if (argc != 6) {
-        fprintf(stderr, "usage: own_vs_lt TOKENS D QKV FFN VOCAB\n");
+        fprintf(stderr, "usage: own_vs_lt TOKENS D QKV FFN VOCAB | own_vs_lt --once M N K\n");
         return 2;
     }
     int T = atoi(argv[1]), D = atoi(argv[2]), Q = atoi(argv[3]), F = atoi(argv[4]);
@@ -200,8 +254,10 @@ int main(int argc, char **argv) {
                    "gemm TFLOP/s at lt %5.0f  rel diff %.2e %s\n",
                    names[kind], M, N, K, tl, to, 100.0 * (to - tl) / tl, fl / tl * 1e-6, diff,
                    e == cudaSuccess ? "" : cudaGetErrorString(e));
-            for (int persist = 0; kind == FWD && persist < 2; persist++) {
-                void (*fn)(void *) = persist ? run_dense_persist : run_dense_tiles;
+            for (int persist = 0; kind == FWD && persist < 3; persist++) {
+                void (*fn)(void *) = persist == 2 ? run_dense_cluster
+                                     : persist    ? run_dense_persist
+                                                  : run_dense_tiles;
                 cudaMemset(j.C2, 0, nc * 2);
                 fn(&j);
                 cudaStreamSynchronize(s);
@@ -210,8 +266,12 @@ int main(int argc, char **argv) {
                 cudaError_t e2 = cudaStreamSynchronize(s);
                 printf("%-10s M=%-5d N=%-6d K=%-5d  lt %7.2f us  128x256 %s %7.2f us "
                        "(%+5.1f%%)  rel diff %.2e %s\n",
-                       names[kind], M, N, K, tl, persist ? "persistent" : "a block a tile", t2,
-                       100.0 * (t2 - tl) / tl, d2, e2 == cudaSuccess ? "" : cudaGetErrorString(e2));
+                       names[kind], M, N, K, tl,
+                       persist == 2 ? "cluster x2"
+                       : persist    ? "persistent"
+                                    : "a block a tile",
+                       t2, 100.0 * (t2 - tl) / tl, d2,
+                       e2 == cudaSuccess ? "" : cudaGetErrorString(e2));
             }
             if (sh < 4) lt_sum += tl, own_sum += to;
             cudaFree(j.A), cudaFree(j.B), cudaFree(j.C), cudaFree(j.C2);
