@@ -3,10 +3,11 @@
  * 128 x 256 block tiles (two consumer warpgroups of 64 x 256, m64n256k16) and a 4-stage TMA
  * ring of k steps of 64 fed by one producer warp; one block an SM, launched one block a tile,
  * as a persistent grid, or as a persistent grid of two-block clusters sharing the W tile by TMA
- * multicast. It measures how far larger tiles, a deeper ring, a persistent grid and halved W
- * traffic take graphtrain's own GEMM toward cuBLASLt on dense shapes (own_vs_lt prints it next
- * to k_moe_wgmma.cu's 128 x 128 kernel; docs/benchmarks.md, stop 19, has the figures). The
- * results are stored straight from the registers.
+ * multicast; and a ping-pong kernel of 64 x 256 tiles whose two consumer warpgroups take turns.
+ * It measures how far larger tiles, a deeper ring, a persistent grid, halved W traffic and
+ * stores overlapped with the next main loop take graphtrain's own GEMM toward cuBLASLt on dense
+ * shapes (own_vs_lt prints it next to k_moe_wgmma.cu's 128 x 128 kernel; docs/benchmarks.md,
+ * stop 19, has the figures). Every variant stores its results straight from the registers.
  * Needs the helpers of backend/cuda/k_moe_wgmma.cu, included first. */
 #define DW_BM 128
 #define DW_BN 256
@@ -54,6 +55,80 @@ static __device__ __forceinline__ void dw_mma256(float *d, uint64_t da, uint64_t
 }
 #endif
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* The ring of a block: the 1024-aligned stages, then `stages` full mbarriers (one arrival, the
+ * producer's, plus the bytes) and `stages` empty ones (empty_count arrivals). Thread 0 sets
+ * them up; the caller syncs the block (or cluster) before use. */
+static __device__ __forceinline__ unsigned char *dw_ring(unsigned char *raw, int stages,
+                                                         int stage_bytes, int empty_count,
+                                                         uint64_t **full, uint64_t **empty) {
+    unsigned char *sm = (unsigned char *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
+    *full = (uint64_t *)(sm + stages * stage_bytes);
+    *empty = *full + stages;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < stages; s++) {
+            mb_init(&(*full)[s], 1);
+            mb_init(&(*empty)[s], empty_count);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    return sm;
+}
+
+/* One k step of a warpgroup: d += the 64 rows of A at a times the 256 rows of W at b (both
+ * K-major, 128-byte swizzle), committed as one group; returns with one group in flight. */
+static __device__ __forceinline__ void dw_kstep(float *d, const unsigned char *a,
+                                                const unsigned char *b) {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < DW_BK / 16; kk++)
+        dw_mma256(d, wg_desc<false>(a, kk), wg_desc<false>(b, kk));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
+
+/* A warpgroup's finished 64 x 256 tile, rows from row0 and columns from n0, into out[M][N] in
+ * bf16. Accumulator layout: warp q holds rows 16q..16q+15; per n8 block j, d[4j..4j+1] is row
+ * lane/4, columns 8j + 2(lane%4) + {0,1}, and d[4j+2..3] the same 8 rows further. */
+static __device__ __forceinline__ void dw_store(bf16 *out, const float *d, int row0, int n0, int M,
+                                                int N) {
+    int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3;
+    int row = row0 + q * 16 + (lane >> 2);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int r = row + 8 * h;
+        if (r >= M) continue;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            int col = n0 + 8 * j + 2 * (lane & 3);
+            if (col < N)
+                *(__nv_bfloat162 *)(out + (size_t)r * N + col) =
+                    __floats2bfloat162_rn(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        }
+    }
+}
+/* The producer thread of a block alone (no cluster): for tiles first, first + step, ... below
+ * `tiles` (tn across N), every k step into the ring, A's BM rows from the tile's m0 and W's
+ * DW_BN rows from its n0. The ring's stage index runs on across tiles. */
+template <int STAGES, int STAGE_BYTES, int BM>
+static __device__ __forceinline__ void
+dw_produce(unsigned char *sm, uint64_t *full, uint64_t *empty, const CUtensorMap *tA,
+           const CUtensorMap *tW, int first, int step, int tiles, int tn, int iters) {
+    int g = 0;
+    for (int t = first; t < tiles; t += step) {
+        int m0 = (t / tn) * BM, n0 = (t % tn) * DW_BN;
+        for (int it = 0; it < iters; it++, g++) {
+            int s = g % STAGES;
+            if (g >= STAGES) mb_wait(&empty[s], ((g / STAGES) + 1) & 1);
+            mb_expect_tx(&full[s], STAGE_BYTES);
+            unsigned char *st = sm + s * STAGE_BYTES;
+            tma_load(st, tA, &full[s], it * DW_BK, m0, 0);
+            tma_load(st + BM * DW_BK * 2, tW, &full[s], it * DW_BK, n0, 0);
+        }
+    }
+}
+#endif
+
 /* PERSIST: a grid of one block an SM walks the tiles (row-major over N tiles), and the ring
  * runs on across tiles, so the producer loads the next tile's first k steps while the
  * consumers store the last one's results; else one block a tile. */
@@ -64,15 +139,8 @@ __global__ void __launch_bounds__(DW_THREADS, 1)
     GT_PDL_ENTRY();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char dw_raw[];
-    unsigned char *sm = (unsigned char *)(((uintptr_t)dw_raw + 1023) & ~(uintptr_t)1023);
-    uint64_t *full = (uint64_t *)(sm + DW_STAGES * DW_STAGE_BYTES), *empty = full + DW_STAGES;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < DW_STAGES; s++) {
-            mb_init(&full[s], 1);
-            mb_init(&empty[s], 8);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
+    uint64_t *full, *empty;
+    unsigned char *sm = dw_ring(dw_raw, DW_STAGES, DW_STAGE_BYTES, 8, &full, &empty);
     __syncthreads();
     int tn = (N + DW_BN - 1) / DW_BN, tiles = tn * ((M + DW_BM - 1) / DW_BM);
     int first = PERSIST ? blockIdx.x : blockIdx.y * tn + blockIdx.x;
@@ -80,22 +148,12 @@ __global__ void __launch_bounds__(DW_THREADS, 1)
     int iters = (K + DW_BK - 1) / DW_BK;
     int wg = threadIdx.x >> 7;
     if (wg == 2) {
-        if (threadIdx.x != 256) return;
-        int g = 0; /* k steps issued so far, over all tiles */
-        for (int t = first; t < tiles; t += step) {
-            int m0 = (t / tn) * DW_BM, n0 = (t % tn) * DW_BN;
-            for (int it = 0; it < iters; it++, g++) {
-                int s = g % DW_STAGES;
-                if (g >= DW_STAGES) mb_wait(&empty[s], ((g / DW_STAGES) + 1) & 1);
-                mb_expect_tx(&full[s], DW_STAGE_BYTES);
-                unsigned char *st = sm + s * DW_STAGE_BYTES;
-                tma_load(st, &tA, &full[s], it * DW_BK, m0, 0);
-                tma_load(st + DW_A_BYTES, &tW, &full[s], it * DW_BK, n0, 0);
-            }
-        }
+        if (threadIdx.x == 256)
+            dw_produce<DW_STAGES, DW_STAGE_BYTES, DW_BM>(sm, full, empty, &tA, &tW, first, step,
+                                                         tiles, tn, iters);
         return;
     }
-    int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3;
+    int lane = threadIdx.x & 31;
     int g = 0;
     for (int t = first; t < tiles; t += step) {
         int m0 = (t / tn) * DW_BM, n0 = (t % tn) * DW_BN;
@@ -107,30 +165,12 @@ __global__ void __launch_bounds__(DW_THREADS, 1)
             int s = g % DW_STAGES;
             mb_wait(&full[s], (g / DW_STAGES) & 1);
             const unsigned char *st = sm + s * DW_STAGE_BYTES;
-            const unsigned char *as = st + wg * 64 * 128, *bs = st + DW_A_BYTES;
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int kk = 0; kk < DW_BK / 16; kk++)
-                dw_mma256(d, wg_desc<false>(as, kk), wg_desc<false>(bs, kk));
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            dw_kstep(d, st + wg * 64 * 128, st + DW_A_BYTES);
             if (it > 0 && lane == 0) mb_arrive(&empty[(g - 1) % DW_STAGES]);
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         if (lane == 0) mb_arrive(&empty[(g - 1) % DW_STAGES]); /* the tile's last stage */
-        int row = m0 + wg * 64 + q * 16 + (lane >> 2);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int r = row + 8 * h;
-            if (r >= M) continue;
-#pragma unroll
-            for (int j = 0; j < 32; j++) {
-                int col = n0 + 8 * j + 2 * (lane & 3);
-                if (col < N)
-                    *(__nv_bfloat162 *)(out + (size_t)r * N + col) =
-                        __floats2bfloat162_rn(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-            }
-        }
+        dw_store(out, d, m0 + wg * 64, n0, M, N);
     }
 #endif
 }
@@ -175,17 +215,10 @@ __global__ void __launch_bounds__(DW_THREADS, 1)
     GT_PDL_ENTRY();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char dw_raw[];
-    unsigned char *sm = (unsigned char *)(((uintptr_t)dw_raw + 1023) & ~(uintptr_t)1023);
-    uint64_t *full = (uint64_t *)(sm + DW_STAGES * DW_STAGE_BYTES), *empty = full + DW_STAGES;
+    uint64_t *full, *empty;
+    unsigned char *sm = dw_ring(dw_raw, DW_STAGES, DW_STAGE_BYTES, 4, &full, &empty);
     uint32_t rank;
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < DW_STAGES; s++) {
-            mb_init(&full[s], 1);
-            mb_init(&empty[s], 4);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
     cluster_sync_all();
     int tn = (N + DW_BN - 1) / DW_BN, tm2 = (M + 2 * DW_BM - 1) / (2 * DW_BM), supers = tn * tm2;
     int first = blockIdx.x / 2, step = gridDim.x / 2;
@@ -208,7 +241,6 @@ __global__ void __launch_bounds__(DW_THREADS, 1)
             }
         }
     } else {
-        int lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3;
         int g = 0;
         for (int t = first; t < supers; t += step) {
             int m0 = ((t / tn) * 2 + (int)rank) * DW_BM, n0 = (t % tn) * DW_BN;
@@ -220,13 +252,7 @@ __global__ void __launch_bounds__(DW_THREADS, 1)
                 int s = g % DW_STAGES;
                 mb_wait(&full[s], (g / DW_STAGES) & 1);
                 const unsigned char *st = sm + s * DW_STAGE_BYTES;
-                const unsigned char *as = st + wg * 64 * 128, *bs = st + DW_A_BYTES;
-                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-                for (int kk = 0; kk < DW_BK / 16; kk++)
-                    dw_mma256(d, wg_desc<false>(as, kk), wg_desc<false>(bs, kk));
-                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                dw_kstep(d, st + wg * 64 * 128, st + DW_A_BYTES);
                 if (it > 0 && (threadIdx.x & 127) == 0) {
                     mb_arrive_cluster(&empty[(g - 1) % DW_STAGES], 0);
                     mb_arrive_cluster(&empty[(g - 1) % DW_STAGES], 1);
@@ -237,36 +263,25 @@ __global__ void __launch_bounds__(DW_THREADS, 1)
                 mb_arrive_cluster(&empty[(g - 1) % DW_STAGES], 0);
                 mb_arrive_cluster(&empty[(g - 1) % DW_STAGES], 1);
             }
-            int row = m0 + wg * 64 + q * 16 + (lane >> 2);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int r = row + 8 * h;
-                if (r >= M) continue;
-#pragma unroll
-                for (int j = 0; j < 32; j++) {
-                    int col = n0 + 8 * j + 2 * (lane & 3);
-                    if (col < N)
-                        *(__nv_bfloat162 *)(out + (size_t)r * N + col) =
-                            __floats2bfloat162_rn(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-                }
-            }
+            dw_store(out, d, m0 + wg * 64, n0, M, N);
         }
     }
     cluster_sync_all();
 #endif
 }
 
+/* Raises kernel k's shared-memory limit to smem and reads the SM count; 0 on failure. */
+template <typename Kernel> static int dw_prepare(Kernel k, int smem, int *sms) {
+    return cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+               cudaSuccess &&
+           cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess;
+}
+
 /* The cluster kernel: grid of the SMs rounded down to pairs, clusters of two along M. */
 static int dense_wgmma_mc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w, int M, int N,
                           int K) {
-    static int attr, sms;
-    if (!attr) {
-        if (cudaFuncSetAttribute(k_dense_wgmma_mc, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 DW_SMEM) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
-            return 0;
-        attr = 1;
-    }
+    static int sms;
+    if (!sms && !dw_prepare(k_dense_wgmma_mc, DW_SMEM, &sms)) return 0;
     if (!gt_moe_gemm_ok(out, A, w, N, K)) return 0;
     CUtensorMap tA, tW;
     if (!wg_map(&tA, A, K, M, 1, DW_BK, DW_BM) || !wg_map(&tW, w, K, N, 1, DW_BK, DW_BN / 2))
@@ -290,18 +305,86 @@ static int dense_wgmma_mc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 
     return cudaLaunchKernelEx(&cfg, k_dense_wgmma_mc, out, tA, tW, M, N, K) == cudaSuccess;
 }
 
+/* Ping-pong: the two consumer warpgroups take turns. Each owns whole 64 x 256 tiles (the
+ * block's i-th tile goes to warpgroup i % 2); while one runs its main loop, the other stores
+ * its last tile's results. A warpgroup starts a main loop only once the other has issued all
+ * of its own (named barriers 2 and 3), so the tensor cores serve one at a time, and no full
+ * barrier is waited on more than one phase ahead. One arrival (by the warpgroup that read it)
+ * frees a stage. 5 stages of 40 KiB. */
+#define PP_BM 64
+#define PP_STAGES 5
+#define PP_A_BYTES (PP_BM * DW_BK * 2)
+#define PP_STAGE_BYTES (PP_A_BYTES + DW_BN * DW_BK * 2)
+#define PP_SMEM (PP_STAGES * PP_STAGE_BYTES + 2 * PP_STAGES * 8 + 1024)
+
+__global__ void __launch_bounds__(DW_THREADS, 1)
+    k_dense_wgmma_pp(bf16 *out, const __grid_constant__ CUtensorMap tA,
+                     const __grid_constant__ CUtensorMap tW, int M, int N, int K) {
+    GT_PDL_ENTRY();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) unsigned char dw_raw[];
+    uint64_t *full, *empty;
+    unsigned char *sm = dw_ring(dw_raw, PP_STAGES, PP_STAGE_BYTES, 1, &full, &empty);
+    __syncthreads();
+    int tn = (N + DW_BN - 1) / DW_BN, tiles = tn * ((M + PP_BM - 1) / PP_BM);
+    int iters = (K + DW_BK - 1) / DW_BK;
+    int wg = threadIdx.x >> 7;
+    if (wg == 2) {
+        if (threadIdx.x == 256)
+            dw_produce<PP_STAGES, PP_STAGE_BYTES, PP_BM>(sm, full, empty, &tA, &tW, blockIdx.x,
+                                                         gridDim.x, tiles, tn, iters);
+        return;
+    }
+    bool leader = (threadIdx.x & 127) == 0;
+    int i = 0; /* the block's tile count so far */
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x, i++) {
+        if ((i & 1) != wg) continue;
+        int m0 = (t / tn) * PP_BM, n0 = (t % tn) * DW_BN, g0 = i * iters;
+        /* my turn once the other warpgroup issued the previous tile's main loop */
+        if (i > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(2 + wg) : "memory");
+        float d[128];
+#pragma unroll
+        for (int k = 0; k < 128; k++)
+            d[k] = 0.0f;
+        for (int it = 0; it < iters; it++) {
+            int g = g0 + it, s = g % PP_STAGES;
+            mb_wait(&full[s], (g / PP_STAGES) & 1);
+            const unsigned char *st = sm + s * PP_STAGE_BYTES;
+            dw_kstep(d, st, st + PP_A_BYTES);
+            if (it > 0 && leader) mb_arrive(&empty[(g - 1) % PP_STAGES]);
+        }
+        /* the other warpgroup's turn, if the block has a next tile */
+        if (t + (int)gridDim.x < tiles)
+            asm volatile("bar.arrive %0, 256;\n" ::"r"(3 - wg) : "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        if (leader) mb_arrive(&empty[(g0 + iters - 1) % PP_STAGES]);
+        dw_store(out, d, m0, n0, M, N);
+    }
+#endif
+}
+
+static int dense_wgmma_pp(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w, int M, int N,
+                          int K) {
+    static int sms;
+    if (!sms && !dw_prepare(k_dense_wgmma_pp, PP_SMEM, &sms)) return 0;
+    if (!gt_moe_gemm_ok(out, A, w, N, K)) return 0;
+    CUtensorMap tA, tW;
+    if (!wg_map(&tA, A, K, M, 1, DW_BK, PP_BM) || !wg_map(&tW, w, K, N, 1, DW_BK, DW_BN)) return 0;
+    int tiles = ((N + DW_BN - 1) / DW_BN) * ((M + PP_BM - 1) / PP_BM);
+    gt_launch(k_dense_wgmma_pp, dim3(tiles < sms ? tiles : sms), DW_THREADS, PP_SMEM, cs, out, tA,
+              tW, M, N, K);
+    return 1;
+}
+
 /* 1 when launched; 0 when the shape or the tensor maps are refused */
 static int dense_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w, int M, int N,
                        int K, int persist) {
-    static int attr, sms;
-    if (!attr) {
-        if (cudaFuncSetAttribute(k_dense_wgmma<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 DW_SMEM) != cudaSuccess ||
-            cudaFuncSetAttribute(k_dense_wgmma<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 DW_SMEM) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess)
+    static int sms, ready;
+    if (!ready) {
+        if (!dw_prepare(k_dense_wgmma<false>, DW_SMEM, &sms) ||
+            !dw_prepare(k_dense_wgmma<true>, DW_SMEM, &sms))
             return 0;
-        attr = 1;
+        ready = 1;
     }
     if (!gt_moe_gemm_ok(out, A, w, N, K)) return 0;
     CUtensorMap tA, tW;

@@ -133,6 +133,12 @@ static void run_dense_tiles(void *v) {
 static void run_dense_persist(void *v) {
     run_dense(v, 1);
 }
+static void run_dense_pingpong(void *v) {
+    job *j = (job *)v;
+    if (!dense_wgmma_pp(j->s, (bf16 *)j->C2, (const bf16 *)j->A, (const bf16 *)j->B, j->M, j->N,
+                        j->K))
+        fprintf(stderr, "dense ping-pong prototype refused the shape\n");
+}
 static void run_dense_cluster(void *v) {
     job *j = (job *)v;
     if (!dense_wgmma_mc(j->s, (bf16 *)j->C2, (const bf16 *)j->A, (const bf16 *)j->B, j->M, j->N,
@@ -183,6 +189,7 @@ static int run_once(int M, int N, int K, cublasLtHandle_t lt, void *ws, cudaStre
         run_dense_tiles(&j);
         run_dense_persist(&j);
         run_dense_cluster(&j);
+        run_dense_pingpong(&j);
     }
     cudaError_t e = cudaStreamSynchronize(s);
     printf("--once M=%d N=%d K=%d: %s\n", M, N, K, cudaGetErrorString(e));
@@ -254,23 +261,23 @@ int main(int argc, char **argv) {
                    "gemm TFLOP/s at lt %5.0f  rel diff %.2e %s\n",
                    names[kind], M, N, K, tl, to, 100.0 * (to - tl) / tl, fl / tl * 1e-6, diff,
                    e == cudaSuccess ? "" : cudaGetErrorString(e));
-            for (int persist = 0; kind == FWD && persist < 3; persist++) {
-                void (*fn)(void *) = persist == 2 ? run_dense_cluster
-                                     : persist    ? run_dense_persist
-                                                  : run_dense_tiles;
+            /* the prototype's launches: one block a tile, persistent, clusters, ping-pong */
+            static void (*const protos[])(void *) = {run_dense_tiles, run_dense_persist,
+                                                     run_dense_cluster, run_dense_pingpong};
+            static const char *const proto_names[] = {"128x256 a block a tile",
+                                                      "128x256 persistent", "128x256 cluster x2",
+                                                      "64x256 ping-pong"};
+            for (int v = 0; kind == FWD && v < 4; v++) {
+                void (*fn)(void *) = protos[v];
                 cudaMemset(j.C2, 0, nc * 2);
                 fn(&j);
                 cudaStreamSynchronize(s);
                 double d2 = max_diff(j.C, j.C2, nc, 0);
                 float t2 = chain_us(s, touch, touch_n, fn, &j);
                 cudaError_t e2 = cudaStreamSynchronize(s);
-                printf("%-10s M=%-5d N=%-6d K=%-5d  lt %7.2f us  128x256 %s %7.2f us "
-                       "(%+5.1f%%)  rel diff %.2e %s\n",
-                       names[kind], M, N, K, tl,
-                       persist == 2 ? "cluster x2"
-                       : persist    ? "persistent"
-                                    : "a block a tile",
-                       t2, 100.0 * (t2 - tl) / tl, d2,
+                printf("%-10s M=%-5d N=%-6d K=%-5d  lt %7.2f us  %s %7.2f us (%+5.1f%%)  rel diff "
+                       "%.2e %s\n",
+                       names[kind], M, N, K, tl, proto_names[v], t2, 100.0 * (t2 - tl) / tl, d2,
                        e2 == cudaSuccess ? "" : cudaGetErrorString(e2));
             }
             if (sh < 4) lt_sum += tl, own_sum += to;
