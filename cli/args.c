@@ -175,6 +175,19 @@ static int apply_harness(gt_config *cfg, const char *vals[HF_COUNT], gt_error *e
     return GT_OK;
 }
 
+/* The bad settings of one load, every source's in turn (a message of up to GT_ERROR_MSG_MAX
+ * bytes, cut there), and the first one's error code. */
+typedef struct load_errors {
+    char text[GT_ERROR_MSG_MAX];
+    int rc;
+} load_errors;
+
+static void add_error_text(load_errors *e, int rc, const char *msg) {
+    if (e->rc == GT_OK) e->rc = rc;
+    size_t used = strlen(e->text);
+    snprintf(e->text + used, sizeof e->text - used, "%s%s", used ? "\n" : "", msg);
+}
+
 int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, char **rest_argv,
                        int *checkable, gt_error *err) {
     const char *vals[HF_COUNT] = {0};
@@ -207,34 +220,48 @@ int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, ch
 
     gt_config_defaults(cfg);
     gt_config_read_env(cfg);
+    /* bad settings in the YAML files and bad overrides are all collected, and the rest of
+     * the configuration stays checkable; an unreadable or malformed file stops at once */
+    load_errors bad = {"", GT_OK};
+    const char *files[2] = {NULL, vals[HF_CONFIG]};
+    char path[GT_PATH_MAX + 128];
     const char *recipe = vals[HF_RECIPE] ? vals[HF_RECIPE] : vals[HF_RECIPE_NAME];
     if (recipe) {
-        char path[GT_PATH_MAX + 128];
         int rc = gt_cli_find_recipe(recipe, path, sizeof path, err);
         if (rc != GT_OK) return rc;
-        if ((rc = gt_config_load_yaml(cfg, path, err)) != GT_OK) return rc;
+        files[0] = path;
     }
-    if (vals[HF_CONFIG]) {
-        int rc = gt_config_load_yaml(cfg, vals[HF_CONFIG], err);
-        if (rc != GT_OK) return rc;
+    for (int f = 0; f < 2; f++) {
+        if (!files[f]) continue;
+        int complete = 0;
+        int rc = gt_config_load_yaml_read(cfg, files[f], &complete, err);
+        if (rc == GT_OK) continue;
+        if (!complete) return rc;
+        add_error_text(&bad, rc, err->msg);
     }
     int rc = apply_harness(cfg, vals, err);
     if (rc != GT_OK) return rc;
     /* every bad override is reported at once, one per line, not just the first */
-    int first_rc = GT_OK, bad = 0;
+    int n_bad = 0, first_rc = GT_OK;
     char all[GT_ERROR_MSG_MAX] = "";
     for (int i = 0; i < n_over; i++) {
         gt_error one = {0};
         if ((rc = gt_config_override(cfg, overrides[i], &one)) == GT_OK) continue;
-        if (!bad++) first_rc = rc;
+        if (!n_bad++) first_rc = rc;
         size_t used = strlen(all);
         snprintf(all + used, sizeof all - used, "%s%s", used ? "\n  " : "", one.msg);
     }
-    /* the bad keys kept their earlier values: the rest can still be checked */
+    if (n_bad > 1) {
+        char head[GT_ERROR_MSG_MAX];
+        snprintf(head, sizeof head, "%d bad overrides:\n  %s", n_bad, all);
+        add_error_text(&bad, first_rc, head);
+    } else if (n_bad) {
+        add_error_text(&bad, first_rc, all);
+    }
+    /* the bad settings kept their earlier values: the rest can still be checked */
     gt_config_finalize(cfg);
     if (checkable) *checkable = 1;
-    if (bad > 1) return gt_error_set(err, first_rc, "%d bad overrides:\n  %s", bad, all);
-    if (bad) return gt_error_set(err, first_rc, "%s", all);
+    if (bad.rc != GT_OK) return gt_error_set(err, bad.rc, "%s", bad.text);
     return GT_OK;
 }
 
@@ -242,8 +269,8 @@ int gt_cli_report_other_errors(const gt_config *cfg, FILE *out) {
     gt_report report;
     int errors = gt_config_validate(cfg, &report);
     if (errors > 0) {
-        fprintf(out, "and the rules, checked with the other settings (each bad key above keeps "
-                     "its earlier value):\n");
+        fprintf(out, "and the rules, checked with the other settings (each bad setting above "
+                     "keeps its earlier value):\n");
         gt_report_print(&report, out);
     }
     return errors;

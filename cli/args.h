@@ -24,15 +24,16 @@
  * Flags take their value as the next argument or after '='. Returns GT_OK, GT_ERR_INVALID
  * (bad flag or value) or GT_ERR_IO (recipe/config file unreadable).
  *
- * *checkable (when not NULL) says whether cfg can go through gt_config_validate: 1 on success,
- * and also when the only problems were bad key=value overrides (every one is in err). Then
- * each bad key keeps the value it had before its override, and cfg is finalized, so the
- * caller can report the rules' findings together with the overrides' errors. 0 otherwise. */
+ * Bad settings (a key=value override, or a key or value in a YAML file that was read whole)
+ * are all collected into err, each keeping its earlier value; a missing recipe, an unreadable
+ * or malformed file or a bad harness flag stops at once. *checkable (when not NULL) says
+ * whether cfg can go through gt_config_validate: 1 on success and after bad settings only
+ * (cfg is then finalized, so the caller can report the rules' findings with them), else 0. */
 int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, char **rest_argv,
                        int *checkable, gt_error *err);
 
-/* After a configuration error: checks cfg (see *checkable above) against every rule and, if
- * any rule fails, prints a heading and the report to out. Returns the number of errors. */
+/* After bad settings: checks cfg (see *checkable above) against every rule and, if any rule
+ * fails, prints a heading and the report to out. Returns the number of errors. */
 int gt_cli_report_other_errors(const gt_config *cfg, FILE *out);
 
 /* Resolves a recipe name to a file: a name containing '/' or ending in .yaml is a path;

@@ -53,6 +53,10 @@ int gt_config_override(gt_config *cfg, const char *key_eq_value, gt_error *err);
 /* Loads a YAML file with Bridge's nesting (model: {num_layers: 8}). Lists become a,b,c.
  * Errors carry "file:line: ". Returns GT_OK, GT_ERR_IO (unreadable) or GT_ERR_INVALID. */
 int gt_config_load_yaml(gt_config *cfg, const char *path, gt_error *err);
+/* The same, and *complete says whether the whole file was read: 1 when it loaded, or when
+ * every failure was a bad key or value (each such setting keeps its earlier value); 0 after
+ * a syntax or structure error, or when the file could not be read. */
+int gt_config_load_yaml_read(gt_config *cfg, const char *path, int *complete, gt_error *err);
 /* The same from memory; name is used in messages in place of the file name. */
 int gt_config_load_yaml_string(gt_config *cfg, const char *text, size_t len, const char *name,
                                gt_error *err);

@@ -227,6 +227,11 @@ int gt_config_load_yaml_string(gt_config *cfg, const char *text, size_t len, con
 }
 
 int gt_config_load_yaml(gt_config *cfg, const char *path, gt_error *err) {
+    return gt_config_load_yaml_read(cfg, path, NULL, err);
+}
+
+int gt_config_load_yaml_read(gt_config *cfg, const char *path, int *complete, gt_error *err) {
+    if (complete) *complete = 0;
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return gt_error_set(err, GT_ERR_IO, "%s: is a directory; give a YAML file", path);
@@ -241,7 +246,9 @@ int gt_config_load_yaml(gt_config *cfg, const char *path, gt_error *err) {
     }
     yaml_parser_set_input_file(&c.parser, f);
     int rc = parse_stream(&c);
-    if (ferror(f) && rc == GT_OK) rc = gt_error_set(err, GT_ERR_IO, "%s: read error", path);
+    int read_error = ferror(f);
+    if (read_error && rc == GT_OK) rc = gt_error_set(err, GT_ERR_IO, "%s: read error", path);
+    if (complete) *complete = !c.fatal && !read_error;
     yaml_parser_delete(&c.parser);
     fclose(f);
     return rc;

@@ -90,7 +90,7 @@ static void test_bad_overrides_and_broken_rules_are_reported_together(void **sta
     assert_non_null(strstr(out, "2 bad overrides"));
     assert_non_null(strstr(out, "train.micro_batch_size: '0' is out of range"));
     assert_non_null(strstr(out, "optimizer.lr: '-1' is out of range"));
-    assert_non_null(strstr(out, "each bad key above keeps its earlier value"));
+    assert_non_null(strstr(out, "each bad setting above keeps its earlier value"));
     assert_non_null(strstr(out, "error [local_needs_full_iteration]"));
     rc = gt_test_run("validate --json --recipe tiny model.cuda_graph_scope=attn "
                      "train.micro_batch_size=0",
@@ -109,6 +109,26 @@ static void test_bad_overrides_and_broken_rules_are_reported_together(void **sta
         assert_non_null(strstr(out, "error [local_needs_full_iteration]"));
         assert_non_null(strstr(out, "nothing was run"));
     }
+    /* a YAML file's bad settings join them; a malformed file stops before any rule */
+    char dir[256], path[512], args[900];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/half_bad.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("model:\n  cuda_graph_impl: local\n  cuda_graph_scope: attn\n  num_layers: lots\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "validate --quiet --config %s optimizer.lr=-1", path);
+    assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "half_bad.yaml:4: model.num_layers: 'lots'"));
+    assert_non_null(strstr(out, "optimizer.lr: '-1' is out of range"));
+    assert_non_null(strstr(out, "error [local_needs_full_iteration]"));
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("model:\n  cuda_graph_impl: [local\n", f);
+    fclose(f);
+    assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "malformed YAML"));
+    assert_null(strstr(out, "and the rules"));
     /* with only a bad override and sound rules, only the override is reported */
     assert_int_equal(gt_test_run("validate --recipe tiny train.micro_batch_size=0", out, OUT_MAX),
                      2);

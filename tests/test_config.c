@@ -232,6 +232,48 @@ static void test_unreadable_files_are_io_errors_naming_the_path(void **state) {
     assert_non_null(strstr(err.msg, "directory"));
 }
 
+/* A file read whole with bad settings (complete = 1) keeps its good settings and leaves each
+ * bad one at its earlier value; a malformed or unreadable file is not complete. Through
+ * gt_cli_load_config, the bad settings of the file and of the overrides come back together
+ * and the configuration stays checkable. */
+static void test_bad_settings_of_files_and_overrides_are_collected_together(void **state) {
+    (void)state;
+    char dir[256], good_bad[512], broken[512];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(good_bad, sizeof good_bad, "%s/good_bad.yaml", dir);
+    snprintf(broken, sizeof broken, "%s/broken.yaml", dir);
+    write_file(good_bad,
+               "model:\n  num_layers: 3\n  hidden_size: fast\ntrain:\n  micro_batch_size: 2\n");
+    write_file(broken, "model:\n  num_layers: [3\n");
+    gt_config c;
+    gt_error err = {0};
+    int complete = -1;
+    gt_config_defaults(&c);
+    int hidden = c.model.hidden_size;
+    assert_int_equal(gt_config_load_yaml_read(&c, good_bad, &complete, &err), GT_ERR_INVALID);
+    assert_int_equal(complete, 1);
+    assert_int_equal(c.model.num_layers, 3);
+    assert_int_equal(c.train.micro_batch_size, 2);
+    assert_int_equal(c.model.hidden_size, hidden);
+    assert_int_equal(gt_config_load_yaml_read(&c, broken, &complete, &err), GT_ERR_INVALID);
+    assert_int_equal(complete, 0);
+    assert_int_equal(gt_config_load_yaml_read(&c, "/nonexistent/x.yaml", &complete, &err),
+                     GT_ERR_IO);
+    assert_int_equal(complete, 0);
+
+    char *a1[] = {"validate", "--config", good_bad, "optimizer.lr=-1", "model.num_layers=5"};
+    int checkable = 0;
+    assert_int_equal(gt_cli_load_config(5, a1, &c, NULL, NULL, &checkable, &err), GT_ERR_INVALID);
+    assert_int_equal(checkable, 1);
+    assert_non_null(strstr(err.msg, "good_bad.yaml:3: model.hidden_size: 'fast'"));
+    assert_non_null(strstr(err.msg, "optimizer.lr: '-1' is out of range"));
+    assert_int_equal(c.model.num_layers, 5); /* the good override still applied */
+    char *a2[] = {"validate", "--config", broken, "optimizer.lr=-1"};
+    assert_int_equal(gt_cli_load_config(4, a2, &c, NULL, NULL, &checkable, &err), GT_ERR_INVALID);
+    assert_int_equal(checkable, 0);
+    assert_non_null(strstr(err.msg, "malformed YAML"));
+}
+
 static void test_unreadable_nccl_graph_register_is_reported_not_guessed(void **state) {
     (void)state;
     gt_config c;
@@ -477,6 +519,7 @@ int main(void) {
         cmocka_unit_test(test_yaml_errors_carry_file_and_line_and_are_all_reported),
         cmocka_unit_test(test_malformed_yaml_reports_the_line),
         cmocka_unit_test(test_unreadable_files_are_io_errors_naming_the_path),
+        cmocka_unit_test(test_bad_settings_of_files_and_overrides_are_collected_together),
         cmocka_unit_test(test_environment_fills_env_keys),
         cmocka_unit_test(test_unreadable_nccl_graph_register_is_reported_not_guessed),
         cmocka_unit_test(test_every_recipe_loads_and_validates),
