@@ -10,7 +10,7 @@
  * programmatic, since k_graph_fill waits for its predecessor (GT_PDL_ENTRY) before it writes.
  * Nothing is computed differently. Off with GT_CUDA_GRAPH_MEMSET=node.
  *
- * Measured on the H200 (stop 16, docs/benchmarks.md): the gaps in front of gpt124m's GEMMs
+ * Measured on the H200 (stop 16, docs/experiments.md): the gaps in front of gpt124m's GEMMs
  * fell from 100 to 8 us a step and those in front of cuDNN's kernels from 71 to 4 us; steps
  * got 1.3-1.7% faster on tiny and 0.3-0.5% on gpt124m. (Under the CUPTI tracer of
  * scripts/gpu-timeline.sh, such a graph shows a 0.3-0.4 ms hole after its first node that

@@ -6,7 +6,7 @@
  * multicast; and a ping-pong kernel of 64 x 256 tiles whose two consumer warpgroups take turns.
  * It measures how far larger tiles, a deeper ring, a persistent grid, halved W traffic and
  * stores overlapped with the next main loop take graphtrain's own GEMM toward cuBLASLt on dense
- * shapes (own_vs_lt prints it next to k_moe_wgmma.cu's 128 x 128 kernel; docs/benchmarks.md,
+ * shapes (own_vs_lt prints it next to k_moe_wgmma.cu's 128 x 128 kernel; docs/experiments.md,
  * stop 19, has the figures). Every variant stores its results straight from the registers.
  * Needs the helpers of backend/cuda/k_moe_wgmma.cu, included first. */
 #define DW_BM 128
