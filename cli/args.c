@@ -240,7 +240,11 @@ int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, ch
         add_error_text(&bad, rc, err->msg);
     }
     int rc = apply_harness(cfg, vals, err);
-    if (rc != GT_OK) return rc;
+    if (rc != GT_OK) { /* stops here, but with the files' bad settings found so far */
+        if (bad.rc == GT_OK) return rc;
+        add_error_text(&bad, rc, err->msg);
+        return gt_error_set(err, bad.rc, "%s", bad.text);
+    }
     /* every bad override is reported at once, one per line, not just the first */
     int n_bad = 0, first_rc = GT_OK;
     char all[GT_ERROR_MSG_MAX] = "";

@@ -268,6 +268,12 @@ static void test_bad_settings_of_files_and_overrides_are_collected_together(void
     assert_non_null(strstr(err.msg, "good_bad.yaml:3: model.hidden_size: 'fast'"));
     assert_non_null(strstr(err.msg, "optimizer.lr: '-1' is out of range"));
     assert_int_equal(c.model.num_layers, 5); /* the good override still applied */
+    /* a bad harness flag stops the load, but keeps the file's findings in the message */
+    char *a3[] = {"validate", "--config", good_bad, "--task", "finetune"};
+    assert_int_equal(gt_cli_load_config(5, a3, &c, NULL, NULL, &checkable, &err), GT_ERR_INVALID);
+    assert_int_equal(checkable, 0);
+    assert_non_null(strstr(err.msg, "good_bad.yaml:3: model.hidden_size: 'fast'"));
+    assert_non_null(strstr(err.msg, "use --task pretrain"));
     char *a2[] = {"validate", "--config", broken, "optimizer.lr=-1"};
     assert_int_equal(gt_cli_load_config(4, a2, &c, NULL, NULL, &checkable, &err), GT_ERR_INVALID);
     assert_int_equal(checkable, 0);
