@@ -152,7 +152,8 @@ static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err
     int rest_argc = 0, checkable = 0;
     int rc = gt_cli_load_config(argc, argv, cfg, &rest_argc, rest, &checkable, err);
     if (rc) {
-        /* the overrides' errors are printed by the caller, the rules' findings here */
+        /* bad settings only: print them and the rules' findings on the rest here; the caller
+         * prints the closing line */
         if (checkable) {
             fprintf(stderr, "graphtrain bench: %s\n", err->msg);
             gt_cli_report_other_errors(cfg, stderr);
