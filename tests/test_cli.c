@@ -113,19 +113,14 @@ static void test_bad_overrides_and_broken_rules_are_reported_together(void **sta
     char dir[256], path[512], args[900];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/half_bad.yaml", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("model:\n  cuda_graph_impl: local\n  cuda_graph_scope: attn\n  num_layers: lots\n", f);
-    fclose(f);
+    gt_test_write_text(
+        path, "model:\n  cuda_graph_impl: local\n  cuda_graph_scope: attn\n  num_layers: lots\n");
     snprintf(args, sizeof args, "validate --quiet --config %s optimizer.lr=-1", path);
     assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
     assert_non_null(strstr(out, "half_bad.yaml:4: model.num_layers: 'lots'"));
     assert_non_null(strstr(out, "optimizer.lr: '-1' is out of range"));
     assert_non_null(strstr(out, "error [local_needs_full_iteration]"));
-    f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("model:\n  cuda_graph_impl: [local\n", f);
-    fclose(f);
+    gt_test_write_text(path, "model:\n  cuda_graph_impl: [local\n");
     assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
     assert_non_null(strstr(out, "malformed YAML"));
     assert_null(strstr(out, "and the rules"));
@@ -170,10 +165,7 @@ static void test_validate_bad_input_names_the_problem(void **state) {
     char dir[256], path[512], args[700];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/bad.yaml", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("model:\n  num_layers: 4\n  cuda_graph_impl: fast\n", f);
-    fclose(f);
+    gt_test_write_text(path, "model:\n  num_layers: 4\n  cuda_graph_impl: fast\n");
     snprintf(args, sizeof args, "validate --config %s", path);
     assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
     char want[600];

@@ -11,13 +11,6 @@
 #include "config/keys.h"
 #include "config/rules.h"
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 static int load_text(gt_config *cfg, const char *text, gt_error *err) {
     gt_config_defaults(cfg);
     return gt_config_load_yaml_string(cfg, text, strlen(text), "test.yaml", err);
@@ -242,9 +235,9 @@ static void test_bad_settings_of_files_and_overrides_are_collected_together(void
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(good_bad, sizeof good_bad, "%s/good_bad.yaml", dir);
     snprintf(broken, sizeof broken, "%s/broken.yaml", dir);
-    write_file(good_bad,
-               "model:\n  num_layers: 3\n  hidden_size: fast\ntrain:\n  micro_batch_size: 2\n");
-    write_file(broken, "model:\n  num_layers: [3\n");
+    gt_test_write_text(
+        good_bad, "model:\n  num_layers: 3\n  hidden_size: fast\ntrain:\n  micro_batch_size: 2\n");
+    gt_test_write_text(broken, "model:\n  num_layers: [3\n");
     gt_config c;
     gt_error err = {0};
     int complete = -1;
@@ -379,7 +372,8 @@ static void test_sources_apply_in_order_and_overrides_win(void **state) {
     char dir[256], cfgfile[512], recipes[1024];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(cfgfile, sizeof cfgfile, "%s/user.yaml", dir);
-    write_file(cfgfile, "model:\n  num_layers: 3\n  hidden_size: 256\nruntime:\n  num_gpus: 4\n");
+    gt_test_write_text(cfgfile,
+                       "model:\n  num_layers: 3\n  hidden_size: 256\nruntime:\n  num_gpus: 4\n");
     setenv("GT_RECIPE_DIR", gt_test_source_path("recipes", recipes, sizeof recipes), 1);
     gt_config c;
     gt_error err = {0};

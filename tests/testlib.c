@@ -21,6 +21,13 @@ void gt_test_tmpdir(char *buf, size_t n) {
     }
 }
 
+void gt_test_write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) fail_msg("cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
 int gt_test_run(const char *args, char *out, size_t n) {
     const char *bin = getenv("GT_BINARY");
     char cmd[4096];

@@ -21,6 +21,8 @@ void _skip(const char *const file, const int line) __attribute__((noreturn));
 const char *gt_test_source_path(const char *rel, char *buf, size_t n);
 /* Creates a fresh temporary directory and returns its path (static buffer per call site). */
 void gt_test_tmpdir(char *buf, size_t n);
+/* Writes text to a new file at path (fails the test when it cannot). */
+void gt_test_write_text(const char *path, const char *text);
 /* Runs the graphtrain binary (GT_BINARY) with args; captures stdout+stderr into out;
  * returns the exit status. */
 int gt_test_run(const char *args, char *out, size_t n);
