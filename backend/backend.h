@@ -153,10 +153,13 @@ typedef struct gt_backend_ops {
     void (*rmsnorm_bwd)(gt_backend *b, gt_stream *s, void *dinp, float *dw, const void *dout,
                         const void *inp, const void *w, const float *rstd, int N, int d,
                         int accumulate);
-    /* as rmsnorm_bwd, but dw is left as gt_rmsnorm_parts(N) rows part[p][0..d): their column
-     * sums, in row order, are the dw of this call */
-    void (*rmsnorm_bwd_part)(gt_backend *b, gt_stream *s, void *dinp, float *part, const void *dout,
-                             const void *inp, const void *w, const float *rstd, int N, int d);
+    /* dout_res[N,d] = din_res (zeros if NULL) + the input gradient, the weight gradient left as
+     * gt_rmsnorm_parts(N) rows part[p][0..d) whose column sums, in row order, are the dw of
+     * this call. dout_res may alias din_res or inp: a residual stream's gradient can be written
+     * over the activation it belongs to once the norm has read it. */
+    void (*rmsnorm_bwd_part)(gt_backend *b, gt_stream *s, void *dout_res, const void *din_res,
+                             float *part, const void *dout, const void *inp, const void *w,
+                             const float *rstd, int N, int d);
     /* for each of n <= GT_COLSUM_MAX_JOBS jobs: out[c] (+)= sum over p in order of part[p][c] */
     void (*colsum_many)(gt_backend *b, gt_stream *s, const gt_colsum_job *jobs, int n);
     /* out[n] = a[n] + x[n]; out may alias a or x */
@@ -177,6 +180,13 @@ typedef struct gt_backend_ops {
     /* dw[N,K] (+)= dout[M,N]^T @ a[M,K]; dbias[N] (+)= column sums of dout (if dbias) */
     void (*matmul_bwd_weight)(gt_backend *b, gt_stream *s, float *dw, float *dbias,
                               const void *dout, const void *a, int M, int N, int K, int accumulate);
+    /* count matmul_bwd_weight calls without bias in one: for i < count, dw + i * dw_stride
+     * (+)= (dout + i * dout_stride)^T @ (a + i * a_stride), strides in elements and > 0; the
+     * weight gradients of equal-shaped layers, which one batched GEMM fills the GPU with */
+    void (*matmul_bwd_weight_batched)(gt_backend *b, gt_stream *s, float *dw, int64_t dw_stride,
+                                      const void *dout, int64_t dout_stride, const void *a,
+                                      int64_t a_stride, int M, int N, int K, int count,
+                                      int accumulate);
     /* rotary embedding, in place on the q and k heads of qkv[B*T, (H + 2*KV) * hd] (q heads,
      * then k heads, then v heads); position = t; pairs (i, i + hd/2) rotate by
      * t * theta^(-2i/hd) */
@@ -197,7 +207,7 @@ typedef struct gt_backend_ops {
                           int KV, int hd, float p, gt_rng_site site, const gt_step_state *st);
     /* out[N,f] = silu(gu[:, :f]) * gu[:, f:] (gate first, then up) */
     void (*swiglu_fwd)(gt_backend *b, gt_stream *s, void *out, const void *gu, int N, int f);
-    /* dgu[N,2f] overwritten */
+    /* dgu[N,2f] overwritten; dgu may alias gu (the backward can reuse the saved gate/up) */
     void (*swiglu_bwd)(gt_backend *b, gt_stream *s, void *dgu, const void *dout, const void *gu,
                        int N, int f);
     /* losses[n] = -log softmax(logits[n])[targets[n]]; dlogits = (softmax - onehot) * dscale;

@@ -1,7 +1,9 @@
 /* The dense units, forward and backward: attention (rmsnorm, qkv, rope, causal GQA attention,
  * output projection, dropout, residual) and the SwiGLU MLP. Each reads its input residual,
  * writes the next one and saves what its backward needs in the activations arena. Backward
- * turns sc.dres from the gradient of the output residual into that of the input residual. */
+ * reads the gradient of the output residual from res[res_out] and writes that of the input
+ * residual over res[res_in]; the weight gradients marked deferred wait for
+ * gt_model_flush_wgrads. */
 #include "model/model_internal.h"
 
 /* y = dropout(branch); out = x + y. Dropout only in training and when p > 0. */
@@ -29,15 +31,21 @@ void gt_model_proj_residual(gt_model *m, gt_stream *s, void *out, const void *x,
     gt_model_residual_out(m, s, out, x, m->sc.y, layer, site, train, st);
 }
 
-/* Gradient of the branch output from that of the residual: dres through the dropout mask
- * into sc.y, or dres itself when there is no dropout. */
-const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int layer, int site,
+const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int res_out, int layer, int site,
                                  gt_step_state *st) {
     gt_backend *b = m->b;
-    if (m->dm.p_hidden <= 0) return m->sc.dres;
-    b->ops->dropout_bwd(b, s, m->sc.y, m->sc.dres, (size_t)m->dm.N * m->dm.d, m->dm.p_hidden,
+    if (m->dm.p_hidden <= 0) return m->res[res_out];
+    b->ops->dropout_bwd(b, s, m->sc.y, m->res[res_out], (size_t)m->dm.N * m->dm.d, m->dm.p_hidden,
                         gt_model_site(m, layer, site), st);
     return m->sc.y;
+}
+
+void gt_model_norm_bwd(gt_model *m, gt_stream *s, int res_in, int res_out, int norm_w,
+                       float *dw_part, const float *rstd) {
+    gt_backend *b = m->b;
+    b->ops->rmsnorm_bwd_part(b, s, m->res[res_in], res_out >= 0 ? m->res[res_out] : NULL, dw_part,
+                             m->sc.dln, m->res[res_in], gt_model_param(m, norm_w), rstd, m->dm.N,
+                             m->dm.d);
 }
 
 void gt_attn_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st) {
@@ -62,22 +70,22 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     const gt_model_dims *dm = &m->dm;
     gt_attn_block *a = &m->layers[layer].attn;
     int hh = dm->H * dm->hd;
-    const void *dy = gt_model_branch_grad(m, s, layer, GT_SITE_ATTN_OUT, st);
-    b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->o_w), gt_model_grad(m, a->o_b), dy, a->att,
-                              dm->N, dm->d, hh, m->grad_acc);
+    const void *dy = gt_model_branch_grad(m, s, a->res_out, layer, GT_SITE_ATTN_OUT, st);
+    if (!a->defer_o)
+        b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->o_w), gt_model_grad(m, a->o_b), dy,
+                                  a->att, dm->N, dm->d, hh, m->grad_acc);
     b->ops->matmul_bwd_data(b, s, m->sc.a, dy, gt_model_param(m, a->o_w), dm->N, dm->d, hh, 0);
-    b->ops->attention_bwd(b, s, m->sc.bb, m->sc.a, a->qkv, a->att, a->lse, dm->B, dm->T, dm->H,
-                          dm->KV, dm->hd, dm->p_attn, gt_model_site(m, layer, GT_SITE_ATTN_PROBS),
-                          st);
-    b->ops->rope_bwd(b, s, m->sc.bb, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
-    b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->qkv_w), gt_model_grad(m, a->qkv_b),
-                              m->sc.bb, a->ln, dm->N, dm->qkv, dm->d, m->grad_acc);
-    b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.bb, gt_model_param(m, a->qkv_w), dm->N, dm->qkv,
+    void *dqkv = a->defer_qkv ? m->layers[layer + 1].attn.qkv : m->sc.bb;
+    b->ops->attention_bwd(b, s, dqkv, m->sc.a, a->qkv, a->att, a->lse, dm->B, dm->T, dm->H, dm->KV,
+                          dm->hd, dm->p_attn, gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
+    b->ops->rope_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
+    if (!a->defer_qkv)
+        b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->qkv_w), gt_model_grad(m, a->qkv_b),
+                                  dqkv, a->ln, dm->N, dm->qkv, dm->d, m->grad_acc);
+    b->ops->matmul_bwd_data(b, s, m->sc.dln, dqkv, gt_model_param(m, a->qkv_w), dm->N, dm->qkv,
                             dm->d, 0);
-    /* adds into dres: the residual's own gradient plus the branch's; the norm weight's
-     * gradient is summed from a->dw_part at the end of the backward (model_run.c) */
-    b->ops->rmsnorm_bwd_part(b, s, m->sc.dres, a->dw_part, m->sc.dln, m->res[a->res_in],
-                             gt_model_param(m, a->norm_w), a->rstd, dm->N, dm->d);
+    /* the norm weight's gradient is summed from a->dw_part at the end of the backward */
+    gt_model_norm_bwd(m, s, a->res_in, a->res_out, a->norm_w, a->dw_part, a->rstd);
 }
 
 void gt_mlp_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st) {
@@ -98,16 +106,18 @@ void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     gt_mlp_block *p = &m->layers[layer].mlp;
-    const void *dy = gt_model_branch_grad(m, s, layer, GT_SITE_MLP_OUT, st);
-    b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, p->down_w), gt_model_grad(m, p->down_b), dy,
-                              p->h, dm->N, dm->d, dm->f, m->grad_acc);
+    const void *dy = gt_model_branch_grad(m, s, p->res_out, layer, GT_SITE_MLP_OUT, st);
+    if (!p->defer_down)
+        b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, p->down_w), gt_model_grad(m, p->down_b),
+                                  dy, p->h, dm->N, dm->d, dm->f, m->grad_acc);
     b->ops->matmul_bwd_data(b, s, m->sc.a, dy, gt_model_param(m, p->down_w), dm->N, dm->d, dm->f,
                             0);
-    b->ops->swiglu_bwd(b, s, m->sc.bb, m->sc.a, p->gu, dm->N, dm->f);
-    b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, p->gu_w), gt_model_grad(m, p->gu_b), m->sc.bb,
-                              p->ln, dm->N, 2 * dm->f, dm->d, m->grad_acc);
-    b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.bb, gt_model_param(m, p->gu_w), dm->N, 2 * dm->f,
+    /* the gate/up gradient over the gate/up activations, which only this reads */
+    b->ops->swiglu_bwd(b, s, p->gu, m->sc.a, p->gu, dm->N, dm->f);
+    if (!p->defer_gu)
+        b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, p->gu_w), gt_model_grad(m, p->gu_b), p->gu,
+                                  p->ln, dm->N, 2 * dm->f, dm->d, m->grad_acc);
+    b->ops->matmul_bwd_data(b, s, m->sc.dln, p->gu, gt_model_param(m, p->gu_w), dm->N, 2 * dm->f,
                             dm->d, 0);
-    b->ops->rmsnorm_bwd_part(b, s, m->sc.dres, p->dw_part, m->sc.dln, m->res[p->res_in],
-                             gt_model_param(m, p->norm_w), p->rstd, dm->N, dm->d);
+    gt_model_norm_bwd(m, s, p->res_in, p->res_out, p->norm_w, p->dw_part, p->rstd);
 }

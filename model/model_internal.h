@@ -41,6 +41,11 @@ typedef struct gt_attn_block {
     void *qkv;      /* [N, (H + 2*KV) * hd] after rope */
     void *att;      /* [N, H * hd] attention output */
     float *lse;     /* [B, H, T] */
+    /* weight gradients left to gt_model_flush_wgrads (model_run.c), batched over the layers:
+     * qkv's when the next layer has attention too (dqkv then goes to that layer's qkv, dead
+     * by then); o's when its output gradient stays in the residual buffers (no hidden
+     * dropout). Never with biases. */
+    int defer_qkv, defer_o;
 } gt_attn_block;
 
 /* MLP block: rmsnorm -> gate_up (+bias) -> swiglu -> down (+bias) -> dropout -> add. */
@@ -50,8 +55,9 @@ typedef struct gt_mlp_block {
     void *ln;       /* [N, d] */
     float *rstd;    /* [N] */
     float *dw_part; /* [gt_rmsnorm_parts_bound(N), d] */
-    void *gu;       /* [N, 2f] gate then up */
+    void *gu;       /* [N, 2f] gate then up; in backward their gradient, written over them */
     void *h;        /* [N, f] swiglu output */
+    int defer_gu, defer_down; /* as gt_attn_block's: no biases; down also no hidden dropout */
 } gt_mlp_block;
 
 /* MoE block, split over three units: router (norm, logits, top-k, aux loss), preprocess
@@ -84,9 +90,11 @@ typedef struct gt_layer {
     gt_moe_block moe;
 } gt_layer;
 
-/* Buffers shared by every unit; none of them carries a value from forward to backward. */
+/* Buffers shared by every unit; none of them carries a value from forward to backward. The
+ * gradient of the residual stream has none: backward writes the gradient of residual buffer i
+ * over res[i] itself, once the norm that reads res[i] is done with it, so each unit's output
+ * gradient stays put until the weight gradients left for later have used it. */
 typedef struct gt_model_scratch {
-    void *dres;     /* [N, d] gradient of the residual stream (lives through all backward) */
     void *y;        /* [N, d] branch output (forward) / its gradient (backward) */
     void *dln;      /* [N, d] gradient of a normalized input */
     void *a;        /* [max(N*H*hd, N*f, R*fe)] datt / dh / dhe */
@@ -161,8 +169,14 @@ void gt_model_residual_out(gt_model *m, gt_stream *s, void *out, const void *x, 
 void gt_model_proj_residual(gt_model *m, gt_stream *s, void *out, const void *x, const void *inp,
                             int w, int bias, int K, int layer, int site, int train,
                             gt_step_state *st);
-/* Gradient of a block's output branch from sc.dres (through the dropout mask into sc.y). */
-const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int layer, int site, gt_step_state *st);
+/* Gradient of a block's output branch: that of residual buffer res_out (in res[res_out]),
+ * through the dropout mask into sc.y when there is hidden dropout. */
+const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int res_out, int layer, int site,
+                                 gt_step_state *st);
+/* The backward of a block's input norm: res[res_in] = res[res_out] + the gradient through the
+ * norm from sc.dln, written over the block's input, which the norm reads first. */
+void gt_model_norm_bwd(gt_model *m, gt_stream *s, int res_in, int res_out, int norm_w,
+                       float *dw_part, const float *rstd);
 
 static inline gt_rng_site gt_model_site(const gt_model *m, int layer, int k) {
     gt_rng_site site = {m->cfg.rng.seed, (uint32_t)(layer * GT_SITES_PER_LAYER + k), 0};

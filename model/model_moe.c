@@ -37,8 +37,7 @@ void gt_moe_router_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) 
     /* sc.dln already holds the gradient through the experts (preprocess backward) */
     b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.e, gt_model_param(m, e->router_w), dm->N, dm->E,
                             dm->d, 1);
-    b->ops->rmsnorm_bwd_part(b, s, m->sc.dres, e->dw_part, m->sc.dln, m->res[e->res_in],
-                             gt_model_param(m, e->norm_w), e->rstd, dm->N, dm->d);
+    gt_model_norm_bwd(m, s, e->res_in, e->res_out, e->norm_w, e->dw_part, e->rstd);
 }
 
 void gt_moe_preprocess_fwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
@@ -78,7 +77,7 @@ void gt_moe_experts_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st)
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     gt_moe_block *e = &m->layers[layer].moe;
-    const void *dy = gt_model_branch_grad(m, s, layer, GT_SITE_MOE_OUT, st);
+    const void *dy = gt_model_branch_grad(m, s, e->res_out, layer, GT_SITE_MOE_OUT, st);
     /* sc.r: gradient of the expert outputs, later of the expert inputs */
     b->ops->moe_combine_bwd(b, s, m->sc.r, m->sc.dtopk_w, dy, e->ye, e->topk_w, e->token_slot,
                             e->slot_token, dm->N, dm->R, dm->k, dm->d);

@@ -213,6 +213,21 @@ static int check_dims(gt_model *m, gt_error *err) {
     return GT_OK;
 }
 
+/* Which weight gradients wait for the batched flush at the end of the backward
+ * (gt_attn_block.defer_*): those whose two operands stay untouched until then. */
+static void plan_deferred_wgrads(gt_model *m) {
+    const gt_model_dims *dm = &m->dm;
+    int dropout = dm->p_hidden > 0;
+    for (int l = 0; l < m->num_layers; l++) {
+        gt_layer *L = &m->layers[l];
+        int next_attn = l + 1 < m->num_layers && m->layers[l + 1].has_attn;
+        L->attn.defer_qkv = L->has_attn && !dm->qkv_bias && next_attn;
+        L->attn.defer_o = L->has_attn && !dm->lin_bias && !dropout;
+        L->mlp.defer_gu = L->has_mlp && !dm->lin_bias;
+        L->mlp.defer_down = L->has_mlp && !dm->lin_bias && !dropout;
+    }
+}
+
 /* The parameter table: pass 0 adds the weight-decayed matrices, pass 1 the rest. */
 static int build_tensors(gt_model *m, gt_error *err) {
     const gt_model_dims *dm = &m->dm;
@@ -362,7 +377,6 @@ static int plan_arenas(gt_model *m, gt_error *err) {
     PLAN(&m->acts, "final_norm.rstd", N * sizeof(float), &m->rstdf);
     PLAN(&m->acts, "final_norm.dw_part", P * d * sizeof(float), &m->dw_partf);
     gt_model_scratch *sc = &m->sc;
-    PLAN(&m->scratch, "dres", N * d * ae, &sc->dres);
     PLAN(&m->scratch, "branch", N * d * ae, &sc->y);
     PLAN(&m->scratch, "dln", N * d * ae, &sc->dln);
     if (sc_a) PLAN(&m->scratch, "wide_a", sc_a * ae, &sc->a);
@@ -391,6 +405,7 @@ int gt_model_build(gt_model *m, const gt_config *cfg, size_t act_elem, gt_error 
                             act_elem);
     int rc = build_layers(m, err);
     if (!rc) rc = check_dims(m, err);
+    if (!rc) plan_deferred_wgrads(m);
     if (!rc) rc = build_tensors(m, err);
     if (!rc) rc = plan_arenas(m, err);
     if (rc) return gt_error_wrap(err, "planning the model: ");

@@ -76,7 +76,8 @@ static void head_fwd(gt_model *m, gt_stream *s, const int32_t *targets, float sc
     b->ops->loss_accumulate(b, s, st, m->sc.losses, dm->N, per_token);
 }
 
-/* Starts the residual gradient: dres = gradient through the final norm and the head. */
+/* Starts the residual gradient: that of the last residual buffer, through the final norm and
+ * the head, written over the buffer. */
 static void head_bwd(gt_model *m, gt_stream *s) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
@@ -84,9 +85,76 @@ static void head_bwd(gt_model *m, gt_stream *s) {
                               dm->V, dm->d, m->grad_acc);
     b->ops->matmul_bwd_data(b, s, m->sc.dln, m->sc.logits, gt_model_param(m, m->lm_w), dm->N, dm->V,
                             dm->d, 0);
-    b->ops->memset0(b, s, m->sc.dres, (size_t)dm->N * dm->d * m->act_elem);
-    b->ops->rmsnorm_bwd_part(b, s, m->sc.dres, m->dw_partf, m->sc.dln, m->res[m->n_res - 1],
-                             gt_model_param(m, m->final_w), m->rstdf, dm->N, dm->d);
+    gt_model_norm_bwd(m, s, m->n_res - 1, -1, m->final_w, m->dw_partf, m->rstdf);
+}
+
+/* The operands of a weight gradient a unit left for later (gt_attn_block.defer_*). */
+enum { WGRAD_QKV, WGRAD_O, WGRAD_GU, WGRAD_DOWN, WGRAD_KINDS };
+typedef struct wgrad_job {
+    float *dw;
+    const char *dout, *a;
+    int N, K; /* dw[N,K] (+)= dout[M,N]^T @ a[M,K] */
+} wgrad_job;
+
+static int deferred_wgrad(const gt_model *m, int l, int kind, wgrad_job *j) {
+    const gt_layer *L = &m->layers[l];
+    const gt_model_dims *dm = &m->dm;
+    const gt_attn_block *a = &L->attn;
+    const gt_mlp_block *p = &L->mlp;
+    switch (kind) {
+    case WGRAD_QKV:
+        if (!L->has_attn || !a->defer_qkv) return 0;
+        *j = (wgrad_job){gt_model_grad(m, a->qkv_w), m->layers[l + 1].attn.qkv, a->ln, dm->qkv,
+                         dm->d};
+        return 1;
+    case WGRAD_O:
+        if (!L->has_attn || !a->defer_o) return 0;
+        *j = (wgrad_job){gt_model_grad(m, a->o_w), m->res[a->res_out], a->att, dm->d,
+                         dm->H * dm->hd};
+        return 1;
+    case WGRAD_GU:
+        if (!L->has_mlp || !p->defer_gu) return 0;
+        *j = (wgrad_job){gt_model_grad(m, p->gu_w), p->gu, p->ln, 2 * dm->f, dm->d};
+        return 1;
+    default:
+        if (!L->has_mlp || !p->defer_down) return 0;
+        *j = (wgrad_job){gt_model_grad(m, p->down_w), m->res[p->res_out], p->h, dm->d, dm->f};
+        return 1;
+    }
+}
+
+/* Whether job j is job 0 moved on by n strides (strides > 0, in elements, set by n == 1). */
+static int continues(const wgrad_job *j0, const wgrad_job *j, int n, size_t ae, int64_t st[3]) {
+    int64_t dw = j->dw - j0->dw, dd = j->dout - j0->dout, da = j->a - j0->a;
+    if (dd % (int64_t)ae || da % (int64_t)ae) return 0;
+    dd /= (int64_t)ae, da /= (int64_t)ae;
+    if (n == 1) {
+        st[0] = dw, st[1] = dd, st[2] = da;
+        return dw > 0 && dd > 0 && da > 0;
+    }
+    return dw == n * st[0] && dd == n * st[1] && da == n * st[2];
+}
+
+/* The deferred weight gradients, per weight one batched GEMM over each run of consecutive
+ * layers whose operands lie equally far apart (all of them in a model of equal layers). */
+static void flush_wgrads(gt_model *m, gt_stream *s) {
+    gt_backend *b = m->b;
+    for (int kind = 0; kind < WGRAD_KINDS; kind++)
+        for (int l = 0; l < m->num_layers;) {
+            wgrad_job j0, j;
+            if (!deferred_wgrad(m, l, kind, &j0)) {
+                l++;
+                continue;
+            }
+            int64_t st[3] = {0, 0, 0};
+            int n = 1;
+            while (l + n < m->num_layers && deferred_wgrad(m, l + n, kind, &j) &&
+                   continues(&j0, &j, n, m->act_elem, st))
+                n++;
+            b->ops->matmul_bwd_weight_batched(b, s, j0.dw, st[0], j0.dout, st[1], j0.a, st[2],
+                                              m->dm.N, j0.N, j0.K, n, m->grad_acc);
+            l += n;
+        }
 }
 
 /* Every norm weight's gradient from the partial rows its backward left: one colsum_many
@@ -137,11 +205,12 @@ void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
     for (int l = m->num_layers - 1; l >= 0; l--)
         for (int u = m->layers[l].n_units - 1; u >= 0; u--)
             run_unit(m, s, l, u, 1, st, exec);
+    flush_wgrads(m, s);
     norm_grads(m, s);
     /* the embedding gradient is a scatter-add: overwriting it zeroes it first, all of it or
      * only the rows the marks say may be nonzero */
     b->ops->embedding_bwd(b, s, gt_model_grad(m, m->wte), m->emb_track ? m->emb_dirty : NULL,
-                          m->sc.dres, tokens, dm->N, dm->V, dm->d, !accumulate);
+                          m->res[0], tokens, dm->N, dm->V, dm->d, !accumulate);
 }
 
 void gt_model_track_embedding_rows(gt_model *m) {

@@ -192,8 +192,8 @@ static void test_rmsnorm_partial_rows_and_colsum_many_give_rmsnorm_bwd(void **st
         dw_set[i] = NAN;
     b->ops->rmsnorm_bwd(b, f->s, dx1, dw_acc, g, x, w, rstd, N, d, 1);
     b->ops->rmsnorm_bwd(b, f->s, dx1, dw_ref, g, x, w, rstd, N, d, 0); /* dinp twice */
-    b->ops->rmsnorm_bwd_part(b, f->s, dx2, part, g, x, w, rstd, N, d);
-    b->ops->rmsnorm_bwd_part(b, f->s, dx2, part, g, x, w, rstd, N, d);
+    b->ops->rmsnorm_bwd_part(b, f->s, dx2, dx2, part, g, x, w, rstd, N, d);
+    b->ops->rmsnorm_bwd_part(b, f->s, dx2, dx2, part, g, x, w, rstd, N, d);
     gt_colsum_job jobs[2] = {{dw_set, part, parts, d, 0}, {dw_acc2, part, parts, d, 1}};
     b->ops->colsum_many(b, f->s, jobs, 2);
     assert_memory_equal(dx1, dx2, (size_t)N * d * 4);
@@ -208,6 +208,34 @@ static void test_rmsnorm_partial_rows_and_colsum_many_give_rmsnorm_bwd(void **st
     assert_non_null(strstr(err.msg, "colsum_many"));
     free(x), free(w), free(g), free(rstd), free(y), free(dx1), free(dx2), free(dw_acc);
     free(dw_acc2), free(dw_set), free(dw_ref), free(part);
+}
+
+/* The residual stream's gradient is written over the activation the norm reads: out = din +
+ * dx with out aliasing inp (or din) gives what separate buffers give, bit for bit; din NULL
+ * counts as zeros. */
+static void test_rmsnorm_bwd_part_may_write_over_its_input(void **state) {
+    fixture *f = *state;
+    gt_backend *b = f->b;
+    const int N = 6, d = 40, parts = gt_rmsnorm_parts(N);
+    float *x = rand_buf(f, N * d, 1.5f), *w = rand_buf(f, d, 1), *g = rand_buf(f, N * d, 1);
+    float *din = rand_buf(f, N * d, 1), *rstd = zeros(N), *y = zeros(N * d);
+    b->ops->rmsnorm_fwd(b, f->s, y, rstd, x, w, N, d, 1e-5f);
+    float *sep = zeros(N * d), *part_sep = zeros(parts * d), *part_al = zeros(parts * d);
+    float *alias = malloc((size_t)N * d * 4), *zero_in = zeros(N * d), *from0 = zeros(N * d);
+    float *part0 = zeros(parts * d), *nul = rand_buf(f, N * d, 1);
+    memcpy(alias, x, (size_t)N * d * 4);
+    b->ops->rmsnorm_bwd_part(b, f->s, sep, din, part_sep, g, x, w, rstd, N, d);
+    b->ops->rmsnorm_bwd_part(b, f->s, alias, din, part_al, g, alias, w, rstd, N, d);
+    assert_memory_equal(sep, alias, (size_t)N * d * 4);
+    assert_memory_equal(part_sep, part_al, (size_t)parts * d * 4);
+    assert_memory_not_equal(sep, x, (size_t)N * d * 4);
+    b->ops->rmsnorm_bwd_part(b, f->s, from0, zero_in, part0, g, x, w, rstd, N, d);
+    b->ops->rmsnorm_bwd_part(b, f->s, nul, NULL, part0, g, x, w, rstd, N, d);
+    assert_memory_equal(from0, nul, (size_t)N * d * 4);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(b, &err), GT_OK);
+    free(x), free(w), free(g), free(din), free(rstd), free(y), free(sep), free(part_sep);
+    free(part_al), free(alias), free(zero_in), free(from0), free(part0), free(nul);
 }
 
 /* ---------------- matmul ---------------- */
@@ -272,6 +300,31 @@ static void test_matmul_with_bias_forward_and_backward_match_reference(void **st
         assert_true(with[i] == c.out[i] + res[i]);
     free(res), free(with);
     free(c.a), free(c.w), free(c.bias), free(c.out), free(c.g), free(da), free(dw), free(db);
+}
+
+/* A batch of weight gradients at equal strides is the same as one call per member, bit for
+ * bit, overwriting or accumulating; a bad count or stride is an error that names the op. */
+static void test_batched_weight_gradients_equal_one_call_each(void **state) {
+    fixture *f = *state;
+    gt_backend *b = f->b;
+    enum { M = 5, N = 4, K = 3, CNT = 3, SW = N * K + 2, SD = M * N + 1, SA = M * K + 3 };
+    float *dout = rand_buf(f, CNT * SD, 1), *a = rand_buf(f, CNT * SA, 1);
+    float *one = rand_buf(f, CNT * SW, 1), *all = malloc(CNT * SW * sizeof(float));
+    for (int acc = 1; acc >= 0; acc--) {
+        memcpy(all, one, CNT * SW * sizeof(float));
+        for (int i = 0; i < CNT; i++)
+            b->ops->matmul_bwd_weight(b, f->s, one + i * SW, NULL, dout + i * SD, a + i * SA, M, N,
+                                      K, acc);
+        b->ops->matmul_bwd_weight_batched(b, f->s, all, SW, dout, SD, a, SA, M, N, K, CNT, acc);
+        assert_memory_equal(one, all, CNT * SW * sizeof(float));
+    }
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(b, &err), GT_OK);
+    b->ops->matmul_bwd_weight_batched(b, f->s, all, 0, dout, SD, a, SA, M, N, K, CNT, 0);
+    assert_int_equal(gt_backend_check(b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "matmul_bwd_weight_batched"));
+    assert_non_null(strstr(err.msg, "strides"));
+    free(dout), free(a), free(one), free(all);
 }
 
 /* ---------------- rope ---------------- */
@@ -643,6 +696,10 @@ int main(void) {
             teardown),
         cmocka_unit_test_setup_teardown(test_rmsnorm_partial_rows_and_colsum_many_give_rmsnorm_bwd,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rmsnorm_bwd_part_may_write_over_its_input, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_batched_weight_gradients_equal_one_call_each, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_matmul_with_bias_forward_and_backward_match_reference,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_rope_rotates_q_and_k_only_and_backward_is_the_adjoint,

@@ -298,6 +298,33 @@ static void test_layer_pattern_gives_one_unit_kind_per_character(void **state) {
     assert_non_null(strstr(err.msg, "model.num_layers"));
 }
 
+/* Weight gradients left for the end of the backward go as batched GEMMs over runs of layers
+ * whose operands lie equally far apart. Runs that break still give the gradients of finite
+ * differences:
+ * - "**-**": layers 0-1 and 3-4 for the attention weights, layer 2 alone for the MLP's, and
+ *   qkv deferred only where the next layer has attention;
+ * - MoE every other layer: every layer has attention, but the layers differ in size, so no
+ *   two attention layers lie equally far apart and every run is one layer long. */
+static void test_deferred_weight_gradients_of_broken_runs_match_finite_differences(void **state) {
+    (void)state;
+    for (int moe = 0; moe < 2; moe++) {
+        gt_config c;
+        if (moe) {
+            tm_tiny_moe_config(&c, 0);
+            c.model.moe_layer_freq = 2;
+            c.model.num_layers = 4;
+        } else {
+            tm_tiny_config(&c);
+            c.model.num_layers = 5;
+            snprintf(c.model.layer_pattern, sizeof c.model.layer_pattern, "**-**");
+        }
+        tm_fixture fx;
+        tm_fixture_create(&fx, &c);
+        tm_check_gradients(&fx, 0);
+        tm_fixture_destroy(&fx);
+    }
+}
+
 static void test_parameters_put_decayed_matrices_first(void **state) {
     (void)state;
     gt_config c;
@@ -540,6 +567,7 @@ int main(void) {
         cmocka_unit_test(test_dropout_is_reproducible_per_step_and_changes_with_step),
         cmocka_unit_test(test_mamba_layer_is_refused_with_a_clear_message),
         cmocka_unit_test(test_layer_pattern_gives_one_unit_kind_per_character),
+        cmocka_unit_test(test_deferred_weight_gradients_of_broken_runs_match_finite_differences),
         cmocka_unit_test(test_parameters_put_decayed_matrices_first),
         cmocka_unit_test(test_init_is_deterministic_with_the_configured_spread),
         cmocka_unit_test(test_planning_pass_computes_nothing),

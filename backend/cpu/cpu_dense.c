@@ -137,20 +137,26 @@ static void rmsnorm_dw(const rms_args *a) {
 }
 
 /* y_i = x_i r w_i with r = (mean x^2 + eps)^-1/2:
- * dx_i = r w_i dy_i - r^3 x_i / d * sum_j w_j dy_j x_j;  dw_i = sum_n dy_i x_i r. */
-static void k_rmsnorm_bwd(const void *p) {
-    const rms_args *a = p;
+ * dx_i = r w_i dy_i - r^3 x_i / d * sum_j w_j dy_j x_j;  dw_i = sum_n dy_i x_i r.
+ * out = din (zeros if NULL) + dx, row by row; a row is read whole before it is written, so
+ * out may alias din or inp. */
+static void rmsnorm_dx(const rms_args *a, const float *din) {
     for (int n = 0; n < a->N; n++) {
-        const float *x = a->inp + (size_t)n * a->d;
-        const float *dy = a->dout + (size_t)n * a->d;
-        float *dx = a->out + (size_t)n * a->d;
+        size_t o = (size_t)n * a->d;
+        const float *x = a->inp + o, *dy = a->dout + o, *dn = din ? din + o : NULL;
+        float *dx = a->out + o;
         double r = a->rstd[n], dot = 0;
         for (int i = 0; i < a->d; i++)
             dot += (double)a->w[i] * dy[i] * x[i];
         double c = r * r * r * dot / a->d;
         for (int i = 0; i < a->d; i++)
-            dx[i] += (float)(r * a->w[i] * dy[i] - c * x[i]);
+            dx[i] = (dn ? dn[i] : 0.0f) + (float)(r * a->w[i] * dy[i] - c * x[i]);
     }
+}
+
+static void k_rmsnorm_bwd(const void *p) {
+    const rms_args *a = p;
+    rmsnorm_dx(a, a->out);
     if (a->stat) rmsnorm_dw(a);
 }
 
@@ -175,21 +181,24 @@ static void cpu_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw, 
  * (x + 0.0f == x). */
 typedef struct rms_part_args {
     rms_args r;
+    const float *din; /* NULL: zeros */
     int parts;
 } rms_part_args;
 
 static void k_rmsnorm_bwd_part(const void *p) {
-    const rms_part_args *a = p;
-    k_rmsnorm_bwd(&a->r);
-    memset(a->r.stat + a->r.d, 0, (size_t)(a->parts - 1) * (size_t)a->r.d * sizeof(float));
+    const rms_part_args *pa = p;
+    rmsnorm_dw(&pa->r); /* first: out may alias inp */
+    memset(pa->r.stat + pa->r.d, 0, (size_t)(pa->parts - 1) * (size_t)pa->r.d * sizeof(float));
+    rmsnorm_dx(&pa->r, pa->din);
 }
 
-static void cpu_rmsnorm_bwd_part(gt_backend *b, gt_stream *s, void *dinp, float *part,
-                                 const void *dout, const void *inp, const void *w,
+static void cpu_rmsnorm_bwd_part(gt_backend *b, gt_stream *s, void *dout_res, const void *din_res,
+                                 float *part, const void *dout, const void *inp, const void *w,
                                  const float *rstd, int N, int d) {
     CPU_REQUIRE(b, N > 0 && d > 0, "rmsnorm_bwd_part: bad shape N=%d d=%d", N, d);
     CPU_REQUIRE(b, part != NULL, "rmsnorm_bwd_part: no buffer for the partial rows");
-    rms_part_args a = {{dinp, part, inp, w, dout, rstd, N, d, 0, 0}, gt_rmsnorm_parts(N)};
+    rms_part_args a = {
+        {dout_res, part, inp, w, dout, rstd, N, d, 0, 0}, din_res, gt_rmsnorm_parts(N)};
     gt_cpu_submit(b, s, k_rmsnorm_bwd_part, &a, sizeof a);
 }
 
@@ -410,6 +419,20 @@ static void cpu_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, float 
     gt_cpu_submit(b, s, k_matmul_bwd_weight, &a, sizeof a);
 }
 
+static void cpu_matmul_bwd_weight_batched(gt_backend *b, gt_stream *s, float *dw, int64_t dw_stride,
+                                          const void *dout, int64_t dout_stride, const void *x,
+                                          int64_t x_stride, int M, int N, int K, int count,
+                                          int accumulate) {
+    CPU_REQUIRE(b, MM_SHAPE_OK(M, N, K) && count > 0,
+                "matmul_bwd_weight_batched: bad shape M=%d N=%d K=%d count=%d", M, N, K, count);
+    CPU_REQUIRE(b, count == 1 || (dw_stride > 0 && dout_stride > 0 && x_stride > 0),
+                "matmul_bwd_weight_batched: strides must be > 0 (got %lld, %lld, %lld)",
+                (long long)dw_stride, (long long)dout_stride, (long long)x_stride);
+    for (int i = 0; i < count; i++)
+        cpu_matmul_bwd_weight(b, s, dw + i * dw_stride, NULL, (const float *)dout + i * dout_stride,
+                              (const float *)x + i * x_stride, M, N, K, accumulate);
+}
+
 /* ---- swiglu ---- */
 
 typedef struct swiglu_args {
@@ -474,6 +497,7 @@ void gt_cpu_register_dense_ops(gt_backend_ops *ops) {
     ops->matmul_fwd = cpu_matmul_fwd;
     ops->matmul_bwd_data = cpu_matmul_bwd_data;
     ops->matmul_bwd_weight = cpu_matmul_bwd_weight;
+    ops->matmul_bwd_weight_batched = cpu_matmul_bwd_weight_batched;
     ops->swiglu_fwd = cpu_swiglu_fwd;
     ops->swiglu_bwd = cpu_swiglu_bwd;
     gt_cpu_register_loss_ops(ops);

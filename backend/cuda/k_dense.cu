@@ -254,8 +254,9 @@ __global__ void k_rmsnorm_fwd(bf16 *out, float *rstd, const bf16 *inp, const bf1
 /* Block = `rows` consecutive rows, processed in order; each thread owns the columns
  * tid + k*blockDim, so its dw partial is summed in row order without atomics. */
 template <int COLS>
-__global__ void k_rmsnorm_bwd(bf16 *dinp, float *dw_part, const bf16 *dout, const bf16 *inp,
-                              const bf16 *w, const float *rstd, int N, int d, int rows) {
+__global__ void k_rmsnorm_bwd(bf16 *dinp, const bf16 *din, float *dw_part, const bf16 *dout,
+                              const bf16 *inp, const bf16 *w, const float *rstd, int N, int d,
+                              int rows) {
     GT_PDL_ENTRY();
     __shared__ float sh[32];
     float dwp[COLS], wv[COLS];
@@ -281,12 +282,13 @@ __global__ void k_rmsnorm_bwd(bf16 *dinp, float *dw_part, const bf16 *dout, cons
         dot = block_sum(dot, sh);
         float coef = rs * rs * rs * dot / (float)d;
         bf16 *dx = dinp + (size_t)r * d;
+        const bf16 *dn = din ? din + (size_t)r * d : NULL;
 #pragma unroll
         for (int k = 0; k < COLS; k++) {
             int c = threadIdx.x + k * blockDim.x;
             if (c < d) {
                 float g = rs * wv[k] * gv[k] - coef * xv[k];
-                dx[c] = tobf(ldf(dx + c) + g);
+                dx[c] = tobf((dn ? ldf(dn + c) : 0.0f) + g);
                 dwp[k] += gv[k] * xv[k] * rs;
             }
         }
@@ -341,8 +343,8 @@ __global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const b
  * its warps' partials in warp order and writes one partial row. */
 template <int K>
 __global__ void __launch_bounds__(RMS_BWD_V_WARPS * 32)
-    k_rmsnorm_bwd_v(bf16 *dinp, float *dw_part, const bf16 *dout, const bf16 *inp, const bf16 *w,
-                    const float *rstd, int N, int rpw) {
+    k_rmsnorm_bwd_v(bf16 *dinp, const bf16 *din, float *dw_part, const bf16 *dout, const bf16 *inp,
+                    const bf16 *w, const float *rstd, int N, int rpw) {
     GT_PDL_ENTRY();
     constexpr int d = 256 * K;
     extern __shared__ float sdw[]; /* [RMS_BWD_V_WARPS][d] */
@@ -357,13 +359,14 @@ __global__ void __launch_bounds__(RMS_BWD_V_WARPS * 32)
     for (int r = r0; r < r1; r++) {
         const bf16 *x = inp + (size_t)r * d, *dy = dout + (size_t)r * d;
         bf16 *dx = dinp + (size_t)r * d;
+        const bf16 *dn = din ? din + (size_t)r * d : NULL;
         uint4 xp[K], gp[K], dp[K];
 #pragma unroll
         for (int k = 0; k < K; k++) {
             int c = 256 * k + 8 * lane;
             xp[k] = *(const uint4 *)(x + c);
             gp[k] = *(const uint4 *)(dy + c);
-            dp[k] = *(const uint4 *)(dx + c);
+            dp[k] = dn ? *(const uint4 *)(dn + c) : make_uint4(0, 0, 0, 0);
         }
         float rs = rstd[r], dot = 0.0f;
 #pragma unroll
@@ -437,24 +440,29 @@ static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd
     GT_CUDA_LAUNCHED(b, "rmsnorm_fwd");
 }
 
-/* dinp += the input gradient; part[gt_rmsnorm_parts(N)][d] = the weight gradient's partial
- * rows, block p summing rows [p * rows, (p + 1) * rows) with rows = 4 * ceil(N / 2048):
- * at most GT_RMSNORM_PARTS_MAX blocks (256 at N = 1024, 512 at N = 8192). */
-static void rmsnorm_bwd_parts(gt_stream *s, void *dinp, float *part, const void *dout,
-                              const void *inp, const void *w, const float *rstd, int N, int d) {
+/* dinp = din (zeros if NULL) + the input gradient; part[gt_rmsnorm_parts(N)][d] = the weight
+ * gradient's partial rows, block p summing rows [p * rows, (p + 1) * rows) with
+ * rows = 4 * ceil(N / 2048): at most GT_RMSNORM_PARTS_MAX blocks (256 at N = 1024, 512 at
+ * N = 8192). Both kernels read a row's x, dy and din into registers before the row's
+ * reduction and write its gradient after it, from the same threads, so dinp may alias din or
+ * inp. */
+static void rmsnorm_bwd_parts(gt_stream *s, void *dinp, const void *din, float *part,
+                              const void *dout, const void *inp, const void *w, const float *rstd,
+                              int N, int d) {
     int blocks = gt_rmsnorm_parts(N);
     int rows = (N + blocks - 1) / blocks;
     rows = (rows + RMS_BWD_V_WARPS - 1) / RMS_BWD_V_WARPS * RMS_BWD_V_WARPS;
     cudaStream_t cs = gt_cuda_stream(s);
-    if (d % 256 == 0 && d <= 256 * RMS_VEC_MAX_K && al16(dinp) && al16(dout) && al16(inp) &&
-        al16(w)) {
+    if (d % 256 == 0 && d <= 256 * RMS_VEC_MAX_K && al16(dinp) && (!din || al16(din)) &&
+        al16(dout) && al16(inp) && al16(w)) {
         int rpw = rows / RMS_BWD_V_WARPS; /* rows a warp */
         size_t shm = (size_t)RMS_BWD_V_WARPS * d * sizeof(float);
         switch (d / 256) {
 #define RMS_BWD_V(K)                                                                               \
     case K:                                                                                        \
-        gt_launch(k_rmsnorm_bwd_v<K>, blocks, RMS_BWD_V_WARPS * 32, shm, cs, (bf16 *)dinp, part,   \
-                  (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, rpw);           \
+        gt_launch(k_rmsnorm_bwd_v<K>, blocks, RMS_BWD_V_WARPS * 32, shm, cs, (bf16 *)dinp,         \
+                  (const bf16 *)din, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, \
+                  rstd, N, rpw);                                                                   \
         break
             RMS_BWD_V(1);
             RMS_BWD_V(2);
@@ -472,8 +480,8 @@ static void rmsnorm_bwd_parts(gt_stream *s, void *dinp, float *part, const void 
     }
     int cols = (d + DENSE_THREADS - 1) / DENSE_THREADS; /* columns per thread */
 #define RMS_BWD(C)                                                                                 \
-    gt_launch(k_rmsnorm_bwd<C>, blocks, DENSE_THREADS, 0, cs, (bf16 *)dinp, part,                  \
-              (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, d, rows)
+    gt_launch(k_rmsnorm_bwd<C>, blocks, DENSE_THREADS, 0, cs, (bf16 *)dinp, (const bf16 *)din,     \
+              part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, d, rows)
     if (cols <= 1)
         RMS_BWD(1);
     else if (cols <= 2)
@@ -554,17 +562,17 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
         b, GT_SCRATCH_RMSNORM, (size_t)(parts > 0 ? parts : 1) * (d > 0 ? d : 1) * sizeof(float),
         "rmsnorm_bwd");
     if (!rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd", N, d) || !part) return;
-    rmsnorm_bwd_parts(s, dinp, part, dout, inp, w, rstd, N, d);
+    rmsnorm_bwd_parts(s, dinp, dinp, part, dout, inp, w, rstd, N, d);
     GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
     gt_colsum_job job = {dw, part, parts, d, accumulate};
     cuda_colsum_many(b, s, &job, 1);
 }
 
-static void cuda_rmsnorm_bwd_part(gt_backend *b, gt_stream *s, void *dinp, float *part,
-                                  const void *dout, const void *inp, const void *w,
+static void cuda_rmsnorm_bwd_part(gt_backend *b, gt_stream *s, void *dout_res, const void *din_res,
+                                  float *part, const void *dout, const void *inp, const void *w,
                                   const float *rstd, int N, int d) {
     if (b->planning || !rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd_part", N, d)) return;
-    rmsnorm_bwd_parts(s, dinp, part, dout, inp, w, rstd, N, d);
+    rmsnorm_bwd_parts(s, dout_res, din_res, part, dout, inp, w, rstd, N, d);
     GT_CUDA_LAUNCHED(b, "rmsnorm_bwd_part");
 }
 

@@ -114,7 +114,8 @@ static void rmsnorm_case(gpu_env *e, int N, int d) {
     float *g_dw3 = g_f32(e, dw0, d), *g_dw4 = g_f32(e, dw_init, d);
     float *c_dx3 = c_f32(e, dx0, nd), *c_dx4 = c_f32(e, dx0, nd);
     float *c_dw3 = c_f32(e, dw0, d), *c_dw4 = c_f32(e, dw_init, d), *c_dw5 = c_f32(e, dw_init, d);
-    e->gpu->ops->rmsnorm_bwd_part(e->gpu, e->gs, g_dx3, g_part, g_dy, g_x, g_w, g_rstd, N, d);
+    e->gpu->ops->rmsnorm_bwd_part(e->gpu, e->gs, g_dx3, g_dx3, g_part, g_dy, g_x, g_w, g_rstd, N,
+                                  d);
     gt_colsum_job gj[2] = {{g_dw3, g_part, parts, d, 0}, {g_dw4, g_part, parts, d, 1}};
     e->gpu->ops->colsum_many(e->gpu, e->gs, gj, 2);
     g_read_act(e, got, g_dx3, nd);
@@ -126,8 +127,8 @@ static void rmsnorm_case(gpu_env *e, int N, int d) {
     g_read_f32(e, got, g_dw4, d);
     g_read_f32(e, got2, g_dw, d);
     assert_memory_equal(got, got2, (size_t)d * 4);
-    e->cpu->ops->rmsnorm_bwd_part(e->cpu, e->cs, c_dx3, c_part, c_f32(e, dy, nd), c_x, c_w, c_rstd,
-                                  N, d);
+    e->cpu->ops->rmsnorm_bwd_part(e->cpu, e->cs, c_dx3, c_dx3, c_part, c_f32(e, dy, nd), c_x, c_w,
+                                  c_rstd, N, d);
     gt_colsum_job cj[2] = {{c_dw3, c_part, parts, d, 0}, {c_dw4, c_part, parts, d, 1}};
     e->cpu->ops->colsum_many(e->cpu, e->cs, cj, 2);
     e->cpu->ops->rmsnorm_bwd(e->cpu, e->cs, c_dx4, c_dw5, c_f32(e, dy, nd), c_x, c_w, c_rstd, N, d,
@@ -135,6 +136,24 @@ static void rmsnorm_case(gpu_env *e, int N, int d) {
     assert_memory_equal(c_dx3, c_dx4, nd * 4);
     assert_memory_equal(c_dw3, c_dwo, (size_t)d * 4);
     assert_memory_equal(c_dw4, c_dw5, (size_t)d * 4);
+    /* the model's use: the residual's gradient written over the norm's input, from another
+     * buffer's gradient or from zeros (NULL), is what separate buffers give, bit for bit */
+    void *g_sep = g_act(e, NULL, nd), *g_din = g_act(e, dx0, nd);
+    float *g_part2 = g_f32(e, NULL, (size_t)parts * d);
+    for (int from_zero = 0; from_zero < 2; from_zero++) {
+        const void *din = from_zero ? NULL : g_din;
+        void *g_xa = g_act(e, x, nd);
+        e->gpu->ops->rmsnorm_bwd_part(e->gpu, e->gs, g_sep, din, g_part, g_dy, g_x, g_w, g_rstd, N,
+                                      d);
+        e->gpu->ops->rmsnorm_bwd_part(e->gpu, e->gs, g_xa, din, g_part2, g_dy, g_xa, g_w, g_rstd, N,
+                                      d);
+        g_read_act(e, got, g_xa, nd);
+        g_read_act(e, got2, g_sep, nd);
+        assert_memory_equal(got, got2, nd * 4);
+        g_read_f32(e, got, g_part2, (size_t)parts * d);
+        g_read_f32(e, got2, g_part, (size_t)parts * d);
+        assert_memory_equal(got, got2, (size_t)parts * d * 4);
+    }
     free(x), free(w), free(dy), free(dx0), free(dw0), free(dw_init), free(got), free(got2);
 }
 
@@ -248,6 +267,51 @@ static void matmul_case(gpu_env *e, int M, int N, int K) {
         EXPECT_CLOSE("matmul_bwd_weight dbias", got, c_db, N, TOL_F32);
     }
     free(a), free(w), free(bias), free(dout), free(da0), free(dw0), free(got);
+}
+
+/* count weight gradients at strides (in elements; 256-byte multiples or not) against one CPU
+ * call each, overwriting and accumulating: a shape small enough to run batched, and one
+ * large enough to run one GEMM at a time. */
+static void wgrad_batch_case(gpu_env *e, int M, int N, int K, int count, int pad) {
+    char what[96];
+    int64_t sd = (int64_t)M * N + pad, sa = (int64_t)M * K + pad, sw = (int64_t)N * K + pad;
+    float *dout = rand_vec(e, (size_t)(count * sd), 1.0f),
+          *a = rand_vec(e, (size_t)(count * sa), 1.0f);
+    float *dw0 = rand_vec(e, (size_t)(count * sw), 1.0f), *got = malloc((size_t)(count * sw) * 4);
+    float *c_dout = c_f32(e, dout, (size_t)(count * sd)), *c_a = c_f32(e, a, (size_t)(count * sa));
+    void *g_dout = g_act(e, dout, (size_t)(count * sd)), *g_a = g_act(e, a, (size_t)(count * sa));
+    for (int acc = 1; acc >= 0; acc--) {
+        float *c_dw = c_f32(e, dw0, (size_t)(count * sw)),
+              *g_dw = g_f32(e, dw0, (size_t)(count * sw));
+        for (int i = 0; i < count; i++)
+            e->cpu->ops->matmul_bwd_weight(e->cpu, e->cs, c_dw + i * sw, NULL, c_dout + i * sd,
+                                           c_a + i * sa, M, N, K, acc);
+        GPU_PLAN(e, e->gpu->ops->matmul_bwd_weight_batched(e->gpu, e->gs, g_dw, sw, g_dout, sd, g_a,
+                                                           sa, M, N, K, count, acc));
+        e->gpu->ops->matmul_bwd_weight_batched(e->gpu, e->gs, g_dw, sw, g_dout, sd, g_a, sa, M, N,
+                                               K, count, acc);
+        g_read_f32(e, got, g_dw, (size_t)(count * sw));
+        for (int i = 0; i < count; i++) { /* the padding between members is left alone */
+            snprintf(what, sizeof what, "matmul_bwd_weight_batched %dx%dx%d [%d of %d]%s", M, N, K,
+                     i, count, acc ? " (+=)" : " (=)");
+            EXPECT_CLOSE(what, got + i * sw, c_dw + i * sw, (size_t)N * K, TOL_F32);
+            assert_memory_equal(got + i * sw + (int64_t)N * K, dw0 + i * sw + (int64_t)N * K,
+                                (size_t)pad * 4);
+        }
+    }
+    free(dout), free(a), free(dw0), free(got);
+}
+
+static void test_batched_weight_gradients_match_cpu(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, matmul_bwd_weight_batched);
+    wgrad_batch_case(e, 256, 192, 64, 3, 128);  /* batched, 256-byte strides */
+    wgrad_batch_case(e, 96, 80, 72, 4, 3);      /* batched, odd strides */
+    wgrad_batch_case(e, 64, 2048, 2048, 2, 64); /* 256 tiles: one GEMM at a time */
+    e->gpu->ops->matmul_bwd_weight_batched(e->gpu, e->gs, NULL, 0, NULL, 0, NULL, 0, 8, 8, 8, 2, 0);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(e->gpu, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "matmul_bwd_weight_batched"));
 }
 
 static void test_matmul_matches_cpu_aligned_and_odd_shapes(void **state) {
@@ -776,6 +840,7 @@ int main(void) {
         T(test_rmsnorm_matches_cpu_and_dw_is_deterministic),
         T(test_add_and_dropout_match_cpu_masks),
         T(test_matmul_matches_cpu_aligned_and_odd_shapes),
+        T(test_batched_weight_gradients_match_cpu),
         T(test_rope_matches_cpu),
         T(test_attention_hd64_gqa_matches_cpu_deterministically),
         T(test_attention_hd128_gqa_matches_cpu_deterministically),
