@@ -439,10 +439,11 @@ static void check_engine_notes(const gt_config *c, gt_report *r) {
             "on the GPU graphtrain computes in bf16 with fp32 master weights, gradients and "
             "moments; fp32 compute is the CPU backend");
     if (m->delay_wgrad_compute)
-        add(r, GT_SEVERITY_NOTE, "engine_no_delayed_wgrad", KEYS("model.delay_wgrad_compute"),
+        add(r, GT_SEVERITY_NOTE, "engine_wgrad_always_deferred", KEYS("model.delay_wgrad_compute"),
             "nothing to change",
-            "graphtrain computes weight gradients in the backward of each unit; "
-            "delay_wgrad_compute is validated (Bridge's rules) but not applied");
+            "graphtrain leaves the dense layers' weight gradients to the end of the backward "
+            "and batches them over the layers whatever this key says (nothing to overlap on "
+            "one GPU); delay_wgrad_compute is validated (Bridge's rules) but changes nothing");
     if (m->cpu_offloading)
         add(r, GT_SEVERITY_NOTE, "engine_no_cpu_offloading", KEYS("model.cpu_offloading"),
             "set model.cpu_offloading=false", "graphtrain does not offload to the CPU");

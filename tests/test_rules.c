@@ -165,7 +165,7 @@ static const rule_case k_cases[] = {
     {"engine_single_gpu", GT_SEVERITY_NOTE, "runtime.num_gpus=8", "runtime.num_gpus=1"},
     {"engine_gpu_computes_bf16", GT_SEVERITY_NOTE, "model.compute_dtype=fp32",
      "model.compute_dtype=bf16"},
-    {"engine_no_delayed_wgrad", GT_SEVERITY_NOTE,
+    {"engine_wgrad_always_deferred", GT_SEVERITY_NOTE,
      "model.delay_wgrad_compute=true model.gradient_accumulation_fusion=true",
      "model.delay_wgrad_compute=false"},
     {"engine_always_deterministic", GT_SEVERITY_NOTE, "runtime.deterministic=false",
