@@ -48,5 +48,10 @@ gcc -std=c11 -O2 -Wall -Wextra scripts/gemm_sweep/gemm_sweep.c -I"$CUDA_ROOT/inc
 nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I. scripts/gemm_sweep/own_vs_lt.cu \
   -lcublasLt -o "$RUN/own_vs_lt" ||
   echo "gpu-build: own_vs_lt did not build; the rest is staged" >&2
+# every layer's weight gradient one GEMM at a time against one strided-batched GEMM per weight
+# (scripts/gemm_sweep/wgrad_batch.cu): what the backend's batch_pays rule rests on
+nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I. scripts/gemm_sweep/wgrad_batch.cu \
+  -lcublasLt -o "$RUN/wgrad_batch" ||
+  echo "gpu-build: wgrad_batch did not build; the rest is staged" >&2
 echo "gpu-build: built $BUILD, staged $RUN ($(du -sh "$RUN" | cut -f1)); on the GPU machine run"
 echo "  scripts/gpu-check-ops.sh   (carry $RUN)"

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/k_moe_wgmma.cu"
 #include "scripts/gemm_sweep/dense_wgmma.cuh"
+#include "scripts/gemm_sweep/dev_random.cuh"
 #include "scripts/gemm_sweep/lt_problem.h"
 
 int gt_cuda_pdl = 1;
@@ -28,23 +29,6 @@ __global__ void k_touch(bf16 *x, int n) {
     GT_PDL_ENTRY();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __float2bfloat16(__bfloat162float(x[i]) * 1.0f);
-}
-
-static void *dev_random(size_t n, int fp32, unsigned seed) {
-    size_t bytes = n * (fp32 ? 4 : 2);
-    void *h = malloc(bytes), *d = NULL;
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        float v = ((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
-        if (fp32)
-            ((float *)h)[i] = v;
-        else
-            ((bf16 *)h)[i] = __float2bfloat16(v);
-    }
-    cudaMalloc(&d, bytes);
-    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-    free(h);
-    return d;
 }
 
 struct lt_plan {

@@ -10,26 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "scripts/gemm_sweep/dev_random.cuh"
 #include "scripts/gemm_sweep/lt_problem.h"
 
 #define WS ((size_t)32 << 20)
-
-static void *dev_random(size_t n, int fp32, unsigned seed) {
-    size_t bytes = n * (fp32 ? 4 : 2);
-    void *h = malloc(bytes), *d = NULL;
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        float v = ((seed >> 8) & 0xffff) / 65536.0f - 0.5f;
-        if (fp32)
-            ((float *)h)[i] = v;
-        else
-            ((__nv_bfloat16 *)h)[i] = __float2bfloat16(v);
-    }
-    cudaMalloc(&d, bytes);
-    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-    free(h);
-    return d;
-}
 
 struct batch_job {
     cublasLtHandle_t lt;
