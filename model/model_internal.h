@@ -41,7 +41,7 @@ typedef struct gt_attn_block {
     void *qkv;      /* [N, (H + 2*KV) * hd] after rope */
     void *att;      /* [N, H * hd] attention output */
     float *lse;     /* [B, H, T] */
-    /* weight gradients left to gt_model_flush_wgrads (model_run.c), batched over the layers:
+    /* weight gradients left to flush_wgrads (model_run.c), batched over the layers:
      * qkv's when the next layer has attention too (dqkv then goes to that layer's qkv, dead
      * by then); o's when its output gradient stays in the residual buffers (no hidden
      * dropout). Never with biases. */
@@ -173,8 +173,9 @@ void gt_model_proj_residual(gt_model *m, gt_stream *s, void *out, const void *x,
  * through the dropout mask into sc.y when there is hidden dropout. */
 const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int res_out, int layer, int site,
                                  gt_step_state *st);
-/* The backward of a block's input norm: res[res_in] = res[res_out] + the gradient through the
- * norm from sc.dln, written over the block's input, which the norm reads first. */
+/* The backward of a block's input norm: res[res_in] = res[res_out] (zeros for res_out < 0,
+ * the final norm) + the gradient through the norm from sc.dln, written over the block's
+ * input, which the norm reads first. */
 void gt_model_norm_bwd(gt_model *m, gt_stream *s, int res_in, int res_out, int norm_w,
                        float *dw_part, const float *rstd);
 

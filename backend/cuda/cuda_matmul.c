@@ -340,8 +340,8 @@ static void cuda_matmul_bwd_weight_batched(gt_backend *b, gt_stream *s, float *d
 }
 
 void gt_cuda_register_matmul_ops(gt_backend_ops *ops) {
-    ops->matmul_bwd_weight_batched = cuda_matmul_bwd_weight_batched;
     ops->matmul_fwd = cuda_matmul_fwd;
     ops->matmul_bwd_data = cuda_matmul_bwd_data;
     ops->matmul_bwd_weight = cuda_matmul_bwd_weight;
+    ops->matmul_bwd_weight_batched = cuda_matmul_bwd_weight_batched;
 }
