@@ -75,7 +75,7 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
         b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->o_w), gt_model_grad(m, a->o_b), dy,
                                   a->att, dm->N, dm->d, hh, m->grad_acc);
     b->ops->matmul_bwd_data(b, s, m->sc.a, dy, gt_model_param(m, a->o_w), dm->N, dm->d, hh, 0);
-    void *dqkv = a->defer_qkv ? m->layers[layer + 1].attn.qkv : m->sc.bb;
+    void *dqkv = gt_attn_dqkv(m, layer);
     b->ops->attention_bwd(b, s, dqkv, m->sc.a, a->qkv, a->att, a->lse, dm->B, dm->T, dm->H, dm->KV,
                           dm->hd, dm->p_attn, gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
     b->ops->rope_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);

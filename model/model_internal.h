@@ -179,6 +179,12 @@ const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int res_out, int lay
 void gt_model_norm_bwd(gt_model *m, gt_stream *s, int res_in, int res_out, int norm_w,
                        float *dw_part, const float *rstd);
 
+/* Where layer l's attention backward leaves dqkv: the next layer's qkv activation, dead by
+ * then, when its weight gradient is deferred (it must stay until the flush), else scratch. */
+static inline void *gt_attn_dqkv(const gt_model *m, int l) {
+    return m->layers[l].attn.defer_qkv ? m->layers[l + 1].attn.qkv : m->sc.bb;
+}
+
 static inline gt_rng_site gt_model_site(const gt_model *m, int layer, int k) {
     gt_rng_site site = {m->cfg.rng.seed, (uint32_t)(layer * GT_SITES_PER_LAYER + k), 0};
     return site;

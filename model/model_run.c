@@ -104,8 +104,7 @@ static int deferred_wgrad(const gt_model *m, int l, int kind, wgrad_job *j) {
     switch (kind) {
     case WGRAD_QKV:
         if (!L->has_attn || !a->defer_qkv) return 0;
-        *j = (wgrad_job){gt_model_grad(m, a->qkv_w), m->layers[l + 1].attn.qkv, a->ln, dm->qkv,
-                         dm->d};
+        *j = (wgrad_job){gt_model_grad(m, a->qkv_w), gt_attn_dqkv(m, l), a->ln, dm->qkv, dm->d};
         return 1;
     case WGRAD_O:
         if (!L->has_attn || !a->defer_o) return 0;

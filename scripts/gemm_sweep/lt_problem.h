@@ -19,10 +19,18 @@ typedef struct lt_problem {
     int c_fp32;                         /* C is fp32 (the weight gradient), else bf16 */
 } lt_problem;
 
-/* Builds p and asks for up to `want` algorithms into res; returns how many came. */
-static inline int lt_problem_build(cublasLtHandle_t lt, lt_problem *p, int kind, int M, int N,
-                                   int K, size_t ws_bytes, cublasLtMatmulHeuristicResult_t *res,
-                                   int want) {
+static inline void lt_set_batch(cublasLtMatrixLayout_t l, int count, int64_t stride) {
+    cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
+    cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                     sizeof stride);
+}
+
+/* Builds p and asks for up to `want` algorithms into res; returns how many came. count > 1
+ * makes it `count` GEMMs at once (strided batch), each operand A, B, C the previous one's
+ * moved on by a_elems, b_elems, c_elems (packed one after the other). */
+static inline int lt_problem_build_batched(cublasLtHandle_t lt, lt_problem *p, int kind, int M,
+                                           int N, int K, int count, size_t ws_bytes,
+                                           cublasLtMatmulHeuristicResult_t *res, int want) {
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
     uint64_t ar, ac, br, bc, cr, cc;
     cudaDataType_t ct = CUDA_R_16BF;
@@ -44,6 +52,11 @@ static inline int lt_problem_build(cublasLtHandle_t lt, lt_problem *p, int kind,
     cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, (int64_t)ar);
     cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, (int64_t)br);
     cublasLtMatrixLayoutCreate(&p->lc, ct, cr, cc, (int64_t)cr);
+    if (count > 1) {
+        lt_set_batch(p->la, count, (int64_t)p->a_elems);
+        lt_set_batch(p->lb, count, (int64_t)p->b_elems);
+        lt_set_batch(p->lc, count, (int64_t)p->c_elems);
+    }
     cublasLtMatmulPreference_t pref;
     cublasLtMatmulPreferenceCreate(&pref);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
@@ -53,6 +66,12 @@ static inline int lt_problem_build(cublasLtHandle_t lt, lt_problem *p, int kind,
                                    &found);
     cublasLtMatmulPreferenceDestroy(pref);
     return found;
+}
+
+static inline int lt_problem_build(cublasLtHandle_t lt, lt_problem *p, int kind, int M, int N,
+                                   int K, size_t ws_bytes, cublasLtMatmulHeuristicResult_t *res,
+                                   int want) {
+    return lt_problem_build_batched(lt, p, kind, M, N, K, 1, ws_bytes, res, want);
 }
 
 static inline void lt_problem_destroy(lt_problem *p) {

@@ -26,12 +26,6 @@ struct batch_job {
     void *ws;
 };
 
-static void set_batch(cublasLtMatrixLayout_t l, int count, int64_t stride) {
-    cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count);
-    cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
-                                     sizeof stride);
-}
-
 static void run_one_by_one(batch_job *j) {
     float alpha = 1, beta = 0;
     size_t sa = (size_t)j->M * j->K, sd = (size_t)j->M * j->N, sw = (size_t)j->N * j->K;
@@ -108,19 +102,8 @@ int main(int argc, char **argv) {
         j.M = T, j.N = shapes[w][0], j.K = shapes[w][1], j.L = L;
         if (lt_problem_build(j.lt, &j.one, LT_BWD_WEIGHT, j.M, j.N, j.K, WS, &j.r_one, 1) < 1)
             continue;
-        lt_problem_build(j.lt, &j.all, LT_BWD_WEIGHT, j.M, j.N, j.K, WS, &j.r_all, 0);
-        set_batch(j.all.la, L, (int64_t)j.M * j.K);
-        set_batch(j.all.lb, L, (int64_t)j.M * j.N);
-        set_batch(j.all.lc, L, (int64_t)j.N * j.K);
-        cublasLtMatmulPreference_t pref;
-        cublasLtMatmulPreferenceCreate(&pref);
-        size_t ws = WS;
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                             sizeof ws);
-        int found = 0;
-        cublasLtMatmulAlgoGetHeuristic(j.lt, j.all.desc, j.all.la, j.all.lb, j.all.lc, j.all.lc,
-                                       pref, 1, &j.r_all, &found);
-        cublasLtMatmulPreferenceDestroy(pref);
+        int found = lt_problem_build_batched(j.lt, &j.all, LT_BWD_WEIGHT, j.M, j.N, j.K, L, WS,
+                                             &j.r_all, 1);
         if (found < 1) {
             printf("%s: no batched algorithm\n", names[w]);
             continue;
