@@ -86,8 +86,26 @@ typedef struct gt_grad_rows {
     uint8_t *dirty;
     size_t offset, rows;
     int d;
+    /* Lazy rows, a contract where the marks are a hint: NULL, or [rows] int32 in device memory,
+     * lag[r] the first step whose AdamW update row r has not had yet (rows the step's tokens
+     * do not touch have zero gradients, and their update is the same decay every step, so it
+     * can wait until the row is read). adamw then updates exactly the rows with
+     * lag[r] == st->step + 1 (lazy_catchup set that) and leaves the others alone. */
+    int32_t *lag;
 } gt_grad_rows;
-#define GT_NO_GRAD_ROWS ((gt_grad_rows){NULL, 0, 0, 0})
+#define GT_NO_GRAD_ROWS ((gt_grad_rows){NULL, 0, 0, 0, NULL})
+/* The optimizer state the lazy-row ops replay AdamW over (the arrays and constants of adamw) */
+typedef struct gt_adamw_state {
+    void *params, *master, *m, *v;
+    size_t n, n_decay;
+    gt_adamw_params hp;
+    gt_lr_schedule sched; /* lr of a past step s: the schedule at s, as step_begin computed it */
+} gt_adamw_state;
+/* 1 when element i lies in a lazy row whose update waits at step `step` */
+static inline int gt_grad_rows_waits(const gt_grad_rows *r, size_t i, int64_t step) {
+    return r->lag && i >= r->offset && i - r->offset < r->rows * (size_t)r->d &&
+           r->lag[(i - r->offset) / (size_t)r->d] != step + 1;
+}
 /* 1 when element i of the gradient lies in a row the marks say is zero */
 static inline int gt_grad_rows_zero(const gt_grad_rows *r, size_t i) {
     return r->dirty && i >= r->offset && i - r->offset < r->rows * (size_t)r->d &&
@@ -95,7 +113,8 @@ static inline int gt_grad_rows_zero(const gt_grad_rows *r, size_t i) {
 }
 /* 1 when the rows lie inside a gradient of n elements (or say nothing) */
 static inline int gt_grad_rows_fit(const gt_grad_rows *r, size_t n) {
-    return !r->dirty || (r->d > 0 && r->offset <= n && r->rows <= (n - r->offset) / (size_t)r->d);
+    return (!r->dirty && !r->lag) ||
+           (r->d > 0 && r->offset <= n && r->rows <= (n - r->offset) / (size_t)r->d);
 }
 
 typedef struct gt_backend_ops {
@@ -243,6 +262,19 @@ typedef struct gt_backend_ops {
     void (*adamw)(gt_backend *b, gt_stream *s, void *params, void *master, const float *grads,
                   gt_grad_rows rows, void *m, void *v, size_t n, size_t n_decay, gt_adamw_params hp,
                   gt_step_state *st);
+    /* Lazy rows (gt_grad_rows.lag), before a step's forward reads them: for each distinct row
+     * r among tokens[0..n) (ids outside the rows ignored) with lag[r] <= st->step, apply the
+     * updates of steps lag[r] .. st->step - 1 that it missed, each exactly as adamw computed it
+     * for a zero gradient at that step, in order; then lag[r] = st->step + 1, so this step's
+     * adamw updates the row. Bitwise the state an adamw of every row every step would hold. */
+    void (*lazy_catchup)(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
+                         gt_grad_rows rows, const int32_t *tokens, int n);
+    /* Between steps: every row with lag[r] < st->step gets the updates it missed, of steps up
+     * to st->step - 1, or st->step - 2 when st->skipped says the last step changed nothing
+     * (replay 0: none, the rows are known current, e.g. just written); then lag[r] = st->step.
+     * After it, params, master and moments are those of an every-row adamw. */
+    void (*lazy_flush)(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
+                       gt_grad_rows rows, int replay);
     /* records the first NaN step, then st->step++ */
     void (*step_end)(gt_backend *b, gt_stream *s, gt_step_state *st);
 

@@ -101,7 +101,8 @@ void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
  * gradients: a gradient-reduction hook adds rows other ranks touched, which the marks here
  * do not know. While off, the first micro-batch zeroes the whole embedding gradient. */
 void gt_model_track_embedding_rows(gt_model *m);
-/* The marks for grad_norm and adamw; GT_NO_GRAD_ROWS while off */
+/* The marks for grad_norm and adamw, with the embedding's lazy rows (gt_grad_rows.lag: the
+ * rows' optimizer steps, which the trainer keeps); GT_NO_GRAD_ROWS while off */
 gt_grad_rows gt_model_grad_rows(const gt_model *m);
 
 /* Forward only (evaluation, no dropout): adds scale * mean loss into st->loss, where st is

@@ -133,6 +133,7 @@ struct gt_model {
     void *params_base;  /* [n_params] act dtype */
     float *grads_base;  /* [n_params] */
     uint8_t *emb_dirty; /* [V] marks of the embedding gradient's rows (grads arena) */
+    int32_t *emb_lag;   /* [V] the rows' lazy optimizer steps (gt_grad_rows.lag; grads arena) */
     int emb_track;      /* the marks are kept (gt_model_track_embedding_rows) */
     size_t act_elem;    /* bytes per act element */
     gt_model_info info;

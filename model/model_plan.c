@@ -318,6 +318,7 @@ static int plan_arenas(gt_model *m, gt_error *err) {
     PLAN(&m->params, "params", m->info.n_params * ae, &m->params_base);
     PLAN(&m->grads, "grads", m->info.n_params * sizeof(float), &m->grads_base);
     PLAN(&m->grads, "embedding.row_marks", (size_t)dm->V, &m->emb_dirty);
+    PLAN(&m->grads, "embedding.row_lag", (size_t)dm->V * sizeof(int32_t), &m->emb_lag);
     for (int i = 0; i < m->n_res; i++) {
         snprintf(nm, sizeof nm, "residual.%d", i);
         PLAN(&m->acts, nm, N * d * ae, &m->res[i]);

@@ -219,7 +219,7 @@ void gt_model_track_embedding_rows(gt_model *m) {
 gt_grad_rows gt_model_grad_rows(const gt_model *m) {
     if (!m->emb_track) return GT_NO_GRAD_ROWS;
     const gt_model_tensor_desc *t = &m->tensors[m->wte];
-    return (gt_grad_rows){m->emb_dirty, t->offset, (size_t)m->dm.V, m->dm.d};
+    return (gt_grad_rows){m->emb_dirty, t->offset, (size_t)m->dm.V, m->dm.d, m->emb_lag};
 }
 
 void gt_model_forward_loss(gt_model *m, gt_stream *s, const int32_t *tokens, const int32_t *targets,

@@ -273,6 +273,7 @@ gt_data_pos gt_trainer_data_pos(const gt_trainer *t) {
 int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err) {
     gt_backend *b = t->b;
     size_t n = t->n_params;
+    gt_trainer_flush_rows(t, 1);
     if (!t->hp.master_lo) {
         b->ops->memcpy_d2h(b, t->s, host, t->master, n * sizeof(float));
         return b->ops->stream_sync(b, t->s, err);
@@ -296,6 +297,7 @@ int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err) {
 int gt_trainer_write_master(gt_trainer *t, const float *host, gt_error *err) {
     gt_backend *b = t->b;
     size_t n = t->n_params;
+    gt_trainer_flush_rows(t, 1); /* the moments of every row current before the weights change */
     if (!t->hp.master_lo) {
         b->ops->memcpy_h2d(b, t->s, t->master, host, n * sizeof(float));
         b->ops->from_float(b, t->s, t->mi->params, t->master, n);
@@ -336,6 +338,7 @@ static int read_moment(gt_trainer *t, float *out, const void *dev, int is_bf16, 
 }
 
 int gt_trainer_read_moments(gt_trainer *t, float *m, float *v, gt_error *err) {
+    gt_trainer_flush_rows(t, 1);
     int rc = read_moment(t, m, t->adam_m, t->hp.m_bf16, err);
     if (!rc) rc = read_moment(t, v, t->adam_v, t->hp.v_bf16, err);
     return rc;
@@ -359,6 +362,7 @@ static int write_moment(gt_trainer *t, void *dev, const float *in, int is_bf16, 
 }
 
 int gt_trainer_write_moments(gt_trainer *t, const float *m, const float *v, gt_error *err) {
+    gt_trainer_flush_rows(t, 1); /* the weights of every row current before the moments change */
     int rc = write_moment(t, t->adam_m, m, t->hp.m_bf16, err);
     if (!rc) rc = write_moment(t, t->adam_v, v, t->hp.v_bf16, err);
     return rc;

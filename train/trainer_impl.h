@@ -57,8 +57,15 @@ struct gt_trainer {
     void *grad_reduce_ctx;
     int stepped;   /* gt_trainer_step has run in this process (the hook is fixed from then on) */
     int64_t steps; /* optimizer steps completed (host copy after each step) */
-    int resumed;   /* started from checkpoint.load */
+    int64_t rows_flushed; /* steps at the last flush of the lazy rows */
+    int resumed;          /* started from checkpoint.load */
 };
+
+/* The optimizer arrays and constants, for the lazy-row ops (backend.h, gt_grad_rows.lag). */
+gt_adamw_state gt_trainer_adamw_state(const gt_trainer *t);
+/* Enqueues the updates the embedding's lazy rows still owe (replay 0: only marks them current,
+ * for state just written); a no-op while the model keeps no row marks. trainer_step.c. */
+void gt_trainer_flush_rows(gt_trainer *t, int replay);
 
 /* Resume from checkpoint.load (trainer_ckpt.c): weights, moments, step state, data position. */
 int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err);

@@ -17,6 +17,22 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+gt_adamw_state gt_trainer_adamw_state(const gt_trainer *t) {
+    return (gt_adamw_state){t->mi->params, t->master,  t->adam_m, t->adam_v,
+                            t->n_params,   t->n_decay, t->hp,     t->sched};
+}
+
+void gt_trainer_flush_rows(gt_trainer *t, int replay) {
+    gt_grad_rows rows = gt_model_grad_rows(t->m);
+    if (!rows.lag) return;
+    t->b->ops->lazy_flush(t->b, t->s, t->st, gt_trainer_adamw_state(t), rows, replay);
+    t->rows_flushed = t->steps;
+}
+
+/* A row no token touched for this many steps is brought up to date by a flush between steps,
+ * so no step's catch-up replays more than that many updates of one row. */
+#define LAZY_ROWS_MAX_LAG 256
+
 void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec) {
     gt_backend *b = t->b;
     const gt_backend_ops *o = b->ops;
@@ -29,6 +45,11 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
     int overwrite = t->n_micro == 1 || t->cfg.model.cuda_graph_impl != GT_GRAPH_IMPL_TE;
     if (!overwrite) o->memset0(b, s, t->mi->grads, t->n_params * sizeof(float));
     o->step_begin(b, s, t->st, t->sched);
+    /* the embedding rows the step reads get the updates they missed (lazy rows) */
+    gt_grad_rows rows = gt_model_grad_rows(t->m);
+    for (int i = 0; rows.lag && i < t->n_micro; i++)
+        o->lazy_catchup(b, s, t->st, gt_trainer_adamw_state(t), rows,
+                        t->d_batch + (size_t)i * 2 * (size_t)t->N, t->N);
     float dscale = 1.0f / (float)t->n_micro;
     for (int i = 0; i < t->n_micro; i++) {
         const int32_t *tok = t->d_batch + (size_t)i * 2 * (size_t)t->N;
@@ -37,7 +58,6 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
         o->micro_next(b, s, t->st);
     }
     if (t->grad_reduce) t->grad_reduce(t->grad_reduce_ctx, b, s, t->mi->grads, t->n_params);
-    gt_grad_rows rows = gt_model_grad_rows(t->m);
     if (t->inject_nan >= 0) o->inject_nan(b, s, t->st, t->mi->grads, rows);
     o->grad_norm(b, s, t->st, t->mi->grads, t->n_params, rows, t->check_loss, t->check_grad,
                  t->hp.clip_grad);
@@ -93,7 +113,10 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     memset(stats, 0, sizeof *stats);
     /* The first step fixes the hook. Without one, only the model writes the gradients, all
      * zero until now, so the model may keep the marks of the embedding gradient's rows. */
-    if (!t->stepped && !t->grad_reduce) gt_model_track_embedding_rows(t->m);
+    if (!t->stepped && !t->grad_reduce) {
+        gt_model_track_embedding_rows(t->m);
+        gt_trainer_flush_rows(t, 0); /* every row is current now: lag = this step */
+    }
     t->stepped = 1;
     double t0 = now_ms();
     int rc = GT_OK;
@@ -138,6 +161,8 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     stats->ms = ms;
     stats->tokens_per_s = ms > 0 ? (double)t->n_micro * t->N / (ms / 1e3) : 0;
     stats->mode = mode;
+    /* a skipped step changed no row: the lazy rows must not replay it later */
+    if (h->skipped || t->steps - t->rows_flushed >= LAZY_ROWS_MAX_LAG) gt_trainer_flush_rows(t, 1);
     if (h->nan_flags) return numeric_error(t, h, err);
     return GT_OK;
 }
@@ -168,6 +193,7 @@ int gt_trainer_eval(gt_trainer *t, float *loss, gt_error *err) {
     /* every evaluation reads the same held-out batches, so losses compare across steps */
     gt_data_pos start = {0, 0};
     int rc = gt_data_set_pos(t->valid, start, err);
+    gt_trainer_flush_rows(t, 1); /* the forward reads any row */
     o->memset0(b, t->s, t->eval_st, sizeof(gt_step_state));
     eval_ctx ctx = {t, 1.0f / (float)t->cfg.train.eval_iters};
     for (int i = 0; !rc && i < t->cfg.train.eval_iters; i++) {

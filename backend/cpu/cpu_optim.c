@@ -164,6 +164,42 @@ typedef struct adamw_args {
     gt_step_state *st;  /* step, lr, clip_coef, nan_flags read at run time */
 } adamw_args;
 
+/* The step's scalars: bias corrections of step `step` (0-based) and its learning rate */
+typedef struct adamw_step {
+    double bc1, bc2, lr;
+} adamw_step;
+
+static adamw_step adamw_step_at(const gt_adamw_params *hp, int64_t step, double lr) {
+    double t = (double)(step + 1);
+    return (adamw_step){1.0 - pow(hp->beta1, t), 1.0 - pow(hp->beta2, t), lr};
+}
+
+/* One element's update with gradient g (already clipped); the lazy rows replay it with g = 0 */
+static void adamw_elem(float *master, void *m, void *v, size_t i, size_t n_decay,
+                       const gt_adamw_params *hp, const adamw_step *k, double g) {
+    double b1 = hp->beta1, b2 = hp->beta2;
+    float *mf = m, *vf = v;
+    uint16_t *mh = m, *vh = v;
+    /* fp32 moments as the device computes them; bf16 storage rounds them after the update
+     * used them (Transformer Engine's FusedAdam does the same) */
+    double m_old = hp->m_bf16 ? gt_bf16_to_float(mh[i]) : mf[i];
+    double v_old = hp->v_bf16 ? gt_bf16_to_float(vh[i]) : vf[i];
+    float m_new = (float)(b1 * m_old + (1.0 - b1) * g);
+    float v_new = (float)(b2 * v_old + (1.0 - b2) * g * g);
+    if (hp->m_bf16)
+        mh[i] = gt_bf16_from_float(m_new);
+    else
+        mf[i] = m_new;
+    if (hp->v_bf16)
+        vh[i] = gt_bf16_from_float(v_new);
+    else
+        vf[i] = v_new;
+    double w = master[i];
+    double upd = ((double)m_new / k->bc1) / (sqrt((double)v_new / k->bc2) + hp->eps);
+    if (i < n_decay) upd += hp->weight_decay * w;
+    master[i] = (float)(w - k->lr * upd);
+}
+
 static void k_adamw(const void *p) {
     const adamw_args *a = p;
     gt_step_state *st = a->st;
@@ -171,35 +207,87 @@ static void k_adamw(const void *p) {
         st->skipped = 1;
         return;
     }
-    double t = (double)(st->step + 1);
-    double b1 = a->hp.beta1, b2 = a->hp.beta2;
-    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
-    double lr = st->lr, coef = st->clip_coef, eps = a->hp.eps, wd = a->hp.weight_decay;
-    float *mf = a->m, *vf = a->v;
-    uint16_t *mh = a->m, *vh = a->v;
+    adamw_step k = adamw_step_at(&a->hp, st->step, st->lr);
+    double coef = st->clip_coef;
     for (size_t i = 0; i < a->n; i++) {
+        if (gt_grad_rows_waits(&a->rows, i, st->step)) continue; /* lazy_catchup's later */
         double g = gt_grad_rows_zero(&a->rows, i) ? 0.0 : (double)a->grads[i] * coef;
-        /* fp32 moments as the device computes them; bf16 storage rounds them after the update
-         * used them (Transformer Engine's FusedAdam does the same) */
-        double m_old = a->hp.m_bf16 ? gt_bf16_to_float(mh[i]) : mf[i];
-        double v_old = a->hp.v_bf16 ? gt_bf16_to_float(vh[i]) : vf[i];
-        float m_new = (float)(b1 * m_old + (1.0 - b1) * g);
-        float v_new = (float)(b2 * v_old + (1.0 - b2) * g * g);
-        if (a->hp.m_bf16)
-            mh[i] = gt_bf16_from_float(m_new);
-        else
-            mf[i] = m_new;
-        if (a->hp.v_bf16)
-            vh[i] = gt_bf16_from_float(v_new);
-        else
-            vf[i] = v_new;
-        double m = m_new, v = v_new;
-        double w = a->master[i];
-        double upd = (m / bc1) / (sqrt(v / bc2) + eps);
-        if (i < a->n_decay) upd += wd * w;
-        a->master[i] = (float)(w - lr * upd);
+        adamw_elem(a->master, a->m, a->v, i, a->n_decay, &a->hp, &k, g);
         a->params[i] = a->master[i];
     }
+}
+
+/* ---- lazy rows: the updates a row missed, replayed ---- */
+
+typedef struct lazy_args {
+    gt_step_state *st;
+    gt_adamw_state os;
+    gt_grad_rows rows;
+    const int32_t *tokens; /* catch-up: the step's tokens; NULL: flush */
+    int n_tokens;
+    int replay; /* flush: 0 sets the lags only */
+} lazy_args;
+
+/* Row r's updates of steps from .. to - 1, each with a zero gradient */
+static void lazy_replay(const lazy_args *a, size_t r, int64_t from, int64_t to) {
+    const gt_adamw_state *os = &a->os;
+    float *master = os->master, *params = os->params;
+    for (int64_t s = from; s < to; s++) {
+        adamw_step k = adamw_step_at(&os->hp, s, lr_at(os->sched, s));
+        for (int j = 0; j < a->rows.d; j++) {
+            size_t i = a->rows.offset + r * (size_t)a->rows.d + (size_t)j;
+            adamw_elem(master, os->m, os->v, i, os->n_decay, &os->hp, &k, 0.0);
+            params[i] = master[i];
+        }
+    }
+}
+
+static void k_lazy_catchup(const void *p) {
+    const lazy_args *a = p;
+    int64_t step = a->st->step;
+    for (int i = 0; i < a->n_tokens; i++) {
+        int32_t r = a->tokens[i];
+        if (r < 0 || (size_t)r >= a->rows.rows || a->rows.lag[r] > step) continue;
+        lazy_replay(a, (size_t)r, a->rows.lag[r], step);
+        a->rows.lag[r] = (int32_t)(step + 1);
+    }
+}
+
+static void k_lazy_flush(const void *p) {
+    const lazy_args *a = p;
+    int64_t step = a->st->step, upto = step - (a->st->skipped ? 1 : 0);
+    for (size_t r = 0; r < a->rows.rows; r++) {
+        if (a->rows.lag[r] >= step) continue;
+        if (a->replay) lazy_replay(a, r, a->rows.lag[r], upto);
+        a->rows.lag[r] = (int32_t)step;
+    }
+}
+
+static void lazy_submit(gt_backend *b, gt_stream *s, const char *what, gt_step_state *st,
+                        gt_adamw_state os, gt_grad_rows rows, const int32_t *tokens, int n,
+                        int replay) {
+    if (!rows.lag) return; /* no lazy rows: adamw updates every row */
+    if (!st || !os.master || !os.m || !os.v || n < 0 || (n > 0 && !tokens) ||
+        !gt_grad_rows_fit(&rows, os.n)) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s: bad arguments (step state, optimizer arrays, %d tokens, rows %zu x %d "
+                        "at %zu of %zu parameters)",
+                        what, n, rows.rows, rows.d, rows.offset, os.n);
+        return;
+    }
+    lazy_args a = {st, os, rows, tokens, n, replay};
+    gt_cpu_submit(b, s, tokens ? k_lazy_catchup : k_lazy_flush, &a, sizeof a);
+}
+
+static void cpu_lazy_catchup(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
+                             gt_grad_rows rows, const int32_t *tokens, int n) {
+    if (n == 0) return;
+    lazy_submit(b, s, "lazy_catchup", st, os, rows, tokens, n, 1);
+}
+
+static void cpu_lazy_flush(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
+                           gt_grad_rows rows, int replay) {
+    lazy_submit(b, s, "lazy_flush", st, os, rows, NULL, 0, replay);
 }
 
 static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, void *master, const float *grads,
@@ -231,5 +319,7 @@ void gt_cpu_register_optim_ops(gt_backend_ops *ops) {
     ops->inject_nan = cpu_inject_nan;
     ops->grad_norm = cpu_grad_norm;
     ops->adamw = cpu_adamw;
+    ops->lazy_catchup = cpu_lazy_catchup;
+    ops->lazy_flush = cpu_lazy_flush;
     ops->step_end = cpu_step_end;
 }

@@ -57,6 +57,7 @@ __global__ void k_inject_nan(gt_step_state *st, float *grads, gt_grad_rows rows)
  * quads fit in 32 bits. */
 struct quad_rows {
     const uint8_t *dirty;
+    const int32_t *lag; /* gt_grad_rows.lag */
     size_t q0;
     uint32_t nq, dq;
 };
@@ -67,12 +68,41 @@ static __device__ __forceinline__ bool quad_zero(const quad_rows &r, size_t q) {
     return !r.dirty[(uint32_t)(q - r.q0) / r.dq];
 }
 
+/* 1 when quad q lies in a lazy row whose update waits at step `step` */
+static __device__ __forceinline__ bool quad_waits(const quad_rows &r, size_t q, int64_t step) {
+    if (!r.lag || q < r.q0 || q - r.q0 >= r.nq) return false;
+    return r.lag[(uint32_t)(q - r.q0) / r.dq] != step + 1;
+}
+
+/* 1 when the rows can be taken a quad at a time (or there are none) */
+static bool quads_fit(gt_grad_rows r) {
+    if (!r.dirty && !r.lag) return true;
+    size_t nq = r.d > 0 ? r.rows * (size_t)(r.d / 4) : 0;
+    return r.offset % 4 == 0 && r.d % 4 == 0 && nq > 0 && nq <= 0xffffffffu;
+}
+
 static quad_rows to_quad_rows(gt_grad_rows r) {
-    quad_rows q = {NULL, 0, 0, 1};
-    size_t nq = r.dirty && r.d > 0 ? r.rows * (size_t)(r.d / 4) : 0;
-    if (!r.dirty || r.offset % 4 || r.d % 4 || nq == 0 || nq > 0xffffffffu) return q;
-    q.dirty = r.dirty, q.q0 = r.offset / 4, q.nq = (uint32_t)nq, q.dq = (uint32_t)(r.d / 4);
+    quad_rows q = {NULL, NULL, 0, 0, 1};
+    if ((!r.dirty && !r.lag) || !quads_fit(r)) return q;
+    q.dirty = r.dirty, q.lag = r.lag, q.q0 = r.offset / 4;
+    q.nq = (uint32_t)(r.rows * (size_t)(r.d / 4)), q.dq = (uint32_t)(r.d / 4);
     return q;
+}
+
+/* The lazy rows element by element (the scalar AdamW) */
+struct elem_rows {
+    const int32_t *lag;
+    size_t off, n;
+    uint32_t d;
+};
+static __device__ __forceinline__ bool elem_waits(const elem_rows &r, size_t i, int64_t step) {
+    if (!r.lag || i < r.off || i - r.off >= r.n) return false;
+    return r.lag[(i - r.off) / r.d] != step + 1;
+}
+static elem_rows to_elem_rows(gt_grad_rows r) {
+    elem_rows e = {r.lag, r.offset, r.lag ? r.rows * (size_t)r.d : 0,
+                   (uint32_t)(r.d > 0 ? r.d : 1)};
+    return e;
 }
 
 __global__ void k_step_end(gt_step_state *st) {
@@ -204,15 +234,17 @@ static __device__ __forceinline__ void st_store4(bf16 *p, size_t q, const float 
  * the compute copy rounded to nearest with ties away from zero); else master is fp32 and
  * params its bf16 copy rounded to nearest-even. */
 template <typename MT, typename VT, bool LO>
-__global__ void k_adamw(bf16 *params, void *master, const float *grads, MT *m, VT *v, size_t n,
-                        size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
+__global__ void k_adamw(bf16 *params, void *master, const float *grads, elem_rows rows, MT *m,
+                        VT *v, size_t n, size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
     GT_PDL_ENTRY();
     float lr, clip, bc1, bc2;
     if (!adamw_begin(st, hp, &lr, &clip, &bc1, &bc2)) return;
+    int64_t step = st->step;
     uint16_t *hi = (uint16_t *)params;
     int16_t *lo = (int16_t *)master;
     float *mw = (float *)master;
     GT_GRID_STRIDE(i, n) {
+        if (elem_waits(rows, i, step)) continue; /* lazy_catchup's later */
         float wd = i < n_decay ? hp.weight_decay : 0.0f;
         float mi = st_load(m, i), vi = st_load(v, i);
         float w = LO ? gt_master_join(hi[i], lo[i]) : mw[i];
@@ -241,7 +273,7 @@ __global__ void k_adamw4(bf16 *__restrict__ params, void *__restrict__ master,
     float lr, clip, bc1, bc2;
     if (!adamw_begin(st, hp, &lr, &clip, &bc1, &bc2)) return;
     size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= n4) return;
+    if (q >= n4 || quad_waits(rows, q, st->step)) return; /* lazy_catchup's later */
     float gs[4] = {0.f, 0.f, 0.f, 0.f}, ws[4], ms[4], vs[4];
     uint16_t his[4];
     int16_t los[4];
@@ -349,7 +381,7 @@ static void adamw_launch(gt_backend *b, gt_stream *s, void *params, void *master
     uintptr_t bits =
         (uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v;
     cudaStream_t cs = gt_cuda_stream(s);
-    if (n % 4 == 0 && (bits & 15u) == 0) {
+    if (n % 4 == 0 && (bits & 15u) == 0 && (quads_fit(rows) || !rows.lag)) {
         /* at least one block: it also records a skipped step (n = 0 included) */
         size_t blocks = n / 4 ? (n / 4 + OPT_THREADS - 1) / OPT_THREADS : 1;
         if (blocks > 0x7fffffffu) { /* over 2^41 parameters: beyond any grid */
@@ -363,7 +395,7 @@ static void adamw_launch(gt_backend *b, gt_stream *s, void *params, void *master
         unsigned grid = gt_grid(n, OPT_THREADS);
         if (grid > 8192) grid = 8192;
         gt_launch(k_adamw<MT, VT, LO>, grid, OPT_THREADS, 0, cs, (bf16 *)params, master, grads,
-                  (MT *)m, (VT *)v, n, n_decay, hp, st);
+                  to_elem_rows(rows), (MT *)m, (VT *)v, n, n_decay, hp, st);
     }
     GT_CUDA_LAUNCHED(b, "adamw");
 }
@@ -382,6 +414,159 @@ static void adamw_moments(gt_backend *b, gt_stream *s, void *params, void *maste
         adamw_launch<float, float, LO>(b, s, params, master, grads, rows, m, v, n, n_decay, hp, st);
 }
 
+/* ---- lazy rows: the updates a row missed, replayed (gt_grad_rows.lag) ---- */
+
+#define LZ_THREADS 256
+#define LZ_CHUNK 256 /* steps whose scalars a block tabulates at a time */
+
+/* bf16 storage rounds what it keeps: the next step starts from the stored value */
+static __device__ __forceinline__ float st_round(const float *, float x) {
+    return x;
+}
+static __device__ __forceinline__ float st_round(const bf16 *, float x) {
+    return __bfloat162float(__float2bfloat16(x));
+}
+
+/* The updates of steps from .. to - 1 of the row at flat index base (d elements), each as
+ * k_adamw computes it for a zero gradient: lr from the schedule, the bias corrections of
+ * adamw_begin, both tabulated per block; the moments rounded to their storage each step. */
+template <typename MT, typename VT, bool LO>
+static __device__ void lazy_replay_row(bf16 *params, void *master, MT *m, VT *v, size_t base, int d,
+                                       int64_t from, int64_t to, size_t n_decay,
+                                       const gt_adamw_params &hp, const gt_lr_schedule &sc) {
+    __shared__ float sh_lr[LZ_CHUNK], sh_bc1[LZ_CHUNK], sh_bc2[LZ_CHUNK];
+    uint16_t *hi = (uint16_t *)params;
+    int16_t *lo = (int16_t *)master;
+    float *mw = (float *)master;
+    for (int64_t s0 = from; s0 < to; s0 += LZ_CHUNK) {
+        int cnt = to - s0 < LZ_CHUNK ? (int)(to - s0) : LZ_CHUNK;
+        __syncthreads(); /* the last chunk's table is read by everyone */
+        for (int k = threadIdx.x; k < cnt; k += blockDim.x) {
+            float t = (float)(s0 + k + 1);
+            sh_lr[k] = lr_at(s0 + k, sc);
+            sh_bc1[k] = 1.0f - powf(hp.beta1, t);
+            sh_bc2[k] = 1.0f - powf(hp.beta2, t);
+        }
+        __syncthreads();
+        for (int j = threadIdx.x; j < d; j += blockDim.x) {
+            size_t i = base + (size_t)j;
+            float wd = i < n_decay ? hp.weight_decay : 0.0f;
+            float mi = st_load(m, i), vi = st_load(v, i);
+            float w = LO ? gt_master_join(hi[i], lo[i]) : mw[i];
+            for (int k = 0; k < cnt; k++) {
+                adamw_elem(0.0f, &mi, &vi, &w, sh_lr[k], sh_bc1[k], sh_bc2[k], wd, hp);
+                mi = st_round(m, mi);
+                vi = st_round(v, vi);
+            }
+            st_store(m, i, mi);
+            st_store(v, i, vi);
+            if (LO) {
+                gt_master_split(w, &hi[i], &lo[i]);
+            } else {
+                mw[i] = w;
+                params[i] = tobf(w);
+            }
+        }
+    }
+}
+
+/* A block per token: the first block to claim its row (lag swapped to step + 1) replays it */
+template <typename MT, typename VT, bool LO>
+__global__ void __launch_bounds__(LZ_THREADS)
+    k_lazy_catchup(bf16 *params, void *master, MT *m, VT *v, int32_t *lag, const int32_t *tokens,
+                   size_t off, int rows, int d, size_t n_decay, gt_adamw_params hp,
+                   gt_lr_schedule sc, const gt_step_state *st) {
+    GT_PDL_ENTRY();
+    __shared__ int32_t sh_from;
+    int32_t r = tokens[blockIdx.x];
+    if (r < 0 || r >= rows) return;
+    int64_t step = st->step;
+    if (threadIdx.x == 0)
+        sh_from = lag[r] > step ? (int32_t)(step + 1) : atomicExch(&lag[r], (int32_t)(step + 1));
+    __syncthreads();
+    int64_t from = sh_from;
+    if (from > step) return; /* current already, or another block has it */
+    lazy_replay_row<MT, VT, LO>(params, master, m, v, off + (size_t)r * d, d, from, step, n_decay,
+                                hp, sc);
+}
+
+/* A block per row: rows behind st->step replayed up to it (leaving out a skipped last step) */
+template <typename MT, typename VT, bool LO>
+__global__ void __launch_bounds__(LZ_THREADS)
+    k_lazy_flush(bf16 *params, void *master, MT *m, VT *v, int32_t *lag, size_t off, int d,
+                 size_t n_decay, gt_adamw_params hp, gt_lr_schedule sc, const gt_step_state *st,
+                 int replay) {
+    GT_PDL_ENTRY();
+    int r = blockIdx.x;
+    int64_t step = st->step, upto = step - (st->skipped ? 1 : 0);
+    int64_t from = lag[r];
+    if (from >= step) return;
+    if (replay)
+        lazy_replay_row<MT, VT, LO>(params, master, m, v, off + (size_t)r * d, d, from, upto,
+                                    n_decay, hp, sc);
+    if (threadIdx.x == 0) lag[r] = (int32_t)step;
+}
+
+template <typename MT, typename VT, bool LO>
+static void lazy_launch(cudaStream_t cs, const gt_adamw_state &os, gt_grad_rows rows,
+                        const gt_step_state *st, const int32_t *tokens, int n, int replay) {
+    int threads = rows.d >= LZ_THREADS ? LZ_THREADS : (rows.d + 31) / 32 * 32;
+    if (tokens)
+        gt_launch(k_lazy_catchup<MT, VT, LO>, (unsigned)n, threads, 0, cs, (bf16 *)os.params,
+                  os.master, (MT *)os.m, (VT *)os.v, rows.lag, tokens, rows.offset, (int)rows.rows,
+                  rows.d, os.n_decay, os.hp, os.sched, st);
+    else
+        gt_launch(k_lazy_flush<MT, VT, LO>, (unsigned)rows.rows, threads, 0, cs, (bf16 *)os.params,
+                  os.master, (MT *)os.m, (VT *)os.v, rows.lag, rows.offset, rows.d, os.n_decay,
+                  os.hp, os.sched, st, replay);
+}
+
+template <bool LO>
+static void lazy_moments(cudaStream_t cs, const gt_adamw_state &os, gt_grad_rows rows,
+                         const gt_step_state *st, const int32_t *tokens, int n, int replay) {
+    if (os.hp.m_bf16 && os.hp.v_bf16)
+        lazy_launch<bf16, bf16, LO>(cs, os, rows, st, tokens, n, replay);
+    else if (os.hp.m_bf16)
+        lazy_launch<bf16, float, LO>(cs, os, rows, st, tokens, n, replay);
+    else if (os.hp.v_bf16)
+        lazy_launch<float, bf16, LO>(cs, os, rows, st, tokens, n, replay);
+    else
+        lazy_launch<float, float, LO>(cs, os, rows, st, tokens, n, replay);
+}
+
+/* catch-up (tokens[0..n)) or flush (tokens NULL) */
+static void lazy_run(gt_backend *b, gt_stream *s, const char *what, gt_step_state *st,
+                     gt_adamw_state os, gt_grad_rows rows, int catchup, const int32_t *tokens,
+                     int n, int replay) {
+    if (!rows.lag || b->planning) return; /* no lazy rows: adamw updates every row */
+    if (!st || !os.params || !os.master || !os.m || !os.v || n < 0 ||
+        (catchup && n > 0 && !tokens) || rows.d <= 0 || rows.rows > 0x7fffffffu ||
+        !gt_grad_rows_fit(&rows, os.n)) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s: bad arguments (step state, optimizer arrays, %d tokens, rows %zu x %d "
+                        "at %zu of %zu parameters)",
+                        what, n, rows.rows, rows.d, rows.offset, os.n);
+        return;
+    }
+    if ((catchup && n == 0) || rows.rows == 0) return;
+    cudaStream_t cs = gt_cuda_stream(s);
+    if (os.hp.master_lo)
+        lazy_moments<true>(cs, os, rows, st, tokens, n, replay);
+    else
+        lazy_moments<false>(cs, os, rows, st, tokens, n, replay);
+    GT_CUDA_LAUNCHED(b, what);
+}
+
+static void cuda_lazy_catchup(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
+                              gt_grad_rows rows, const int32_t *tokens, int n) {
+    lazy_run(b, s, "lazy_catchup", st, os, rows, 1, tokens, n, 1);
+}
+
+static void cuda_lazy_flush(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
+                            gt_grad_rows rows, int replay) {
+    lazy_run(b, s, "lazy_flush", st, os, rows, 0, NULL, 0, replay);
+}
+
 static void cuda_adamw(gt_backend *b, gt_stream *s, void *params, void *master, const float *grads,
                        gt_grad_rows rows, void *m, void *v, size_t n, size_t n_decay,
                        gt_adamw_params hp, gt_step_state *st) {
@@ -398,5 +583,7 @@ extern "C" void gt_cuda_register_optim_ops(gt_backend_ops *ops) {
     ops->inject_nan = cuda_inject_nan;
     ops->grad_norm = cuda_grad_norm;
     ops->adamw = cuda_adamw;
+    ops->lazy_catchup = cuda_lazy_catchup;
+    ops->lazy_flush = cuda_lazy_flush;
     ops->step_end = cuda_step_end;
 }
