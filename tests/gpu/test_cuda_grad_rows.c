@@ -88,7 +88,7 @@ static void test_grad_norm_and_adamw_skip_unmarked_rows(void **state) {
     float *m_plain = g_f32(e, NULL, n), *m_rows = g_f32(e, NULL, n);
     float *v_plain = g_f32(e, NULL, n), *v_rows = g_f32(e, NULL, n);
     void *p_plain = g_act(e, NULL, n), *p_rows = g_act(e, NULL, n);
-    gt_grad_rows rows = {g_u8(e, mark, V), off, V, (int)d};
+    gt_grad_rows rows = {g_u8(e, mark, V), off, V, (int)d, NULL};
     const gt_backend_ops *o = e->gpu->ops;
     GPU_PLAN(e, o->grad_norm(e->gpu, e->gs, st_plain, g_zeros, n, GT_NO_GRAD_ROWS, 1, 1, 1.0f));
     for (int step = 0; step < 2; step++) {
@@ -114,7 +114,7 @@ static void test_grad_norm_and_adamw_skip_unmarked_rows(void **state) {
     }
     /* rows that start at element 0 of the gradient: the hook's NaN gets its row marked */
     uint8_t none = 0, got = 0;
-    gt_grad_rows at0 = {g_u8(e, &none, 1), 0, 1, 4};
+    gt_grad_rows at0 = {g_u8(e, &none, 1), 0, 1, 4, NULL};
     init.inject_nan = init.step;
     make_states(e, &init, &cst, &st_rows);
     o->inject_nan(e->gpu, e->gs, st_rows, g_zeros, at0);
@@ -132,7 +132,7 @@ static void test_rows_past_the_gradients_are_refused(void **state) {
     gpu_env *e = *state;
     float *g = g_f32(e, NULL, 16);
     uint8_t none[8] = {0};
-    gt_grad_rows rows = {g_u8(e, none, 8), 4, 8, 2}; /* elements 4..20 of 16 */
+    gt_grad_rows rows = {g_u8(e, none, 8), 4, 8, 2, NULL}; /* elements 4..20 of 16 */
     gt_step_state init = default_state(), *cst, *gst;
     make_states(e, &init, &cst, &gst);
     e->gpu->ops->grad_norm(e->gpu, e->gs, gst, g, 16, rows, 1, 1, 1.0f);
@@ -141,12 +141,121 @@ static void test_rows_past_the_gradients_are_refused(void **state) {
     assert_non_null(strstr(err.msg, "reach past the 16 gradients"));
 }
 
+/* Lazy rows (gt_grad_rows.lag) against AdamW over every element, on the device: 12 steps of a
+ * warmup and cosine schedule, each touching some rows through 64 token ids (repeats, and ids
+ * outside the rows); step 5 skipped by a NaN and flushed after, as the trainer does; a final
+ * flush. Parameters, master and moments equal bit for bit. master_lo: the split master (bf16
+ * parameters hold the high halves), else an fp32 master; d % 4 != 0 takes the scalar AdamW. */
+static void lazy_case(gpu_env *e, size_t V, size_t d, size_t off, size_t tail, int master_lo,
+                      int bf16_moments) {
+    size_t n = off + V * d + tail;
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, bf16_moments, bf16_moments, master_lo};
+    gt_lr_schedule sc = {3e-2f, 3e-3f, 3, 10, 2 /* cosine */};
+    float *w0 = rand_vec(e, n, 1.0f), *g = malloc(n * sizeof *g);
+    uint16_t *hi = malloc(n * sizeof *hi);
+    int16_t *lo = malloc(n * sizeof *lo);
+    for (size_t i = 0; i < n; i++)
+        gt_master_split(w0[i], &hi[i], &lo[i]);
+    void *p[2], *master[2], *m[2], *v[2];
+    const gt_backend_ops *o = e->gpu->ops;
+    for (int k = 0; k < 2; k++) { /* 0: every element every step, 1: lazy rows */
+        p[k] = g_alloc(e, n * 2);
+        master[k] = g_alloc(e, n * 4);
+        m[k] = g_f32(e, NULL, n); /* zeros, also as bf16 */
+        v[k] = g_f32(e, NULL, n);
+        if (master_lo) {
+            o->memcpy_h2d(e->gpu, e->gs, p[k], hi, n * 2);
+            o->memcpy_h2d(e->gpu, e->gs, master[k], lo, n * 2);
+        } else {
+            o->memcpy_h2d(e->gpu, e->gs, master[k], w0, n * 4);
+            o->from_float(e->gpu, e->gs, p[k], master[k], n);
+        }
+    }
+    int32_t *lag = g_i32(e, NULL, V);
+    gt_step_state init = default_state(), *cst, *st[2], h;
+    make_states(e, &init, &cst, &st[0]);
+    make_states(e, &init, &cst, &st[1]);
+    gt_adamw_state os = {p[1], master[1], m[1], v[1], n, n / 2, hp, sc};
+    gt_grad_rows lag_only = {NULL, off, V, (int)d, lag};
+    o->lazy_flush(e->gpu, e->gs, st[1], os, lag_only, 0); /* all current at init.step */
+    const int32_t end = (int32_t)init.step + 12;
+    uint8_t *mark = malloc(V);
+    int32_t tok[64];
+    uint32_t rng = 777u;
+    for (int step = 0; step < 12; step++) {
+        memset(g, 0, n * sizeof *g);
+        memset(mark, 0, V);
+        for (int k = 0; k < 64; k++) {
+            rng = rng * 1664525u + 1013904223u;
+            tok[k] = (int32_t)((rng >> 8) % (V / 4)); /* a quarter of the rows, repeated */
+        }
+        tok[7] = -1, tok[9] = (int32_t)V, tok[11] = (int32_t)(V - 1);
+        for (int k = 0; k < 64; k++) {
+            if (tok[k] < 0 || (size_t)tok[k] >= V) continue;
+            mark[tok[k]] = 1;
+            for (size_t j = 0; j < d; j++)
+                g[off + (size_t)tok[k] * d + j] +=
+                    0.01f * (float)((k + j + (size_t)step) % 9) - 0.04f;
+        }
+        for (size_t i = 0; i < off; i++)
+            g[i] = 0.02f * (float)i - 0.05f;
+        g[n - 1] = step == 5 ? NAN : 0.125f;
+        float *gg = g_f32(e, g, n);
+        int32_t *gtok = g_i32(e, tok, 64);
+        gt_grad_rows rows = {g_u8(e, mark, V), off, V, (int)d, lag};
+        for (int k = 0; k < 2; k++) {
+            gt_grad_rows r = k ? rows : GT_NO_GRAD_ROWS;
+            o->step_begin(e->gpu, e->gs, st[k], sc);
+            if (k) o->lazy_catchup(e->gpu, e->gs, st[k], os, r, gtok, 64);
+            o->grad_norm(e->gpu, e->gs, st[k], gg, n, r, 1, 1, hp.clip_grad);
+            o->adamw(e->gpu, e->gs, p[k], master[k], gg, r, m[k], v[k], n, n / 2, hp, st[k]);
+            o->step_end(e->gpu, e->gs, st[k]);
+        }
+        read_state(e, &h, st[1]);
+        assert_int_equal(h.skipped, step == 5);
+        if (h.skipped) o->lazy_flush(e->gpu, e->gs, st[1], os, rows, 1);
+    }
+    int32_t *hl = malloc(V * sizeof *hl);
+    int behind = 0;
+    o->memcpy_d2h(e->gpu, e->gs, hl, lag, V * sizeof *hl);
+    g_sync(e);
+    for (size_t r = 0; r < V; r++)
+        behind += hl[r] < end;
+    assert_true(behind > 0); /* rows still owe updates before the flush */
+    o->lazy_flush(e->gpu, e->gs, st[1], os, lag_only, 1);
+    o->memcpy_d2h(e->gpu, e->gs, hl, lag, V * sizeof *hl);
+    g_sync(e);
+    for (size_t r = 0; r < V; r++)
+        assert_int_equal(hl[r], end);
+    size_t bytes[4] = {n * 2, n * (master_lo ? 2 : 4), n * (bf16_moments ? 2 : 4),
+                       n * (bf16_moments ? 2 : 4)};
+    void **arrs[4] = {p, master, m, v};
+    unsigned char *a = malloc(n * 4), *b = malloc(n * 4);
+    for (int k = 0; k < 4; k++) {
+        o->memcpy_d2h(e->gpu, e->gs, a, arrs[k][0], bytes[k]);
+        o->memcpy_d2h(e->gpu, e->gs, b, arrs[k][1], bytes[k]);
+        g_sync(e);
+        assert_memory_equal(a, b, bytes[k]);
+    }
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(e->gpu, &err), GT_OK);
+    free(w0), free(g), free(hi), free(lo), free(mark), free(hl), free(a), free(b);
+}
+
+static void test_lazy_rows_equal_every_row_adamw_bit_for_bit(void **state) {
+    gpu_env *e = *state;
+    lazy_case(e, 300, 96, 8, 100, 1, 0); /* the trainer's layout: split master, 4-wide AdamW */
+    lazy_case(e, 300, 96, 8, 100, 1, 1); /* bf16 moments */
+    lazy_case(e, 50, 18, 6, 10, 0, 0);   /* fp32 master, scalar AdamW (d % 4 != 0) */
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_teardown(f, gpu_free_bufs)
     const struct CMUnitTest tests[] = {
         T(test_embedding_marks_give_the_bits_of_a_full_zeroing),
         T(test_grad_norm_and_adamw_skip_unmarked_rows),
         T(test_rows_past_the_gradients_are_refused),
+        T(test_lazy_rows_equal_every_row_adamw_bit_for_bit),
     };
     return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
 }
