@@ -55,3 +55,10 @@ nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I. scripts/gemm_sweep
   echo "gpu-build: wgrad_batch did not build; the rest is staged" >&2
 echo "gpu-build: built $BUILD, staged $RUN ($(du -sh "$RUN" | cut -f1)); on the GPU machine run"
 echo "  scripts/gpu-check-ops.sh   (carry $RUN)"
+# The run folder as one xz archive: the test binaries and graphtrain carry the backend's
+# kernels each and no longer fit the 64 MiB a device call carries. Carry build-gpu-pack and
+# unpack it there first: tar -xJf build-gpu-pack/run.tar.xz
+PACK=${GT_GPU_PACK_DIR:-build-gpu-pack}
+mkdir -p "$PACK"
+tar -cJf "$PACK/run.tar.xz" "$RUN"
+echo "gpu-build: packed $RUN into $PACK/run.tar.xz ($(du -h "$PACK/run.tar.xz" | cut -f1)); carry $PACK and unpack it there with tar -xJf $PACK/run.tar.xz"
