@@ -24,6 +24,21 @@ int gt_grad_rows_check(gt_backend *b, const char *op, const gt_grad_rows *rows, 
     return 0;
 }
 
+int gt_lazy_rows_check(gt_backend *b, const char *op, const gt_step_state *st,
+                       const gt_adamw_state *os, const gt_grad_rows *rows, int catchup,
+                       const int32_t *tokens, int n) {
+    if (st && os->params && os->master && os->m && os->v && n >= 0 &&
+        !(catchup && n > 0 && !tokens) && rows->d > 0 && rows->rows <= 0x7fffffffu &&
+        gt_grad_rows_fit(rows, os->n))
+        return 1;
+    gt_backend_fail(b, GT_ERR_INVALID,
+                    "%s: bad arguments (step state, optimizer arrays, %d tokens, rows %zu x %d at "
+                    "%zu of %zu parameters); pass the optimizer's arrays and rows of at most "
+                    "2^31 inside them",
+                    op, n, rows->rows, rows->d, rows->offset, os->n);
+    return 0;
+}
+
 int gt_backend_check(gt_backend *b, gt_error *err) {
     if (!b || b->sticky.code == GT_OK) return GT_OK;
     int code = gt_error_set(err, b->sticky.code, "%s", b->sticky.msg);

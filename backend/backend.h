@@ -351,6 +351,11 @@ void gt_backend_fail(gt_backend *b, int code, const char *fmt, ...)
 /* 1 when rows lie inside a gradient of n elements; else records the op failure, naming op,
  * and returns 0 (grad_norm and adamw of every backend). */
 int gt_grad_rows_check(gt_backend *b, const char *op, const gt_grad_rows *rows, size_t n);
+/* 1 when lazy_catchup (catchup 1, tokens[0..n)) or lazy_flush can take these arguments; else
+ * records the op failure, naming op, and returns 0 (every backend). */
+int gt_lazy_rows_check(gt_backend *b, const char *op, const gt_step_state *st,
+                       const gt_adamw_state *os, const gt_grad_rows *rows, int catchup,
+                       const int32_t *tokens, int n);
 /* Returns the sticky error, if any, into err and clears it. */
 int gt_backend_check(gt_backend *b, gt_error *err);
 

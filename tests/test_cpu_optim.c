@@ -388,6 +388,29 @@ static void test_lazy_rows_equal_every_row_adamw_bit_for_bit(void **state) {
     lazy_rows_case(*state, 1);
 }
 
+/* Tokens missing, and rows past the parameters: each an error naming the op, nothing run */
+static void test_lazy_rows_bad_arguments_are_refused(void **state) {
+    fixture *f = *state;
+    gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 10, GT_LR_CONSTANT};
+    float w[8] = {1, 2, 3, 4, 5, 6, 7, 8}, m[8] = {0}, v[8] = {0};
+    int32_t lag[4] = {0};
+    gt_adamw_state os = {w, w, m, v, 8, 8, hp, sc};
+    gt_grad_rows rows = {NULL, 0, 4, 2, lag};
+    gt_error err = {0};
+    f->st.step = 3;
+    f->b->ops->lazy_catchup(f->b, f->s, &f->st, os, rows, NULL, 3);
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "lazy_catchup"));
+    gt_grad_rows past = {NULL, 2, 4, 2, lag}; /* elements 2..10 of 8 */
+    f->b->ops->lazy_flush(f->b, f->s, &f->st, os, past, 1);
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "lazy_flush"));
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(lag[i], 0);
+    assert_true(w[0] == 1 && m[0] == 0 && v[0] == 0);
+}
+
 static uint32_t bits_of(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -477,6 +500,7 @@ int main(void) {
         T(test_grad_rows_skip_unmarked_rows_bit_for_bit),
         T(test_grad_rows_past_the_gradients_are_refused),
         T(test_lazy_rows_equal_every_row_adamw_bit_for_bit),
+        T(test_lazy_rows_bad_arguments_are_refused),
         T(test_split_master_joins_back_exactly_and_rounds_ties_away),
         T(test_adamw_refuses_a_split_master_on_fp32_params),
     };

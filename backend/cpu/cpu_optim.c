@@ -263,31 +263,25 @@ static void k_lazy_flush(const void *p) {
     }
 }
 
+/* catch-up (tokens[0..n)) or flush */
 static void lazy_submit(gt_backend *b, gt_stream *s, const char *what, gt_step_state *st,
-                        gt_adamw_state os, gt_grad_rows rows, const int32_t *tokens, int n,
-                        int replay) {
+                        gt_adamw_state os, gt_grad_rows rows, int catchup, const int32_t *tokens,
+                        int n, int replay) {
     if (!rows.lag) return; /* no lazy rows: adamw updates every row */
-    if (!st || !os.master || !os.m || !os.v || n < 0 || (n > 0 && !tokens) ||
-        !gt_grad_rows_fit(&rows, os.n)) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "%s: bad arguments (step state, optimizer arrays, %d tokens, rows %zu x %d "
-                        "at %zu of %zu parameters)",
-                        what, n, rows.rows, rows.d, rows.offset, os.n);
-        return;
-    }
-    lazy_args a = {st, os, rows, tokens, n, replay};
-    gt_cpu_submit(b, s, tokens ? k_lazy_catchup : k_lazy_flush, &a, sizeof a);
+    if (!gt_lazy_rows_check(b, what, st, &os, &rows, catchup, tokens, n)) return;
+    if (catchup && n == 0) return;
+    lazy_args a = {st, os, rows, catchup ? tokens : NULL, n, replay};
+    gt_cpu_submit(b, s, catchup ? k_lazy_catchup : k_lazy_flush, &a, sizeof a);
 }
 
 static void cpu_lazy_catchup(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
                              gt_grad_rows rows, const int32_t *tokens, int n) {
-    if (n == 0) return;
-    lazy_submit(b, s, "lazy_catchup", st, os, rows, tokens, n, 1);
+    lazy_submit(b, s, "lazy_catchup", st, os, rows, 1, tokens, n, 1);
 }
 
 static void cpu_lazy_flush(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
                            gt_grad_rows rows, int replay) {
-    lazy_submit(b, s, "lazy_flush", st, os, rows, NULL, 0, replay);
+    lazy_submit(b, s, "lazy_flush", st, os, rows, 0, NULL, 0, replay);
 }
 
 static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, void *master, const float *grads,

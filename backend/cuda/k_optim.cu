@@ -603,15 +603,7 @@ static void lazy_run(gt_backend *b, gt_stream *s, const char *what, gt_step_stat
                      gt_adamw_state os, gt_grad_rows rows, int catchup, const int32_t *tokens,
                      int n, int replay) {
     if (!rows.lag || b->planning) return; /* no lazy rows: adamw updates every row */
-    if (!st || !os.params || !os.master || !os.m || !os.v || n < 0 ||
-        (catchup && n > 0 && !tokens) || rows.d <= 0 || rows.rows > 0x7fffffffu ||
-        !gt_grad_rows_fit(&rows, os.n)) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "%s: bad arguments (step state, optimizer arrays, %d tokens, rows %zu x %d "
-                        "at %zu of %zu parameters)",
-                        what, n, rows.rows, rows.d, rows.offset, os.n);
-        return;
-    }
+    if (!gt_lazy_rows_check(b, what, st, &os, &rows, catchup, tokens, n)) return;
     if ((catchup && n == 0) || rows.rows == 0) return;
     cudaStream_t cs = gt_cuda_stream(s);
     if (os.hp.master_lo)
