@@ -3,6 +3,7 @@
  * between per-unit graphs, and fixed once the first step has run. Without one, the model keeps
  * the embedding gradient's row marks, with the same bits. */
 #include "test_graphs_fixture.h"
+#include "train/trainer_extra.h"
 
 #define STEPS 8
 #define WARMUP 2
@@ -32,13 +33,15 @@ typedef struct hook_run {
     gt_step_mode mode[STEPS];
     float *snap_host; /* [n] the snapshot after the last step */
     float *master;    /* [n] master weights after the last step */
+    float *m, *v;     /* [n] Adam moments after the last step */
+    int lagging;      /* embedding rows owing updates before the read (lazy rows) */
     size_t n;
     int calls;
     int marked; /* the model kept the embedding gradient's row marks */
 } hook_run;
 
 static void free_run(hook_run *r) {
-    free(r->snap_host), free(r->master);
+    free(r->snap_host), free(r->master), free(r->m), free(r->v);
 }
 
 static void run_with_hook(const gt_config *c, gt_grad_reduce_fn fn, hook_run *out) {
@@ -68,9 +71,22 @@ static void run_with_hook(const gt_config *c, gt_grad_reduce_fn fn, hook_run *ou
     out->n = h.n;
     out->calls = h.calls;
     out->marked = gt_model_grad_rows(gt_trainer_model(t)).dirty != NULL;
+    gt_grad_rows rows = gt_model_grad_rows(gt_trainer_model(t));
+    if (rows.lag) { /* how many rows the reads below must bring up to date */
+        int32_t *lag = calloc(rows.rows, sizeof *lag);
+        assert_non_null(lag);
+        b->ops->memcpy_d2h(b, gt_trainer_stream(t), lag, rows.lag, rows.rows * sizeof *lag);
+        if (b->ops->stream_sync(b, gt_trainer_stream(t), &err) != GT_OK) fail_msg("%s", err.msg);
+        for (size_t r = 0; r < rows.rows; r++)
+            out->lagging += lag[r] < STEPS;
+        free(lag);
+    }
     out->master = calloc(h.n, sizeof(float));
-    assert_non_null(out->master);
+    out->m = calloc(h.n, sizeof(float));
+    out->v = calloc(h.n, sizeof(float));
+    assert_true(out->master && out->m && out->v);
     if (gt_trainer_read_master(t, out->master, &err) != GT_OK) fail_msg("%s", err.msg);
+    if (gt_trainer_read_moments(t, out->m, out->v, &err) != GT_OK) fail_msg("%s", err.msg);
     out->snap_host = calloc(h.n, sizeof(float));
     assert_non_null(out->snap_host);
     b->ops->memcpy_d2h(b, gt_trainer_stream(t), out->snap_host, h.snap, h.n * sizeof(float));
@@ -134,10 +150,10 @@ static void keep_grads(void *ctx, gt_backend *b, gt_stream *s, float *grads, siz
 }
 
 /* Without a hook the model keeps the marks of the embedding gradient's rows (the tiny model's
- * steps touch at most 32 of its 64 rows), zeroes only the marked rows and the optimizer skips
- * the others; a hook turns the marks off. Both give the same bits (losses, gradient norms,
- * master weights): eager, with per-unit graphs, in a full-iteration graph, with two
- * micro-batches a step and with one. */
+ * steps touch at most 32 of its 64 rows), zeroes only the marked rows, the gradient norm skips
+ * the others and AdamW leaves them lazy (replayed when read); a hook turns both off. Both give
+ * the same bits (losses, gradient norms, master weights, moments): eager, with per-unit
+ * graphs, in a full-iteration graph, with two micro-batches a step and with one. */
 static void test_row_marks_give_the_bits_of_a_full_zeroing(void **state) {
     (void)state;
     for (int variant = 0; variant < 4; variant++) {
@@ -156,6 +172,10 @@ static void test_row_marks_give_the_bits_of_a_full_zeroing(void **state) {
         assert_memory_equal(marked.grad_norm, plain.grad_norm, sizeof marked.grad_norm);
         assert_int_equal(marked.n, plain.n);
         assert_memory_equal(marked.master, plain.master, marked.n * sizeof(float));
+        assert_memory_equal(marked.m, plain.m, marked.n * sizeof(float));
+        assert_memory_equal(marked.v, plain.v, marked.n * sizeof(float));
+        assert_true(marked.lagging > 0); /* lazy rows were behind before the reads */
+        assert_int_equal(plain.lagging, 0);
         free_run(&marked), free_run(&plain);
     }
 }
