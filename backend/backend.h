@@ -269,10 +269,10 @@ typedef struct gt_backend_ops {
      * adamw updates the row. Bitwise the state an adamw of every row every step would hold. */
     void (*lazy_catchup)(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
                          gt_grad_rows rows, const int32_t *tokens, int n);
-    /* Between steps: every row with lag[r] < st->step gets the updates it missed, of steps up
-     * to st->step - 1, or st->step - 2 when st->skipped says the last step changed nothing
-     * (replay 0: none, the rows are known current, e.g. just written); then lag[r] = st->step.
-     * After it, params, master and moments are those of an every-row adamw. */
+    /* Between steps: every row with lag[r] < st->step gets the updates it missed, those of
+     * steps lag[r] .. st->step - 1, leaving out the last one when st->skipped says it changed
+     * nothing (replay 0: none, the rows being known current); then lag[r] = st->step. After
+     * it, params, master and moments are those of an every-row adamw. */
     void (*lazy_flush)(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
                        gt_grad_rows rows, int replay);
     /* records the first NaN step, then st->step++ */

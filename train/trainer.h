@@ -68,7 +68,8 @@ gt_stream *gt_trainer_stream(gt_trainer *t);
 const gt_config *gt_trainer_config(const gt_trainer *t);
 int64_t gt_trainer_step_count(const gt_trainer *t);
 /* Copies the fp32 master weights to host memory [n_params] (joined from their halves where
- * the backend keeps them split, core/bf16.h). */
+ * the backend keeps them split, core/bf16.h). Like every read or write of the optimizer
+ * state, it first brings the embedding's lazy rows up to date (README, "Optimizer"). */
 int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err);
 /* Sets the master weights, and the parameters from them, from fp32 host memory [n_params]. */
 int gt_trainer_write_master(gt_trainer *t, const float *host, gt_error *err);
