@@ -14,6 +14,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 BUILD=${GT_GPU_BUILD_DIR:-build-gpu}
+# carried as scripts/gpu-build.sh's xz pack (the binaries exceed what a call carries): unpack
+if [ ! -x "$BUILD/graphtrain" ] && [ -f build-gpu-pack/run.tar.xz ]; then
+  tar -xJf build-gpu-pack/run.tar.xz && BUILD=build-gpu-run
+fi
 OUT=${OUT:-/tmp/gt-gpu-check}
 LOGS=$(mktemp -d /tmp/gt-check.XXXXXX)
 BUDGET=${GT_CHECK_BUDGET:-540}

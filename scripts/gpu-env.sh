@@ -8,6 +8,10 @@
 # Also sets GT_SOURCE_DIR and GT_RECIPE_DIR, and adds the CUDA tools to PATH.
 # GT_PY_LD_LIBRARY_PATH keeps the library path as it was before, for python: torch brings its
 # own libraries.
+# carried as scripts/gpu-build.sh's xz pack (the binaries exceed what a call carries): unpack
+if [ ! -x "${1:-build-gpu-run}/graphtrain" ] && [ -f build-gpu-pack/run.tar.xz ]; then
+  tar -xJf build-gpu-pack/run.tar.xz
+fi
 GT_PY_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
 NV=$(${PYTHON:-python3} -c 'import nvidia, os; print(nvidia.__path__[0])' 2>/dev/null || true)
 export LD_LIBRARY_PATH="$PWD/${1:-build-gpu-run}/lib${NV:+:$NV/cudnn/lib:$NV/nccl/lib}:/usr/local/cuda/lib64${NV:+:$NV/cublas/lib}${GT_PY_LD_LIBRARY_PATH:+:$GT_PY_LD_LIBRARY_PATH}"
