@@ -58,6 +58,7 @@ struct gt_trainer {
     int stepped;   /* gt_trainer_step has run in this process (the hook is fixed from then on) */
     int64_t steps; /* optimizer steps completed (host copy after each step) */
     int64_t rows_flushed; /* steps at the last flush of the lazy rows */
+    int rows_current;     /* no step launched since that flush: every row is current */
     int resumed;          /* started from checkpoint.load */
 };
 

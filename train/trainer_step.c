@@ -24,9 +24,12 @@ gt_adamw_state gt_trainer_adamw_state(const gt_trainer *t) {
 
 void gt_trainer_flush_rows(gt_trainer *t, int replay) {
     gt_grad_rows rows = gt_model_grad_rows(t->m);
-    if (!rows.lag) return;
+    /* no step launched since the last flush: every row is current already (a checkpoint reads
+     * the moments and then the master; one flush serves both) */
+    if (!rows.lag || (replay && t->rows_current)) return;
     t->b->ops->lazy_flush(t->b, t->s, t->st, gt_trainer_adamw_state(t), rows, replay);
     t->rows_flushed = t->steps;
+    t->rows_current = 1;
 }
 
 /* A row no token touched for this many steps is brought up to date by a flush between steps,
@@ -133,6 +136,7 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     t->prefetched = 0;
     if (rc) return rc;
     gt_step_mode mode = GT_STEP_EAGER;
+    t->rows_current = 0; /* the step leaves rows behind, even one that fails after launching */
     rc = gt_graph_runner_step(t->runner, &mode, err);
     if (rc) return gt_error_wrap(err, "step %lld: ", (long long)t->steps + 1);
     /* the next batch, while the device runs this step (h_batch stays untouched until the
