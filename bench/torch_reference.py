@@ -592,7 +592,7 @@ def rel(a, b):
 def replay(c, weights, batches, precision, device):
     """Runs the steps in PyTorch; returns (losses, aux, lrs, grad_norms, step-1 grads by name).
     AdamW here mirrors graphtrain's update exactly (fp32 moments, bias correction, decoupled
-    decay on matrices, clipping coefficient min(1, clip / (norm + 1e-6)))."""
+    decay on matrices applied before the step, clipping coefficient min(1, clip / (norm + 1e-6)))."""
     dtype = torch.float32 if precision == "fp32" else torch.bfloat16
     model = Model(c, dtype, device)
     by_name = {name: t for name, _, t in weights}
@@ -635,10 +635,12 @@ def replay(c, weights, batches, precision, device):
                 g = g * coef
                 m.copy_(c["beta1"] * m.double() + (1 - c["beta1"]) * g)
                 v.copy_(c["beta2"] * v.double() + (1 - c["beta2"]) * g * g)
-                upd = (m.double() / bc1) / (torch.sqrt(v.double() / bc2) + c["adam_eps"])
+                # decay first, then the step (graphtrain's order, and PyTorch's fused AdamW's)
+                wd = w.double()
                 if p.ndim >= 2:
-                    upd = upd + c["weight_decay"] * w.double()
-                w.copy_(w.double() - lr * upd)
+                    wd = wd - lr * c["weight_decay"] * wd
+                denom = torch.sqrt(v.double()) / math.sqrt(bc2) + c["adam_eps"]
+                w.copy_(wd - (lr / bc1) * m.double() / denom)
                 p.copy_(w)
         losses.append(ce_sum)
         auxes.append(aux_sum)

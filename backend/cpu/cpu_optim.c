@@ -194,10 +194,12 @@ static void adamw_elem(float *master, void *m, void *v, size_t i, size_t n_decay
         vh[i] = gt_bf16_from_float(v_new);
     else
         vf[i] = v_new;
+    /* the weight decays first, then takes the step (PyTorch's fused AdamW; the device's order) */
     double w = master[i];
-    double upd = ((double)m_new / k->bc1) / (sqrt((double)v_new / k->bc2) + hp->eps);
-    if (i < n_decay) upd += hp->weight_decay * w;
-    master[i] = (float)(w - k->lr * upd);
+    if (i < n_decay) w -= k->lr * hp->weight_decay * w;
+    double step_size = k->lr / k->bc1;
+    master[i] =
+        (float)(w - step_size * (double)m_new / (sqrt((double)v_new) / sqrt(k->bc2) + hp->eps));
 }
 
 static void k_adamw(const void *p) {
