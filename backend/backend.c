@@ -39,6 +39,18 @@ int gt_lazy_rows_check(gt_backend *b, const char *op, const gt_step_state *st,
     return 0;
 }
 
+int gt_lazy_sweep_check(gt_backend *b, const gt_step_state *st, const gt_adamw_state *os,
+                        const gt_grad_rows *rows, int period) {
+    if (period < 1) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "lazy_sweep: period %d; pass 1 or more (the steps over which every row "
+                        "is caught up once)",
+                        period);
+        return 0;
+    }
+    return gt_lazy_rows_check(b, "lazy_sweep", st, os, rows, 0, NULL, 0);
+}
+
 int gt_backend_check(gt_backend *b, gt_error *err) {
     if (!b || b->sticky.code == GT_OK) return GT_OK;
     int code = gt_error_set(err, b->sticky.code, "%s", b->sticky.msg);

@@ -253,9 +253,10 @@ typedef struct gt_backend_ops {
                       gt_grad_rows rows, int check_loss, int check_grad, float clip);
     /* AdamW over flat arrays: if st->nan_flags, set st->skipped and change nothing. Otherwise,
      * with t = st->step + 1, g = grads * clip_coef, weight decay on the first n_decay
-     * elements: master -= lr * (mhat / (sqrt(vhat) + eps) + wd * master); params = master
-     * in compute dtype. m and v are fp32, or bf16 where hp.m_bf16 / hp.v_bf16 say so: the
-     * math is fp32, the update uses the new fp32 moments, and storing rounds them to
+     * elements: master -= lr * wd * master first (decoupled decay, PyTorch's fused AdamW's
+     * order), then master -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps);
+     * params = master in compute dtype. m and v are fp32, or bf16 where hp.m_bf16 / hp.v_bf16 say
+     * so: the math is fp32, the update uses the new fp32 moments, and storing rounds them to
      * nearest-even (as Transformer Engine's FusedAdam does). With hp.master_lo (backends with
      * bf16 params), master is int16 [n] and the master weight is gt_master_join(params, master):
      * the update is the same fp32 math, then gt_master_split stores it back into both. */
@@ -269,6 +270,12 @@ typedef struct gt_backend_ops {
      * adamw updates the row. Bitwise the state an adamw of every row every step would hold. */
     void (*lazy_catchup)(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
                          gt_grad_rows rows, const int32_t *tokens, int n);
+    /* Lazy rows, each step after lazy_catchup: the rows of slice st->step mod period (per =
+     * ceil(rows / period) rows from slice * per) get what lazy_catchup gives its tokens' rows.
+     * Run every step, it catches every row up at least once every period steps, so no replay
+     * is longer than that and a step's replays are spread over rows of like lengths. */
+    void (*lazy_sweep)(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
+                       gt_grad_rows rows, int period);
     /* Between steps: every row with lag[r] < st->step gets the updates it missed, those of
      * steps lag[r] .. st->step - 1, leaving out the last one when st->skipped says it changed
      * nothing (replay 0: none, the rows being known current); then lag[r] = st->step. After
@@ -351,11 +358,15 @@ void gt_backend_fail(gt_backend *b, int code, const char *fmt, ...)
 /* 1 when rows lie inside a gradient of n elements; else records the op failure, naming op,
  * and returns 0 (grad_norm and adamw of every backend). */
 int gt_grad_rows_check(gt_backend *b, const char *op, const gt_grad_rows *rows, size_t n);
-/* 1 when lazy_catchup (catchup 1, tokens[0..n)) or lazy_flush can take these arguments; else
- * records the op failure, naming op, and returns 0 (every backend). */
+/* 1 when lazy_catchup (catchup 1, tokens[0..n)), lazy_sweep or lazy_flush (catchup 0, no
+ * tokens) can take these arguments; else records the op failure, naming op, and returns 0
+ * (every backend). */
 int gt_lazy_rows_check(gt_backend *b, const char *op, const gt_step_state *st,
                        const gt_adamw_state *os, const gt_grad_rows *rows, int catchup,
                        const int32_t *tokens, int n);
+/* The same for lazy_sweep, whose period must be 1 or more (every backend). */
+int gt_lazy_sweep_check(gt_backend *b, const gt_step_state *st, const gt_adamw_state *os,
+                        const gt_grad_rows *rows, int period);
 /* Returns the sticky error, if any, into err and clears it. */
 int gt_backend_check(gt_backend *b, gt_error *err);
 

@@ -323,10 +323,12 @@ static void test_grad_rows_past_the_gradients_are_refused(void **state) {
  * touches a few rows; the lazy run catches the touched rows up before its adamw, which updates
  * only them, and flushes after a skipped step as the trainer does. After 14 steps of a warmup
  * and cosine schedule, one of them skipped by a NaN, and a final flush, weights and moments
- * equal an adamw of every element every step, bit for bit, with fp32 and with bf16 moments. */
+ * equal an adamw of every element every step, bit for bit, with fp32 and with bf16 moments.
+ * With a sweep (period > 0, slices of 2, 2 and 1 rows at period 3) no row owes more than
+ * period - 1 updates after any step, and the bits are the same. */
 #define LZ_N 17
 #define LZ_ROWS 5
-static void lazy_rows_case(fixture *f, int bf16_moments) {
+static void lazy_rows_case(fixture *f, int bf16_moments, int period) {
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, bf16_moments, bf16_moments, 0};
     gt_lr_schedule sc = {3e-2f, 3e-3f, 3, 12, GT_LR_COSINE};
     float w_d[LZ_N], w_l[LZ_N], g[LZ_N];
@@ -363,11 +365,14 @@ static void lazy_rows_case(fixture *f, int bf16_moments) {
         o->step_end(f->b, f->s, &st_d);
         o->step_begin(f->b, f->s, &st_l, sc);
         o->lazy_catchup(f->b, f->s, &st_l, os, rows, tokens, 3);
+        if (period) o->lazy_sweep(f->b, f->s, &st_l, os, rows, period);
         o->grad_norm(f->b, f->s, &st_l, g, LZ_N, rows, 1, 1, hp.clip_grad);
         o->adamw(f->b, f->s, w_l, w_l, g, rows, m_l, v_l, LZ_N, 10, hp, &st_l);
         o->step_end(f->b, f->s, &st_l);
         assert_int_equal(st_l.skipped, step == 7);
         if (st_l.skipped) o->lazy_flush(f->b, f->s, &st_l, os, rows, 1);
+        for (int r = 0; period && r < LZ_ROWS; r++)
+            assert_true(st_l.step - lag[r] <= period - 1);
     }
     int behind = 0; /* some row must still owe updates, or the test shows nothing */
     for (int r = 0; r < LZ_ROWS; r++)
@@ -384,11 +389,14 @@ static void lazy_rows_case(fixture *f, int bf16_moments) {
 }
 
 static void test_lazy_rows_equal_every_row_adamw_bit_for_bit(void **state) {
-    lazy_rows_case(*state, 0);
-    lazy_rows_case(*state, 1);
+    lazy_rows_case(*state, 0, 0);
+    lazy_rows_case(*state, 1, 0);
+    lazy_rows_case(*state, 0, 3);
+    lazy_rows_case(*state, 1, 3);
 }
 
-/* Tokens missing, and rows past the parameters: each an error naming the op, nothing run */
+/* Tokens missing, rows past the parameters, a sweep of period 0: each an error naming the
+ * op, nothing run */
 static void test_lazy_rows_bad_arguments_are_refused(void **state) {
     fixture *f = *state;
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
@@ -406,6 +414,9 @@ static void test_lazy_rows_bad_arguments_are_refused(void **state) {
     f->b->ops->lazy_flush(f->b, f->s, &f->st, os, past, 1);
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "lazy_flush"));
+    f->b->ops->lazy_sweep(f->b, f->s, &f->st, os, rows, 0);
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "lazy_sweep: period 0"));
     for (int i = 0; i < 4; i++)
         assert_int_equal(lag[i], 0);
     assert_true(w[0] == 1 && m[0] == 0 && v[0] == 0);

@@ -55,11 +55,10 @@ struct gt_trainer {
     int inject_nan;                /* device value: 0-based step to poison, -1 = off */
     gt_grad_reduce_fn grad_reduce; /* NULL: one GPU, nothing to reduce */
     void *grad_reduce_ctx;
-    int stepped;   /* gt_trainer_step has run in this process (the hook is fixed from then on) */
-    int64_t steps; /* optimizer steps completed (host copy after each step) */
-    int64_t rows_flushed; /* steps at the last flush of the lazy rows */
-    int rows_current;     /* no step launched since that flush: every row is current */
-    int resumed;          /* started from checkpoint.load */
+    int stepped;      /* gt_trainer_step has run in this process (the hook is fixed from then on) */
+    int64_t steps;    /* optimizer steps completed (host copy after each step) */
+    int rows_current; /* no step launched since that flush: every row is current */
+    int resumed;      /* started from checkpoint.load */
 };
 
 /* The optimizer arrays and constants, for the lazy-row ops (backend.h, gt_grad_rows.lag). */

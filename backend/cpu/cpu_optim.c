@@ -225,8 +225,9 @@ typedef struct lazy_args {
     gt_step_state *st;
     gt_adamw_state os;
     gt_grad_rows rows;
-    const int32_t *tokens; /* catch-up: the step's tokens; NULL: flush */
+    const int32_t *tokens; /* catch-up: the step's tokens */
     int n_tokens;
+    int period; /* sweep: the rows of slice step mod period */
     int replay; /* flush: 0 sets the lags only */
 } lazy_args;
 
@@ -244,15 +245,26 @@ static void lazy_replay(const lazy_args *a, size_t r, int64_t from, int64_t to) 
     }
 }
 
+/* Row r, when it is a row and behind: its missed updates, then this step's adamw updates it */
+static void catch_up_row(const lazy_args *a, int64_t r, int64_t step) {
+    if (r < 0 || (size_t)r >= a->rows.rows || a->rows.lag[r] > step) return;
+    lazy_replay(a, (size_t)r, a->rows.lag[r], step);
+    a->rows.lag[r] = (int32_t)(step + 1);
+}
+
+/* the rows of the tokens, or (sweep) those of slice step mod period */
 static void k_lazy_catchup(const void *p) {
     const lazy_args *a = p;
     int64_t step = a->st->step;
-    for (int i = 0; i < a->n_tokens; i++) {
-        int32_t r = a->tokens[i];
-        if (r < 0 || (size_t)r >= a->rows.rows || a->rows.lag[r] > step) continue;
-        lazy_replay(a, (size_t)r, a->rows.lag[r], step);
-        a->rows.lag[r] = (int32_t)(step + 1);
+    if (a->tokens) {
+        for (int i = 0; i < a->n_tokens; i++)
+            catch_up_row(a, a->tokens[i], step);
+        return;
     }
+    int64_t per = ((int64_t)a->rows.rows + a->period - 1) / a->period;
+    int64_t first = (step % a->period) * per;
+    for (int64_t r = first; r < first + per; r++)
+        catch_up_row(a, r, step);
 }
 
 static void k_lazy_flush(const void *p) {
@@ -265,25 +277,31 @@ static void k_lazy_flush(const void *p) {
     }
 }
 
-/* catch-up (tokens[0..n)) or flush */
-static void lazy_submit(gt_backend *b, gt_stream *s, const char *what, gt_step_state *st,
-                        gt_adamw_state os, gt_grad_rows rows, int catchup, const int32_t *tokens,
-                        int n, int replay) {
-    if (!rows.lag) return; /* no lazy rows: adamw updates every row */
-    if (!gt_lazy_rows_check(b, what, st, &os, &rows, catchup, tokens, n)) return;
-    if (catchup && n == 0) return;
-    lazy_args a = {st, os, rows, catchup ? tokens : NULL, n, replay};
-    gt_cpu_submit(b, s, catchup ? k_lazy_catchup : k_lazy_flush, &a, sizeof a);
+/* catch-up (tokens[0..n)), sweep (period > 0) or flush */
+static void lazy_submit(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
+                        gt_grad_rows rows, const int32_t *tokens, int n, int period, int replay) {
+    lazy_args a = {st, os, rows, tokens, n, period, replay};
+    gt_cpu_submit(b, s, tokens || period ? k_lazy_catchup : k_lazy_flush, &a, sizeof a);
 }
 
+/* (no lazy rows: adamw updates every row) */
 static void cpu_lazy_catchup(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
                              gt_grad_rows rows, const int32_t *tokens, int n) {
-    lazy_submit(b, s, "lazy_catchup", st, os, rows, 1, tokens, n, 1);
+    if (!rows.lag) return;
+    if (!gt_lazy_rows_check(b, "lazy_catchup", st, &os, &rows, 1, tokens, n) || n == 0) return;
+    lazy_submit(b, s, st, os, rows, tokens, n, 0, 1);
+}
+
+static void cpu_lazy_sweep(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
+                           gt_grad_rows rows, int period) {
+    if (!rows.lag || !gt_lazy_sweep_check(b, st, &os, &rows, period) || rows.rows == 0) return;
+    lazy_submit(b, s, st, os, rows, NULL, 0, period, 1);
 }
 
 static void cpu_lazy_flush(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
                            gt_grad_rows rows, int replay) {
-    lazy_submit(b, s, "lazy_flush", st, os, rows, 0, NULL, 0, replay);
+    if (!rows.lag || !gt_lazy_rows_check(b, "lazy_flush", st, &os, &rows, 0, NULL, 0)) return;
+    lazy_submit(b, s, st, os, rows, NULL, 0, 0, replay);
 }
 
 static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, void *master, const float *grads,
@@ -316,6 +334,7 @@ void gt_cpu_register_optim_ops(gt_backend_ops *ops) {
     ops->grad_norm = cpu_grad_norm;
     ops->adamw = cpu_adamw;
     ops->lazy_catchup = cpu_lazy_catchup;
+    ops->lazy_sweep = cpu_lazy_sweep;
     ops->lazy_flush = cpu_lazy_flush;
     ops->step_end = cpu_step_end;
 }

@@ -250,9 +250,62 @@ static __device__ __forceinline__ void st_store4(bf16 *p, size_t q, const float 
     ((uint2 *)p)[q] = raw;
 }
 
-/* LO: master is int16 low halves and params the high halves (core/bf16.h's gt_master_split:
- * the compute copy rounded to nearest with ties away from zero); else master is fp32 and
- * params its bf16 copy rounded to nearest-even. */
+/* The master weight of element i, or of the four elements of quad q, and its stores. LO: the
+ * master is int16 low halves and params the high halves (core/bf16.h's gt_master_split: the
+ * compute copy rounded to nearest with ties away from zero); else master is fp32 and params
+ * its bf16 copy, rounded to nearest-even. */
+template <bool LO>
+static __device__ __forceinline__ float master_load(const bf16 *params, const void *master,
+                                                    size_t i) {
+    if (LO) return gt_master_join(((const uint16_t *)params)[i], ((const int16_t *)master)[i]);
+    return ((const float *)master)[i];
+}
+template <bool LO>
+static __device__ __forceinline__ void master_store(bf16 *params, void *master, size_t i, float w) {
+    if (LO) {
+        gt_master_split(w, &((uint16_t *)params)[i], &((int16_t *)master)[i]);
+    } else {
+        ((float *)master)[i] = w;
+        params[i] = tobf(w);
+    }
+}
+template <bool LO>
+static __device__ __forceinline__ void master_load4(const bf16 *params, const void *master,
+                                                    size_t q, float *w) {
+    if (LO) {
+        uint2 h = ((const uint2 *)params)[q], l = ((const uint2 *)master)[q];
+        uint16_t his[4];
+        int16_t los[4];
+        memcpy(his, &h, 8);
+        memcpy(los, &l, 8);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            w[k] = gt_master_join(his[k], los[k]);
+    } else {
+        st_load4((const float *)master, q, w);
+    }
+}
+template <bool LO>
+static __device__ __forceinline__ void master_store4(bf16 *params, void *master, size_t q,
+                                                     const float *w) {
+    if (LO) {
+        uint16_t his[4];
+        int16_t los[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            gt_master_split(w[k], &his[k], &los[k]);
+        uint2 h, l;
+        memcpy(&h, his, 8);
+        memcpy(&l, los, 8);
+        ((uint2 *)params)[q] = h;
+        ((uint2 *)master)[q] = l;
+    } else {
+        st_store4((float *)master, q, w);
+        st_store4(params, q, w); /* the compute copy: rounded to bf16 */
+    }
+}
+
+/* One element a thread, grid-stride (any n or alignment); LO as master_load */
 template <typename MT, typename VT, bool LO>
 __global__ void k_adamw(bf16 *params, void *master, const float *grads, elem_rows rows, MT *m,
                         VT *v, size_t n, size_t n_decay, gt_adamw_params hp, gt_step_state *st) {
@@ -261,22 +314,14 @@ __global__ void k_adamw(bf16 *params, void *master, const float *grads, elem_row
     float clip;
     if (!adamw_begin(st, hp, &k, &clip)) return;
     int64_t step = st->step;
-    uint16_t *hi = (uint16_t *)params;
-    int16_t *lo = (int16_t *)master;
-    float *mw = (float *)master;
     GT_GRID_STRIDE(i, n) {
         if (elem_waits(rows, i, step)) continue; /* lazy_catchup's later */
         float mi = st_load(m, i), vi = st_load(v, i);
-        float w = LO ? gt_master_join(hi[i], lo[i]) : mw[i];
+        float w = master_load<LO>(params, master, i);
         adamw_elem(grads[i] * clip, &mi, &vi, &w, k, i < n_decay, hp);
         st_store(m, i, mi);
         st_store(v, i, vi);
-        if (LO) {
-            gt_master_split(w, &hi[i], &lo[i]);
-        } else {
-            mw[i] = w;
-            params[i] = tobf(w);
-        }
+        master_store<LO>(params, master, i, w);
     }
 }
 
@@ -300,19 +345,8 @@ __global__ void k_adamw4(bf16 *__restrict__ params, void *__restrict__ master,
     if (!adamw_begin(st, hp, &sc, &clip)) return;
     if (q >= n4 || waits) return;
     float gs[4] = {0.f, 0.f, 0.f, 0.f}, ws[4], ms[4], vs[4];
-    uint16_t his[4];
-    int16_t los[4];
     /* the state first: its loads do not wait for the row mark's */
-    if (LO) {
-        uint2 h = ((const uint2 *)params)[q], l = ((const uint2 *)master)[q];
-        memcpy(his, &h, 8);
-        memcpy(los, &l, 8);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            ws[k] = gt_master_join(his[k], los[k]);
-    } else {
-        st_load4((const float *)master, q, ws);
-    }
+    master_load4<LO>(params, master, q, ws);
     st_load4(m, q, ms);
     st_load4(v, q, vs);
     if (!quad_zero(rows, q)) st_load4(grads, q, gs); /* else zero, as stored */
@@ -321,19 +355,7 @@ __global__ void k_adamw4(bf16 *__restrict__ params, void *__restrict__ master,
         adamw_elem(gs[k] * clip, &ms[k], &vs[k], &ws[k], sc, 4 * q + k < n_decay, hp);
     st_store4(m, q, ms);
     st_store4(v, q, vs);
-    if (LO) {
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            gt_master_split(ws[k], &his[k], &los[k]);
-        uint2 h, l;
-        memcpy(&h, his, 8);
-        memcpy(&l, los, 8);
-        ((uint2 *)params)[q] = h;
-        ((uint2 *)master)[q] = l;
-    } else {
-        st_store4((float *)master, q, ws);
-        st_store4(params, q, ws); /* the compute copy: rounded to bf16 */
-    }
+    master_store4<LO>(params, master, q, ws);
 }
 
 static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched) {
@@ -462,9 +484,6 @@ static __device__ void lazy_replay_row(bf16 *params, void *master, MT *m, VT *v,
                                        const gt_adamw_params &hp, const gt_lr_schedule &sc) {
     constexpr int E = QUADS ? 4 : 1;
     __shared__ adamw_scalars sh_k[LZ_CHUNK];
-    uint16_t *hi = (uint16_t *)params;
-    int16_t *lo = (int16_t *)master;
-    float *mw = (float *)master;
     for (int64_t s0 = from; s0 < to; s0 += LZ_CHUNK) {
         int cnt = to - s0 < LZ_CHUNK ? (int)(to - s0) : LZ_CHUNK;
         __syncthreads(); /* the last chunk's table is read by everyone */
@@ -475,30 +494,17 @@ static __device__ void lazy_replay_row(bf16 *params, void *master, MT *m, VT *v,
             size_t i0 = base + (size_t)j;
             float ms[E], vs[E], ws[E];
             bool decay[E];
-            uint16_t his[E];
-            int16_t los[E];
             if (QUADS) {
                 st_load4(m, i0 / 4, ms);
                 st_load4(v, i0 / 4, vs);
-                if (LO) {
-                    uint2 h = ((const uint2 *)params)[i0 / 4], l = ((const uint2 *)master)[i0 / 4];
-                    memcpy(his, &h, 8);
-                    memcpy(los, &l, 8);
-                } else {
-                    st_load4(mw, i0 / 4, ws);
-                }
+                master_load4<LO>(params, master, i0 / 4, ws);
             } else {
                 ms[0] = st_load(m, i0), vs[0] = st_load(v, i0);
-                if (LO)
-                    his[0] = hi[i0], los[0] = lo[i0];
-                else
-                    ws[0] = mw[i0];
+                ws[0] = master_load<LO>(params, master, i0);
             }
 #pragma unroll
-            for (int e = 0; e < E; e++) {
+            for (int e = 0; e < E; e++)
                 decay[e] = i0 + e < n_decay;
-                if (LO) ws[e] = gt_master_join(his[e], los[e]);
-            }
             for (int k = 0; k < cnt; k++)
 #pragma unroll
                 for (int e = 0; e < E; e++) {
@@ -509,44 +515,36 @@ static __device__ void lazy_replay_row(bf16 *params, void *master, MT *m, VT *v,
             if (QUADS) {
                 st_store4(m, i0 / 4, ms);
                 st_store4(v, i0 / 4, vs);
-                if (LO) {
-#pragma unroll
-                    for (int e = 0; e < E; e++)
-                        gt_master_split(ws[e], &his[e], &los[e]);
-                    uint2 h, l;
-                    memcpy(&h, his, 8);
-                    memcpy(&l, los, 8);
-                    ((uint2 *)params)[i0 / 4] = h;
-                    ((uint2 *)master)[i0 / 4] = l;
-                } else {
-                    st_store4(mw, i0 / 4, ws);
-                    st_store4(params, i0 / 4, ws);
-                }
+                master_store4<LO>(params, master, i0 / 4, ws);
             } else {
                 st_store(m, i0, ms[0]);
                 st_store(v, i0, vs[0]);
-                if (LO) {
-                    gt_master_split(ws[0], &hi[i0], &lo[i0]);
-                } else {
-                    mw[i0] = ws[0];
-                    params[i0] = tobf(ws[0]);
-                }
+                master_store<LO>(params, master, i0, ws[0]);
             }
         }
     }
 }
 
-/* A block per token: the first block to claim its row (lag swapped to step + 1) replays it */
+/* What a catch-up launch catches up: the rows of tokens[0..n), or (tokens NULL, a sweep) the
+ * per rows of slice st->step mod period; or, for a flush, whether it replays */
+struct lazy_job {
+    const int32_t *tokens;
+    int n, period, per, replay;
+};
+
+/* A block per token, or per row of the sweep's slice: the first block to claim its row (lag
+ * swapped to step + 1) replays it */
 template <typename MT, typename VT, bool LO, bool QUADS>
 __global__ void __launch_bounds__(LZ_THREADS)
-    k_lazy_catchup(bf16 *params, void *master, MT *m, VT *v, int32_t *lag, const int32_t *tokens,
-                   size_t off, int rows, int d, size_t n_decay, gt_adamw_params hp,
-                   gt_lr_schedule sc, const gt_step_state *st) {
+    k_lazy_catchup(bf16 *params, void *master, MT *m, VT *v, int32_t *lag, lazy_job job, size_t off,
+                   int rows, int d, size_t n_decay, gt_adamw_params hp, gt_lr_schedule sc,
+                   const gt_step_state *st) {
     GT_PDL_ENTRY();
     __shared__ int32_t sh_from;
-    int32_t r = tokens[blockIdx.x];
-    if (r < 0 || r >= rows) return;
     int64_t step = st->step;
+    int64_t r = job.tokens ? (int64_t)job.tokens[blockIdx.x]
+                           : step % job.period * job.per + (int64_t)blockIdx.x;
+    if (r < 0 || r >= rows) return;
     if (threadIdx.x == 0)
         sh_from = lag[r] > step ? (int32_t)(step + 1) : atomicExch(&lag[r], (int32_t)(step + 1));
     __syncthreads();
@@ -575,67 +573,78 @@ __global__ void __launch_bounds__(LZ_THREADS)
 
 template <typename MT, typename VT, bool LO, bool QUADS>
 static void lazy_launch_as(cudaStream_t cs, const gt_adamw_state &os, gt_grad_rows rows,
-                           const gt_step_state *st, const int32_t *tokens, int n, int replay) {
+                           const gt_step_state *st, int catchup, const lazy_job &job) {
     int per = QUADS ? rows.d / 4 : rows.d; /* threads a row takes */
     int threads = per >= LZ_THREADS ? LZ_THREADS : (per + 31) / 32 * 32;
-    if (tokens)
-        gt_launch(k_lazy_catchup<MT, VT, LO, QUADS>, (unsigned)n, threads, 0, cs, (bf16 *)os.params,
-                  os.master, (MT *)os.m, (VT *)os.v, rows.lag, tokens, rows.offset, (int)rows.rows,
-                  rows.d, os.n_decay, os.hp, os.sched, st);
+    if (catchup)
+        gt_launch(k_lazy_catchup<MT, VT, LO, QUADS>, (unsigned)(job.tokens ? job.n : job.per),
+                  threads, 0, cs, (bf16 *)os.params, os.master, (MT *)os.m, (VT *)os.v, rows.lag,
+                  job, rows.offset, (int)rows.rows, rows.d, os.n_decay, os.hp, os.sched, st);
     else
         gt_launch(k_lazy_flush<MT, VT, LO, QUADS>, (unsigned)rows.rows, threads, 0, cs,
                   (bf16 *)os.params, os.master, (MT *)os.m, (VT *)os.v, rows.lag, rows.offset,
-                  rows.d, os.n_decay, os.hp, os.sched, st, replay);
+                  rows.d, os.n_decay, os.hp, os.sched, st, job.replay);
 }
 
 /* four elements a thread where the rows and arrays allow it, as k_adamw4 */
 template <typename MT, typename VT, bool LO>
 static void lazy_launch(cudaStream_t cs, const gt_adamw_state &os, gt_grad_rows rows,
-                        const gt_step_state *st, const int32_t *tokens, int n, int replay) {
+                        const gt_step_state *st, int catchup, const lazy_job &job) {
     uintptr_t bits =
         (uintptr_t)os.params | (uintptr_t)os.master | (uintptr_t)os.m | (uintptr_t)os.v;
     if (rows.offset % 4 == 0 && rows.d % 4 == 0 && (bits & 15u) == 0)
-        lazy_launch_as<MT, VT, LO, true>(cs, os, rows, st, tokens, n, replay);
+        lazy_launch_as<MT, VT, LO, true>(cs, os, rows, st, catchup, job);
     else
-        lazy_launch_as<MT, VT, LO, false>(cs, os, rows, st, tokens, n, replay);
+        lazy_launch_as<MT, VT, LO, false>(cs, os, rows, st, catchup, job);
 }
 
 template <bool LO>
 static void lazy_moments(cudaStream_t cs, const gt_adamw_state &os, gt_grad_rows rows,
-                         const gt_step_state *st, const int32_t *tokens, int n, int replay) {
+                         const gt_step_state *st, int catchup, const lazy_job &job) {
     if (os.hp.m_bf16 && os.hp.v_bf16)
-        lazy_launch<bf16, bf16, LO>(cs, os, rows, st, tokens, n, replay);
+        lazy_launch<bf16, bf16, LO>(cs, os, rows, st, catchup, job);
     else if (os.hp.m_bf16)
-        lazy_launch<bf16, float, LO>(cs, os, rows, st, tokens, n, replay);
+        lazy_launch<bf16, float, LO>(cs, os, rows, st, catchup, job);
     else if (os.hp.v_bf16)
-        lazy_launch<float, bf16, LO>(cs, os, rows, st, tokens, n, replay);
+        lazy_launch<float, bf16, LO>(cs, os, rows, st, catchup, job);
     else
-        lazy_launch<float, float, LO>(cs, os, rows, st, tokens, n, replay);
+        lazy_launch<float, float, LO>(cs, os, rows, st, catchup, job);
 }
 
-/* catch-up (tokens[0..n)) or flush (tokens NULL) */
+/* catch-up (tokens or sweep) or flush, once the op's arguments were checked */
 static void lazy_run(gt_backend *b, gt_stream *s, const char *what, gt_step_state *st,
-                     gt_adamw_state os, gt_grad_rows rows, int catchup, const int32_t *tokens,
-                     int n, int replay) {
-    if (!rows.lag || b->planning) return; /* no lazy rows: adamw updates every row */
-    if (!gt_lazy_rows_check(b, what, st, &os, &rows, catchup, tokens, n)) return;
-    if ((catchup && n == 0) || rows.rows == 0) return;
+                     const gt_adamw_state &os, gt_grad_rows rows, int catchup,
+                     const lazy_job &job) {
+    if ((catchup && job.tokens && job.n == 0) || rows.rows == 0) return;
     cudaStream_t cs = gt_cuda_stream(s);
     if (os.hp.master_lo)
-        lazy_moments<true>(cs, os, rows, st, tokens, n, replay);
+        lazy_moments<true>(cs, os, rows, st, catchup, job);
     else
-        lazy_moments<false>(cs, os, rows, st, tokens, n, replay);
+        lazy_moments<false>(cs, os, rows, st, catchup, job);
     GT_CUDA_LAUNCHED(b, what);
 }
 
+/* (no lazy rows: adamw updates every row) */
 static void cuda_lazy_catchup(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
                               gt_grad_rows rows, const int32_t *tokens, int n) {
-    lazy_run(b, s, "lazy_catchup", st, os, rows, 1, tokens, n, 1);
+    if (!rows.lag || b->planning) return;
+    if (!gt_lazy_rows_check(b, "lazy_catchup", st, &os, &rows, 1, tokens, n)) return;
+    lazy_run(b, s, "lazy_catchup", st, os, rows, 1, lazy_job{tokens, n, 0, 0, 1});
+}
+
+static void cuda_lazy_sweep(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
+                            gt_grad_rows rows, int period) {
+    if (!rows.lag || b->planning) return;
+    if (!gt_lazy_sweep_check(b, st, &os, &rows, period)) return;
+    int per = (int)((rows.rows + (size_t)period - 1) / (size_t)period);
+    lazy_run(b, s, "lazy_sweep", st, os, rows, 1, lazy_job{NULL, 0, period, per, 1});
 }
 
 static void cuda_lazy_flush(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
                             gt_grad_rows rows, int replay) {
-    lazy_run(b, s, "lazy_flush", st, os, rows, 0, NULL, 0, replay);
+    if (!rows.lag || b->planning) return;
+    if (!gt_lazy_rows_check(b, "lazy_flush", st, &os, &rows, 0, NULL, 0)) return;
+    lazy_run(b, s, "lazy_flush", st, os, rows, 0, lazy_job{NULL, 0, 0, 0, replay});
 }
 
 static void cuda_adamw(gt_backend *b, gt_stream *s, void *params, void *master, const float *grads,
@@ -655,6 +664,7 @@ extern "C" void gt_cuda_register_optim_ops(gt_backend_ops *ops) {
     ops->grad_norm = cuda_grad_norm;
     ops->adamw = cuda_adamw;
     ops->lazy_catchup = cuda_lazy_catchup;
+    ops->lazy_sweep = cuda_lazy_sweep;
     ops->lazy_flush = cuda_lazy_flush;
     ops->step_end = cuda_step_end;
 }

@@ -145,9 +145,11 @@ static void test_rows_past_the_gradients_are_refused(void **state) {
  * warmup and cosine schedule, each touching some rows through 64 token ids (repeats, and ids
  * outside the rows); step 5 skipped by a NaN and flushed after, as the trainer does; a final
  * flush. Parameters, master and moments equal bit for bit. master_lo: the split master (bf16
- * parameters hold the high halves), else an fp32 master; d % 4 != 0 takes the scalar AdamW. */
+ * parameters hold the high halves), else an fp32 master; d % 4 != 0 takes the scalar AdamW.
+ * period > 0: a lazy_sweep after each catch-up, and no row owes more than period - 1 updates
+ * after any step. */
 static void lazy_case(gpu_env *e, size_t V, size_t d, size_t off, size_t tail, int master_lo,
-                      int bf16_moments) {
+                      int bf16_moments, int period) {
     size_t n = off + V * d + tail;
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, bf16_moments, bf16_moments, master_lo};
     gt_lr_schedule sc = {3e-2f, 3e-3f, 3, 10, 2 /* cosine */};
@@ -180,7 +182,7 @@ static void lazy_case(gpu_env *e, size_t V, size_t d, size_t off, size_t tail, i
     o->lazy_flush(e->gpu, e->gs, st[1], os, lag_only, 0); /* all current at init.step */
     const int32_t end = (int32_t)init.step + 12;
     uint8_t *mark = malloc(V);
-    int32_t tok[64];
+    int32_t tok[64], *hl = malloc(V * sizeof *hl);
     uint32_t rng = 777u;
     for (int step = 0; step < 12; step++) {
         memset(g, 0, n * sizeof *g);
@@ -207,6 +209,7 @@ static void lazy_case(gpu_env *e, size_t V, size_t d, size_t off, size_t tail, i
             gt_grad_rows r = k ? rows : GT_NO_GRAD_ROWS;
             o->step_begin(e->gpu, e->gs, st[k], sc);
             if (k) o->lazy_catchup(e->gpu, e->gs, st[k], os, r, gtok, 64);
+            if (k && period) o->lazy_sweep(e->gpu, e->gs, st[k], os, r, period);
             o->grad_norm(e->gpu, e->gs, st[k], gg, n, r, 1, 1, hp.clip_grad);
             o->adamw(e->gpu, e->gs, p[k], master[k], gg, r, m[k], v[k], n, n / 2, hp, st[k]);
             o->step_end(e->gpu, e->gs, st[k]);
@@ -214,8 +217,12 @@ static void lazy_case(gpu_env *e, size_t V, size_t d, size_t off, size_t tail, i
         read_state(e, &h, st[1]);
         assert_int_equal(h.skipped, step == 5);
         if (h.skipped) o->lazy_flush(e->gpu, e->gs, st[1], os, rows, 1);
+        if (!period) continue;
+        o->memcpy_d2h(e->gpu, e->gs, hl, lag, V * sizeof *hl);
+        read_state(e, &h, st[1]);
+        for (size_t r = 0; r < V; r++)
+            assert_true(h.step - hl[r] <= period - 1);
     }
-    int32_t *hl = malloc(V * sizeof *hl);
     int behind = 0;
     o->memcpy_d2h(e->gpu, e->gs, hl, lag, V * sizeof *hl);
     g_sync(e);
@@ -244,9 +251,11 @@ static void lazy_case(gpu_env *e, size_t V, size_t d, size_t off, size_t tail, i
 
 static void test_lazy_rows_equal_every_row_adamw_bit_for_bit(void **state) {
     gpu_env *e = *state;
-    lazy_case(e, 300, 96, 8, 100, 1, 0); /* the trainer's layout: split master, 4-wide AdamW */
-    lazy_case(e, 300, 96, 8, 100, 1, 1); /* bf16 moments */
-    lazy_case(e, 50, 18, 6, 10, 0, 0);   /* fp32 master, scalar AdamW (d % 4 != 0) */
+    lazy_case(e, 300, 96, 8, 100, 1, 0, 0); /* the trainer's layout: split master, 4-wide AdamW */
+    lazy_case(e, 300, 96, 8, 100, 1, 1, 0); /* bf16 moments */
+    lazy_case(e, 50, 18, 6, 10, 0, 0, 0);   /* fp32 master, scalar AdamW (d % 4 != 0) */
+    lazy_case(e, 300, 96, 8, 100, 1, 0, 7); /* with the sweep: slices of 43 rows, the last 42 */
+    lazy_case(e, 50, 18, 6, 10, 0, 1, 4);   /* the sweep on the scalar path */
 }
 
 int main(void) {
