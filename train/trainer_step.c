@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "graphs/graphs.h"
+#include "train/trainer_extra.h"
 #include "train/trainer_impl.h"
 
 static double now_ms(void) {
@@ -31,13 +32,6 @@ void gt_trainer_flush_rows(gt_trainer *t, int replay) {
     t->rows_current = 1;
 }
 
-/* Each step also catches up 1/LAZY_ROWS_SWEEP of the rows, in turn, so no row waits longer than
- * that many steps: a step's replays stay short and of like lengths. Without it a row could wait
- * until the periodic flush (256 steps, stop 21): the longest replays then set the catch-up's
- * time, and tiny's step grew from 1.48 ms at step 10 to 1.59 at step 210 (H200, 300 steps). The
- * replays' total is the same either way: each row's missed steps, once. */
-#define LAZY_ROWS_SWEEP 32
-
 void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec) {
     gt_backend *b = t->b;
     const gt_backend_ops *o = b->ops;
@@ -55,7 +49,7 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
     for (int i = 0; rows.lag && i < t->n_micro; i++)
         o->lazy_catchup(b, s, t->st, gt_trainer_adamw_state(t), rows,
                         t->d_batch + (size_t)i * 2 * (size_t)t->N, t->N);
-    if (rows.lag) o->lazy_sweep(b, s, t->st, gt_trainer_adamw_state(t), rows, LAZY_ROWS_SWEEP);
+    if (rows.lag) o->lazy_sweep(b, s, t->st, gt_trainer_adamw_state(t), rows, GT_LAZY_ROWS_SWEEP);
     float dscale = 1.0f / (float)t->n_micro;
     for (int i = 0; i < t->n_micro; i++) {
         const int32_t *tok = t->d_batch + (size_t)i * 2 * (size_t)t->N;
