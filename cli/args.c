@@ -180,12 +180,21 @@ static int apply_harness(gt_config *cfg, const char *vals[HF_COUNT], gt_error *e
 typedef struct load_errors {
     char text[GT_ERROR_MSG_MAX];
     int rc;
+    int count; /* the problems the text reports */
 } load_errors;
 
-static void add_error_text(load_errors *e, int rc, const char *msg) {
+static void add_error_text(load_errors *e, int rc, const char *msg, int count) {
     if (e->rc == GT_OK) e->rc = rc;
+    e->count += count > 0 ? count : 1;
     size_t used = strlen(e->text);
     snprintf(e->text + used, sizeof e->text - used, "%s%s", used ? "\n" : "", msg);
+}
+
+/* Every bad setting found, as one error that counts them */
+static int load_failed(gt_error *err, const load_errors *bad) {
+    int rc = gt_error_set(err, bad->rc, "%s", bad->text);
+    if (err) err->count = bad->count;
+    return rc;
 }
 
 int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, char **rest_argv,
@@ -222,7 +231,7 @@ int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, ch
     gt_config_read_env(cfg);
     /* bad settings in the YAML files and bad overrides are all collected, and the rest of
      * the configuration stays checkable; an unreadable or malformed file stops at once */
-    load_errors bad = {"", GT_OK};
+    load_errors bad = {"", GT_OK, 0};
     const char *files[2] = {NULL, vals[HF_CONFIG]};
     char path[GT_PATH_MAX + 128];
     const char *recipe = vals[HF_RECIPE] ? vals[HF_RECIPE] : vals[HF_RECIPE_NAME];
@@ -237,13 +246,13 @@ int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, ch
         int rc = gt_config_load_yaml_read(cfg, files[f], &complete, err);
         if (rc == GT_OK) continue;
         if (!complete) return rc;
-        add_error_text(&bad, rc, err->msg);
+        add_error_text(&bad, rc, err->msg, err->count);
     }
     int rc = apply_harness(cfg, vals, err);
     if (rc != GT_OK) { /* stops here, but with the files' bad settings found so far */
         if (bad.rc == GT_OK) return rc;
-        add_error_text(&bad, rc, err->msg);
-        return gt_error_set(err, bad.rc, "%s", bad.text);
+        add_error_text(&bad, rc, err->msg, err->count);
+        return load_failed(err, &bad);
     }
     /* every bad override is reported at once, one per line, not just the first */
     int n_bad = 0, first_rc = GT_OK;
@@ -258,14 +267,14 @@ int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, ch
     if (n_bad > 1) {
         char head[GT_ERROR_MSG_MAX];
         snprintf(head, sizeof head, "%d bad overrides:\n  %s", n_bad, all);
-        add_error_text(&bad, first_rc, head);
+        add_error_text(&bad, first_rc, head, n_bad);
     } else if (n_bad) {
-        add_error_text(&bad, first_rc, all);
+        add_error_text(&bad, first_rc, all, 1);
     }
     /* the bad settings kept their earlier values: the rest can still be checked */
     gt_config_finalize(cfg);
     if (checkable) *checkable = 1;
-    if (bad.rc != GT_OK) return gt_error_set(err, bad.rc, "%s", bad.text);
+    if (bad.rc != GT_OK) return load_failed(err, &bad);
     return GT_OK;
 }
 

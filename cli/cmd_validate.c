@@ -21,21 +21,23 @@ static void usage(FILE *out) {
             "key=value overrides), prints it, and prints EVERY violated rule at once, each with\n"
             "the keys involved, why, and the fix. Notes say where graphtrain differs from Bridge\n"
             "or cannot run a valid setting yet. Exit status: 0 valid, 2 invalid (or bad input).\n\n"
-            "  --json       one JSON object: valid, errors, notes, findings, config\n"
+            "  --json       one JSON object: valid, errors (load_errors, the bad settings,\n"
+            "               plus the rules broken), notes, load_error, findings, config\n"
             "  --quiet      findings only, not the resolved configuration\n"
             "  --reference  print the configuration reference (Markdown) and exit\n"
             "harness flags: -m -mr --task -g -c -ng --cuda_graph_impl --cuda_graph_scope a,b,c\n");
 }
 
-/* load_error: the configuration could not be fully loaded; r may still hold the findings of
- * the rest of it (gt_cli_load_config's *checkable) */
-static void print_json(const gt_config *cfg, const gt_report *r, const char *load_error) {
-    printf("{\"valid\": %s, \"errors\": %d, \"notes\": %d",
-           r && !r->errors && !load_error ? "true" : "false",
-           (r ? r->errors : 0) + (load_error ? 1 : 0), r ? r->notes : 0);
+/* load_error: the configuration could not be fully loaded (its message and the bad settings it
+ * counts); r may still hold the findings of the rest of it (gt_cli_load_config's *checkable) */
+static void print_json(const gt_config *cfg, const gt_report *r, const gt_error *load_error) {
+    int load_errors = load_error ? (load_error->count > 0 ? load_error->count : 1) : 0;
+    printf("{\"valid\": %s, \"errors\": %d, \"load_errors\": %d, \"notes\": %d",
+           r && !r->errors && !load_error ? "true" : "false", (r ? r->errors : 0) + load_errors,
+           load_errors, r ? r->notes : 0);
     if (load_error) {
         fputs(", \"load_error\": ", stdout);
-        gt_json_write_string(stdout, load_error);
+        gt_json_write_string(stdout, load_error->msg);
     }
     if (r) {
         fputs(", \"findings\": ", stdout);
@@ -84,7 +86,7 @@ int gt_cmd_validate(int argc, char **argv) {
         /* every problem at once: the rules' findings on the rest of the configuration too */
         if (json) {
             if (checkable) gt_config_validate(&cfg, &report);
-            print_json(NULL, checkable ? &report : NULL, err.msg);
+            print_json(NULL, checkable ? &report : NULL, &err);
         } else {
             fprintf(stderr, "graphtrain validate: %s\n", err.msg);
             if (checkable) gt_cli_report_other_errors(&cfg, stderr);

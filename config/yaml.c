@@ -207,6 +207,7 @@ static int parse_stream(yaml_ctx *c) {
         if (c->fatal) break;
     }
     if (c->errors == 0) return GT_OK;
+    if (c->err) c->err->count = c->errors;
     if (c->errors > YAML_MAX_REPORTED && c->err) {
         size_t used = strlen(c->err->msg);
         snprintf(c->err->msg + used, sizeof c->err->msg - used, "\n(%d more errors)",

@@ -9,6 +9,7 @@
 int gt_error_set(gt_error *err, int code, const char *fmt, ...) {
     if (!err) return code;
     err->code = code;
+    err->count = 1;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
@@ -39,5 +40,6 @@ int gt_error_wrap(gt_error *err, const char *fmt, ...) {
 void gt_error_clear(gt_error *err) {
     if (!err) return;
     err->code = GT_OK;
+    err->count = 0;
     err->msg[0] = '\0';
 }

@@ -22,10 +22,12 @@ enum {
 typedef struct gt_error {
     int code;
     char msg[GT_ERROR_MSG_MAX];
+    int count; /* the problems msg reports: 1 from gt_error_set, more where a loader reports
+                * several bad settings at once (a message may list fewer than it counts) */
 } gt_error;
 
-/* Sets code and a printf-style message; returns code so callers can `return gt_error_set(...)`.
- * err may be NULL. */
+/* Sets code, a printf-style message and count 1; returns code so callers can
+ * `return gt_error_set(...)`. err may be NULL. */
 int gt_error_set(gt_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

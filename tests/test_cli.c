@@ -152,6 +152,20 @@ static void test_validate_json_is_one_object(void **state) {
     assert_non_null(strstr(out, "\"valid\": true"));
     assert_int_equal(gt_test_run("validate --json model.nope=1", out, OUT_MAX), 2);
     assert_non_null(strstr(out, "\"load_error\": "));
+    assert_non_null(strstr(out, "\"errors\": 1, \"load_errors\": 1,"));
+    /* every bad setting counts, from the overrides and from a file, with the rules' errors */
+    assert_int_equal(gt_test_run("validate --json --recipe tiny model.nope=1 train.bad=2 "
+                                 "model.cuda_graph_scope=attn",
+                                 out, OUT_MAX),
+                     2);
+    assert_non_null(strstr(out, "\"errors\": 3, \"load_errors\": 2,"));
+    char dir[256], path[512], args[700];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/three_bad.yaml", dir);
+    gt_test_write_text(path, "model:\n  nope: 1\n  num_layers: lots\ntrain:\n  x: 1\n");
+    snprintf(args, sizeof args, "validate --json --config %s model.zzz=3", path);
+    assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "\"load_errors\": 4,"));
 }
 
 static void test_validate_bad_input_names_the_problem(void **state) {
