@@ -57,7 +57,7 @@ struct gt_trainer {
     void *grad_reduce_ctx;
     int stepped;      /* gt_trainer_step has run in this process (the hook is fixed from then on) */
     int64_t steps;    /* optimizer steps completed (host copy after each step) */
-    int rows_current; /* no step launched since that flush: every row is current */
+    int rows_current; /* no step launched since the lazy rows' last flush: every row is current */
     int resumed;      /* started from checkpoint.load */
 };
 
