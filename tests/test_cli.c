@@ -24,6 +24,18 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* Writes yaml to a file named name in a fresh temporary folder (its path into path), then runs
+ * graphtrain with cmd_fmt, in which %s stands for that path; returns the exit status. */
+static int run_with_yaml(const char *name, const char *yaml, const char *cmd_fmt, char *path,
+                         size_t path_n, char *out) {
+    char dir[256], args[1200];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(path, path_n, "%s/%s", dir, name);
+    gt_test_write_text(path, yaml);
+    snprintf(args, sizeof args, cmd_fmt, path);
+    return gt_test_run(args, out, OUT_MAX);
+}
+
 static void test_help_lists_every_command(void **state) {
     char *out = *state;
     assert_int_equal(gt_test_run("--help", out, OUT_MAX), 0);
@@ -110,18 +122,19 @@ static void test_bad_overrides_and_broken_rules_are_reported_together(void **sta
         assert_non_null(strstr(out, "nothing was run"));
     }
     /* a YAML file's bad settings join them; a malformed file stops before any rule */
-    char dir[256], path[512], args[900];
-    gt_test_tmpdir(dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/half_bad.yaml", dir);
-    gt_test_write_text(
-        path, "model:\n  cuda_graph_impl: local\n  cuda_graph_scope: attn\n  num_layers: lots\n");
-    snprintf(args, sizeof args, "validate --quiet --config %s optimizer.lr=-1", path);
-    assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
+    char path[512];
+    const char *cmd = "validate --quiet --config %s optimizer.lr=-1";
+    assert_int_equal(run_with_yaml("half_bad.yaml",
+                                   "model:\n  cuda_graph_impl: local\n  cuda_graph_scope: attn\n"
+                                   "  num_layers: lots\n",
+                                   cmd, path, sizeof path, out),
+                     2);
     assert_non_null(strstr(out, "half_bad.yaml:4: model.num_layers: 'lots'"));
     assert_non_null(strstr(out, "optimizer.lr: '-1' is out of range"));
     assert_non_null(strstr(out, "error [local_needs_full_iteration]"));
-    gt_test_write_text(path, "model:\n  cuda_graph_impl: [local\n");
-    assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
+    assert_int_equal(run_with_yaml("half_bad.yaml", "model:\n  cuda_graph_impl: [local\n", cmd,
+                                   path, sizeof path, out),
+                     2);
     assert_non_null(strstr(out, "malformed YAML"));
     assert_null(strstr(out, "and the rules"));
     /* with only a bad override and sound rules, only the override is reported */
@@ -159,12 +172,11 @@ static void test_validate_json_is_one_object(void **state) {
                                  out, OUT_MAX),
                      2);
     assert_non_null(strstr(out, "\"errors\": 3, \"load_errors\": 2,"));
-    char dir[256], path[512], args[700];
-    gt_test_tmpdir(dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/three_bad.yaml", dir);
-    gt_test_write_text(path, "model:\n  nope: 1\n  num_layers: lots\ntrain:\n  x: 1\n");
-    snprintf(args, sizeof args, "validate --json --config %s model.zzz=3", path);
-    assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
+    char path[512];
+    assert_int_equal(
+        run_with_yaml("three_bad.yaml", "model:\n  nope: 1\n  num_layers: lots\ntrain:\n  x: 1\n",
+                      "validate --json --config %s model.zzz=3", path, sizeof path, out),
+        2);
     assert_non_null(strstr(out, "\"load_errors\": 4,"));
 }
 
@@ -176,12 +188,10 @@ static void test_validate_bad_input_names_the_problem(void **state) {
     assert_non_null(strstr(out, "unknown recipe 'nosuch'"));
     assert_int_equal(gt_test_run("validate --frobnicate", out, OUT_MAX), 2);
     assert_non_null(strstr(out, "unknown argument '--frobnicate'"));
-    char dir[256], path[512], args[700];
-    gt_test_tmpdir(dir, sizeof dir);
-    snprintf(path, sizeof path, "%s/bad.yaml", dir);
-    gt_test_write_text(path, "model:\n  num_layers: 4\n  cuda_graph_impl: fast\n");
-    snprintf(args, sizeof args, "validate --config %s", path);
-    assert_int_equal(gt_test_run(args, out, OUT_MAX), 2);
+    char path[512];
+    assert_int_equal(run_with_yaml("bad.yaml", "model:\n  num_layers: 4\n  cuda_graph_impl: fast\n",
+                                   "validate --config %s", path, sizeof path, out),
+                     2);
     char want[600];
     snprintf(want, sizeof want, "%s:3: model.cuda_graph_impl: 'fast' is not one of", path);
     assert_non_null(strstr(out, want));
