@@ -24,9 +24,30 @@ int gt_grad_rows_check(gt_backend *b, const char *op, const gt_grad_rows *rows, 
     return 0;
 }
 
+int gt_adamw_check(gt_backend *b, const char *op, const gt_step_state *st, size_t n, size_t n_decay,
+                   const gt_adamw_params *hp) {
+    if (st && n_decay <= n && hp->beta1 >= 0 && hp->beta1 < 1 && hp->beta2 >= 0 && hp->beta2 < 1 &&
+        hp->eps > 0 && hp->weight_decay >= 0)
+        return 1;
+    gt_backend_fail(b, GT_ERR_INVALID,
+                    "%s: bad arguments (n=%zu n_decay=%zu beta1=%g beta2=%g eps=%g "
+                    "weight_decay=%g); betas must be in [0,1), eps > 0, weight_decay >= 0",
+                    op, n, n_decay, (double)hp->beta1, (double)hp->beta2, (double)hp->eps,
+                    (double)hp->weight_decay);
+    return 0;
+}
+
 int gt_lazy_rows_check(gt_backend *b, const char *op, const gt_step_state *st,
                        const gt_adamw_state *os, const gt_grad_rows *rows, int catchup,
-                       const int32_t *tokens, int n) {
+                       const int32_t *tokens, int n, int sweep) {
+    if (sweep < 0) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s: sweep period %d; pass 0 (no sweep) or the steps over which every "
+                        "row is caught up once (1 or more)",
+                        op, sweep);
+        return 0;
+    }
+    if (!gt_adamw_check(b, op, st, os->n, os->n_decay, &os->hp)) return 0;
     if (st && os->params && os->master && os->m && os->v && n >= 0 &&
         !(catchup && n > 0 && !tokens) && rows->d > 0 && rows->rows <= 0x7fffffffu &&
         gt_grad_rows_fit(rows, os->n))
@@ -37,18 +58,6 @@ int gt_lazy_rows_check(gt_backend *b, const char *op, const gt_step_state *st,
                     "2^31 inside them",
                     op, n, rows->rows, rows->d, rows->offset, os->n);
     return 0;
-}
-
-int gt_lazy_sweep_check(gt_backend *b, const gt_step_state *st, const gt_adamw_state *os,
-                        const gt_grad_rows *rows, int period) {
-    if (period < 1) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "lazy_sweep: period %d; pass 1 or more (the steps over which every row "
-                        "is caught up once)",
-                        period);
-        return 0;
-    }
-    return gt_lazy_rows_check(b, "lazy_sweep", st, os, rows, 0, NULL, 0);
 }
 
 int gt_backend_check(gt_backend *b, gt_error *err) {

@@ -267,15 +267,13 @@ typedef struct gt_backend_ops {
      * r among tokens[0..n) (ids outside the rows ignored) with lag[r] <= st->step, apply the
      * updates of steps lag[r] .. st->step - 1 that it missed, each exactly as adamw computed it
      * for a zero gradient at that step, in order; then lag[r] = st->step + 1, so this step's
-     * adamw updates the row. Bitwise the state an adamw of every row every step would hold. */
+     * adamw updates the row. Bitwise the state an adamw of every row every step would hold.
+     * sweep > 0 (the sweep; 0: none): the rows of slice st->step mod sweep (per =
+     * ceil(rows / sweep) rows from slice * per) get the same, so that, with a sweep every
+     * step, no row owes more than sweep - 1 updates and a step's replays are spread over rows
+     * of like lengths. A row among both the tokens' and the slice's is caught up once. */
     void (*lazy_catchup)(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
-                         gt_grad_rows rows, const int32_t *tokens, int n);
-    /* Lazy rows, each step after lazy_catchup: the rows of slice st->step mod period (per =
-     * ceil(rows / period) rows from slice * per) get what lazy_catchup gives its tokens' rows.
-     * Run every step, it catches every row up at least once every period steps, so no replay
-     * is longer than that and a step's replays are spread over rows of like lengths. */
-    void (*lazy_sweep)(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
-                       gt_grad_rows rows, int period);
+                         gt_grad_rows rows, const int32_t *tokens, int n, int sweep);
     /* Between steps: every row with lag[r] < st->step gets the updates it missed, those of
      * steps lag[r] .. st->step - 1, leaving out the last one when st->skipped says it changed
      * nothing (replay 0: none, the rows being known current); then lag[r] = st->step. After
@@ -358,15 +356,17 @@ void gt_backend_fail(gt_backend *b, int code, const char *fmt, ...)
 /* 1 when rows lie inside a gradient of n elements; else records the op failure, naming op,
  * and returns 0 (grad_norm and adamw of every backend). */
 int gt_grad_rows_check(gt_backend *b, const char *op, const gt_grad_rows *rows, size_t n);
-/* 1 when lazy_catchup (catchup 1, tokens[0..n)), lazy_sweep or lazy_flush (catchup 0, no
- * tokens) can take these arguments; else records the op failure, naming op, and returns 0
- * (every backend). */
+/* 1 when adamw (or op, replaying it) can take these arguments (a step state, n_decay <= n,
+ * betas in [0, 1), eps > 0, weight decay >= 0); else records the op failure, naming op, and
+ * returns 0 (every backend). */
+int gt_adamw_check(gt_backend *b, const char *op, const gt_step_state *st, size_t n, size_t n_decay,
+                   const gt_adamw_params *hp);
+/* 1 when lazy_catchup (catchup 1, tokens[0..n), the sweep's period) or lazy_flush (catchup
+ * 0, no tokens, sweep 0) can take these arguments; else records the op failure, naming op,
+ * and returns 0 (every backend). */
 int gt_lazy_rows_check(gt_backend *b, const char *op, const gt_step_state *st,
                        const gt_adamw_state *os, const gt_grad_rows *rows, int catchup,
-                       const int32_t *tokens, int n);
-/* The same for lazy_sweep, whose period must be 1 or more (every backend). */
-int gt_lazy_sweep_check(gt_backend *b, const gt_step_state *st, const gt_adamw_state *os,
-                        const gt_grad_rows *rows, int period);
+                       const int32_t *tokens, int n, int sweep);
 /* Returns the sticky error, if any, into err and clears it. */
 int gt_backend_check(gt_backend *b, gt_error *err);
 

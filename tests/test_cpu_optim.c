@@ -364,8 +364,7 @@ static void lazy_rows_case(fixture *f, int bf16_moments, int period) {
         o->adamw(f->b, f->s, w_d, w_d, g, GT_NO_GRAD_ROWS, m_d, v_d, LZ_N, 10, hp, &st_d);
         o->step_end(f->b, f->s, &st_d);
         o->step_begin(f->b, f->s, &st_l, sc);
-        o->lazy_catchup(f->b, f->s, &st_l, os, rows, tokens, 3);
-        if (period) o->lazy_sweep(f->b, f->s, &st_l, os, rows, period);
+        o->lazy_catchup(f->b, f->s, &st_l, os, rows, tokens, 3, period);
         o->grad_norm(f->b, f->s, &st_l, g, LZ_N, rows, 1, 1, hp.clip_grad);
         o->adamw(f->b, f->s, w_l, w_l, g, rows, m_l, v_l, LZ_N, 10, hp, &st_l);
         o->step_end(f->b, f->s, &st_l);
@@ -395,7 +394,7 @@ static void test_lazy_rows_equal_every_row_adamw_bit_for_bit(void **state) {
     lazy_rows_case(*state, 1, 3);
 }
 
-/* Tokens missing, rows past the parameters, a sweep of period 0: each an error naming the
+/* Tokens missing, rows past the parameters, a sweep of period -1: each an error naming the
  * op, nothing run */
 static void test_lazy_rows_bad_arguments_are_refused(void **state) {
     fixture *f = *state;
@@ -407,16 +406,17 @@ static void test_lazy_rows_bad_arguments_are_refused(void **state) {
     gt_grad_rows rows = {NULL, 0, 4, 2, lag};
     gt_error err = {0};
     f->st.step = 3;
-    f->b->ops->lazy_catchup(f->b, f->s, &f->st, os, rows, NULL, 3);
+    f->b->ops->lazy_catchup(f->b, f->s, &f->st, os, rows, NULL, 3, 0);
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "lazy_catchup"));
     gt_grad_rows past = {NULL, 2, 4, 2, lag}; /* elements 2..10 of 8 */
     f->b->ops->lazy_flush(f->b, f->s, &f->st, os, past, 1);
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "lazy_flush"));
-    f->b->ops->lazy_sweep(f->b, f->s, &f->st, os, rows, 0);
+    int32_t tok[2] = {0, 1};
+    f->b->ops->lazy_catchup(f->b, f->s, &f->st, os, rows, tok, 2, -1);
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
-    assert_non_null(strstr(err.msg, "lazy_sweep: period 0"));
+    assert_non_null(strstr(err.msg, "lazy_catchup: sweep period -1"));
     for (int i = 0; i < 4; i++)
         assert_int_equal(lag[i], 0);
     assert_true(w[0] == 1 && m[0] == 0 && v[0] == 0);

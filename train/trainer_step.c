@@ -44,12 +44,13 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
     int overwrite = t->n_micro == 1 || t->cfg.model.cuda_graph_impl != GT_GRAPH_IMPL_TE;
     if (!overwrite) o->memset0(b, s, t->mi->grads, t->n_params * sizeof(float));
     o->step_begin(b, s, t->st, t->sched);
-    /* the embedding rows the step reads get the updates they missed (lazy rows) */
+    /* the embedding rows the step reads get the updates they missed (lazy rows), and so do
+     * those of the sweep's slice, with the first micro-batch's */
     gt_grad_rows rows = gt_model_grad_rows(t->m);
     for (int i = 0; rows.lag && i < t->n_micro; i++)
         o->lazy_catchup(b, s, t->st, gt_trainer_adamw_state(t), rows,
-                        t->d_batch + (size_t)i * 2 * (size_t)t->N, t->N);
-    if (rows.lag) o->lazy_sweep(b, s, t->st, gt_trainer_adamw_state(t), rows, GT_LAZY_ROWS_SWEEP);
+                        t->d_batch + (size_t)i * 2 * (size_t)t->N, t->N,
+                        i == 0 ? GT_LAZY_ROWS_SWEEP : 0);
     float dscale = 1.0f / (float)t->n_micro;
     for (int i = 0; i < t->n_micro; i++) {
         const int32_t *tok = t->d_batch + (size_t)i * 2 * (size_t)t->N;

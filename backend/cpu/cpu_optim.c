@@ -227,7 +227,7 @@ typedef struct lazy_args {
     gt_grad_rows rows;
     const int32_t *tokens; /* catch-up: the step's tokens */
     int n_tokens;
-    int period; /* sweep: the rows of slice step mod period */
+    int period; /* the sweep (0: none): the rows of slice step mod period */
     int replay; /* flush: 0 sets the lags only */
 } lazy_args;
 
@@ -252,15 +252,13 @@ static void catch_up_row(const lazy_args *a, int64_t r, int64_t step) {
     a->rows.lag[r] = (int32_t)(step + 1);
 }
 
-/* the rows of the tokens, or (sweep) those of slice step mod period */
+/* the rows of the tokens, then (the sweep) those of slice step mod period */
 static void k_lazy_catchup(const void *p) {
     const lazy_args *a = p;
     int64_t step = a->st->step;
-    if (a->tokens) {
-        for (int i = 0; i < a->n_tokens; i++)
-            catch_up_row(a, a->tokens[i], step);
-        return;
-    }
+    for (int i = 0; i < a->n_tokens; i++)
+        catch_up_row(a, a->tokens[i], step);
+    if (a->period <= 0) return;
     int64_t per = ((int64_t)a->rows.rows + a->period - 1) / a->period;
     int64_t first = (step % a->period) * per;
     for (int64_t r = first; r < first + per; r++)
@@ -277,45 +275,33 @@ static void k_lazy_flush(const void *p) {
     }
 }
 
-/* catch-up (tokens[0..n)), sweep (period > 0) or flush */
+/* catch-up (catchup 1: tokens[0..n), then the sweep's slice when period > 0) or flush */
 static void lazy_submit(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
-                        gt_grad_rows rows, const int32_t *tokens, int n, int period, int replay) {
+                        gt_grad_rows rows, int catchup, const int32_t *tokens, int n, int period,
+                        int replay) {
     lazy_args a = {st, os, rows, tokens, n, period, replay};
-    gt_cpu_submit(b, s, tokens || period ? k_lazy_catchup : k_lazy_flush, &a, sizeof a);
+    gt_cpu_submit(b, s, catchup ? k_lazy_catchup : k_lazy_flush, &a, sizeof a);
 }
 
 /* (no lazy rows: adamw updates every row) */
 static void cpu_lazy_catchup(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
-                             gt_grad_rows rows, const int32_t *tokens, int n) {
+                             gt_grad_rows rows, const int32_t *tokens, int n, int sweep) {
     if (!rows.lag) return;
-    if (!gt_lazy_rows_check(b, "lazy_catchup", st, &os, &rows, 1, tokens, n) || n == 0) return;
-    lazy_submit(b, s, st, os, rows, tokens, n, 0, 1);
-}
-
-static void cpu_lazy_sweep(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
-                           gt_grad_rows rows, int period) {
-    if (!rows.lag || !gt_lazy_sweep_check(b, st, &os, &rows, period) || rows.rows == 0) return;
-    lazy_submit(b, s, st, os, rows, NULL, 0, period, 1);
+    if (!gt_lazy_rows_check(b, "lazy_catchup", st, &os, &rows, 1, tokens, n, sweep)) return;
+    if ((n == 0 && sweep == 0) || rows.rows == 0) return;
+    lazy_submit(b, s, st, os, rows, 1, tokens, n, sweep, 1);
 }
 
 static void cpu_lazy_flush(gt_backend *b, gt_stream *s, gt_step_state *st, gt_adamw_state os,
                            gt_grad_rows rows, int replay) {
-    if (!rows.lag || !gt_lazy_rows_check(b, "lazy_flush", st, &os, &rows, 0, NULL, 0)) return;
-    lazy_submit(b, s, st, os, rows, NULL, 0, 0, replay);
+    if (!rows.lag || !gt_lazy_rows_check(b, "lazy_flush", st, &os, &rows, 0, NULL, 0, 0)) return;
+    lazy_submit(b, s, st, os, rows, 0, NULL, 0, 0, replay);
 }
 
 static void cpu_adamw(gt_backend *b, gt_stream *s, void *params, void *master, const float *grads,
                       gt_grad_rows rows, void *m, void *v, size_t n, size_t n_decay,
                       gt_adamw_params hp, gt_step_state *st) {
-    if (!st || n_decay > n || !(hp.beta1 >= 0 && hp.beta1 < 1) ||
-        !(hp.beta2 >= 0 && hp.beta2 < 1) || !(hp.eps > 0) || !(hp.weight_decay >= 0)) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "adamw: bad arguments (n=%zu n_decay=%zu beta1=%g beta2=%g eps=%g "
-                        "weight_decay=%g); betas must be in [0,1), eps > 0, weight_decay >= 0",
-                        n, n_decay, (double)hp.beta1, (double)hp.beta2, (double)hp.eps,
-                        (double)hp.weight_decay);
-        return;
-    }
+    if (!gt_adamw_check(b, "adamw", st, n, n_decay, &hp)) return;
     if (hp.master_lo) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "adamw: split master weights (hp.master_lo) need bf16 params; the cpu "
@@ -334,7 +320,6 @@ void gt_cpu_register_optim_ops(gt_backend_ops *ops) {
     ops->grad_norm = cpu_grad_norm;
     ops->adamw = cpu_adamw;
     ops->lazy_catchup = cpu_lazy_catchup;
-    ops->lazy_sweep = cpu_lazy_sweep;
     ops->lazy_flush = cpu_lazy_flush;
     ops->step_end = cpu_step_end;
 }

@@ -146,7 +146,7 @@ static void test_rows_past_the_gradients_are_refused(void **state) {
  * outside the rows); step 5 skipped by a NaN and flushed after, as the trainer does; a final
  * flush. Parameters, master and moments equal bit for bit. master_lo: the split master (bf16
  * parameters hold the high halves), else an fp32 master; d % 4 != 0 takes the scalar AdamW.
- * period > 0: a lazy_sweep after each catch-up, and no row owes more than period - 1 updates
+ * period > 0: each catch-up also sweeps a slice, and no row owes more than period - 1 updates
  * after any step. */
 static void lazy_case(gpu_env *e, size_t V, size_t d, size_t off, size_t tail, int master_lo,
                       int bf16_moments, int period) {
@@ -208,8 +208,7 @@ static void lazy_case(gpu_env *e, size_t V, size_t d, size_t off, size_t tail, i
         for (int k = 0; k < 2; k++) {
             gt_grad_rows r = k ? rows : GT_NO_GRAD_ROWS;
             o->step_begin(e->gpu, e->gs, st[k], sc);
-            if (k) o->lazy_catchup(e->gpu, e->gs, st[k], os, r, gtok, 64);
-            if (k && period) o->lazy_sweep(e->gpu, e->gs, st[k], os, r, period);
+            if (k) o->lazy_catchup(e->gpu, e->gs, st[k], os, r, gtok, 64, period);
             o->grad_norm(e->gpu, e->gs, st[k], gg, n, r, 1, 1, hp.clip_grad);
             o->adamw(e->gpu, e->gs, p[k], master[k], gg, r, m[k], v[k], n, n / 2, hp, st[k]);
             o->step_end(e->gpu, e->gs, st[k]);
