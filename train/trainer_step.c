@@ -56,7 +56,7 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
         const int32_t *tok = t->d_batch + (size_t)i * 2 * (size_t)t->N;
         gt_model_forward_backward(t->m, s, tok, tok + t->N, dscale, !(overwrite && i == 0), t->st,
                                   exec);
-        o->micro_next(b, s, t->st);
+        if (i + 1 < t->n_micro) o->micro_next(b, s, t->st); /* step_begin resets it */
     }
     if (t->grad_reduce) t->grad_reduce(t->grad_reduce_ctx, b, s, t->mi->grads, t->n_params);
     if (t->inject_nan >= 0) o->inject_nan(b, s, t->st, t->mi->grads, rows);
