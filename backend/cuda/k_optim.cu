@@ -68,12 +68,6 @@ static __device__ __forceinline__ bool quad_zero(const quad_rows &r, size_t q) {
     return !r.dirty[(uint32_t)(q - r.q0) / r.dq];
 }
 
-/* 1 when quad q lies in a lazy row whose update waits at step `step` */
-static __device__ __forceinline__ bool quad_waits(const quad_rows &r, size_t q, int64_t step) {
-    if (!r.lag || q < r.q0 || q - r.q0 >= r.nq) return false;
-    return r.lag[(uint32_t)(q - r.q0) / r.dq] != step + 1;
-}
-
 /* 1 when the rows can be taken a quad at a time (or there are none) */
 static bool quads_fit(gt_grad_rows r) {
     if (!r.dirty && !r.lag) return true;
@@ -360,37 +354,72 @@ __global__ void k_adamw(bf16 *params, void *master, const float *grads, elem_row
     }
 }
 
-/* Four elements from index 4q a thread (n % 4 == 0, aligned arrays), a block per 256 quads
- * and no grid-stride loop: measured against a grid-stride loop over at most 8192 blocks (with
- * one or two quads a trip) on the H200, moe full_iteration 16.90-16.92 against 17.10-17.12 ms
- * a step, gpt124m and llama1b the same within noise. */
+/* Quad q's update; zero: its gradient is zero (the marks say so), so it is not loaded */
 template <typename MT, typename VT, bool LO>
-__global__ void k_adamw4(bf16 *__restrict__ params, void *__restrict__ master,
-                         const float *__restrict__ grads, quad_rows rows, MT *__restrict__ m,
-                         VT *__restrict__ v, size_t n4, size_t n_decay, gt_adamw_params hp,
-                         gt_step_state *st) {
-    GT_PDL_ENTRY();
-    size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    /* a waiting lazy row is lazy_catchup's later: its thread leaves before any other load
-     * (thread 0 of block 0 stays to record a skipped step) */
-    bool waits = q < n4 && quad_waits(rows, q, st->step);
-    if (waits && (blockIdx.x | threadIdx.x)) return;
-    adamw_scalars sc;
-    float clip;
-    if (!adamw_begin(st, hp, &sc, &clip)) return;
-    if (q >= n4 || waits) return;
+static __device__ __forceinline__ void
+adamw_quad(bf16 *__restrict__ params, void *__restrict__ master, const float *__restrict__ grads,
+           MT *__restrict__ m, VT *__restrict__ v, size_t q, bool zero, size_t n_decay,
+           const gt_adamw_params &hp, const adamw_scalars &sc, float clip) {
     float gs[4] = {0.f, 0.f, 0.f, 0.f}, ws[4], ms[4], vs[4];
-    /* the state first: its loads do not wait for the row mark's */
     master_load4<LO>(params, master, q, ws);
     st_load4(m, q, ms);
     st_load4(v, q, vs);
-    if (!quad_zero(rows, q)) st_load4(grads, q, gs); /* else zero, as stored */
+    if (!zero) st_load4(grads, q, gs);
 #pragma unroll
     for (int k = 0; k < 4; k++)
         adamw_elem(gs[k] * clip, &ms[k], &vs[k], &ws[k], sc, 4 * q + k < n_decay, hp);
     st_store4(m, q, ms);
     st_store4(v, q, vs);
     master_store4<LO>(params, master, q, ws);
+}
+
+/* Four elements from index 4q a thread (n % 4 == 0, aligned arrays), a block per 256 quads
+ * and no grid-stride loop: measured against a grid-stride loop over at most 8192 blocks (with
+ * one or two quads a trip) on the H200, moe full_iteration 16.90-16.92 against 17.10-17.12 ms
+ * a step, gpt124m and llama1b the same within noise.
+ * With lazy rows (row_blocks > 0) the first row_blocks blocks take the rows, a warp 32 rows:
+ * a lane reads one row's lag (one coalesced load for the 32) and the warp updates the rows
+ * whose lag says this step, together; the other blocks take the quads before and after the
+ * rows. Before stop 23 a thread took a quad over the rows too, so the launch began with
+ * blocks that read a lag and left while the memory idled (the embedding is the first tensor).
+ * ncu on tiny: 307 us against 311-314 us before. A cap of 5 blocks an SM (48 registers,
+ * spilling) took 356-361 us. */
+template <typename MT, typename VT, bool LO>
+__global__ void k_adamw4(bf16 *__restrict__ params, void *__restrict__ master,
+                         const float *__restrict__ grads, quad_rows rows, MT *__restrict__ m,
+                         VT *__restrict__ v, size_t n4, size_t n_decay, gt_adamw_params hp,
+                         gt_step_state *st, unsigned row_blocks) {
+    GT_PDL_ENTRY();
+    adamw_scalars sc;
+    float clip;
+    if (!adamw_begin(st, hp, &sc, &clip)) return;
+    size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (!row_blocks) {
+        if (q < n4)
+            adamw_quad<MT, VT, LO>(params, master, grads, m, v, q, quad_zero(rows, q), n_decay, hp,
+                                   sc, clip);
+        return;
+    }
+    if (blockIdx.x >= row_blocks) {
+        q -= (size_t)row_blocks * blockDim.x;
+        if (q >= n4 - rows.nq) return;
+        if (q >= rows.q0) q += rows.nq;
+        adamw_quad<MT, VT, LO>(params, master, grads, m, v, q, false, n_decay, hp, sc, clip);
+        return;
+    }
+    uint32_t lane = threadIdx.x % 32, nrows = rows.nq / rows.dq;
+    uint32_t base = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * 32, r = base + lane;
+    bool now = r < nrows && rows.lag[r] == st->step + 1;
+    unsigned todo = __ballot_sync(~0u, now);
+    unsigned zero = __ballot_sync(~0u, now && rows.dirty && !rows.dirty[r]);
+    while (todo) {
+        int k = __ffs(todo) - 1;
+        todo &= todo - 1;
+        size_t q0 = rows.q0 + (size_t)(base + (uint32_t)k) * rows.dq;
+        for (uint32_t j = lane; j < rows.dq; j += 32)
+            adamw_quad<MT, VT, LO>(params, master, grads, m, v, q0 + j, zero >> k & 1u, n_decay, hp,
+                                   sc, clip);
+    }
 }
 
 static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched) {
@@ -469,8 +498,14 @@ static void adamw_launch(gt_backend *b, gt_stream *s, void *params, void *master
                             n);
             return;
         }
+        quad_rows qr = to_quad_rows(rows);
+        unsigned row_blocks = 0;
+        if (qr.lag) { /* the rows' blocks, then those of the other quads */
+            row_blocks = (unsigned)(((size_t)(qr.nq / qr.dq) + OPT_THREADS - 1) / OPT_THREADS);
+            blocks = row_blocks + (n / 4 - qr.nq + OPT_THREADS - 1) / OPT_THREADS;
+        }
         gt_launch(k_adamw4<MT, VT, LO>, (unsigned)blocks, OPT_THREADS, 0, cs, (bf16 *)params,
-                  master, grads, to_quad_rows(rows), (MT *)m, (VT *)v, n / 4, n_decay, hp, st);
+                  master, grads, qr, (MT *)m, (VT *)v, n / 4, n_decay, hp, st, row_blocks);
     } else {
         unsigned grid = gt_grid(n, OPT_THREADS);
         if (grid > 8192) grid = 8192;
