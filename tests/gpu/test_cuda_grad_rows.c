@@ -128,6 +128,39 @@ static void test_grad_norm_and_adamw_skip_unmarked_rows(void **state) {
     free(zeros), free(junk), free(master), free(a), free(b), free(mark);
 }
 
+/* A beta of 1 to AdamW, a sweep period of -1 to the catch-up: each an error naming the op and
+ * the fix, and nothing run (the weights and the rows' steps as they were) */
+static void test_bad_optimizer_arguments_are_refused(void **state) {
+    gpu_env *e = *state;
+    const gt_backend_ops *o = e->gpu->ops;
+    float w0[8] = {1, 2, 3, 4, 5, 6, 7, 8}, w[8], g0[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    float *master = g_f32(e, w0, 8), *g = g_f32(e, g0, 8), *m = g_f32(e, NULL, 8),
+          *v = g_f32(e, NULL, 8);
+    void *p = g_alloc(e, 8 * 2);
+    int32_t lag0[4] = {5, 5, 5, 5}, lag[4], tok[2] = {0, 3};
+    int32_t *d_lag = g_i32(e, lag0, 4), *d_tok = g_i32(e, tok, 2);
+    gt_step_state init = default_state(), *cst, *gst;
+    init.step = 9;
+    make_states(e, &init, &cst, &gst);
+    gt_adamw_params hp = {0.9f, 1.0f, 1e-8f, 0.1f, 1.0f, 0, 0, 0}; /* beta2 = 1: no moment */
+    gt_error err = {0};
+    o->adamw(e->gpu, e->gs, p, master, g, GT_NO_GRAD_ROWS, m, v, 8, 8, hp, gst);
+    assert_int_equal(gt_backend_check(e->gpu, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "adamw: bad arguments"));
+    assert_non_null(strstr(err.msg, "betas must be in [0,1)"));
+    hp.beta2 = 0.95f;
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 10, 0 /* constant */};
+    gt_adamw_state os = {p, master, m, v, 8, 8, hp, sc};
+    gt_grad_rows rows = {NULL, 0, 4, 2, d_lag};
+    o->lazy_catchup(e->gpu, e->gs, gst, os, rows, d_tok, 2, -1);
+    assert_int_equal(gt_backend_check(e->gpu, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "lazy_catchup: sweep period -1"));
+    g_read_f32(e, w, master, 8);
+    g_read_i32(e, lag, d_lag, 4);
+    assert_memory_equal(w, w0, sizeof w0);
+    assert_memory_equal(lag, lag0, sizeof lag0);
+}
+
 static void test_rows_past_the_gradients_are_refused(void **state) {
     gpu_env *e = *state;
     float *g = g_f32(e, NULL, 16);
@@ -263,6 +296,7 @@ int main(void) {
         T(test_embedding_marks_give_the_bits_of_a_full_zeroing),
         T(test_grad_norm_and_adamw_skip_unmarked_rows),
         T(test_rows_past_the_gradients_are_refused),
+        T(test_bad_optimizer_arguments_are_refused),
         T(test_lazy_rows_equal_every_row_adamw_bit_for_bit),
     };
     return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
