@@ -228,7 +228,7 @@ static __device__ __forceinline__ void adamw_elem(float g, float *m, float *v, f
     adamw_weight(mi, vi, w, k, decay, hp);
 }
 /* adamw_elem for g = +0 (the lazy rows' replay): with the betas in [0, 1) that the config and
- * the CPU backend enforce, (1 - beta) * +0 is +0, so the same fmas with a +0 addend give the
+ * gt_adamw_check enforce, (1 - beta) * +0 is +0, so the same fmas with a +0 addend give the
  * same bits, three products fewer an element and step. */
 static __device__ __forceinline__ void adamw_elem_zero(float *m, float *v, float *w,
                                                        const adamw_scalars &k, bool decay,
