@@ -30,10 +30,11 @@ int gt_adamw_check(gt_backend *b, const char *op, const gt_step_state *st, size_
         hp->eps > 0 && hp->weight_decay >= 0)
         return 1;
     gt_backend_fail(b, GT_ERR_INVALID,
-                    "%s: bad arguments (n=%zu n_decay=%zu beta1=%g beta2=%g eps=%g "
-                    "weight_decay=%g); betas must be in [0,1), eps > 0, weight_decay >= 0",
-                    op, n, n_decay, (double)hp->beta1, (double)hp->beta2, (double)hp->eps,
-                    (double)hp->weight_decay);
+                    "%s: bad arguments (%sn=%zu n_decay=%zu beta1=%g beta2=%g eps=%g "
+                    "weight_decay=%g); pass a step state and n_decay <= n; betas must be in "
+                    "[0,1), eps > 0, weight_decay >= 0",
+                    op, st ? "" : "no step state, ", n, n_decay, (double)hp->beta1,
+                    (double)hp->beta2, (double)hp->eps, (double)hp->weight_decay);
     return 0;
 }
 
@@ -47,10 +48,9 @@ int gt_lazy_rows_check(gt_backend *b, const char *op, const gt_step_state *st,
                         op, sweep);
         return 0;
     }
-    if (!gt_adamw_check(b, op, st, os->n, os->n_decay, &os->hp)) return 0;
-    if (st && os->params && os->master && os->m && os->v && n >= 0 &&
-        !(catchup && n > 0 && !tokens) && rows->d > 0 && rows->rows <= 0x7fffffffu &&
-        gt_grad_rows_fit(rows, os->n))
+    if (!gt_adamw_check(b, op, st, os->n, os->n_decay, &os->hp)) return 0; /* st checked there */
+    if (os->params && os->master && os->m && os->v && n >= 0 && !(catchup && n > 0 && !tokens) &&
+        rows->d > 0 && rows->rows <= 0x7fffffffu && gt_grad_rows_fit(rows, os->n))
         return 1;
     gt_backend_fail(b, GT_ERR_INVALID,
                     "%s: bad arguments (step state, optimizer arrays, %d tokens, rows %zu x %d at "

@@ -158,9 +158,9 @@ static void keep_grads(void *ctx, gt_backend *b, gt_stream *s, float *grads, siz
 /* Without a hook the model keeps the marks of the embedding gradient's rows (the tiny model's
  * steps touch at most 32 of its 64 rows), zeroes only the marked rows, the gradient norm skips
  * the others and AdamW leaves them lazy (replayed when read, and swept a slice a step); a hook
- * turns both off. Both give
- * the same bits (losses, gradient norms, master weights, moments): eager, with per-unit
- * graphs, in a full-iteration graph, with two micro-batches a step and with one. */
+ * turns both off. Both give the same bits (losses, gradient norms, master weights, moments):
+ * eager, with per-unit graphs, in a full-iteration graph, with two micro-batches a step and
+ * with one. */
 static void test_row_marks_give_the_bits_of_a_full_zeroing(void **state) {
     (void)state;
     for (int variant = 0; variant < 4; variant++) {

@@ -8,12 +8,13 @@
 #include "train/data.h"
 #include "train/trainer.h"
 
-/* Lazy embedding rows: each step also catches up the rows of slice step mod GT_LAZY_ROWS_SWEEP
- * (ceil(rows / GT_LAZY_ROWS_SWEEP) rows a slice), so no row waits longer than that many
- * steps: a step's replays stay short and of like lengths. Without it a row could wait until
- * a periodic flush (256 steps, stop 21): the longest replays then set the catch-up's time,
- * and tiny's step grew from 1.48 ms at step 10 to 1.59 at step 210 (H200, 300 steps). The
- * replays' total is the same either way: each row's missed steps, once. */
+/* Lazy embedding rows: each step's catch-up (lazy_catchup, in the same launch) also takes the
+ * rows of slice step mod GT_LAZY_ROWS_SWEEP (ceil(rows / GT_LAZY_ROWS_SWEEP) rows a slice), so
+ * no row waits longer than that many steps: a step's replays stay short and of like lengths.
+ * Without it a row could wait until a periodic flush (256 steps, stop 21): the longest replays
+ * then set the catch-up's time, and tiny's step grew from 1.48 ms at step 10 to 1.59 at step
+ * 210 (H200, 300 steps). The replays' total is the same either way: each row's missed steps,
+ * once. */
 #define GT_LAZY_ROWS_SWEEP 32
 
 /* Prints every arena (model, optimizer, step state, batch) and the pinned host buffers. */
