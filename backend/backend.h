@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/gemm_table.h"
 #include "core/error.h"
 #include "core/step_state.h"
 
@@ -140,6 +141,28 @@ typedef struct gt_backend_ops {
 
     /* ---- planning ---- */
     int (*plan_finish)(gt_backend *b, gt_error *err);
+
+    /* ---- GEMM algorithms (optional: NULL where the backend picks none; cuda) ---- */
+    /* Takes a copy of a table (backend/gemm_table.h) before the planning pass, which then
+     * runs the table's algorithm for each shape it lists. A table made on another device or
+     * library version is set aside with a warning on stderr (and GT_OK). */
+    int (*gemm_table_set)(gt_backend *b, const gt_gemm_table *t, gt_error *err);
+    /* The device and library version a table made here is for. */
+    void (*gemm_table_header)(gt_backend *b, gt_gemm_table *t);
+    /* The planned GEMMs: how many, and plan i's shape with the algorithm it runs, how many
+     * candidates the library offered and which of them runs (-1: the table's, none of them).
+     * gemm_plan_get returns 0 for a plan without an aligned-operand algorithm. */
+    int (*gemm_plans)(gt_backend *b);
+    int (*gemm_plan_get)(gt_backend *b, int i, gt_gemm_entry *e, int *n_cand, int *choice);
+    /* Plan i runs candidate cand from its next launch on; a graph captured before keeps the
+     * algorithm it captured. For graphtrain tune-gemm. */
+    int (*gemm_choose)(gt_backend *b, int i, int cand, gt_error *err);
+    /* Timing for graphtrain tune-gemm: from plan i's next eager launch on (i >= 0), its
+     * launches take its candidates in turn, each between two events; -1 stops. Samples start
+     * empty. gemm_tune_read, after a stream sync, adds the finished timings and gives each
+     * candidate's median in microseconds and its number of samples (GT_GEMM_CANDIDATES). */
+    int (*gemm_tune)(gt_backend *b, int i, gt_error *err);
+    int (*gemm_tune_read)(gt_backend *b, double *median_us, int *count, gt_error *err);
 
     /* ---- capture: cuda maps these to stream capture; cpu records the op sequence ---- */
     int (*begin_capture)(gt_backend *b, gt_stream *s, gt_capture_mode mode, gt_error *err);

@@ -197,6 +197,21 @@ static int load_failed(gt_error *err, const load_errors *bad) {
     return rc;
 }
 
+/* runtime.gemm_table: a relative path that is no file from the working folder is looked up in
+ * the recipes folder, so a recipe can name a table that lives beside it. Left as it is when
+ * neither exists: loading it then reports the path. */
+static void resolve_gemm_table(gt_config *cfg) {
+    char *t = cfg->runtime.gemm_table;
+    if (!t[0] || t[0] == '/' || is_file(t)) return;
+    char dir[ARGS_DIR_MAX];
+    gt_error ignored = {0};
+    if (gt_cli_recipe_dir(dir, sizeof dir, &ignored) != GT_OK) return;
+    char p[ARGS_DIR_MAX + GT_PATH_MAX + 2];
+    snprintf(p, sizeof p, "%s/%s", dir, t);
+    if (is_file(p) && strlen(p) < sizeof cfg->runtime.gemm_table)
+        snprintf(cfg->runtime.gemm_table, sizeof cfg->runtime.gemm_table, "%s", p);
+}
+
 int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, char **rest_argv,
                        int *checkable, gt_error *err) {
     const char *vals[HF_COUNT] = {0};
@@ -271,6 +286,7 @@ int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, ch
     } else if (n_bad) {
         add_error_text(&bad, first_rc, all, 1);
     }
+    resolve_gemm_table(cfg);
     /* the bad settings kept their earlier values: the rest can still be checked */
     gt_config_finalize(cfg);
     if (checkable) *checkable = 1;

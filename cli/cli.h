@@ -7,5 +7,6 @@ int gt_cmd_recipes(int argc, char **argv);
 int gt_cmd_train(int argc, char **argv);
 int gt_cmd_bench(int argc, char **argv);
 int gt_cmd_prepare_data(int argc, char **argv);
+int gt_cmd_tune_gemm(int argc, char **argv);
 
 #endif

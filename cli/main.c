@@ -30,6 +30,7 @@ static const command k_commands[] = {
     {"validate", gt_cmd_validate, "check a configuration against every rule, all at once"},
     {"recipes", gt_cmd_recipes, "list the recipes with a one-line description each"},
     {"prepare-data", gt_cmd_prepare_data, "turn text files into token shards"},
+    {"tune-gemm", gt_cmd_tune_gemm, "pick cuBLASLt's GEMM algorithms by step time (a table)"},
     {"config-reference", cmd_config_reference, "print the configuration reference (Markdown)"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])

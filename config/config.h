@@ -191,7 +191,8 @@ typedef struct gt_runtime_config {
     bool deterministic;                 /* deterministic attention backward etc. */
     int inject_nan_at_step;             /* test hook: -1 = off */
     bool debug_capture_check;           /* run one step under global-mode capture */
-    char gpu[32]; /* runtime.gpu: Bridge's -g (h100, b200...); "" = this GPU */
+    char gpu[32];                 /* runtime.gpu: Bridge's -g (h100, b200...); "" = this GPU */
+    char gemm_table[GT_PATH_MAX]; /* runtime.gemm_table: tuned GEMM algorithms; "" = none */
 } gt_runtime_config;
 
 typedef struct gt_config {

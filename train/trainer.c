@@ -40,6 +40,25 @@ static int make_backend(gt_trainer *t, gt_error *err) {
                         (int)t->cfg.runtime.device);
 }
 
+/* runtime.gemm_table: read (on every backend, so a bad file is reported anywhere) and handed
+ * to a backend that picks GEMM algorithms, before the planning pass. */
+static int set_gemm_table(gt_trainer *t, gt_error *err) {
+    const char *path = t->cfg.runtime.gemm_table;
+    if (!path[0]) return GT_OK;
+    gt_gemm_table tab;
+    int rc = gt_gemm_table_load(&tab, path, err);
+    if (rc) return rc;
+    if (t->b->ops->gemm_table_set)
+        rc = t->b->ops->gemm_table_set(t->b, &tab, err);
+    else
+        fprintf(stderr,
+                "graphtrain: note: runtime.gemm_table=%s lists cuBLASLt algorithms; the %s "
+                "backend has no GEMM algorithms to pick, so it is not used\n",
+                path, t->b->name);
+    gt_gemm_table_free(&tab);
+    return rc;
+}
+
 /* Stops a run that cannot fit before anything large is allocated. */
 static int check_fit(gt_trainer *t, gt_error *err) {
     gt_memory_plan p;
@@ -185,6 +204,7 @@ int gt_trainer_create(gt_trainer **out, const gt_config *cfg, gt_error *err) {
     t->cfg = *cfg;
     int rc = check_shapes(t, err);
     if (!rc) rc = make_backend(t, err);
+    if (!rc) rc = set_gemm_table(t, err);
     if (!rc) rc = t->b->ops->stream_create(t->b, &t->s, err);
     if (!rc) rc = check_fit(t, err);
     if (!rc) rc = gt_model_create(&t->m, &t->cfg, t->b, err);

@@ -389,11 +389,13 @@ static void cuda_describe(gt_backend *b, char *buf, size_t n) {
         snprintf(p.name, sizeof p.name, "CUDA device %d", im->device);
         p.major = p.minor = 0;
     }
+    char table[96];
+    gt_cuda_gemm_table_describe(b, table, sizeof table);
     snprintf(buf, n,
              "%s (compute capability %d.%d, %d SMs); GT_CUDA_ATTN=%s GT_CUDA_MOE=%s "
-             "GT_CUDA_PDL=%s GT_CUDA_GRAPH_MEMSET=%s",
+             "GT_CUDA_PDL=%s GT_CUDA_GRAPH_MEMSET=%s %s",
              p.name, p.major, p.minor, im->sm_count, attn[im->attn_mode], moe[im->moe_mode],
-             gt_cuda_pdl ? "on" : "off", gt_cuda_graph_fill ? "kernel" : "node");
+             gt_cuda_pdl ? "on" : "off", gt_cuda_graph_fill ? "kernel" : "node", table);
 }
 
 int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {

@@ -34,6 +34,7 @@ typedef enum {
 } gt_scratch_kind;
 
 typedef struct gt_cuda_gemm_plan gt_cuda_gemm_plan; /* cuda_matmul.c */
+typedef struct gt_cuda_gemm_tune gt_cuda_gemm_tune; /* cuda_matmul.c: tune-gemm's timing */
 
 /* Which attention kernels run (GT_CUDA_ATTN=cudnn|tc|simt when the backend is created):
  * cuDNN fused attention where it can take the shape (no dropout, T % 128 == 0), else the
@@ -87,6 +88,9 @@ typedef struct gt_cuda_impl {
     size_t lt_ws_bytes;
     gt_cuda_gemm_plan *plans;
     int n_plans, cap_plans;
+    struct gt_gemm_table *gemm_table; /* runtime.gemm_table, when made on this machine */
+    int gemm_table_used, gemm_table_refused, gemm_table_mismatch;
+    gt_cuda_gemm_tune *gemm_tune; /* NULL until graphtrain tune-gemm times a plan */
     /* scratch: one allocation carved into GT_SCRATCH_COUNT regions */
     void *scratch_base;
     size_t scratch_need[GT_SCRATCH_COUNT]; /* recorded while planning */
@@ -150,6 +154,8 @@ void gt_cuda_rope_destroy(gt_backend *b);
 int gt_cuda_matmul_init(gt_backend *b, gt_error *err);
 int gt_cuda_matmul_plan_finish(gt_backend *b, gt_error *err);
 void gt_cuda_matmul_destroy(gt_backend *b);
+/* "gemm_table=..." for describe: how many planned GEMMs run the table's algorithms */
+void gt_cuda_gemm_table_describe(gt_backend *b, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

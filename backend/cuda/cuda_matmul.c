@@ -5,14 +5,17 @@
  * column-major product out^T[N,M] = w^T... as spelled out at each op below. */
 #include <cublasLt.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/gemm_table.h"
 
 #define GT_LT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define GT_LT_ALIGN_HI 256
 #define GT_LT_ALIGN_LO 2
+#define GT_LT_CANDIDATES GT_GEMM_CANDIDATES /* heuristic answers kept for tune-gemm */
 
 typedef enum {
     GEMM_FWD = 0,      /* out bf16 = a @ w^T */
@@ -35,6 +38,23 @@ struct gt_cuda_gemm_plan {
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo[2]; /* [0] aligned, [1] any alignment */
     int has_algo[2];
+    /* the heuristic's answers for aligned operands, best first; algo[0] is cand[choice], or
+     * the table's algorithm (choice -1 when it is none of these) */
+    cublasLtMatmulAlgo_t cand[GT_LT_CANDIDATES];
+    int n_cand, choice;
+};
+
+/* graphtrain tune-gemm: one plan's launches timed by candidate (gemm_tune) */
+#define TUNE_PAIRS 256   /* event pairs in flight between two gemm_tune_read calls */
+#define TUNE_SAMPLES 512 /* timings kept per candidate */
+
+struct gt_cuda_gemm_tune {
+    int plan;      /* the plan whose launches rotate through its candidates; -1: none */
+    unsigned next; /* rotation counter */
+    cudaEvent_t ev[2 * TUNE_PAIRS];
+    int pair_cand[TUNE_PAIRS], pairs;
+    float samples[GT_LT_CANDIDATES][TUNE_SAMPLES];
+    int n_samples[GT_LT_CANDIDATES];
 };
 
 #define GT_LT_RET(b, err, call)                                                                    \
@@ -74,6 +94,17 @@ void gt_cuda_matmul_destroy(gt_backend *b) {
     }
     if (im->lt) cublasLtDestroy((cublasLtHandle_t)im->lt);
     im->lt = NULL;
+    if (im->gemm_table) {
+        gt_gemm_table_free(im->gemm_table);
+        free(im->gemm_table);
+        im->gemm_table = NULL;
+    }
+    if (im->gemm_tune) {
+        for (int i = 0; i < 2 * TUNE_PAIRS; i++)
+            cudaEventDestroy(im->gemm_tune->ev[i]);
+        free(im->gemm_tune);
+        im->gemm_tune = NULL;
+    }
 }
 
 int gt_cuda_matmul_plan_finish(gt_backend *b, gt_error *err) {
@@ -118,15 +149,58 @@ static int pick_algo(cublasLtHandle_t lt, gt_cuda_gemm_plan *p, int slot, uint32
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4; i++)
         cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &align, sizeof align);
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
+    cublasLtMatmulHeuristicResult_t res[GT_LT_CANDIDATES];
+    int want = slot == 0 ? GT_LT_CANDIDATES : 1, found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc,
-                                                       pref, 1, &res, &found);
+                                                       pref, want, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found < 1) return 0;
-    p->algo[slot] = res.algo;
+    p->algo[slot] = res[0].algo;
     p->has_algo[slot] = 1;
+    if (slot == 0) {
+        for (int i = 0; i < found && i < GT_LT_CANDIDATES; i++)
+            p->cand[i] = res[i].algo;
+        p->n_cand = found < GT_LT_CANDIDATES ? found : GT_LT_CANDIDATES;
+        p->choice = 0;
+    }
     return 1;
+}
+
+static void shape_key(const gt_cuda_gemm_plan *p, gt_gemm_shape_key *k) {
+    memset(k, 0, sizeof *k);
+    snprintf(k->kind, sizeof k->kind, "%s", gemm_names[p->kind]);
+    k->M = p->M, k->N = p->N, k->K = p->K, k->count = p->count;
+    k->sa = p->sa, k->sb = p->sb, k->sc = p->sc;
+}
+
+/* The table's algorithm for the aligned path of this shape, where the table lists the shape
+ * and cuBLASLt accepts the algorithm; otherwise the heuristic's stays, with a warning. */
+static void apply_table(gt_cuda_impl *im, gt_cuda_gemm_plan *p) {
+    if (!im->gemm_table) return;
+    gt_gemm_shape_key k;
+    shape_key(p, &k);
+    const gt_gemm_entry *e = gt_gemm_table_find(im->gemm_table, &k);
+    if (!e) return;
+    cublasLtMatmulAlgo_t a;
+    memcpy(a.data, e->algo, sizeof a.data);
+    cublasLtMatmulHeuristicResult_t r;
+    memset(&r, 0, sizeof r);
+    cublasStatus_t st = cublasLtMatmulAlgoCheck((cublasLtHandle_t)im->lt, p->desc, p->la, p->lb,
+                                                p->lc, p->lc, &a, &r);
+    if (st != CUBLAS_STATUS_SUCCESS || r.workspaceSize > GT_LT_WORKSPACE_BYTES) {
+        fprintf(stderr,
+                "graphtrain: warning: runtime.gemm_table: cuBLASLt refuses the table's algorithm "
+                "for %s M=%d N=%d K=%d batch=%d (status %d, workspace %zu bytes); that GEMM "
+                "runs the heuristic's choice (make the table again with graphtrain tune-gemm)\n",
+                k.kind, k.M, k.N, k.K, k.count, (int)st, r.workspaceSize);
+        im->gemm_table_refused++;
+        return;
+    }
+    p->algo[0] = a;
+    p->choice = -1;
+    for (int i = 0; i < p->n_cand; i++)
+        if (memcmp(&p->cand[i], &a, sizeof a) == 0) p->choice = i;
+    im->gemm_table_used++;
 }
 
 /* Column-major problem: D[m,n] = op(A)[m,k] @ op(B)[k,n] (+ beta C). */
@@ -184,6 +258,7 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
     cublasLtHandle_t lt = (cublasLtHandle_t)im->lt;
     int hi = pick_algo(lt, p, 0, GT_LT_ALIGN_HI);
     int lo = pick_algo(lt, p, 1, GT_LT_ALIGN_LO);
+    if (hi) apply_table(im, p);
     return hi || lo;
 }
 
@@ -223,6 +298,32 @@ static gt_cuda_gemm_plan *plan_get(gt_backend *b, const gemm_shape *g) {
     }
     im->n_plans++;
     return p;
+}
+
+/* ---- timing candidates inside eager steps (graphtrain tune-gemm) ---- */
+
+/* The candidate this launch of plan p runs while p is being timed (events around it), else
+ * -1. */
+static int tune_begin_launch(gt_cuda_impl *im, const gt_cuda_gemm_plan *p, int slot,
+                             cudaStream_t cs) {
+    gt_cuda_gemm_tune *t = im->gemm_tune;
+    if (!t || t->plan < 0 || &im->plans[t->plan] != p || slot != 0 || t->pairs == TUNE_PAIRS)
+        return -1;
+    int c = (int)(t->next++ % (unsigned)p->n_cand);
+    if (cudaEventRecord(t->ev[2 * t->pairs], cs) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    t->pair_cand[t->pairs] = c;
+    return c;
+}
+
+static void tune_end_launch(gt_cuda_impl *im, cudaStream_t cs) {
+    gt_cuda_gemm_tune *t = im->gemm_tune;
+    if (cudaEventRecord(t->ev[2 * t->pairs + 1], cs) != cudaSuccess)
+        cudaGetLastError();
+    else
+        t->pairs++;
 }
 
 static uintptr_t align_of(uintptr_t acc, const void *p) {
@@ -265,9 +366,13 @@ static void gemm_launch(gt_backend *b, gt_stream *s, const gemm_shape *g, const 
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                        sizeof bias);
     float alpha = 1.0f;
-    cublasStatus_t st = cublasLtMatmul((cublasLtHandle_t)im->lt, p->desc, &alpha, A, p->la, B,
-                                       p->lb, &beta, C, p->lc, D, p->lc, &p->algo[slot], im->lt_ws,
-                                       im->lt_ws_bytes, gt_cuda_stream(s));
+    cudaStream_t cs = gt_cuda_stream(s);
+    int tuned = s && !s->capturing ? tune_begin_launch(im, p, slot, cs) : -1;
+    const cublasLtMatmulAlgo_t *algo = tuned >= 0 ? &p->cand[tuned] : &p->algo[slot];
+    cublasStatus_t st =
+        cublasLtMatmul((cublasLtHandle_t)im->lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C,
+                       p->lc, D, p->lc, algo, im->lt_ws, im->lt_ws_bytes, cs);
+    if (tuned >= 0) tune_end_launch(im, cs);
     if (st != CUBLAS_STATUS_SUCCESS)
         gt_backend_fail(b, GT_ERR_DEVICE,
                         "cublasLtMatmul (%s M=%d N=%d K=%d, batch of %d) failed: status %d",
@@ -339,7 +444,168 @@ static void cuda_matmul_bwd_weight_batched(gt_backend *b, gt_stream *s, float *d
     gemm_launch(b, s, &g, a, dout, dw, dw, NULL, accumulate ? 1.0f : 0.0f);
 }
 
+/* ---- the algorithm table and graphtrain tune-gemm ---- */
+
+static void table_header(gt_backend *b, gt_gemm_table *t) {
+    gt_cuda_impl *im = b->impl;
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, im->device) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(prop.name, sizeof prop.name, "CUDA device %d", im->device);
+    }
+    snprintf(t->device, sizeof t->device, "%s (%d SMs)", prop.name, im->sm_count);
+    t->cublaslt = (long)cublasLtGetVersion();
+}
+
+static int cuda_gemm_table_set(gt_backend *b, const gt_gemm_table *t, gt_error *err) {
+    gt_cuda_impl *im = b->impl;
+    if (im->n_plans)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "runtime.gemm_table: set after %d GEMMs were planned; set it before "
+                            "the planning pass",
+                            im->n_plans);
+    gt_gemm_table here = {0};
+    table_header(b, &here);
+    if (strcmp(here.device, t->device) != 0 || here.cublaslt != t->cublaslt) {
+        fprintf(stderr,
+                "graphtrain: warning: runtime.gemm_table was made on %s with cuBLASLt %ld; this "
+                "is %s with cuBLASLt %ld, where its algorithms may differ or not exist: every "
+                "GEMM runs cuBLASLt's heuristic choice (make a table for this machine with "
+                "graphtrain tune-gemm)\n",
+                t->device, t->cublaslt, here.device, here.cublaslt);
+        im->gemm_table_mismatch = 1;
+        return GT_OK;
+    }
+    gt_gemm_table *copy = calloc(1, sizeof *copy);
+    if (!copy) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory for the GEMM table");
+    *copy = *t;
+    copy->e = NULL;
+    copy->n = 0;
+    for (int i = 0; i < t->n; i++)
+        if (gt_gemm_table_put(copy, &t->e[i], err) != GT_OK) {
+            gt_gemm_table_free(copy);
+            free(copy);
+            return GT_ERR_NOMEM;
+        }
+    if (im->gemm_table) {
+        gt_gemm_table_free(im->gemm_table);
+        free(im->gemm_table);
+    }
+    im->gemm_table = copy;
+    return GT_OK;
+}
+
+static int cuda_gemm_plans(gt_backend *b) {
+    return ((gt_cuda_impl *)b->impl)->n_plans;
+}
+
+static int cuda_gemm_plan_get(gt_backend *b, int i, gt_gemm_entry *e, int *n_cand, int *choice) {
+    gt_cuda_impl *im = b->impl;
+    if (i < 0 || i >= im->n_plans) return 0;
+    gt_cuda_gemm_plan *p = &im->plans[i];
+    memset(e, 0, sizeof *e);
+    shape_key(p, &e->key);
+    memcpy(e->algo, p->algo[0].data, sizeof e->algo);
+    if (n_cand) *n_cand = p->n_cand;
+    if (choice) *choice = p->choice;
+    return p->has_algo[0];
+}
+
+static int cuda_gemm_choose(gt_backend *b, int i, int cand, gt_error *err) {
+    gt_cuda_impl *im = b->impl;
+    if (i < 0 || i >= im->n_plans || cand < 0 || cand >= im->plans[i].n_cand)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "gemm_choose: plan %d candidate %d does not exist (%d plans)", i, cand,
+                            im->n_plans);
+    gt_cuda_gemm_plan *p = &im->plans[i];
+    p->algo[0] = p->cand[cand];
+    p->choice = cand;
+    return GT_OK;
+}
+
+static int cuda_gemm_tune(gt_backend *b, int plan, gt_error *err) {
+    gt_cuda_impl *im = b->impl;
+    if (plan >= im->n_plans || plan < -1)
+        return gt_error_set(err, GT_ERR_INVALID, "gemm_tune: plan %d does not exist (%d plans)",
+                            plan, im->n_plans);
+    gt_cuda_gemm_tune *t = im->gemm_tune;
+    if (!t && plan >= 0) {
+        t = calloc(1, sizeof *t);
+        if (!t) return gt_error_set(err, GT_ERR_NOMEM, "gemm_tune: out of host memory");
+        for (int i = 0; i < 2 * TUNE_PAIRS; i++)
+            if (cudaEventCreate(&t->ev[i]) != cudaSuccess) {
+                cudaGetLastError();
+                for (int j = 0; j < i; j++)
+                    cudaEventDestroy(t->ev[j]);
+                free(t);
+                return gt_error_set(err, GT_ERR_DEVICE, "gemm_tune: cudaEventCreate failed");
+            }
+        im->gemm_tune = t;
+    }
+    if (!t) return GT_OK;
+    t->plan = plan;
+    t->next = 0;
+    t->pairs = 0;
+    memset(t->n_samples, 0, sizeof t->n_samples);
+    return GT_OK;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static int cuda_gemm_tune_read(gt_backend *b, double *median_us, int *count, gt_error *err) {
+    gt_cuda_impl *im = b->impl;
+    gt_cuda_gemm_tune *t = im->gemm_tune;
+    if (!t || t->plan < 0)
+        return gt_error_set(err, GT_ERR_INVALID, "gemm_tune_read: no plan is being timed");
+    for (int i = 0; i < t->pairs; i++) {
+        float ms = 0;
+        cudaError_t e = cudaEventElapsedTime(&ms, t->ev[2 * i], t->ev[2 * i + 1]);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return gt_error_set(err, GT_ERR_DEVICE,
+                                "gemm_tune_read: %s (synchronize the stream first)",
+                                cudaGetErrorString(e));
+        }
+        int c = t->pair_cand[i];
+        if (t->n_samples[c] < TUNE_SAMPLES) t->samples[c][t->n_samples[c]++] = ms * 1000.0f;
+    }
+    t->pairs = 0;
+    int n_cand = im->plans[t->plan].n_cand;
+    for (int c = 0; c < GT_LT_CANDIDATES; c++) {
+        int n = c < n_cand ? t->n_samples[c] : 0;
+        count[c] = n;
+        median_us[c] = 0;
+        if (!n) continue;
+        float sorted[TUNE_SAMPLES];
+        memcpy(sorted, t->samples[c], (size_t)n * sizeof sorted[0]);
+        qsort(sorted, (size_t)n, sizeof sorted[0], cmp_float);
+        median_us[c] = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    }
+    return GT_OK;
+}
+
+void gt_cuda_gemm_table_describe(gt_backend *b, char *buf, size_t n) {
+    gt_cuda_impl *im = b->impl;
+    if (im->gemm_table_mismatch)
+        snprintf(buf, n, "gemm_table=not for this machine (heuristic)");
+    else if (!im->gemm_table)
+        snprintf(buf, n, "gemm_table=none (heuristic)");
+    else
+        snprintf(buf, n, "gemm_table=%d of %d GEMMs%s", im->gemm_table_used, im->n_plans,
+                 im->gemm_table_refused ? " (some refused)" : "");
+}
+
 void gt_cuda_register_matmul_ops(gt_backend_ops *ops) {
+    ops->gemm_table_set = cuda_gemm_table_set;
+    ops->gemm_table_header = table_header;
+    ops->gemm_plans = cuda_gemm_plans;
+    ops->gemm_plan_get = cuda_gemm_plan_get;
+    ops->gemm_choose = cuda_gemm_choose;
+    ops->gemm_tune = cuda_gemm_tune;
+    ops->gemm_tune_read = cuda_gemm_tune_read;
     ops->matmul_fwd = cuda_matmul_fwd;
     ops->matmul_bwd_data = cuda_matmul_bwd_data;
     ops->matmul_bwd_weight = cuda_matmul_bwd_weight;
