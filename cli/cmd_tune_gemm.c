@@ -232,9 +232,10 @@ static int run(gt_config *cfg, const tune_args *a, const char *cmdline, gt_error
         if (gmtime_r(&now, &tmv)) strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M UTC", &tmv);
         snprintf(what, sizeof what,
                  "graphtrain GEMM algorithm table: set runtime.gemm_table to this file.\n"
-                 "made by: %s\nat %s; the changed algorithms took %.0f us off the GEMMs of an "
-                 "eager step by their medians (eager step %.3f ms before, %.3f ms after)",
-                 cmdline, stamp, saved, first, last);
+                 "made by: %s (samples %d, min-gain %g%%)\nat %s; the changed algorithms took "
+                 "%.0f us off the GEMMs of an eager step by their medians (eager step %.3f ms "
+                 "before, %.3f ms after)",
+                 cmdline, a->samples, a->min_gain, stamp, saved, first, last);
         rc = write_table(t, a, what, err);
         if (!rc)
             printf("the changed algorithms: %.0f us a step less by their medians; eager step "
