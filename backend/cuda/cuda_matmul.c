@@ -481,12 +481,14 @@ static int cuda_gemm_table_set(gt_backend *b, const gt_gemm_table *t, gt_error *
     *copy = *t;
     copy->e = NULL;
     copy->n = 0;
-    for (int i = 0; i < t->n; i++)
-        if (gt_gemm_table_put(copy, &t->e[i], err) != GT_OK) {
+    for (int i = 0; i < t->n; i++) {
+        int rc = gt_gemm_table_put(copy, &t->e[i], err);
+        if (rc != GT_OK) {
             gt_gemm_table_free(copy);
             free(copy);
-            return GT_ERR_NOMEM;
+            return rc;
         }
+    }
     if (im->gemm_table) {
         gt_gemm_table_free(im->gemm_table);
         free(im->gemm_table);
