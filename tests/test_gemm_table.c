@@ -1,6 +1,7 @@
 /* GEMM algorithm tables (runtime.gemm_table): the text format round-trips, every bad line of
  * a file is reported at once with its line, unreadable files are refused by name, a relative
- * path is found in the recipes folder, and the CPU backend reads a table but uses nothing. */
+ * path is found in the recipes folder, the CPU backend reads a table but uses nothing, and
+ * tune-gemm refuses what it cannot run. */
 #include "testlib.h"
 
 #include <stdio.h>
@@ -199,6 +200,39 @@ static void test_the_cpu_trainer_reads_a_table_and_uses_none(void **state) {
     gt_trainer_destroy(t);
 }
 
+/* graphtrain tune-gemm refuses bad flags and a backend without cuBLASLt, writing nothing. */
+static void test_tune_gemm_refuses_bad_input_and_writes_nothing(void **state) {
+    (void)state;
+    enum { OUT = 64 * 1024 };
+    char *out = malloc(OUT);
+    char dir[512], recipes[600], args[1400];
+    setenv("GT_RECIPE_DIR", gt_test_source_path("recipes", recipes, sizeof recipes), 1);
+    assert_int_equal(gt_test_run("tune-gemm --help", out, OUT), 0);
+    assert_non_null(strstr(out, "runtime.gemm_table=FILE"));
+    assert_int_equal(gt_test_run("tune-gemm --recipe tiny", out, OUT), 2);
+    assert_non_null(strstr(out, "--out FILE is required"));
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(args, sizeof args, "tune-gemm --recipe tiny --out %s/t.gemm --samples 2", dir);
+    assert_int_equal(gt_test_run(args, out, OUT), 2);
+    assert_non_null(strstr(out, "--samples needs a whole number from 3 to 500, got '2'"));
+    snprintf(args, sizeof args, "tune-gemm --recipe tiny --out %s/t.gemm --min-gain x", dir);
+    assert_int_equal(gt_test_run(args, out, OUT), 2);
+    assert_non_null(strstr(out, "--min-gain needs a percentage"));
+    snprintf(args, sizeof args,
+             "tune-gemm --recipe tiny --out %s/t.gemm runtime.device=cpu model.num_layers=1 "
+             "model.hidden_size=32 model.num_attention_heads=2 model.num_query_groups=2 "
+             "model.ffn_hidden_size=64 model.vocab_size=64 model.seq_length=16",
+             dir);
+    assert_int_equal(gt_test_run(args, out, OUT), 1);
+    assert_non_null(strstr(out, "needs the CUDA backend"));
+    assert_non_null(strstr(out, "nothing was written"));
+    snprintf(args, sizeof args, "%s/t.gemm", dir);
+    FILE *f = fopen(args, "r");
+    assert_null(f);
+    unsetenv("GT_RECIPE_DIR");
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_table_round_trips_through_its_text),
@@ -206,6 +240,7 @@ int main(void) {
         cmocka_unit_test(test_unreadable_files_are_refused_by_name),
         cmocka_unit_test(test_a_relative_table_is_found_in_the_recipes_folder),
         cmocka_unit_test(test_the_cpu_trainer_reads_a_table_and_uses_none),
+        cmocka_unit_test(test_tune_gemm_refuses_bad_input_and_writes_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
