@@ -43,6 +43,10 @@ fi
 gcc -std=c11 -O2 -Wall -Wextra scripts/gemm_sweep/gemm_sweep.c -I"$CUDA_ROOT/include" \
   -L"$CUDA_ROOT/lib64" -L"$CUDA_ROOT/lib" -lcublasLt -lcudart -o "$RUN/gemm_sweep" ||
   echo "gpu-build: gemm_sweep did not build (cuBLASLt not under $CUDA_ROOT); the rest is staged" >&2
+# the variants of those algorithms beyond the heuristic's 8 (scripts/gemm_sweep/gemm_variants.c)
+gcc -std=c11 -O2 -Wall -Wextra scripts/gemm_sweep/gemm_variants.c -I"$CUDA_ROOT/include" \
+  -L"$CUDA_ROOT/lib64" -L"$CUDA_ROOT/lib" -lcublasLt -lcudart -o "$RUN/gemm_variants" ||
+  echo "gpu-build: gemm_variants did not build (cuBLASLt not under $CUDA_ROOT); the rest is staged" >&2
 # the backend's warpgroup-MMA grouped GEMMs run as dense GEMMs against cuBLASLt, per GEMM shape
 # of a workload (scripts/gemm_sweep/own_vs_lt.cu): where graphtrain's own GEMMs stand
 nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I. scripts/gemm_sweep/own_vs_lt.cu \
