@@ -19,30 +19,12 @@
 
 static const char *const kind_names[] = {"fwd", "bwd_data", "bwd_weight"};
 
-static void *dev_random(size_t bytes, uint32_t seed) {
-    uint16_t *h = malloc(bytes);
-    void *d = NULL;
-    if (!h || cudaMalloc(&d, bytes) != cudaSuccess) {
-        fprintf(stderr, "gemm_sweep: out of memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    for (size_t i = 0; i < bytes / 2; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        /* bf16 in [-1, 1): sign, exponent 120..126, random mantissa */
-        h[i] = (uint16_t)(((seed >> 31) << 15) | ((120u + (seed >> 24) % 7u) << 7) |
-                          ((seed >> 8) & 0x7fu));
-    }
-    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-    free(h);
-    return d;
-}
-
 static void sweep(cublasLtHandle_t lt, void *ws, int kind, int M, int N, int K) {
     lt_problem p;
     cublasLtMatmulHeuristicResult_t res[MAX_ALGOS];
     int found = lt_problem_build(lt, &p, kind, M, N, K, WS_BYTES, res, MAX_ALGOS);
-    void *A = dev_random(p.a_elems * 2, 1), *B = dev_random(p.b_elems * 2, 2);
-    void *C = dev_random(p.c_elems * (p.c_fp32 ? 4 : 2), 3);
+    void *A = lt_dev_random(p.a_elems * 2, 1), *B = lt_dev_random(p.b_elems * 2, 2);
+    void *C = lt_dev_random(p.c_elems * (p.c_fp32 ? 4 : 2), 3);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);

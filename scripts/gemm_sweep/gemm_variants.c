@@ -32,24 +32,26 @@ typedef struct cfg {
 static cfg read_cfg(const cublasLtMatmulAlgo_t *a) {
     cfg c;
     memset(&c, 0, sizeof c);
-    size_t w;
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_ID, &c.id, sizeof c.id, &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof c.tile,
-                                         &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages,
-                                         sizeof c.stages, &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c.splitk,
-                                         sizeof c.splitk, &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &c.reduction,
-                                         sizeof c.reduction, &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &c.swizzle,
-                                         sizeof c.swizzle, &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &c.custom,
-                                         sizeof c.custom, &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &c.inner,
-                                         sizeof c.inner, &w);
-    cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c.cluster,
-                                         sizeof c.cluster, &w);
+    const struct {
+        cublasLtMatmulAlgoConfigAttributes_t attr;
+        void *field;
+        size_t size;
+    } fields[] = {
+        {CUBLASLT_ALGO_CONFIG_ID, &c.id, sizeof c.id},
+        {CUBLASLT_ALGO_CONFIG_TILE_ID, &c.tile, sizeof c.tile},
+        {CUBLASLT_ALGO_CONFIG_STAGES_ID, &c.stages, sizeof c.stages},
+        {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c.splitk, sizeof c.splitk},
+        {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &c.reduction, sizeof c.reduction},
+        {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &c.swizzle, sizeof c.swizzle},
+        {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &c.custom, sizeof c.custom},
+        {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &c.inner, sizeof c.inner},
+        {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &c.cluster, sizeof c.cluster},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        size_t w = 0;
+        cublasLtMatmulAlgoConfigGetAttribute(a, fields[i].attr, fields[i].field, fields[i].size,
+                                             &w);
+    }
     return c;
 }
 
@@ -57,23 +59,6 @@ static void print_cfg(const cfg *c) {
     printf("id %3d tile %3u stages %3u splitk %d red %u swz %u custom %u inner %u cluster %u",
            c->id, c->tile, c->stages, c->splitk, c->reduction, c->swizzle, c->custom, c->inner,
            c->cluster);
-}
-
-static void *dev_random(size_t bytes, uint32_t seed) {
-    uint16_t *h = malloc(bytes);
-    void *d = NULL;
-    if (!h || cudaMalloc(&d, bytes) != cudaSuccess) {
-        fprintf(stderr, "gemm_variants: out of memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    for (size_t i = 0; i < bytes / 2; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        h[i] = (uint16_t)(((seed >> 31) << 15) | ((120u + (seed >> 24) % 7u) << 7) |
-                          ((seed >> 8) & 0x7fu));
-    }
-    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
-    free(h);
-    return d;
 }
 
 typedef struct run_ctx {
@@ -120,9 +105,9 @@ static void sweep(cublasLtHandle_t lt, void *ws, int kind, int M, int N, int K, 
     int found = lt_problem_build(lt, &p, kind, M, N, K, WS_BYTES, res, HEUR);
     run_ctx r = {lt,
                  &p,
-                 dev_random(p.a_elems * 2, 1),
-                 dev_random(p.b_elems * 2, 2),
-                 dev_random(p.c_elems * (p.c_fp32 ? 4 : 2), 3),
+                 lt_dev_random(p.a_elems * 2, 1),
+                 lt_dev_random(p.b_elems * 2, 2),
+                 lt_dev_random(p.c_elems * (p.c_fp32 ? 4 : 2), 3),
                  ws,
                  kind == LT_BWD_WEIGHT ? 1.0f : 0.0f,
                  NULL,

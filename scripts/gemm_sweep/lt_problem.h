@@ -7,8 +7,11 @@
 #define GT_SCRIPTS_GEMM_SWEEP_LT_PROBLEM_H
 
 #include <cublasLt.h>
+#include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 enum { LT_FWD, LT_BWD_DATA, LT_BWD_WEIGHT };
 
@@ -72,6 +75,26 @@ static inline int lt_problem_build(cublasLtHandle_t lt, lt_problem *p, int kind,
                                    int K, size_t ws_bytes, cublasLtMatmulHeuristicResult_t *res,
                                    int want) {
     return lt_problem_build_batched(lt, p, kind, M, N, K, 1, ws_bytes, res, want);
+}
+
+/* bytes of random bf16 values in [-1, 1) on the device, from an LCG seeded with seed: sign,
+ * exponent 120..126, random mantissa; exits with a message when the memory is not there */
+static inline void *lt_dev_random(size_t bytes, uint32_t seed) {
+    uint16_t *h = (uint16_t *)malloc(bytes);
+    void *d = NULL;
+    if (!h || cudaMalloc(&d, bytes) != cudaSuccess) {
+        fprintf(stderr, "gemm tool: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    for (size_t i = 0; i < bytes / 2; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        /* bf16 in [-1, 1): sign, exponent 120..126, random mantissa */
+        h[i] = (uint16_t)(((seed >> 31) << 15) | ((120u + (seed >> 24) % 7u) << 7) |
+                          ((seed >> 8) & 0x7fu));
+    }
+    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    free(h);
+    return d;
 }
 
 static inline void lt_problem_destroy(lt_problem *p) {

@@ -80,16 +80,27 @@ static void with_table(const gt_gemm_table *t, const float *ha, const float *hw,
     gt_backend_destroy(b);
 }
 
+/* Random operands on the env's backend, the one GEMM planned; its plan's entry, candidates and
+ * choice. */
+static gemm_bufs planned_gemm(gpu_env *e, float **ha, float **hw, gt_gemm_entry *ent, int *n_cand,
+                              int *choice) {
+    gt_backend *b = e->gpu;
+    *ha = rand_vec(e, (size_t)GM * GK, 1.0f);
+    *hw = rand_vec(e, (size_t)GN * GK, 0.1f);
+    gemm_bufs g = upload(b, e->gs, *ha, *hw);
+    plan_gemm(b, e->gs, &g);
+    assert_int_equal(b->ops->gemm_plans(b), 1);
+    assert_true(b->ops->gemm_plan_get(b, 0, ent, n_cand, choice));
+    return g;
+}
+
 static void test_a_table_makes_a_fresh_backend_run_its_algorithm(void **state) {
     gpu_env *e = *state;
     gt_backend *b = e->gpu;
-    float *ha = rand_vec(e, (size_t)GM * GK, 1.0f), *hw = rand_vec(e, (size_t)GN * GK, 0.1f);
-    gemm_bufs g = upload(b, e->gs, ha, hw);
-    plan_gemm(b, e->gs, &g);
+    float *ha = NULL, *hw = NULL;
     gt_gemm_entry ent;
     int n_cand = 0, choice = -2;
-    assert_int_equal(b->ops->gemm_plans(b), 1);
-    assert_true(b->ops->gemm_plan_get(b, 0, &ent, &n_cand, &choice));
+    gemm_bufs g = planned_gemm(e, &ha, &hw, &ent, &n_cand, &choice);
     assert_string_equal(ent.key.kind, "matmul_fwd");
     assert_int_equal(ent.key.M, GM);
     assert_int_equal(choice, 0);
@@ -144,12 +155,10 @@ static void test_a_table_makes_a_fresh_backend_run_its_algorithm(void **state) {
 static void test_tuning_times_every_candidate(void **state) {
     gpu_env *e = *state;
     gt_backend *b = e->gpu;
-    float *ha = rand_vec(e, (size_t)GM * GK, 1.0f), *hw = rand_vec(e, (size_t)GN * GK, 0.1f);
-    gemm_bufs g = upload(b, e->gs, ha, hw);
-    plan_gemm(b, e->gs, &g);
+    float *ha = NULL, *hw = NULL;
     gt_gemm_entry ent;
     int n_cand = 0, choice = 0;
-    assert_true(b->ops->gemm_plan_get(b, 0, &ent, &n_cand, &choice));
+    gemm_bufs g = planned_gemm(e, &ha, &hw, &ent, &n_cand, &choice);
     gt_error err = {0};
     assert_int_equal(b->ops->gemm_tune_read(b, NULL, NULL, &err), GT_ERR_INVALID);
     assert_int_equal(b->ops->gemm_tune(b, 5, &err), GT_ERR_INVALID);
