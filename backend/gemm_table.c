@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/read_file.h"
+
 #define LINE_MAX_CHARS 1024
-#define FILE_MAX_BYTES ((long)16 << 20)
+#define FILE_MAX_BYTES ((size_t)16 << 20)
 
 /* Problems of one file, gathered so every bad line is reported at once. */
 typedef struct problems {
@@ -284,44 +286,26 @@ int gt_gemm_table_parse(gt_gemm_table *t, const char *text, const char *name, gt
 
 int gt_gemm_table_load(gt_gemm_table *t, const char *path, gt_error *err) {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return gt_error_set(err, GT_ERR_IO,
-                            "runtime.gemm_table: cannot open '%s': %s; give the path of a table "
-                            "written by graphtrain tune-gemm, or set runtime.gemm_table= to use "
-                            "cuBLASLt's heuristic",
-                            path, strerror(errno));
     char *text = NULL;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size < 0 || size > FILE_MAX_BYTES || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return gt_error_set(err, GT_ERR_IO,
-                            "runtime.gemm_table: '%s' is not a readable file of at most %ld "
-                            "bytes",
-                            path, FILE_MAX_BYTES);
+    size_t size = 0;
+    int rc = gt_read_file(path, FILE_MAX_BYTES, &text, &size, err);
+    if (rc) {
+        char why[GT_ERROR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return gt_error_set(err, rc,
+                            "runtime.gemm_table: %s; give the path of a table written by "
+                            "graphtrain tune-gemm, or set runtime.gemm_table= to use cuBLASLt's "
+                            "heuristic",
+                            why);
     }
-    text = malloc((size_t)size + 1);
-    if (!text) {
-        fclose(f);
-        return gt_error_set(err, GT_ERR_NOMEM, "out of host memory reading '%s'", path);
-    }
-    size_t got = fread(text, 1, (size_t)size, f);
-    int rd_err = ferror(f);
-    fclose(f);
-    if (rd_err || got != (size_t)size) {
-        free(text);
-        return gt_error_set(err, GT_ERR_IO, "runtime.gemm_table: reading '%s' failed", path);
-    }
-    text[size] = '\0';
-    if (memchr(text, '\0', (size_t)size)) {
+    if (memchr(text, '\0', size)) {
         free(text);
         return gt_error_set(err, GT_ERR_INVALID,
                             "runtime.gemm_table: '%s' holds NUL bytes: it is not a GEMM table "
                             "(text written by graphtrain tune-gemm)",
                             path);
     }
-    int rc = gt_gemm_table_parse(t, text, path, err);
+    rc = gt_gemm_table_parse(t, text, path, err);
     free(text);
     if (rc) gt_error_wrap(err, "runtime.gemm_table: ");
     return rc;

@@ -175,23 +175,14 @@ static int write_table(gt_trainer *t, const tune_args *a, const char *what, gt_e
         gt_gemm_entry e;
         if (b->ops->gemm_plan_get(b, i, &e, NULL, NULL)) rc = gt_gemm_table_put(&tab, &e, err);
     }
-    char *text = NULL;
-    size_t len = 0;
-    FILE *mem = rc ? NULL : open_memstream(&text, &len);
-    if (!rc && !mem) rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
-    if (mem) {
-        int bad = gt_gemm_table_write(&tab, what, mem);
-        fclose(mem);
-        if (bad) rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
-    }
     gt_atomic_file af;
     if (!rc) rc = gt_atomic_open(&af, a->out, err);
     if (!rc) {
-        rc = gt_atomic_write(&af, text, len, err);
+        if (gt_gemm_table_write(&tab, what, af.f))
+            rc = gt_error_set(err, GT_ERR_IO, "writing %s failed (disk full?)", a->out);
         if (!rc) rc = gt_atomic_commit(&af, err);
         gt_atomic_abort(&af);
     }
-    free(text);
     gt_gemm_table_free(&tab);
     return rc;
 }

@@ -4,6 +4,8 @@
  * so tokens become plain byte strings and encoding shares tokenizer.c's merge loop. */
 #include "train/tokenizer_internal.h"
 
+#include "core/read_file.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,34 +25,6 @@ static void byte_decoder(int dec[512]) {
         else
             dec[256 + n++] = b;
     }
-}
-
-static int read_file(const char *path, char **buf, size_t *n, gt_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return gt_error_set(err, GT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, used = 0;
-    char *b = malloc(cap + 1);
-    while (b) {
-        size_t got = fread(b + used, 1, cap - used, f);
-        used += got;
-        if (used < cap) break;
-        if (cap >= GT_GPT2_MAX_FILE) {
-            free(b);
-            fclose(f);
-            return gt_error_set(err, GT_ERR_INVALID, "%s is larger than %u MiB", path,
-                                GT_GPT2_MAX_FILE >> 20);
-        }
-        cap *= 2;
-        char *nb = realloc(b, cap + 1);
-        if (!nb) free(b);
-        b = nb;
-    }
-    fclose(f);
-    if (!b) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory reading %s", path);
-    b[used] = '\0';
-    *buf = b;
-    *n = used;
-    return GT_OK;
 }
 
 /* Decodes UTF-8 text in the byte-to-unicode alphabet into bytes; returns the byte count or
@@ -174,7 +148,7 @@ static int line_of(const char *buf, const char *p) {
 static int load_encoder(gt_tokenizer *tk, const char *path, const int dec[512], gt_error *err) {
     char *buf = NULL;
     size_t n = 0;
-    int rc = read_file(path, &buf, &n, err);
+    int rc = gt_read_file(path, GT_GPT2_MAX_FILE, &buf, &n, err);
     if (rc) return rc;
     const char *p = buf, *end = buf + n;
     unsigned char *str = malloc(n * 4 + 4), *bytes = malloc(n + 1);
@@ -328,7 +302,7 @@ static int bytes_map_find(const bytes_map *m, const gt_tokenizer *tk, const unsi
 static int load_merges(gt_tokenizer *tk, const char *path, const int dec[512], gt_error *err) {
     char *buf = NULL;
     size_t n = 0;
-    int rc = read_file(path, &buf, &n, err);
+    int rc = gt_read_file(path, GT_GPT2_MAX_FILE, &buf, &n, err);
     if (rc) return rc;
     bytes_map map = {0};
     unsigned char *joined = malloc(n + 1);
