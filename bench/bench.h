@@ -123,7 +123,4 @@ int gt_bench_svg_path_check(const char *path, gt_error *err);
 #define GT_PARITY_TOKENS_MAGIC 0x4b545447u /* "GTTK" read as a little-endian u32 */
 int gt_bench_parity(const gt_config *cfg, const char *dir, int steps, gt_error *err);
 
-/* Median of n values (the array is sorted in place). */
-double gt_bench_median(double *v, int n);
-
 #endif

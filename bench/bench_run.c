@@ -14,6 +14,7 @@
 
 #include "bench/bench.h"
 #include "config/rules.h"
+#include "core/median.h"
 #include "graphs/graphs.h"
 #include "train/trainer.h"
 
@@ -21,17 +22,6 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double gt_bench_median(double *v, int n) {
-    if (n <= 0) return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Steps before the bench warmup: the runner's eager warmup steps plus the capture step. */
@@ -71,7 +61,7 @@ static void finish_timing(gt_bench_result *r, double *ms, const gt_bench_workloa
         if (ms[i] > r->max_ms) r->max_ms = ms[i];
     }
     r->mean_ms = sum / r->timed;
-    r->median_ms = gt_bench_median(ms, r->timed);
+    r->median_ms = gt_median(ms, r->timed);
     if (r->median_ms > 0) {
         r->tokens_per_s = w->tokens_per_step / (r->median_ms * 1e-3);
         r->tflops = w->flops_per_step / (r->median_ms * 1e-3) / 1e12;

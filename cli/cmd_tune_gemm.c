@@ -22,6 +22,7 @@
 #include "cli/cli.h"
 #include "config/keys.h"
 #include "config/rules.h"
+#include "core/median.h"
 #include "train/atomic_file.h"
 #include "train/trainer.h"
 
@@ -90,11 +91,6 @@ static int parse_rest(int argc, char **argv, tune_args *a, gt_error *err) {
     return GT_OK;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median wall time of n eager steps, for the report. */
 static int step_median(gt_trainer *t, double *ms, gt_error *err) {
     double v[TUNE_STEP_SAMPLES];
@@ -104,8 +100,7 @@ static int step_median(gt_trainer *t, double *ms, gt_error *err) {
         if (rc) return rc;
         v[i] = st.ms;
     }
-    qsort(v, TUNE_STEP_SAMPLES, sizeof v[0], cmp_double);
-    *ms = 0.5 * (v[TUNE_STEP_SAMPLES / 2 - 1] + v[TUNE_STEP_SAMPLES / 2]);
+    *ms = gt_median(v, TUNE_STEP_SAMPLES);
     return GT_OK;
 }
 

@@ -10,6 +10,7 @@
 #include "bench/bench.h"
 #include "bench/weights_io.h"
 #include "config/keys.h"
+#include "core/median.h"
 #include "testlib.h"
 
 #define TINY_ARGS                                                                                  \
@@ -529,9 +530,9 @@ static void test_workload_flops_follow_the_workloads_formula(void **state) {
 static void test_median_of_odd_and_even_counts(void **state) {
     (void)state;
     double a[] = {5, 1, 3};
-    assert_true(gt_bench_median(a, 3) == 3);
+    assert_true(gt_median(a, 3) == 3);
     double b[] = {4, 1, 3, 2};
-    assert_true(gt_bench_median(b, 4) == 2.5);
+    assert_true(gt_median(b, 4) == 2.5);
 }
 
 int main(void) {

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/gemm_table.h"
+#include "core/median.h"
 
 #define GT_LT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define GT_LT_ALIGN_HI 256
@@ -552,11 +553,6 @@ static int cuda_gemm_tune(gt_backend *b, int plan, gt_error *err) {
     return GT_OK;
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 static int cuda_gemm_tune_read(gt_backend *b, double *median_us, int *count, gt_error *err) {
     gt_cuda_impl *im = b->impl;
     gt_cuda_gemm_tune *t = im->gemm_tune;
@@ -581,10 +577,10 @@ static int cuda_gemm_tune_read(gt_backend *b, double *median_us, int *count, gt_
         count[c] = n;
         median_us[c] = 0;
         if (!n) continue;
-        float sorted[TUNE_SAMPLES];
-        memcpy(sorted, t->samples[c], (size_t)n * sizeof sorted[0]);
-        qsort(sorted, (size_t)n, sizeof sorted[0], cmp_float);
-        median_us[c] = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+        double sorted[TUNE_SAMPLES];
+        for (int i = 0; i < n; i++)
+            sorted[i] = t->samples[c][i];
+        median_us[c] = gt_median(sorted, n);
     }
     return GT_OK;
 }
