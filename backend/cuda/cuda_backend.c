@@ -467,6 +467,15 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     else if (pdl && *pdl && cc_major < 9)
         bad_env = "GT_CUDA_PDL=on needs compute capability 9.0 or newer, which this GPU is not "
                   "(use off)";
+    const char *attn_bwd = getenv("GT_CUDA_ATTN_BWD");
+    im->attn_bwd_wgmma = 0;
+    if (attn_bwd && !strcmp(attn_bwd, "wgmma") && sm90)
+        im->attn_bwd_wgmma = 1;
+    else if (attn_bwd && !strcmp(attn_bwd, "wgmma"))
+        bad_env = "GT_CUDA_ATTN_BWD=wgmma needs compute capability 9.0, which this GPU is not "
+                  "(use cudnn)";
+    else if (attn_bwd && *attn_bwd && strcmp(attn_bwd, "cudnn"))
+        bad_env = "GT_CUDA_ATTN_BWD has an unknown value (use wgmma or cudnn)";
     int use_fill = 1;
     if (fill && !strcmp(fill, "node"))
         use_fill = 0;
@@ -516,7 +525,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     b->act_bytes = 2; /* bf16 */
     b->impl = im;
     int rc = gt_cuda_matmul_init(b, err);
-    if (!rc) rc = gt_cuda_attention_init(err);
+    if (!rc) rc = gt_cuda_attention_init(sm90, err);
     if (!rc) rc = gt_cuda_moe_init(sm90, err);
     if (!rc) rc = gt_cuda_loss_init(err);
     if (rc) {

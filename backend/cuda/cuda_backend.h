@@ -76,8 +76,11 @@ typedef struct gt_cuda_impl {
     int n_allocs, cap_allocs;
     int live_graphs;
     int attn_mode; /* gt_attn_mode */
-    int moe_mode;  /* gt_moe_mode */
-    void *cudnn;   /* gt_cudnn_attn *, created by the first planned attention */
+    /* 1: where cuDNN runs the attention, the backward is the own warpgroup-MMA kernels
+     * (GT_CUDA_ATTN_BWD=wgmma|cudnn; k_attention_wgmma.cu, compute capability 9.0) */
+    int attn_bwd_wgmma;
+    int moe_mode; /* gt_moe_mode */
+    void *cudnn;  /* gt_cudnn_attn *, created by the first planned attention */
     gt_cuda_attn_plan *attn_plans;
     int n_attn_plans, cap_attn_plans;
     gt_cuda_rope_table *rope_tables;
@@ -140,7 +143,8 @@ void gt_cuda_register_optim_ops(gt_backend_ops *ops);
 void gt_cuda_register_moe_ops(gt_backend_ops *ops);
 
 /* One-time kernel attributes (large dynamic shared memory); at backend creation. */
-int gt_cuda_attention_init(gt_error *err);
+/* sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */
+int gt_cuda_attention_init(int sm90, gt_error *err);
 /* sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */
 int gt_cuda_moe_init(int sm90, gt_error *err);
 /* Allows the cross-entropy kernel its shared memory (a row of logits); k_loss.cu. */

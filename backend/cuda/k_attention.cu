@@ -468,7 +468,9 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     if (!attn_check(b, "attention_bwd", B, T, H, KV, hd, p, st)) return;
     void *ws = NULL;
     int route = cudnn_route(b, s, B, T, H, KV, hd, p, dqkv, dout, out, &ws);
-    if (route != 0) {
+    /* where cuDNN takes the shape, its forward may pair with the own warpgroup-MMA backward */
+    int wgmma = route > 0 && hd == 64 && ((gt_cuda_impl *)b->impl)->attn_bwd_wgmma;
+    if (route != 0 && !wgmma) {
         gt_error err;
         memset(&err, 0, sizeof err);
         if (route > 0 && !b->planning &&
@@ -495,6 +497,10 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     } else {
         gt_launch(k_attn_bwd_pre, gt_grid(rows * 32, ATT_THREADS), ATT_THREADS, 0, cs, D,
                   (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
+    }
+    if (wgmma && gt_cuda_attn_wgmma_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd)) {
+        GT_CUDA_LAUNCHED(b, "attention_bwd");
+        return;
     }
     int simt = ((gt_cuda_impl *)b->impl)->attn_mode == GT_ATTN_SIMT;
     if (!simt && (gt_cuda_attn_mma_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st) ||
@@ -734,7 +740,7 @@ template <typename K> static cudaError_t allow_smem(K kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-extern "C" int gt_cuda_attention_init(gt_error *err) {
+extern "C" int gt_cuda_attention_init(int sm90, gt_error *err) {
     cudaError_t e = allow_smem(k_attn_fwd<64>, fwd_smem(64));
     if (e == cudaSuccess) e = allow_smem(k_attn_fwd<128>, fwd_smem(128));
     if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dkv<64>, dkv_smem(64));
@@ -743,6 +749,8 @@ extern "C" int gt_cuda_attention_init(gt_error *err) {
     if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dq<128>, dq_smem(128));
     if (e == cudaSuccess) e = gt_cuda_attn_tc_init();
     if (e == cudaSuccess) e = gt_cuda_attn_mma_init();
+    /* the wgmma kernels exist only as sm_90a code: elsewhere there is nothing to set up */
+    if (e == cudaSuccess && sm90) e = gt_cuda_attn_wgmma_init();
     if (e != cudaSuccess)
         return gt_error_set(err, GT_ERR_DEVICE,
                             "cudaFuncSetAttribute(attention shared memory): %s (the attention "

@@ -10,23 +10,14 @@
  * - k_grouped_mm_wgmma<true>: the data gradient, da[r, c] = sum_n dout[r, n] W_e[n, c];
  * - k_grouped_mm_dw_wgmma: dw[e][n, k] (+)= sum over the expert's rows r of dout[r, n] a[r, k].
  *
- * Shared-memory tiles use the 128-byte swizzle of both TMA and wgmma, in 1024-byte atoms of 8
- * rows of 128 bytes where the 16-byte chunk c of row r sits at chunk c ^ r:
- * - k-contiguous ("K-major") operand, [128 rows][64 k], one TMA box of 64 x 128: row o at
- *   o * 128, so 8-row groups are 1024 bytes apart (the descriptor's stride); a k16 slice
- *   starts 32 bytes into the rows.
- * - row-contiguous ("MN-major") operand, [64 k][128 rows], two TMA boxes of 64 rows x 64 k,
- *   8192 bytes apart (the descriptor's leading offset); the 8 k groups of one box are 1024
- *   bytes apart (stride); a k16 slice starts two atoms (2048 bytes) further.
+ * Shared-memory tiles: wgmma.cuh. The A operand of a block is [128 rows][64 k] K-major (one
+ * TMA box of 64 x 128) or [64 k][128 rows] MN-major (two boxes of 64 x 64, 8192 bytes apart).
  * What the boxes read past the operands is zero (TMA fills out-of-bounds elements with
  * zeros): k past Kdim, rows past R, columns past Ncols. Rows of the next expert inside a tile
  * only reach outputs that are not stored, except in the weight gradient, whose last k step
  * zeroes them in shared memory. */
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <stdint.h>
-
 #include "backend/cuda/moe_gemm.cuh"
+#include "backend/cuda/wgmma.cuh"
 
 #define WG_TILE 128
 #define WG_BK 64
@@ -40,51 +31,9 @@
 #define WG_LD_C (WG_TILE + 4) /* fp32 staging of a finished dw tile: 128 x 132 x 4 < 96 KiB */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-static __device__ __forceinline__ void mb_init(uint64_t *bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(gt_smem_u32(bar)), "r"(count));
-}
-
-/* the producer's arrival, announcing the bytes the stage's copies will deliver */
-static __device__ __forceinline__ void mb_expect_tx(uint64_t *bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(gt_smem_u32(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-
-static __device__ __forceinline__ void mb_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(gt_smem_u32(bar)) : "memory");
-}
-
-/* waits until the phase of the given parity completed */
-static __device__ __forceinline__ void mb_wait(uint64_t *bar, int parity) {
-    asm volatile("{\n.reg .pred p;\nWG_WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra WG_WAIT;\n}\n" ::"r"(gt_smem_u32(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-
-/* one TMA box of the tensor map into shared memory; completion counted on bar */
-static __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar,
-                                                int x, int y, int z) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(gt_smem_u32(dst)),
-                 "l"((uint64_t)map), "r"(gt_smem_u32(bar)), "r"(x), "r"(y), "r"(z)
-                 : "memory");
-}
-
 /* the two consumer warpgroups only (the producer warp does not take part) */
 static __device__ __forceinline__ void consumers_sync(void) {
     asm volatile("bar.sync 1, %0;\n" ::"n"(WG_CONSUMERS) : "memory");
-}
-
-/* Matrix descriptor of the k16 slice kk of a swizzled tile at p: address >> 4, leading offset
- * (16 bytes, unused, for K-major; 8192 for MN-major), stride 1024, layout 1 (128-byte
- * swizzle). */
-template <bool MN> static __device__ __forceinline__ uint64_t wg_desc(const void *p, int kk) {
-    uint64_t a = gt_smem_u32((const unsigned char *)p + (MN ? kk * 2048 : kk * 32));
-    uint64_t lbo = MN ? 8192 : 16;
-    return ((a & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
 }
 
 /* d[64] += A (64 x 16) @ B (16 x 128) for the warpgroup; TA / TB: operand is MN-major. */
@@ -159,15 +108,15 @@ static __device__ __forceinline__ void wg_consume(float *d, const wg_ring &r, in
         unsigned char *st = r.sm + s * WG_STAGE_BYTES;
         fix(it, st);
         const unsigned char *as = st + wg * (A_MN ? 8192 : 64 * 128), *bs = st + WG_TILE_BYTES;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        wg_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; kk++)
             wg_mma<A_MN, B_MN>(d, wg_desc<A_MN>(as, kk), wg_desc<B_MN>(bs, kk));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        wg_commit();
+        wg_wait<1>();
         if (it > 0 && lane == 0) mb_arrive(&r.empty[(it - 1) % WG_STAGES]);
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    wg_wait<0>();
 }
 #endif
 
@@ -284,19 +233,11 @@ __global__ void __launch_bounds__(WG_THREADS, 2)
 #endif
 }
 
-/* cuTensorMapEncodeTiled, from the driver through the runtime (no link against libcuda) */
-static PFN_cuTensorMapEncodeTiled_v12000 wg_encode;
-
 cudaError_t gt_cuda_grouped_mm_wgmma_init(void) {
-    void *fn = NULL;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                     cudaEnableDefault, &found);
-    if (e != cudaSuccess) return e;
-    if (found != cudaDriverEntryPointSuccess || !fn) return cudaErrorSymbolNotFound;
-    wg_encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    e = cudaFuncSetAttribute(k_grouped_mm_wgmma<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             WG_SMEM);
+    cudaError_t e = gt_wg_maps_init();
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_grouped_mm_wgmma<false>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
     if (e == cudaSuccess)
         e = cudaFuncSetAttribute(k_grouped_mm_wgmma<true>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
@@ -306,26 +247,14 @@ cudaError_t gt_cuda_grouped_mm_wgmma_init(void) {
     return e;
 }
 
-/* A bf16 tensor of up to three dimensions (d0 contiguous) in boxes of b0 x b1 x 1, 128-byte
- * swizzle, zeros out of bounds; 0 when the driver refuses it. */
-static int wg_map(CUtensorMap *m, const bf16 *p, uint64_t d0, uint64_t d1, uint64_t d2, int b0,
-                  int b1) {
-    cuuint64_t dims[3] = {d0, d1, d2}, strides[2] = {d0 * 2, d0 * d1 * 2};
-    cuuint32_t box[3] = {(cuuint32_t)b0, (cuuint32_t)b1, 1}, unit[3] = {1, 1, 1};
-    return wg_encode && wg_encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)p, dims, strides,
-                                  box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 int gt_cuda_grouped_mm_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
                              const int32_t *offsets, int R, int E, int Ncols, int Kdim,
                              int kmajor) {
     if (!gt_moe_gemm_ok(out, A, w, Ncols, Kdim)) return 0;
     CUtensorMap tA, tW;
-    if (!wg_map(&tA, A, Kdim, R, 1, WG_BK, WG_TILE)) return 0;
-    if (kmajor ? !wg_map(&tW, w, Kdim, Ncols, E, WG_BK, WG_TILE)
-               : !wg_map(&tW, w, Ncols, Kdim, E, 64, WG_BK))
+    if (!gt_wg_map(&tA, A, Kdim, R, 1, WG_BK, WG_TILE)) return 0;
+    if (kmajor ? !gt_wg_map(&tW, w, Kdim, Ncols, E, WG_BK, WG_TILE)
+               : !gt_wg_map(&tW, w, Ncols, Kdim, E, 64, WG_BK))
         return 0;
     dim3 grid((Ncols + WG_TILE - 1) / WG_TILE, (R + WG_TILE - 1) / WG_TILE + E);
     if (kmajor)
@@ -342,7 +271,8 @@ int gt_cuda_grouped_mm_dw_wgmma(cudaStream_t cs, float *dw, const bf16 *dout, co
                                 int accumulate) {
     if (!gt_moe_gemm_ok(dw, dout, a, Nf, K)) return 0;
     CUtensorMap tD, tX;
-    if (!wg_map(&tD, dout, Nf, R, 1, 64, WG_BK) || !wg_map(&tX, a, K, R, 1, 64, WG_BK)) return 0;
+    if (!gt_wg_map(&tD, dout, Nf, R, 1, 64, WG_BK) || !gt_wg_map(&tX, a, K, R, 1, 64, WG_BK))
+        return 0;
     dim3 grid((K + WG_TILE - 1) / WG_TILE, (Nf + WG_TILE - 1) / WG_TILE, E);
     gt_launch(k_grouped_mm_dw_wgmma, grid, WG_THREADS, WG_SMEM, cs, dw, tD, tX, offsets, Nf, K,
               accumulate);

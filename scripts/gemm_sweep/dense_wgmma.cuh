@@ -8,7 +8,7 @@
  * stores overlapped with the next main loop take graphtrain's own GEMM toward cuBLASLt on dense
  * shapes (own_vs_lt prints it next to k_moe_wgmma.cu's 128 x 128 kernel; docs/experiments.md,
  * stop 19, has the figures). Every variant stores its results straight from the registers.
- * Needs the helpers of backend/cuda/k_moe_wgmma.cu, included first. */
+ * Needs the helpers of backend/cuda/k_moe_wgmma.cu and wgmma_maps.cu, included first. */
 #define DW_BM 128
 #define DW_BN 256
 #define DW_BK 64
@@ -284,7 +284,7 @@ static int dense_wgmma_mc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 
     if (!sms && !dw_prepare(k_dense_wgmma_mc, DW_SMEM, &sms)) return 0;
     if (!gt_moe_gemm_ok(out, A, w, N, K)) return 0;
     CUtensorMap tA, tW;
-    if (!wg_map(&tA, A, K, M, 1, DW_BK, DW_BM) || !wg_map(&tW, w, K, N, 1, DW_BK, DW_BN / 2))
+    if (!gt_wg_map(&tA, A, K, M, 1, DW_BK, DW_BM) || !gt_wg_map(&tW, w, K, N, 1, DW_BK, DW_BN / 2))
         return 0;
     int supers = ((N + DW_BN - 1) / DW_BN) * ((M + 2 * DW_BM - 1) / (2 * DW_BM));
     int clusters = supers < sms / 2 ? supers : sms / 2;
@@ -369,7 +369,8 @@ static int dense_wgmma_pp(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 
     if (!sms && !dw_prepare(k_dense_wgmma_pp, PP_SMEM, &sms)) return 0;
     if (!gt_moe_gemm_ok(out, A, w, N, K)) return 0;
     CUtensorMap tA, tW;
-    if (!wg_map(&tA, A, K, M, 1, DW_BK, PP_BM) || !wg_map(&tW, w, K, N, 1, DW_BK, DW_BN)) return 0;
+    if (!gt_wg_map(&tA, A, K, M, 1, DW_BK, PP_BM) || !gt_wg_map(&tW, w, K, N, 1, DW_BK, DW_BN))
+        return 0;
     int tiles = ((N + DW_BN - 1) / DW_BN) * ((M + PP_BM - 1) / PP_BM);
     gt_launch(k_dense_wgmma_pp, dim3(tiles < sms ? tiles : sms), DW_THREADS, PP_SMEM, cs, out, tA,
               tW, M, N, K);
@@ -388,7 +389,8 @@ static int dense_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
     }
     if (!gt_moe_gemm_ok(out, A, w, N, K)) return 0;
     CUtensorMap tA, tW;
-    if (!wg_map(&tA, A, K, M, 1, DW_BK, DW_BM) || !wg_map(&tW, w, K, N, 1, DW_BK, DW_BN)) return 0;
+    if (!gt_wg_map(&tA, A, K, M, 1, DW_BK, DW_BM) || !gt_wg_map(&tW, w, K, N, 1, DW_BK, DW_BN))
+        return 0;
     dim3 grid((N + DW_BN - 1) / DW_BN, (M + DW_BM - 1) / DW_BM);
     int tiles = (int)(grid.x * grid.y);
     if (persist)

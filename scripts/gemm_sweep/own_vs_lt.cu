@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/cuda/k_moe_wgmma.cu"
+#include "backend/cuda/wgmma_maps.cu"
 #include "scripts/gemm_sweep/dense_wgmma.cuh"
 #include "scripts/gemm_sweep/dev_random.cuh"
 #include "scripts/gemm_sweep/lt_problem.h"
