@@ -136,10 +136,18 @@ static __device__ __forceinline__ void aw_pack(const float *d, uint32_t (*f)[4])
     }
 }
 
+/* 2^x by the special-function unit alone (flushes denormals; the scores' exponents here are
+ * at most 0) */
+static __device__ __forceinline__ float aw_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* The elementwise steps between a tile's products, on a warpgroup's 64 x 64 accumulators:
  * thread (warp q, lane) holds rows 16q + lane/4 (+8 for h = 1) and, per 8-column block j,
- * columns 8j + 2(lane % 4) + e. keep(h, j, e) masks; l2(j, e, h) and dd(j, e, h) give the lse
- * (times log2 e) and D of the entry's query.
+ * columns 8j + 2(lane % 4) + e. keep(h, j, e) masks (only diagonal tiles need it);
+ * l2(j, e, h) and dd(j, e, h) give the lse (times log2 e) and D of the entry's query.
  * aw_p: p = P = exp(scale s - lse) (0 where masked), and pa its bf16 A fragments. */
 template <typename Keep, typename L2>
 static __device__ __forceinline__ void aw_p(const float *s, float *p, uint32_t (*pa)[4], Keep keep,
@@ -148,7 +156,7 @@ static __device__ __forceinline__ void aw_p(const float *s, float *p, uint32_t (
 #pragma unroll
     for (int i = 0; i < 32; i++) {
         int j = i >> 2, h = (i >> 1) & 1, e = i & 1;
-        p[i] = keep(h, j, e) ? exp2f(fmaf(s[i], sl2, -l2(j, e, h))) : 0.0f;
+        p[i] = keep(h, j, e) ? aw_exp2(fmaf(s[i], sl2, -l2(j, e, h))) : 0.0f;
     }
     aw_pack(p, pa);
 }
@@ -221,9 +229,6 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
     for (int i = 0; i < 32; i++)
         dk[i] = 0.0f, dv[i] = 0.0f;
     mb_wait(m.fixed_bar, 0);
-    uint32_t kf[4][4], vf[4][4]; /* the warpgroup's 64 keys of K and V, as A operands */
-    aw_frags(kf, m.fixed + wg * AW_BOX);
-    aw_frags(vf, m.fixed + (2 + wg) * AW_BOX);
     for (int it = 0; it < iters; it++) {
         int s = it % AW_STAGES, tile = t0 + it % per_head;
         mb_wait(&m.full[s], (it / AW_STAGES) & 1);
@@ -232,6 +237,12 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
             if (lane == 0) mb_arrive(&m.empty[s]);
             continue;
         }
+        /* the warpgroup's 64 keys of K and V as A operands, loaded again every step: kept in
+         * registers across the loop, ptxas (CUDA 13.0) reused them for dS while they were
+         * still needed, and the gradients came out wrong */
+        uint32_t kf[4][4], vf[4][4];
+        aw_frags(kf, m.fixed + wg * AW_BOX);
+        aw_frags(vf, m.fixed + (2 + wg) * AW_BOX);
         float sT[32], dpT[32];
         wg_fence();
         wg_mma64_rs0<0>(sT, kf[0], wg_desc<false>(st, 0));
@@ -247,18 +258,31 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
         wg_wait<1>(); /* S^T done; dP^T may still run */
         const float *ls = (const float *)(st + 2 * AW_BOX), *Ds = ls + 64;
         int qb = tile * AW_TILE + 2 * (lane & 3);
+        float2 lq[8]; /* this thread's 16 queries: lse times log2 e */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            lq[j] = *(const float2 *)(ls + 8 * j + 2 * (lane & 3));
+            lq[j].x *= AW_LOG2E, lq[j].y *= AW_LOG2E;
+        }
+        auto l2 = [&](int j, int e, int) { return e ? lq[j].y : lq[j].x; };
         uint32_t pa[4][4], da[4][4];
         float pT[32];
-        aw_p(
-            sT, pT, pa, [&](int h, int j, int e) { return key + 8 * h <= qb + 8 * j + e; },
-            [&](int j, int e, int) { return ls[8 * j + 2 * (lane & 3) + e] * AW_LOG2E; });
+        if (key_lo + 63 > tile * AW_TILE) /* the diagonal: keys past queries */
+            aw_p(
+                sT, pT, pa, [&](int h, int j, int e) { return key + 8 * h <= qb + 8 * j + e; }, l2);
+        else
+            aw_p(
+                sT, pT, pa, [](int, int, int) { return true; }, l2);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
             wg_mma64_rs<1>(dv, pa[kk], wg_desc<true>(st + AW_BOX, kk), 1);
         wg_commit();
         wg_wait<1>(); /* dP^T done; dV may still run */
-        aw_ds(pT, dpT, da, [&](int j, int e, int) { return Ds[8 * j + 2 * (lane & 3) + e]; });
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            lq[j] = *(const float2 *)(Ds + 8 * j + 2 * (lane & 3));
+        aw_ds(pT, dpT, da, [&](int j, int e, int) { return e ? lq[j].y : lq[j].x; });
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
@@ -315,9 +339,6 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
     for (int i = 0; i < 32; i++)
         dq[i] = 0.0f;
     mb_wait(m.fixed_bar, 0);
-    uint32_t qf[4][4], of[4][4]; /* the warpgroup's 64 queries of Q and dO, as A operands */
-    aw_frags(qf, m.fixed + wg * AW_BOX);
-    aw_frags(of, m.fixed + (2 + wg) * AW_BOX);
     for (int it = 0; it < iters; it++) {
         int s = it % AW_STAGES;
         mb_wait(&m.full[s], (it / AW_STAGES) & 1);
@@ -326,6 +347,9 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
             if (lane == 0) mb_arrive(&m.empty[s]);
             continue;
         }
+        uint32_t qf[4][4], of[4][4]; /* Q and dO as A operands, loaded as in the dK/dV kernel */
+        aw_frags(qf, m.fixed + wg * AW_BOX);
+        aw_frags(of, m.fixed + (2 + wg) * AW_BOX);
         float sc[32], dp[32];
         wg_fence();
         wg_mma64_rs0<0>(sc, qf[0], wg_desc<false>(st, 0));
@@ -342,9 +366,14 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
         int kb = it * AW_TILE + 2 * (lane & 3);
         uint32_t da[4][4];
         float pr[32];
-        aw_p(
-            sc, pr, da, [&](int hh, int j, int e) { return kb + 8 * j + e <= qr + 8 * hh; },
-            [&](int, int, int hh) { return l2[hh]; });
+        auto lq = [&](int, int, int hh) { return l2[hh]; };
+        if (it * AW_TILE + 63 > q_lo) /* the diagonal: keys past queries */
+            aw_p(
+                sc, pr, da, [&](int hh, int j, int e) { return kb + 8 * j + e <= qr + 8 * hh; },
+                lq);
+        else
+            aw_p(
+                sc, pr, da, [](int, int, int) { return true; }, lq);
         wg_wait<0>();
         aw_ds(pr, dp, da, [&](int, int, int hh) { return dd[hh]; });
         wg_fence();
