@@ -37,6 +37,9 @@ done
 # the fp32 SIMT attention kernels (the tensor-core kernels' fallback) against the CPU too
 run "gpu_test_cuda_ops_simt_attention" "${TEST_LIMIT:-240}" env GT_CUDA_ATTN=simt \
   "$BUILD/gpu_test_cuda_ops"
+# cuDNN's attention backward (the default on sm_90 pairs cuDNN's forward with the own wgmma one)
+run "gpu_test_cuda_ops_cudnn_bwd" "${TEST_LIMIT:-240}" env GT_CUDA_ATTN_BWD=cudnn \
+  "$BUILD/gpu_test_cuda_ops"
 # and the tensor-core kernels alone (the default routes cuDNN's shapes to cuDNN)
 run "gpu_test_cuda_ops_tc_attention" "${TEST_LIMIT:-240}" env GT_CUDA_ATTN=tc \
   "$BUILD/gpu_test_cuda_ops"

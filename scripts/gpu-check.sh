@@ -92,6 +92,9 @@ show ctest_gpu "" 'tests passed|tests failed|\(Failed\)|\(Timeout\)|^FAILED'
 # the MoE tests again on the mma.sync grouped GEMMs (the default on sm_90 is wgmma)
 part moe_tests_mma 60 env GT_CUDA_MOE=mma "$BUILD/gpu_test_cuda_moe"
 show moe_tests_mma "" 'PASSED|FAILED'
+# the ops tests again with cuDNN's attention backward (the default on sm_90 is the own wgmma one)
+part ops_tests_cudnn_bwd 60 env GT_CUDA_ATTN_BWD=cudnn "$BUILD/gpu_test_cuda_ops"
+show ops_tests_cudnn_bwd "" 'PASSED|FAILED'
 
 # 2. a short training run on the GPU (the smoke test everything else relies on)
 part train_tiny 40 "$GT" train --recipe tiny train.train_iters=30 logger.log_interval=10
@@ -152,6 +155,9 @@ if command -v compute-sanitizer >/dev/null; then
   # the MoE kernels (grouped GEMMs with zero-filled tile edges, row gathers) over uneven groups
   part memcheck_moe 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/gpu_test_cuda_moe"
   show memcheck_moe "" 'ERROR SUMMARY|PASSED|FAILED'
+  # the ops, the own wgmma attention backward among them
+  part memcheck_ops 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/gpu_test_cuda_ops"
+  show memcheck_ops "" 'ERROR SUMMARY|PASSED|FAILED'
   # shared-memory races in the grouped GEMMs' pipelines (wgmma by default on sm_90)
   part racecheck_moe 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$BUILD/gpu_test_cuda_moe"

@@ -54,10 +54,11 @@ int gt_cuda_attn_mma_bwd(cudaStream_t cs, void *dqkv, const void *dout, const vo
                          const gt_step_state *st);
 cudaError_t gt_cuda_attn_mma_init(void);
 /* warpgroup-MMA backward for head size 64 (k_attention_wgmma.cu, sm_90a: only on compute
- * capability 9.0), without dropout and with T % 128 == 0; 0 when the call does not fit. The
- * init also looks up the driver's tensor-map encoder. */
+ * capability 9.0), without dropout and with T % 128 == 0; 0 when the call does not fit. It
+ * computes D = rowsum(dO * O) itself, into D ([B, H, T] fp32 scratch). The init also looks up
+ * the driver's tensor-map encoder. */
 cudaError_t gt_cuda_attn_wgmma_init(void);
 int gt_cuda_attn_wgmma_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,
-                           const float *lse, const float *D, const attn_geo *g, int hd);
+                           const void *out, const float *lse, float *D, const attn_geo *g, int hd);
 
 #endif

@@ -392,10 +392,11 @@ static void cuda_describe(gt_backend *b, char *buf, size_t n) {
     char table[96];
     gt_cuda_gemm_table_describe(b, table, sizeof table);
     snprintf(buf, n,
-             "%s (compute capability %d.%d, %d SMs); GT_CUDA_ATTN=%s GT_CUDA_MOE=%s "
-             "GT_CUDA_PDL=%s GT_CUDA_GRAPH_MEMSET=%s %s",
-             p.name, p.major, p.minor, im->sm_count, attn[im->attn_mode], moe[im->moe_mode],
-             gt_cuda_pdl ? "on" : "off", gt_cuda_graph_fill ? "kernel" : "node", table);
+             "%s (compute capability %d.%d, %d SMs); GT_CUDA_ATTN=%s GT_CUDA_ATTN_BWD=%s "
+             "GT_CUDA_MOE=%s GT_CUDA_PDL=%s GT_CUDA_GRAPH_MEMSET=%s %s",
+             p.name, p.major, p.minor, im->sm_count, attn[im->attn_mode],
+             im->attn_bwd_wgmma ? "wgmma" : "cudnn", moe[im->moe_mode], gt_cuda_pdl ? "on" : "off",
+             gt_cuda_graph_fill ? "kernel" : "node", table);
 }
 
 int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
@@ -467,14 +468,17 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     else if (pdl && *pdl && cc_major < 9)
         bad_env = "GT_CUDA_PDL=on needs compute capability 9.0 or newer, which this GPU is not "
                   "(use off)";
+    /* the attention backward beside cuDNN's forward: the own warpgroup-MMA kernels where they
+     * run (gpt124m 0.162 ms a call against cuDNN's deterministic 0.179 on the H200, 2026-11-30,
+     * and no B x H x T x T dS in memory), else cuDNN's */
     const char *attn_bwd = getenv("GT_CUDA_ATTN_BWD");
-    im->attn_bwd_wgmma = 0;
-    if (attn_bwd && !strcmp(attn_bwd, "wgmma") && sm90)
-        im->attn_bwd_wgmma = 1;
-    else if (attn_bwd && !strcmp(attn_bwd, "wgmma"))
+    im->attn_bwd_wgmma = sm90;
+    if (attn_bwd && !strcmp(attn_bwd, "cudnn"))
+        im->attn_bwd_wgmma = 0;
+    else if (attn_bwd && !strcmp(attn_bwd, "wgmma") && !sm90)
         bad_env = "GT_CUDA_ATTN_BWD=wgmma needs compute capability 9.0, which this GPU is not "
                   "(use cudnn)";
-    else if (attn_bwd && *attn_bwd && strcmp(attn_bwd, "cudnn"))
+    else if (attn_bwd && *attn_bwd && strcmp(attn_bwd, "cudnn") && strcmp(attn_bwd, "wgmma"))
         bad_env = "GT_CUDA_ATTN_BWD has an unknown value (use wgmma or cudnn)";
     int use_fill = 1;
     if (fill && !strcmp(fill, "node"))

@@ -76,8 +76,9 @@ typedef struct gt_cuda_impl {
     int n_allocs, cap_allocs;
     int live_graphs;
     int attn_mode; /* gt_attn_mode */
-    /* 1: where cuDNN runs the attention, the backward is the own warpgroup-MMA kernels
-     * (GT_CUDA_ATTN_BWD=wgmma|cudnn; k_attention_wgmma.cu, compute capability 9.0) */
+    /* 1: where cuDNN runs the attention forward, the backward is the own warpgroup-MMA kernels
+     * of k_attention_wgmma.cu for head size 64 (the default on compute capability 9.0;
+     * GT_CUDA_ATTN_BWD=cudnn keeps cuDNN's) */
     int attn_bwd_wgmma;
     int moe_mode; /* gt_moe_mode */
     void *cudnn;  /* gt_cudnn_attn *, created by the first planned attention */

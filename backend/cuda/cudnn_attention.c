@@ -76,6 +76,7 @@ typedef struct attn_pass {
 typedef struct attn_plan {
     int B, T, H, KV, hd;
     attn_pass fwd, bwd;
+    int has_bwd;       /* 0: planned for the forward alone (graphtrain runs its own backward) */
     size_t sums_bytes; /* backward: softmax_sum [B,H,T] fp32 at the start of the workspace */
     size_t ws_total;
     float scale, neg_inf, one; /* by-value scalars: the variant pack points at these */
@@ -639,7 +640,7 @@ static int warm_up(gt_cudnn_attn *a, attn_plan *p, gt_error *err) {
         rc = gt_error_set(err, GT_ERR_DEVICE, "cudnn attention warm-up memset: %s",
                           cudaGetErrorString(ce));
     if (!rc) rc = exec_fwd(a, p, a->stream, out, lse, qkv, ws, err);
-    if (!rc) rc = exec_bwd(a, p, a->stream, dqkv, dout, qkv, out, lse, ws, err);
+    if (!rc && p->has_bwd) rc = exec_bwd(a, p, a->stream, dqkv, dout, qkv, out, lse, ws, err);
     ce = cudaStreamSynchronize(a->stream);
     if (!rc && ce != cudaSuccess)
         rc = gt_error_set(err, GT_ERR_DEVICE, "cudnn attention warm-up run: %s",
@@ -726,13 +727,18 @@ static int check_shape(int B, int T, int H, int KV, int hd, gt_error *err) {
     return GT_OK;
 }
 
-int gt_cudnn_attn_plan(gt_cudnn_attn *a, int B, int T, int H, int KV, int hd,
+int gt_cudnn_attn_plan(gt_cudnn_attn *a, int B, int T, int H, int KV, int hd, int with_bwd,
                        size_t *workspace_bytes, gt_error *err) {
     if (!a || !workspace_bytes)
         return gt_error_set(err, GT_ERR_INVALID, "gt_cudnn_attn_plan: handle or output is NULL");
     int rc = check_shape(B, T, H, KV, hd, err);
     if (rc) return rc;
     attn_plan *p = find_plan(a, B, T, H, KV, hd);
+    if (p && with_bwd && !p->has_bwd)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "cudnn attention: shape B=%d T=%d H=%d KV=%d hd=%d was planned for "
+                            "the forward alone; plan it with the backward from the start",
+                            B, T, H, KV, hd);
     if (p) {
         *workspace_bytes = p->ws_total;
         return GT_OK;
@@ -757,16 +763,17 @@ int gt_cudnn_attn_plan(gt_cudnn_attn *a, int B, int T, int H, int KV, int hd,
     p->one = 1.0f;
     p->fwd.b.h = p->bwd.b.h = a->h;
     p->fwd.b.next_uid = p->bwd.b.next_uid = 1;
+    p->has_bwd = with_bwd != 0;
     build_fwd(p);
     rc = choose_plan(&p->fwd, 0, "forward", err);
-    if (!rc) {
+    if (!rc && p->has_bwd) {
         build_bwd(p);
         rc = choose_plan(&p->bwd, 1, "backward", err);
     }
     if (!rc) {
-        p->sums_bytes = align_up((size_t)B * H * T * sizeof(float));
+        p->sums_bytes = p->has_bwd ? align_up((size_t)B * H * T * sizeof(float)) : 0;
         size_t f = align_up((size_t)p->fwd.ws_bytes);
-        size_t b = p->sums_bytes + align_up((size_t)p->bwd.ws_bytes);
+        size_t b = p->has_bwd ? p->sums_bytes + align_up((size_t)p->bwd.ws_bytes) : 0;
         p->ws_total = f > b ? f : b;
         rc = warm_up(a, p, err);
     }
@@ -784,11 +791,19 @@ int gt_cudnn_attn_describe(const gt_cudnn_attn *a, int B, int T, int H, int KV, 
                            size_t n) {
     const attn_plan *p = a ? find_plan(a, B, T, H, KV, hd) : NULL;
     if (!p || !buf) return GT_ERR_INVALID;
-    snprintf(buf, n,
-             "cuDNN %zu: forward engine %lld (%d ops, ws %lld B), backward engine %lld (%d ops, "
-             "ws %lld B), workspace %zu B",
-             cudnnGetVersion(), (long long)p->fwd.engine, p->fwd.b.nops, (long long)p->fwd.ws_bytes,
-             (long long)p->bwd.engine, p->bwd.b.nops, (long long)p->bwd.ws_bytes, p->ws_total);
+    if (!p->has_bwd)
+        snprintf(buf, n,
+                 "cuDNN %zu: forward engine %lld (%d ops, ws %lld B), no backward, "
+                 "workspace %zu B",
+                 cudnnGetVersion(), (long long)p->fwd.engine, p->fwd.b.nops,
+                 (long long)p->fwd.ws_bytes, p->ws_total);
+    else
+        snprintf(buf, n,
+                 "cuDNN %zu: forward engine %lld (%d ops, ws %lld B), backward engine %lld (%d "
+                 "ops, ws %lld B), workspace %zu B",
+                 cudnnGetVersion(), (long long)p->fwd.engine, p->fwd.b.nops,
+                 (long long)p->fwd.ws_bytes, (long long)p->bwd.engine, p->bwd.b.nops,
+                 (long long)p->bwd.ws_bytes, p->ws_total);
     return GT_OK;
 }
 
@@ -808,6 +823,11 @@ int gt_cudnn_attn_bwd(gt_cudnn_attn *a, cudaStream_t stream, void *dqkv, const v
     const void *bufs[] = {dqkv, dout, qkv, out, lse};
     int rc = lookup(a, &p, B, T, H, KV, hd, bufs, 5, workspace, "backward", err);
     if (rc) return rc;
+    if (!p->has_bwd)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "cudnn attention backward: shape B=%d T=%d H=%d KV=%d hd=%d was "
+                            "planned for the forward alone (gt_cudnn_attn_plan with_bwd 0)",
+                            B, T, H, KV, hd);
     return exec_bwd(a, p, stream, dqkv, dout, qkv, out, lse, workspace, err);
 }
 
@@ -830,9 +850,9 @@ int gt_cudnn_attn_create(gt_cudnn_attn **a, cudaStream_t stream, gt_error *err) 
 void gt_cudnn_attn_destroy(gt_cudnn_attn *a) {
     (void)a;
 }
-int gt_cudnn_attn_plan(gt_cudnn_attn *a, int B, int T, int H, int KV, int hd,
+int gt_cudnn_attn_plan(gt_cudnn_attn *a, int B, int T, int H, int KV, int hd, int with_bwd,
                        size_t *workspace_bytes, gt_error *err) {
-    (void)a, (void)B, (void)T, (void)H, (void)KV, (void)hd;
+    (void)a, (void)B, (void)T, (void)H, (void)KV, (void)hd, (void)with_bwd;
     if (workspace_bytes) *workspace_bytes = 0;
     return gt_error_set(err, GT_ERR_UNSUPPORTED, NO_CUDNN_MSG);
 }

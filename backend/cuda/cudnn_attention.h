@@ -22,12 +22,15 @@ int gt_cudnn_attn_available(void);
 int gt_cudnn_attn_create(gt_cudnn_attn **a, cudaStream_t stream, gt_error *err);
 void gt_cudnn_attn_destroy(gt_cudnn_attn *a); /* accepts NULL; frees every cached plan */
 
-/* Builds (once per shape) the forward and backward plans, runs each once on scratch buffers
- * so kernels are loaded before any capture, and returns the workspace bytes that both
- * gt_cudnn_attn_fwd and gt_cudnn_attn_bwd need for this shape (one buffer serves both).
- * Must not be called while `a`'s stream is capturing. GT_ERR_UNSUPPORTED for shapes cuDNN
- * cannot run (hd not a multiple of 8 or > 256, T < 2, no engine): fall back to the own kernel. */
-int gt_cudnn_attn_plan(gt_cudnn_attn *a, int B, int T, int H, int KV, int hd,
+/* Builds (once per shape) the forward plan and, with with_bwd, the backward plan, runs each
+ * once on scratch buffers so kernels are loaded before any capture, and returns the workspace
+ * bytes that gt_cudnn_attn_fwd (and gt_cudnn_attn_bwd) need for this shape (one buffer serves
+ * both; without the backward it is the forward's alone, far smaller than the backward's
+ * B x H x T x T dS). A shape planned without the backward refuses gt_cudnn_attn_bwd and a later
+ * plan call with it. Must not be called while `a`'s stream is capturing. GT_ERR_UNSUPPORTED for
+ * shapes cuDNN cannot run (hd not a multiple of 8 or > 256, T < 2, no engine): fall back to
+ * the own kernel. */
+int gt_cudnn_attn_plan(gt_cudnn_attn *a, int B, int T, int H, int KV, int hd, int with_bwd,
                        size_t *workspace_bytes, gt_error *err);
 
 /* Layouts (graphtrain's backend.h): qkv [B*T, (H+2KV)*hd] bf16 (q heads, then k heads, then

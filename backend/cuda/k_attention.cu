@@ -411,8 +411,11 @@ static int cudnn_route(gt_backend *b, gt_stream *s, int B, int T, int H, int KV,
                 gt_cudnn_attn_create((gt_cudnn_attn **)&im->cudnn, gt_cuda_stream(s), &err))
                 im->cudnn = NULL;
             size_t bytes = 0;
-            if (im->cudnn && gt_cudnn_attn_plan((gt_cudnn_attn *)im->cudnn, B, T, H, KV, hd, &bytes,
-                                                &err) == GT_OK) {
+            /* the own warpgroup-MMA backward takes head size 64: cuDNN then runs the forward
+             * alone, whose workspace is small */
+            int with_bwd = !(im->attn_bwd_wgmma && hd == 64);
+            if (im->cudnn && gt_cudnn_attn_plan((gt_cudnn_attn *)im->cudnn, B, T, H, KV, hd,
+                                                with_bwd, &bytes, &err) == GT_OK) {
                 pl->use_cudnn = 1;
                 pl->ws_bytes = bytes;
             }
@@ -485,6 +488,10 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     if (!D) return;
     attn_geo g = make_geo(B, T, H, KV, hd, p, site);
     cudaStream_t cs = gt_cuda_stream(s);
+    if (wgmma && gt_cuda_attn_wgmma_bwd(cs, dqkv, dout, qkv, out, lse, D, &g, hd)) {
+        GT_CUDA_LAUNCHED(b, "attention_bwd");
+        return;
+    }
     size_t rows = (size_t)B * H * T;
     if ((hd == 64 || hd == 128) && ptr_aligned16(dout) && ptr_aligned16(out)) {
         unsigned blocks = (unsigned)((rows * (hd / 8) + ATT_THREADS - 1) / ATT_THREADS);
@@ -497,10 +504,6 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
     } else {
         gt_launch(k_attn_bwd_pre, gt_grid(rows * 32, ATT_THREADS), ATT_THREADS, 0, cs, D,
                   (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
-    }
-    if (wgmma && gt_cuda_attn_wgmma_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd)) {
-        GT_CUDA_LAUNCHED(b, "attention_bwd");
-        return;
     }
     int simt = ((gt_cuda_impl *)b->impl)->attn_mode == GT_ATTN_SIMT;
     if (!simt && (gt_cuda_attn_mma_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st) ||

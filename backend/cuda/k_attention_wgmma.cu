@@ -28,8 +28,10 @@
 #define AW_THREADS (AW_CONSUMERS + 128) /* + the producer warpgroup (one thread copies) */
 #define AW_BOX 8192                     /* one 64 x 64 bf16 tile */
 #define AW_STAGE (2 * AW_BOX + 1024)    /* two tiles, then lse and D (256 B each), padded */
-#define AW_FIXED (4 * AW_BOX)           /* the block's own rows: two 128-row operands */
-#define AW_BARS (2 * AW_STAGES + 1)     /* full, empty, and the fixed rows' barrier */
+#define AW_FIXED                                                                                   \
+    (6 * AW_BOX) /* the block's own rows: two (dK/dV) or three (dQ) 128-row operands               \
+                  */
+#define AW_BARS (2 * AW_STAGES + 1) /* full, empty, and the fixed rows' barrier */
 #define AW_SMEM (1024 + AW_FIXED + AW_STAGES * AW_STAGE + AW_BARS * 8)
 #define AW_LOG2E 1.4426950408889634f
 
@@ -106,15 +108,15 @@ static __device__ __forceinline__ aw_smem aw_setup(unsigned char *raw) {
     return m;
 }
 
-/* The producer warpgroup's first thread: the fixed rows (fixed(bar), AW_FIXED bytes), then per loop
+/* The producer warpgroup's first thread: the fixed rows (fixed(bar), fixed_bytes), then per loop
  * step its stage once both warpgroups handed it back (step(it, stage, bar), `bytes` bytes). */
 template <typename Fixed, typename Step>
-static __device__ __forceinline__ void aw_produce(const aw_smem &m, int iters, uint32_t bytes,
-                                                  Fixed fixed, Step step) {
+static __device__ __forceinline__ void aw_produce(const aw_smem &m, uint32_t fixed_bytes, int iters,
+                                                  uint32_t bytes, Fixed fixed, Step step) {
     /* registers go to the consumers: 128 x 24 + 256 x 240 of the SM's 65536 */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
     if (threadIdx.x != AW_CONSUMERS) return;
-    mb_expect_tx(m.fixed_bar, AW_FIXED);
+    mb_expect_tx(m.fixed_bar, fixed_bytes);
     fixed(m.fixed_bar);
     for (int it = 0; it < iters; it++) {
         int s = it % AW_STAGES;
@@ -202,7 +204,7 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
     aw_smem m = aw_setup(aw_raw);
     if (threadIdx.x >= AW_CONSUMERS) {
         aw_produce(
-            m, iters, 2 * AW_BOX + 512,
+            m, 4 * AW_BOX, iters, 2 * AW_BOX + 512,
             [&](uint64_t *bar) {
                 int r = b * T + n * AW_BLK;
                 for (int i = 0; i < 2; i++) {
@@ -304,8 +306,9 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
  * [128 m, 128 m + 128) with m = T / 128 - 1 - y, so the longest loops start first. */
 __global__ void __launch_bounds__(AW_THREADS, 1)
     k_attn_bwd_dq_wg(bf16 *dqkv, const __grid_constant__ CUtensorMap tQKV,
-                     const __grid_constant__ CUtensorMap tDO, const float *lse, const float *D,
-                     int T, int H, int KV) {
+                     const __grid_constant__ CUtensorMap tDO,
+                     const __grid_constant__ CUtensorMap tO, const float *lse, float *D, int T,
+                     int H, int KV) {
     GT_PDL_ENTRY();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char aw_raw[];
@@ -314,12 +317,13 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
     aw_smem m = aw_setup(aw_raw);
     if (threadIdx.x >= AW_CONSUMERS) {
         aw_produce(
-            m, iters, 2 * AW_BOX,
+            m, 6 * AW_BOX, iters, 2 * AW_BOX,
             [&](uint64_t *bar) {
                 int r = b * T + mq * AW_BLK;
                 for (int i = 0; i < 2; i++) {
                     tma_load(m.fixed + i * AW_BOX, &tQKV, bar, h * AW_HD, r + 64 * i, 0);
                     tma_load(m.fixed + (2 + i) * AW_BOX, &tDO, bar, h * AW_HD, r + 64 * i, 0);
+                    tma_load(m.fixed + (4 + i) * AW_BOX, &tO, bar, h * AW_HD, r + 64 * i, 0);
                 }
             },
             [&](int it, unsigned char *st, uint64_t *bar) {
@@ -332,13 +336,37 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     int wg = threadIdx.x >> 7, lane = threadIdx.x & 31, q = (threadIdx.x >> 5) & 3;
     int q_lo = mq * AW_BLK + wg * 64, qr = q_lo + q * 16 + (lane >> 2);
-    const float *lrow = lse + (size_t)(b * H + h) * T, *drow = D + (size_t)(b * H + h) * T;
-    float l2[2] = {lrow[qr] * AW_LOG2E, lrow[qr + 8] * AW_LOG2E}, dd[2] = {drow[qr], drow[qr + 8]};
+    const float *lrow = lse + (size_t)(b * H + h) * T;
+    float l2[2] = {lrow[qr] * AW_LOG2E, lrow[qr + 8] * AW_LOG2E}, dd[2];
     float dq[32];
 #pragma unroll
     for (int i = 0; i < 32; i++)
         dq[i] = 0.0f;
     mb_wait(m.fixed_bar, 0);
+    /* D = rowsum(dO * O) of the warpgroup's rows, for this kernel and the dK/dV one after it:
+     * the four threads of a row sum 16 columns each, then combine in a fixed order */
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        int r = q * 16 + (lane >> 2) + 8 * hh;
+        float acc = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            int off = r * 128 + (((2 * (lane & 3) + c) ^ (r & 7)) << 4);
+            uint4 a = *(const uint4 *)(m.fixed + (2 + wg) * AW_BOX + off);
+            uint4 o = *(const uint4 *)(m.fixed + (4 + wg) * AW_BOX + off);
+            const __nv_bfloat162 *a2 = (const __nv_bfloat162 *)&a, *o2 = (const __nv_bfloat162 *)&o;
+#pragma unroll
+            for (int x = 0; x < 4; x++) {
+                float2 fa = __bfloat1622float2(a2[x]), fo = __bfloat1622float2(o2[x]);
+                acc = fmaf(fa.x, fo.x, acc);
+                acc = fmaf(fa.y, fo.y, acc);
+            }
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        dd[hh] = acc;
+        if ((lane & 3) == 0) D[(size_t)(b * H + h) * T + qr + 8 * hh] = acc;
+    }
     for (int it = 0; it < iters; it++) {
         int s = it % AW_STAGES;
         mb_wait(&m.full[s], (it / AW_STAGES) & 1);
@@ -401,20 +429,23 @@ cudaError_t gt_cuda_attn_wgmma_init(void) {
 }
 
 int gt_cuda_attn_wgmma_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,
-                           const float *lse, const float *D, const attn_geo *g, int hd) {
+                           const void *out, const float *lse, float *D, const attn_geo *g, int hd) {
     int B = g->B, T = g->T, H = g->H, KV = g->KV;
     if (hd != AW_HD || g->p > 0.0f || T % AW_BLK != 0 || H % KV != 0) return 0;
-    if ((((uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)qkv | (uintptr_t)lse | (uintptr_t)D) &
+    if ((((uintptr_t)dqkv | (uintptr_t)dout | (uintptr_t)qkv | (uintptr_t)out | (uintptr_t)lse |
+          (uintptr_t)D) &
          15u) != 0)
         return 0;
-    CUtensorMap tQKV, tDO;
+    CUtensorMap tQKV, tDO, tO;
     if (!gt_wg_map(&tQKV, (const bf16 *)qkv, (uint64_t)g->C, (uint64_t)B * T, 1, AW_HD, AW_TILE) ||
         !gt_wg_map(&tDO, (const bf16 *)dout, (uint64_t)H * AW_HD, (uint64_t)B * T, 1, AW_HD,
-                   AW_TILE))
+                   AW_TILE) ||
+        !gt_wg_map(&tO, (const bf16 *)out, (uint64_t)H * AW_HD, (uint64_t)B * T, 1, AW_HD, AW_TILE))
         return 0;
-    gt_launch(k_attn_bwd_dkv_wg, dim3(KV * B, T / AW_BLK), AW_THREADS, AW_SMEM, cs, (bf16 *)dqkv,
-              tQKV, tDO, lse, D, T, H, KV);
+    /* dQ first: it also writes D, which the dK/dV kernel reads */
     gt_launch(k_attn_bwd_dq_wg, dim3(H * B, T / AW_BLK), AW_THREADS, AW_SMEM, cs, (bf16 *)dqkv,
-              tQKV, tDO, lse, D, T, H, KV);
+              tQKV, tDO, tO, lse, D, T, H, KV);
+    gt_launch(k_attn_bwd_dkv_wg, dim3(KV * B, T / AW_BLK), AW_THREADS, AW_SMEM, cs, (bf16 *)dqkv,
+              tQKV, tDO, lse, (const float *)D, T, H, KV);
     return 1;
 }

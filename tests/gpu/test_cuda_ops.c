@@ -421,6 +421,10 @@ static void test_attention_hd64_gqa_matches_cpu_deterministically(void **state) 
     attention_case(e, 1, 64, 2, 1, 64, 0.0f);
     attention_case(e, 2, 130, 4, 2, 64, 0.2f);
     attention_case(e, 2, 256, 4, 2, 64, 0.0f); /* T % 128 == 0: cuDNN's shape when present */
+    /* cuDNN's forward with the own warpgroup-MMA backward on sm_90: one 128-row block, and
+     * three with a group of three query heads */
+    attention_case(e, 1, 128, 2, 2, 64, 0.0f);
+    attention_case(e, 1, 384, 6, 2, 64, 0.0f);
     /* over 4 tiles of 64: the mma kernels' one-half blocks (two halves up to 4 tiles) */
     attention_case(e, 1, 320, 4, 2, 64, 0.0f);
     attention_case(e, 1, 300, 2, 2, 64, 0.1f);

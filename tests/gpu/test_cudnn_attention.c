@@ -167,7 +167,8 @@ static void bufs_alloc(fixture *f, bufs *d, shape s) {
     d->nqkv = (size_t)s.B * s.T * (s.H + 2 * s.KV) * s.hd;
     d->nout = (size_t)s.B * s.T * s.H * s.hd;
     d->nlse = (size_t)s.B * s.H * s.T;
-    GT_OK_OR_FAIL(gt_cudnn_attn_plan(f->attn, s.B, s.T, s.H, s.KV, s.hd, &d->ws_bytes, &err), err);
+    GT_OK_OR_FAIL(gt_cudnn_attn_plan(f->attn, s.B, s.T, s.H, s.KV, s.hd, 1, &d->ws_bytes, &err),
+                  err);
     CUDA_OK(cudaMalloc(&d->qkv, d->nqkv * 2));
     CUDA_OK(cudaMalloc(&d->dqkv, d->nqkv * 2));
     CUDA_OK(cudaMalloc(&d->out, d->nout * 2));
@@ -433,10 +434,35 @@ static void test_bad_shapes_fail_with_clear_errors(void **state) {
     fixture *f = need_cudnn(state);
     gt_error err = {0};
     size_t ws = 0;
-    assert_int_equal(gt_cudnn_attn_plan(f->attn, 1, 128, 6, 4, 64, &ws, &err), GT_ERR_INVALID);
+    assert_int_equal(gt_cudnn_attn_plan(f->attn, 1, 128, 6, 4, 64, 1, &ws, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "multiple of KV"));
-    assert_int_equal(gt_cudnn_attn_plan(f->attn, 1, 128, 4, 4, 60, &ws, &err), GT_ERR_UNSUPPORTED);
+    assert_int_equal(gt_cudnn_attn_plan(f->attn, 1, 128, 4, 4, 60, 1, &ws, &err),
+                     GT_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "hd=60"));
+}
+
+/* A shape planned for the forward alone (graphtrain's own backward runs beside it) needs only
+ * the forward's workspace, refuses the backward, and cannot be re-planned with it. */
+static void test_forward_only_plan_is_small_and_refuses_the_backward(void **state) {
+    fixture *f = need_cudnn(state);
+    gt_error err = {0};
+    size_t ws_fwd = 0, ws_both = 0;
+    GT_OK_OR_FAIL(gt_cudnn_attn_plan(f->attn, 2, 512, 4, 4, 64, 0, &ws_fwd, &err), err);
+    GT_OK_OR_FAIL(gt_cudnn_attn_plan(f->attn, 2, 512, 4, 2, 64, 1, &ws_both, &err), err);
+    printf("    workspace B2 T512 hd64: forward alone %zu B, with the backward %zu B\n", ws_fwd,
+           ws_both);
+    assert_true(ws_fwd < ws_both);
+    char buf[256];
+    assert_int_equal(gt_cudnn_attn_describe(f->attn, 2, 512, 4, 4, 64, buf, sizeof buf), GT_OK);
+    assert_non_null(strstr(buf, "no backward"));
+    assert_int_equal(gt_cudnn_attn_plan(f->attn, 2, 512, 4, 4, 64, 1, &ws_both, &err),
+                     GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "forward alone"));
+    char dummy[64] __attribute__((aligned(256)));
+    int rc = gt_cudnn_attn_bwd(f->attn, f->stream, dummy, dummy, dummy, dummy,
+                               (const float *)(const void *)dummy, 2, 512, 4, 4, 64, dummy, &err);
+    assert_int_equal(rc, GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "forward alone"));
 }
 
 static double now_ms(void) {
@@ -558,6 +584,7 @@ int main(void) {
         cmocka_unit_test(test_interleaved_buffer_sets_keep_their_own_results),
         cmocka_unit_test(test_unplanned_shape_is_rejected),
         cmocka_unit_test(test_bad_shapes_fail_with_clear_errors),
+        cmocka_unit_test(test_forward_only_plan_is_small_and_refuses_the_backward),
         cmocka_unit_test(test_workload_shapes_plan_run_and_report_times),
     };
     /* GT_TEST_FILTER="*t96*" runs a subset (e.g. under compute-sanitizer) */
