@@ -2,21 +2,25 @@
  * (wgmma, sm_90a; compiled alone for it, see CMakeLists.txt), fed by TMA. It writes no dS:
  * where cuDNN's deterministic backward materializes B x H x T x T of dS and reads it back in a
  * separate dQ GEMM, these two kernels each recompute the scores of their tiles.
+ * - k_attn_bwd_dq_wg (first): a block per 128 queries of one head; it computes D =
+ *   rowsum(dO * O) of its rows (for itself and the next kernel), then each warpgroup holds 64
+ *   queries and loops over the key tiles (64 keys) up to its diagonal: S = Q K^T,
+ *   dP = dO V^T, then dQ += dS K.
  * - k_attn_bwd_dkv_wg: a block per 128 keys of one kv head; two consumer warpgroups of 64 keys
  *   each loop over the group's query heads and the query tiles (64 queries) from the diagonal
- *   on, in order: S^T = K Q^T and dP^T = V dO^T (both operands in shared memory), then
- *   P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D) in registers, then dV += P^T dO and
- *   dK += dS^T Q with P^T and dS^T as register operands.
- * - k_attn_bwd_dq_wg: a block per 128 queries of one head; each warpgroup holds 64 queries and
- *   loops over the key tiles (64 keys) up to its diagonal: S = Q K^T, dP = dO V^T, then
- *   dQ += dS K.
- * A producer warpgroup (one thread of it) streams the loop's tiles (for dK/dV also the queries' lse
- * and D = rowsum(dO * O)) into a 3-stage ring guarded by mbarriers, as in k_moe_wgmma.cu. Every
- * output element is summed by one thread in a fixed order: no atomics, the same bits on every run.
- * P and dS are rounded to bf16 before their products, as in the other attention kernels.
- * Contract of attention.cuh: qkv rows [B*T, (H + 2KV) * 64], dout rows [B*T, H * 64], lse and
- * D [B, H, T] fp32 (lse natural-log, of the scores scaled by 1/sqrt(64)). Takes T % 128 == 0
- * without dropout; gt_cuda_attn_wgmma_bwd returns 0 for anything else. */
+ *   on, in order: S^T = K Q^T and dP^T = V dO^T, then P^T = exp(scale S^T - lse),
+ *   dS^T = P^T (dP^T - D) in registers, then dV += P^T dO and dK += dS^T Q.
+ * The block's own rows (K, V or Q, dO) are the first products' A operands, loaded from shared
+ * memory into registers every step; P and dS are the second products' A operands straight from
+ * the accumulators; every B operand is a shared-memory tile. A producer warpgroup (one thread
+ * of it) streams the loop's tiles (for dK/dV also the queries' lse and D) into a 3-stage ring
+ * guarded by mbarriers, as in k_moe_wgmma.cu. Every output element is summed by one thread in a
+ * fixed order: no atomics, the same bits on every run. P and dS are rounded to bf16 before
+ * their products, as in the other attention kernels. Contract of attention.cuh: qkv rows
+ * [B*T, (H + 2KV) * 64], dout and out rows [B*T, H * 64], lse and D [B, H, T] fp32 (lse
+ * natural-log, of the scores scaled by 1/sqrt(64)). Takes T % 128 == 0 without dropout;
+ * gt_cuda_attn_wgmma_bwd returns 0 for anything else. Measured against cuDNN's backward and
+ * what was tried: docs/experiments.md, "Stop 26". */
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/wgmma.cuh"
 
@@ -28,9 +32,8 @@
 #define AW_THREADS (AW_CONSUMERS + 128) /* + the producer warpgroup (one thread copies) */
 #define AW_BOX 8192                     /* one 64 x 64 bf16 tile */
 #define AW_STAGE (2 * AW_BOX + 1024)    /* two tiles, then lse and D (256 B each), padded */
-#define AW_FIXED                                                                                   \
-    (6 * AW_BOX) /* the block's own rows: two (dK/dV) or three (dQ) 128-row operands               \
-                  */
+/* the block's own rows: two (dK/dV) or three (dQ) 128-row operands */
+#define AW_FIXED (6 * AW_BOX)
 #define AW_BARS (2 * AW_STAGES + 1) /* full, empty, and the fixed rows' barrier */
 #define AW_SMEM (1024 + AW_FIXED + AW_STAGES * AW_STAGE + AW_BARS * 8)
 #define AW_LOG2E 1.4426950408889634f
