@@ -130,6 +130,9 @@ static void parse_gemm(char *rest, const char *name, int line, gt_gemm_entry *e,
         return;
     }
     snprintf(e->key.kind, sizeof e->key.kind, "%s", kind);
+    /* where fields 0-3 and 4-6 go (7, algo, is parsed into e->algo directly) */
+    int *const ints[] = {&e->key.M, &e->key.N, &e->key.K, &e->key.count};
+    int64_t *const wides[] = {&e->key.sa, &e->key.sb, &e->key.sc};
     int bad = 0;
     for (char *tok = strtok_r(NULL, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
         char *eq = strchr(tok, '=');
@@ -171,31 +174,10 @@ static void parse_gemm(char *rest, const char *name, int line, gt_gemm_entry *e,
             bad = 1;
             continue;
         }
-        switch (f) {
-        case 0:
-            e->key.M = (int)x;
-            break;
-        case 1:
-            e->key.N = (int)x;
-            break;
-        case 2:
-            e->key.K = (int)x;
-            break;
-        case 3:
-            e->key.count = (int)x;
-            break;
-        case 4:
-            e->key.sa = x;
-            break;
-        case 5:
-            e->key.sb = x;
-            break;
-        case 6:
-            e->key.sc = x;
-            break;
-        default:
-            break;
-        }
+        if (f < 4)
+            *ints[f] = (int)x;
+        else if (f < 7)
+            *wides[f - 4] = x;
     }
     for (int i = 0; i < NF; i++)
         if (!seen[i]) {

@@ -141,6 +141,32 @@ static __device__ __forceinline__ void aw_pack(const float *d, uint32_t (*f)[4])
     }
 }
 
+/* A step's first two products on the warpgroup's 64 fixed rows: s = A0 B0^T and dp = A1 B1^T
+ * over the 64 head columns. A0 and A1 are the fixed rows' tiles at a0 and a1 (K and V in the
+ * dK/dV kernel, Q and dO in the dQ one), loaded into f0 and f1 as register operands; B0 and B1
+ * are the stage's two tiles (K-major). Returns once s is complete; dp may still run. The
+ * fragments are loaded again every step: kept in registers across the loop, CUDA 13.0's ptxas
+ * reused them for dS while the next step still needed them, and the gradients came out wrong
+ * ("Stop 26", docs/experiments.md). */
+static __device__ __forceinline__ void aw_scores(float *s, float *dp, uint32_t (*f0)[4],
+                                                 uint32_t (*f1)[4], const unsigned char *a0,
+                                                 const unsigned char *a1, const unsigned char *st) {
+    aw_frags(f0, a0);
+    aw_frags(f1, a1);
+    wg_fence();
+    wg_mma64_rs0<0>(s, f0[0], wg_desc<false>(st, 0));
+#pragma unroll
+    for (int kk = 1; kk < 4; kk++)
+        wg_mma64_rs<0>(s, f0[kk], wg_desc<false>(st, kk), 1);
+    wg_commit();
+    wg_mma64_rs0<0>(dp, f1[0], wg_desc<false>(st + AW_BOX, 0));
+#pragma unroll
+    for (int kk = 1; kk < 4; kk++)
+        wg_mma64_rs<0>(dp, f1[kk], wg_desc<false>(st + AW_BOX, kk), 1);
+    wg_commit();
+    wg_wait<1>();
+}
+
 /* 2^x by the special-function unit alone (flushes denormals; the scores' exponents here are
  * at most 0) */
 static __device__ __forceinline__ float aw_exp2(float x) {
@@ -242,25 +268,9 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
             if (lane == 0) mb_arrive(&m.empty[s]);
             continue;
         }
-        /* the warpgroup's 64 keys of K and V as A operands, loaded again every step: kept in
-         * registers across the loop, ptxas (CUDA 13.0) reused them for dS while they were
-         * still needed, and the gradients came out wrong */
         uint32_t kf[4][4], vf[4][4];
-        aw_frags(kf, m.fixed + wg * AW_BOX);
-        aw_frags(vf, m.fixed + (2 + wg) * AW_BOX);
         float sT[32], dpT[32];
-        wg_fence();
-        wg_mma64_rs0<0>(sT, kf[0], wg_desc<false>(st, 0));
-#pragma unroll
-        for (int kk = 1; kk < 4; kk++)
-            wg_mma64_rs<0>(sT, kf[kk], wg_desc<false>(st, kk), 1);
-        wg_commit();
-        wg_mma64_rs0<0>(dpT, vf[0], wg_desc<false>(st + AW_BOX, 0));
-#pragma unroll
-        for (int kk = 1; kk < 4; kk++)
-            wg_mma64_rs<0>(dpT, vf[kk], wg_desc<false>(st + AW_BOX, kk), 1);
-        wg_commit();
-        wg_wait<1>(); /* S^T done; dP^T may still run */
+        aw_scores(sT, dpT, kf, vf, m.fixed + wg * AW_BOX, m.fixed + (2 + wg) * AW_BOX, st);
         const float *ls = (const float *)(st + 2 * AW_BOX), *Ds = ls + 64;
         int qb = tile * AW_TILE + 2 * (lane & 3);
         float2 lq[8]; /* this thread's 16 queries: lse times log2 e */
@@ -378,22 +388,9 @@ __global__ void __launch_bounds__(AW_THREADS, 1)
             if (lane == 0) mb_arrive(&m.empty[s]);
             continue;
         }
-        uint32_t qf[4][4], of[4][4]; /* Q and dO as A operands, loaded as in the dK/dV kernel */
-        aw_frags(qf, m.fixed + wg * AW_BOX);
-        aw_frags(of, m.fixed + (2 + wg) * AW_BOX);
+        uint32_t qf[4][4], of[4][4];
         float sc[32], dp[32];
-        wg_fence();
-        wg_mma64_rs0<0>(sc, qf[0], wg_desc<false>(st, 0));
-#pragma unroll
-        for (int kk = 1; kk < 4; kk++)
-            wg_mma64_rs<0>(sc, qf[kk], wg_desc<false>(st, kk), 1);
-        wg_commit();
-        wg_mma64_rs0<0>(dp, of[0], wg_desc<false>(st + AW_BOX, 0));
-#pragma unroll
-        for (int kk = 1; kk < 4; kk++)
-            wg_mma64_rs<0>(dp, of[kk], wg_desc<false>(st + AW_BOX, kk), 1);
-        wg_commit();
-        wg_wait<1>(); /* S done; dP may still run */
+        aw_scores(sc, dp, qf, of, m.fixed + wg * AW_BOX, m.fixed + (2 + wg) * AW_BOX, st);
         int kb = it * AW_TILE + 2 * (lane & 3);
         uint32_t da[4][4];
         float pr[32];

@@ -61,16 +61,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: gemm_sweep TOKENS D QKV FFN VOCAB\n");
         return 2;
     }
-    int T = atoi(argv[1]), D = atoi(argv[2]), Q = atoi(argv[3]), F = atoi(argv[4]);
-    int V = atoi(argv[5]);
+    int T, shapes[5][2];
+    lt_workload_shapes(argv, &T, shapes);
     cublasLtHandle_t lt;
-    void *ws = NULL;
-    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS || cudaMalloc(&ws, WS_BYTES) != cudaSuccess) {
-        fprintf(stderr, "gemm_sweep: no GPU or cuBLASLt\n");
-        return 1;
-    }
-    /* (out features, in features) of each projection: qkv, o, gate/up, down, head */
-    int shapes[5][2] = {{Q, D}, {D, D}, {2 * F, D}, {D, F}, {V, D}};
+    void *ws;
+    lt_open("gemm_sweep", &lt, &ws, WS_BYTES);
     for (int s = 0; s < 5; s++)
         for (int k = 0; k < 3; k++)
             sweep(lt, ws, k, T, shapes[s][0], shapes[s][1]);

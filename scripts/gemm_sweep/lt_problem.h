@@ -97,6 +97,28 @@ static inline void *lt_dev_random(size_t bytes, uint32_t seed) {
     return d;
 }
 
+/* The tools' workload arguments TOKENS D QKV FFN VOCAB (argv[1..5]): *tokens, and the five
+ * projections as (out features, in features): qkv, o, gate/up, down, head. */
+static inline void lt_workload_shapes(char **argv, int *tokens, int shapes[5][2]) {
+    int D = atoi(argv[2]), Q = atoi(argv[3]), F = atoi(argv[4]), V = atoi(argv[5]);
+    *tokens = atoi(argv[1]);
+    shapes[0][0] = Q, shapes[0][1] = D;
+    shapes[1][0] = D, shapes[1][1] = D;
+    shapes[2][0] = 2 * F, shapes[2][1] = D;
+    shapes[3][0] = D, shapes[3][1] = F;
+    shapes[4][0] = V, shapes[4][1] = D;
+}
+
+/* A cuBLASLt handle and a workspace of ws_bytes; without a GPU or cuBLASLt, a message naming
+ * the tool and exit(1). */
+static inline void lt_open(const char *tool, cublasLtHandle_t *lt, void **ws, size_t ws_bytes) {
+    *ws = NULL;
+    if (cublasLtCreate(lt) != CUBLAS_STATUS_SUCCESS || cudaMalloc(ws, ws_bytes) != cudaSuccess) {
+        fprintf(stderr, "%s: no GPU or cuBLASLt\n", tool);
+        exit(1);
+    }
+}
+
 static inline void lt_problem_destroy(lt_problem *p) {
     cublasLtMatrixLayoutDestroy(p->la);
     cublasLtMatrixLayoutDestroy(p->lb);
