@@ -6,6 +6,22 @@
 #include <stdio.h>
 #include <string.h>
 
+static void release_arena(void *owner, void *base) {
+    gt_backend *b = owner;
+    b->ops->free(b, base);
+}
+
+int gt_backend_alloc_arena(gt_backend *b, gt_arena *a, gt_error *err) {
+    if (a->bytes == 0) return GT_OK;
+    void *base = NULL;
+    int rc = b->ops->alloc(b, a->bytes, &base, err);
+    if (rc)
+        return gt_error_wrap(err, "allocating arena '%s' (%.1f MiB): ", a->name,
+                             (double)a->bytes / (1024.0 * 1024.0));
+    gt_arena_bind(a, base, release_arena, b);
+    return GT_OK;
+}
+
 void gt_backend_fail(gt_backend *b, int code, const char *fmt, ...) {
     if (!b || b->sticky.code != GT_OK) return;
     b->sticky.code = code;

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "backend/gemm_table.h"
+#include "core/arena.h"
 #include "core/error.h"
 #include "core/step_state.h"
 
@@ -372,6 +373,9 @@ struct gt_backend {
 int gt_backend_create_cpu(gt_backend **b, gt_error *err);
 int gt_backend_create_cuda(gt_backend **b, int device, gt_error *err);
 void gt_backend_destroy(gt_backend *b);
+/* One allocation on b for every tensor the arena plans, its pointers bound (core/arena.h);
+ * gt_arena_release frees it. */
+int gt_backend_alloc_arena(gt_backend *b, gt_arena *a, gt_error *err);
 
 /* Records an op failure (first one wins); used by backends inside steps. */
 void gt_backend_fail(gt_backend *b, int code, const char *fmt, ...)

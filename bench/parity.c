@@ -9,8 +9,8 @@
 #include "bench/bench.h"
 #include "bench/weights_io.h"
 #include "config/keys.h"
-#include "train/atomic_file.h"
-#include "train/data.h"
+#include "core/atomic_file.h"
+#include "data/data.h"
 #include "train/trainer.h"
 
 static void put_u32(unsigned char *p, uint32_t v) {

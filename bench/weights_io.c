@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/atomic_file.h"
+#include "core/atomic_file.h"
 
 #define CHUNK_VALUES 16384 /* values converted to little-endian bytes per write */
 

@@ -10,8 +10,8 @@
 
 #include "cli/cli.h"
 #include "core/error.h"
-#include "train/shard.h"
-#include "train/tokenizer.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
 
 #define PREP_DEFAULT_VOCAB 1024
 #define PREP_DEFAULT_VAL_FRACTION 0.05

@@ -22,8 +22,8 @@
 #include "cli/cli.h"
 #include "config/keys.h"
 #include "config/rules.h"
+#include "core/atomic_file.h"
 #include "core/median.h"
-#include "train/atomic_file.h"
 #include "train/trainer.h"
 
 #define TUNE_MAX_STEPS 4000 /* eager steps for one shape, at most */

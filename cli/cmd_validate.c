@@ -8,7 +8,7 @@
 #include "cli/cli.h"
 #include "config/keys.h"
 #include "config/rules.h"
-#include "train/memory_plan.h"
+#include "model/memory_plan.h"
 
 #define VALIDATE_EXIT_INVALID 2
 

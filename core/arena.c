@@ -33,21 +33,17 @@ int gt_arena_add(gt_arena *a, const char *name, size_t bytes, void **bind, gt_er
     return GT_OK;
 }
 
-int gt_arena_alloc(gt_arena *a, gt_backend *b, gt_error *err) {
-    if (a->bytes == 0) return GT_OK;
-    int rc = b->ops->alloc(b, a->bytes, &a->base, err);
-    if (rc)
-        return gt_error_wrap(err, "allocating arena '%s' (%.1f MiB): ", a->name,
-                             (double)a->bytes / (1024.0 * 1024.0));
-    a->owner = b;
+void gt_arena_bind(gt_arena *a, void *base, void (*release)(void *owner, void *base), void *owner) {
+    a->base = base;
+    a->release = release;
+    a->owner = owner;
     for (int i = 0; i < a->count; i++)
         if (a->entries[i].bind) *a->entries[i].bind = (char *)a->base + a->entries[i].offset;
-    return GT_OK;
 }
 
 void gt_arena_release(gt_arena *a) {
     if (!a) return;
-    if (a->base && a->owner) a->owner->ops->free(a->owner, a->base);
+    if (a->base && a->release) a->release(a->owner, a->base);
     free(a->entries);
     char name[GT_ARENA_NAME_MAX];
     memcpy(name, a->name, sizeof name);

@@ -1,6 +1,6 @@
 /* Arenas: one device allocation per lifetime class (parameters, master weights, gradients,
  * optimizer moments, activations, scratch). A plan lists every tensor with its size; after
- * gt_arena_alloc each tensor's pointer is bound to base + offset and never changes, which is
+ * gt_arena_bind each tensor's pointer is bound to base + offset and never changes, which is
  * what lets a captured graph stay valid for the whole run (DESIGN.md principle 1). */
 #ifndef GT_CORE_ARENA_H
 #define GT_CORE_ARENA_H
@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "backend/backend.h"
+#include "core/error.h"
 
 #define GT_ARENA_ALIGN 256 /* bytes; enough for every vectorized load and cuBLASLt */
 #define GT_ARENA_NAME_MAX 48
@@ -26,14 +26,17 @@ typedef struct gt_arena {
     size_t bytes;
     int count, cap;
     gt_arena_entry *entries;
-    gt_backend *owner; /* backend that allocated base, NULL before gt_arena_alloc */
+    /* who frees base (the backend that allocated it, gt_backend_alloc_arena); NULL before */
+    void (*release)(void *owner, void *base);
+    void *owner;
 } gt_arena;
 
 void gt_arena_init(gt_arena *a, const char *name);
 /* Plans a tensor of `bytes`; *bind receives its address at gt_arena_alloc. */
 int gt_arena_add(gt_arena *a, const char *name, size_t bytes, void **bind, gt_error *err);
-/* One allocation for every planned tensor; binds the pointers. */
-int gt_arena_alloc(gt_arena *a, gt_backend *b, gt_error *err);
+/* Binds every planned tensor's pointer into base, one allocation of gt_arena_size bytes made
+ * by the caller (backend/backend.h's gt_backend_alloc_arena), and remembers how to free it. */
+void gt_arena_bind(gt_arena *a, void *base, void (*release)(void *owner, void *base), void *owner);
 /* Frees the allocation and the plan; accepts an arena that was never allocated. */
 void gt_arena_release(gt_arena *a);
 /* Prints one line per tensor (or a summary when verbose is 0). */

@@ -22,10 +22,10 @@ int gt_model_create(gt_model **out, const gt_config *cfg, gt_backend *b, gt_erro
     if (!m) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory creating the model");
     int rc = gt_model_build(m, cfg, b->act_bytes, err);
     m->b = b;
-    if (!rc) rc = gt_arena_alloc(&m->params, b, err);
-    if (!rc) rc = gt_arena_alloc(&m->grads, b, err);
-    if (!rc) rc = gt_arena_alloc(&m->acts, b, err);
-    if (!rc) rc = gt_arena_alloc(&m->scratch, b, err);
+    if (!rc) rc = gt_backend_alloc_arena(b, &m->params, err);
+    if (!rc) rc = gt_backend_alloc_arena(b, &m->grads, err);
+    if (!rc) rc = gt_backend_alloc_arena(b, &m->acts, err);
+    if (!rc) rc = gt_backend_alloc_arena(b, &m->scratch, err);
     if (rc) {
         gt_model_destroy(m);
         return rc;

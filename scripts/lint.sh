@@ -22,7 +22,7 @@ status=0
 t0=$SECONDS
 
 # The project's C and CUDA files; the fuzz corpus holds inputs, not code.
-mapfile -t files < <(find config core backend model graphs train dist bench cli include tests \
+mapfile -t files < <(find config core backend data model graphs train dist bench cli include tests \
   -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) \
   -not -path 'tests/fuzz/corpus/*' | LC_ALL=C sort)
 csrcs=()
@@ -40,7 +40,7 @@ fi
 # Suppressions are inline only (`// cppcheck-suppress id ; reason`), none global.
 echo "lint: cppcheck over ${#csrcs[@]} C files"
 if ! cppcheck --enable=warning,performance,portability --error-exitcode=1 --inline-suppr \
-     -I . -I include --std=c11 --library=scripts/lint/cmocka.cfg -q -j "$jobs" "${csrcs[@]}"; then
+     -I . -I include -I tests/support --std=c11 --library=scripts/lint/cmocka.cfg -q -j "$jobs" "${csrcs[@]}"; then
   echo "lint: cppcheck found problems (above)" >&2
   status=1
 fi

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "train/atomic_file.h"
+#include "core/atomic_file.h"
 
 /* On-disk header (host byte order, little-endian on every machine we build for). */
 typedef struct ckpt_header {

@@ -11,7 +11,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/step_state.h"
-#include "train/data.h"
+#include "data/data.h"
 
 #define GT_CKPT_MAGIC 0x54504b4354475447ull /* "GTGTCKPT" little-endian */
 #define GT_CKPT_VERSION 1

@@ -5,8 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/atomic_file.h"
 #include "graphs/graphs.h"
-#include "train/atomic_file.h"
 #include "train/checkpoint.h"
 #include "train/trainer_extra.h"
 

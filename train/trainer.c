@@ -6,7 +6,7 @@
 
 #include "core/bf16.h"
 #include "graphs/graphs.h"
-#include "train/memory_plan.h"
+#include "model/memory_plan.h"
 #include "train/trainer_extra.h"
 #include "train/trainer_impl.h"
 
@@ -140,9 +140,9 @@ static int alloc_state(gt_trainer *t, gt_error *err) {
     t->batch_bytes = (size_t)t->n_micro * 2 * (size_t)t->N * sizeof(int32_t);
     if (!rc)
         rc = gt_arena_add(&t->batch, "tokens+targets", t->batch_bytes, (void **)&t->d_batch, err);
-    if (!rc) rc = gt_arena_alloc(&t->opt, t->b, err);
-    if (!rc) rc = gt_arena_alloc(&t->state, t->b, err);
-    if (!rc) rc = gt_arena_alloc(&t->batch, t->b, err);
+    if (!rc) rc = gt_backend_alloc_arena(t->b, &t->opt, err);
+    if (!rc) rc = gt_backend_alloc_arena(t->b, &t->state, err);
+    if (!rc) rc = gt_backend_alloc_arena(t->b, &t->batch, err);
     if (!rc) rc = t->b->ops->host_alloc(t->b, t->batch_bytes, (void **)&t->h_batch, err);
     if (!rc && !(t->h_next = malloc(t->batch_bytes)))
         rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory for the prefetched batch");

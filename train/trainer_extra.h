@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "train/data.h"
+#include "data/data.h"
 #include "train/trainer.h"
 
 /* Lazy embedding rows: each step's catch-up (lazy_catchup, in the same launch) also takes the

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "core/arena.h"
-#include "train/data.h"
+#include "data/data.h"
 #include "train/trainer.h"
 
 struct gt_trainer {

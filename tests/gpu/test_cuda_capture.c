@@ -7,7 +7,7 @@
  * write what memset nodes of every element size and shape write); an unknown GT_CUDA_PDL or
  * GT_CUDA_GRAPH_MEMSET is refused. */
 #include "backend/cuda/cuda_backend.h" /* gt_cuda_pdl */
-#include "gpu/gpu_testutil.h"
+#include "gpu_fixture.h"
 
 /* A tiny one-layer model step on the GPU, all buffers fixed. */
 enum { BB = 2, TT = 96, HH = 4, KVH = 2, HD = 64, DM = HH * HD, VOC = 512, FF = 384 };

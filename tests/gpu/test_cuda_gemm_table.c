@@ -2,7 +2,7 @@
  * chosen by hand computes the same product; a table naming it makes a fresh backend run that
  * very algorithm, bit for bit; a table from another machine or with an algorithm cuBLASLt
  * refuses leaves the heuristic's choice, and says so; tuning times every candidate. */
-#include "gpu_testutil.h"
+#include "gpu_fixture.h"
 
 #define GM 512
 #define GN 384

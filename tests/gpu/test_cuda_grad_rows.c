@@ -3,7 +3,7 @@
  * grad_norm and adamw skip unmarked rows (NaN there changes nothing) with the bits of the same
  * gradients holding zeros there; the inject hook marks the row of grads[0]. Also the unit test
  * of the prep kernel's warp ballot over rows past V and the scalar path (d % 4 != 0). */
-#include "gpu_testutil.h"
+#include "gpu_fixture.h"
 
 static void g_read_u8(gpu_env *e, uint8_t *h, const uint8_t *d, size_t n) {
     e->gpu->ops->memcpy_d2h(e->gpu, e->gs, h, d, n);

@@ -1,7 +1,7 @@
 /* GPU tests of the mixture-of-experts ops against the CPU reference: router top-k and its
  * backward, the load-balancing loss, the stable permutation (dropless and with capacity),
  * gather/combine and the grouped GEMMs over device offsets (including empty experts). */
-#include "gpu/gpu_testutil.h"
+#include "gpu_fixture.h"
 
 enum { N_TOK = 200, E_EXP = 16, TOPK = 4, D_MODEL = 96, NF = 80 };
 

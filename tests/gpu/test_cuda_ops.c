@@ -1,7 +1,7 @@
 /* GPU tests of the dense and optimizer ops: every CUDA op against the CPU reference on the
  * same random inputs (rounded to bf16 so both see identical values), relative L2 error per
  * precision, plus determinism (two runs bitwise equal) of the ops that reduce. */
-#include "gpu/gpu_testutil.h"
+#include "gpu_fixture.h"
 
 static void test_from_float_rounds_to_nearest_bf16(void **state) {
     gpu_env *e = *state;

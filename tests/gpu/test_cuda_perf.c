@@ -5,7 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "gpu/gpu_testutil.h"
+#include "gpu_fixture.h"
 
 #define REPS 20
 

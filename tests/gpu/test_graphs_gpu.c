@@ -6,7 +6,7 @@
  * (almost) no device memory because everything lives in the static arenas; with
  * runtime.device=auto a mistyped GT_CUDA_* switch is an error, not a CPU run. Skips when no GPU
  * can be used. Prints eager vs replayed step times (information, not a pass criterion). */
-#include "test_graphs_fixture.h"
+#include "graphs_fixture.h"
 
 #include <unistd.h>
 

@@ -1,0 +1,53 @@
+/* Byte-level BPE tokenizers for prepare-data: one learned from the corpus itself
+ * (gt_bpe_train), or GPT-2's from the user's encoder.json + vocab.bpe. Both start from the
+ * 256 bytes, so every byte string encodes, and decoding gives the exact bytes back. Text is
+ * first split into chunks by GPT-2's pattern (contractions, letter / digit / other runs with
+ * one leading space, whitespace runs); merges never cross a chunk. */
+#ifndef GT_DATA_TOKENIZER_H
+#define GT_DATA_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+#define GT_BPE_MIN_VOCAB 256
+#define GT_BPE_MAX_VOCAB 1000000
+/* Chunks longer than this are cut (bounds the quadratic merge loop on pathological input;
+ * training and encoding cut the same way, so the round trip is unaffected). */
+#define GT_BPE_MAX_CHUNK 512
+
+typedef struct gt_tokenizer gt_tokenizer;
+
+/* Learns merges from text until the vocabulary has vocab_size tokens (or no pair occurs
+ * twice; the result may then be smaller, see gt_tokenizer_vocab_size). Ties between equally
+ * frequent pairs go to the smaller (left id, right id). */
+int gt_bpe_train(gt_tokenizer **tk, const unsigned char *text, size_t n, int vocab_size,
+                 gt_error *err);
+/* GPT-2's tokenizer from its two files (byte-to-unicode alphabet, ranked merges). */
+int gt_tokenizer_load_gpt2(gt_tokenizer **tk, const char *encoder_json, const char *vocab_bpe,
+                           gt_error *err);
+/* The vocabulary file written beside the shards (PREFIX.vocab), and reading it back. */
+int gt_tokenizer_save(const gt_tokenizer *tk, const char *path, gt_error *err);
+int gt_tokenizer_load(gt_tokenizer **tk, const char *path, gt_error *err);
+void gt_tokenizer_destroy(gt_tokenizer *tk);
+
+int gt_tokenizer_vocab_size(const gt_tokenizer *tk);
+int gt_tokenizer_num_merges(const gt_tokenizer *tk);
+/* Merge i (rank order): left + right -> result. */
+void gt_tokenizer_merge(const gt_tokenizer *tk, int i, uint32_t *left, uint32_t *right,
+                        uint32_t *result);
+/* The bytes of one token. */
+const unsigned char *gt_tokenizer_token(const gt_tokenizer *tk, uint32_t id, size_t *len);
+
+/* Appends the ids of text to *ids (a malloc'ed array grown as needed; *n used, *cap size). */
+int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_t n, uint32_t **ids,
+                        size_t *n_ids, size_t *cap, gt_error *err);
+/* Decodes ids into a malloc'ed byte string *out of *out_n bytes; unknown ids are refused. */
+int gt_tokenizer_decode(const gt_tokenizer *tk, const uint32_t *ids, size_t n, unsigned char **out,
+                        size_t *out_n, gt_error *err);
+
+/* Length of the chunk starting at text[i] (GPT-2's split); exposed for tests. */
+size_t gt_pretok_next(const unsigned char *text, size_t n, size_t i);
+
+#endif

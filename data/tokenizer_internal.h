@@ -1,0 +1,50 @@
+/* Internals shared by the tokenizer files (tokenizer.c, bpe_train.c, gpt2_bpe.c): the
+ * vocabulary table and the merge lookup. */
+#ifndef GT_DATA_TOKENIZER_INTERNAL_H
+#define GT_DATA_TOKENIZER_INTERNAL_H
+
+#include "data/tokenizer.h"
+
+typedef enum { GT_TOK_BPE = 0, GT_TOK_GPT2 = 1 } gt_tok_kind;
+
+struct gt_tokenizer {
+    gt_tok_kind kind;
+    int n_vocab;
+    unsigned char *blob; /* bytes of every token, concatenated */
+    size_t blob_n, blob_cap;
+    size_t *tok_off;  /* [n_vocab + 1] token i = blob[tok_off[i], tok_off[i+1]) */
+    int byte_id[256]; /* id of each single-byte token */
+    int n_merges, merges_cap;
+    uint32_t *m_left, *m_right, *m_result; /* [n_merges], in rank order */
+    /* open-addressing map (left, right) -> merge rank + 1 (0 = empty) */
+    uint64_t *mh_key;
+    int32_t *mh_val;
+    size_t mh_cap;
+};
+
+/* An empty tokenizer of the given kind. */
+int gt_tok_alloc(gt_tokenizer **tk, gt_tok_kind kind, gt_error *err);
+/* Appends a token (id = current n_vocab). */
+int gt_tok_add_token(gt_tokenizer *tk, const unsigned char *bytes, size_t len, gt_error *err);
+/* Appends a merge with the next rank. */
+int gt_tok_add_merge(gt_tokenizer *tk, uint32_t left, uint32_t right, uint32_t result,
+                     gt_error *err);
+/* Rank of (left, right), or -1. */
+int gt_tok_merge_rank(const gt_tokenizer *tk, uint32_t left, uint32_t right);
+/* Fills byte_id from the single-byte tokens; fails when a byte has none. */
+int gt_tok_index_bytes(gt_tokenizer *tk, const char *what, gt_error *err);
+
+static inline uint64_t gt_tok_pair_key(uint32_t a, uint32_t b) {
+    return (uint64_t)a << 32 | b;
+}
+
+static inline uint64_t gt_tok_hash64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+#endif

@@ -1,0 +1,60 @@
+/* Memory plan of a configuration; see memory_plan.h. */
+#include "model/memory_plan.h"
+
+#include "model/model.h"
+
+#define MIB (1024.0 * 1024.0)
+#define GIB (1024.0 * 1024.0 * 1024.0)
+/* cuBLASLt's fixed workspace plus reduction partials and the other small scratch regions */
+#define WORKSPACE_FIXED ((size_t)96 << 20)
+
+int gt_memory_plan_compute(const gt_config *cfg, size_t act_bytes, gt_memory_plan *p,
+                           gt_error *err) {
+    gt_model_info mi = {0};
+    int rc = gt_model_plan(cfg, act_bytes, &mi, err);
+    if (rc) return rc;
+    p->params = mi.param_bytes;
+    p->grads = mi.grad_bytes;
+    p->activations = mi.act_bytes;
+    p->scratch = mi.scratch_bytes;
+    p->optimizer = mi.n_params * (gt_master_elem_bytes(act_bytes) +
+                                  gt_state_dtype_bytes(cfg->optimizer.exp_avg_dtype) +
+                                  gt_state_dtype_bytes(cfg->optimizer.exp_avg_sq_dtype));
+    /* cuDNN's deterministic attention backward needs B*H*T*T*2 bytes of workspace (the
+     * largest single allowance); count it whenever the model has attention */
+    const gt_model_config *m = &cfg->model;
+    size_t attn_ws = (size_t)cfg->train.micro_batch_size * (size_t)m->num_attention_heads *
+                     (size_t)m->seq_length * (size_t)m->seq_length * 2;
+    p->workspace = WORKSPACE_FIXED + (act_bytes == 2 ? attn_ws : 0);
+    p->total = p->params + p->grads + p->activations + p->scratch + p->optimizer + p->workspace;
+    return GT_OK;
+}
+
+void gt_memory_plan_print(const gt_memory_plan *p, const char *backend, FILE *f) {
+    fprintf(f, "memory plan on the %s backend (allocated once, graphs add nothing):\n", backend);
+    fprintf(f, "  parameters   %10.1f MiB\n", (double)p->params / MIB);
+    fprintf(f, "  gradients    %10.1f MiB  (fp32)\n", (double)p->grads / MIB);
+    fprintf(f,
+            "  optimizer    %10.1f MiB  (master: fp32, or its low halves beside bf16 "
+            "parameters; Adam m and v: fp32, or bf16 if set)\n",
+            (double)p->optimizer / MIB);
+    fprintf(f, "  activations  %10.1f MiB\n", (double)p->activations / MIB);
+    fprintf(f, "  scratch      %10.1f MiB\n", (double)p->scratch / MIB);
+    fprintf(f, "  workspaces   %10.1f MiB  (allowance: GEMM, attention, reductions)\n",
+            (double)p->workspace / MIB);
+    fprintf(f, "  total        %10.2f GiB\n", (double)p->total / GIB);
+}
+
+int gt_memory_plan_check_fit(const gt_memory_plan *p, size_t free_bytes, gt_error *err) {
+    if (free_bytes == 0 || p->total <= free_bytes) return GT_OK;
+    return gt_error_set(
+        err, GT_ERR_NOMEM,
+        "this run needs about %.2f GiB of device memory (parameters %.2f, gradients %.2f, "
+        "optimizer %.2f, activations %.2f, scratch and workspaces %.2f GiB) but only %.2f GiB "
+        "are free; nothing was allocated. Lower train.micro_batch_size (activations scale "
+        "with it) or model.seq_length, use fewer model.num_layers or a smaller "
+        "model.hidden_size, or free the GPU of other processes",
+        (double)p->total / GIB, (double)p->params / GIB, (double)p->grads / GIB,
+        (double)p->optimizer / GIB, (double)p->activations / GIB,
+        (double)(p->scratch + p->workspace) / GIB, (double)free_bytes / GIB);
+}

@@ -1,0 +1,210 @@
+/* Shared by the tests/graphs/test_graphs_*.c binaries: tiny dense and MoE configs (dropout on, CPU
+ * backend, a few micro-batches per step) and a helper that trains N steps and keeps what the
+ * graph tests compare: per-step losses and modes, final master weights, graph stats, and the
+ * backend's live graph count before teardown. Header-only so each test stays one file. */
+#ifndef GT_TESTS_TEST_GRAPHS_FIXTURE_H
+#define GT_TESTS_TEST_GRAPHS_FIXTURE_H
+
+#include "testlib.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/keys.h"
+#include "config/rules.h"
+#include "graphs/graphs.h"
+#include "train/trainer.h"
+
+#define GTF_MAX_STEPS 64
+
+typedef struct gtf_run {
+    int steps; /* steps completed without error */
+    float loss[GTF_MAX_STEPS];
+    gt_step_mode mode[GTF_MAX_STEPS];
+    int64_t step_no[GTF_MAX_STEPS];
+    double ms[GTF_MAX_STEPS]; /* host wall time of each step */
+    float *master;            /* [n_master], final fp32 master weights */
+    size_t n_master;
+    gt_graph_stats gs; /* of the trainer's runner before teardown */
+    char report[2048]; /* gt_graph_runner_report output */
+    int live;          /* backend live graphs before teardown */
+    int rc;            /* status of the step that ended the run early, GT_OK otherwise */
+    gt_error err;
+    int64_t stop_step;      /* stats.step of the failing step (NaN), -1 otherwise */
+    gt_step_mode stop_mode; /* stats.mode of the failing step */
+} gtf_run;
+
+/* 2 layers, d=16, 2 heads, seq 8, micro-batch 2, 2 micro-batches per step, dropout 0.1. */
+static inline void gtf_tiny_dense(gt_config *c) {
+    gt_config_defaults(c);
+    c->runtime.device = GT_DEVICE_CPU;
+    c->model.num_layers = 2;
+    c->model.hidden_size = 16;
+    c->model.num_attention_heads = 2;
+    c->model.num_query_groups = 1;
+    c->model.ffn_hidden_size = 32;
+    c->model.vocab_size = 64;
+    c->model.seq_length = 8;
+    c->model.attention_dropout = 0.1;
+    c->model.hidden_dropout = 0.1;
+    c->train.micro_batch_size = 2;
+    c->train.global_batch_size = 4;
+    c->train.train_iters = 30;
+    c->dataset.source = GT_DATA_MOCK;
+    c->rng.seed = 1234;
+    c->optimizer.lr = 3e-3;
+    c->optimizer.clip_grad = 1.0;
+    c->model.use_te_rng_tracker = true;
+    c->rng.te_rng_tracker = true;
+    c->model.cuda_graph_warmup_steps = 2;
+    c->logger.log_interval = 1000;
+}
+
+/* The dense model with every layer MoE: 4 experts, top-2, aux loss on. */
+static inline void gtf_tiny_moe(gt_config *c) {
+    gtf_tiny_dense(c);
+    c->model.num_moe_experts = 4;
+    c->model.moe_router_topk = 2;
+    c->model.moe_ffn_hidden_size = 16;
+    c->model.moe_aux_loss_coeff = 0.01;
+}
+
+static inline void gtf_graphs(gt_config *c, gt_graph_impl impl, uint32_t scope) {
+    c->model.cuda_graph_impl = impl;
+    c->model.cuda_graph_scope = scope;
+}
+
+/* The precision-aware optimizer with both Adam moments in bf16. */
+static inline void gtf_bf16_moments(gt_config *c) {
+    c->optimizer.use_precision_aware_optimizer = true;
+    c->optimizer.exp_avg_dtype = GT_STATE_BF16;
+    c->optimizer.exp_avg_sq_dtype = GT_STATE_BF16;
+}
+
+static inline void gtf_free(gtf_run *r) {
+    free(r->master);
+    r->master = NULL;
+}
+
+/* Fails the test when cfg breaks a validation rule: the tests run what a user can run. */
+static inline void gtf_assert_valid(const gt_config *cfg) {
+    static gt_report rep; /* large; one test thread */
+    if (gt_config_validate(cfg, &rep) == 0) return;
+    gt_report_print(&rep, stderr);
+    fail_msg("the test's configuration does not pass gt_config_validate");
+}
+
+/* Trains `steps` steps (stopping at the first error) and tears the trainer down. force, when
+ * not NULL, is set as the runner's capture-failure test hook. validate = 0 lets a test run a
+ * configuration the rules reject (to show what the engine itself can do). */
+static inline void gtf_train_unchecked(const gt_config *cfg, int steps, const char *force,
+                                       int validate, gtf_run *out) {
+    if (validate) gtf_assert_valid(cfg);
+    memset(out, 0, sizeof *out);
+    out->stop_step = -1;
+    gt_error err = {0};
+    gt_trainer *t = NULL;
+    int rc = gt_trainer_create(&t, cfg, &err);
+    if (rc != GT_OK) fail_msg("gt_trainer_create: %s", err.msg);
+    if (force) gt_graph_runner_force_capture_failure(gt_trainer_graph_runner(t), force);
+    for (int i = 0; i < steps && i < GTF_MAX_STEPS; i++) {
+        gt_step_stats st;
+        memset(&st, 0, sizeof st);
+        rc = gt_trainer_step(t, &st, &err);
+        if (rc != GT_OK) {
+            out->rc = rc;
+            out->err = err;
+            out->stop_step = st.step;
+            out->stop_mode = st.mode;
+            break;
+        }
+        out->loss[i] = st.loss;
+        out->mode[i] = st.mode;
+        out->step_no[i] = st.step;
+        out->ms[i] = st.ms;
+        out->steps++;
+    }
+    gt_backend *b = gt_trainer_backend(t);
+    out->n_master = gt_model_get_info(gt_trainer_model(t))->n_params;
+    out->master = calloc(out->n_master, sizeof(float));
+    assert_non_null(out->master);
+    gt_error rerr = {0};
+    if (gt_trainer_read_master(t, out->master, &rerr) != GT_OK)
+        fail_msg("gt_trainer_read_master: %s", rerr.msg);
+    gt_graph_runner *gr = gt_trainer_graph_runner(t);
+    gt_graph_runner_stats(gr, &out->gs);
+    FILE *f = fmemopen(out->report, sizeof out->report - 1, "w");
+    if (f) {
+        gt_graph_runner_report(gr, f);
+        fclose(f);
+    }
+    out->live = b->ops->live_graphs(b);
+    gt_trainer_destroy(t);
+}
+
+static inline void gtf_train_ex(const gt_config *cfg, int steps, const char *force, gtf_run *out) {
+    gtf_train_unchecked(cfg, steps, force, 1, out);
+}
+
+static inline void gtf_train(const gt_config *cfg, int steps, gtf_run *out) {
+    gtf_train_ex(cfg, steps, NULL, out);
+}
+
+/* Bitwise equality of the losses of every step and of the final master weights (memcmp, not
+ * ==, on purpose: clang-tidy's float memcmp check is silenced for that below). */
+static inline void gtf_assert_same(const gtf_run *a, const gtf_run *b) {
+    assert_int_equal(a->steps, b->steps);
+    for (int i = 0; i < a->steps; i++)
+        // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
+        if (memcmp(&a->loss[i], &b->loss[i], sizeof(float)) != 0)
+            fail_msg("step %d: loss %.9g != %.9g", i + 1, (double)a->loss[i], (double)b->loss[i]);
+    assert_int_equal(a->n_master, b->n_master);
+    for (size_t i = 0; i < a->n_master; i++)
+        // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
+        if (memcmp(&a->master[i], &b->master[i], sizeof(float)) != 0)
+            fail_msg("master weight %zu: %.9g != %.9g", i, (double)a->master[i],
+                     (double)b->master[i]);
+}
+
+/* A run stopped by the NaN check at step k of a replayed graph: the error names the step and
+ * the k - 1 steps before it completed. */
+static inline void gtf_assert_nan_stop_replayed(const gtf_run *r, int k) {
+    assert_int_equal(r->rc, GT_ERR_NUMERIC);
+    assert_int_equal(r->stop_step, k);
+    assert_int_equal(r->steps, k - 1);
+    assert_int_equal(r->stop_mode, GT_STEP_REPLAYED);
+    char want[32];
+    snprintf(want, sizeof want, "step %d", k);
+    assert_non_null(strstr(r->err.msg, want));
+}
+
+/* Eager for the first `warmup` steps, captured at the next, replayed after. */
+static inline void gtf_assert_progress(const gtf_run *r, int warmup) {
+    for (int i = 0; i < r->steps; i++) {
+        gt_step_mode want =
+            i < warmup ? GT_STEP_EAGER : (i == warmup ? GT_STEP_CAPTURED : GT_STEP_REPLAYED);
+        if (r->mode[i] != want)
+            fail_msg("step %d: mode %d, expected %d", i + 1, (int)r->mode[i], (int)want);
+    }
+}
+
+/* Defines g_eager, an eager reference run of n_steps steps of gtf_tiny_dense trained once by
+ * the group setup, and that setup / teardown pair (gtf_eager_setup, gtf_eager_teardown) for
+ * cmocka_run_group_tests. */
+#define GTF_EAGER_REFERENCE(n_steps)                                                               \
+    static gtf_run g_eager;                                                                        \
+    static int gtf_eager_setup(void **state) {                                                     \
+        (void)state;                                                                               \
+        gt_config c;                                                                               \
+        gtf_tiny_dense(&c);                                                                        \
+        gtf_train(&c, (n_steps), &g_eager);                                                        \
+        return g_eager.steps == (n_steps) ? 0 : -1;                                                \
+    }                                                                                              \
+    static int gtf_eager_teardown(void **state) {                                                  \
+        (void)state;                                                                               \
+        gtf_free(&g_eager);                                                                        \
+        return 0;                                                                                  \
+    }
+
+#endif
