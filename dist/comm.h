@@ -1,0 +1,50 @@
+/* Collectives between the ranks of a data-parallel job, enqueued on a backend stream like any
+ * op, so a full-iteration graph captures them with the rest of the step. On the CPU backend they
+ * run through MPI between processes (mpirun), recorded and replayed like the CPU backend's
+ * kernels; a world of one needs no library and copies. The sums come in two orders:
+ * GT_REDUCE_RANK_ORDER adds the ranks' values in rank order, ((x0 + x1) + x2) + ..., the same
+ * bits on every run and every rank; GT_REDUCE_LIBRARY leaves the order to the library (MPI's or
+ * NCCL's algorithms, faster, and not bitwise repeatable across world sizes). */
+#ifndef GT_DIST_COMM_H
+#define GT_DIST_COMM_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+#include "dist/world.h"
+
+typedef enum { GT_REDUCE_RANK_ORDER, GT_REDUCE_LIBRARY } gt_reduce_order;
+
+typedef struct gt_comm gt_comm;
+
+/* A communicator over w for buffers of backend b. A world of more than one rank needs the CPU
+ * backend and a build with MPI (the error says how to get one); NCCL for the CUDA backend is
+ * not built yet and is refused by name. */
+int gt_comm_create(gt_comm **c, const gt_world *w, gt_backend *b, gt_error *err);
+/* Accepts NULL. Finalizes MPI when this communicator initialized it. */
+void gt_comm_destroy(gt_comm *c);
+int gt_comm_rank(const gt_comm *c);
+int gt_comm_size(const gt_comm *c);
+
+/* Sets aside the scratch the rank-order sums of up to max_n elements need (about max_n floats),
+ * before the first step: collectives allocate nothing, and a larger one fails the step by name. */
+int gt_comm_reserve(gt_comm *c, size_t max_n, gt_error *err);
+
+/* The share of n elements rank r owns after a reduce-scatter: [first, first + count). The
+ * first n % size ranks own one more element. */
+void gt_comm_shard(size_t n, int size, int r, size_t *first, size_t *count);
+
+/* buf[0..n) = the sum over ranks of every rank's buf, on every rank. */
+void gt_comm_all_reduce_sum(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_reduce_order o);
+/* out[0..count) = the sum over ranks of in[first..first+count), this rank's shard
+ * (gt_comm_shard); in holds all n elements. */
+void gt_comm_reduce_scatter_sum(gt_comm *c, gt_stream *s, float *out, const float *in, size_t n,
+                                gt_reduce_order o);
+/* buf[0..n): every rank's shard (gt_comm_shard, elements of elem_bytes) copied to every rank;
+ * this rank's own shard must already be in place. */
+void gt_comm_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t elem_bytes);
+
+/* Waits for every rank (outside a step: set-up and teardown). */
+int gt_comm_barrier(gt_comm *c, gt_error *err);
+
+#endif

@@ -1,0 +1,26 @@
+/* The communicator's insides, shared by comm.c (dispatch, a world of one) and comm_mpi.c (MPI
+ * between CPU-backend processes). Internal to dist/. */
+#ifndef GT_DIST_COMM_IMPL_H
+#define GT_DIST_COMM_IMPL_H
+
+#include "dist/comm.h"
+
+struct gt_comm {
+    gt_world world;
+    gt_backend *b;
+    int mpi_initialized_here; /* this communicator called MPI_Init, so it finalizes */
+    float *scratch;           /* rank-order sums: every rank's copy of this rank's shard */
+    size_t scratch_elems;
+    int *counts, *displs, *rcounts, *rdispls; /* [size] each, one block: MPI's shard tables */
+};
+
+/* comm_mpi.c; without MPI in the build, init refuses a world of more than one by name */
+int gt_comm_mpi_init(gt_comm *c, gt_error *err);
+void gt_comm_mpi_finish(gt_comm *c);
+void gt_comm_mpi_all_reduce(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_reduce_order o);
+void gt_comm_mpi_reduce_scatter(gt_comm *c, gt_stream *s, float *out, const float *in, size_t n,
+                                gt_reduce_order o);
+void gt_comm_mpi_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t elem_bytes);
+int gt_comm_mpi_barrier(gt_comm *c, gt_error *err);
+
+#endif
