@@ -6,7 +6,7 @@
 # (default full_iteration) and AB_STEPS (default 30). Logs and summary.txt under $OUT (default
 # /tmp/gt-ab).
 # A second, older build: carry its pack (the build-gpu-pack/run.tar.xz of `scripts/gpu.sh build`
-# or of the older scripts/gpu-build.sh, under another name) and give it as NAME=PACK (an
+# or of the older gpu-build.sh, under another name) and give it as NAME=PACK (an
 # argument, or a word of AB_PACKS); it is unpacked into ab-NAME/, so its binary is
 # ab-NAME/build-gpu-run/graphtrain for the AB_VARIANTS lines. A pack that carries its recipes
 # (build-gpu-run/recipes) runs them: GT_RECIPE_DIR points there unless the line sets it.
