@@ -9,7 +9,9 @@
 # or of the older gpu-build.sh, under another name) and give it as NAME=PACK (an
 # argument, or a word of AB_PACKS); it is unpacked into ab-NAME/, so its binary is
 # ab-NAME/build-gpu-run/graphtrain for the AB_VARIANTS lines. A pack that carries its recipes
-# (build-gpu-run/recipes) runs them: GT_RECIPE_DIR points there unless the line sets it.
+# (build-gpu-run/recipes) runs them: GT_RECIPE_DIR points there unless the line sets it; one
+# without (made before the recipes were packed) reads the tree's recipes/, so where those
+# changed, carry the older recipes too and set GT_RECIPE_DIR=... in its line.
 # Each line also says whether the variant's losses (bench's "losses, first N steps" table) are
 # bitwise those of the first variant of its workload and round; the last line counts the
 # variants whose losses differ.
