@@ -1,4 +1,4 @@
-/* The one op interface every backend implements (DESIGN.md, backend/): memory, copies,
+/* The one op interface every backend implements (docs/design.md, backend/): memory, copies,
  * streams, graph capture and the math ops of the model and optimizer. cpu/ is the fp32
  * reference; cuda/ runs bf16 kernels and cuBLASLt. Model, training and graph code call only
  * this table, so eager steps, captured steps and CPU tests run the very same code.

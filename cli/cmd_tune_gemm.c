@@ -1,8 +1,8 @@
 /* graphtrain tune-gemm: picks each GEMM shape's cuBLASLt algorithm by timing the candidates
  * where the training step runs them, and writes the choices as a table for
- * runtime.gemm_table (backend/gemm_table.h). Timing inside the step, not alone, matters: stop
- * 11 found algorithms faster alone that made tiny's step slower (docs/experiments.md). A table
- * makes the choice once, so every later run on the machine sums in the same order; timing at
+ * runtime.gemm_table (backend/gemm_table.h). Timing inside the step, not alone, matters:
+ * algorithms faster alone made tiny's step slower (docs/design.md, "GEMM algorithm tables"). A
+ * table makes the choice once, so every later run on the machine sums in the same order; timing at
  * startup instead could pick differently from one process to the next and lose bitwise
  * reproducibility.
  *

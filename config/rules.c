@@ -285,7 +285,7 @@ static void check_graph_rules(const gt_config *c, gt_report *r) {
                  "model.cuda_graph_scope"),
             "nothing to change; Bridge configs that set them false also work",
             "Bridge requires NaN checks off with a full_iteration graph; graphtrain runs them "
-            "as device kernels inside the graph (DESIGN.md principle 5), so they stay on");
+            "as device kernels inside the graph (docs/design.md principle 5), so they stay on");
 }
 
 /* ---- shape and run sanity (not graph-specific) ---- */

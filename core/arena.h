@@ -1,7 +1,7 @@
 /* Arenas: one device allocation per lifetime class (parameters, master weights, gradients,
  * optimizer moments, activations, scratch). A plan lists every tensor with its size; after
  * gt_arena_bind each tensor's pointer is bound to base + offset and never changes, which is
- * what lets a captured graph stay valid for the whole run (DESIGN.md principle 1). */
+ * what lets a captured graph stay valid for the whole run (docs/design.md principle 1). */
 #ifndef GT_CORE_ARENA_H
 #define GT_CORE_ARENA_H
 

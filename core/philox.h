@@ -1,7 +1,7 @@
 /* Philox-4x32-10 counter-based random numbers (Salmon et al., SC'11). Usable from host C and
  * CUDA device code: the same (key, counter) gives the same bits everywhere, which makes
  * dropout identical on the CPU reference, in eager GPU runs and in replayed graphs
- * (DESIGN.md principle 4). Counter layout used by the engine:
+ * (docs/design.md principle 4). Counter layout used by the engine:
  *   key     = rng.seed (64 bits)
  *   counter = { element index / 4, call site, micro-batch, step } */
 #ifndef GT_CORE_PHILOX_H

@@ -1,4 +1,4 @@
-/* The per-step scalars that live in device memory (DESIGN.md principle 2): step counter,
+/* The per-step scalars that live in device memory (docs/design.md principle 2): step counter,
  * learning rate, loss, gradient norm, NaN flags. Kernels read and write them, so a captured
  * graph sees fresh values on every replay; the host only reads them asynchronously after a
  * step. On the CPU backend it is ordinary memory with the same layout. */

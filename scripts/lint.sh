@@ -21,8 +21,8 @@ jobs=$(nproc 2>/dev/null || echo 2)
 status=0
 t0=$SECONDS
 
-# The project's C and CUDA files; the fuzz corpus holds inputs, not code.
-mapfile -t files < <(find config core backend data model graphs train dist bench cli include tests \
+# The project's C and CUDA files, dev/ included; the fuzz corpus holds inputs, not code.
+mapfile -t files < <(find config core backend data model graphs train dist bench cli include tests dev \
   -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) \
   -not -path 'tests/fuzz/corpus/*' | LC_ALL=C sort)
 csrcs=()

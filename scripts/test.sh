@@ -2,7 +2,7 @@
 # The README's test command: set up, build (release with CUDA when nvcc is present, and a
 # sanitizer build), lint (scripts/lint.sh: clang-format, cppcheck, clang-tidy), run the fuzzers
 # for a bounded time, then every CPU test under ctest in the sanitizer build. GPU tests (label
-# `gpu`) run on the GPU machine: scripts/gpu-check.sh.
+# `gpu`) run on the GPU machine: scripts/gpu.sh check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh all

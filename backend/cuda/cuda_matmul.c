@@ -416,7 +416,7 @@ static void cuda_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, float
 /* One batched GEMM where a single weight gradient leaves much of the GPU idle: fewer 128 x 128
  * tiles of dw than one and a half waves of the SMs. There, strided-batched cuBLASLt ran the
  * layers' weight gradients 13-68% faster than one GEMM a layer (gpt124m, tiny and moe shapes;
- * scripts/gemm_sweep/wgrad_batch.cu). Larger ones go one by one: llama1b's batched gate/up
+ * dev/cuda/wgrad_batch.cu). Larger ones go one by one: llama1b's batched gate/up
  * weight gradients measured 10% slower. */
 static int batch_pays(const gt_cuda_impl *im, int N, int K) {
     int64_t tiles = (int64_t)((N + 127) / 128) * ((K + 127) / 128);

@@ -19,8 +19,8 @@
  * their products, as in the other attention kernels. Contract of attention.cuh: qkv rows
  * [B*T, (H + 2KV) * 64], dout and out rows [B*T, H * 64], lse and D [B, H, T] fp32 (lse
  * natural-log, of the scores scaled by 1/sqrt(64)). Takes T % 128 == 0 without dropout;
- * gt_cuda_attn_wgmma_bwd returns 0 for anything else. Measured against cuDNN's backward and
- * what was tried: docs/experiments.md, "Stop 26". */
+ * gt_cuda_attn_wgmma_bwd returns 0 for anything else. Why it exists and how it compares with
+ * cuDNN's backward: docs/design.md, "An attention backward of our own on warpgroup MMA". */
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/wgmma.cuh"
 
@@ -146,8 +146,7 @@ static __device__ __forceinline__ void aw_pack(const float *d, uint32_t (*f)[4])
  * dK/dV kernel, Q and dO in the dQ one), loaded into f0 and f1 as register operands; B0 and B1
  * are the stage's two tiles (K-major). Returns once s is complete; dp may still run. The
  * fragments are loaded again every step: kept in registers across the loop, CUDA 13.0's ptxas
- * reused them for dS while the next step still needed them, and the gradients came out wrong
- * ("Stop 26", docs/experiments.md). */
+ * reused them for dS while the next step still needed them, and the gradients came out wrong. */
 static __device__ __forceinline__ void aw_scores(float *s, float *dp, uint32_t (*f0)[4],
                                                  uint32_t (*f1)[4], const unsigned char *a0,
                                                  const unsigned char *a1, const unsigned char *st) {

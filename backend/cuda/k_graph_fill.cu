@@ -2,19 +2,17 @@
  *
  * cuBLASLt puts a memset node in front of its cooperative GEMM kernels (it zeroes a counter
  * at the start of the workspace), cuDNN one in front of each attention call, and the
- * backend's own memset0 captures as one too. In the H200 traces of stops 14 and 15, the edges
- * around a memset node cost 3-4 us of idle GPU a memset (1.3 us in front, 2-4 us behind it),
- * while a kernel-to-kernel edge costs well under a microsecond. So after capture, each
- * memset node is replaced by a node of k_graph_fill writing the same bytes, with the same
- * edges; with programmatic launch on (GT_CUDA_PDL), an in-edge from a kernel node becomes
- * programmatic, since k_graph_fill waits for its predecessor (GT_PDL_ENTRY) before it writes.
- * Nothing is computed differently. Off with GT_CUDA_GRAPH_MEMSET=node.
+ * backend's own memset0 captures as one too. In kernel traces, the edges around a memset node
+ * leave the GPU idle for microseconds (in front of it and behind it), while a kernel-to-kernel
+ * edge costs well under a microsecond. So after capture, each memset node is replaced by a
+ * node of k_graph_fill writing the same bytes, with the same edges; with programmatic launch on
+ * (GT_CUDA_PDL), an in-edge from a kernel node becomes programmatic, since k_graph_fill waits for
+ * its predecessor (GT_PDL_ENTRY) before it writes. Nothing is computed differently. Off with
+ * GT_CUDA_GRAPH_MEMSET=node.
  *
- * Measured on the H200 (stop 16, docs/experiments.md): the gaps in front of gpt124m's GEMMs
- * fell from 100 to 8 us a step and those in front of cuDNN's kernels from 71 to 4 us; steps
- * got 1.3-1.7% faster on tiny and 0.3-0.5% on gpt124m. (Under the CUPTI tracer of
- * scripts/gpu-timeline.sh, such a graph shows a 0.3-0.4 ms hole after its first node that
- * untraced runs do not have.) */
+ * The gain is measured in docs/design.md, "Memset nodes become fill kernels". (Under the
+ * CUPTI tracer of `scripts/gpu.sh timeline`, such a graph shows a hole after its first node
+ * that untraced runs do not have.) */
 #include "backend/cuda/cuda_common.cuh"
 
 #include <vector>

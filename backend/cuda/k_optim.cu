@@ -177,9 +177,8 @@ __global__ void k_gradnorm_final(gt_step_state *st, const double *part, int part
  * rows' table with the same function, so both get the same bits): the decay lr * wd, the step
  * size lr / (1 - beta1^t) and 1 / sqrt(1 - beta2^t). With them an element costs a square root
  * and a reciprocal, both correctly rounded, where dividing by the bias corrections and then by
- * the denominator cost three divisions. The lazy rows' replay is bound by that arithmetic: on
- * tiny's step 26 (ncu, H200) it took 111 us with three divisions, 53 with one, 33 with the
- * reciprocal (34.0, 16.9 and 10.8 million warp instructions). */
+ * the denominator cost three divisions. The lazy rows' replay is bound by that arithmetic, so
+ * each division taken out of it shows in its time about one for one (ncu). */
 struct adamw_scalars {
     float lr_wd, step_size, rs_bc2;
 };
@@ -374,16 +373,14 @@ adamw_quad(bf16 *__restrict__ params, void *__restrict__ master, const float *__
 }
 
 /* Four elements from index 4q a thread (n % 4 == 0, aligned arrays), a block per 256 quads
- * and no grid-stride loop: measured against a grid-stride loop over at most 8192 blocks (with
- * one or two quads a trip) on the H200, moe full_iteration 16.90-16.92 against 17.10-17.12 ms
- * a step, gpt124m and llama1b the same within noise.
+ * and no grid-stride loop: a grid-stride loop over at most 8192 blocks (with one or two quads
+ * a trip) made moe's step slower on the H200 and left gpt124m and llama1b level.
  * With lazy rows (row_blocks > 0) the first row_blocks blocks take the rows, a warp 32 rows:
  * a lane reads one row's lag (one coalesced load for the 32) and the warp updates the rows
  * whose lag says this step, together; the other blocks take the quads before and after the
- * rows. Before stop 23 a thread took a quad over the rows too, so the launch began with
- * blocks that read a lag and left while the memory idled (the embedding is the first tensor).
- * ncu on tiny: 307 us against 311-314 us before. A cap of 5 blocks an SM (48 registers,
- * spilling) took 356-361 us. */
+ * rows. A thread taking a quad over the rows too would begin the launch with blocks that read
+ * a lag and leave while the memory idles (the embedding is the first tensor). A cap of 5
+ * blocks an SM (48 registers) spills and is slower. */
 template <typename MT, typename VT, bool LO>
 __global__ void k_adamw4(bf16 *__restrict__ params, void *__restrict__ master,
                          const float *__restrict__ grads, quad_rows rows, MT *__restrict__ m,
@@ -604,9 +601,8 @@ struct lazy_job {
 
 /* A block per token, then one per row of the sweep's slice: the first block to claim its row
  * (lag swapped to step + 1) replays it. One launch for both: the sweep's rows fill the GPU
- * beside the tokens' longer replays, and a graph node and a kernel's ramp and tail go; tiny
- * measured 1.502-1.503 ms against 1.515-1.518 with the sweep launched after the catch-up
- * (three rounds, 60 steps, stop 23). */
+ * beside the tokens' longer replays, and a graph node and a kernel's ramp and tail go (tiny's
+ * step is faster than with the sweep launched after the catch-up). */
 template <typename MT, typename VT, bool LO, bool QUADS>
 __global__ void __launch_bounds__(LZ_THREADS)
     k_lazy_catchup(bf16 *params, void *master, MT *m, VT *v, int32_t *lag, lazy_job job, size_t off,

@@ -1,8 +1,8 @@
 /* Device buffers of reproducible pseudo-random values in [-0.5, 0.5) for the CUDA developer
  * tools beside this file (own_vs_lt.cu, wgrad_batch.cu): n elements, fp32 or bf16, from an LCG
  * seeded with `seed`. Not part of the engine. */
-#ifndef GT_SCRIPTS_GEMM_SWEEP_DEV_RANDOM_CUH
-#define GT_SCRIPTS_GEMM_SWEEP_DEV_RANDOM_CUH
+#ifndef GT_DEV_CUDA_DEV_RANDOM_CUH
+#define GT_DEV_CUDA_DEV_RANDOM_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -1,23 +1,20 @@
-#!/usr/bin/env bash
-# The one command for the GPU machine: GPU tests, a short training run, graphtrain bench and the
-# PyTorch reference side by side on the four WORKLOADS.md workloads, the parity check, a
-# compute-sanitizer memcheck of a short training run, then torch.compile. Each part has its own
-# time limit and the whole stays under ~9 minutes (GT_CHECK_BUDGET seconds, default 540); the
-# most important results come first. Needs build-gpu/ from scripts/gpu-build.sh (carry it).
+# Sourced by scripts/gpu.sh: `scripts/gpu.sh check [quick]`, the one full run for the GPU
+# machine: GPU tests, a short training run, graphtrain bench and the PyTorch reference side by
+# side on the four WORKLOADS.md workloads, the parity check, compute-sanitizer memcheck of a
+# short training run, then torch.compile. Each part has its own time limit and the whole stays
+# under ~9 minutes (GT_CHECK_BUDGET seconds, default 540); the most important results come
+# first. Uses build-gpu/ when carried (its ctest files), else the run folder (the pack).
+# Env: GT_CHECK_BUDGET, GT_CHECK_WORKLOADS (default "tiny gpt124m llama1b moe"),
+# GT_CHECK_SKIP_CPU_PARITY (set: skip the CPU-backend parity runs), GT_CARRY_LIB, PYTHON.
 #
 # Results under $OUT (the device sets it; default /tmp/gt-gpu-check): summary.txt (one line per
 # part plus the key figures), compare.md (graphtrain vs PyTorch table), compare.svg (the same
 # drawn) and logs.tar.gz (every log, JSON/CSV and bench plot; the device returns at most 8
 # files, so the logs travel as one archive, refreshed after every part).
-# Usage: scripts/gpu-check.sh [quick]  (quick: tiny workload only)
-set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
+# quick: the tiny workload only.
+# shellcheck shell=bash
 ROOT=$PWD
-BUILD=${GT_GPU_BUILD_DIR:-build-gpu}
-# carried as scripts/gpu-build.sh's xz pack (the binaries exceed what a call carries): unpack
-if [ ! -x "$BUILD/graphtrain" ] && [ -f build-gpu-pack/run.tar.xz ]; then
-  tar -xJf build-gpu-pack/run.tar.xz && BUILD=build-gpu-run
-fi
+gpu_env "${GT_GPU_BUILD_DIR:-build-gpu}"
 OUT=${OUT:-/tmp/gt-gpu-check}
 LOGS=$(mktemp -d /tmp/gt-check.XXXXXX)
 BUDGET=${GT_CHECK_BUDGET:-540}
@@ -26,21 +23,6 @@ WORKLOADS=${GT_CHECK_WORKLOADS:-tiny gpt124m llama1b moe}
 mkdir -p "$OUT"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
-GT=$ROOT/$BUILD/graphtrain
-PY=${PYTHON:-python3}
-
-# ---- environment: cuDNN / NCCL from python's nvidia packages, carried libs (cmocka) ----
-NV=$($PY -c 'import nvidia, os; print(nvidia.__path__[0])' 2>/dev/null || true)
-LIBS="$ROOT/$BUILD/lib"
-[ -n "$NV" ] && LIBS="$LIBS:$NV/cudnn/lib:$NV/nccl/lib"
-[ -n "${GT_CARRY_LIB:-}" ] && LIBS="$LIBS:$GT_CARRY_LIB"
-# PyTorch finds its own libraries; it runs with the environment it came with ($PYRUN)
-PYRUN=(env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" "$PY")
-# the toolkit's cuBLAS first; python's copy only where the toolkit has none
-export LD_LIBRARY_PATH="$LIBS:/usr/local/cuda/lib64${NV:+:$NV/cublas/lib}:${LD_LIBRARY_PATH:-}"
-PYBIN=$(dirname "$(command -v "$PY")")
-export PATH="$PATH:/usr/local/cuda/bin:$PYBIN"
-export GT_SOURCE_DIR=$ROOT GT_RECIPE_DIR=$ROOT/recipes
 
 say() { echo "$*" | tee -a "$SUMMARY"; }
 # show PART PREFIX REGEX [LAST]: the lines of a part's log worth a place in the summary
@@ -73,7 +55,7 @@ part() {
 say "gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
 say "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)'), torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo missing), budget ${BUDGET}s"
 if [ ! -x "$GT" ]; then
-  say "no $GT: build it on the development machine with scripts/gpu-build.sh and carry $BUILD"
+  say "no $GT: build it on the development machine with scripts/gpu.sh build and carry ${GT_GPU_PACK_DIR:-build-gpu-pack}"
   exit 2
 fi
 # ctest files hold the build machine's absolute paths: make them resolve here too

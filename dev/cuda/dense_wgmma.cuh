@@ -1,4 +1,4 @@
-/* A prototype for the GPU scripts, not part of the engine: a dense forward GEMM on
+/* A dev/ prototype, not part of the engine: a dense forward GEMM on
  * Hopper's warpgroup MMA, out[M, N] = A[M, K] W[N, K]^T (bf16 in and out, fp32 sums), with
  * 128 x 256 block tiles (two consumer warpgroups of 64 x 256, m64n256k16) and a 4-stage TMA
  * ring of k steps of 64 fed by one producer warp; one block an SM, launched one block a tile,
@@ -6,8 +6,8 @@
  * multicast; and a ping-pong kernel of 64 x 256 tiles whose two consumer warpgroups take turns.
  * It measures how far larger tiles, a deeper ring, a persistent grid, halved W traffic and
  * stores overlapped with the next main loop take graphtrain's own GEMM toward cuBLASLt on dense
- * shapes (own_vs_lt prints it next to k_moe_wgmma.cu's 128 x 128 kernel; docs/experiments.md,
- * stop 19, has the figures). Every variant stores its results straight from the registers.
+ * shapes (own_vs_lt prints it next to k_moe_wgmma.cu's 128 x 128 kernel; docs/design.md says
+ * what came of it). Every variant stores its results straight from the registers.
  * Needs the helpers of backend/cuda/k_moe_wgmma.cu and wgmma_maps.cu, included first. */
 #define DW_BM 128
 #define DW_BN 256

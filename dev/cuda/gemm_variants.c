@@ -4,8 +4,8 @@
  * shapes, custom options and CTA swizzling that cublasLtMatmulAlgoCheck accepts; up to
  * MAX_TIMED of them, spread evenly over the accepted ones, timed alone (CUDA events, 10
  * launches after 3 warm-up launches, random bf16 operands). Prints the heuristic's best, the
- * best variants and their configurations. A developer tool for scripts/gpu-*.sh; not part
- * of the engine (graphtrain tune-gemm times the heuristic's answers inside the step).
+ * best variants and their configurations. A dev/ tool (-DGT_DEV=ON, run by scripts/gpu.sh); not
+ * part of the engine (graphtrain tune-gemm times the heuristic's answers inside the step).
  * Usage: gemm_variants TOKENS D QKV FFN VOCAB [MAX_TIMED]   (one layer's shapes and the head) */
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

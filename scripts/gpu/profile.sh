@@ -1,28 +1,28 @@
-#!/usr/bin/env bash
-# Where a step's time goes on the GPU machine: per-kernel GPU time of eager steps (nsys when
-# present, else ncu with one metric), plus the MoE grouped-GEMM variants side by side.
-# Carry build-gpu-run (scripts/gpu-build.sh). Logs under $OUT.
-set -uo pipefail
-cd "$(dirname "$0")/.."
+# Sourced by scripts/gpu.sh: `scripts/gpu.sh profile`, where a step's time goes on the GPU
+# machine: per-kernel GPU time of eager steps (nsys when present, else ncu with one metric),
+# plus the MoE grouped-GEMM variants side by side. Logs under $OUT (default /tmp/gt-profile).
+# Env: PROFILE_MOE_VARIANTS (default "mma tc"), PROFILE_WORKLOADS (default "gpt124m tiny"),
+# PROFILE_TOP (kernels listed, default 25).
+# shellcheck shell=bash
+gpu_env
+gpu_need_binary || exit 2
 OUT=${OUT:-/tmp/gt-profile}; mkdir -p "$OUT"
-source scripts/gpu-env.sh
-GT=$PWD/build-gpu-run/graphtrain
 (
 for v in ${PROFILE_MOE_VARIANTS-mma tc}; do
   echo "== GT_CUDA_MOE=$v moe tests"
-  GT_CUDA_MOE=$v timeout 60 ./build-gpu-run/gpu_test_cuda_moe 2>&1 | grep -E "PASSED|FAILED|rel|err" | tail -8
+  GT_CUDA_MOE=$v timeout 60 "$BUILD/gpu_test_cuda_moe" 2>&1 | grep -E "PASSED|FAILED|rel|err" | tail -8
   echo "== GT_CUDA_MOE=$v bench moe"
-  GT_CUDA_MOE=$v timeout 90 $GT bench --recipe moe --modes eager,full_iteration --steps 10 2>&1 | grep -E "^(eager|full_iteration|mode) |identical"
+  GT_CUDA_MOE=$v timeout 90 "$GT" bench --recipe moe --modes eager,full_iteration --steps 10 2>&1 | grep -E "^(eager|full_iteration|mode) |identical"
 done
 ) 2>&1 | tee "$OUT/moe.log"
 prof() { # workload
   local w=$1
   if command -v nsys >/dev/null; then
-    timeout 120 nsys profile -o "$OUT/prof_$w" --force-overwrite true --stats=false $GT train --recipe $w model.cuda_graph_impl=none train.train_iters=4 logger.log_interval=1 >/dev/null 2>&1
+    timeout 120 nsys profile -o "$OUT/prof_$w" --force-overwrite true --stats=false "$GT" train --recipe "$w" model.cuda_graph_impl=none train.train_iters=4 logger.log_interval=1 >/dev/null 2>&1
     timeout 60 nsys stats --report cuda_gpu_kern_sum --format csv "$OUT/prof_$w.nsys-rep" > "$OUT/kern_$w.csv" 2>/dev/null
     rm -f "$OUT/prof_$w.nsys-rep" "$OUT/prof_$w.sqlite"
   else
-    timeout 150 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv $GT train --recipe $w model.cuda_graph_impl=none train.train_iters=2 logger.log_interval=1 > "$OUT/kern_$w.csv" 2>/dev/null
+    timeout 150 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv "$GT" train --recipe "$w" model.cuda_graph_impl=none train.train_iters=2 logger.log_interval=1 > "$OUT/kern_$w.csv" 2>/dev/null
   fi
   python3 - "$OUT/kern_$w.csv" "$w" <<'PY'
 import csv, os, sys, collections
@@ -49,4 +49,4 @@ print(f"== {w}: kernel time total {tot:.2f} ms over the profiled steps")
 for n, v in agg.most_common(int(os.environ.get("PROFILE_TOP", "25"))): print(f"{v:9.3f} ms {100*v/tot:5.1f}% x{cnt[n]:5d}  {n}")
 PY
 }
-for w in ${PROFILE_WORKLOADS:-gpt124m tiny}; do prof $w 2>&1 | tee -a "$OUT/profile.log"; done
+for w in ${PROFILE_WORKLOADS:-gpt124m tiny}; do prof "$w" 2>&1 | tee -a "$OUT/profile.log"; done

@@ -3,8 +3,8 @@
  * forward out = a @ w^T, data gradient da = dout @ w, weight gradient dw (+)= dout^T @ a in
  * fp32), asks the heuristic for up to 32 algorithms, times each (CUDA events, 20 launches
  * after 3 warm-up launches, random bf16 operands) and prints the first answer's time, the best
- * time and which answer was best. A developer tool for scripts/gpu-*.sh; not part of the
- * engine.
+ * time and which answer was best. A dev/ tool (-DGT_DEV=ON, run by scripts/gpu.sh), not part
+ * of the engine.
  * Usage: gemm_sweep TOKENS D QKV FFN VOCAB   (one layer's GEMM shapes plus the output head) */
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "scripts/gemm_sweep/dev_random.cuh"
-#include "scripts/gemm_sweep/lt_problem.h"
+#include "dev/cuda/dev_random.cuh"
+#include "dev/cuda/lt_problem.h"
 
 #define WS ((size_t)32 << 20)
 

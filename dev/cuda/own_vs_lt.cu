@@ -14,9 +14,9 @@
 
 #include "backend/cuda/k_moe_wgmma.cu"
 #include "backend/cuda/wgmma_maps.cu"
-#include "scripts/gemm_sweep/dense_wgmma.cuh"
-#include "scripts/gemm_sweep/dev_random.cuh"
-#include "scripts/gemm_sweep/lt_problem.h"
+#include "dev/cuda/dense_wgmma.cuh"
+#include "dev/cuda/dev_random.cuh"
+#include "dev/cuda/lt_problem.h"
 
 int gt_cuda_pdl = 1;
 

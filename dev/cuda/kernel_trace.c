@@ -1,9 +1,9 @@
-/* A CUPTI injection library for scripts/gpu-timeline.sh: records every kernel, memset and
+/* A CUPTI injection library for `scripts/gpu.sh timeline`: records every kernel, memset and
  * memcpy the process runs on the GPU, graph nodes included, with start and end times, and
  * writes them as CSV at exit to $GT_KERNEL_TRACE (default kernel_trace.csv). Load it with
- * CUDA_INJECTION64_PATH=/path/libgt_kernel_trace.so; scripts/gpu-build.sh builds it when the
- * toolkit has CUPTI. Concurrent-kernel tracing does not serialize kernels, so the gaps
- * between them are the ones of an untraced run, give or take the tracing's own cost. */
+ * CUDA_INJECTION64_PATH=/path/libgt_kernel_trace.so; the dev/ build (-DGT_DEV=ON) makes it
+ * when the toolkit has CUPTI. Concurrent-kernel tracing does not serialize kernels, so the
+ * gaps between them are the ones of an untraced run, give or take the tracing's own cost. */
 #include <cupti.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -3,8 +3,8 @@
  * (forward), da[M,K] = dout[M,N] w (data gradient) and dw[N,K] += dout^T a in fp32 (weight
  * gradient), spelled as the column-major products the backend hands cuBLASLt, and the
  * heuristic's first `want` answers for a workspace of ws_bytes. Valid C and C++. */
-#ifndef GT_SCRIPTS_GEMM_SWEEP_LT_PROBLEM_H
-#define GT_SCRIPTS_GEMM_SWEEP_LT_PROBLEM_H
+#ifndef GT_DEV_CUDA_LT_PROBLEM_H
+#define GT_DEV_CUDA_LT_PROBLEM_H
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

@@ -1,17 +1,15 @@
-#!/usr/bin/env bash
-# Runs the CUDA backend's GPU tests on the GPU machine from a carried build-gpu-run/ (made by
-# scripts/gpu-build.sh on the development machine): its tests/gpu tests, then again with the
-# other kernel choices (GT_CUDA_ATTN=simt|tc, GT_CUDA_MOE=simt|tc), then memcheck and
-# racecheck passes (the capture-rejection test makes API errors on purpose: not reported;
-# racecheck of the ops test runs with GT_CUDA_ATTN=tc: see below);
-# logs and a summary under $OUT. Limits: TEST_LIMIT, SAN_LIMIT, RACE_LIMIT seconds.
-# Usage on the GPU machine: scripts/gpu-check-ops.sh [quick]
-set -uo pipefail
-cd "$(dirname "$0")/.."
-BUILD=${GT_GPU_RUN_DIR:-build-gpu-run}
+# Sourced by scripts/gpu.sh: `scripts/gpu.sh ops [quick]`, the CUDA backend's GPU tests on the
+# GPU machine: the tests/gpu tests, then again with the other kernel choices (OPS_VARIANTS),
+# then memcheck and racecheck passes (quick: none); the capture-rejection test makes API errors
+# on purpose, so those are not reported. Logs and summary.txt under $OUT (default
+# /tmp/gt-gpu-out). Env: GT_GPU_TESTS (the tests of the first pass), OPS_VARIANTS (lines of
+# name|VAR=value ...|test binary), RACECHECK (0: no racecheck), limits TEST_LIMIT, SAN_LIMIT,
+# RACE_LIMIT seconds.
+# shellcheck shell=bash
+gpu_env
+gpu_need_binary || exit 2
 OUT=${OUT:-/tmp/gt-gpu-out}
 mkdir -p "$OUT"
-source scripts/gpu-env.sh "$BUILD"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
@@ -34,27 +32,24 @@ run() { # name timeout command...
 for t in ${GT_GPU_TESTS:-gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture gpu_test_cuda_perf gpu_test_cuda_grad_rows}; do
   run "$t" "${TEST_LIMIT:-240}" "$BUILD/$t"
 done
-# the fp32 SIMT attention kernels (the tensor-core kernels' fallback) against the CPU too
-run "gpu_test_cuda_ops_simt_attention" "${TEST_LIMIT:-240}" env GT_CUDA_ATTN=simt \
-  "$BUILD/gpu_test_cuda_ops"
-# cuDNN's attention backward (the default on sm_90 pairs cuDNN's forward with the own wgmma one)
-run "gpu_test_cuda_ops_cudnn_bwd" "${TEST_LIMIT:-240}" env GT_CUDA_ATTN_BWD=cudnn \
-  "$BUILD/gpu_test_cuda_ops"
-# and the tensor-core kernels alone (the default routes cuDNN's shapes to cuDNN)
-run "gpu_test_cuda_ops_tc_attention" "${TEST_LIMIT:-240}" env GT_CUDA_ATTN=tc \
-  "$BUILD/gpu_test_cuda_ops"
-run "gpu_test_cuda_perf_tc_attention" "${TEST_LIMIT:-240}" env GT_CUDA_ATTN=tc \
-  "$BUILD/gpu_test_cuda_perf"
-# the fp32 SIMT grouped GEMMs (the tensor-core ones' reference)
-run "gpu_test_cuda_moe_simt_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=simt \
-  "$BUILD/gpu_test_cuda_moe"
-run "gpu_test_cuda_perf_simt_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=simt GT_CUDA_ATTN=tc \
-  "$BUILD/gpu_test_cuda_perf"
-# the 64x64 WMMA grouped GEMMs (GT_CUDA_MOE=tc; the default is mma)
-run "gpu_test_cuda_moe_tc_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc \
-  "$BUILD/gpu_test_cuda_moe"
-run "gpu_test_cuda_perf_tc_gemm" "${TEST_LIMIT:-240}" env GT_CUDA_MOE=tc \
-  "$BUILD/gpu_test_cuda_perf"
+# The tests again with the other kernel choices, one line each: the fp32 SIMT attention (the
+# tensor-core kernels' reference), cuDNN's attention backward (the sm_90 default pairs cuDNN's
+# forward with the own wgmma backward), the tensor-core attention alone (the default routes
+# cuDNN's shapes to cuDNN), the SIMT grouped GEMMs (the tensor-core ones' reference) and the
+# 64x64 WMMA grouped GEMMs (the default is wgmma). A tree whose kernels differ names its own.
+OPS_VARIANTS_DEFAULT="gpu_test_cuda_ops_simt_attention|GT_CUDA_ATTN=simt|gpu_test_cuda_ops
+gpu_test_cuda_ops_cudnn_bwd|GT_CUDA_ATTN_BWD=cudnn|gpu_test_cuda_ops
+gpu_test_cuda_ops_tc_attention|GT_CUDA_ATTN=tc|gpu_test_cuda_ops
+gpu_test_cuda_perf_tc_attention|GT_CUDA_ATTN=tc|gpu_test_cuda_perf
+gpu_test_cuda_moe_simt_gemm|GT_CUDA_MOE=simt|gpu_test_cuda_moe
+gpu_test_cuda_perf_simt_gemm|GT_CUDA_MOE=simt GT_CUDA_ATTN=tc|gpu_test_cuda_perf
+gpu_test_cuda_moe_tc_gemm|GT_CUDA_MOE=tc|gpu_test_cuda_moe
+gpu_test_cuda_perf_tc_gemm|GT_CUDA_MOE=tc|gpu_test_cuda_perf"
+while IFS='|' read -r name envs test; do
+  [ -z "$name" ] && continue
+  # shellcheck disable=SC2086 # envs is word-split on purpose
+  run "$name" "${TEST_LIMIT:-240}" env $envs "$BUILD/$test"
+done <<<"${OPS_VARIANTS:-$OPS_VARIANTS_DEFAULT}"
 if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
   run "memcheck_gpu_test_cuda_moe_tc" "${SAN_LIMIT:-150}" env GT_CUDA_MOE=tc \
     compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/gpu_test_cuda_moe"

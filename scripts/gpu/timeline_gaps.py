@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a replayed graph's time goes: kernel time against idle gaps between its nodes.
 
-Reads the CSV of scripts/kernel_trace (Start (ns), Duration (ns), Stream, Graph, Node, Name).
+Reads the CSV of dev/cuda/kernel_trace.c (Start (ns), Duration (ns), Stream, Graph, Node, Name).
 Takes the graph with the most recorded nodes, cuts its records into replays (as many records
 as it has distinct nodes), and for the median replay prints the span, the busy time (the union
 of node intervals), the idle gaps inside it and the gap to the next replay; then per kernel
