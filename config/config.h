@@ -182,15 +182,19 @@ typedef struct gt_env_config {
     bool nccl_graph_register_bad; /* the environment's value was not a whole number (no key) */
 } gt_env_config;
 
+/* graphtrain's graphs.* keys, beyond Bridge. */
+typedef struct gt_graphs_config {
+    gt_capture_failure capture_failure; /* graphs.capture_failure */
+} gt_graphs_config;
+
 /* graphtrain's own keys, beyond Bridge. */
 typedef struct gt_runtime_config {
     gt_device_kind device;
     int num_gpus;
-    gt_capture_failure capture_failure; /* graphs.capture_failure */
-    int max_shape_buckets;              /* graphs.max_shape_buckets */
-    bool deterministic;                 /* deterministic attention backward etc. */
-    int inject_nan_at_step;             /* test hook: -1 = off */
-    bool debug_capture_check;           /* run one step under global-mode capture */
+    int max_shape_buckets;        /* graphs.max_shape_buckets */
+    bool deterministic;           /* deterministic attention backward etc. */
+    int inject_nan_at_step;       /* test hook: -1 = off */
+    bool debug_capture_check;     /* run one step under global-mode capture */
     char gpu[32];                 /* runtime.gpu: Bridge's -g (h100, b200...); "" = this GPU */
     char gemm_table[GT_PATH_MAX]; /* runtime.gemm_table: tuned GEMM algorithms; "" = none */
 } gt_runtime_config;
@@ -207,6 +211,7 @@ typedef struct gt_config {
     gt_checkpoint_config checkpoint;
     gt_logger_config logger;
     gt_env_config env;
+    gt_graphs_config graphs;
     gt_runtime_config runtime;
 } gt_config;
 

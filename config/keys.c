@@ -124,7 +124,7 @@ static const gt_key k_keys[] = {
     {"runtime.deterministic", GT_KEY_BOOL, F(runtime.deterministic), "true", NULL, 0, 0, "Deterministic kernels (eager and graph runs bitwise equal); every kernel is deterministic today, false only prints a note.", NULL},
     {"runtime.gpu", GT_KEY_STRING, F(runtime.gpu), "", NULL, 0, 0, "GPU the config targets (Bridge's -g: h100, h200, b200, gb200, gb300); empty = this machine's.", NULL},
     {"runtime.gemm_table", GT_KEY_STRING, F(runtime.gemm_table), "", NULL, 0, 0, "cuBLASLt algorithm table written by graphtrain tune-gemm (a relative path is looked up from the working folder, then the recipes folder); empty = cuBLASLt's heuristic. Applied only on the device and library version it was made with.", NULL},
-    {"graphs.capture_failure", GT_KEY_ENUM, F(runtime.capture_failure), "stop", k_capture_failure, 0, 0, "When capture fails: stop with the error, or continue eagerly.", NULL},
+    {"graphs.capture_failure", GT_KEY_ENUM, F(graphs.capture_failure), "stop", k_capture_failure, 0, 0, "When capture fails: stop with the error, or continue eagerly.", NULL},
     {"graphs.max_shape_buckets", GT_KEY_INT, F(runtime.max_shape_buckets), "4", NULL, 1, 64, "Most distinct batch shapes that get their own graph.", NULL},
     {"debug.inject_nan_at_step", GT_KEY_INT, F(runtime.inject_nan_at_step), "-1", NULL, -1, 1000000000, "Test hook: make the loss NaN at this step; -1 = off.", "-1"},
     {"debug.capture_check", GT_KEY_BOOL, F(runtime.debug_capture_check), "false", NULL, 0, 0, "Run one step under global-mode capture to catch host syncs.", NULL},

@@ -56,12 +56,12 @@ int gt_graph_runner_create(gt_graph_runner **out, gt_trainer *t, gt_error *err) 
     r->s = gt_trainer_stream(t);
     r->check_nodes = -1;
     int rc = gt_graph_policy_from_config(cfg, &r->pol, err);
-    if (rc == GT_OK && cfg->runtime.capture_failure != GT_CAPTURE_FAIL_STOP &&
-        cfg->runtime.capture_failure != GT_CAPTURE_FAIL_EAGER)
+    if (rc == GT_OK && cfg->graphs.capture_failure != GT_CAPTURE_FAIL_STOP &&
+        cfg->graphs.capture_failure != GT_CAPTURE_FAIL_EAGER)
         rc = gt_error_set(err, GT_ERR_INVALID,
                           "graphs.capture_failure has an unknown value (%d); use stop or eager",
-                          (int)cfg->runtime.capture_failure);
-    r->on_fail = cfg->runtime.capture_failure;
+                          (int)cfg->graphs.capture_failure);
+    r->on_fail = cfg->graphs.capture_failure;
     r->capture_check = cfg->runtime.debug_capture_check;
     r->default_key = gt_model_get_info(r->m)->tokens;
     r->eval_key = -r->default_key;

@@ -6,17 +6,11 @@
  * state and one sync after. gt_trainer_eval sends each eval batch's forward through the graph
  * runner too, as a shape bucket of its own. */
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "graphs/graphs.h"
 #include "train/trainer_extra.h"
 #include "train/trainer_impl.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 gt_adamw_state gt_trainer_adamw_state(const gt_trainer *t) {
     return (gt_adamw_state){t->mi->params, t->master,  t->adam_m, t->adam_v,
@@ -119,7 +113,7 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
         gt_trainer_flush_rows(t, 0); /* every row is current now: lag = this step */
     }
     t->stepped = 1;
-    double t0 = now_ms();
+    double t0 = gt_now_ms();
     int rc = GT_OK;
     if (t->prefetch_rc) { /* the load of this step's batch, done during the last step, failed */
         *err = t->prefetch_err;
@@ -150,7 +144,7 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     rc = t->b->ops->stream_sync(t->b, t->s, err);
     if (!rc) rc = gt_backend_check(t->b, err);
     if (rc) return gt_error_wrap(err, "step %lld: ", (long long)t->steps + 1);
-    double ms = now_ms() - t0;
+    double ms = gt_now_ms() - t0;
     const gt_step_state *h = &t->h_st[0];
     t->steps = h->step;
     stats->step = h->step;

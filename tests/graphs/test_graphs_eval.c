@@ -28,7 +28,7 @@ static void eval_config(gt_config *c, gt_graph_impl impl, uint32_t scope, int bu
     c->train.eval_interval = EVAL_EVERY;
     c->train.eval_iters = EVAL_ITERS;
     c->runtime.max_shape_buckets = buckets;
-    c->runtime.capture_failure = on_fail;
+    c->graphs.capture_failure = on_fail;
 }
 
 static int evaluate(gt_trainer *t, eval_run *out, int after, gt_error *err) {
