@@ -197,6 +197,16 @@ static int init_weights(gt_trainer *t, gt_error *err) {
     return rc;
 }
 
+/* The graph runner the trainer owns: the policy and settings of the config, over the
+ * trainer's backend, stream and model; the step and the evaluation are the bodies it runs. */
+static int make_runner(gt_trainer *t, gt_error *err) {
+    gt_graph_policy pol;
+    int rc = gt_graph_policy_from_config(&t->cfg, &pol, err);
+    if (rc) return gt_error_wrap(err, "setting up CUDA graphs: ");
+    gt_graph_runner_opts opts = gt_graph_runner_opts_of(&t->cfg);
+    return gt_graph_runner_create(&t->runner, &pol, t->b, t->s, t->m, &opts, err);
+}
+
 int gt_trainer_create(gt_trainer **out, const gt_config *cfg, gt_error *err) {
     *out = NULL;
     gt_trainer *t = calloc(1, sizeof *t);
@@ -229,7 +239,7 @@ int gt_trainer_create(gt_trainer **out, const gt_config *cfg, gt_error *err) {
         rc = gt_trainer_load(t, t->cfg.checkpoint.load, err);
         t->resumed = rc == GT_OK;
     }
-    if (!rc) rc = gt_graph_runner_create(&t->runner, t, err);
+    if (!rc) rc = make_runner(t, err);
     if (rc) {
         gt_trainer_destroy(t);
         return rc;

@@ -8,16 +8,10 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "graphs/graphs.h"
 #include "model/model.h"
 
 typedef struct gt_trainer gt_trainer;
-typedef struct gt_graph_runner gt_graph_runner;
-
-typedef enum {
-    GT_STEP_EAGER,    /* every kernel launched from the host */
-    GT_STEP_CAPTURED, /* this step captured graphs (and ran them) */
-    GT_STEP_REPLAYED, /* this step replayed graphs */
-} gt_step_mode;
 
 typedef struct gt_step_stats {
     int64_t step; /* step number just completed (1-based) */
@@ -47,8 +41,11 @@ int gt_trainer_eval(gt_trainer *t, float *loss, gt_error *err);
 int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err);
 
 /* Enqueues one whole step on stream s (batch copy-in from pinned memory, all micro-batches,
- * clipping, NaN checks, optimizer, step advance); exec may route units through graphs. */
+ * clipping, NaN checks, optimizer, step advance); exec may route units through graphs. The
+ * body gt_trainer_step hands the graph runner. */
 void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec);
+/* The key the training step runs under (GT_GRAPH_STEP, tokens per micro-batch). */
+gt_graph_key gt_trainer_step_key(const gt_trainer *t);
 
 /* The gradient-reduction hook of data parallelism. It is enqueued inside every training step,
  * after the last micro-batch's backward and before the NaN checks, clipping and AdamW, so a

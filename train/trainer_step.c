@@ -61,6 +61,15 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
     o->step_end(b, s, t->st);
 }
 
+/* The training step as the runner's body. */
+static void step_body(void *ctx, gt_stream *s, const gt_unit_exec *exec) {
+    gt_trainer_enqueue_step(ctx, s, exec);
+}
+
+gt_graph_key gt_trainer_step_key(const gt_trainer *t) {
+    return (gt_graph_key){GT_GRAPH_STEP, t->N};
+}
+
 int gt_trainer_set_grad_reduce(gt_trainer *t, gt_grad_reduce_fn fn, void *ctx, gt_error *err) {
     if (t->stepped)
         return gt_error_set(err, GT_ERR_INVALID,
@@ -129,7 +138,7 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     if (rc) return rc;
     gt_step_mode mode = GT_STEP_EAGER;
     t->rows_current = 0; /* the step leaves rows behind, even one that fails after launching */
-    rc = gt_graph_runner_step(t->runner, &mode, err);
+    rc = gt_graph_runner_run(t->runner, gt_trainer_step_key(t), step_body, t, &mode, err);
     if (rc) return gt_error_wrap(err, "step %lld: ", (long long)t->steps + 1);
     /* the next batch, while the device runs this step (h_batch stays untouched until the
      * sync below: the step's copy reads it) */
@@ -196,7 +205,8 @@ int gt_trainer_eval(gt_trainer *t, float *loss, gt_error *err) {
         rc = gt_data_next(t->valid, t->h_batch, t->h_batch + t->N, t->B, err);
         if (rc) break;
         /* its own shape bucket: captured once after the training warmup, replayed after */
-        rc = gt_graph_runner_eval(t->runner, eval_enqueue, &ctx, NULL, err);
+        rc = gt_graph_runner_run(t->runner, (gt_graph_key){GT_GRAPH_EVAL, t->N}, eval_enqueue, &ctx,
+                                 NULL, err);
         /* the pinned batch is refilled next iteration: wait for the copy to finish */
         if (!rc) rc = o->stream_sync(b, t->s, err);
     }

@@ -178,7 +178,7 @@ static int drive(gt_trainer *t, gt_graph_runner *r, int steps, gt_error *err) {
     gt_backend *b = gt_trainer_backend(t);
     for (int i = 0; i < steps; i++) {
         gt_step_mode mode;
-        int rc = gt_graph_runner_step(r, &mode, err);
+        int rc = gtf_runner_step(r, t, &mode, err);
         if (rc == GT_OK) rc = b->ops->stream_sync(b, gt_trainer_stream(t), err);
         if (rc != GT_OK) return rc;
     }
@@ -191,7 +191,7 @@ static void check_destroy_leaves_nothing(gt_graph_impl impl, uint32_t scope, int
     gt_backend *b = gt_trainer_backend(t);
     gt_graph_runner *r = NULL;
     gt_error err = {0};
-    assert_int_equal(gt_graph_runner_create(&r, t, &err), GT_OK);
+    assert_int_equal(gtf_runner_create(&r, t, &err), GT_OK);
     if (force) gt_graph_runner_force_capture_failure(r, force);
     drive(t, r, steps, &err);
     gt_graph_stats gs;
