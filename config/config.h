@@ -53,6 +53,8 @@ typedef enum {
 typedef enum { GT_LR_CONSTANT, GT_LR_LINEAR, GT_LR_COSINE } gt_lr_style;
 /* storage of an optimizer state (the math is fp32 either way) */
 typedef enum { GT_STATE_FP32, GT_STATE_BF16 } gt_state_dtype;
+/* optimizer.lazy_embedding_rows: auto = lazy where it applies, off = AdamW over every row */
+typedef enum { GT_LAZY_ROWS_AUTO, GT_LAZY_ROWS_OFF } gt_lazy_rows_setting;
 /* bytes an element of such a state takes */
 static inline size_t gt_state_dtype_bytes(gt_state_dtype d) {
     return d == GT_STATE_BF16 ? 2 : 4;
@@ -146,6 +148,7 @@ typedef struct gt_optimizer_config {
     bool use_precision_aware_optimizer;
     gt_state_dtype exp_avg_dtype;
     gt_state_dtype exp_avg_sq_dtype;
+    gt_lazy_rows_setting lazy_embedding_rows; /* optimizer.lazy_embedding_rows */
 } gt_optimizer_config;
 
 typedef struct gt_scheduler_config {

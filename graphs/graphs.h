@@ -13,15 +13,13 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "graphs/policy.h"
+#include "graphtrain.h"
 #include "model/model.h"
 
 typedef struct gt_graph_runner gt_graph_runner;
 
-typedef enum {
-    GT_STEP_EAGER,    /* every kernel launched from the host */
-    GT_STEP_CAPTURED, /* this run captured graphs (and ran them) */
-    GT_STEP_REPLAYED, /* this run replayed graphs */
-} gt_step_mode;
+/* gt_step_mode (eager, captured, replayed), what every run reports, is the runner's: its one
+ * definition sits in include/graphtrain.h because the public step stats carry it. */
 
 /* The few settings beyond the policy that the runner reads. */
 typedef struct gt_graph_runner_opts {
