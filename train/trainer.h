@@ -45,7 +45,7 @@ typedef void (*gt_grad_reduce_fn)(void *ctx, gt_backend *b, gt_stream *s, float 
  * running the old one, so a later call is refused with GT_ERR_INVALID. */
 int gt_trainer_set_grad_reduce(gt_trainer *t, gt_grad_reduce_fn fn, void *ctx, gt_error *err);
 
-/* Accessors for graphs/, bench/ and tests. */
+/* Accessors for bench/, cli/ and tests (and to build a second runner over the trainer). */
 gt_backend *gt_trainer_backend(gt_trainer *t);
 gt_model *gt_trainer_model(gt_trainer *t);
 gt_stream *gt_trainer_stream(gt_trainer *t);
