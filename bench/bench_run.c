@@ -14,15 +14,10 @@
 
 #include "bench/bench.h"
 #include "config/rules.h"
+#include "core/clock.h"
 #include "core/median.h"
 #include "graphs/graphs.h"
 #include "train/trainer.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
 /* Steps before the bench warmup: the runner's eager warmup steps plus the capture step. */
 static int pre_steps(const gt_config *cfg) {
@@ -121,9 +116,9 @@ static void run_mode(const gt_config *base, const gt_bench_options *o, int train
     for (int i = 0; i < total; i++) {
         gt_step_stats st;
         memset(&st, 0, sizeof st);
-        double t0 = now_ms();
+        double t0 = gt_now_ms();
         int rc = gt_trainer_step(t, &st, &r->error);
-        double dt = now_ms() - t0;
+        double dt = gt_now_ms() - t0;
         if (rc) {
             gt_error_wrap(&r->error, "mode %s, step %d: ", r->mode.name, i + 1);
             goto done;

@@ -53,6 +53,8 @@ typedef enum {
 typedef enum { GT_LR_CONSTANT, GT_LR_LINEAR, GT_LR_COSINE } gt_lr_style;
 /* storage of an optimizer state (the math is fp32 either way) */
 typedef enum { GT_STATE_FP32, GT_STATE_BF16 } gt_state_dtype;
+/* optimizer.lazy_embedding_rows: auto = lazy where it applies, off = AdamW over every row */
+typedef enum { GT_LAZY_ROWS_AUTO, GT_LAZY_ROWS_OFF } gt_lazy_rows_setting;
 /* bytes an element of such a state takes */
 static inline size_t gt_state_dtype_bytes(gt_state_dtype d) {
     return d == GT_STATE_BF16 ? 2 : 4;
@@ -146,6 +148,7 @@ typedef struct gt_optimizer_config {
     bool use_precision_aware_optimizer;
     gt_state_dtype exp_avg_dtype;
     gt_state_dtype exp_avg_sq_dtype;
+    gt_lazy_rows_setting lazy_embedding_rows; /* optimizer.lazy_embedding_rows */
 } gt_optimizer_config;
 
 typedef struct gt_scheduler_config {
@@ -182,15 +185,19 @@ typedef struct gt_env_config {
     bool nccl_graph_register_bad; /* the environment's value was not a whole number (no key) */
 } gt_env_config;
 
+/* graphtrain's graphs.* keys, beyond Bridge. */
+typedef struct gt_graphs_config {
+    gt_capture_failure capture_failure; /* graphs.capture_failure */
+} gt_graphs_config;
+
 /* graphtrain's own keys, beyond Bridge. */
 typedef struct gt_runtime_config {
     gt_device_kind device;
     int num_gpus;
-    gt_capture_failure capture_failure; /* graphs.capture_failure */
-    int max_shape_buckets;              /* graphs.max_shape_buckets */
-    bool deterministic;                 /* deterministic attention backward etc. */
-    int inject_nan_at_step;             /* test hook: -1 = off */
-    bool debug_capture_check;           /* run one step under global-mode capture */
+    int max_shape_buckets;        /* graphs.max_shape_buckets */
+    bool deterministic;           /* deterministic attention backward etc. */
+    int inject_nan_at_step;       /* test hook: -1 = off */
+    bool debug_capture_check;     /* run one step under global-mode capture */
     char gpu[32];                 /* runtime.gpu: Bridge's -g (h100, b200...); "" = this GPU */
     char gemm_table[GT_PATH_MAX]; /* runtime.gemm_table: tuned GEMM algorithms; "" = none */
 } gt_runtime_config;
@@ -207,6 +214,7 @@ typedef struct gt_config {
     gt_checkpoint_config checkpoint;
     gt_logger_config logger;
     gt_env_config env;
+    gt_graphs_config graphs;
     gt_runtime_config runtime;
 } gt_config;
 

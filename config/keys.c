@@ -23,6 +23,7 @@ static const char *const k_recompute_modules[] = {
 static const char *const k_dispatcher[] = {"allgather", "alltoall", "flex", NULL};
 static const char *const k_dtype[] = {"bf16", "fp32", "fp8_cs", "fp8_mx", "fp8_ds", NULL};
 static const char *const k_state_dtype[] = {"fp32", "bf16", NULL};
+static const char *const k_lazy_rows[] = {"auto", "off", NULL};
 static const char *const k_lr_style[] = {"constant", "linear", "cosine", NULL};
 static const char *const k_device[] = {"auto", "cpu", "cuda", NULL};
 static const char *const k_capture_failure[] = {"stop", "eager", NULL};
@@ -99,6 +100,7 @@ static const gt_key k_keys[] = {
     {"optimizer.use_precision_aware_optimizer", GT_KEY_BOOL, F(optimizer.use_precision_aware_optimizer), "false", NULL, 0, 0, "Allow the Adam moments in a lower precision (exp_avg_dtype, exp_avg_sq_dtype); the update math stays fp32.", NULL},
     {"optimizer.exp_avg_dtype", GT_KEY_ENUM, F(optimizer.exp_avg_dtype), "fp32", k_state_dtype, 0, 0, "Storage of Adam's first moment: fp32, or bf16 with use_precision_aware_optimizer (2 bytes a parameter less to keep and to stream each step).", NULL},
     {"optimizer.exp_avg_sq_dtype", GT_KEY_ENUM, F(optimizer.exp_avg_sq_dtype), "fp32", k_state_dtype, 0, 0, "Storage of Adam's second moment: fp32, or bf16 with use_precision_aware_optimizer.", NULL},
+    {"optimizer.lazy_embedding_rows", GT_KEY_ENUM, F(optimizer.lazy_embedding_rows), "auto", k_lazy_rows, 0, 0, "Embedding rows a step leaves untouched get AdamW's update when next read (auto, same bits, where only the model writes the gradients), or every row every step (off: to bisect).", NULL},
     {"scheduler.lr_decay_style", GT_KEY_ENUM, F(scheduler.lr_decay_style), "cosine", k_lr_style, 0, 0, "Learning-rate decay after warmup.", NULL},
     {"scheduler.lr_warmup_iters", GT_KEY_INT, F(scheduler.lr_warmup_iters), "10", NULL, 0, 1000000000, "Linear warmup steps.", NULL},
     {"scheduler.lr_decay_iters", GT_KEY_INT, F(scheduler.lr_decay_iters), "0", NULL, 0, 1000000000, "Steps over which the rate decays; 0 = train_iters.", "0"},
@@ -124,7 +126,7 @@ static const gt_key k_keys[] = {
     {"runtime.deterministic", GT_KEY_BOOL, F(runtime.deterministic), "true", NULL, 0, 0, "Deterministic kernels (eager and graph runs bitwise equal); every kernel is deterministic today, false only prints a note.", NULL},
     {"runtime.gpu", GT_KEY_STRING, F(runtime.gpu), "", NULL, 0, 0, "GPU the config targets (Bridge's -g: h100, h200, b200, gb200, gb300); empty = this machine's.", NULL},
     {"runtime.gemm_table", GT_KEY_STRING, F(runtime.gemm_table), "", NULL, 0, 0, "cuBLASLt algorithm table written by graphtrain tune-gemm (a relative path is looked up from the working folder, then the recipes folder); empty = cuBLASLt's heuristic. Applied only on the device and library version it was made with.", NULL},
-    {"graphs.capture_failure", GT_KEY_ENUM, F(runtime.capture_failure), "stop", k_capture_failure, 0, 0, "When capture fails: stop with the error, or continue eagerly.", NULL},
+    {"graphs.capture_failure", GT_KEY_ENUM, F(graphs.capture_failure), "stop", k_capture_failure, 0, 0, "When capture fails: stop with the error, or continue eagerly.", NULL},
     {"graphs.max_shape_buckets", GT_KEY_INT, F(runtime.max_shape_buckets), "4", NULL, 1, 64, "Most distinct batch shapes that get their own graph.", NULL},
     {"debug.inject_nan_at_step", GT_KEY_INT, F(runtime.inject_nan_at_step), "-1", NULL, -1, 1000000000, "Test hook: make the loss NaN at this step; -1 = off.", "-1"},
     {"debug.capture_check", GT_KEY_BOOL, F(runtime.debug_capture_check), "false", NULL, 0, 0, "Run one step under global-mode capture to catch host syncs.", NULL},

@@ -6,25 +6,8 @@
 
 #include <stddef.h>
 
-enum {
-    GT_OK = 0,
-    GT_ERR_INVALID = 2,     /* bad user input: config, file contents, arguments */
-    GT_ERR_IO = 3,          /* a file could not be read or written */
-    GT_ERR_NOMEM = 4,       /* host or device memory exhausted */
-    GT_ERR_DEVICE = 5,      /* a CUDA / cuBLAS / cuDNN / NCCL call failed */
-    GT_ERR_NUMERIC = 6,     /* NaN or Inf detected in loss or gradients */
-    GT_ERR_INTERRUPTED = 7, /* the user pressed Ctrl-C */
-    GT_ERR_UNSUPPORTED = 8, /* a feature this build or backend does not have */
-};
-
-#define GT_ERROR_MSG_MAX 1024
-
-typedef struct gt_error {
-    int code;
-    char msg[GT_ERROR_MSG_MAX];
-    int count; /* the problems msg reports: 1 from gt_error_set, more where a loader reports
-                * several bad settings at once (a message may list fewer than it counts) */
-} gt_error;
+/* The codes (GT_OK, GT_ERR_*) and gt_error are public: include/graphtrain.h defines them. */
+#include "graphtrain.h"
 
 /* Sets code, a printf-style message and count 1; returns code so callers can
  * `return gt_error_set(...)`. err may be NULL. */

@@ -1,15 +1,9 @@
 /* One guarded capture (see capture.h). The runner calls this for full-iteration graphs,
  * unit graphs and debug.capture_check alike, so every capture fails the same way. */
 #include "graphs/capture.h"
+#include "core/clock.h"
 
 #include <string.h>
-#include <time.h>
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 size_t gt_graph_mem_in_use(gt_backend *b) {
     size_t free_bytes = 0, total = 0, peak = 0;
@@ -46,14 +40,14 @@ int gt_graph_capture(gt_backend *b, gt_stream *s, gt_capture_mode mode, const ch
         return gt_error_wrap(err, "before capturing %s: ", label);
     }
     res->mem_before = gt_graph_mem_in_use(b);
-    double t0 = now_ms();
+    double t0 = gt_now_ms();
     int rc = b->ops->begin_capture(b, s, mode, err);
     if (rc != GT_OK) return gt_error_wrap(err, "capturing %s: begin_capture failed: ", label);
 
     body(ctx, s);
     if (force_fail) force_failure(b, s);
 
-    double t1 = now_ms();
+    double t1 = gt_now_ms();
     gt_graph *g = NULL;
     gt_graph_info info = {0, 0, 0, 0};
     gt_error end_err;

@@ -111,6 +111,7 @@ static int policy_scoped(const gt_config *cfg, gt_graph_policy *p, gt_error *err
         name_index |= 1u << i;
     }
     p->mode = k_mode_names[name_index];
+    p->scopes = scope;
     return GT_OK;
 }
 

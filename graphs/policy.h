@@ -1,6 +1,6 @@
 /* Capture policy: turns model.cuda_graph_impl / cuda_graph_scope / cuda_graph_warmup_steps
  * into what the runner does (eager, one full-iteration graph, or per-unit graphs) and names
- * it for reports. Internal to graphs/. */
+ * it for reports. The trainer reads it from the config and hands it to the runner. */
 #ifndef GT_GRAPHS_POLICY_H
 #define GT_GRAPHS_POLICY_H
 
@@ -18,6 +18,7 @@ typedef enum {
 
 typedef struct gt_graph_policy {
     gt_policy_kind kind;
+    uint32_t scopes;                    /* scoped: the GT_SCOPE_* bits of model.cuda_graph_scope */
     unsigned units;                     /* scoped: bit (1u << gt_unit_kind) per captured unit */
     uint32_t unit_scope[GT_UNIT_KINDS]; /* the GT_SCOPE_* bit that selected each unit kind */
     int warmup;                         /* eager steps before the capture step */

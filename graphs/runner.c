@@ -1,5 +1,5 @@
-/* The graph runner: the warmup -> capture -> replay state machine over the trainer's step
- * (full-iteration graphs with shape buckets here, per-unit graphs in units.c), capture
+/* The graph runner: the warmup -> capture -> replay state machine over the bodies it is
+ * handed (full-iteration graphs with shape buckets here, per-unit graphs in units.c), capture
  * failure policy, debug.capture_check, cleanup and the stats/report of what it did. */
 #include <stdlib.h>
 #include <string.h>
@@ -45,28 +45,37 @@ int gt_runner_capture_failed(gt_graph_runner *r, const char *what, gt_error *err
     return GT_OK;
 }
 
-int gt_graph_runner_create(gt_graph_runner **out, gt_trainer *t, gt_error *err) {
+gt_graph_runner_opts gt_graph_runner_opts_of(const gt_config *cfg) {
+    return (gt_graph_runner_opts){cfg->graphs.capture_failure, cfg->runtime.debug_capture_check,
+                                  cfg->runtime.max_shape_buckets};
+}
+
+int gt_graph_runner_create(gt_graph_runner **out, const gt_graph_policy *pol, gt_backend *b,
+                           gt_stream *s, gt_model *m, const gt_graph_runner_opts *opts,
+                           gt_error *err) {
     *out = NULL;
-    const gt_config *cfg = gt_trainer_config(t);
+    if (!pol || !b || !s || !m || !opts)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "gt_graph_runner_create: the policy, backend, stream, model and "
+                            "options are all needed (one is NULL)");
     gt_graph_runner *r = calloc(1, sizeof *r);
     if (!r) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory creating the graph runner");
-    r->t = t;
-    r->b = gt_trainer_backend(t);
-    r->m = gt_trainer_model(t);
-    r->s = gt_trainer_stream(t);
+    r->b = b;
+    r->m = m;
+    r->s = s;
+    r->pol = *pol;
     r->check_nodes = -1;
-    int rc = gt_graph_policy_from_config(cfg, &r->pol, err);
-    if (rc == GT_OK && cfg->runtime.capture_failure != GT_CAPTURE_FAIL_STOP &&
-        cfg->runtime.capture_failure != GT_CAPTURE_FAIL_EAGER)
+    int rc = GT_OK;
+    if (opts->capture_failure != GT_CAPTURE_FAIL_STOP &&
+        opts->capture_failure != GT_CAPTURE_FAIL_EAGER)
         rc = gt_error_set(err, GT_ERR_INVALID,
                           "graphs.capture_failure has an unknown value (%d); use stop or eager",
-                          (int)cfg->runtime.capture_failure);
-    r->on_fail = cfg->runtime.capture_failure;
-    r->capture_check = cfg->runtime.debug_capture_check;
+                          (int)opts->capture_failure);
+    r->on_fail = opts->capture_failure;
+    r->capture_check = opts->capture_check;
     r->default_key = gt_model_get_info(r->m)->tokens;
-    r->eval_key = -r->default_key;
     if (rc == GT_OK && r->pol.kind == GT_POLICY_FULL)
-        rc = gt_graph_cache_init(&r->cache, r->b, cfg->runtime.max_shape_buckets, err);
+        rc = gt_graph_cache_init(&r->cache, r->b, opts->max_shape_buckets, err);
     if (rc == GT_OK && r->pol.kind == GT_POLICY_SCOPED) rc = gt_runner_units_init(r, err);
     if (rc != GT_OK) {
         gt_graph_runner_destroy(r);
@@ -86,7 +95,6 @@ void gt_graph_runner_destroy(gt_graph_runner *r) {
 }
 
 typedef struct step_body {
-    gt_graph_runner *r;
     gt_graph_enqueue_fn fn;
     void *ctx;
     const gt_unit_exec *exec;
@@ -94,10 +102,7 @@ typedef struct step_body {
 
 static void enqueue(void *ctx, gt_stream *s) {
     step_body *sb = ctx;
-    if (sb->fn)
-        sb->fn(sb->ctx, s, sb->exec);
-    else
-        gt_trainer_enqueue_step(sb->r->t, s, sb->exec);
+    sb->fn(sb->ctx, s, sb->exec);
 }
 
 /* debug.capture_check: capture one whole step in global mode, where any sync, allocation or
@@ -115,44 +120,58 @@ static int capture_check(gt_graph_runner *r, step_body *sb, gt_error *err) {
     return GT_OK;
 }
 
-static int full_step(gt_graph_runner *r, int64_t key, step_body *sb, gt_step_mode *mode,
-                     gt_error *err) {
+/* Every key of local + full_iteration: one graph per key in the bucket cache, captured the
+ * first time the key runs once its kind of work may be captured, replayed after. */
+static int full_run(gt_graph_runner *r, gt_graph_key key, step_body *sb, gt_step_mode *mode,
+                    gt_error *err) {
     *mode = GT_STEP_EAGER;
-    if (r->calls < r->pol.warmup || r->full_fallback) {
+    int eval = key.work == GT_GRAPH_EVAL;
+    /* an evaluation waits for the training step's capture call (not only the warmup): the
+     * training graph is always captured first, even when an evaluation falls on the boundary */
+    int64_t first = eval ? (int64_t)r->pol.warmup + 1 : r->pol.warmup;
+    if (r->calls < first || r->full_fallback || (eval && r->eval_fallback)) {
         enqueue(sb, r->s);
         return GT_OK;
     }
-    gt_graph *g = gt_graph_cache_get(&r->cache, key);
+    int64_t bucket = eval ? -key.shape : key.shape; /* shapes are > 0: the kinds never meet */
+    gt_graph *g = gt_graph_cache_get(&r->cache, bucket);
     if (g) {
         *mode = GT_STEP_REPLAYED;
         return r->b->ops->graph_launch(r->b, g, r->s, err);
     }
     char label[64];
-    if (key == r->default_key)
+    if (eval)
+        snprintf(label, sizeof label, "%s", GT_EVAL_LABEL);
+    else if (key.shape == r->default_key)
         snprintf(label, sizeof label, "full_iteration");
     else
-        snprintf(label, sizeof label, "full_iteration shape %lld", (long long)key);
+        snprintf(label, sizeof label, "full_iteration shape %lld", (long long)key.shape);
     gt_capture_result res;
     int rc = gt_graph_capture(r->b, r->s, GT_CAPTURE_THREAD_LOCAL, label,
                               gt_runner_force_matches(r, label), enqueue, sb, &res, err);
     if (rc != GT_OK) {
-        rc = gt_runner_capture_failed(r, "full_iteration", err);
-        if (rc != GT_OK) return rc; /* nothing of this step ran */
-        r->full_fallback = 1;
-        gt_graph_cache_clear(&r->cache);
-        enqueue(sb, r->s); /* the failed capture ran nothing: run the step for real */
+        rc = gt_runner_capture_failed(r, eval ? GT_EVAL_LABEL : "full_iteration", err);
+        if (rc != GT_OK) return rc; /* nothing of this run ran */
+        if (eval) {
+            r->eval_fallback = 1; /* the training graphs and their buckets stay */
+        } else {
+            r->full_fallback = 1;
+            gt_graph_cache_clear(&r->cache);
+        }
+        enqueue(sb, r->s); /* the failed capture ran nothing: run the work for real */
         return GT_OK;
     }
     gt_runner_note_capture(r, &res);
-    gt_graph_cache_put(&r->cache, key, res.graph, res.nodes);
+    /* a full cache evicts its least recently used graph (re-captured on demand) */
+    gt_graph_cache_put(&r->cache, bucket, res.graph, res.nodes);
     *mode = GT_STEP_CAPTURED; /* Megatron's wrapper also runs the step it captures */
     return r->b->ops->graph_launch(r->b, res.graph, r->s, err);
 }
 
-static int scoped_step(gt_graph_runner *r, int64_t key, step_body *sb, gt_step_mode *mode,
+static int scoped_step(gt_graph_runner *r, int64_t shape, step_body *sb, gt_step_mode *mode,
                        gt_error *err) {
     /* unit graphs hold the ordinary shape; any other shape runs every unit eagerly */
-    sb->exec = key == r->default_key ? &r->exec : NULL;
+    sb->exec = shape == r->default_key ? &r->exec : NULL;
     r->capture_now = sb->exec && !r->scoped_captured && r->calls >= r->pol.warmup;
     r->step_captured = r->step_replayed = 0;
     gt_error_clear(&r->pending);
@@ -169,112 +188,55 @@ static int scoped_step(gt_graph_runner *r, int64_t key, step_body *sb, gt_step_m
     return GT_OK;
 }
 
-int gt_graph_runner_step_shape(gt_graph_runner *r, int64_t shape_key, gt_graph_enqueue_fn fn,
-                               void *ctx, gt_step_mode *mode, gt_error *err) {
-    gt_error local; /* failures are reported into *err; callers may pass none */
-    if (!err) err = &local;
-    gt_error_clear(err);
-    if (!r)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "gt_graph_runner_step: no runner (gt_graph_runner_create failed or "
-                            "was not called)");
-    gt_step_mode m = GT_STEP_EAGER;
-    step_body sb = {r, fn, ctx, NULL};
-    int rc = GT_OK;
-    if (r->capture_check) {
-        r->capture_check = 0;
-        rc = capture_check(r, &sb, err);
-        if (rc != GT_OK) return rc;
-    }
-    switch (r->pol.kind) {
-    case GT_POLICY_FULL:
-        rc = full_step(r, shape_key, &sb, &m, err);
-        break;
-    case GT_POLICY_SCOPED:
-        rc = scoped_step(r, shape_key, &sb, &m, err);
-        break;
-    default:
-        enqueue(&sb, r->s);
-        break;
-    }
-    r->calls++;
-    if (rc == GT_OK) {
-        if (m == GT_STEP_REPLAYED)
-            r->replayed_steps++;
-        else if (m == GT_STEP_CAPTURED)
-            r->captured_steps++;
-        else
-            r->eager_steps++;
-    }
-    if (mode) *mode = m;
-    return rc;
+static void count_run(gt_graph_runner *r, gt_graph_work work, gt_step_mode m) {
+    int64_t *eager = work == GT_GRAPH_EVAL ? &r->eval_eager : &r->eager_steps;
+    int64_t *captured = work == GT_GRAPH_EVAL ? &r->eval_captured : &r->captured_steps;
+    int64_t *replayed = work == GT_GRAPH_EVAL ? &r->eval_replayed : &r->replayed_steps;
+    if (m == GT_STEP_REPLAYED)
+        (*replayed)++;
+    else if (m == GT_STEP_CAPTURED)
+        (*captured)++;
+    else
+        (*eager)++;
 }
 
-int gt_graph_runner_step(gt_graph_runner *r, gt_step_mode *mode, gt_error *err) {
-    return gt_graph_runner_step_shape(r, r ? r->default_key : 0, NULL, NULL, mode, err);
-}
-
-/* The eval forward through the bucket cache (full_iteration only). Mirrors full_step, but a
- * failed capture only sends evaluation eager: the training graph and its bucket stay. */
-static int full_eval(gt_graph_runner *r, step_body *sb, gt_step_mode *mode, gt_error *err) {
-    *mode = GT_STEP_EAGER;
-    /* only after the training step's capture call: the training graph is always captured
-     * first, even when an evaluation falls on the warmup boundary */
-    if (r->calls <= r->pol.warmup || r->full_fallback || r->eval_fallback) {
-        enqueue(sb, r->s);
-        return GT_OK;
-    }
-    gt_graph *g = gt_graph_cache_get(&r->cache, r->eval_key);
-    if (g) {
-        *mode = GT_STEP_REPLAYED;
-        return r->b->ops->graph_launch(r->b, g, r->s, err);
-    }
-    gt_capture_result res;
-    int rc = gt_graph_capture(r->b, r->s, GT_CAPTURE_THREAD_LOCAL, GT_EVAL_LABEL,
-                              gt_runner_force_matches(r, GT_EVAL_LABEL), enqueue, sb, &res, err);
-    if (rc != GT_OK) {
-        rc = gt_runner_capture_failed(r, GT_EVAL_LABEL, err);
-        if (rc != GT_OK) return rc; /* nothing of this evaluation batch ran */
-        r->eval_fallback = 1;
-        enqueue(sb, r->s); /* the failed capture ran nothing: run the forward for real */
-        return GT_OK;
-    }
-    gt_runner_note_capture(r, &res);
-    /* with graphs.max_shape_buckets=1 this evicts the training graph (re-captured on demand) */
-    gt_graph_cache_put(&r->cache, r->eval_key, res.graph, res.nodes);
-    *mode = GT_STEP_CAPTURED;
-    return r->b->ops->graph_launch(r->b, res.graph, r->s, err);
-}
-
-int gt_graph_runner_eval(gt_graph_runner *r, gt_graph_enqueue_fn fn, void *ctx, gt_step_mode *mode,
-                         gt_error *err) {
+int gt_graph_runner_run(gt_graph_runner *r, gt_graph_key key, gt_graph_enqueue_fn body, void *ctx,
+                        gt_step_mode *mode, gt_error *err) {
     gt_error local; /* failures are reported into *err; callers may pass none */
     if (!err) err = &local;
     gt_error_clear(err);
     if (mode) *mode = GT_STEP_EAGER;
     if (!r)
         return gt_error_set(err, GT_ERR_INVALID,
-                            "gt_graph_runner_eval: no runner (gt_graph_runner_create failed or "
+                            "gt_graph_runner_run: no runner (gt_graph_runner_create failed or "
                             "was not called)");
-    if (!fn)
+    if (!body)
         return gt_error_set(err, GT_ERR_INVALID,
-                            "gt_graph_runner_eval: no eval forward given (fn is NULL; pass the "
-                            "function that enqueues one eval batch)");
+                            "gt_graph_runner_run: no body given (fn is NULL; pass the function "
+                            "that enqueues the work: the training step or one eval batch)");
+    if ((key.work != GT_GRAPH_STEP && key.work != GT_GRAPH_EVAL) || key.shape <= 0)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "gt_graph_runner_run: bad key (work %d, shape %lld); use "
+                            "GT_GRAPH_STEP or GT_GRAPH_EVAL and a shape > 0 (e.g. tokens per "
+                            "micro-batch)",
+                            (int)key.work, (long long)key.shape);
+    int step = key.work == GT_GRAPH_STEP;
     gt_step_mode m = GT_STEP_EAGER;
-    step_body sb = {r, fn, ctx, NULL}; /* no unit graphs: those hold the training step only */
+    step_body sb = {body, ctx, NULL}; /* no unit graphs unless a scoped step routes them */
     int rc = GT_OK;
+    if (step && r->capture_check) {
+        r->capture_check = 0;
+        rc = capture_check(r, &sb, err);
+        if (rc != GT_OK) return rc;
+    }
     if (r->pol.kind == GT_POLICY_FULL)
-        rc = full_eval(r, &sb, &m, err);
+        rc = full_run(r, key, &sb, &m, err);
+    else if (r->pol.kind == GT_POLICY_SCOPED && step)
+        rc = scoped_step(r, key.shape, &sb, &m, err);
     else
         enqueue(&sb, r->s);
-    if (rc == GT_OK) {
-        if (m == GT_STEP_REPLAYED)
-            r->eval_replayed++;
-        else if (m == GT_STEP_CAPTURED)
-            r->eval_captured++;
-        else
-            r->eval_eager++;
-    }
+    if (step) r->calls++;
+    if (rc == GT_OK) count_run(r, key.work, m);
     if (mode) *mode = m;
     return rc;
 }

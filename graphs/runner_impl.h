@@ -15,21 +15,19 @@
 #define GT_EVAL_LABEL "full_iteration eval"
 
 struct gt_graph_runner {
-    gt_trainer *t;
     gt_backend *b;
     gt_model *m;
     gt_stream *s;
     gt_graph_policy pol;
     gt_capture_failure on_fail; /* graphs.capture_failure */
     int capture_check;          /* debug.capture_check still to run */
-    int64_t calls;              /* steps enqueued so far */
-    int64_t default_key;        /* shape key of an ordinary step (tokens per micro-batch) */
+    int64_t calls;              /* training steps enqueued so far */
+    int64_t default_key;        /* shape of an ordinary step (the model's tokens per micro-batch) */
 
     /* full iteration */
     gt_graph_cache cache;
-    int full_fallback; /* full_iteration fell back to eager */
-    int64_t eval_key;  /* bucket of the eval forward: -default_key (training keys are > 0) */
-    int eval_fallback; /* the eval capture failed: evaluation runs eagerly */
+    int full_fallback; /* a training capture failed: every full-iteration key runs eagerly */
+    int eval_fallback; /* an eval capture failed: evaluation runs eagerly */
     int64_t eval_eager, eval_captured, eval_replayed; /* evaluations by gt_step_mode */
 
     /* scoped: [layer][unit][fwd/bwd] */

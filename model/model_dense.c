@@ -2,8 +2,8 @@
  * output projection, dropout, residual) and the SwiGLU MLP. Each reads its input residual,
  * writes the next one and saves what its backward needs in the activations arena. Backward
  * reads the gradient of the output residual from res[res_out] and writes that of the input
- * residual over res[res_in]; the weight gradients marked deferred wait for
- * gt_model_flush_wgrads. */
+ * residual over res[res_in]; the weight gradients marked deferred wait for the backward's
+ * end, where flush_wgrads (model_run.c) batches them across layers. */
 #include "model/model_internal.h"
 
 /* y = dropout(branch); out = x + y. Dropout only in training and when p > 0. */

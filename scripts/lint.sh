@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Lints the C and CUDA sources as STYLE.md asks: clang-format (check only), cppcheck, then
-# clang-tidy (.clang-tidy at the root), failing on any finding. scripts/test.sh runs it after the
+# clang-tidy (.clang-tidy at the root), the kernels' PDL entry and the layer order of the
+# includes, failing on any finding. scripts/test.sh runs it after the
 # build. clang-tidy reads build-lint/ (configured with clang, CPU only; nothing is compiled).
 # Fix a finding in the code; silence a proven false positive only at its line, with a reason.
 set -euo pipefail
@@ -77,6 +78,13 @@ if ! awk 'FNR == 1 { g = 0 }
                    g = 0 }
           END { exit bad }' "${cus[@]}"; then
   echo "lint: start each kernel with GT_PDL_ENTRY(); (backend/cuda/cuda_common.cuh says why)" >&2
+  status=1
+fi
+
+# ---- 5. the layer order (docs/design.md): no include points up a layer ----
+echo "lint: layer order of the includes (scripts/lint/layers.sh)"
+if ! scripts/lint/layers.sh; then
+  echo "lint: an include points up a layer (above); scripts/lint/layers.sh states the rule" >&2
   status=1
 fi
 

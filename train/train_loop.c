@@ -8,7 +8,7 @@
 #include "core/atomic_file.h"
 #include "graphs/graphs.h"
 #include "train/checkpoint.h"
-#include "train/trainer_extra.h"
+#include "train/trainer.h"
 
 static const char *mode_name(gt_step_mode m) {
     switch (m) {

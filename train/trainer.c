@@ -7,7 +7,6 @@
 #include "core/bf16.h"
 #include "graphs/graphs.h"
 #include "model/memory_plan.h"
-#include "train/trainer_extra.h"
 #include "train/trainer_impl.h"
 
 static int make_backend(gt_trainer *t, gt_error *err) {
@@ -197,6 +196,16 @@ static int init_weights(gt_trainer *t, gt_error *err) {
     return rc;
 }
 
+/* The graph runner the trainer owns: the policy and settings of the config, over the
+ * trainer's backend, stream and model; the step and the evaluation are the bodies it runs. */
+static int make_runner(gt_trainer *t, gt_error *err) {
+    gt_graph_policy pol;
+    int rc = gt_graph_policy_from_config(&t->cfg, &pol, err);
+    if (rc) return gt_error_wrap(err, "setting up CUDA graphs: ");
+    gt_graph_runner_opts opts = gt_graph_runner_opts_of(&t->cfg);
+    return gt_graph_runner_create(&t->runner, &pol, t->b, t->s, t->m, &opts, err);
+}
+
 int gt_trainer_create(gt_trainer **out, const gt_config *cfg, gt_error *err) {
     *out = NULL;
     gt_trainer *t = calloc(1, sizeof *t);
@@ -220,6 +229,8 @@ int gt_trainer_create(gt_trainer **out, const gt_config *cfg, gt_error *err) {
     }
     set_hyper(t);
     if (!rc) rc = alloc_state(t, err);
+    if (!rc)
+        gt_lazy_rows_init(&t->lazy, t->cfg.optimizer.lazy_embedding_rows, t->b, t->s, t->m, t->st);
     if (!rc) rc = gt_data_create(&t->train, &t->cfg, GT_SPLIT_TRAIN, err);
     if (!rc && t->cfg.train.eval_interval > 0 && t->cfg.train.eval_iters > 0)
         rc = gt_data_create(&t->valid, &t->cfg, GT_SPLIT_VALID, err);
@@ -229,7 +240,7 @@ int gt_trainer_create(gt_trainer **out, const gt_config *cfg, gt_error *err) {
         rc = gt_trainer_load(t, t->cfg.checkpoint.load, err);
         t->resumed = rc == GT_OK;
     }
-    if (!rc) rc = gt_graph_runner_create(&t->runner, t, err);
+    if (!rc) rc = make_runner(t, err);
     if (rc) {
         gt_trainer_destroy(t);
         return rc;
@@ -293,9 +304,9 @@ gt_data_pos gt_trainer_data_pos(const gt_trainer *t) {
 int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err) {
     gt_backend *b = t->b;
     size_t n = t->n_params;
-    gt_trainer_flush_rows(t, 1);
+    gt_adamw_state os = gt_trainer_opt_state(t);
     if (!t->hp.master_lo) {
-        b->ops->memcpy_d2h(b, t->s, host, t->master, n * sizeof(float));
+        b->ops->memcpy_d2h(b, t->s, host, os.master, n * sizeof(float));
         return b->ops->stream_sync(b, t->s, err);
     }
     uint16_t *hi = malloc(n * sizeof *hi);
@@ -303,8 +314,8 @@ int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err) {
     int rc = GT_OK;
     if (!hi || !lo) rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory reading the master");
     if (!rc) {
-        b->ops->memcpy_d2h(b, t->s, hi, t->mi->params, n * sizeof *hi);
-        b->ops->memcpy_d2h(b, t->s, lo, t->master, n * sizeof *lo);
+        b->ops->memcpy_d2h(b, t->s, hi, os.params, n * sizeof *hi);
+        b->ops->memcpy_d2h(b, t->s, lo, os.master, n * sizeof *lo);
         rc = b->ops->stream_sync(b, t->s, err);
     }
     for (size_t i = 0; !rc && i < n; i++)
@@ -317,10 +328,11 @@ int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err) {
 int gt_trainer_write_master(gt_trainer *t, const float *host, gt_error *err) {
     gt_backend *b = t->b;
     size_t n = t->n_params;
-    gt_trainer_flush_rows(t, 1); /* the moments of every row current before the weights change */
+    /* the moments of every row current before the weights change */
+    gt_adamw_state os = gt_trainer_opt_state(t);
     if (!t->hp.master_lo) {
-        b->ops->memcpy_h2d(b, t->s, t->master, host, n * sizeof(float));
-        b->ops->from_float(b, t->s, t->mi->params, t->master, n);
+        b->ops->memcpy_h2d(b, t->s, os.master, host, n * sizeof(float));
+        b->ops->from_float(b, t->s, os.params, os.master, n);
         return b->ops->stream_sync(b, t->s, err);
     }
     uint16_t *hi = malloc(n * sizeof *hi);
@@ -330,8 +342,8 @@ int gt_trainer_write_master(gt_trainer *t, const float *host, gt_error *err) {
     for (size_t i = 0; !rc && i < n; i++)
         gt_master_split(host[i], &hi[i], &lo[i]);
     if (!rc) {
-        b->ops->memcpy_h2d(b, t->s, t->mi->params, hi, n * sizeof *hi);
-        b->ops->memcpy_h2d(b, t->s, t->master, lo, n * sizeof *lo);
+        b->ops->memcpy_h2d(b, t->s, os.params, hi, n * sizeof *hi);
+        b->ops->memcpy_h2d(b, t->s, os.master, lo, n * sizeof *lo);
         /* the copies read host memory that is freed below */
         rc = b->ops->stream_sync(b, t->s, err);
     }
@@ -358,9 +370,9 @@ static int read_moment(gt_trainer *t, float *out, const void *dev, int is_bf16, 
 }
 
 int gt_trainer_read_moments(gt_trainer *t, float *m, float *v, gt_error *err) {
-    gt_trainer_flush_rows(t, 1);
-    int rc = read_moment(t, m, t->adam_m, t->hp.m_bf16, err);
-    if (!rc) rc = read_moment(t, v, t->adam_v, t->hp.v_bf16, err);
+    gt_adamw_state os = gt_trainer_opt_state(t);
+    int rc = read_moment(t, m, os.m, t->hp.m_bf16, err);
+    if (!rc) rc = read_moment(t, v, os.v, t->hp.v_bf16, err);
     return rc;
 }
 
@@ -382,9 +394,10 @@ static int write_moment(gt_trainer *t, void *dev, const float *in, int is_bf16, 
 }
 
 int gt_trainer_write_moments(gt_trainer *t, const float *m, const float *v, gt_error *err) {
-    gt_trainer_flush_rows(t, 1); /* the weights of every row current before the moments change */
-    int rc = write_moment(t, t->adam_m, m, t->hp.m_bf16, err);
-    if (!rc) rc = write_moment(t, t->adam_v, v, t->hp.v_bf16, err);
+    /* the weights of every row current before the moments change */
+    gt_adamw_state os = gt_trainer_opt_state(t);
+    int rc = write_moment(t, os.m, m, t->hp.m_bf16, err);
+    if (!rc) rc = write_moment(t, os.v, v, t->hp.v_bf16, err);
     return rc;
 }
 

@@ -5,50 +5,34 @@
 #define GT_TRAIN_TRAINER_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "data/data.h"
+#include "graphs/graphs.h"
+#include "graphtrain.h"
 #include "model/model.h"
 
-typedef struct gt_trainer gt_trainer;
-typedef struct gt_graph_runner gt_graph_runner;
+/* The public half (gt_trainer, gt_step_stats, create / destroy / step / eval / save /
+ * step_count) is declared in include/graphtrain.h; what follows is for the rest of the engine
+ * (train loop, bench/, cli/) and tests. */
 
-typedef enum {
-    GT_STEP_EAGER,    /* every kernel launched from the host */
-    GT_STEP_CAPTURED, /* this step captured graphs (and ran them) */
-    GT_STEP_REPLAYED, /* this step replayed graphs */
-} gt_step_mode;
-
-typedef struct gt_step_stats {
-    int64_t step; /* step number just completed (1-based) */
-    float loss, lr, grad_norm, aux_loss;
-    int skipped;        /* update skipped (NaN) */
-    uint32_t nan_flags; /* GT_NAN_* of this step */
-    double ms;          /* wall time of the step, host view, including the final sync */
-    double tokens_per_s;
-    gt_step_mode mode;
-} gt_step_stats;
-
-/* Builds everything from a validated config: backend (runtime.device), arenas, plans,
- * initial weights (or a checkpoint from checkpoint.load), data source. */
-int gt_trainer_create(gt_trainer **t, const gt_config *cfg, gt_error *err);
-/* Destroys every graph (graphs/ cleanup), arena, stream and the backend. Accepts NULL. */
-void gt_trainer_destroy(gt_trainer *t);
-
-/* Runs one training step (loads the next batch, runs eager / captures / replays as the graph
- * policy says, reads the step state back). Returns GT_ERR_NUMERIC with the step and failed
- * check in err when a NaN check fires (the update of that step was skipped). */
-int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err);
-
-/* Evaluation loss over train.eval_iters batches of the held-out split. */
-int gt_trainer_eval(gt_trainer *t, float *loss, gt_error *err);
-
-/* Checkpoint of the current state (atomic: temp file + rename). */
-int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err);
+/* Prints every arena (model, optimizer, step state, batch) and the pinned host buffers. */
+void gt_trainer_print_memory(const gt_trainer *t, FILE *f);
+/* One line: backend, parameters, micro-batches, data. */
+void gt_trainer_print_summary(const gt_trainer *t, FILE *f);
+/* Started from checkpoint.load. */
+int gt_trainer_resumed(const gt_trainer *t);
+/* The data position of the next batch to train on (what a checkpoint keeps). */
+gt_data_pos gt_trainer_data_pos(const gt_trainer *t);
 
 /* Enqueues one whole step on stream s (batch copy-in from pinned memory, all micro-batches,
- * clipping, NaN checks, optimizer, step advance); exec may route units through graphs. */
+ * clipping, NaN checks, optimizer, step advance); exec may route units through graphs. The
+ * body gt_trainer_step hands the graph runner. */
 void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec);
+/* The key the training step runs under (GT_GRAPH_STEP, tokens per micro-batch). */
+gt_graph_key gt_trainer_step_key(const gt_trainer *t);
 
 /* The gradient-reduction hook of data parallelism. It is enqueued inside every training step,
  * after the last micro-batch's backward and before the NaN checks, clipping and AdamW, so a
@@ -61,12 +45,11 @@ typedef void (*gt_grad_reduce_fn)(void *ctx, gt_backend *b, gt_stream *s, float 
  * running the old one, so a later call is refused with GT_ERR_INVALID. */
 int gt_trainer_set_grad_reduce(gt_trainer *t, gt_grad_reduce_fn fn, void *ctx, gt_error *err);
 
-/* Accessors for graphs/, bench/ and tests. */
+/* Accessors for bench/, cli/ and tests (and to build a second runner over the trainer). */
 gt_backend *gt_trainer_backend(gt_trainer *t);
 gt_model *gt_trainer_model(gt_trainer *t);
 gt_stream *gt_trainer_stream(gt_trainer *t);
 const gt_config *gt_trainer_config(const gt_trainer *t);
-int64_t gt_trainer_step_count(const gt_trainer *t);
 /* Copies the fp32 master weights to host memory [n_params] (joined from their halves where
  * the backend keeps them split, core/bf16.h). Like every read or write of the optimizer
  * state, it first brings the embedding's lazy rows up to date (README, "Optimizer"). */

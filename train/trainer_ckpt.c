@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "train/checkpoint.h"
-#include "train/trainer_extra.h"
 #include "train/trainer_impl.h"
 
 int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {

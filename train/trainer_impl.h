@@ -8,6 +8,7 @@
 
 #include "core/arena.h"
 #include "data/data.h"
+#include "train/lazy_rows.h"
 #include "train/trainer.h"
 
 struct gt_trainer {
@@ -55,17 +56,25 @@ struct gt_trainer {
     int inject_nan;                /* device value: 0-based step to poison, -1 = off */
     gt_grad_reduce_fn grad_reduce; /* NULL: one GPU, nothing to reduce */
     void *grad_reduce_ctx;
-    int stepped;      /* gt_trainer_step has run in this process (the hook is fixed from then on) */
-    int64_t steps;    /* optimizer steps completed (host copy after each step) */
-    int rows_current; /* no step launched since the lazy rows' last flush: every row is current */
-    int resumed;      /* started from checkpoint.load */
+    int stepped;   /* gt_trainer_step has run in this process (the hook is fixed from then on) */
+    int64_t steps; /* optimizer steps completed (host copy after each step) */
+    gt_lazy_rows lazy; /* the embedding's lazy rows (lazy_rows.h) */
+    int resumed;       /* started from checkpoint.load */
 };
 
-/* The optimizer arrays and constants, for the lazy-row ops (backend.h, gt_grad_rows.lag). */
+/* The optimizer arrays and constants as they stand, rows possibly behind: for the ops inside a
+ * step (the lazy-row ops, backend.h, gt_grad_rows.lag). trainer_step.c. */
 gt_adamw_state gt_trainer_adamw_state(const gt_trainer *t);
-/* Enqueues the updates the embedding's lazy rows still owe (replay 0: only marks them current,
- * for state just written); a no-op while the model keeps no row marks. trainer_step.c. */
-void gt_trainer_flush_rows(gt_trainer *t, int replay);
+/* The one way to read (or to write) the optimizer state: brings every embedding row current
+ * first (the lazy rows' flush, enqueued on the trainer's stream), then returns the arrays.
+ * Checkpoints, evaluation and the master and moment accessors all go through it. */
+gt_adamw_state gt_trainer_opt_state(gt_trainer *t);
+
+/* Host copies of the Adam moments [n_params] (checkpoints; tests compare resumed state). */
+int gt_trainer_read_moments(gt_trainer *t, float *m, float *v, gt_error *err);
+/* Sets the Adam moments from fp32 host arrays [n_params] (rounded to nearest-even where the
+ * run stores a moment in bf16). */
+int gt_trainer_write_moments(gt_trainer *t, const float *m, const float *v, gt_error *err);
 
 /* Resume from checkpoint.load (trainer_ckpt.c): weights, moments, step state, data position. */
 int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err);

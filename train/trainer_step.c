@@ -6,30 +6,20 @@
  * state and one sync after. gt_trainer_eval sends each eval batch's forward through the graph
  * runner too, as a shape bucket of its own. */
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "graphs/graphs.h"
-#include "train/trainer_extra.h"
 #include "train/trainer_impl.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 gt_adamw_state gt_trainer_adamw_state(const gt_trainer *t) {
     return (gt_adamw_state){t->mi->params, t->master,  t->adam_m, t->adam_v,
                             t->n_params,   t->n_decay, t->hp,     t->sched};
 }
 
-void gt_trainer_flush_rows(gt_trainer *t, int replay) {
-    gt_grad_rows rows = gt_model_grad_rows(t->m);
-    /* no step launched since the last flush: every row is current already (a checkpoint reads
-     * the moments and then the master; one flush serves both) */
-    if (!rows.lag || (replay && t->rows_current)) return;
-    t->b->ops->lazy_flush(t->b, t->s, t->st, gt_trainer_adamw_state(t), rows, replay);
-    t->rows_current = 1;
+gt_adamw_state gt_trainer_opt_state(gt_trainer *t) {
+    gt_adamw_state os = gt_trainer_adamw_state(t);
+    gt_lazy_rows_flush(&t->lazy, os, 1);
+    return os;
 }
 
 void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec) {
@@ -44,13 +34,9 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
     int overwrite = t->n_micro == 1 || t->cfg.model.cuda_graph_impl != GT_GRAPH_IMPL_TE;
     if (!overwrite) o->memset0(b, s, t->mi->grads, t->n_params * sizeof(float));
     o->step_begin(b, s, t->st, t->sched);
-    /* the embedding rows the step reads get the updates they missed (lazy rows), and so do
-     * those of the sweep's slice, with the first micro-batch's */
-    gt_grad_rows rows = gt_model_grad_rows(t->m);
-    for (int i = 0; rows.lag && i < t->n_micro; i++)
-        o->lazy_catchup(b, s, t->st, gt_trainer_adamw_state(t), rows,
-                        t->d_batch + (size_t)i * 2 * (size_t)t->N, t->N,
-                        i == 0 ? GT_LAZY_ROWS_SWEEP : 0);
+    /* the embedding rows the step reads get the updates they missed (lazy rows) */
+    gt_grad_rows rows = gt_lazy_rows_marks(&t->lazy);
+    gt_lazy_rows_catchup(&t->lazy, s, gt_trainer_adamw_state(t), t->d_batch, t->n_micro, t->N);
     float dscale = 1.0f / (float)t->n_micro;
     for (int i = 0; i < t->n_micro; i++) {
         const int32_t *tok = t->d_batch + (size_t)i * 2 * (size_t)t->N;
@@ -65,6 +51,15 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
     o->adamw(b, s, t->mi->params, t->master, t->mi->grads, rows, t->adam_m, t->adam_v, t->n_params,
              t->n_decay, t->hp, t->st);
     o->step_end(b, s, t->st);
+}
+
+/* The training step as the runner's body. */
+static void step_body(void *ctx, gt_stream *s, const gt_unit_exec *exec) {
+    gt_trainer_enqueue_step(ctx, s, exec);
+}
+
+gt_graph_key gt_trainer_step_key(const gt_trainer *t) {
+    return (gt_graph_key){GT_GRAPH_STEP, t->N};
 }
 
 int gt_trainer_set_grad_reduce(gt_trainer *t, gt_grad_reduce_fn fn, void *ctx, gt_error *err) {
@@ -112,14 +107,11 @@ static int numeric_error(const gt_trainer *t, const gt_step_state *h, gt_error *
 
 int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     memset(stats, 0, sizeof *stats);
-    /* The first step fixes the hook. Without one, only the model writes the gradients, all
-     * zero until now, so the model may keep the marks of the embedding gradient's rows. */
-    if (!t->stepped && !t->grad_reduce) {
-        gt_model_track_embedding_rows(t->m);
-        gt_trainer_flush_rows(t, 0); /* every row is current now: lag = this step */
-    }
+    /* the first step fixes the hook, and with it whether the rows can be lazy */
+    if (!t->stepped)
+        gt_lazy_rows_start(&t->lazy, t->grad_reduce != NULL, gt_trainer_adamw_state(t));
     t->stepped = 1;
-    double t0 = now_ms();
+    double t0 = gt_now_ms();
     int rc = GT_OK;
     if (t->prefetch_rc) { /* the load of this step's batch, done during the last step, failed */
         *err = t->prefetch_err;
@@ -134,8 +126,8 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     t->prefetched = 0;
     if (rc) return rc;
     gt_step_mode mode = GT_STEP_EAGER;
-    t->rows_current = 0; /* the step leaves rows behind, even one that fails after launching */
-    rc = gt_graph_runner_step(t->runner, &mode, err);
+    gt_lazy_rows_launched(&t->lazy); /* even a step that fails after launching */
+    rc = gt_graph_runner_run(t->runner, gt_trainer_step_key(t), step_body, t, &mode, err);
     if (rc) return gt_error_wrap(err, "step %lld: ", (long long)t->steps + 1);
     /* the next batch, while the device runs this step (h_batch stays untouched until the
      * sync below: the step's copy reads it) */
@@ -150,7 +142,7 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     rc = t->b->ops->stream_sync(t->b, t->s, err);
     if (!rc) rc = gt_backend_check(t->b, err);
     if (rc) return gt_error_wrap(err, "step %lld: ", (long long)t->steps + 1);
-    double ms = now_ms() - t0;
+    double ms = gt_now_ms() - t0;
     const gt_step_state *h = &t->h_st[0];
     t->steps = h->step;
     stats->step = h->step;
@@ -164,7 +156,7 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     stats->tokens_per_s = ms > 0 ? (double)t->n_micro * t->N / (ms / 1e3) : 0;
     stats->mode = mode;
     /* a skipped step changed no row: the lazy rows must not replay it later */
-    if (h->skipped) gt_trainer_flush_rows(t, 1);
+    if (h->skipped) (void)gt_trainer_opt_state(t);
     if (h->nan_flags) return numeric_error(t, h, err);
     return GT_OK;
 }
@@ -195,14 +187,15 @@ int gt_trainer_eval(gt_trainer *t, float *loss, gt_error *err) {
     /* every evaluation reads the same held-out batches, so losses compare across steps */
     gt_data_pos start = {0, 0};
     int rc = gt_data_set_pos(t->valid, start, err);
-    gt_trainer_flush_rows(t, 1); /* the forward reads any row */
+    (void)gt_trainer_opt_state(t); /* the forward reads any row's parameters */
     o->memset0(b, t->s, t->eval_st, sizeof(gt_step_state));
     eval_ctx ctx = {t, 1.0f / (float)t->cfg.train.eval_iters};
     for (int i = 0; !rc && i < t->cfg.train.eval_iters; i++) {
         rc = gt_data_next(t->valid, t->h_batch, t->h_batch + t->N, t->B, err);
         if (rc) break;
         /* its own shape bucket: captured once after the training warmup, replayed after */
-        rc = gt_graph_runner_eval(t->runner, eval_enqueue, &ctx, NULL, err);
+        rc = gt_graph_runner_run(t->runner, (gt_graph_key){GT_GRAPH_EVAL, t->N}, eval_enqueue, &ctx,
+                                 NULL, err);
         /* the pinned batch is refilled next iteration: wait for the copy to finish */
         if (!rc) rc = o->stream_sync(b, t->s, err);
     }

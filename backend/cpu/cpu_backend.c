@@ -1,10 +1,10 @@
 /* CPU backend: memory, streams, copies, and capture by recording submitted kernels. */
 #include "backend/cpu/cpu_backend.h"
+#include "core/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct cpu_node {
     gt_cpu_kernel fn;
@@ -33,12 +33,6 @@ typedef struct cpu_block {
     size_t bytes;
     size_t pad_;
 } cpu_block;
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static int cpu_alloc(gt_backend *b, size_t bytes, void **ptr, gt_error *err) {
     cpu_impl *im = b->impl;
@@ -212,7 +206,7 @@ static int cpu_end_capture(gt_backend *b, gt_stream *s, gt_graph **g, gt_graph_i
     *g = NULL;
     if (!s->recording)
         return gt_error_set(err, GT_ERR_INVALID, "end_capture on a stream that is not capturing");
-    double t0 = now_ms();
+    double t0 = gt_now_ms();
     gt_graph *rec = s->recording;
     s->recording = NULL;
     /* An op that failed while recording (sticky error) invalidates the capture, as a
@@ -230,7 +224,7 @@ static int cpu_end_capture(gt_backend *b, gt_stream *s, gt_graph **g, gt_graph_i
     if (info) {
         info->nodes = rec->count;
         info->capture_ms = 0;
-        info->instantiate_ms = now_ms() - t0;
+        info->instantiate_ms = gt_now_ms() - t0;
     }
     return GT_OK;
 }

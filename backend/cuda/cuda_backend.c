@@ -4,12 +4,12 @@
  * The math ops live in the .cu files and cuda_matmul.c. */
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cudnn_attention.h"
+#include "core/clock.h"
 
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 struct gt_graph {
     cudaGraph_t graph;
@@ -24,12 +24,6 @@ int gt_cuda_pdl = 1;
 /* declared in cuda_backend.h; set when a backend is created: on unless
  * GT_CUDA_GRAPH_MEMSET=node */
 int gt_cuda_graph_fill = 1;
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 int gt_cuda_fail_call(gt_backend *b, cudaError_t e, const char *call, const char *file, int line) {
     if (e == cudaSuccess) return 0;
@@ -268,7 +262,7 @@ static int cuda_begin_capture(gt_backend *b, gt_stream *s, gt_capture_mode mode,
         mode == GT_CAPTURE_GLOBAL ? cudaStreamCaptureModeGlobal : cudaStreamCaptureModeThreadLocal;
     GT_CUDA_RET(err, cudaStreamBeginCapture(s->cs, m));
     s->capturing = 1;
-    s->capture_t0_ms = now_ms();
+    s->capture_t0_ms = gt_now_ms();
     return GT_OK;
 }
 
@@ -281,7 +275,7 @@ static int cuda_end_capture(gt_backend *b, gt_stream *s, gt_graph **g, gt_graph_
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(s->cs, &graph);
     s->capturing = 0;
-    double t1 = now_ms();
+    double t1 = gt_now_ms();
     if (e != cudaSuccess || !graph) {
         if (graph) cudaGraphDestroy(graph);
         cudaGetLastError(); /* capture errors are not sticky: clear them */
@@ -310,7 +304,7 @@ static int cuda_end_capture(gt_backend *b, gt_stream *s, gt_graph **g, gt_graph_
     }
     cudaGraphExec_t exec = NULL;
     e = cudaGraphInstantiate(&exec, graph, 0);
-    double t2 = now_ms();
+    double t2 = gt_now_ms();
     if (e != cudaSuccess) {
         cudaGraphDestroy(graph);
         cudaGetLastError();

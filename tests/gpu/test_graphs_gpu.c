@@ -147,13 +147,13 @@ static void test_gpu_failed_capture_falls_back_and_leaves_no_graph(void **state)
     gtf_run eager, r;
     gtf_train(&c, 8, &eager);
     gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
-    c.runtime.capture_failure = GT_CAPTURE_FAIL_EAGER;
+    c.graphs.capture_failure = GT_CAPTURE_FAIL_EAGER;
     gtf_train_ex(&c, 8, "full_iteration", &r);
     assert_int_equal(r.rc, GT_OK);
     gtf_assert_same(&eager, &r); /* the stream stayed usable: eager steps after the failure */
     assert_int_equal(r.gs.fallbacks, 1);
     assert_int_equal(r.live, 0);
-    c.runtime.capture_failure = GT_CAPTURE_FAIL_STOP;
+    c.graphs.capture_failure = GT_CAPTURE_FAIL_STOP;
     gtf_free(&r);
     gtf_train_ex(&c, 8, "full_iteration", &r);
     assert_int_not_equal(r.rc, GT_OK);

@@ -1,4 +1,4 @@
-/* Shape buckets through the runner: with local + full_iteration, gt_graph_runner_step_shape
+/* Shape buckets through the runner: with local + full_iteration, gt_graph_runner_run
  * keeps one graph per shape key (captured the first time a key is seen after warmup, replayed
  * after), at most graphs.max_shape_buckets of them, evicting the least recently used; every
  * replay computes what the eager step computes; per-unit graphs only serve the ordinary shape;
@@ -7,10 +7,6 @@
 #include "graphs_fixture.h"
 
 #define WARMUP 1
-
-static void enqueue_real_step(void *ctx, gt_stream *s, const gt_unit_exec *exec) {
-    gt_trainer_enqueue_step(ctx, s, exec);
-}
 
 static gt_trainer *make_trainer(gt_graph_impl impl, uint32_t scope, int buckets) {
     gt_config c;
@@ -27,8 +23,9 @@ static gt_trainer *make_trainer(gt_graph_impl impl, uint32_t scope, int buckets)
 static gt_step_mode step_key(gt_trainer *t, gt_graph_runner *r, int64_t key) {
     gt_error err = {0};
     gt_step_mode mode = GT_STEP_EAGER;
-    if (gt_graph_runner_step_shape(r, key, enqueue_real_step, t, &mode, &err) != GT_OK)
-        fail_msg("step_shape(%lld): %s", (long long)key, err.msg);
+    gt_graph_key k = {GT_GRAPH_STEP, key};
+    if (gt_graph_runner_run(r, k, gtf_enqueue_step, t, &mode, &err) != GT_OK)
+        fail_msg("run(%lld): %s", (long long)key, err.msg);
     gt_backend *b = gt_trainer_backend(t);
     if (b->ops->stream_sync(b, gt_trainer_stream(t), &err) != GT_OK) fail_msg("%s", err.msg);
     return mode;
@@ -64,7 +61,7 @@ static void test_buckets_capture_once_per_key_and_evict_lru(void **state) {
     gt_backend *b = gt_trainer_backend(t);
     gt_graph_runner *r = NULL;
     gt_error err = {0};
-    assert_int_equal(gt_graph_runner_create(&r, t, &err), GT_OK);
+    assert_int_equal(gtf_runner_create(&r, t, &err), GT_OK);
     for (int i = 0; i < n; i++) {
         gt_step_mode m = step_key(t, r, keys[i]);
         if (m != want[i])
@@ -100,7 +97,7 @@ static void test_unit_graphs_serve_only_the_ordinary_shape(void **state) {
     gt_trainer *t = make_trainer(GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN, 2);
     gt_graph_runner *r = NULL;
     gt_error err = {0};
-    assert_int_equal(gt_graph_runner_create(&r, t, &err), GT_OK);
+    assert_int_equal(gtf_runner_create(&r, t, &err), GT_OK);
     const int64_t ordinary = gt_model_get_info(gt_trainer_model(t))->tokens;
     assert_int_equal(step_key(t, r, ordinary), GT_STEP_EAGER);    /* warmup */
     assert_int_equal(step_key(t, r, 3), GT_STEP_EAGER);           /* other shape: eager */

@@ -28,7 +28,7 @@ static void eval_config(gt_config *c, gt_graph_impl impl, uint32_t scope, int bu
     c->train.eval_interval = EVAL_EVERY;
     c->train.eval_iters = EVAL_ITERS;
     c->runtime.max_shape_buckets = buckets;
-    c->runtime.capture_failure = on_fail;
+    c->graphs.capture_failure = on_fail;
 }
 
 static int evaluate(gt_trainer *t, eval_run *out, int after, gt_error *err) {
@@ -260,6 +260,10 @@ typedef struct fwd_ctx {
     int n;             /* tokens per micro-batch */
 } fwd_ctx;
 
+static gt_graph_key eval_key(int64_t tokens) {
+    return (gt_graph_key){GT_GRAPH_EVAL, tokens};
+}
+
 static void enqueue_forward(void *ctx, gt_stream *s, const gt_unit_exec *exec) {
     (void)exec;
     const fwd_ctx *f = ctx;
@@ -281,12 +285,13 @@ static void check_destroy_leaves_nothing(const char *force, int want_alive) {
     b->ops->memset0(b, s, f.tokens, tok_bytes);
     b->ops->memset0(b, s, f.st, sizeof(gt_step_state));
     gt_graph_runner *r = NULL;
-    assert_int_equal(gt_graph_runner_create(&r, t, &err), GT_OK);
+    assert_int_equal(gtf_runner_create(&r, t, &err), GT_OK);
     if (force) gt_graph_runner_force_capture_failure(r, force);
     for (int i = 0; i < WARMUP + 2; i++) {
         gt_step_mode mode;
-        assert_int_equal(gt_graph_runner_step(r, &mode, &err), GT_OK);
-        assert_int_equal(gt_graph_runner_eval(r, enqueue_forward, &f, &mode, &err), GT_OK);
+        assert_int_equal(gtf_runner_step(r, t, &mode, &err), GT_OK);
+        assert_int_equal(gt_graph_runner_run(r, eval_key(f.n), enqueue_forward, &f, &mode, &err),
+                         GT_OK);
         assert_int_equal(b->ops->stream_sync(b, s, &err), GT_OK);
     }
     gt_graph_stats gs;
@@ -309,14 +314,16 @@ static void test_destroy_leaves_no_eval_graph(void **state) {
 static void test_eval_without_a_runner_or_forward_is_an_error(void **state) {
     (void)state;
     gt_error err = {0};
-    assert_int_equal(gt_graph_runner_eval(NULL, enqueue_forward, NULL, NULL, &err), GT_ERR_INVALID);
+    assert_int_equal(gt_graph_runner_run(NULL, eval_key(8), enqueue_forward, NULL, NULL, &err),
+                     GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "no runner"));
     gt_config c;
     eval_config(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 4, GT_CAPTURE_FAIL_STOP);
     gt_trainer *t = NULL;
     if (gt_trainer_create(&t, &c, &err) != GT_OK) fail_msg("gt_trainer_create: %s", err.msg);
-    assert_int_equal(gt_graph_runner_eval(gt_trainer_graph_runner(t), NULL, NULL, NULL, &err),
-                     GT_ERR_INVALID);
+    assert_int_equal(
+        gt_graph_runner_run(gt_trainer_graph_runner(t), eval_key(8), NULL, NULL, NULL, &err),
+        GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "fn is NULL"));
     gt_trainer_destroy(t);
 }

@@ -55,7 +55,7 @@ static void test_failed_full_iteration_capture_stops_the_run(void **state) {
     gt_config c;
     gtf_tiny_dense(&c);
     gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
-    c.runtime.capture_failure = GT_CAPTURE_FAIL_STOP;
+    c.graphs.capture_failure = GT_CAPTURE_FAIL_STOP;
     gtf_run r, before;
     gtf_train_ex(&c, STEPS, "full_iteration", &r);
     assert_int_not_equal(r.rc, GT_OK);
@@ -77,7 +77,7 @@ static void test_failed_full_iteration_capture_falls_back_to_eager(void **state)
     gt_config c;
     gtf_tiny_dense(&c);
     gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
-    c.runtime.capture_failure = GT_CAPTURE_FAIL_EAGER;
+    c.graphs.capture_failure = GT_CAPTURE_FAIL_EAGER;
     gtf_run r;
     gtf_train_ex(&c, STEPS, "full_iteration", &r);
     assert_int_equal(r.rc, GT_OK);
@@ -96,7 +96,7 @@ static void test_failed_unit_capture_stops_naming_layer_and_scope(void **state) 
     gt_config c;
     gtf_tiny_dense(&c);
     gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MLP);
-    c.runtime.capture_failure = GT_CAPTURE_FAIL_STOP;
+    c.graphs.capture_failure = GT_CAPTURE_FAIL_STOP;
     gtf_run r;
     gtf_train_ex(&c, STEPS, "layer 1 mlp", &r);
     assert_int_not_equal(r.rc, GT_OK);
@@ -114,7 +114,7 @@ static void test_failed_unit_capture_runs_that_scope_eagerly(void **state) {
     gt_config c;
     gtf_tiny_dense(&c);
     gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MLP);
-    c.runtime.capture_failure = GT_CAPTURE_FAIL_EAGER;
+    c.graphs.capture_failure = GT_CAPTURE_FAIL_EAGER;
     gtf_run r;
     gtf_train_ex(&c, STEPS, "layer 1 mlp backward", &r);
     assert_int_equal(r.rc, GT_OK);
@@ -131,7 +131,7 @@ static void test_force_failure_env_var_reaches_the_trainers_runner(void **state)
     gt_config c;
     gtf_tiny_dense(&c);
     gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN);
-    c.runtime.capture_failure = GT_CAPTURE_FAIL_EAGER;
+    c.graphs.capture_failure = GT_CAPTURE_FAIL_EAGER;
     setenv("GT_GRAPHS_FORCE_CAPTURE_FAILURE", "layer 0 attn", 1);
     gtf_run r;
     gtf_train(&c, 4, &r);
@@ -166,7 +166,7 @@ static gt_trainer *make_trainer(gt_graph_impl impl, uint32_t scope, int inject_n
     gtf_tiny_dense(&c);
     gtf_graphs(&c, impl, scope);
     c.runtime.inject_nan_at_step = inject_nan;
-    c.runtime.capture_failure = GT_CAPTURE_FAIL_EAGER;
+    c.graphs.capture_failure = GT_CAPTURE_FAIL_EAGER;
     gt_trainer *t = NULL;
     gt_error err = {0};
     if (gt_trainer_create(&t, &c, &err) != GT_OK) fail_msg("gt_trainer_create: %s", err.msg);
@@ -178,7 +178,7 @@ static int drive(gt_trainer *t, gt_graph_runner *r, int steps, gt_error *err) {
     gt_backend *b = gt_trainer_backend(t);
     for (int i = 0; i < steps; i++) {
         gt_step_mode mode;
-        int rc = gt_graph_runner_step(r, &mode, err);
+        int rc = gtf_runner_step(r, t, &mode, err);
         if (rc == GT_OK) rc = b->ops->stream_sync(b, gt_trainer_stream(t), err);
         if (rc != GT_OK) return rc;
     }
@@ -191,7 +191,7 @@ static void check_destroy_leaves_nothing(gt_graph_impl impl, uint32_t scope, int
     gt_backend *b = gt_trainer_backend(t);
     gt_graph_runner *r = NULL;
     gt_error err = {0};
-    assert_int_equal(gt_graph_runner_create(&r, t, &err), GT_OK);
+    assert_int_equal(gtf_runner_create(&r, t, &err), GT_OK);
     if (force) gt_graph_runner_force_capture_failure(r, force);
     drive(t, r, steps, &err);
     gt_graph_stats gs;

@@ -3,7 +3,7 @@
  * between per-unit graphs, and fixed once the first step has run. Without one, the model keeps
  * the embedding gradient's row marks, with the same bits. */
 #include "graphs_fixture.h"
-#include "train/trainer_extra.h"
+#include "trainer_testing.h"
 
 #define STEPS 8
 #define WARMUP 2

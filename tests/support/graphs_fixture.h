@@ -35,6 +35,29 @@ typedef struct gtf_run {
     gt_step_mode stop_mode; /* stats.mode of the failing step */
 } gtf_run;
 
+/* A second runner over the trainer's backend, stream and model, made the way the trainer
+ * makes its own (the config's policy and settings), for tests that drive a runner by hand. */
+static inline int gtf_runner_create(gt_graph_runner **r, gt_trainer *t, gt_error *err) {
+    gt_graph_policy pol;
+    const gt_config *c = gt_trainer_config(t);
+    int rc = gt_graph_policy_from_config(c, &pol, err);
+    if (rc != GT_OK) return rc;
+    gt_graph_runner_opts opts = gt_graph_runner_opts_of(c);
+    return gt_graph_runner_create(r, &pol, gt_trainer_backend(t), gt_trainer_stream(t),
+                                  gt_trainer_model(t), &opts, err);
+}
+
+/* The trainer's step as a runner body (ctx: the trainer). */
+static inline void gtf_enqueue_step(void *ctx, gt_stream *s, const gt_unit_exec *exec) {
+    gt_trainer_enqueue_step(ctx, s, exec);
+}
+
+/* One training step of t through runner r (the batch the trainer holds). */
+static inline int gtf_runner_step(gt_graph_runner *r, gt_trainer *t, gt_step_mode *mode,
+                                  gt_error *err) {
+    return gt_graph_runner_run(r, gt_trainer_step_key(t), gtf_enqueue_step, t, mode, err);
+}
+
 /* 2 layers, d=16, 2 heads, seq 8, micro-batch 2, 2 micro-batches per step, dropout 0.1. */
 static inline void gtf_tiny_dense(gt_config *c) {
     gt_config_defaults(c);

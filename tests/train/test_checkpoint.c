@@ -14,7 +14,7 @@
 #include "data/shard.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
-#include "train/trainer_extra.h"
+#include "trainer_testing.h"
 
 static void set(gt_config *c, const char *kv) {
     gt_error err = {0};

@@ -1,0 +1,10 @@
+/* The monotonic clock of core/clock.h. */
+#include "core/clock.h"
+
+#include <time.h>
+
+double gt_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
