@@ -6,9 +6,9 @@
  * around a memset node cost 3-4 us of idle GPU a memset (1.3 us in front, 2-4 us behind it),
  * while a kernel-to-kernel edge costs well under a microsecond. So after capture, each
  * memset node is replaced by a node of k_graph_fill writing the same bytes, with the same
- * edges; with programmatic launch on (GT_CUDA_PDL), an in-edge from a kernel node becomes
+ * edges; with programmatic launch on (runtime.cuda.pdl), an in-edge from a kernel node becomes
  * programmatic, since k_graph_fill waits for its predecessor (GT_PDL_ENTRY) before it writes.
- * Nothing is computed differently. Off with GT_CUDA_GRAPH_MEMSET=node.
+ * Nothing is computed differently. Off with runtime.cuda.graph_memset=node.
  *
  * Measured on the H200 (stop 16, docs/experiments.md): the gaps in front of gpt124m's GEMMs
  * fell from 100 to 8 us a step and those in front of cuDNN's kernels from 71 to 4 us; steps
@@ -58,7 +58,7 @@ static int is_kernel(cudaGraphNode_t n) {
 
 /* Replaces memset node m by a k_graph_fill node; *done is 0 when m was left as it is (an
  * element size the kernel does not write). */
-static cudaError_t replace_memset(cudaGraph_t g, cudaGraphNode_t m, int *done) {
+static cudaError_t replace_memset(cudaGraph_t g, cudaGraphNode_t m, int pdl, int *done) {
     *done = 0;
     cudaMemsetParams mp;
     cudaError_t e = cudaGraphMemsetNodeGetParams(m, &mp);
@@ -89,7 +89,7 @@ static cudaError_t replace_memset(cudaGraph_t g, cudaGraphNode_t m, int *done) {
     if ((e = cudaGraphAddKernelNode(&k, g, NULL, 0, &kp)) != cudaSuccess) return e;
     for (size_t i = 0; i < nin; i++) {
         cudaGraphEdgeData ed = ein[i];
-        if (gt_cuda_pdl && ed.type == cudaGraphDependencyTypeDefault && is_kernel(in[i])) {
+        if (pdl && ed.type == cudaGraphDependencyTypeDefault && is_kernel(in[i])) {
             ed.from_port = cudaGraphKernelNodePortProgrammatic;
             ed.type = cudaGraphDependencyTypeProgrammatic;
         }
@@ -102,7 +102,8 @@ static cudaError_t replace_memset(cudaGraph_t g, cudaGraphNode_t m, int *done) {
     return e;
 }
 
-extern "C" int gt_cuda_graph_memsets_to_kernels(cudaGraph_t g, int *replaced, gt_error *err) {
+extern "C" int gt_cuda_graph_memsets_to_kernels(cudaGraph_t g, int pdl, int *replaced,
+                                                gt_error *err) {
     *replaced = 0;
     size_t n = 0;
     cudaError_t e = cudaGraphGetNodes(g, NULL, &n);
@@ -113,14 +114,14 @@ extern "C" int gt_cuda_graph_memsets_to_kernels(cudaGraph_t g, int *replaced, gt
         e = cudaGraphNodeGetType(nodes[i], &t);
         if (e != cudaSuccess || t != cudaGraphNodeTypeMemset) continue;
         int done = 0;
-        e = replace_memset(g, nodes[i], &done);
+        e = replace_memset(g, nodes[i], pdl, &done);
         *replaced += done;
     }
     if (e != cudaSuccess) {
         cudaGetLastError();
         return gt_error_set(err, GT_ERR_DEVICE,
                             "replacing a captured memset node by a kernel failed: %s (%s); set "
-                            "GT_CUDA_GRAPH_MEMSET=node to keep the memset nodes",
+                            "runtime.cuda.graph_memset=node to keep the memset nodes",
                             cudaGetErrorName(e), cudaGetErrorString(e));
     }
     return GT_OK;

@@ -392,6 +392,11 @@ static void attention_case(gpu_env *e, int B, int T, int H, int KV, int hd, floa
     void *g_qkv = g_act(e, qkv, nq), *g_out = g_act(e, NULL, no), *g_dout = g_act(e, dout, no);
     void *g_dqkv = g_act(e, NULL, nq), *g_dqkv2 = g_act(e, NULL, nq);
     float *g_lse = g_f32(e, NULL, nl);
+    /* one planning pass of both directions, as the trainer's: the kernels are chosen there */
+    GPU_PLAN(e, (e->gpu->ops->attention_fwd(e->gpu, e->gs, g_out, g_lse, g_qkv, B, T, H, KV, hd, p,
+                                            site, gst),
+                 e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B,
+                                            T, H, KV, hd, p, site, gst)));
     e->gpu->ops->attention_fwd(e->gpu, e->gs, g_out, g_lse, g_qkv, B, T, H, KV, hd, p, site, gst);
     g_read_act(e, got, g_out, no);
     snprintf(what, sizeof what, "attention_fwd out B%d T%d H%d KV%d hd%d p%.1f", B, T, H, KV, hd,
@@ -399,8 +404,6 @@ static void attention_case(gpu_env *e, int B, int T, int H, int KV, int hd, floa
     EXPECT_CLOSE(what, got, c_out, no, TOL_BF16);
     g_read_f32(e, got, g_lse, nl);
     EXPECT_CLOSE("attention_fwd lse", got, c_lse, nl, TOL_F32);
-    GPU_PLAN(e, e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T,
-                                           H, KV, hd, p, site, gst));
     e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T, H, KV, hd,
                                p, site, gst);
     e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv2, g_dout, g_qkv, g_out, g_lse, B, T, H, KV, hd,
