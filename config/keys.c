@@ -31,8 +31,8 @@ static const char *const k_capture_failure[] = {"stop", "eager", NULL};
 static const char *const k_data_source[] = {"mock", "shards", NULL};
 /* runtime.cuda.*: order = the gt_cuda_* enums of config.h */
 static const char *const k_cuda_attention[] = {"auto", "cudnn", "mma", "reference", NULL};
-static const char *const k_cuda_attention_bwd[] = {"auto", "wgmma", "cudnn", "mma", "reference",
-                                                   NULL};
+static const char *const k_cuda_attention_bwd[] = {"auto", "wgmma",     "cudnn",
+                                                   "mma",  "reference", NULL};
 static const char *const k_cuda_moe_gemm[] = {"auto", "wgmma", "mma", "reference", NULL};
 static const char *const k_cuda_pdl[] = {"auto", "on", "off", NULL};
 static const char *const k_cuda_graph_memset[] = {"auto", "kernel", "node", NULL};
@@ -231,7 +231,8 @@ void gt_config_defaults(gt_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (size_t i = 0; i < sizeof k_keys / sizeof k_keys[0]; i++) {
         gt_error err = {0};
-        /* the table's defaults are tested to parse (tests/config/test_config.c), so this cannot fail */
+        /* the table's defaults are tested to parse (tests/config/test_config.c), so this cannot
+         * fail */
         (void)gt_config_set(cfg, k_keys[i].name, k_keys[i].def, &err);
     }
 }
