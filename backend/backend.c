@@ -88,8 +88,9 @@ void gt_backend_destroy(gt_backend *b) {
 }
 
 #ifndef GT_HAVE_CUDA
-int gt_backend_create_cuda(gt_backend **b, int device, gt_error *err) {
+int gt_backend_create_cuda(gt_backend **b, int device, const gt_cuda_config *opts, gt_error *err) {
     (void)device;
+    (void)opts;
     *b = NULL;
     return gt_error_set(err, GT_ERR_UNSUPPORTED,
                         "this graphtrain was built without CUDA (nvcc was not found at build "

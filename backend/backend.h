@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "backend/gemm_table.h"
+#include "config/config.h"
 #include "core/arena.h"
 #include "core/error.h"
 #include "core/step_state.h"
@@ -173,8 +174,9 @@ typedef struct gt_backend_ops {
     int (*graph_launch)(gt_backend *b, gt_graph *g, gt_stream *s, gt_error *err);
     void (*graph_destroy)(gt_backend *b, gt_graph *g);
     int (*live_graphs)(gt_backend *b); /* graphs created and not destroyed */
-    /* One line naming the device and the kernel choices that move step times (the CUDA
-     * backend's GT_CUDA_* switches), for benchmark reports; at most n bytes with the NUL. */
+    /* One line naming the device and the kernels chosen per op family (the CUDA backend's
+     * runtime.cuda.* choices for the planned shapes), for summaries and benchmark reports; at
+     * most n bytes with the NUL. */
     void (*describe)(gt_backend *b, char *buf, size_t n);
 
     /* ---- dense transformer ops ---- */
@@ -368,10 +370,12 @@ struct gt_backend {
     void *impl;
 };
 
-/* The backends. gt_backend_create_cuda returns GT_ERR_UNSUPPORTED in a build without CUDA
- * and GT_ERR_DEVICE when no GPU can be used. */
+/* The backends. gt_backend_create_cuda returns GT_ERR_UNSUPPORTED in a build without CUDA,
+ * GT_ERR_DEVICE when no GPU can be used, and GT_ERR_INVALID (naming the key) when a kernel
+ * choice of opts cannot run on this GPU. opts: the runtime.cuda.* settings
+ * (gt_config_cuda_settings resolves them from a configuration); NULL = all auto. */
 int gt_backend_create_cpu(gt_backend **b, gt_error *err);
-int gt_backend_create_cuda(gt_backend **b, int device, gt_error *err);
+int gt_backend_create_cuda(gt_backend **b, int device, const gt_cuda_config *opts, gt_error *err);
 void gt_backend_destroy(gt_backend *b);
 /* One allocation on b for every tensor the arena plans, its pointers bound (core/arena.h);
  * gt_arena_release frees it. */

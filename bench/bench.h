@@ -49,6 +49,7 @@ typedef struct gt_bench_workload {
     double bytes_per_step; /* ADAMW_BYTES*n_params + GEMM_PASSES*2*n_gemm */
     double limit_ms;       /* flops/PEAK_FLOPS + bytes/PEAK_BYTES_S, in ms */
     int flops_from_model;  /* 1 if gt_model_get_info's flops_per_token was used */
+    gt_cuda_config cuda;   /* runtime.cuda.* as resolved (the GT_CUDA_* aliases applied) */
 } gt_bench_workload;
 
 typedef struct gt_bench_result {

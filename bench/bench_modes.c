@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "config/cuda_keys.h"
 
 static const struct {
     const char *name;
@@ -140,6 +141,9 @@ static int layer_is_moe(const gt_model_config *mc, int layer) {
 
 void gt_bench_workload_compute(gt_bench_workload *w, const gt_config *cfg, double n_params,
                                double model_flops_per_token) {
+    gt_error cuda_err = {0};
+    /* a refused alias stops the run before this; keep the keys as set then */
+    if (gt_config_cuda_settings(cfg, &w->cuda, &cuda_err) != GT_OK) w->cuda = cfg->runtime.cuda;
     const gt_model_config *mc = &cfg->model;
     double d = mc->hidden_size, V = mc->vocab_size, T = mc->seq_length;
     double H = mc->num_attention_heads;

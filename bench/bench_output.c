@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "bench/bench.h"
+#include "config/cuda_keys.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -174,6 +175,11 @@ int gt_bench_write_json(const gt_bench_report *rep, const char *path, gt_error *
     json_field_str(f, "backend", w->backend, 1);
     json_field_str(f, "backend_detail", w->backend_detail, 1);
     json_field_str(f, "date", date, 1);
+    fprintf(f, "\n  \"runtime_cuda\": {"); /* the kernel choices the run was set up with */
+    for (int i = 0; i < GT_CUDA_CHOICES; i++)
+        json_field_str(f, gt_cuda_key_name(i) + strlen("runtime.cuda."),
+                       gt_config_cuda_value(&w->cuda, i), i + 1 < GT_CUDA_CHOICES);
+    fprintf(f, "}, ");
     fprintf(f, "\n  ");
     json_field_num(f, "tokens_per_step", w->tokens_per_step, 1);
     json_field_num(f, "n_params", w->n_params, 1);

@@ -177,12 +177,52 @@ typedef struct gt_logger_config {
     char metrics_file[GT_PATH_MAX]; /* JSONL; empty = none */
 } gt_logger_config;
 
+/* runtime.cuda.*: the CUDA backend's kernel choices (config/kernel_choice.h decides what auto
+ * means for a device and shape). Value i of each enum is the i-th allowed name of its key. */
+typedef enum {
+    GT_CUDA_ATTN_AUTO,
+    GT_CUDA_ATTN_CUDNN,
+    GT_CUDA_ATTN_MMA,
+    GT_CUDA_ATTN_REFERENCE
+} gt_cuda_attention;
+typedef enum {
+    GT_CUDA_ATTN_BWD_AUTO,
+    GT_CUDA_ATTN_BWD_WGMMA,
+    GT_CUDA_ATTN_BWD_CUDNN,
+    GT_CUDA_ATTN_BWD_MMA,
+    GT_CUDA_ATTN_BWD_REFERENCE
+} gt_cuda_attention_bwd;
+typedef enum {
+    GT_CUDA_MOE_AUTO,
+    GT_CUDA_MOE_WGMMA,
+    GT_CUDA_MOE_MMA,
+    GT_CUDA_MOE_REFERENCE
+} gt_cuda_moe_gemm;
+typedef enum { GT_CUDA_PDL_AUTO, GT_CUDA_PDL_ON, GT_CUDA_PDL_OFF } gt_cuda_pdl;
+typedef enum {
+    GT_CUDA_MEMSET_AUTO,
+    GT_CUDA_MEMSET_KERNEL,
+    GT_CUDA_MEMSET_NODE
+} gt_cuda_graph_memset;
+#define GT_CUDA_CHOICES 5 /* the runtime.cuda.* keys */
+typedef struct gt_cuda_config {
+    gt_cuda_attention attention;         /* runtime.cuda.attention (forward) */
+    gt_cuda_attention_bwd attention_bwd; /* runtime.cuda.attention_bwd */
+    gt_cuda_moe_gemm moe_gemm;           /* runtime.cuda.moe_gemm (grouped GEMMs) */
+    gt_cuda_pdl pdl;                     /* runtime.cuda.pdl (programmatic dependent launch) */
+    gt_cuda_graph_memset graph_memset;   /* runtime.cuda.graph_memset */
+} gt_cuda_config;
+
 /* Environment settings the rules read. Taken from the environment when the config is
  * created, overridable in the config. */
 typedef struct gt_env_config {
     bool expandable_segments;     /* PYTORCH_CUDA_ALLOC_CONF contains expandable_segments:True */
     int nccl_graph_register;      /* NCCL_GRAPH_REGISTER; -1 = unset (NCCL's default, on) */
     bool nccl_graph_register_bad; /* the environment's value was not a whole number (no key) */
+    /* The runtime.cuda.* aliases (GT_CUDA_ATTN ...), in key order: the text of each variable
+     * as read when the config was created, "" when unset. gt_config_apply_cuda_env merges them
+     * into runtime.cuda (config/cuda_keys.c). */
+    char cuda_env[GT_CUDA_CHOICES][32];
 } gt_env_config;
 
 /* graphtrain's graphs.* keys, beyond Bridge. */
@@ -200,6 +240,7 @@ typedef struct gt_runtime_config {
     bool debug_capture_check;     /* run one step under global-mode capture */
     char gpu[32];                 /* runtime.gpu: Bridge's -g (h100, b200...); "" = this GPU */
     char gemm_table[GT_PATH_MAX]; /* runtime.gemm_table: tuned GEMM algorithms; "" = none */
+    gt_cuda_config cuda;          /* runtime.cuda.* */
 } gt_runtime_config;
 
 typedef struct gt_config {

@@ -2,6 +2,8 @@
  * Adding a key = adding one row here; parsing, printing and the reference follow from it. */
 #include "config/keys.h"
 
+#include "config/cuda_keys.h"
+
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,13 @@ static const char *const k_lr_style[] = {"constant", "linear", "cosine", NULL};
 static const char *const k_device[] = {"auto", "cpu", "cuda", NULL};
 static const char *const k_capture_failure[] = {"stop", "eager", NULL};
 static const char *const k_data_source[] = {"mock", "shards", NULL};
+/* runtime.cuda.*: order = the gt_cuda_* enums of config.h */
+static const char *const k_cuda_attention[] = {"auto", "cudnn", "mma", "reference", NULL};
+static const char *const k_cuda_attention_bwd[] = {"auto", "wgmma",     "cudnn",
+                                                   "mma",  "reference", NULL};
+static const char *const k_cuda_moe_gemm[] = {"auto", "wgmma", "mma", "reference", NULL};
+static const char *const k_cuda_pdl[] = {"auto", "on", "off", NULL};
+static const char *const k_cuda_graph_memset[] = {"auto", "kernel", "node", NULL};
 
 /* clang-format off */
 static const gt_key k_keys[] = {
@@ -126,6 +135,12 @@ static const gt_key k_keys[] = {
     {"runtime.deterministic", GT_KEY_BOOL, F(runtime.deterministic), "true", NULL, 0, 0, "Deterministic kernels (eager and graph runs bitwise equal); every kernel is deterministic today, false only prints a note.", NULL},
     {"runtime.gpu", GT_KEY_STRING, F(runtime.gpu), "", NULL, 0, 0, "GPU the config targets (Bridge's -g: h100, h200, b200, gb200, gb300); empty = this machine's.", NULL},
     {"runtime.gemm_table", GT_KEY_STRING, F(runtime.gemm_table), "", NULL, 0, 0, "cuBLASLt algorithm table written by graphtrain tune-gemm (a relative path is looked up from the working folder, then the recipes folder); empty = cuBLASLt's heuristic. Applied only on the device and library version it was made with.", NULL},
+    /* ---- CUDA kernel choices (config/kernel_choice.h); GT_CUDA_* are their environment aliases (config/cuda_keys.c) ---- */
+    {"runtime.cuda.attention", GT_KEY_ENUM, F(runtime.cuda.attention), "auto", k_cuda_attention, 0, 0, "Attention forward on the GPU: auto (cuDNN where it takes the shape, else the mma kernels for head size 64), cudnn, mma, or reference (the slow fp32 SIMT kernels the GPU tests compare with). Alias: GT_CUDA_ATTN.", NULL},
+    {"runtime.cuda.attention_bwd", GT_KEY_ENUM, F(runtime.cuda.attention_bwd), "auto", k_cuda_attention_bwd, 0, 0, "Attention backward on the GPU: auto (after cuDNN's forward the wgmma kernels for head size 64 on compute capability 9.0, else cuDNN's; otherwise the forward's kernels), wgmma, cudnn (needs cuDNN's forward), mma or reference. Alias: GT_CUDA_ATTN_BWD.", NULL},
+    {"runtime.cuda.moe_gemm", GT_KEY_ENUM, F(runtime.cuda.moe_gemm), "auto", k_cuda_moe_gemm, 0, 0, "MoE grouped GEMMs on the GPU: auto (wgmma on compute capability 9.0, else mma; both need expert sizes that are multiples of 8), wgmma, mma or reference (slow fp32). Alias: GT_CUDA_MOE.", NULL},
+    {"runtime.cuda.pdl", GT_KEY_ENUM, F(runtime.cuda.pdl), "auto", k_cuda_pdl, 0, 0, "Programmatic dependent launch between the backend's kernels: auto (on from compute capability 9.0), on or off. Alias: GT_CUDA_PDL.", NULL},
+    {"runtime.cuda.graph_memset", GT_KEY_ENUM, F(runtime.cuda.graph_memset), "auto", k_cuda_graph_memset, 0, 0, "Memset nodes of captured graphs: auto or kernel (rewritten as kernel nodes writing the same bytes), or node (left as memset nodes). Alias: GT_CUDA_GRAPH_MEMSET.", NULL},
     {"graphs.capture_failure", GT_KEY_ENUM, F(graphs.capture_failure), "stop", k_capture_failure, 0, 0, "When capture fails: stop with the error, or continue eagerly.", NULL},
     {"graphs.max_shape_buckets", GT_KEY_INT, F(runtime.max_shape_buckets), "4", NULL, 1, 64, "Most distinct batch shapes that get their own graph.", NULL},
     {"debug.inject_nan_at_step", GT_KEY_INT, F(runtime.inject_nan_at_step), "-1", NULL, -1, 1000000000, "Test hook: make the loss NaN at this step; -1 = off.", "-1"},
@@ -246,4 +261,5 @@ void gt_config_read_env(gt_config *cfg) {
         else
             cfg->env.nccl_graph_register = v != 0;
     }
+    gt_config_read_cuda_env(cfg);
 }

@@ -1,8 +1,37 @@
-/* Printing a validation report: one block per finding (severity, rule, keys, why, fix) for
- * people, or a JSON array for machines. */
+/* Building and printing a validation report: findings added one by one; one block per finding
+ * (severity, rule, keys, why, fix) for people, or a JSON array for machines. */
+#include <stdarg.h>
 #include <string.h>
 
 #include "config/rules.h"
+
+void gt_report_addv(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
+                    const char *fix, const char *fmt, va_list ap) {
+    if (sev == GT_SEVERITY_ERROR)
+        r->errors++;
+    else
+        r->notes++;
+    if (r->count >= GT_REPORT_MAX) {
+        r->dropped++;
+        return;
+    }
+    gt_finding *f = &r->findings[r->count++];
+    memset(f, 0, sizeof *f);
+    f->severity = sev;
+    f->rule = rule;
+    for (int i = 0; i < GT_FINDING_KEYS_MAX - 1 && keys[i]; i++)
+        f->keys[f->n_keys++] = keys[i];
+    vsnprintf(f->message, sizeof f->message, fmt, ap);
+    snprintf(f->fix, sizeof f->fix, "%s", fix);
+}
+
+void gt_report_add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
+                   const char *fix, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    gt_report_addv(r, sev, rule, keys, fix, fmt, ap);
+    va_end(ap);
+}
 
 int gt_report_has(const gt_report *r, const char *rule) {
     for (int i = 0; i < r->count; i++)

@@ -4,6 +4,8 @@
  * stops the others, so a user sees all problems at once. */
 #include "config/rules.h"
 
+#include "config/cuda_keys.h"
+
 #include <stdarg.h>
 #include <string.h>
 
@@ -17,25 +19,10 @@ static void add(gt_report *r, gt_severity sev, const char *rule, const char *con
 
 static void add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
                 const char *fix, const char *fmt, ...) {
-    if (sev == GT_SEVERITY_ERROR)
-        r->errors++;
-    else
-        r->notes++;
-    if (r->count >= GT_REPORT_MAX) {
-        r->dropped++;
-        return;
-    }
-    gt_finding *f = &r->findings[r->count++];
-    memset(f, 0, sizeof *f);
-    f->severity = sev;
-    f->rule = rule;
-    for (int i = 0; i < GT_FINDING_KEYS_MAX - 1 && keys[i]; i++)
-        f->keys[f->n_keys++] = keys[i];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(f->message, sizeof f->message, fmt, ap);
+    gt_report_addv(r, sev, rule, keys, fix, fmt, ap);
     va_end(ap);
-    snprintf(f->fix, sizeof f->fix, "%s", fix);
 }
 
 /* What the model contains, from the layer pattern or (without one) from the MoE keys. */
@@ -452,22 +439,6 @@ static void check_engine_notes(const gt_config *c, gt_report *r) {
             "nothing to change; expect eager-sized activation memory",
             "graphtrain keeps all activations (static arenas); recompute settings are "
             "validated but not applied");
-    /* the GPU attention: cuDNN takes head sizes up to 256 (multiples of 8) when there is no
-     * attention dropout and seq_length % 128 == 0; graphtrain's own kernels take 64 and 128 */
-    int heads = m->num_attention_heads > 0 ? m->num_attention_heads : 1;
-    int hd = m->hidden_size / heads;
-    int cudnn_ok =
-        hd % 8 == 0 && hd <= 256 && m->attention_dropout == 0.0 && m->seq_length % 128 == 0;
-    if (c->runtime.device != GT_DEVICE_CPU && hd != 64 && hd != 128 && !cudnn_ok)
-        add(r, GT_SEVERITY_NOTE, "engine_gpu_head_size",
-            KEYS("model.hidden_size", "model.num_attention_heads", "model.seq_length",
-                 "model.attention_dropout"),
-            "choose hidden_size / num_attention_heads = 64 or 128, or (without attention "
-            "dropout) a seq_length that is a multiple of 128, or runtime.device=cpu",
-            "the GPU attention kernels take head size 64 or 128; cuDNN, the other path, needs "
-            "no attention dropout and seq_length %% 128 == 0; head size %d would stop a GPU run "
-            "when the trainer is built",
-            hd);
     if (!c->runtime.deterministic)
         add(r, GT_SEVERITY_NOTE, "engine_always_deterministic", KEYS("runtime.deterministic"),
             "nothing to change; set runtime.deterministic=true to silence this note",
@@ -485,5 +456,6 @@ int gt_config_validate(const gt_config *cfg, gt_report *report) {
     check_graph_rules(cfg, report);
     check_shape_rules(cfg, report);
     check_engine_notes(cfg, report);
+    gt_config_check_cuda(cfg, report); /* the kernel choices: config/cuda_keys.c */
     return report->errors;
 }

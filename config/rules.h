@@ -4,6 +4,7 @@
 #ifndef GT_CONFIG_RULES_H
 #define GT_CONFIG_RULES_H
 
+#include <stdarg.h>
 #include <stdio.h>
 
 #include "config/config.h"
@@ -33,6 +34,12 @@ typedef struct gt_report {
 
 /* Checks every rule; fills report (cleared first) and returns the number of errors. */
 int gt_config_validate(const gt_config *cfg, gt_report *report);
+
+/* Adds one finding (counted when the report is full); keys: NULL-terminated static names. */
+void gt_report_add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
+                   const char *fix, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void gt_report_addv(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
+                    const char *fix, const char *fmt, va_list ap);
 
 /* Has the report a finding for this rule id? (tests use this) */
 int gt_report_has(const gt_report *report, const char *rule);

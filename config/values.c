@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "config/cuda_keys.h"
 #include "config/keys.h"
 #include "config/rules.h"
 
@@ -249,6 +250,7 @@ int gt_config_override(gt_config *cfg, const char *kv, gt_error *err) {
 
 void gt_config_finalize(gt_config *cfg) {
     if (cfg->model.cuda_graph_impl == GT_GRAPH_IMPL_NONE) cfg->model.cuda_graph_scope = 0;
+    gt_config_apply_cuda_env(cfg); /* GT_CUDA_* fill the runtime.cuda keys left at auto */
 }
 
 void gt_config_format_value(const gt_config *cfg, const gt_key *k, char *buf, size_t n) {

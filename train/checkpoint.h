@@ -14,13 +14,17 @@
 #include "data/data.h"
 
 #define GT_CKPT_MAGIC 0x54504b4354475447ull /* "GTGTCKPT" little-endian */
-#define GT_CKPT_VERSION 1
+#define GT_CKPT_VERSION 2                   /* 2: the settings text */
 #define GT_CKPT_FILE "checkpoint.bin"
 #define GT_CKPT_SHAPE_MAX 1024
+#define GT_CKPT_SETTINGS_MAX 256
 
 typedef struct gt_ckpt_meta {
     uint64_t fingerprint;          /* gt_ckpt_fingerprint of the model's shape keys */
     char shape[GT_CKPT_SHAPE_MAX]; /* the same keys as text, for error messages */
+    /* the resolved settings that choose kernels without changing shapes, as text
+     * ("runtime.cuda: attention=auto ..."): a record of how the state was computed */
+    char settings[GT_CKPT_SETTINGS_MAX];
     uint64_t n_params;
     uint64_t seed;       /* rng.seed of the run */
     gt_data_pos data;    /* training data position after the last step */

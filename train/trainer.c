@@ -4,25 +4,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/cuda_keys.h"
 #include "core/bf16.h"
 #include "graphs/graphs.h"
 #include "model/memory_plan.h"
 #include "train/trainer_impl.h"
 
 static int make_backend(gt_trainer *t, gt_error *err) {
+    gt_cuda_config cuda; /* runtime.cuda.*, the GT_CUDA_* aliases applied */
+    if (t->cfg.runtime.device != GT_DEVICE_CPU &&
+        gt_config_cuda_settings(&t->cfg, &cuda, err) != GT_OK)
+        return gt_error_wrap(
+            err, "runtime.device=%s: ", t->cfg.runtime.device == GT_DEVICE_AUTO ? "auto" : "cuda");
     switch (t->cfg.runtime.device) {
     case GT_DEVICE_CPU:
         return gt_backend_create_cpu(&t->b, err);
     case GT_DEVICE_CUDA: {
-        int rc = gt_backend_create_cuda(&t->b, 0, err);
+        int rc = gt_backend_create_cuda(&t->b, 0, &cuda, err);
         if (rc) return gt_error_wrap(err, "runtime.device=cuda: ");
         return GT_OK;
     }
     case GT_DEVICE_AUTO: {
         gt_error cuda_err = {0};
-        int rc = gt_backend_create_cuda(&t->b, 0, &cuda_err);
+        int rc = gt_backend_create_cuda(&t->b, 0, &cuda, &cuda_err);
         if (rc == GT_OK) return GT_OK;
-        /* a GPU that is there but set up wrongly (a GT_CUDA_* switch) is the user's to fix;
+        /* a GPU that is there but set up wrongly (a runtime.cuda.* choice) is the user's to fix;
          * only a build without CUDA or no usable GPU falls back to the CPU */
         if (rc == GT_ERR_INVALID) {
             *err = cuda_err;
@@ -418,5 +424,10 @@ void gt_trainer_print_summary(const gt_trainer *t, FILE *f) {
     fprintf(f, "batch: %d micro-batch%s of %d x %d tokens per step (global batch %d)\n", t->n_micro,
             t->n_micro == 1 ? "" : "es", t->B, t->T, t->cfg.train.global_batch_size);
     fprintf(f, "data: %s\n", gt_data_describe(t->train));
+    if (t->b->ops->describe) { /* the device and the kernels planned per op family */
+        char kernels[512];
+        t->b->ops->describe(t->b, kernels, sizeof kernels);
+        fprintf(f, "backend: %s\n", kernels);
+    }
     if (t->valid) fprintf(f, "eval: %s\n", gt_data_describe(t->valid));
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/cuda_keys.h"
 #include "train/checkpoint.h"
 #include "train/trainer_impl.h"
 
@@ -25,6 +26,13 @@ int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
         gt_ckpt_meta meta;
         memset(&meta, 0, sizeof meta);
         meta.fingerprint = gt_ckpt_fingerprint(&t->cfg, n, meta.shape, sizeof meta.shape);
+        gt_cuda_config cuda;
+        gt_error cuda_err = {0};
+        /* what runs on a GPU (the aliases applied); a CPU run keeps the keys as set */
+        if (gt_config_cuda_settings(&t->cfg, &cuda, &cuda_err) != GT_OK) cuda = t->cfg.runtime.cuda;
+        char kernels[GT_CKPT_SETTINGS_MAX - 16];
+        gt_config_cuda_format(&cuda, kernels, sizeof kernels);
+        snprintf(meta.settings, sizeof meta.settings, "runtime.cuda: %s", kernels);
         meta.n_params = n;
         meta.seed = t->cfg.rng.seed;
         meta.data = gt_trainer_data_pos(t);

@@ -1,6 +1,6 @@
 /* Shared pieces of the attention kernels (k_attention.cu: fp32 SIMT reference kernels;
- * k_attention_tc.cu: tensor-core kernels): the launch geometry, the dropout multiplier with
- * the CPU reference's element index, and the per-entry backward math. */
+ * k_attention_mma.cu, k_attention_wgmma.cu: tensor-core kernels): the launch geometry, the dropout
+ * multiplier with the CPU reference's element index, and the per-entry backward math. */
 #ifndef GT_BACKEND_CUDA_ATTENTION_CUH
 #define GT_BACKEND_CUDA_ATTENTION_CUH
 
@@ -36,20 +36,11 @@ static __device__ __forceinline__ void p_ds(const attn_geo &g, uint32_t micro, u
     *ds = pr * (dp * mult - D_i);
 }
 
-/* WMMA tensor-core path for head size 128 (k_attention_tc.cu). Each returns 0 without launching
- * anything when the call does not fit it (head size, pointer alignment), so the caller falls back.
- */
-int gt_cuda_attn_tc_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv, const attn_geo *g,
-                        int hd, const gt_step_state *st);
-int gt_cuda_attn_tc_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,
-                        const float *lse, const float *D, const attn_geo *g, int hd,
-                        const gt_step_state *st);
-cudaError_t gt_cuda_attn_tc_init(void);
-/* mma.sync path for head size 64 (k_attention_mma.cu), tried before the WMMA kernels; same
- * contract and the same 0 when the call does not fit.*/
-int gt_cuda_attn_mma_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv, const attn_geo *g,
+/* mma.sync path for head size 64 (k_attention_mma.cu). Each returns 0 without launching
+ * anything when the call does not fit it (head size, pointer alignment). */
+int gt_cuda_attn_mma_fwd(gt_cuda_exec cs, void *out, float *lse, const void *qkv, const attn_geo *g,
                          int hd, const gt_step_state *st);
-int gt_cuda_attn_mma_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,
+int gt_cuda_attn_mma_bwd(gt_cuda_exec cs, void *dqkv, const void *dout, const void *qkv,
                          const float *lse, const float *D, const attn_geo *g, int hd,
                          const gt_step_state *st);
 cudaError_t gt_cuda_attn_mma_init(void);
@@ -58,7 +49,7 @@ cudaError_t gt_cuda_attn_mma_init(void);
  * computes D = rowsum(dO * O) itself, into D ([B, H, T] fp32 scratch). The init also looks up
  * the driver's tensor-map encoder. */
 cudaError_t gt_cuda_attn_wgmma_init(void);
-int gt_cuda_attn_wgmma_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,
+int gt_cuda_attn_wgmma_bwd(gt_cuda_exec cs, void *dqkv, const void *dout, const void *qkv,
                            const void *out, const float *lse, float *D, const attn_geo *g, int hd);
 
 #endif

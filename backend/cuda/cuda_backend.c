@@ -18,12 +18,6 @@ struct gt_graph {
 
 #define GT_CUDA_SCRATCH_ALIGN 256
 
-/* declared in cuda_backend.h; set when a backend is created: on from compute capability 9.0
- * unless GT_CUDA_PDL=off */
-int gt_cuda_pdl = 1;
-/* declared in cuda_backend.h; set when a backend is created: on unless
- * GT_CUDA_GRAPH_MEMSET=node */
-int gt_cuda_graph_fill = 1;
 
 int gt_cuda_fail_call(gt_backend *b, cudaError_t e, const char *call, const char *file, int line) {
     if (e == cudaSuccess) return 0;
@@ -295,8 +289,8 @@ static int cuda_end_capture(gt_backend *b, gt_stream *s, gt_graph **g, gt_graph_
         return rc;
     }
     int replaced = 0;
-    if (gt_cuda_graph_fill) {
-        int rc = gt_cuda_graph_memsets_to_kernels(graph, &replaced, err);
+    if (im->graph_fill) {
+        int rc = gt_cuda_graph_memsets_to_kernels(graph, im->pdl, &replaced, err);
         if (rc) {
             cudaGraphDestroy(graph);
             return rc;
@@ -375,25 +369,47 @@ static void cuda_destroy(gt_backend *b) {
 
 static void cuda_describe(gt_backend *b, char *buf, size_t n) {
     const gt_cuda_impl *im = b->impl;
-    static const char *const attn[] = {"cudnn", "tc", "simt"};
-    static const char *const moe[] = {"tc", "simt", "mma", "wgmma"};
     struct cudaDeviceProp p;
     if (cudaGetDeviceProperties(&p, im->device) != cudaSuccess) {
         cudaGetLastError();
         snprintf(p.name, sizeof p.name, "CUDA device %d", im->device);
         p.major = p.minor = 0;
     }
-    char table[96];
+    char table[96], attn[256];
     gt_cuda_gemm_table_describe(b, table, sizeof table);
-    snprintf(buf, n,
-             "%s (compute capability %d.%d, %d SMs); GT_CUDA_ATTN=%s GT_CUDA_ATTN_BWD=%s "
-             "GT_CUDA_MOE=%s GT_CUDA_PDL=%s GT_CUDA_GRAPH_MEMSET=%s %s",
-             p.name, p.major, p.minor, im->sm_count, attn[im->attn_mode],
-             im->attn_bwd_wgmma ? "wgmma" : "cudnn", moe[im->moe_mode], gt_cuda_pdl ? "on" : "off",
-             gt_cuda_graph_fill ? "kernel" : "node", table);
+    gt_cuda_attention_describe(b, attn, sizeof attn);
+    char moe[48] = "";
+    if (im->moe_kernel != GT_KERNEL_NONE)
+        snprintf(moe, sizeof moe, "moe gemm: %s; ", gt_kernel_name((gt_kernel)im->moe_kernel));
+    snprintf(buf, n, "%s (compute capability %d.%d, %d SMs); %s%s%s%spdl %s, graph memset %s; %s",
+             p.name, p.major, p.minor, im->sm_count, attn, attn[0] ? "; " : "", moe,
+             im->cudnn || im->caps.cudnn ? "" : "no cuDNN; ", im->pdl ? "on" : "off",
+             im->graph_fill ? "kernel" : "node", table);
 }
 
-int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
+/* The runtime.cuda.* settings that depend on the device alone, checked at creation (the shape
+ * ones wait for the planning pass): pdl, and wgmma where the sm_90a code cannot run. */
+static int check_device_choices(const gt_cuda_impl *im, int *pdl, gt_error *err) {
+    int rc = gt_choose_pdl(&im->caps, im->opts.pdl, pdl, err);
+    gt_kernel k;
+    /* shapes every kernel takes, so that only the device can refuse */
+    const gt_attn_shape any = {128, 64, 0.0f, 0};
+    if (!rc && im->opts.moe_gemm == GT_CUDA_MOE_WGMMA)
+        rc = gt_choose_moe_gemm(&im->caps, im->opts.moe_gemm, 8, 8, &k, err);
+    if (!rc && im->opts.attention_bwd == GT_CUDA_ATTN_BWD_WGMMA)
+        rc = gt_choose_attention_bwd(&im->caps, im->opts.attention_bwd, GT_KERNEL_CUDNN, &any, &k,
+                                     err);
+    if (!rc && im->opts.attention == GT_CUDA_ATTN_CUDNN && !im->caps.cudnn)
+        rc = gt_choose_attention_fwd(&im->caps, im->opts.attention, &any, &k, err);
+    if (!rc && (unsigned)im->opts.graph_memset > (unsigned)GT_CUDA_MEMSET_NODE)
+        rc = gt_error_set(err, GT_ERR_INVALID,
+                          "runtime.cuda.graph_memset has no value %d; use auto, kernel or node",
+                          (int)im->opts.graph_memset);
+    return rc;
+}
+
+int gt_backend_create_cuda(gt_backend **out, int device, const gt_cuda_config *opts,
+                           gt_error *err) {
     *out = NULL;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -418,78 +434,20 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
         return gt_error_set(err, GT_ERR_NOMEM, "out of host memory creating the CUDA backend");
     }
     im->device = device;
-    const char *bad_env = NULL;
-    /* kernel choices for developers: unknown spellings are refused, never ignored */
-    const char *attn = getenv("GT_CUDA_ATTN");
-    const char *moe = getenv("GT_CUDA_MOE");
-    const char *pdl = getenv("GT_CUDA_PDL");
-    const char *fill = getenv("GT_CUDA_GRAPH_MEMSET");
-    im->attn_mode = GT_ATTN_CUDNN;
-    if (attn && !strcmp(attn, "simt"))
-        im->attn_mode = GT_ATTN_SIMT;
-    else if (attn && !strcmp(attn, "tc"))
-        im->attn_mode = GT_ATTN_TC;
-    else if (attn && *attn && strcmp(attn, "cudnn"))
-        bad_env = "GT_CUDA_ATTN has an unknown value (use cudnn, tc or simt)";
-    /* grouped GEMMs: warpgroup MMA where the sm_90a kernels run (compute capability 9.0;
-     * moe 17.1 ms/step on the H200 with TMA feeding it, 2026-11-29), else mma.sync (21.0 ms there;
-     * tc, 64x64 WMMA, measured 85 ms) */
-    int cc_major = 0, cc_minor = 0;
-    cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device);
-    cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, device);
-    int sm90 = cc_major == 9 && cc_minor == 0;
-    im->moe_mode = sm90 ? GT_MOE_WGMMA : GT_MOE_MMA;
-    if (moe && !strcmp(moe, "simt"))
-        im->moe_mode = GT_MOE_SIMT;
-    else if (moe && !strcmp(moe, "tc"))
-        im->moe_mode = GT_MOE_TC;
-    else if (moe && !strcmp(moe, "mma"))
-        im->moe_mode = GT_MOE_MMA;
-    else if (moe && !strcmp(moe, "wgmma") && sm90)
-        im->moe_mode = GT_MOE_WGMMA;
-    else if (moe && !strcmp(moe, "wgmma"))
-        bad_env = "GT_CUDA_MOE=wgmma needs compute capability 9.0, which this GPU is not (use "
-                  "mma, tc or simt)";
-    else if (moe && *moe)
-        bad_env = "GT_CUDA_MOE has an unknown value (use wgmma, mma, tc or simt)";
-    /* programmatic dependent launch needs compute capability 9.0 or newer; the process-wide
-     * switch changes only once the whole environment was accepted */
-    int use_pdl = cc_major >= 9;
-    if (pdl && !strcmp(pdl, "off"))
-        use_pdl = 0;
-    else if (pdl && *pdl && strcmp(pdl, "on"))
-        bad_env = "GT_CUDA_PDL has an unknown value (use on or off)";
-    else if (pdl && *pdl && cc_major < 9)
-        bad_env = "GT_CUDA_PDL=on needs compute capability 9.0 or newer, which this GPU is not "
-                  "(use off)";
-    /* the attention backward beside cuDNN's forward: the own warpgroup-MMA kernels where they
-     * run (gpt124m 0.162 ms a call against cuDNN's deterministic 0.179 on the H200, 2026-11-30,
-     * and no B x H x T x T dS in memory), else cuDNN's */
-    const char *attn_bwd = getenv("GT_CUDA_ATTN_BWD");
-    im->attn_bwd_wgmma = sm90;
-    if (attn_bwd && !strcmp(attn_bwd, "cudnn"))
-        im->attn_bwd_wgmma = 0;
-    else if (attn_bwd && !strcmp(attn_bwd, "wgmma") && !sm90)
-        bad_env = "GT_CUDA_ATTN_BWD=wgmma needs compute capability 9.0, which this GPU is not "
-                  "(use cudnn)";
-    else if (attn_bwd && *attn_bwd && strcmp(attn_bwd, "cudnn") && strcmp(attn_bwd, "wgmma"))
-        bad_env = "GT_CUDA_ATTN_BWD has an unknown value (use wgmma or cudnn)";
-    int use_fill = 1;
-    if (fill && !strcmp(fill, "node"))
-        use_fill = 0;
-    else if (fill && *fill && strcmp(fill, "kernel"))
-        bad_env = "GT_CUDA_GRAPH_MEMSET has an unknown value (use kernel or node)";
-    if (bad_env) {
+    if (opts) im->opts = *opts; /* else all auto (zero) */
+    cudaDeviceGetAttribute(&im->caps.cc_major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&im->caps.cc_minor, cudaDevAttrComputeCapabilityMinor, device);
+    im->caps.cudnn = gt_cudnn_attn_available();
+    int sm90 = im->caps.cc_major == 9 && im->caps.cc_minor == 0;
+    int rc = check_device_choices(im, &im->pdl, err);
+    if (rc) {
         free(b);
         free(ops);
         free(im);
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "kernel choice from the environment: %s; or unset it for the "
-                            "default",
-                            bad_env);
+        return gt_error_wrap(err, "the CUDA backend's kernel choices: ");
     }
-    gt_cuda_pdl = use_pdl;
-    gt_cuda_graph_fill = use_fill;
+    im->graph_fill = gt_choose_graph_memset(im->opts.graph_memset);
+    im->moe_kernel = GT_KERNEL_NONE;
     cudaDeviceGetAttribute(&im->sm_count, cudaDevAttrMultiProcessorCount, device);
     ops->alloc = cuda_alloc;
     ops->free = cuda_free;
@@ -522,7 +480,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, gt_error *err) {
     b->name = "cuda";
     b->act_bytes = 2; /* bf16 */
     b->impl = im;
-    int rc = gt_cuda_matmul_init(b, err);
+    rc = gt_cuda_matmul_init(b, err);
     if (!rc) rc = gt_cuda_attention_init(sm90, err);
     if (!rc) rc = gt_cuda_moe_init(sm90, err);
     if (!rc) rc = gt_cuda_loss_init(err);

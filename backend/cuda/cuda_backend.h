@@ -12,6 +12,7 @@ extern "C" { /* the interface headers are C: give them C linkage in the .cu file
 #endif
 
 #include "backend/backend.h"
+#include "config/kernel_choice.h"
 
 struct gt_stream {
     cudaStream_t cs;
@@ -36,23 +37,13 @@ typedef enum {
 typedef struct gt_cuda_gemm_plan gt_cuda_gemm_plan; /* cuda_matmul.c */
 typedef struct gt_cuda_gemm_tune gt_cuda_gemm_tune; /* cuda_matmul.c: tune-gemm's timing */
 
-/* Which attention kernels run (GT_CUDA_ATTN=cudnn|tc|simt when the backend is created):
- * cuDNN fused attention where it can take the shape (no dropout, T % 128 == 0), else the
- * tensor-core kernels; "tc" and "simt" force the own kernels (the fp32 SIMT ones are the
- * reference). */
-typedef enum { GT_ATTN_CUDNN = 0, GT_ATTN_TC, GT_ATTN_SIMT } gt_attn_mode;
-
-/* Which grouped-GEMM kernels the MoE experts use (GT_CUDA_MOE=wgmma|mma|tc|simt): warpgroup
- * MMA (the default on compute capability 9.0), mma.sync with ldmatrix (the default elsewhere),
- * both with 3-stage pipelines (shapes they cannot take go to tc); the 64x64 WMMA ones; or the
- * fp32 SIMT reference. */
-typedef enum { GT_MOE_TC = 0, GT_MOE_SIMT, GT_MOE_MMA, GT_MOE_WGMMA } gt_moe_mode;
-
-/* One planned attention shape and whether cuDNN runs it. */
+/* One planned attention shape and the kernels the choosers (config/kernel_choice.h) gave it:
+ * the launch runs exactly these. */
 typedef struct gt_cuda_attn_plan {
     int B, T, H, KV, hd;
-    int use_cudnn;
-    size_t ws_bytes; /* cuDNN workspace of this shape */
+    float p;         /* attention dropout */
+    int fwd, bwd;    /* gt_kernel */
+    size_t ws_bytes; /* cuDNN workspace of this shape (fwd or bwd cudnn) */
 } gt_cuda_attn_plan;
 
 /* One rotary cos/sin table, built by plan_finish for each (T, hd, theta) the planning pass
@@ -75,13 +66,12 @@ typedef struct gt_cuda_impl {
     gt_cuda_alloc_rec *allocs;
     int n_allocs, cap_allocs;
     int live_graphs;
-    int attn_mode; /* gt_attn_mode */
-    /* 1: where cuDNN runs the attention forward, the backward is the own warpgroup-MMA kernels
-     * of k_attention_wgmma.cu for head size 64 (the default on compute capability 9.0;
-     * GT_CUDA_ATTN_BWD=cudnn keeps cuDNN's) */
-    int attn_bwd_wgmma;
-    int moe_mode; /* gt_moe_mode */
-    void *cudnn;  /* gt_cudnn_attn *, created by the first planned attention */
+    gt_cuda_config opts; /* runtime.cuda.* as the backend was created with */
+    gt_cuda_caps caps;   /* what the choosers know of this device */
+    int pdl;             /* programmatic dependent launch on (runtime.cuda.pdl) */
+    int graph_fill;      /* memset nodes become kernel nodes after capture (graph_memset) */
+    int moe_kernel;      /* gt_kernel the grouped GEMMs planned last, for describe */
+    void *cudnn;         /* gt_cudnn_attn *, created by the first planned attention */
     gt_cuda_attn_plan *attn_plans;
     int n_attn_plans, cap_attn_plans;
     gt_cuda_rope_table *rope_tables;
@@ -113,18 +103,27 @@ int gt_cuda_fail_call(gt_backend *b, cudaError_t e, const char *call, const char
 #define GT_CUDA_LAUNCHED(b, what)                                                                  \
     gt_cuda_fail_call((b), cudaGetLastError(), what, __FILE__, __LINE__)
 
-/* Programmatic dependent launch between the backend's kernels (cuda_common.cuh): on from
- * compute capability 9.0 unless GT_CUDA_PDL=off; set when a CUDA backend is created, read by
- * every launch. */
-extern int gt_cuda_pdl;
-/* After capture, memset nodes become kernel nodes writing the same bytes (k_graph_fill.cu)
- * unless GT_CUDA_GRAPH_MEMSET=node; set when a CUDA backend is created. */
-extern int gt_cuda_graph_fill;
-int gt_cuda_graph_memsets_to_kernels(cudaGraph_t g, int *replaced, gt_error *err);
+/* After capture, memset nodes become kernel nodes writing the same bytes (k_graph_fill.cu),
+ * unless runtime.cuda.graph_memset=node; pdl: the backend launches with programmatic
+ * dependent launch (its in-edges from kernel nodes stay programmatic). */
+int gt_cuda_graph_memsets_to_kernels(cudaGraph_t g, int pdl, int *replaced, gt_error *err);
 
 /* The raw CUDA stream of s (the legacy default stream for NULL). */
 static inline cudaStream_t gt_cuda_stream(gt_stream *s) {
     return s ? s->cs : (cudaStream_t)0;
+}
+
+/* Where a kernel launch goes (gt_launch, cuda_common.cuh): the stream, and whether the launch
+ * allows programmatic dependent launch (the backend's runtime.cuda.pdl). */
+typedef struct gt_cuda_exec {
+    cudaStream_t cs;
+    int pdl;
+} gt_cuda_exec;
+static inline gt_cuda_exec gt_cuda_ex(gt_backend *b, gt_stream *s) {
+    gt_cuda_exec e;
+    e.cs = gt_cuda_stream(s);
+    e.pdl = ((const gt_cuda_impl *)b->impl)->pdl;
+    return e;
 }
 
 /* While planning: records that `kind` needs `bytes` and returns NULL (compute nothing).
@@ -143,11 +142,13 @@ void gt_cuda_register_attention_ops(gt_backend_ops *ops);
 void gt_cuda_register_optim_ops(gt_backend_ops *ops);
 void gt_cuda_register_moe_ops(gt_backend_ops *ops);
 
-/* One-time kernel attributes (large dynamic shared memory); at backend creation. */
-/* sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */
+/* One-time kernel attributes (large dynamic shared memory); at backend creation.
+ * sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */
 int gt_cuda_attention_init(int sm90, gt_error *err);
-/* sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */
 int gt_cuda_moe_init(int sm90, gt_error *err);
+/* "attention fwd: cudnn, attention bwd: wgmma (hd 64)" for the planned shapes ("" when none
+ * was planned); k_attention.cu */
+void gt_cuda_attention_describe(gt_backend *b, char *buf, size_t n);
 /* Allows the cross-entropy kernel its shared memory (a row of logits); k_loss.cu. */
 int gt_cuda_loss_init(gt_error *err);
 

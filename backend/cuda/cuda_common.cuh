@@ -64,10 +64,10 @@ static __device__ __forceinline__ double block_sum_d(double v, double *sh) {
 
 /* ---- programmatic dependent launch ----
  * Every kernel of the backend starts with GT_PDL_ENTRY and is launched through gt_launch.
- * With gt_cuda_pdl on, a launch may begin while the kernel before it on the stream is still
- * running (in eager streams and as a programmatic edge inside a captured graph); the new
- * kernel's blocks become resident and wait in griddepcontrol.wait until that kernel has
- * finished and its writes are visible, so no kernel reads or writes memory any earlier than
+ * With pdl on in its gt_cuda_exec (runtime.cuda.pdl), a launch may begin while the kernel before it
+ * on the stream is still running (in eager streams and as a programmatic edge inside a captured
+ * graph); the new kernel's blocks become resident and wait in griddepcontrol.wait until that kernel
+ * has finished and its writes are visible, so no kernel reads or writes memory any earlier than
  * with a plain launch. A kernel lets its successor launch once all its own blocks are past
  * their wait. This hides the launch latency between the short kernels of a step. Without the
  * attribute (or before sm_90) both instructions do nothing. */
@@ -83,20 +83,20 @@ static __device__ __forceinline__ double block_sum_d(double v, double *sh) {
     } while (0)
 #endif
 
-/* Launches kernel k on stream cs like k<<<grid, block, smem, cs>>>(args...), allowing the
- * programmatic overlap above when gt_cuda_pdl is on. Errors surface through
- * cudaGetLastError, as for <<<>>>. */
+/* Launches kernel k on stream ex.cs like k<<<grid, block, smem, ex.cs>>>(args...), allowing
+ * the programmatic overlap above when ex.pdl is on. Errors surface through cudaGetLastError,
+ * as for <<<>>>. */
 template <typename... KArgs, typename... Args>
 static inline void gt_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                             cudaStream_t cs, Args &&...args) {
+                             gt_cuda_exec ex, Args &&...args) {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = gt_cuda_pdl;
+    attr[0].val.programmaticStreamSerializationAllowed = ex.pdl;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = cs;
+    cfg.stream = ex.cs;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     (void)cudaLaunchKernelEx(&cfg, k, std::forward<Args>(args)...);

@@ -4,12 +4,13 @@
  * heads of its group and the query tiles in order) and dQ per query tile in separate kernels,
  * so no float atomics. Dropout masks use the CPU reference's element index
  * ((b*H + h)*T + i)*T + j, so GPU and CPU drop the same probabilities. bf16 I/O, fp32 math;
- * the head size is a compile-time parameter (64 or 128). These fp32 SIMT kernels are the
- * reference and fallback; the same algorithm runs on tensor cores whenever it can take the call
- * (GT_CUDA_ATTN=simt at backend creation forces these): k_attention_mma.cu (mma.sync) for head
- * size 64, k_attention_tc.cu (WMMA) for 128.
- * cuDNN's fused attention (cudnn_attention.c) runs the shapes it supports without dropout: its
- * dropout mask is not the Philox mask the CPU reference and these kernels share. */
+ * the head size is a compile-time parameter (64 or 128). These fp32 SIMT kernels are the GPU
+ * tests' reference, run only with runtime.cuda.attention=reference (or attention_bwd). The
+ * choosers of config/kernel_choice.h pick the kernels per planned shape: cuDNN's fused
+ * attention (cudnn_attention.c) for the shapes it takes without dropout (its dropout mask is
+ * not the Philox mask the CPU reference and these kernels share), k_attention_mma.cu
+ * (mma.sync, the same algorithm on tensor cores) for head size 64, and for the backward after
+ * cuDNN's forward on compute capability 9.0 k_attention_wgmma.cu. */
 #include "backend/cuda/cuda_common.cuh"
 #include <stdlib.h>
 #include <string.h>
@@ -352,16 +353,6 @@ static int attn_check(gt_backend *b, const char *what, int B, int T, int H, int 
     return 1;
 }
 
-/* The own kernels (after cuDNN declined the call) exist for hd 64 and 128. */
-static int own_hd_ok(gt_backend *b, const char *what, int hd, float p, int T) {
-    if (hd == 64 || hd == 128) return 1;
-    gt_backend_fail(b, GT_ERR_UNSUPPORTED,
-                    "%s: head size %d needs cuDNN fused attention (no dropout, T %% 128 == 0; "
-                    "here p=%g T=%d); graphtrain's own attention kernels support hd 64 and 128",
-                    what, hd, (double)p, T);
-    return 0;
-}
-
 static attn_geo make_geo(int B, int T, int H, int KV, int hd, float p, gt_rng_site site) {
     attn_geo g;
     g.B = B, g.T = T, g.H = H, g.KV = KV, g.C = (H + 2 * KV) * hd;
@@ -377,84 +368,142 @@ static int ptr_aligned16(const void *p) {
     return ((uintptr_t)p & 15u) == 0;
 }
 
-/* Decides whether cuDNN runs this attention call. While planning it builds the cuDNN plans of
- * a new shape (once) and records the workspace; in a step it only looks the shape up.
- * Returns 0: use the own kernels; 1: use cuDNN with *ws (nothing to do while planning);
- * -1: a sticky error was raised. */
-static int cudnn_route(gt_backend *b, gt_stream *s, int B, int T, int H, int KV, int hd, float p,
-                       const void *x, const void *y, const void *z, void **ws) {
+/* The kernels of both directions for one shape, from the choosers (config/kernel_choice.h). */
+static int attn_choose(const gt_cuda_impl *im, const gt_attn_shape *sh, gt_kernel *fwd,
+                       gt_kernel *bwd, gt_error *err) {
+    int rc = gt_choose_attention_fwd(&im->caps, im->opts.attention, sh, fwd, err);
+    if (!rc) rc = gt_choose_attention_bwd(&im->caps, im->opts.attention_bwd, *fwd, sh, bwd, err);
+    return rc;
+}
+
+/* cuDNN's plans of a shape (the backward's too when with_bwd) and their workspace; 0 when
+ * cuDNN builds none (err says why). */
+static int cudnn_plan(gt_cuda_impl *im, gt_stream *s, const gt_cuda_attn_plan *pl, int with_bwd,
+                      size_t *bytes, gt_error *err) {
+    if (!im->cudnn &&
+        gt_cudnn_attn_create((gt_cudnn_attn **)&im->cudnn, gt_cuda_stream(s), err) != GT_OK) {
+        im->cudnn = NULL;
+        return 0;
+    }
+    return gt_cudnn_attn_plan((gt_cudnn_attn *)im->cudnn, pl->B, pl->T, pl->H, pl->KV, pl->hd,
+                              with_bwd, bytes, err) == GT_OK;
+}
+
+/* The plan of an attention call into *out: the kernels the choosers gave its shape. While
+ * planning, a new shape is chosen once (and cuDNN plans it when chosen; a shape cuDNN builds
+ * no plan for is chosen again knowing that) and kept; in a step the plan is looked up, and a
+ * shape that was not planned is chosen now unless its kernels need a plan (cuDNN). Both
+ * directions use the same plan, so planning and launch cannot disagree. Returns nonzero
+ * after raising a sticky error. */
+static int attn_plan(gt_backend *b, gt_stream *s, const char *what, int B, int T, int H, int KV,
+                     int hd, float p, gt_cuda_attn_plan *out) {
     gt_cuda_impl *im = (gt_cuda_impl *)b->impl;
-    if (im->attn_mode != GT_ATTN_CUDNN || p > 0.0f || T % 128 != 0) return 0;
-    if (!ptr_aligned16(x) || !ptr_aligned16(y) || !ptr_aligned16(z)) return 0;
-    gt_cuda_attn_plan *pl = NULL;
     for (int i = 0; i < im->n_attn_plans; i++) {
-        gt_cuda_attn_plan *q = &im->attn_plans[i];
-        if (q->B == B && q->T == T && q->H == H && q->KV == KV && q->hd == hd) pl = q;
-    }
-    if (!pl) {
-        if (!b->planning) return 0; /* not planned: the own kernels need no plan */
-        if (im->n_attn_plans == im->cap_attn_plans) {
-            int cap = im->cap_attn_plans ? 2 * im->cap_attn_plans : 8;
-            gt_cuda_attn_plan *np =
-                (gt_cuda_attn_plan *)realloc(im->attn_plans, (size_t)cap * sizeof *np);
-            if (!np) return 0;
-            im->attn_plans = np;
-            im->cap_attn_plans = cap;
+        const gt_cuda_attn_plan *q = &im->attn_plans[i];
+        if (q->B == B && q->T == T && q->H == H && q->KV == KV && q->hd == hd && q->p == p) {
+            *out = *q;
+            return 0;
         }
-        pl = &im->attn_plans[im->n_attn_plans++];
-        memset(pl, 0, sizeof *pl);
-        pl->B = B, pl->T = T, pl->H = H, pl->KV = KV, pl->hd = hd;
-        gt_error err;
-        memset(&err, 0, sizeof err);
-        if (gt_cudnn_attn_available()) {
-            if (!im->cudnn &&
-                gt_cudnn_attn_create((gt_cudnn_attn **)&im->cudnn, gt_cuda_stream(s), &err))
-                im->cudnn = NULL;
-            size_t bytes = 0;
-            /* the own warpgroup-MMA backward takes head size 64: cuDNN then runs the forward
-             * alone, whose workspace is small */
-            int with_bwd = !(im->attn_bwd_wgmma && hd == 64);
-            if (im->cudnn && gt_cudnn_attn_plan((gt_cudnn_attn *)im->cudnn, B, T, H, KV, hd,
-                                                with_bwd, &bytes, &err) == GT_OK) {
-                pl->use_cudnn = 1;
-                pl->ws_bytes = bytes;
+    }
+    gt_cuda_attn_plan pl;
+    memset(&pl, 0, sizeof pl);
+    pl.B = B, pl.T = T, pl.H = H, pl.KV = KV, pl.hd = hd, pl.p = p;
+    gt_attn_shape sh = {T, hd, p, 0};
+    gt_kernel fwd, bwd;
+    gt_error err;
+    memset(&err, 0, sizeof err);
+    if (attn_choose(im, &sh, &fwd, &bwd, &err)) {
+        gt_backend_fail(b, err.code, "%s: %s", what, err.msg);
+        return 1;
+    }
+    if (fwd == GT_KERNEL_CUDNN || bwd == GT_KERNEL_CUDNN) {
+        if (!b->planning) {
+            gt_backend_fail(b, GT_ERR_INVALID,
+                            "%s with B=%d T=%d H=%d KV=%d hd=%d was not planned, and cuDNN "
+                            "(runtime.cuda.attention) needs a plan: run the op once while "
+                            "b->planning is set (the trainer's planning pass), then plan_finish",
+                            what, B, T, H, KV, hd);
+            return 1;
+        }
+        gt_error why;
+        memset(&why, 0, sizeof why);
+        if (cudnn_plan(im, s, &pl, bwd == GT_KERNEL_CUDNN, &pl.ws_bytes, &why)) {
+            /* planned */
+        } else {
+            sh.cudnn_declined = 1;
+            if (attn_choose(im, &sh, &fwd, &bwd, &err)) {
+                gt_backend_fail(b, err.code, "%s: %s (cuDNN: %s)", what, err.msg, why.msg);
+                return 1;
             }
+            pl.ws_bytes = 0;
         }
     }
-    if (!pl->use_cudnn) return 0;
-    void *w = gt_cuda_scratch(b, GT_SCRATCH_CUDNN, pl->ws_bytes ? pl->ws_bytes : 256,
-                              "attention (cuDNN workspace)");
-    if (b->planning) return 1;
-    if (!w) return -1;
-    *ws = w;
-    return 1;
+    pl.fwd = fwd, pl.bwd = bwd;
+    *out = pl;
+    if (!b->planning) return 0;
+    if (im->n_attn_plans == im->cap_attn_plans) {
+        int cap = im->cap_attn_plans ? 2 * im->cap_attn_plans : 8;
+        gt_cuda_attn_plan *np =
+            (gt_cuda_attn_plan *)realloc(im->attn_plans, (size_t)cap * sizeof *np);
+        if (!np) {
+            gt_backend_fail(b, GT_ERR_NOMEM, "out of host memory planning %s", what);
+            return 1;
+        }
+        im->attn_plans = np;
+        im->cap_attn_plans = cap;
+    }
+    im->attn_plans[im->n_attn_plans++] = pl;
+    return 0;
+}
+
+/* The cuDNN workspace of a shape whose forward is cuDNN's: recorded while planning (both
+ * directions reserve it), else the region; NULL while planning or after a sticky error. */
+static void *cudnn_ws(gt_backend *b, const gt_cuda_attn_plan *pl) {
+    return gt_cuda_scratch(b, GT_SCRATCH_CUDNN, pl->ws_bytes ? pl->ws_bytes : 256,
+                           "attention (cuDNN workspace)");
+}
+
+/* A chosen kernel that declined the call at launch: the tensors were not as it needs them. */
+static void declined(gt_backend *b, const char *what, gt_kernel k) {
+    gt_backend_fail(b, GT_ERR_INVALID,
+                    "%s (%s): the kernels declined the call (tensors not 16-byte aligned, or the "
+                    "driver refused their tensor maps); pass 16-byte aligned tensors, or choose "
+                    "other kernels (runtime.cuda.attention, runtime.cuda.attention_bwd)",
+                    what, gt_kernel_name(k));
 }
 
 static void cuda_attention_fwd(gt_backend *b, gt_stream *s, void *out, float *lse, const void *qkv,
                                int B, int T, int H, int KV, int hd, float p, gt_rng_site site,
                                const gt_step_state *st) {
     if (!attn_check(b, "attention_fwd", B, T, H, KV, hd, p, st)) return;
-    cudaStream_t cs = gt_cuda_stream(s);
-    void *ws = NULL;
-    int route = cudnn_route(b, s, B, T, H, KV, hd, p, out, qkv, qkv, &ws);
-    if (route != 0) {
+    gt_cuda_attn_plan pl;
+    if (attn_plan(b, s, "attention_fwd", B, T, H, KV, hd, p, &pl)) return;
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
+    if (pl.fwd == GT_KERNEL_CUDNN) {
+        void *ws = cudnn_ws(b, &pl);
+        if (b->planning || !ws) return;
+        if (!ptr_aligned16(out) || !ptr_aligned16(qkv)) {
+            declined(b, "attention_fwd", GT_KERNEL_CUDNN);
+            return;
+        }
         gt_error err;
         memset(&err, 0, sizeof err);
-        if (route > 0 && !b->planning &&
-            gt_cudnn_attn_fwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn, cs, out, lse, qkv,
-                              B, T, H, KV, hd, ws, &err))
+        if (gt_cudnn_attn_fwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn, cs.cs, out, lse,
+                              qkv, B, T, H, KV, hd, ws, &err))
             gt_backend_fail(b, err.code, "attention_fwd (cuDNN): %s", err.msg);
         return;
     }
-    if (!own_hd_ok(b, "attention_fwd", hd, p, T) || b->planning) return;
+    if (b->planning) return;
     attn_geo g = make_geo(B, T, H, KV, hd, p, site);
-    dim3 grid((T + ATT_BR - 1) / ATT_BR, H, B);
-    int simt = ((gt_cuda_impl *)b->impl)->attn_mode == GT_ATTN_SIMT;
-    if (!simt && (gt_cuda_attn_mma_fwd(cs, out, lse, qkv, &g, hd, st) ||
-                  gt_cuda_attn_tc_fwd(cs, out, lse, qkv, &g, hd, st))) {
-        GT_CUDA_LAUNCHED(b, "attention_fwd");
+    if (pl.fwd == GT_KERNEL_MMA) {
+        if (gt_cuda_attn_mma_fwd(cs, out, lse, qkv, &g, hd, st))
+            GT_CUDA_LAUNCHED(b, "attention_fwd");
+        else
+            declined(b, "attention_fwd", GT_KERNEL_MMA);
         return;
     }
+    /* the reference: head size 64 or 128 (the chooser saw to it) */
+    dim3 grid((T + ATT_BR - 1) / ATT_BR, H, B);
     if (hd == 64)
         gt_launch(k_attn_fwd<64>, grid, ATT_THREADS, fwd_smem(64), cs, (bf16 *)out, lse,
                   (const bf16 *)qkv, g, st);
@@ -469,27 +518,36 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
                                int H, int KV, int hd, float p, gt_rng_site site,
                                const gt_step_state *st) {
     if (!attn_check(b, "attention_bwd", B, T, H, KV, hd, p, st)) return;
+    gt_cuda_attn_plan pl;
+    if (attn_plan(b, s, "attention_bwd", B, T, H, KV, hd, p, &pl)) return;
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
     void *ws = NULL;
-    int route = cudnn_route(b, s, B, T, H, KV, hd, p, dqkv, dout, out, &ws);
-    /* where cuDNN takes the shape, its forward may pair with the own warpgroup-MMA backward */
-    int wgmma = route > 0 && hd == 64 && ((gt_cuda_impl *)b->impl)->attn_bwd_wgmma;
-    if (route != 0 && !wgmma) {
+    if (pl.fwd == GT_KERNEL_CUDNN) {
+        ws = cudnn_ws(b, &pl);
+        if (!b->planning && !ws) return;
+    }
+    if (pl.bwd == GT_KERNEL_CUDNN) {
+        if (b->planning) return;
+        if (!ptr_aligned16(dqkv) || !ptr_aligned16(dout) || !ptr_aligned16(out)) {
+            declined(b, "attention_bwd", GT_KERNEL_CUDNN);
+            return;
+        }
         gt_error err;
         memset(&err, 0, sizeof err);
-        if (route > 0 && !b->planning &&
-            gt_cudnn_attn_bwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn, gt_cuda_stream(s),
-                              dqkv, dout, qkv, out, lse, B, T, H, KV, hd, ws, &err))
+        if (gt_cudnn_attn_bwd((gt_cudnn_attn *)((gt_cuda_impl *)b->impl)->cudnn, cs.cs, dqkv, dout,
+                              qkv, out, lse, B, T, H, KV, hd, ws, &err))
             gt_backend_fail(b, err.code, "attention_bwd (cuDNN): %s", err.msg);
         return;
     }
-    if (!own_hd_ok(b, "attention_bwd", hd, p, T)) return;
     float *D = (float *)gt_cuda_scratch(b, GT_SCRATCH_ATTN, (size_t)B * H * T * sizeof(float),
                                         "attention_bwd");
     if (!D) return;
     attn_geo g = make_geo(B, T, H, KV, hd, p, site);
-    cudaStream_t cs = gt_cuda_stream(s);
-    if (wgmma && gt_cuda_attn_wgmma_bwd(cs, dqkv, dout, qkv, out, lse, D, &g, hd)) {
-        GT_CUDA_LAUNCHED(b, "attention_bwd");
+    if (pl.bwd == GT_KERNEL_WGMMA) {
+        if (gt_cuda_attn_wgmma_bwd(cs, dqkv, dout, qkv, out, lse, D, &g, hd))
+            GT_CUDA_LAUNCHED(b, "attention_bwd");
+        else
+            declined(b, "attention_bwd", GT_KERNEL_WGMMA);
         return;
     }
     size_t rows = (size_t)B * H * T;
@@ -505,12 +563,14 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
         gt_launch(k_attn_bwd_pre, gt_grid(rows * 32, ATT_THREADS), ATT_THREADS, 0, cs, D,
                   (const bf16 *)dout, (const bf16 *)out, B, T, H, hd);
     }
-    int simt = ((gt_cuda_impl *)b->impl)->attn_mode == GT_ATTN_SIMT;
-    if (!simt && (gt_cuda_attn_mma_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st) ||
-                  gt_cuda_attn_tc_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st))) {
-        GT_CUDA_LAUNCHED(b, "attention_bwd");
+    if (pl.bwd == GT_KERNEL_MMA) {
+        if (gt_cuda_attn_mma_bwd(cs, dqkv, dout, qkv, lse, D, &g, hd, st))
+            GT_CUDA_LAUNCHED(b, "attention_bwd");
+        else
+            declined(b, "attention_bwd", GT_KERNEL_MMA);
         return;
     }
+    /* the reference: head size 64 or 128 */
     dim3 gkv((T + ATT_BC - 1) / ATT_BC, KV, B), gq((T + ATT_BR - 1) / ATT_BR, H, B);
     if (hd == 64) {
         gt_launch(k_attn_bwd_dkv<64>, gkv, ATT_THREADS, dkv_smem(64), cs, (bf16 *)dqkv,
@@ -524,6 +584,25 @@ static void cuda_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const vo
                   (const bf16 *)dout, (const bf16 *)qkv, lse, D, g, st);
     }
     GT_CUDA_LAUNCHED(b, "attention_bwd");
+}
+
+extern "C" void gt_cuda_attention_describe(gt_backend *b, char *buf, size_t n) {
+    const gt_cuda_impl *im = (const gt_cuda_impl *)b->impl;
+    size_t used = 0;
+    if (n) buf[0] = '\0';
+    for (int i = 0; i < im->n_attn_plans && used < n; i++) {
+        const gt_cuda_attn_plan *q = &im->attn_plans[i];
+        int seen = 0; /* the same kernels at another shape of the same head size */
+        for (int j = 0; j < i && !seen; j++)
+            seen = im->attn_plans[j].fwd == q->fwd && im->attn_plans[j].bwd == q->bwd &&
+                   im->attn_plans[j].hd == q->hd;
+        if (seen) continue;
+        int w = snprintf(buf + used, n - used, "%sattention fwd: %s, attention bwd: %s (hd %d)",
+                         used ? "; " : "", gt_kernel_name((gt_kernel)q->fwd),
+                         gt_kernel_name((gt_kernel)q->bwd), q->hd);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
 }
 
 /* ---- rotary embeddings ---- */
@@ -722,10 +801,10 @@ static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, i
     unsigned rows = (unsigned)B * (unsigned)T;
     size_t items = (size_t)rows * (size_t)(H + KV) * (size_t)(hd / 16);
     if ((hd / 2) % 8 == 0 && al16(qkv) && items < (1u << 30))
-        gt_launch(k_rope8, gt_grid(items, ATT_THREADS), ATT_THREADS, 0, gt_cuda_stream(s),
+        gt_launch(k_rope8, gt_grid(items, ATT_THREADS), ATT_THREADS, 0, gt_cuda_ex(b, s),
                   (bf16 *)qkv, tab, (int)rows, T, H, KV, hd, inverse);
     else
-        gt_launch(k_rope_odd, rows, ATT_THREADS, 0, gt_cuda_stream(s), (bf16 *)qkv, tab, T, H, KV,
+        gt_launch(k_rope_odd, rows, ATT_THREADS, 0, gt_cuda_ex(b, s), (bf16 *)qkv, tab, T, H, KV,
                   hd, inverse);
     GT_CUDA_LAUNCHED(b, what);
 }
@@ -750,7 +829,6 @@ extern "C" int gt_cuda_attention_init(int sm90, gt_error *err) {
     if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dkv<128>, dkv_smem(128));
     if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dq<64>, dq_smem(64));
     if (e == cudaSuccess) e = allow_smem(k_attn_bwd_dq<128>, dq_smem(128));
-    if (e == cudaSuccess) e = gt_cuda_attn_tc_init();
     if (e == cudaSuccess) e = gt_cuda_attn_mma_init();
     /* the wgmma kernels exist only as sm_90a code: elsewhere there is nothing to set up */
     if (e == cudaSuccess && sm90) e = gt_cuda_attn_wgmma_init();

@@ -1,6 +1,6 @@
 /* Causal GQA attention for head size 64 on mma.sync (m16n8k16, bf16 operands, fp32
- * accumulators) in FlashAttention-2's register layout: the fast path of the backend's own
- * attention, ahead of the WMMA kernels of k_attention_tc.cu (which keep head size 128).
+ * accumulators) in FlashAttention-2's register layout: the backend's own tensor-core attention
+ * (runtime.cuda.attention=mma, and auto where cuDNN does not take the shape).
  *
  * 64-row tiles, each warp owning 16 rows of a block's tile. Where the loop has at most 4 tiles
  * (T <= 256), a block is two halves of 4 warps that take alternate tiles of the loop (key tiles
@@ -486,7 +486,7 @@ static int am_halves(const attn_geo *g) {
     return (g->T + AM_T - 1) / AM_T <= 4 ? 2 : 1;
 }
 
-int gt_cuda_attn_mma_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv, const attn_geo *g,
+int gt_cuda_attn_mma_fwd(gt_cuda_exec cs, void *out, float *lse, const void *qkv, const attn_geo *g,
                          int hd, const gt_step_state *st) {
     if (hd != AM_HD || ((uintptr_t)qkv & 15u) || ((uintptr_t)out & 15u) || g->C % 8) return 0;
     dim3 grid((g->T + AM_T - 1) / AM_T, g->H, g->B);
@@ -499,7 +499,7 @@ int gt_cuda_attn_mma_fwd(cudaStream_t cs, void *out, float *lse, const void *qkv
     return 1;
 }
 
-int gt_cuda_attn_mma_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,
+int gt_cuda_attn_mma_bwd(gt_cuda_exec cs, void *dqkv, const void *dout, const void *qkv,
                          const float *lse, const float *D, const attn_geo *g, int hd,
                          const gt_step_state *st) {
     if (hd != AM_HD || g->C % 8 || (((uintptr_t)qkv | (uintptr_t)dout | (uintptr_t)dqkv) & 15u))

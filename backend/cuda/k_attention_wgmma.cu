@@ -427,7 +427,7 @@ cudaError_t gt_cuda_attn_wgmma_init(void) {
     return e;
 }
 
-int gt_cuda_attn_wgmma_bwd(cudaStream_t cs, void *dqkv, const void *dout, const void *qkv,
+int gt_cuda_attn_wgmma_bwd(gt_cuda_exec cs, void *dqkv, const void *dout, const void *qkv,
                            const void *out, const float *lse, float *D, const attn_geo *g, int hd) {
     int B = g->B, T = g->T, H = g->H, KV = g->KV;
     if (hd != AW_HD || g->p > 0.0f || T % AW_BLK != 0 || H % KV != 0) return 0;

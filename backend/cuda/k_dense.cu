@@ -29,13 +29,13 @@ __global__ void k_from_float(bf16 *dst, const float *src, size_t n) {
 
 static void cuda_to_float(gt_backend *b, gt_stream *s, float *dst, const void *src, size_t n) {
     if (b->planning || n == 0) return;
-    gt_launch(k_to_float, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s), dst,
+    gt_launch(k_to_float, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_ex(b, s), dst,
               (const bf16 *)src, n);
     GT_CUDA_LAUNCHED(b, "to_float");
 }
 static void cuda_from_float(gt_backend *b, gt_stream *s, void *dst, const float *src, size_t n) {
     if (b->planning || n == 0) return;
-    gt_launch(k_from_float, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
+    gt_launch(k_from_float, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_ex(b, s),
               (bf16 *)dst, src, n);
     GT_CUDA_LAUNCHED(b, "from_float");
 }
@@ -70,10 +70,10 @@ extern "C" void gt_cuda_dbias(gt_backend *b, gt_stream *s, float *dbias, const v
                                            "matmul dbias");
     if (!part || M <= 0 || N <= 0) return;
     dim3 g1((N + DENSE_THREADS - 1) / DENSE_THREADS, parts);
-    gt_launch(k_colsum_partial, g1, DENSE_THREADS, 0, gt_cuda_stream(s), part, (const bf16 *)dout,
-              M, N);
+    gt_launch(k_colsum_partial, g1, DENSE_THREADS, 0, gt_cuda_ex(b, s), part, (const bf16 *)dout, M,
+              N);
     gt_launch(k_colsum_final, (N + DENSE_THREADS - 1) / DENSE_THREADS, DENSE_THREADS, 0,
-              gt_cuda_stream(s), dbias, part, parts, N, accumulate);
+              gt_cuda_ex(b, s), dbias, part, parts, N, accumulate);
     GT_CUDA_LAUNCHED(b, "matmul dbias");
 }
 
@@ -172,11 +172,11 @@ static void cuda_embedding_fwd(gt_backend *b, gt_stream *s, void *out, const int
     size_t total = (size_t)N * d;
     if (d % 8 == 0 && al16(out) && al16(wte)) {
         gt_launch(k_embedding_fwd8, gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
-                  gt_cuda_stream(s), (bf16 *)out, tokens, (const bf16 *)wte, N, d);
+                  gt_cuda_ex(b, s), (bf16 *)out, tokens, (const bf16 *)wte, N, d);
         GT_CUDA_LAUNCHED(b, "embedding_fwd");
         return;
     }
-    gt_launch(k_embedding_fwd, gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
+    gt_launch(k_embedding_fwd, gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_ex(b, s),
               (bf16 *)out, tokens, (const bf16 *)wte, N, d);
     GT_CUDA_LAUNCHED(b, "embedding_fwd");
 }
@@ -193,9 +193,9 @@ static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, uint8_t
         gt_backend_fail(b, GT_ERR_INVALID, "embedding_bwd: bad shape N=%d V=%d d=%d", N, V, d);
         return;
     }
-    cudaStream_t cs = gt_cuda_stream(s);
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
     if (overwrite && !dirty && !b->planning)
-        GT_CUDA_OP(b, cudaMemsetAsync(dwte, 0, (size_t)V * d * sizeof(float), cs));
+        GT_CUDA_OP(b, cudaMemsetAsync(dwte, 0, (size_t)V * d * sizeof(float), cs.cs));
     if (N == 0 && !(overwrite && dirty)) return;
     int bits = 1;
     while (bits < 31 && ((unsigned)(V - 1) >> bits) != 0)
@@ -203,7 +203,7 @@ static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, uint8_t
     size_t cub_bytes = 0;
     /* sizes only: nothing runs with a NULL storage pointer */
     cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const uint32_t *)NULL, (uint32_t *)NULL,
-                                    (const int32_t *)NULL, (int32_t *)NULL, N, 0, bits, cs);
+                                    (const int32_t *)NULL, (int32_t *)NULL, N, 0, bits, cs.cs);
     size_t arr = ((size_t)N * 4 + 255) & ~(size_t)255;
     unsigned char *sc =
         (unsigned char *)gt_cuda_scratch(b, GT_SCRATCH_EMBED, 3 * arr + cub_bytes, "embedding_bwd");
@@ -222,7 +222,7 @@ static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, uint8_t
     /* token ids are in [0, V) (the data loaders check shards against the vocabulary): their
      * bits as unsigned */
     GT_CUDA_OP(b, cub::DeviceRadixSort::SortPairs(sc + 3 * arr, cub_bytes, (const uint32_t *)tokens,
-                                                  toks, pos_in, pos, N, 0, bits, cs));
+                                                  toks, pos_in, pos, N, 0, bits, cs.cs));
     int warps_per_block = DENSE_THREADS / 32;
     gt_launch(k_embedding_accum, (N + warps_per_block - 1) / warps_per_block, DENSE_THREADS, 0, cs,
               dwte, dirty, (const bf16 *)dout, toks, pos, N, V, d);
@@ -412,7 +412,7 @@ static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd
     if (b->planning || N <= 0 || d <= 0) return;
     if (d % 256 == 0 && d <= 256 * RMS_VEC_MAX_K && al16(out) && al16(inp) && al16(w)) {
         int rows_per_block = DENSE_THREADS / 32, grid = (N + rows_per_block - 1) / rows_per_block;
-        cudaStream_t cs = gt_cuda_stream(s);
+        gt_cuda_exec cs = gt_cuda_ex(b, s);
         switch (d / 256) {
 #define RMS_FWD_V(K)                                                                               \
     case K:                                                                                        \
@@ -436,7 +436,7 @@ static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd
     }
     int rows_per_block = DENSE_THREADS / 32;
     gt_launch(k_rmsnorm_fwd, (N + rows_per_block - 1) / rows_per_block, DENSE_THREADS, 0,
-              gt_cuda_stream(s), (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)w, N, d, eps);
+              gt_cuda_ex(b, s), (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)w, N, d, eps);
     GT_CUDA_LAUNCHED(b, "rmsnorm_fwd");
 }
 
@@ -446,13 +446,12 @@ static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd
  * N = 8192). Both kernels read a row's x, dy and din into registers before the row's
  * reduction and write its gradient after it, from the same threads, so dinp may alias din or
  * inp. */
-static void rmsnorm_bwd_parts(gt_stream *s, void *dinp, const void *din, float *part,
+static void rmsnorm_bwd_parts(gt_cuda_exec cs, void *dinp, const void *din, float *part,
                               const void *dout, const void *inp, const void *w, const float *rstd,
                               int N, int d) {
     int blocks = gt_rmsnorm_parts(N);
     int rows = (N + blocks - 1) / blocks;
     rows = (rows + RMS_BWD_V_WARPS - 1) / RMS_BWD_V_WARPS * RMS_BWD_V_WARPS;
-    cudaStream_t cs = gt_cuda_stream(s);
     if (d % 256 == 0 && d <= 256 * RMS_VEC_MAX_K && al16(dinp) && (!din || al16(din)) &&
         al16(dout) && al16(inp) && al16(w)) {
         int rpw = rows / RMS_BWD_V_WARPS; /* rows a warp */
@@ -550,7 +549,7 @@ static void cuda_colsum_many(gt_backend *b, gt_stream *s, const gt_colsum_job *j
         dmax = jobs[i].d > dmax ? jobs[i].d : dmax;
     }
     dim3 grid((unsigned)(dmax + 31) / 32, (unsigned)n);
-    gt_launch(k_colsum_many, grid, COLSUM_WARPS * 32, 0, gt_cuda_stream(s), cj);
+    gt_launch(k_colsum_many, grid, COLSUM_WARPS * 32, 0, gt_cuda_ex(b, s), cj);
     GT_CUDA_LAUNCHED(b, "colsum_many");
 }
 
@@ -562,7 +561,7 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
         b, GT_SCRATCH_RMSNORM, (size_t)(parts > 0 ? parts : 1) * (d > 0 ? d : 1) * sizeof(float),
         "rmsnorm_bwd");
     if (!rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd", N, d) || !part) return;
-    rmsnorm_bwd_parts(s, dinp, dinp, part, dout, inp, w, rstd, N, d);
+    rmsnorm_bwd_parts(gt_cuda_ex(b, s), dinp, dinp, part, dout, inp, w, rstd, N, d);
     GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
     gt_colsum_job job = {dw, part, parts, d, accumulate};
     cuda_colsum_many(b, s, &job, 1);
@@ -572,7 +571,7 @@ static void cuda_rmsnorm_bwd_part(gt_backend *b, gt_stream *s, void *dout_res, c
                                   float *part, const void *dout, const void *inp, const void *w,
                                   const float *rstd, int N, int d) {
     if (b->planning || !rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd_part", N, d)) return;
-    rmsnorm_bwd_parts(s, dout_res, din_res, part, dout, inp, w, rstd, N, d);
+    rmsnorm_bwd_parts(gt_cuda_ex(b, s), dout_res, din_res, part, dout, inp, w, rstd, N, d);
     GT_CUDA_LAUNCHED(b, "rmsnorm_bwd_part");
 }
 
@@ -600,12 +599,12 @@ static void cuda_add(gt_backend *b, gt_stream *s, void *out, const void *a, cons
                      size_t n) {
     if (b->planning || n == 0) return;
     if (n % 8 == 0 && al16(out) && al16(a) && al16(x)) {
-        gt_launch(k_add8, gt_grid(n / 8, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
+        gt_launch(k_add8, gt_grid(n / 8, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_ex(b, s),
                   (bf16 *)out, (const bf16 *)a, (const bf16 *)x, n / 8);
         GT_CUDA_LAUNCHED(b, "add");
         return;
     }
-    gt_launch(k_add, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s), (bf16 *)out,
+    gt_launch(k_add, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_ex(b, s), (bf16 *)out,
               (const bf16 *)a, (const bf16 *)x, n);
     GT_CUDA_LAUNCHED(b, "add");
 }
@@ -635,8 +634,8 @@ static void dropout_run(gt_backend *b, gt_stream *s, const char *what, void *out
                 b, cudaMemcpyAsync(out, in, n * 2, cudaMemcpyDeviceToDevice, gt_cuda_stream(s)));
         return;
     }
-    gt_launch(k_dropout, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
-              (bf16 *)out, (const bf16 *)in, n, p, site.seed, site.site, st);
+    gt_launch(k_dropout, gt_grid(n, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_ex(b, s), (bf16 *)out,
+              (const bf16 *)in, n, p, site.seed, site.site, st);
     GT_CUDA_LAUNCHED(b, what);
 }
 
@@ -721,11 +720,11 @@ static void cuda_swiglu_fwd(gt_backend *b, gt_stream *s, void *out, const void *
     size_t total = (size_t)N * f;
     if (f % 8 == 0 && total / 8 < (1u << 31) && al16(out) && al16(gu)) {
         gt_launch(k_swiglu_fwd8, gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
-                  gt_cuda_stream(s), (bf16 *)out, (const bf16 *)gu, N, f);
+                  gt_cuda_ex(b, s), (bf16 *)out, (const bf16 *)gu, N, f);
         GT_CUDA_LAUNCHED(b, "swiglu_fwd");
         return;
     }
-    gt_launch(k_swiglu_fwd, gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
+    gt_launch(k_swiglu_fwd, gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_ex(b, s),
               (bf16 *)out, (const bf16 *)gu, N, f);
     GT_CUDA_LAUNCHED(b, "swiglu_fwd");
 }
@@ -735,11 +734,11 @@ static void cuda_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *
     size_t total = (size_t)N * f;
     if (f % 8 == 0 && total / 8 < (1u << 31) && al16(dgu) && al16(dout) && al16(gu)) {
         gt_launch(k_swiglu_bwd8, gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
-                  gt_cuda_stream(s), (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
+                  gt_cuda_ex(b, s), (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
         GT_CUDA_LAUNCHED(b, "swiglu_bwd");
         return;
     }
-    gt_launch(k_swiglu_bwd, gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_stream(s),
+    gt_launch(k_swiglu_bwd, gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_ex(b, s),
               (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
     GT_CUDA_LAUNCHED(b, "swiglu_bwd");
 }

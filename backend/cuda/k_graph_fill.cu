@@ -6,9 +6,9 @@
  * leave the GPU idle for microseconds (in front of it and behind it), while a kernel-to-kernel
  * edge costs well under a microsecond. So after capture, each memset node is replaced by a
  * node of k_graph_fill writing the same bytes, with the same edges; with programmatic launch on
- * (GT_CUDA_PDL), an in-edge from a kernel node becomes programmatic, since k_graph_fill waits for
+ * (runtime.cuda.pdl), an in-edge from a kernel node becomes programmatic, since k_graph_fill waits for
  * its predecessor (GT_PDL_ENTRY) before it writes. Nothing is computed differently. Off with
- * GT_CUDA_GRAPH_MEMSET=node.
+ * runtime.cuda.graph_memset=node.
  *
  * The gain is measured in docs/design.md, "Memset nodes become fill kernels". (Under the
  * CUPTI tracer of `scripts/gpu.sh timeline`, such a graph shows a hole after its first node
@@ -56,7 +56,7 @@ static int is_kernel(cudaGraphNode_t n) {
 
 /* Replaces memset node m by a k_graph_fill node; *done is 0 when m was left as it is (an
  * element size the kernel does not write). */
-static cudaError_t replace_memset(cudaGraph_t g, cudaGraphNode_t m, int *done) {
+static cudaError_t replace_memset(cudaGraph_t g, cudaGraphNode_t m, int pdl, int *done) {
     *done = 0;
     cudaMemsetParams mp;
     cudaError_t e = cudaGraphMemsetNodeGetParams(m, &mp);
@@ -87,7 +87,7 @@ static cudaError_t replace_memset(cudaGraph_t g, cudaGraphNode_t m, int *done) {
     if ((e = cudaGraphAddKernelNode(&k, g, NULL, 0, &kp)) != cudaSuccess) return e;
     for (size_t i = 0; i < nin; i++) {
         cudaGraphEdgeData ed = ein[i];
-        if (gt_cuda_pdl && ed.type == cudaGraphDependencyTypeDefault && is_kernel(in[i])) {
+        if (pdl && ed.type == cudaGraphDependencyTypeDefault && is_kernel(in[i])) {
             ed.from_port = cudaGraphKernelNodePortProgrammatic;
             ed.type = cudaGraphDependencyTypeProgrammatic;
         }
@@ -100,7 +100,8 @@ static cudaError_t replace_memset(cudaGraph_t g, cudaGraphNode_t m, int *done) {
     return e;
 }
 
-extern "C" int gt_cuda_graph_memsets_to_kernels(cudaGraph_t g, int *replaced, gt_error *err) {
+extern "C" int gt_cuda_graph_memsets_to_kernels(cudaGraph_t g, int pdl, int *replaced,
+                                                gt_error *err) {
     *replaced = 0;
     size_t n = 0;
     cudaError_t e = cudaGraphGetNodes(g, NULL, &n);
@@ -111,14 +112,14 @@ extern "C" int gt_cuda_graph_memsets_to_kernels(cudaGraph_t g, int *replaced, gt
         e = cudaGraphNodeGetType(nodes[i], &t);
         if (e != cudaSuccess || t != cudaGraphNodeTypeMemset) continue;
         int done = 0;
-        e = replace_memset(g, nodes[i], &done);
+        e = replace_memset(g, nodes[i], pdl, &done);
         *replaced += done;
     }
     if (e != cudaSuccess) {
         cudaGetLastError();
         return gt_error_set(err, GT_ERR_DEVICE,
                             "replacing a captured memset node by a kernel failed: %s (%s); set "
-                            "GT_CUDA_GRAPH_MEMSET=node to keep the memset nodes",
+                            "runtime.cuda.graph_memset=node to keep the memset nodes",
                             cudaGetErrorName(e), cudaGetErrorString(e));
     }
     return GT_OK;

@@ -198,18 +198,18 @@ static void cuda_cross_entropy(gt_backend *b, gt_stream *s, float *losses, void 
                                float dscale) {
     if (b->planning || N <= 0 || V <= 0) return;
     if (V % 8 == 0 && al16(logits) && al16(dlogits) && V <= CE_SMEM_MAX_V) {
-        gt_launch(k_cross_entropy_smem, N, CE_THREADS, (size_t)V * 2, gt_cuda_stream(s), losses,
+        gt_launch(k_cross_entropy_smem, N, CE_THREADS, (size_t)V * 2, gt_cuda_ex(b, s), losses,
                   (bf16 *)dlogits, (const bf16 *)logits, targets, V, dscale);
         GT_CUDA_LAUNCHED(b, "cross_entropy");
         return;
     }
     if (V % 8 == 0 && al16(logits) && al16(dlogits)) {
-        gt_launch(k_cross_entropy8, N, CE_THREADS, 0, gt_cuda_stream(s), losses, (bf16 *)dlogits,
+        gt_launch(k_cross_entropy8, N, CE_THREADS, 0, gt_cuda_ex(b, s), losses, (bf16 *)dlogits,
                   (const bf16 *)logits, targets, V, dscale);
         GT_CUDA_LAUNCHED(b, "cross_entropy");
         return;
     }
-    gt_launch(k_cross_entropy, N, CE_THREADS, 0, gt_cuda_stream(s), losses, (bf16 *)dlogits,
+    gt_launch(k_cross_entropy, N, CE_THREADS, 0, gt_cuda_ex(b, s), losses, (bf16 *)dlogits,
               (const bf16 *)logits, targets, V, dscale);
     GT_CUDA_LAUNCHED(b, "cross_entropy");
 }
@@ -237,7 +237,7 @@ __global__ void k_loss_accumulate(gt_step_state *st, const float *losses, int N,
 static void cuda_loss_accumulate(gt_backend *b, gt_stream *s, gt_step_state *st,
                                  const float *losses, int N, float scale) {
     if (b->planning) return;
-    gt_launch(k_loss_accumulate, 1, LOSS_THREADS, 0, gt_cuda_stream(s), st, losses, N, scale);
+    gt_launch(k_loss_accumulate, 1, LOSS_THREADS, 0, gt_cuda_ex(b, s), st, losses, N, scale);
     GT_CUDA_LAUNCHED(b, "loss_accumulate");
 }
 

@@ -4,7 +4,8 @@
  * offsets: the grid is sized for the worst case (ceil(R/64) + E row tiles) and each block
  * finds its expert and row tile from the offsets, so nothing is read back to the host.
  * Everything is deterministic: integer atomics only, fp32 sums in fixed order. The grouped
- * GEMMs here are the fp32 SIMT reference; k_moe_gemm.cu has the tensor-core ones (default). */
+ * GEMMs here are the fp32 SIMT reference (runtime.cuda.moe_gemm=reference); the tensor-core
+ * ones are k_moe_wgmma.cu and k_moe_mma.cu, picked by config/kernel_choice.h. */
 #include "backend/cuda/moe_gemm.cuh"
 
 #define MOE_THREADS 256
@@ -103,7 +104,7 @@ static void cuda_moe_router_fwd(gt_backend *b, gt_stream *s, float *probs, int32
         return;
     }
     if (b->planning) return;
-    cudaStream_t cs = gt_cuda_stream(s);
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
     int wpb = MOE_THREADS / 32;
     if (N > 0)
         gt_launch(k_router_fwd, (N + wpb - 1) / wpb, MOE_THREADS, 0, cs, probs, topk_idx, topk_w,
@@ -139,7 +140,7 @@ static void cuda_moe_aux_loss(gt_backend *b, gt_stream *s, gt_step_state *st, co
     float *mean =
         (float *)gt_cuda_scratch(b, GT_SCRATCH_MOE, (size_t)(E > 0 ? E : 1) * 4, "moe_aux_loss");
     if (!mean || N <= 0 || E <= 0 || k <= 0) return;
-    cudaStream_t cs = gt_cuda_stream(s);
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
     gt_launch(k_col_mean, E, MOE_THREADS, 0, cs, mean, probs, N, E);
     gt_launch(k_aux_final, 1, 32, 0, cs, st, mean, counts, N, E, k, coeff);
     GT_CUDA_LAUNCHED(b, "moe_aux_loss");
@@ -189,7 +190,7 @@ static void cuda_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, cons
     }
     if (b->planning || N <= 0 || E <= 0 || k <= 0) return;
     int wpb = MOE_THREADS / 32;
-    gt_launch(k_router_bwd, (N + wpb - 1) / wpb, MOE_THREADS, 0, gt_cuda_stream(s), (bf16 *)dlogits,
+    gt_launch(k_router_bwd, (N + wpb - 1) / wpb, MOE_THREADS, 0, gt_cuda_ex(b, s), (bf16 *)dlogits,
               dtopk_w, probs, topk_idx, topk_w, counts, N, E, k, aux_coeff);
     GT_CUDA_LAUNCHED(b, "moe_router_bwd");
 }
@@ -304,7 +305,7 @@ static void cuda_moe_permute(gt_backend *b, gt_stream *s, int32_t *slot_token, i
     int32_t *cnt = (int32_t *)gt_cuda_scratch(b, GT_SCRATCH_PERMUTE, (size_t)E * sizeof(int32_t),
                                               "moe_permute");
     if (b->planning || !cnt) return;
-    cudaStream_t cs = gt_cuda_stream(s);
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
     gt_launch(k_permute_count, E, PERMUTE_THREADS, 0, cs, cnt, token_slot, topk_idx, N * k, E);
     gt_launch(k_permute_place, E, PERMUTE_THREADS, 0, cs, slot_token, token_slot, offsets, cnt,
               topk_idx, N * k, E, capacity);
@@ -452,7 +453,7 @@ __global__ void k_combine_bwd_dw(float *dtopk_w, const bf16 *dy, const bf16 *ye,
 static void cuda_moe_gather(gt_backend *b, gt_stream *s, void *xe, const void *x,
                             const int32_t *slot_token, int R, int k, int d) {
     if (b->planning || R <= 0 || d <= 0) return;
-    MOE_ROWS(k_gather, (unsigned)R, d, gt_cuda_stream(s), al16(xe) && al16(x), (bf16 *)xe,
+    MOE_ROWS(k_gather, (unsigned)R, d, gt_cuda_ex(b, s), al16(xe) && al16(x), (bf16 *)xe,
              (const bf16 *)x, slot_token, k, d);
     GT_CUDA_LAUNCHED(b, "moe_gather");
 }
@@ -460,7 +461,7 @@ static void cuda_moe_gather(gt_backend *b, gt_stream *s, void *xe, const void *x
 static void cuda_moe_gather_bwd(gt_backend *b, gt_stream *s, void *dx, const void *dxe,
                                 const int32_t *token_slot, int N, int k, int d) {
     if (b->planning || N <= 0 || d <= 0) return;
-    MOE_ROWS(k_gather_bwd, (unsigned)N, d, gt_cuda_stream(s), al16(dx) && al16(dxe), (bf16 *)dx,
+    MOE_ROWS(k_gather_bwd, (unsigned)N, d, gt_cuda_ex(b, s), al16(dx) && al16(dxe), (bf16 *)dx,
              (const bf16 *)dxe, token_slot, k, d);
     GT_CUDA_LAUNCHED(b, "moe_gather_bwd");
 }
@@ -469,7 +470,7 @@ static void cuda_moe_combine_fwd(gt_backend *b, gt_stream *s, void *y, const voi
                                  const float *topk_w, const int32_t *token_slot, int N, int k,
                                  int d) {
     if (b->planning || N <= 0 || d <= 0) return;
-    MOE_ROWS(k_combine_fwd, (unsigned)N, d, gt_cuda_stream(s), al16(y) && al16(ye), (bf16 *)y,
+    MOE_ROWS(k_combine_fwd, (unsigned)N, d, gt_cuda_ex(b, s), al16(y) && al16(ye), (bf16 *)y,
              (const bf16 *)ye, topk_w, token_slot, k, d);
     GT_CUDA_LAUNCHED(b, "moe_combine_fwd");
 }
@@ -479,7 +480,7 @@ static void cuda_moe_combine_bwd(gt_backend *b, gt_stream *s, void *dye, float *
                                  const int32_t *token_slot, const int32_t *slot_token, int N, int R,
                                  int k, int d) {
     if (b->planning || d <= 0) return;
-    cudaStream_t cs = gt_cuda_stream(s);
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
     if (R > 0)
         MOE_ROWS(k_combine_bwd_dye, (unsigned)R, d, cs, al16(dye) && al16(dy), (bf16 *)dye,
                  (const bf16 *)dy, topk_w, slot_token, k, d);
@@ -630,87 +631,101 @@ __global__ void __launch_bounds__(MOE_THREADS)
     }
 }
 
-static int gm_check(gt_backend *b, const char *what, int R, int E, int Nf, int K) {
-    if (R < 0 || E <= 0 || Nf <= 0 || K <= 0) {
-        gt_backend_fail(b, GT_ERR_INVALID, "%s: bad shape R=%d E=%d Nf=%d K=%d", what, R, E, Nf, K);
+/* Checks the shape and chooses the kernels of a grouped GEMM of sizes n x k (the chooser of
+ * config/kernel_choice.h, while planning too, so a refusal stops the planning pass; the choice
+ * is kept for describe). Returns 1 when there is something to launch into *kern. */
+static int gm_check(gt_backend *b, const char *what, int R, int E, int n, int k, gt_kernel *kern) {
+    if (R < 0 || E <= 0 || n <= 0 || k <= 0) {
+        gt_backend_fail(b, GT_ERR_INVALID, "%s: bad shape R=%d E=%d Nf=%d K=%d", what, R, E, n, k);
         return 0;
     }
+    gt_cuda_impl *im = (gt_cuda_impl *)b->impl;
+    gt_error err;
+    memset(&err, 0, sizeof err);
+    if (gt_choose_moe_gemm(&im->caps, im->opts.moe_gemm, n, k, kern, &err) != GT_OK) {
+        gt_backend_fail(b, err.code, "%s: %s", what, err.msg);
+        return 0;
+    }
+    if (b->planning) im->moe_kernel = *kern;
     return !b->planning && R > 0;
 }
 
+/* A chosen kernel that declined the call at launch: the tensors were not as it needs them. */
+static void gm_declined(gt_backend *b, const char *what, gt_kernel k) {
+    gt_backend_fail(b, GT_ERR_INVALID,
+                    "%s (%s): the grouped GEMM declined the call (tensors not 16-byte aligned, or "
+                    "the driver refused their tensor maps); pass 16-byte aligned tensors, or set "
+                    "runtime.cuda.moe_gemm to other kernels",
+                    what, gt_kernel_name(k));
+}
+
 /* out[R, Ncols] = A[R, Kdim] @ W_e^T per group, W_e stored [Ncols][Kdim] (kmajor: the
- * forward) or [Kdim][Ncols] (the data gradient), through the kernels moe_mode selects: wgmma,
- * then mma.sync, then the 64x64 WMMA kernels for shapes those cannot take; or SIMT. */
-static void grouped_mm(gt_backend *b, gt_stream *s, const char *what, void *out, const void *A,
-                       const void *w, const int32_t *offsets, int R, int E, int Ncols, int Kdim,
-                       int kmajor) {
-    int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    cudaStream_t cs = gt_cuda_stream(s);
+ * forward) or [Kdim][Ncols] (the data gradient), through the chosen kernels: wgmma, mma.sync,
+ * or the SIMT reference. */
+static void grouped_mm(gt_backend *b, gt_stream *s, const char *what, gt_kernel kern, void *out,
+                       const void *A, const void *w, const int32_t *offsets, int R, int E,
+                       int Ncols, int Kdim, int kmajor) {
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
     bf16 *o = (bf16 *)out;
     const bf16 *a = (const bf16 *)A, *wb = (const bf16 *)w;
-    int wc = kmajor ? Kdim : 1, wk = kmajor ? 1 : Ncols;
-    int done = mode == GT_MOE_WGMMA &&
-               gt_cuda_grouped_mm_wgmma(cs, o, a, wb, offsets, R, E, Ncols, Kdim, kmajor);
-    if (!done && (mode == GT_MOE_MMA || mode == GT_MOE_WGMMA))
+    int done = 1;
+    if (kern == GT_KERNEL_WGMMA) {
+        done = gt_cuda_grouped_mm_wgmma(cs, o, a, wb, offsets, R, E, Ncols, Kdim, kmajor);
+    } else if (kern == GT_KERNEL_MMA) {
         done = gt_cuda_grouped_mm_mma(cs, o, a, wb, offsets, R, E, Ncols, Kdim, kmajor);
-    if (!done && mode != GT_MOE_SIMT) {
-        gt_cuda_grouped_mm_tc(cs, o, a, wb, offsets, R, E, Ncols, Kdim, (size_t)Ncols * Kdim, wc,
-                              wk);
-        done = 1;
-    }
-    if (!done) {
+    } else {
+        int wc = kmajor ? Kdim : 1, wk = kmajor ? 1 : Ncols;
         dim3 grid((Ncols + GM_BN - 1) / GM_BN, (R + GM_BM - 1) / GM_BM + E);
         gt_launch(k_grouped_mm, grid, MOE_THREADS, 0, cs, o, a, wb, offsets, E, Ncols, Kdim,
                   (size_t)Ncols * Kdim, wc, wk);
     }
-    GT_CUDA_LAUNCHED(b, what);
+    if (!done)
+        gm_declined(b, what, kern);
+    else
+        GT_CUDA_LAUNCHED(b, what);
 }
 
 static void cuda_moe_matmul_fwd(gt_backend *b, gt_stream *s, void *out, const void *a,
                                 const void *w, const int32_t *offsets, int R, int E, int Nf,
                                 int K) {
-    if (!gm_check(b, "moe_matmul_fwd", R, E, Nf, K)) return;
-    grouped_mm(b, s, "moe_matmul_fwd", out, a, w, offsets, R, E, Nf, K, 1);
+    gt_kernel kern;
+    if (!gm_check(b, "moe_matmul_fwd", R, E, Nf, K, &kern)) return;
+    grouped_mm(b, s, "moe_matmul_fwd", kern, out, a, w, offsets, R, E, Nf, K, 1);
 }
 
 static void cuda_moe_matmul_bwd_data(gt_backend *b, gt_stream *s, void *da, const void *dout,
                                      const void *w, const int32_t *offsets, int R, int E, int Nf,
                                      int K) {
-    if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K)) return;
-    grouped_mm(b, s, "moe_matmul_bwd_data", da, dout, w, offsets, R, E, K, Nf, 0);
+    gt_kernel kern;
+    if (!gm_check(b, "moe_matmul_bwd_data", R, E, Nf, K, &kern)) return;
+    grouped_mm(b, s, "moe_matmul_bwd_data", kern, da, dout, w, offsets, R, E, K, Nf, 0);
 }
 
 static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, const void *dout,
                                        const void *a, const int32_t *offsets, int R, int E, int Nf,
                                        int K, int accumulate) {
-    if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K)) return;
-    int mode = ((gt_cuda_impl *)b->impl)->moe_mode;
-    if (mode == GT_MOE_WGMMA &&
-        gt_cuda_grouped_mm_dw_wgmma(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
-                                    offsets, R, E, Nf, K, accumulate)) {
-        GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
-        return;
+    gt_kernel kern;
+    if (!gm_check(b, "moe_matmul_bwd_weight", R, E, Nf, K, &kern)) return;
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
+    int done = 1;
+    if (kern == GT_KERNEL_WGMMA) {
+        done = gt_cuda_grouped_mm_dw_wgmma(cs, dw, (const bf16 *)dout, (const bf16 *)a, offsets, R,
+                                           E, Nf, K, accumulate);
+    } else if (kern == GT_KERNEL_MMA) {
+        done = gt_cuda_grouped_mm_dw_mma(cs, dw, (const bf16 *)dout, (const bf16 *)a, offsets, E,
+                                         Nf, K, accumulate);
+    } else {
+        /* the SIMT kernel only accumulates: overwriting is zeroing first */
+        if (!accumulate)
+            GT_CUDA_OP(b, cudaMemsetAsync(dw, 0, (size_t)E * Nf * K * sizeof(float), cs.cs));
+        dim3 grid((K + GM_BN - 1) / GM_BN, (Nf + GM_BN - 1) / GM_BN, E);
+        gt_launch(k_grouped_mm_dw, grid, MOE_THREADS, 0, cs, dw, (const bf16 *)dout,
+                  (const bf16 *)a, offsets, Nf, K);
     }
-    if ((mode == GT_MOE_MMA || mode == GT_MOE_WGMMA) &&
-        gt_cuda_grouped_mm_dw_mma(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
-                                  offsets, E, Nf, K, accumulate)) {
+    if (!done)
+        gm_declined(b, "moe_matmul_bwd_weight", kern);
+    else
         GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
-        return;
-    }
-    /* the tc and SIMT kernels only accumulate: overwriting is zeroing first */
-    if (!accumulate)
-        GT_CUDA_OP(b,
-                   cudaMemsetAsync(dw, 0, (size_t)E * Nf * K * sizeof(float), gt_cuda_stream(s)));
-    if (mode != GT_MOE_SIMT) {
-        gt_cuda_grouped_mm_dw_tc(gt_cuda_stream(s), dw, (const bf16 *)dout, (const bf16 *)a,
-                                 offsets, E, Nf, K);
-        GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
-        return;
-    }
-    dim3 grid((K + GM_BN - 1) / GM_BN, (Nf + GM_BN - 1) / GM_BN, E);
-    gt_launch(k_grouped_mm_dw, grid, MOE_THREADS, 0, gt_cuda_stream(s), dw, (const bf16 *)dout,
-              (const bf16 *)a, offsets, Nf, K);
-    GT_CUDA_LAUNCHED(b, "moe_matmul_bwd_weight");
 }
 
 extern "C" int gt_cuda_moe_init(int sm90, gt_error *err) {

@@ -209,7 +209,7 @@ cudaError_t gt_cuda_grouped_mm_mma_init(void) {
     return e;
 }
 
-int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
+int gt_cuda_grouped_mm_mma(gt_cuda_exec cs, bf16 *out, const bf16 *A, const bf16 *w,
                            const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor) {
     if (!gt_moe_gemm_ok(out, A, w, Ncols, Kdim)) return 0;
     dim3 grid((Ncols + MM_TILE - 1) / MM_TILE, (R + MM_TILE - 1) / MM_TILE + E);
@@ -222,7 +222,7 @@ int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16
     return 1;
 }
 
-int gt_cuda_grouped_mm_dw_mma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
+int gt_cuda_grouped_mm_dw_mma(gt_cuda_exec cs, float *dw, const bf16 *dout, const bf16 *a,
                               const int32_t *offsets, int E, int Nf, int K, int accumulate) {
     if (!gt_moe_gemm_ok(dw, dout, a, Nf, K)) return 0;
     dim3 grid((K + MM_TILE - 1) / MM_TILE, (Nf + MM_TILE - 1) / MM_TILE, E);

@@ -429,26 +429,26 @@ static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_l
         return;
     }
     if (b->planning) return;
-    gt_launch(k_step_begin, 1, 1, 0, gt_cuda_stream(s), st, sched);
+    gt_launch(k_step_begin, 1, 1, 0, gt_cuda_ex(b, s), st, sched);
     GT_CUDA_LAUNCHED(b, "step_begin");
 }
 
 static void cuda_micro_next(gt_backend *b, gt_stream *s, gt_step_state *st) {
     if (b->planning) return;
-    gt_launch(k_micro_next, 1, 1, 0, gt_cuda_stream(s), st);
+    gt_launch(k_micro_next, 1, 1, 0, gt_cuda_ex(b, s), st);
     GT_CUDA_LAUNCHED(b, "micro_next");
 }
 
 static void cuda_inject_nan(gt_backend *b, gt_stream *s, gt_step_state *st, float *grads,
                             gt_grad_rows rows) {
     if (b->planning) return;
-    gt_launch(k_inject_nan, 1, 1, 0, gt_cuda_stream(s), st, grads, rows);
+    gt_launch(k_inject_nan, 1, 1, 0, gt_cuda_ex(b, s), st, grads, rows);
     GT_CUDA_LAUNCHED(b, "inject_nan");
 }
 
 static void cuda_step_end(gt_backend *b, gt_stream *s, gt_step_state *st) {
     if (b->planning) return;
-    gt_launch(k_step_end, 1, 1, 0, gt_cuda_stream(s), st);
+    gt_launch(k_step_end, 1, 1, 0, gt_cuda_ex(b, s), st);
     GT_CUDA_LAUNCHED(b, "step_end");
 }
 
@@ -468,7 +468,7 @@ static void cuda_grad_norm(gt_backend *b, gt_stream *s, gt_step_state *st, const
     double *part = (double *)gt_cuda_scratch(b, GT_SCRATCH_GRADNORM,
                                              (size_t)GN_MAX_BLOCKS * sizeof(double), "grad_norm");
     if (!part) return;
-    cudaStream_t cs = gt_cuda_stream(s);
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
     if (n % 4 == 0 && ((uintptr_t)grads & 15u) == 0)
         gt_launch(k_gradnorm_partial4, blocks, OPT_THREADS, 0, cs, part, (const float4 *)grads,
                   n / 4, to_quad_rows(rows));
@@ -486,7 +486,7 @@ static void adamw_launch(gt_backend *b, gt_stream *s, void *params, void *master
     /* 4 elements of the int16 halves are 8 bytes: the same 16-byte test covers them */
     uintptr_t bits =
         (uintptr_t)params | (uintptr_t)master | (uintptr_t)grads | (uintptr_t)m | (uintptr_t)v;
-    cudaStream_t cs = gt_cuda_stream(s);
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
     if (n % 4 == 0 && (bits & 15u) == 0 && (quads_fit(rows) || !rows.lag)) {
         /* at least one block: it also records a skipped step (n = 0 included) */
         size_t blocks = n / 4 ? (n / 4 + OPT_THREADS - 1) / OPT_THREADS : 1;
@@ -642,7 +642,7 @@ __global__ void __launch_bounds__(LZ_THREADS)
 }
 
 template <typename MT, typename VT, bool LO, bool QUADS>
-static void lazy_launch_as(cudaStream_t cs, const gt_adamw_state &os, gt_grad_rows rows,
+static void lazy_launch_as(gt_cuda_exec cs, const gt_adamw_state &os, gt_grad_rows rows,
                            const gt_step_state *st, int catchup, const lazy_job &job) {
     int per = QUADS ? rows.d / 4 : rows.d; /* threads a row takes */
     int threads = per >= LZ_THREADS ? LZ_THREADS : (per + 31) / 32 * 32;
@@ -658,7 +658,7 @@ static void lazy_launch_as(cudaStream_t cs, const gt_adamw_state &os, gt_grad_ro
 
 /* four elements a thread where the rows and arrays allow it, as k_adamw4 */
 template <typename MT, typename VT, bool LO>
-static void lazy_launch(cudaStream_t cs, const gt_adamw_state &os, gt_grad_rows rows,
+static void lazy_launch(gt_cuda_exec cs, const gt_adamw_state &os, gt_grad_rows rows,
                         const gt_step_state *st, int catchup, const lazy_job &job) {
     uintptr_t bits =
         (uintptr_t)os.params | (uintptr_t)os.master | (uintptr_t)os.m | (uintptr_t)os.v;
@@ -669,7 +669,7 @@ static void lazy_launch(cudaStream_t cs, const gt_adamw_state &os, gt_grad_rows 
 }
 
 template <bool LO>
-static void lazy_moments(cudaStream_t cs, const gt_adamw_state &os, gt_grad_rows rows,
+static void lazy_moments(gt_cuda_exec cs, const gt_adamw_state &os, gt_grad_rows rows,
                          const gt_step_state *st, int catchup, const lazy_job &job) {
     if (os.hp.m_bf16 && os.hp.v_bf16)
         lazy_launch<bf16, bf16, LO>(cs, os, rows, st, catchup, job);
@@ -686,7 +686,7 @@ static void lazy_run(gt_backend *b, gt_stream *s, const char *what, gt_step_stat
                      const gt_adamw_state &os, gt_grad_rows rows, int catchup,
                      const lazy_job &job) {
     if ((catchup && job.n == 0 && job.per == 0) || rows.rows == 0) return;
-    cudaStream_t cs = gt_cuda_stream(s);
+    gt_cuda_exec cs = gt_cuda_ex(b, s);
     if (os.hp.master_lo)
         lazy_moments<true>(cs, os, rows, st, catchup, job);
     else

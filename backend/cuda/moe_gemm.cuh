@@ -1,5 +1,6 @@
-/* Launchers of the tensor-core grouped GEMMs (k_moe_mma.cu, k_moe_gemm.cu), used by the MoE
- * ops in k_moe.cu unless GT_CUDA_MOE=simt selected the fp32 SIMT reference kernels. */
+/* Launchers of the tensor-core grouped GEMMs (k_moe_mma.cu, k_moe_wgmma.cu), used by the MoE
+ * ops in k_moe.cu as runtime.cuda.moe_gemm chooses (config/kernel_choice.h); reference runs
+ * the fp32 SIMT kernels of k_moe.cu instead. */
 #ifndef GT_BACKEND_CUDA_MOE_GEMM_CUH
 #define GT_BACKEND_CUDA_MOE_GEMM_CUH
 
@@ -77,33 +78,26 @@ static __device__ __forceinline__ void gt_moe_dw_store_tile(float *dwe, const fl
     }
 }
 
-/* out[R, Ncols] rows of each group = A[R, Kdim] @ W_e^T, W_e(c, k) = w[e*w_expert + c*wc + k*wk] */
-void gt_cuda_grouped_mm_tc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
-                           const int32_t *offsets, int R, int E, int Ncols, int Kdim,
-                           size_t w_expert, int wc, int wk);
-/* dw[e][Nf, K] += dout[group]^T @ a[group] */
-void gt_cuda_grouped_mm_dw_tc(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
-                              const int32_t *offsets, int E, int Nf, int K);
-
-/* mma (GT_CUDA_MOE=mma; k_moe_mma.cu): mma.sync + ldmatrix, 3-stage cp.async, 128x128 tiles
- * of 4 warps; return 0 without launching unless Ncols, Kdim % 8 == 0 and the tensors are
- * 16-byte aligned. gt_cuda_grouped_mm_mma_init allows their dynamic shared memory. */
+/* mma (runtime.cuda.moe_gemm=mma, auto off compute capability 9.0; k_moe_mma.cu): mma.sync +
+ * ldmatrix, 3-stage cp.async, 128x128 tiles of 4 warps; return 0 without launching unless Ncols,
+ * Kdim % 8 == 0 and the tensors are 16-byte aligned. gt_cuda_grouped_mm_mma_init allows their
+ * dynamic shared memory. */
 cudaError_t gt_cuda_grouped_mm_mma_init(void);
-int gt_cuda_grouped_mm_mma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
+int gt_cuda_grouped_mm_mma(gt_cuda_exec cs, bf16 *out, const bf16 *A, const bf16 *w,
                            const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor);
 /* dw[e][Nf, K] (+)= dout[group]^T @ a[group]; accumulate 0 overwrites, with zeros for an
  * expert without rows */
-int gt_cuda_grouped_mm_dw_mma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
+int gt_cuda_grouped_mm_dw_mma(gt_cuda_exec cs, float *dw, const bf16 *dout, const bf16 *a,
                               const int32_t *offsets, int E, int Nf, int K, int accumulate);
 
-/* wgmma (GT_CUDA_MOE=wgmma, the default on sm_90; k_moe_wgmma.cu, sm_90a): the same three
+/* wgmma (runtime.cuda.moe_gemm=wgmma, auto on sm_90; k_moe_wgmma.cu, sm_90a): the same three
  * products on warpgroup MMA fed by TMA; same arguments and conditions as the mma launchers
  * (plus R, the rows of dout and a, for the weight gradient), 0 without launching otherwise.
  * gt_cuda_grouped_mm_wgmma_init also looks up the driver's tensor-map encoder. */
 cudaError_t gt_cuda_grouped_mm_wgmma_init(void);
-int gt_cuda_grouped_mm_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
+int gt_cuda_grouped_mm_wgmma(gt_cuda_exec cs, bf16 *out, const bf16 *A, const bf16 *w,
                              const int32_t *offsets, int R, int E, int Ncols, int Kdim, int kmajor);
-int gt_cuda_grouped_mm_dw_wgmma(cudaStream_t cs, float *dw, const bf16 *dout, const bf16 *a,
+int gt_cuda_grouped_mm_dw_wgmma(gt_cuda_exec cs, float *dw, const bf16 *dout, const bf16 *a,
                                 const int32_t *offsets, int R, int E, int Nf, int K,
                                 int accumulate);
 

@@ -86,6 +86,26 @@ static void run_modes(const char *modes, gt_bench_report *rep) {
     run_modes_how(modes, 0, rep);
 }
 
+static void test_bench_json_records_the_runtime_cuda_keys(void **state) {
+    (void)state;
+    gt_config c;
+    tiny_config(&c);
+    gt_error err = {0};
+    assert_int_equal(gt_config_override(&c, "runtime.cuda.attention=mma", &err), GT_OK);
+    assert_int_equal(gt_config_override(&c, "runtime.cuda.pdl=off", &err), GT_OK);
+    static gt_bench_report rep; /* large: not on the stack */
+    memset(&rep, 0, sizeof rep);
+    gt_bench_workload_compute(&rep.w, &c, 1e6, 0);
+    char dir[256], path[300];
+    char *json = write_and_read(&rep, gt_bench_write_json, "bench.json", dir, path);
+    if (!strstr(json, "\"runtime_cuda\": {\"attention\": \"mma\", \"attention_bwd\": \"auto\", "
+                      "\"moe_gemm\": \"auto\", \"pdl\": \"off\", \"graph_memset\": \"auto\"}"))
+        fail_msg("no runtime_cuda object in: %.600s", json);
+    free(json);
+    remove(path);
+    remove(dir);
+}
+
 static void test_bench_json_has_every_field_and_modes_agree_bitwise(void **state) {
     (void)state;
     gt_bench_report rep;
@@ -537,6 +557,7 @@ static void test_median_of_odd_and_even_counts(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bench_json_records_the_runtime_cuda_keys),
         cmocka_unit_test(test_bench_json_has_every_field_and_modes_agree_bitwise),
         cmocka_unit_test(test_mode_whose_capture_fails_is_reported_and_others_still_run),
         cmocka_unit_test(test_modes_in_their_own_processes_match_a_run_in_one_process),

@@ -175,6 +175,23 @@ static const rule_case k_cases[] = {
      "model.seq_length=64",
      "model.hidden_size=128 model.num_attention_heads=2 model.num_query_groups=2 "
      "model.seq_length=64"},
+    /* the CUDA kernel choices (config/cuda_keys.c): errors where the run is on the GPU */
+    {"cuda_moe_gemm_choice", GT_SEVERITY_ERROR,
+     "runtime.device=cuda " MOE "model.moe_ffn_hidden_size=100",
+     "runtime.device=cuda " MOE "model.moe_ffn_hidden_size=100 runtime.cuda.moe_gemm=reference"},
+    {"cuda_attention_choice", GT_SEVERITY_ERROR,
+     "runtime.device=cuda model.hidden_size=1024 model.num_attention_heads=8 "
+     "model.attention_dropout=0.1",
+     "runtime.device=cuda model.hidden_size=1024 model.num_attention_heads=8 "
+     "model.attention_dropout=0.1 runtime.cuda.attention=reference"},
+    {"cuda_attention_bwd_choice", GT_SEVERITY_ERROR,
+     "runtime.device=cuda runtime.gpu=b200 runtime.cuda.attention_bwd=wgmma",
+     "runtime.device=cuda runtime.gpu=h200 runtime.cuda.attention_bwd=wgmma"},
+    {"cuda_pdl_choice", GT_SEVERITY_ERROR,
+     "runtime.device=cuda runtime.gpu=a100 runtime.cuda.pdl=on",
+     "runtime.device=cuda runtime.gpu=h100 runtime.cuda.pdl=on"},
+    {"cuda_keys_unused_on_cpu", GT_SEVERITY_NOTE, "runtime.device=cpu runtime.cuda.attention=mma",
+     "runtime.device=cpu runtime.cuda.attention=auto"},
 };
 #define N_CASES (sizeof k_cases / sizeof k_cases[0])
 

@@ -4,9 +4,9 @@
  * backward, gradient norm, AdamW) succeeds and replays bitwise equal to eager step by step.
  * Programmatic dependent launch (kernels starting while their predecessor finishes) changes
  * no bit, eager or replayed, nor does replacing a graph's memset nodes by fill kernels (which
- * write what memset nodes of every element size and shape write); an unknown GT_CUDA_PDL or
- * GT_CUDA_GRAPH_MEMSET is refused. */
-#include "backend/cuda/cuda_backend.h" /* gt_cuda_pdl */
+ * write what memset nodes of every element size and shape write); an unknown runtime.cuda.pdl or
+ * graph_memset setting is refused. */
+#include "backend/cuda/cuda_backend.h" /* gt_cuda_impl: pdl, graph_fill */
 #include "gpu_fixture.h"
 
 /* A tiny one-layer model step on the GPU, all buffers fixed. */
@@ -327,13 +327,14 @@ static void test_programmatic_launch_changes_no_bit(void **state) {
     g_read_f32(e, master0, md.master, np);
     gt_step_state st0;
     read_state(e, &st0, md.st);
-    int saved = gt_cuda_pdl, saved_fill = gt_cuda_graph_fill;
+    gt_cuda_impl *im = b->impl;
+    int saved = im->pdl, saved_fill = im->graph_fill;
     for (int run = 0; run < RUNS; run++) {
         final[run] = malloc(np * 4);
         /* run 0: plain launches; 1: programmatic; 2: in a graph with its memset nodes; 3: in
          * a graph whose memset nodes became k_graph_fill kernel nodes */
-        gt_cuda_pdl = run > 0;
-        gt_cuda_graph_fill = run == 3;
+        im->pdl = run > 0;
+        im->graph_fill = run == 3;
         model_reset(e, &md, master0, &st0);
         gt_graph *g = NULL;
         if (run >= 2) {
@@ -357,8 +358,8 @@ static void test_programmatic_launch_changes_no_bit(void **state) {
         g_read_f32(e, final[run], md.master, np);
         if (g) b->ops->graph_destroy(b, g);
     }
-    gt_cuda_pdl = saved;
-    gt_cuda_graph_fill = saved_fill;
+    im->pdl = saved;
+    im->graph_fill = saved_fill;
     assert_int_equal(b->ops->live_graphs(b), 0);
     static const char *const what[RUNS] = {"", "programmatic launch",
                                            "programmatic launch in a graph",
@@ -446,9 +447,8 @@ static void test_fill_kernels_write_what_the_memset_nodes_would(void **state) {
     assert_memory_equal(got, want, BYTES);
     gt_error err = {0};
     int replaced = 0;
-    if (gt_cuda_graph_memsets_to_kernels(g, &replaced, &err)) fail_msg("%s", err.msg);
-    printf("    %d memset nodes replaced by fill kernels (programmatic launch %s)\n", replaced,
-           gt_cuda_pdl ? "on" : "off");
+    if (gt_cuda_graph_memsets_to_kernels(g, 1, &replaced, &err)) fail_msg("%s", err.msg);
+    printf("    %d memset nodes replaced by fill kernels (programmatic launch on)\n", replaced);
     assert_int_equal(replaced, NCASE);
     size_t n = 0;
     assert_int_equal(cudaGraphGetNodes(g, NULL, &n), cudaSuccess);
@@ -466,31 +466,28 @@ static void test_unknown_pdl_setting_is_refused(void **state) {
     (void)state;
     gt_error err = {0};
     gt_backend *b = NULL;
-    int saved = gt_cuda_pdl;
-    setenv("GT_CUDA_PDL", "sometimes", 1);
-    int rc = gt_backend_create_cuda(&b, 0, &err);
-    unsetenv("GT_CUDA_PDL");
+    gt_cuda_config opts;
+    memset(&opts, 0, sizeof opts);
+    opts.pdl = (gt_cuda_pdl)7;
+    int rc = gt_backend_create_cuda(&b, 0, &opts, &err);
     if (rc == GT_OK) {
         gt_backend_destroy(b);
-        fail_msg("GT_CUDA_PDL=sometimes was accepted");
+        fail_msg("runtime.cuda.pdl=7 was accepted");
     }
     printf("    refused: %s\n", err.msg);
     assert_int_equal(rc, GT_ERR_INVALID);
-    assert_non_null(strstr(err.msg, "GT_CUDA_PDL"));
-    assert_non_null(strstr(err.msg, "on or off"));
-    assert_int_equal(gt_cuda_pdl, saved); /* a refused setting leaves the running one alone */
-    int saved_fill = gt_cuda_graph_fill;
-    setenv("GT_CUDA_GRAPH_MEMSET", "sometimes", 1);
-    rc = gt_backend_create_cuda(&b, 0, &err);
-    unsetenv("GT_CUDA_GRAPH_MEMSET");
+    assert_non_null(strstr(err.msg, "runtime.cuda.pdl"));
+    assert_non_null(strstr(err.msg, "auto, on or off"));
+    memset(&opts, 0, sizeof opts);
+    opts.graph_memset = (gt_cuda_graph_memset)7;
+    rc = gt_backend_create_cuda(&b, 0, &opts, &err);
     if (rc == GT_OK) {
         gt_backend_destroy(b);
-        fail_msg("GT_CUDA_GRAPH_MEMSET=sometimes was accepted");
+        fail_msg("runtime.cuda.graph_memset=7 was accepted");
     }
     printf("    refused: %s\n", err.msg);
-    assert_non_null(strstr(err.msg, "GT_CUDA_GRAPH_MEMSET"));
+    assert_non_null(strstr(err.msg, "runtime.cuda.graph_memset"));
     assert_non_null(strstr(err.msg, "kernel or node"));
-    assert_int_equal(gt_cuda_graph_fill, saved_fill);
 }
 
 int main(void) {

@@ -62,7 +62,7 @@ static void with_table(const gt_gemm_table *t, const float *ha, const float *hw,
     gt_backend *b = NULL;
     gt_stream *s = NULL;
     gt_error err = {0};
-    if (gt_backend_create_cuda(&b, 0, &err) || b->ops->stream_create(b, &s, &err))
+    if (gt_backend_create_cuda(&b, 0, NULL, &err) || b->ops->stream_create(b, &s, &err))
         fail_msg("%s", err.msg);
     if (b->ops->gemm_table_set(b, t, &err)) fail_msg("gemm_table_set: %s", err.msg);
     gemm_bufs g = upload(b, s, ha, hw);

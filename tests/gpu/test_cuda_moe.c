@@ -3,6 +3,8 @@
  * gather/combine and the grouped GEMMs over device offsets (including empty experts). */
 #include "gpu_fixture.h"
 
+#include "backend/cuda/cuda_backend.h" /* gt_cuda_impl: the settings */
+
 enum { N_TOK = 200, E_EXP = 16, TOPK = 4, D_MODEL = 96, NF = 80 };
 
 /* Routing of N_TOK tokens on both backends; experts 5 and 9 get no tokens. */
@@ -305,6 +307,28 @@ static void test_permute_over_several_rounds_matches_cpu(void **state) {
     free(idx), free(h);
 }
 
+/* Only the removed WMMA kernels took sizes that are not multiples of 8: the tensor-core
+ * choices refuse them while planning, naming the key and reference (which runs them). */
+static void test_grouped_matmul_width_not_a_multiple_of_8_is_refused_naming_the_key(void **state) {
+    gpu_env *e = *state;
+    const gt_cuda_impl *im = e->gpu->impl;
+    if (im->opts.moe_gemm == GT_CUDA_MOE_REFERENCE) skip();
+    enum { R = 64, E = 2, NFW = 100, KW = 64 };
+    int32_t off[E + 1] = {0, 32, R};
+    void *x = g_act(e, NULL, (size_t)R * KW), *w = g_act(e, NULL, (size_t)E * NFW * KW);
+    void *h = g_act(e, NULL, (size_t)R * NFW);
+    int32_t *go = g_i32(e, off, E + 1);
+    gt_error err = {0};
+    e->gpu->planning = 1;
+    e->gpu->ops->moe_matmul_fwd(e->gpu, e->gs, h, x, w, go, R, E, NFW, KW);
+    int rc = e->gpu->ops->plan_finish(e->gpu, &err);
+    e->gpu->planning = 0;
+    printf("    refused: %s\n", err.msg);
+    assert_int_equal(rc, GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "runtime.cuda.moe_gemm"));
+    assert_non_null(strstr(err.msg, "reference"));
+}
+
 int main(void) {
 #define T(f) cmocka_unit_test_teardown(f, gpu_free_bufs)
     const struct CMUnitTest tests[] = {
@@ -313,6 +337,7 @@ int main(void) {
         T(test_permute_over_several_rounds_matches_cpu),
         T(test_gather_combine_and_grouped_matmuls_match_cpu),
         T(test_grouped_matmuls_match_cpu_across_tiles),
+        T(test_grouped_matmul_width_not_a_multiple_of_8_is_refused_naming_the_key),
     };
     return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
 }

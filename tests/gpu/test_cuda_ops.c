@@ -3,6 +3,8 @@
  * precision, plus determinism (two runs bitwise equal) of the ops that reduce. */
 #include "gpu_fixture.h"
 
+#include "backend/cuda/cuda_backend.h" /* gt_cuda_impl: the settings and the device */
+
 static void test_from_float_rounds_to_nearest_bf16(void **state) {
     gpu_env *e = *state;
     size_t n = 4096;
@@ -375,7 +377,35 @@ static void test_rope_matches_cpu(void **state) {
     free(x), free(got);
 }
 
+/* When the kernel choice (runtime.cuda.attention / attention_bwd of this run) refuses the
+ * shape, the planning pass must refuse it too, naming the key: 1 then (nothing to compare). */
+static int attention_refused(gpu_env *e, int B, int T, int H, int KV, int hd, float p) {
+    const gt_cuda_impl *im = e->gpu->impl;
+    gt_attn_shape sh = {T, hd, p, 0};
+    gt_kernel kf, kb;
+    gt_error why = {0};
+    if (gt_choose_attention_fwd(&im->caps, im->opts.attention, &sh, &kf, &why) == GT_OK &&
+        gt_choose_attention_bwd(&im->caps, im->opts.attention_bwd, kf, &sh, &kb, &why) == GT_OK)
+        return 0;
+    size_t nq = (size_t)B * T * (H + 2 * KV) * hd, no = (size_t)B * T * H * hd;
+    void *qkv = g_act(e, NULL, nq), *out = g_act(e, NULL, no);
+    float *lse = g_f32(e, NULL, (size_t)B * H * T);
+    gt_step_state init = default_state(), *cst, *gst;
+    make_states(e, &init, &cst, &gst);
+    gt_rng_site site = {42, 3, 0};
+    gt_error err = {0};
+    e->gpu->planning = 1;
+    e->gpu->ops->attention_fwd(e->gpu, e->gs, out, lse, qkv, B, T, H, KV, hd, p, site, gst);
+    int rc = e->gpu->ops->plan_finish(e->gpu, &err);
+    e->gpu->planning = 0;
+    printf("    attention T%d hd%d p%.1f refused: %s\n", T, hd, (double)p, err.msg);
+    assert_int_equal(rc, GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "runtime.cuda.attention"));
+    return 1;
+}
+
 static void attention_case(gpu_env *e, int B, int T, int H, int KV, int hd, float p) {
+    if (attention_refused(e, B, T, H, KV, hd, p)) return;
     char what[128];
     int C = (H + 2 * KV) * hd;
     size_t nq = (size_t)B * T * C, no = (size_t)B * T * H * hd, nl = (size_t)B * H * T;
@@ -392,6 +422,11 @@ static void attention_case(gpu_env *e, int B, int T, int H, int KV, int hd, floa
     void *g_qkv = g_act(e, qkv, nq), *g_out = g_act(e, NULL, no), *g_dout = g_act(e, dout, no);
     void *g_dqkv = g_act(e, NULL, nq), *g_dqkv2 = g_act(e, NULL, nq);
     float *g_lse = g_f32(e, NULL, nl);
+    /* one planning pass of both directions, as the trainer's: the kernels are chosen there */
+    GPU_PLAN(e, (e->gpu->ops->attention_fwd(e->gpu, e->gs, g_out, g_lse, g_qkv, B, T, H, KV, hd, p,
+                                            site, gst),
+                 e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B,
+                                            T, H, KV, hd, p, site, gst)));
     e->gpu->ops->attention_fwd(e->gpu, e->gs, g_out, g_lse, g_qkv, B, T, H, KV, hd, p, site, gst);
     g_read_act(e, got, g_out, no);
     snprintf(what, sizeof what, "attention_fwd out B%d T%d H%d KV%d hd%d p%.1f", B, T, H, KV, hd,
@@ -399,8 +434,6 @@ static void attention_case(gpu_env *e, int B, int T, int H, int KV, int hd, floa
     EXPECT_CLOSE(what, got, c_out, no, TOL_BF16);
     g_read_f32(e, got, g_lse, nl);
     EXPECT_CLOSE("attention_fwd lse", got, c_lse, nl, TOL_F32);
-    GPU_PLAN(e, e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T,
-                                           H, KV, hd, p, site, gst));
     e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv, g_dout, g_qkv, g_out, g_lse, B, T, H, KV, hd,
                                p, site, gst);
     e->gpu->ops->attention_bwd(e->gpu, e->gs, g_dqkv2, g_dout, g_qkv, g_out, g_lse, B, T, H, KV, hd,
@@ -430,6 +463,8 @@ static void test_attention_hd64_gqa_matches_cpu_deterministically(void **state) 
     attention_case(e, 1, 300, 2, 2, 64, 0.1f);
 }
 
+/* With auto, the first two (T % 128 != 0, dropout) are refused naming reference: only the
+ * removed WMMA kernels ran them; runtime.cuda.attention=reference (GT_CUDA_ATTN) runs them. */
 static void test_attention_hd128_gqa_matches_cpu_deterministically(void **state) {
     gpu_env *e = *state;
     NEED_CPU(e, attention_fwd);

@@ -106,7 +106,7 @@ static void att_case(gpu_env *e, const char *name, int B, int T, int H, int KV, 
     gt_step_state init = default_state();
     c.st = g_alloc(e, sizeof init);
     e->gpu->ops->memcpy_h2d(e->gpu, e->gs, c.st, &init, sizeof init);
-    GPU_PLAN(e, run_att_bwd(e, &c));
+    GPU_PLAN(e, (run_att_fwd(e, &c), run_att_bwd(e, &c)));
     float f = time_ms(e, run_att_fwd, &c), bw = time_ms(e, run_att_bwd, &c);
     double fl = 4.0 * B * H * (double)T * T * hd / 2; /* causal forward */
     printf("    attention %-8s B%d T%d H%d KV%d hd%d: fwd %.3f ms (%.0f TFLOP/s), bwd %.3f ms, "

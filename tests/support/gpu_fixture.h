@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "config/cuda_keys.h"
+#include "config/keys.h"
 #include "core/bf16.h"
 #include "testlib.h"
 
@@ -60,7 +62,14 @@ static inline int env_open(gpu_env **out) {
         free(e);
         return -1;
     }
-    if (gt_backend_create_cuda(&e->gpu, 0, &err) != GT_OK) {
+    /* the kernel choices of a default configuration, with the GT_CUDA_* aliases (how the
+     * GPU scripts run these tests with other kernels, e.g. GT_CUDA_MOE=reference) */
+    gt_config cfg;
+    gt_cuda_config opts;
+    gt_config_defaults(&cfg);
+    gt_config_read_env(&cfg);
+    if (gt_config_cuda_settings(&cfg, &opts, &err) != GT_OK ||
+        gt_backend_create_cuda(&e->gpu, 0, &opts, &err) != GT_OK) {
         fprintf(stderr, "cuda backend: %s\n", err.msg);
         gt_backend_destroy(e->cpu);
         free(e);

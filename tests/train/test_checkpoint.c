@@ -235,6 +235,33 @@ static void test_checkpoint_of_another_shape_is_refused(void **state) {
     expect_refused(&c, "ffn=64", "another model shape");
 }
 
+static void test_checkpoint_records_the_runtime_cuda_settings(void **state) {
+    (void)state;
+    char dir[256], file[400];
+    gt_test_tmpdir(dir, sizeof dir);
+    gt_config c;
+    resume_config(&c, dir);
+    set(&c, "runtime.cuda.moe_gemm=reference");
+    set(&c, "runtime.cuda.graph_memset=node");
+    char ckpt[300];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    gt_trainer *t = create(&c);
+    float loss[1];
+    steps(t, 1, loss);
+    gt_error err = {0};
+    assert_int_equal(gt_trainer_save(t, ckpt, &err), GT_OK);
+    gt_trainer_destroy(t);
+    gt_ckpt_file(ckpt, file, sizeof file);
+    gt_ckpt_meta meta;
+    float *master, *m, *v;
+    assert_int_equal(gt_ckpt_read(file, &meta, &master, &m, &v, &err), GT_OK);
+    assert_string_equal(meta.settings, "runtime.cuda: attention=auto attention_bwd=auto "
+                                       "moe_gemm=reference pdl=auto graph_memset=node");
+    free(master);
+    free(m);
+    free(v);
+}
+
 static void test_missing_checkpoint_names_the_path(void **state) {
     (void)state;
     char dir[256], kv[400];
@@ -254,6 +281,7 @@ int main(void) {
         cmocka_unit_test(test_truncated_checkpoint_is_refused),
         cmocka_unit_test(test_file_that_is_not_a_checkpoint_is_refused),
         cmocka_unit_test(test_checkpoint_of_another_shape_is_refused),
+        cmocka_unit_test(test_checkpoint_records_the_runtime_cuda_settings),
         cmocka_unit_test(test_missing_checkpoint_names_the_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
