@@ -17,6 +17,8 @@
 #define DW_STAGE_BYTES (DW_A_BYTES + DW_BN * DW_BK * 2)
 #define DW_SMEM (DW_STAGES * DW_STAGE_BYTES + 2 * DW_STAGES * 8 + 1024)
 #define DW_THREADS 384
+/* programmatic dependent launch for the prototypes, as runtime.cuda.pdl=on gives the backend */
+static const int dev_pdl = 1;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* d[128] += A (64 x 16) @ B (16 x 256) for the warpgroup, both operands K-major */
@@ -294,7 +296,7 @@ static int dense_wgmma_mc(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 
     at[0].val.clusterDim.y = 1;
     at[0].val.clusterDim.z = 1;
     at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = gt_cuda_pdl;
+    at[1].val.programmaticStreamSerializationAllowed = dev_pdl;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(2 * clusters);
     cfg.blockDim = dim3(DW_THREADS);
@@ -372,8 +374,8 @@ static int dense_wgmma_pp(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 
     if (!gt_wg_map(&tA, A, K, M, 1, DW_BK, PP_BM) || !gt_wg_map(&tW, w, K, N, 1, DW_BK, DW_BN))
         return 0;
     int tiles = ((N + DW_BN - 1) / DW_BN) * ((M + PP_BM - 1) / PP_BM);
-    gt_launch(k_dense_wgmma_pp, dim3(tiles < sms ? tiles : sms), DW_THREADS, PP_SMEM, cs, out, tA,
-              tW, M, N, K);
+    gt_launch(k_dense_wgmma_pp, dim3(tiles < sms ? tiles : sms), DW_THREADS, PP_SMEM,
+              gt_cuda_exec{cs, dev_pdl}, out, tA, tW, M, N, K);
     return 1;
 }
 
@@ -394,9 +396,10 @@ static int dense_wgmma(cudaStream_t cs, bf16 *out, const bf16 *A, const bf16 *w,
     dim3 grid((N + DW_BN - 1) / DW_BN, (M + DW_BM - 1) / DW_BM);
     int tiles = (int)(grid.x * grid.y);
     if (persist)
-        gt_launch(k_dense_wgmma<true>, dim3(tiles < sms ? tiles : sms), DW_THREADS, DW_SMEM, cs,
-                  out, tA, tW, M, N, K);
+        gt_launch(k_dense_wgmma<true>, dim3(tiles < sms ? tiles : sms), DW_THREADS, DW_SMEM,
+                  gt_cuda_exec{cs, dev_pdl}, out, tA, tW, M, N, K);
     else
-        gt_launch(k_dense_wgmma<false>, grid, DW_THREADS, DW_SMEM, cs, out, tA, tW, M, N, K);
+        gt_launch(k_dense_wgmma<false>, grid, DW_THREADS, DW_SMEM, gt_cuda_exec{cs, dev_pdl}, out,
+                  tA, tW, M, N, K);
     return 1;
 }

@@ -37,21 +37,21 @@ done
 # forward with the own wgmma backward), the tensor-core attention alone (the default routes
 # cuDNN's shapes to cuDNN), the SIMT grouped GEMMs (the tensor-core ones' reference) and the
 # 64x64 WMMA grouped GEMMs (the default is wgmma). A tree whose kernels differ names its own.
-OPS_VARIANTS_DEFAULT="gpu_test_cuda_ops_simt_attention|GT_CUDA_ATTN=simt|gpu_test_cuda_ops
+OPS_VARIANTS_DEFAULT="gpu_test_cuda_ops_reference_attention|GT_CUDA_ATTN=reference|gpu_test_cuda_ops
 gpu_test_cuda_ops_cudnn_bwd|GT_CUDA_ATTN_BWD=cudnn|gpu_test_cuda_ops
-gpu_test_cuda_ops_tc_attention|GT_CUDA_ATTN=tc|gpu_test_cuda_ops
-gpu_test_cuda_perf_tc_attention|GT_CUDA_ATTN=tc|gpu_test_cuda_perf
-gpu_test_cuda_moe_simt_gemm|GT_CUDA_MOE=simt|gpu_test_cuda_moe
-gpu_test_cuda_perf_simt_gemm|GT_CUDA_MOE=simt GT_CUDA_ATTN=tc|gpu_test_cuda_perf
-gpu_test_cuda_moe_tc_gemm|GT_CUDA_MOE=tc|gpu_test_cuda_moe
-gpu_test_cuda_perf_tc_gemm|GT_CUDA_MOE=tc|gpu_test_cuda_perf"
+gpu_test_cuda_ops_mma_attention|GT_CUDA_ATTN=mma|gpu_test_cuda_ops
+gpu_test_cuda_perf_mma_attention|GT_CUDA_ATTN=mma|gpu_test_cuda_perf
+gpu_test_cuda_moe_reference_gemm|GT_CUDA_MOE=reference|gpu_test_cuda_moe
+gpu_test_cuda_perf_reference_gemm|GT_CUDA_MOE=reference GT_CUDA_ATTN=mma|gpu_test_cuda_perf
+gpu_test_cuda_moe_mma_gemm|GT_CUDA_MOE=mma|gpu_test_cuda_moe
+gpu_test_cuda_perf_mma_gemm|GT_CUDA_MOE=mma|gpu_test_cuda_perf"
 while IFS='|' read -r name envs test; do
   [ -z "$name" ] && continue
   # shellcheck disable=SC2086 # envs is word-split on purpose
   run "$name" "${TEST_LIMIT:-240}" env $envs "$BUILD/$test"
 done <<<"${OPS_VARIANTS:-$OPS_VARIANTS_DEFAULT}"
 if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
-  run "memcheck_gpu_test_cuda_moe_tc" "${SAN_LIMIT:-150}" env GT_CUDA_MOE=tc \
+  run "memcheck_gpu_test_cuda_moe_mma" "${SAN_LIMIT:-150}" env GT_CUDA_MOE=mma \
     compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/gpu_test_cuda_moe"
   for t in gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture gpu_test_cuda_grad_rows; do
     run "memcheck_$t" "${SAN_LIMIT:-150}" compute-sanitizer --tool memcheck \
@@ -65,7 +65,7 @@ if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
     # the own attention kernels (shared-memory hand-overs between warp halves); with tc, since
     # racecheck reports hazards inside cuDNN's generated sdpa kernels (wgmma/TMA code it does
     # not follow), which would hide ours
-    run "racecheck_gpu_test_cuda_ops_tc" "${RACE_LIMIT:-150}" env GT_CUDA_ATTN=tc \
+    run "racecheck_gpu_test_cuda_ops_mma" "${RACE_LIMIT:-150}" env GT_CUDA_ATTN=mma \
       compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 \
       "$BUILD/gpu_test_cuda_ops"
   fi
