@@ -16,12 +16,12 @@ static const char *const k_graph_impl[] = {"none", "local", "transformer_engine"
 static const char *const k_scopes[] = {"full_iteration", "attn",           "mlp",   "moe",
                                        "moe_router",     "moe_preprocess", "mamba", NULL};
 static const char *const k_recompute_gran[] = {"none", "full", "selective", NULL};
-static const char *const k_recompute_method[] = {"uniform", "block", NULL};
+static const char *const k_recompute_method[] = {"uniform", "block", "none", NULL};
 /* order = GT_RECOMPUTE_* bit order */
 static const char *const k_recompute_modules[] = {
     "core_attn", "mlp", "moe", "moe_act", "layernorm", "shared_experts", NULL};
 static const char *const k_dispatcher[] = {"allgather", "alltoall", "flex", NULL};
-static const char *const k_dtype[] = {"bf16", "fp32", "fp8_cs", "fp8_mx", "fp8_ds", NULL};
+static const char *const k_dtype[] = {"bf16", "fp32", "fp8_cs", "fp8_mx", "fp8_ds", "nvfp4", NULL};
 static const char *const k_state_dtype[] = {"fp32", "bf16", NULL};
 static const char *const k_lr_style[] = {"constant", "linear", "cosine", NULL};
 static const char *const k_device[] = {"auto", "cpu", "cuda", NULL};
@@ -59,7 +59,7 @@ static const gt_key k_keys[] = {
     {"model.moe_router_padding_for_fp8", GT_KEY_BOOL, F(model.moe_router_padding_for_fp8), "false", NULL, 0, 0, "Pad the routing map for fp8 expert GEMMs (syncs with the host).", NULL},
     /* ---- recompute, offloading, wgrad ---- */
     {"model.recompute_granularity", GT_KEY_ENUM, F(model.recompute_granularity), "none", k_recompute_gran, 0, 0, "Activation recompute: none, full (whole layers) or selective (recompute_modules).", NULL},
-    {"model.recompute_method", GT_KEY_ENUM, F(model.recompute_method), "uniform", k_recompute_method, 0, 0, "How full recompute picks layers.", NULL},
+    {"model.recompute_method", GT_KEY_ENUM, F(model.recompute_method), "none", k_recompute_method, 0, 0, "How full recompute picks layers: uniform (chunks of recompute_num_layers) or block (the first recompute_num_layers of each stage); none = unset.", NULL},
     {"model.recompute_modules", GT_KEY_SET, F(model.recompute_modules), "core_attn", k_recompute_modules, 0, 0, "Sub-modules recomputed under selective recompute.", NULL},
     {"model.recompute_num_layers", GT_KEY_INT, F(model.recompute_num_layers), "0", NULL, 0, 100000, "Layers recomputed under full recompute; 0 = unset.", "0"},
     {"model.cpu_offloading", GT_KEY_BOOL, F(model.cpu_offloading), "false", NULL, 0, 0, "Offload activations/weights to host memory.", NULL},
@@ -70,6 +70,11 @@ static const gt_key k_keys[] = {
     {"model.pipeline_model_parallel_size", GT_KEY_INT, F(model.pipeline_model_parallel_size), "1", NULL, 1, 100000, "Pipeline-parallel size.", NULL},
     {"model.expert_model_parallel_size", GT_KEY_INT, F(model.expert_model_parallel_size), "1", NULL, 1, 100000, "Expert-parallel size.", NULL},
     {"model.context_parallel_size", GT_KEY_INT, F(model.context_parallel_size), "1", NULL, 1, 100000, "Context-parallel size.", NULL},
+    /* ---- Megatron's uneven pipeline stages and vocabulary padding ---- */
+    {"model.num_layers_in_first_pipeline_stage", GT_KEY_INT, F(model.num_layers_in_first_pipeline_stage), "0", NULL, 0, 100000, "Layers of the first pipeline stage when stages are uneven; 0 = unset (num_layers / pp each).", "0"},
+    {"model.num_layers_in_last_pipeline_stage", GT_KEY_INT, F(model.num_layers_in_last_pipeline_stage), "0", NULL, 0, 100000, "Layers of the last pipeline stage when stages are uneven; 0 = unset.", "0"},
+    {"model.should_pad_vocab", GT_KEY_BOOL, F(model.should_pad_vocab), "false", NULL, 0, 0, "Pad vocab_size to a multiple of make_vocab_size_divisible_by x tensor_model_parallel_size (Bridge's default is false).", NULL},
+    {"model.make_vocab_size_divisible_by", GT_KEY_INT, F(model.make_vocab_size_divisible_by), "128", NULL, 1, 1000000, "Vocabulary padding multiple (per tensor-parallel rank) used when should_pad_vocab is true.", NULL},
     {"ddp.data_parallel_size", GT_KEY_INT, F(ddp.data_parallel_size), "0", NULL, 0, 1000000, "Data-parallel size; 0 = num_gpus / (tp * pp * cp).", "0"},
     /* ---- CUDA graphs (Bridge's keys) ---- */
     {"model.cuda_graph_impl", GT_KEY_ENUM, F(model.cuda_graph_impl), "none", k_graph_impl, 0, 0, "CUDA graphs: none (eager), local (one full-iteration graph) or transformer_engine (per-layer scoped graphs).", NULL},
@@ -84,7 +89,8 @@ static const gt_key k_keys[] = {
     {"train.train_iters", GT_KEY_INT, F(train.train_iters), "100", NULL, 1, 1000000000, "Optimizer steps to train.", NULL},
     {"train.eval_interval", GT_KEY_INT, F(train.eval_interval), "0", NULL, 0, 1000000000, "Evaluate every n steps; 0 = never.", "0"},
     {"train.eval_iters", GT_KEY_INT, F(train.eval_iters), "0", NULL, 0, 1000000000, "Batches per evaluation.", NULL},
-    {"train.exit_interval", GT_KEY_INT, F(train.exit_interval), "0", NULL, 0, 1000000000, "Stop after this many steps of this run; 0 = never.", "0"},
+    {"train.exit_interval", GT_KEY_INT, F(train.exit_interval), "0", NULL, 0, 1000000000, "Stop (saving a checkpoint when checkpoint.save is set) after the first step whose number is divisible by this, as Megatron does; 0 = never.", "0"},
+    {"train.exit_duration_in_mins", GT_KEY_DOUBLE, F(train.exit_duration_in_mins), "0", NULL, 0, 1e9, "Stop (saving a checkpoint when checkpoint.save is set) after the first step that ends this many minutes after training started; 0 = never.", "0"},
     /* ---- checks ---- */
     {"rerun_state_machine.check_for_nan_in_loss", GT_KEY_BOOL, F(rerun_state_machine.check_for_nan_in_loss), "true", NULL, 0, 0, "Stop on a NaN/Inf loss (a device-side check here, so it survives graph capture).", NULL},
     {"ddp.check_for_nan_in_grad", GT_KEY_BOOL, F(ddp.check_for_nan_in_grad), "true", NULL, 0, 0, "Skip the update and stop on NaN/Inf gradients (device-side).", NULL},
@@ -216,7 +222,8 @@ void gt_config_defaults(gt_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (size_t i = 0; i < sizeof k_keys / sizeof k_keys[0]; i++) {
         gt_error err = {0};
-        /* the table's defaults are tested to parse (tests/config/test_config.c), so this cannot fail */
+        /* the table's defaults are tested to parse (tests/config/test_config.c), so this cannot
+         * fail */
         (void)gt_config_set(cfg, k_keys[i].name, k_keys[i].def, &err);
     }
 }

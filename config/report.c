@@ -1,8 +1,33 @@
 /* Printing a validation report: one block per finding (severity, rule, keys, why, fix) for
  * people, or a JSON array for machines. */
+#include <stdarg.h>
 #include <string.h>
 
 #include "config/rules.h"
+
+gt_finding *gt_report_add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
+                          const char *fix, const char *fmt, ...) {
+    if (sev == GT_SEVERITY_ERROR)
+        r->errors++;
+    else
+        r->notes++;
+    if (r->count >= GT_REPORT_MAX) {
+        r->dropped++;
+        return NULL;
+    }
+    gt_finding *f = &r->findings[r->count++];
+    memset(f, 0, sizeof *f);
+    f->severity = sev;
+    f->rule = rule;
+    for (int i = 0; i < GT_FINDING_KEYS_MAX - 1 && keys[i]; i++)
+        f->keys[f->n_keys++] = keys[i];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->message, sizeof f->message, fmt, ap);
+    va_end(ap);
+    snprintf(f->fix, sizeof f->fix, "%s", fix);
+    return f;
+}
 
 int gt_report_has(const gt_report *r, const char *rule) {
     for (int i = 0; i < r->count; i++)
@@ -19,9 +44,13 @@ void gt_report_print(const gt_report *r, FILE *out) {
         fprintf(out, "\n  why: %s\n  fix: %s\n", f->message, f->fix);
     }
     if (r->dropped) fprintf(out, "(%d more findings not shown)\n", r->dropped);
+    char apart[96] = "";
+    if (r->unsupported)
+        snprintf(apart, sizeof apart, " (%d setting%s graphtrain cannot run yet)", r->unsupported,
+                 r->unsupported == 1 ? "" : "s");
     if (r->errors)
-        fprintf(out, "%d error%s, %d note%s: the configuration is not valid\n", r->errors,
-                r->errors == 1 ? "" : "s", r->notes, r->notes == 1 ? "" : "s");
+        fprintf(out, "%d error%s%s, %d note%s: the configuration is not valid\n", r->errors,
+                r->errors == 1 ? "" : "s", apart, r->notes, r->notes == 1 ? "" : "s");
     else
         fprintf(out, "configuration is valid (%d note%s)\n", r->notes, r->notes == 1 ? "" : "s");
 }

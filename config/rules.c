@@ -4,39 +4,14 @@
  * stops the others, so a user sees all problems at once. */
 #include "config/rules.h"
 
-#include <stdarg.h>
 #include <string.h>
 
-#define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define KEYS GT_KEYS
 
 /* Arch >= sm_100 (Blackwell) GPUs: MCore skips the NCCL_GRAPH_REGISTER check for `local`. */
 static const char *const k_blackwell[] = {"b200", "b300", "gb200", "gb300", NULL};
 
-static void add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
-                const char *fix, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-static void add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
-                const char *fix, const char *fmt, ...) {
-    if (sev == GT_SEVERITY_ERROR)
-        r->errors++;
-    else
-        r->notes++;
-    if (r->count >= GT_REPORT_MAX) {
-        r->dropped++;
-        return;
-    }
-    gt_finding *f = &r->findings[r->count++];
-    memset(f, 0, sizeof *f);
-    f->severity = sev;
-    f->rule = rule;
-    for (int i = 0; i < GT_FINDING_KEYS_MAX - 1 && keys[i]; i++)
-        f->keys[f->n_keys++] = keys[i];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(f->message, sizeof f->message, fmt, ap);
-    va_end(ap);
-    snprintf(f->fix, sizeof f->fix, "%s", fix);
-}
+#define add gt_report_add
 
 /* What the model contains, from the layer pattern or (without one) from the MoE keys. */
 typedef struct layers {
@@ -348,32 +323,7 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
                 "set model.moe_ffn_hidden_size",
                 "MoE experts have no width (both "
                 "moe_ffn_hidden_size and ffn_hidden_size are 0)");
-        if (m->num_moe_experts % m->expert_model_parallel_size)
-            add(r, GT_SEVERITY_ERROR, "expert_parallel_divides_experts",
-                KEYS("model.expert_model_parallel_size", "model.num_moe_experts"),
-                "pick expert_model_parallel_size dividing num_moe_experts",
-                "num_moe_experts %d is not divisible by expert_model_parallel_size %d",
-                m->num_moe_experts, m->expert_model_parallel_size);
     }
-    long model_par = (long)m->tensor_model_parallel_size * m->pipeline_model_parallel_size *
-                     m->context_parallel_size;
-    int gpus = c->runtime.num_gpus;
-    int dp = c->ddp.data_parallel_size;
-    if (gpus > 1 && gpus % model_par)
-        add(r, GT_SEVERITY_ERROR, "parallel_sizes_fit_gpus",
-            KEYS("runtime.num_gpus", "model.tensor_model_parallel_size",
-                 "model.pipeline_model_parallel_size", "model.context_parallel_size"),
-            "make runtime.num_gpus a multiple of tp * pp * cp",
-            "num_gpus %d is not a multiple of tp * pp * cp = %ld", gpus, model_par);
-    if (dp <= 0) dp = gpus > model_par && gpus % model_par == 0 ? (int)(gpus / model_par) : 1;
-    long per_step = (long)c->train.micro_batch_size * dp;
-    if (c->train.global_batch_size % per_step)
-        add(r, GT_SEVERITY_ERROR, "global_batch_divisible",
-            KEYS("train.global_batch_size", "train.micro_batch_size", "ddp.data_parallel_size"),
-            "make global_batch_size a multiple of micro_batch_size x data-parallel size",
-            "global_batch_size %d is not a multiple of micro_batch_size %d x data-parallel "
-            "size %d",
-            c->train.global_batch_size, c->train.micro_batch_size, dp);
     if (c->dataset.source == GT_DATA_SHARDS && !c->dataset.data_path[0])
         add(r, GT_SEVERITY_ERROR, "shards_need_data_path",
             KEYS("dataset.source", "dataset.data_path"),
@@ -402,37 +352,10 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
             c->train.eval_interval);
 }
 
-/* ---- valid settings this engine cannot run yet: say so instead of pretending ---- */
+/* ---- where graphtrain runs a setting differently without running less (notes); what it
+ * cannot run at all is config/unsupported.c's table ---- */
 static void check_engine_notes(const gt_config *c, gt_report *r) {
     const gt_model_config *m = &c->model;
-    if (model_layers(m).mamba)
-        add(r, GT_SEVERITY_NOTE, "engine_no_mamba", KEYS("model.hybrid_override_pattern"),
-            "validate only; to train here, use a pattern without M",
-            "graphtrain has no Mamba layers yet; this config validates but cannot be trained "
-            "or benchmarked by this engine");
-    if (m->compute_dtype >= GT_DTYPE_FP8_CS)
-        add(r, GT_SEVERITY_NOTE, "engine_no_fp8", KEYS("model.compute_dtype"),
-            "use model.compute_dtype=bf16 to run here",
-            "graphtrain computes in bf16 (or fp32 on the CPU); fp8 recipes validate but do not "
-            "run yet");
-    if (m->tensor_model_parallel_size > 1 || m->pipeline_model_parallel_size > 1 ||
-        m->expert_model_parallel_size > 1 || m->context_parallel_size > 1)
-        add(r, GT_SEVERITY_NOTE, "engine_no_model_parallel",
-            KEYS("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
-                 "model.expert_model_parallel_size", "model.context_parallel_size"),
-            "set the parallel sizes to 1 (use a *_1gpu recipe) to run here",
-            "graphtrain runs on one GPU today; tp=%d pp=%d ep=%d cp=%d validate but cannot "
-            "run yet%s",
-            m->tensor_model_parallel_size, m->pipeline_model_parallel_size,
-            m->expert_model_parallel_size, m->context_parallel_size,
-            c->runtime.num_gpus == 1 ? " (and need more than runtime.num_gpus=1)" : "");
-    if (c->runtime.num_gpus > 1 || c->ddp.data_parallel_size > 1)
-        add(r, GT_SEVERITY_NOTE, "engine_single_gpu",
-            KEYS("runtime.num_gpus", "ddp.data_parallel_size"),
-            "set runtime.num_gpus=1 (and ddp.data_parallel_size=1 or 0) to run here",
-            "graphtrain trains on one GPU today (no NCCL data parallelism yet); %d GPUs validate "
-            "but a run uses one",
-            c->runtime.num_gpus > 1 ? c->runtime.num_gpus : c->ddp.data_parallel_size);
     if (m->compute_dtype == GT_DTYPE_FP32 && c->runtime.device != GT_DEVICE_CPU)
         add(r, GT_SEVERITY_NOTE, "engine_gpu_computes_bf16", KEYS("model.compute_dtype"),
             "use model.compute_dtype=bf16, or runtime.device=cpu for fp32 compute",
@@ -444,14 +367,6 @@ static void check_engine_notes(const gt_config *c, gt_report *r) {
             "graphtrain leaves the dense layers' weight gradients to the end of the backward "
             "and batches them over the layers whatever this key says (nothing to overlap on "
             "one GPU); delay_wgrad_compute is validated (Bridge's rules) but changes nothing");
-    if (m->cpu_offloading)
-        add(r, GT_SEVERITY_NOTE, "engine_no_cpu_offloading", KEYS("model.cpu_offloading"),
-            "set model.cpu_offloading=false", "graphtrain does not offload to the CPU");
-    if (m->recompute_granularity != GT_RECOMPUTE_NONE)
-        add(r, GT_SEVERITY_NOTE, "engine_no_recompute", KEYS("model.recompute_granularity"),
-            "nothing to change; expect eager-sized activation memory",
-            "graphtrain keeps all activations (static arenas); recompute settings are "
-            "validated but not applied");
     /* the GPU attention: cuDNN takes head sizes up to 256 (multiples of 8) when there is no
      * attention dropout and seq_length % 128 == 0; graphtrain's own kernels take 64 and 128 */
     int heads = m->num_attention_heads > 0 ? m->num_attention_heads : 1;
@@ -473,17 +388,14 @@ static void check_engine_notes(const gt_config *c, gt_report *r) {
             "nothing to change; set runtime.deterministic=true to silence this note",
             "graphtrain has no faster non-deterministic kernels yet (cuDNN's atomic dQ "
             "backward is not wired in): every run stays deterministic");
-    if (c->dataset.packed_sequence)
-        add(r, GT_SEVERITY_NOTE, "engine_no_packed_sequences", KEYS("dataset.packed_sequence"),
-            "set dataset.packed_sequence=false to run here",
-            "graphtrain's loader feeds fixed-length sequences; packing is validated but not "
-            "implemented");
 }
 
 int gt_config_validate(const gt_config *cfg, gt_report *report) {
     memset(report, 0, sizeof *report);
     check_graph_rules(cfg, report);
     check_shape_rules(cfg, report);
+    gt_check_megatron_rules(cfg, report);
     check_engine_notes(cfg, report);
+    gt_check_unsupported(cfg, report);
     return report->errors;
 }

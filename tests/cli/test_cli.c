@@ -85,7 +85,8 @@ static void test_validate_reports_every_violation_and_exits_2(void **state) {
                          "model.hidden_size=500",
                          out, OUT_MAX);
     assert_int_equal(rc, 2);
-    assert_non_null(strstr(out, "5 errors"));
+    assert_non_null(strstr(out, "6 errors (1 setting graphtrain cannot run yet)"));
+    assert_non_null(strstr(out, "error [engine_no_cpu_offloading]"));
     assert_non_null(strstr(out, "error [graphs_need_rng_tracker]"));
     assert_non_null(strstr(out, "error [heads_divide_hidden_size]"));
     assert_non_null(strstr(out, "fix: "));
@@ -210,12 +211,34 @@ static void test_validate_accepts_bridge_harness_flags(void **state) {
     assert_non_null(strstr(out, "graphs_need_rng_tracker"));
 }
 
-static void test_validate_notes_what_this_engine_cannot_run(void **state) {
+/* What graphtrain cannot run yet is refused by validate, train and bench alike, by name */
+static void test_validate_train_bench_refuse_what_this_engine_cannot_run(void **state) {
     char *out = *state;
     assert_int_equal(gt_test_run("validate --quiet --recipe llama3_70b -c fp8_cs", out, OUT_MAX),
-                     0);
-    assert_non_null(strstr(out, "note [engine_no_fp8]"));
-    assert_non_null(strstr(out, "note [engine_no_model_parallel]"));
+                     2);
+    assert_non_null(strstr(out, "error [engine_no_fp8] model.compute_dtype"));
+    assert_non_null(strstr(out, "error [engine_no_tensor_parallel]"));
+    assert_non_null(strstr(out, "error [engine_no_pipeline_parallel]"));
+    assert_non_null(strstr(out, "error [engine_no_context_parallel]"));
+    assert_non_null(strstr(out, "error [engine_single_gpu]"));
+    const char *settings[] = {"-c fp8_cs", "model.recompute_granularity=selective",
+                              "model.recompute_granularity=full model.recompute_method=uniform "
+                              "model.recompute_num_layers=1",
+                              "dataset.packed_sequence=true dataset.pad_to_max_length=true "
+                              "dataset.pad_cu_seqlens=true",
+                              "model.num_layers=2 model.hybrid_override_pattern=*M"};
+    const char *cmds[] = {"validate --quiet", "train", "bench --same-process --steps 1"};
+    for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
+        for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+            char args[512];
+            snprintf(args, sizeof args,
+                     "%s --recipe tiny runtime.device=cpu train.train_iters=4 %s", cmds[c],
+                     settings[s]);
+            int rc = gt_test_run(args, out, OUT_MAX);
+            if (rc != 2 || !strstr(out, "cannot run it yet"))
+                fail_msg("`%s` exited %d without refusing:\n%s", args, rc, out);
+        }
+    }
 }
 
 static void test_recipes_lists_each_with_a_description(void **state) {
@@ -283,7 +306,7 @@ int main(void) {
         cmocka_unit_test(test_validate_json_is_one_object),
         cmocka_unit_test(test_validate_bad_input_names_the_problem),
         cmocka_unit_test(test_validate_accepts_bridge_harness_flags),
-        cmocka_unit_test(test_validate_notes_what_this_engine_cannot_run),
+        cmocka_unit_test(test_validate_train_bench_refuse_what_this_engine_cannot_run),
         cmocka_unit_test(test_recipes_lists_each_with_a_description),
         cmocka_unit_test(test_readme_and_docs_reference_match_the_generated_one),
     };

@@ -305,6 +305,8 @@ static void test_environment_fills_env_keys(void **state) {
     assert_int_equal(c.env.nccl_graph_register, -1);
 }
 
+/* Recipes for one GPU validate; the multi-GPU ones (Bridge's settings) break no rule and are
+ * refused only for what graphtrain cannot run yet (parallelism). */
 static void test_every_recipe_loads_and_validates(void **state) {
     (void)state;
     char dir[1024];
@@ -324,7 +326,9 @@ static void test_every_recipe_loads_and_validates(void **state) {
         if (gt_config_load_yaml(&c, path, &err) != GT_OK) fail_msg("%s", err.msg);
         gt_config_finalize(&c);
         gt_report r;
-        if (gt_config_validate(&c, &r)) {
+        int errors = gt_config_validate(&c, &r);
+        int one_gpu = c.runtime.num_gpus == 1;
+        if (one_gpu ? errors != 0 : errors != r.unsupported || errors == 0) {
             gt_report_print(&r, stderr);
             fail_msg("recipe %s is not valid", e->d_name);
         }
