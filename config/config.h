@@ -190,6 +190,7 @@ typedef struct gt_logger_config {
  * created, overridable in the config. */
 typedef struct gt_env_config {
     bool expandable_segments;     /* PYTORCH_CUDA_ALLOC_CONF contains expandable_segments:True */
+    bool expandable_segments_bad; /* its value there was neither True nor False (no key) */
     int nccl_graph_register;      /* NCCL_GRAPH_REGISTER; -1 = unset (NCCL's default, on) */
     bool nccl_graph_register_bad; /* the environment's value was not a whole number (no key) */
 } gt_env_config;

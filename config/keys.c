@@ -5,7 +5,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #define F(field) offsetof(gt_config, field), sizeof(((gt_config *)0)->field)
 #define BIG 1e9
@@ -231,12 +230,18 @@ void gt_config_defaults(gt_config *cfg) {
 void gt_config_read_env(gt_config *cfg) {
     const char *alloc = getenv("PYTORCH_CUDA_ALLOC_CONF");
     cfg->env.expandable_segments = false;
+    cfg->env.expandable_segments_bad = false;
     if (alloc) {
-        /* PyTorch's syntax: comma-separated "name:value" pairs */
+        /* PyTorch's syntax: comma-separated "name:value" pairs; PyTorch itself accepts only
+         * True or False here, so anything else is reported by the rules, not read as off */
         const char *p = strstr(alloc, "expandable_segments:");
         if (p) {
             p += strlen("expandable_segments:");
-            cfg->env.expandable_segments = !strncasecmp(p, "true", 4) || *p == '1';
+            size_t n = strcspn(p, ",");
+            if (n == 4 && !strncmp(p, "True", 4))
+                cfg->env.expandable_segments = true;
+            else if (!(n == 5 && !strncmp(p, "False", 5)))
+                cfg->env.expandable_segments_bad = true;
         }
     }
     const char *reg = getenv("NCCL_GRAPH_REGISTER");

@@ -271,6 +271,13 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
             "export NCCL_GRAPH_REGISTER=0 or 1 (or unset it), or set env.nccl_graph_register",
             "the environment variable NCCL_GRAPH_REGISTER is not a whole number, so whether "
             "NCCL registers graph buffers cannot be told");
+    if (c->env.expandable_segments_bad)
+        add(r, GT_SEVERITY_ERROR, "expandable_segments_not_true_or_false",
+            KEYS("env.expandable_segments"),
+            "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or :False), or set "
+            "env.expandable_segments",
+            "PYTORCH_CUDA_ALLOC_CONF's expandable_segments is neither True nor False (PyTorch "
+            "accepts only those), so whether the allocator expands segments cannot be told");
     const gt_model_config *m = &c->model;
     if (m->hidden_size % m->num_attention_heads)
         add(r, GT_SEVERITY_ERROR, "heads_divide_hidden_size",
