@@ -50,6 +50,19 @@ static void print_json(const gt_config *cfg, const gt_report *r, const gt_error 
     fputs("}\n", stdout);
 }
 
+/* After a load error: one line counting what --json counts (the bad settings and the rules'
+ * errors together), so the two outputs agree. r is NULL when the rules could not run. */
+static void print_total(const gt_report *r, const gt_error *load_error, FILE *out) {
+    int load_errors = load_error->count > 0 ? load_error->count : 1;
+    int rules = r ? r->errors : 0;
+    fprintf(out,
+            "%d error%s in all (%d bad setting%s, %d from the rules%s), %d note%s: the "
+            "configuration is not valid\n",
+            load_errors + rules, load_errors + rules == 1 ? "" : "s", load_errors,
+            load_errors == 1 ? "" : "s", rules, r ? "" : ", which could not be checked",
+            r ? r->notes : 0, r && r->notes == 1 ? "" : "s");
+}
+
 int gt_cmd_validate(int argc, char **argv) {
     int json = 0, quiet = 0;
     char *rest[argc > 0 ? argc : 1];
@@ -82,14 +95,15 @@ int gt_cmd_validate(int argc, char **argv) {
         }
     }
     gt_report report;
+    if (rc != GT_OK && checkable) gt_config_validate(&cfg, &report);
     if (rc != GT_OK) {
         /* every problem at once: the rules' findings on the rest of the configuration too */
         if (json) {
-            if (checkable) gt_config_validate(&cfg, &report);
             print_json(NULL, checkable ? &report : NULL, &err);
         } else {
             fprintf(stderr, "graphtrain validate: %s\n", err.msg);
             if (checkable) gt_cli_report_other_errors(&cfg, stderr);
+            print_total(checkable ? &report : NULL, &err, stderr);
         }
         return VALIDATE_EXIT_INVALID;
     }

@@ -181,6 +181,21 @@ static void test_validate_json_is_one_object(void **state) {
     assert_non_null(strstr(out, "\"load_errors\": 4,"));
 }
 
+/* The text output's closing line counts what --json counts: bad settings and rule errors */
+static void test_validate_text_summary_counts_what_json_counts(void **state) {
+    char *out = *state;
+    const char *args = "--recipe tiny model.nope=1 train.bad=2 model.cuda_graph_scope=attn";
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "validate --json %s", args);
+    assert_int_equal(gt_test_run(cmd, out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "\"errors\": 3, \"load_errors\": 2,"));
+    snprintf(cmd, sizeof cmd, "validate --quiet %s", args);
+    assert_int_equal(gt_test_run(cmd, out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "3 errors in all (2 bad settings, 1 from the rules), 0 notes"));
+    assert_int_equal(gt_test_run("validate --quiet --recipe tiny model.nope=1", out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "1 error in all (1 bad setting, 0 from the rules)"));
+}
+
 static void test_validate_bad_input_names_the_problem(void **state) {
     char *out = *state;
     assert_int_equal(gt_test_run("validate model.cuda_graph_scop=attn", out, OUT_MAX), 2);
@@ -304,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_bad_overrides_and_broken_rules_are_reported_together),
         cmocka_unit_test(test_validate_dropless_moe_scope_is_an_error_with_bridges_advice),
         cmocka_unit_test(test_validate_json_is_one_object),
+        cmocka_unit_test(test_validate_text_summary_counts_what_json_counts),
         cmocka_unit_test(test_validate_bad_input_names_the_problem),
         cmocka_unit_test(test_validate_accepts_bridge_harness_flags),
         cmocka_unit_test(test_validate_train_bench_refuse_what_this_engine_cannot_run),
