@@ -110,6 +110,7 @@ static const gt_key k_keys[] = {
     /* ---- data ---- */
     {"dataset.source", GT_KEY_ENUM, F(dataset.source), "mock", k_data_source, 0, 0, "mock (random token ids, like Bridge's mock data) or shards (prepare-data output).", NULL},
     {"dataset.data_path", GT_KEY_STRING, F(dataset.data_path), "", NULL, 0, 0, "Shard prefix or directory when dataset.source=shards.", NULL},
+    {"dataset.seq_length", GT_KEY_INT, F(dataset.seq_length), "0", NULL, 0, 10000000, "Bridge's dataset sequence length; it must equal model.seq_length (0 = the same).", "0"},
     {"dataset.shuffle", GT_KEY_BOOL, F(dataset.shuffle), "true", NULL, 0, 0, "Shuffle sequences each epoch.", NULL},
     {"dataset.packed_sequence", GT_KEY_BOOL, F(dataset.packed_sequence), "false", NULL, 0, 0, "Pack several documents per sequence (variable cu_seqlens).", NULL},
     {"dataset.pad_to_max_length", GT_KEY_BOOL, F(dataset.pad_to_max_length), "false", NULL, 0, 0, "Pad packed sequences to seq_length (static shapes).", NULL},
@@ -146,6 +147,7 @@ static const struct {
     {"model.rotary_emb_base", "model.rotary_base"},
     {"model.num_experts", "model.num_moe_experts"},
     {"dataset.data_prefix", "dataset.data_path"},
+    {"dataset.sequence_length", "dataset.seq_length"},
     {"graphs.warmup_steps", "model.cuda_graph_warmup_steps"},
 };
 

@@ -331,6 +331,12 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
                 "MoE experts have no width (both "
                 "moe_ffn_hidden_size and ffn_hidden_size are 0)");
     }
+    if (c->dataset.seq_length > 0 && c->dataset.seq_length != m->seq_length)
+        add(r, GT_SEVERITY_ERROR, "dataset_seq_length_matches_model",
+            KEYS("dataset.seq_length", "model.seq_length"),
+            "set dataset.seq_length to model.seq_length (or drop it)",
+            "dataset.seq_length %d differs from model.seq_length %d (Bridge requires them equal)",
+            c->dataset.seq_length, m->seq_length);
     if (c->dataset.source == GT_DATA_SHARDS && !c->dataset.data_path[0])
         add(r, GT_SEVERITY_ERROR, "shards_need_data_path",
             KEYS("dataset.source", "dataset.data_path"),

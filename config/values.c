@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "config/bridge_keys.h"
 #include "config/keys.h"
 #include "config/rules.h"
 
@@ -240,6 +241,15 @@ int gt_config_set(gt_config *cfg, const char *key, const char *value, gt_error *
         return gt_error_set(err, GT_ERR_INVALID, "gt_config_set: missing key or value");
     const gt_key *k = gt_config_find_key(key);
     if (!k) {
+        char why[GT_ERROR_MSG_MAX / 4];
+        switch (gt_bridge_key_check(key, value, why, sizeof why)) {
+        case GT_BRIDGE_KEY_UNDERSTOOD:
+            return GT_OK;
+        case GT_BRIDGE_KEY_REFUSED:
+            return gt_error_set(err, GT_ERR_INVALID, "%s", why);
+        default:
+            break;
+        }
         const char *s = gt_config_suggest_key(key);
         if (s)
             return gt_error_set(err, GT_ERR_INVALID, "unknown key '%.128s'; did you mean '%s'?",
