@@ -2,6 +2,8 @@
  * Adding a key = adding one row here; parsing, printing and the reference follow from it. */
 #include "config/keys.h"
 
+#include "config/gpus.h"
+
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,7 +130,7 @@ static const gt_key k_keys[] = {
     {"runtime.device", GT_KEY_ENUM, F(runtime.device), "auto", k_device, 0, 0, "Backend: auto (CUDA when present), cpu (fp32 reference) or cuda.", NULL},
     {"runtime.num_gpus", GT_KEY_INT, F(runtime.num_gpus), "1", NULL, 1, 100000, "GPUs to use (Bridge's -ng).", NULL},
     {"runtime.deterministic", GT_KEY_BOOL, F(runtime.deterministic), "true", NULL, 0, 0, "Deterministic kernels (eager and graph runs bitwise equal); every kernel is deterministic today, false only prints a note.", NULL},
-    {"runtime.gpu", GT_KEY_STRING, F(runtime.gpu), "", NULL, 0, 0, "GPU the config targets (Bridge's -g: h100, h200, b200, gb200, gb300); empty = this machine's.", NULL},
+    {"runtime.gpu", GT_KEY_STRING, F(runtime.gpu), "", gt_gpu_names, 0, 0, "GPU the config targets (Bridge's -g: h100, h200, b200, gb200, gb300); empty = this machine's.", NULL},
     {"runtime.gemm_table", GT_KEY_STRING, F(runtime.gemm_table), "", NULL, 0, 0, "cuBLASLt algorithm table written by graphtrain tune-gemm (a relative path is looked up from the working folder, then the recipes folder); empty = cuBLASLt's heuristic. Applied only on the device and library version it was made with.", NULL},
     {"graphs.capture_failure", GT_KEY_ENUM, F(runtime.capture_failure), "stop", k_capture_failure, 0, 0, "When capture fails: stop with the error, or continue eagerly.", NULL},
     {"graphs.max_shape_buckets", GT_KEY_INT, F(runtime.max_shape_buckets), "4", NULL, 1, 64, "Most distinct batch shapes that get their own graph.", NULL},

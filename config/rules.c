@@ -4,12 +4,11 @@
  * stops the others, so a user sees all problems at once. */
 #include "config/rules.h"
 
+#include "config/gpus.h"
+
 #include <string.h>
 
 #define KEYS GT_KEYS
-
-/* Arch >= sm_100 (Blackwell) GPUs: MCore skips the NCCL_GRAPH_REGISTER check for `local`. */
-static const char *const k_blackwell[] = {"b200", "b300", "gb200", "gb300", NULL};
 
 #define add gt_report_add
 
@@ -31,12 +30,6 @@ static layers model_layers(const gt_model_config *m) {
         l.dense_mlp = m->num_moe_experts == 0 || m->moe_layer_freq > 1;
     }
     return l;
-}
-
-static bool in_list(const char *const *list, const char *s) {
-    for (int i = 0; list[i]; i++)
-        if (!strcmp(list[i], s)) return true;
-    return false;
 }
 
 static const char *impl_name(gt_graph_impl i) {
@@ -225,7 +218,9 @@ static void check_graph_rules(const gt_config *c, gt_report *r) {
                 "delay_wgrad_compute with the attn graph scope does not support attention "
                 "biases");
     }
-    bool blackwell = in_list(k_blackwell, c->runtime.gpu);
+    /* arch >= sm_100 (Blackwell): MCore skips the NCCL_GRAPH_REGISTER check for `local` */
+    const gt_gpu_spec *gpu = gt_gpu_find(c->runtime.gpu);
+    bool blackwell = gpu && gpu->sm >= 100;
     if (c->env.expandable_segments && c->env.nccl_graph_register != 0 && (te || !blackwell))
         add(r, GT_SEVERITY_ERROR, "expandable_segments_need_nccl_graph_register_0",
             KEYS("env.expandable_segments", "env.nccl_graph_register", "model.cuda_graph_impl"),

@@ -225,6 +225,14 @@ static int set_one(gt_config *cfg, const gt_key *k, const char *v, gt_error *err
         return set_bits(cfg, k, v, err);
     case GT_KEY_STRING: {
         if (!strcmp(v, "~") || !strcasecmp(v, "null") || !strcmp(v, "None")) v = "";
+        /* a string with a list of names (runtime.gpu) takes one of them, or nothing */
+        if (k->names && *v && find_name(k->names, v) < 0) {
+            char allowed[256], msg[320];
+            gt_config_list_names(k->names, allowed, sizeof allowed);
+            snprintf(msg, sizeof msg, "is not a known GPU; use one of %s (or leave it empty)",
+                     allowed);
+            return bad_value(err, k, v, msg);
+        }
         size_t len = strlen(v);
         if (len >= k->size)
             return gt_error_set(err, GT_ERR_INVALID, "%s: value is %zu characters; at most %zu fit",
