@@ -13,21 +13,22 @@
 #define VALIDATE_EXIT_INVALID 2
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: graphtrain validate [--recipe NAME|PATH | --config FILE] [harness flags]\n"
-            "                           [key=value ...] [--json] [--quiet]\n"
-            "       graphtrain validate --reference\n\n"
-            "Resolves the configuration (recipe, then --config, then Bridge harness flags, then\n"
-            "key=value overrides), prints it, and prints EVERY violated rule at once, each with\n"
-            "the keys involved, why, and the fix. Notes say where graphtrain differs from Bridge\n"
-            "or cannot run a valid setting yet. Exit status: 0 valid, 2 invalid (or bad input).\n\n"
-            "  --json       one JSON object: valid, errors (load_errors, the bad settings,\n"
-            "               plus the rules broken), notes, load_error, findings, config\n"
-            "  --quiet      findings only, not the resolved configuration\n"
-            "  --reference  print the configuration reference (Markdown) and exit\n"
-            "harness flags: -m -mr (any case) --task -g (h100 h200 b200 gb200 gb300)\n"
-            "  -c (bf16 fp8_cs fp8_mx fp8_ds nvfp4) -ng -tp -pp -cp -ep -et -vp -gb -mb -sl\n"
-            "  --cuda_graph_impl --cuda_graph_scope a,b,c; -d/--dryrun is refused (use validate)\n");
+    fprintf(
+        out,
+        "usage: graphtrain validate [--recipe NAME|PATH | --config FILE] [harness flags]\n"
+        "                           [key=value ...] [--json] [--quiet]\n"
+        "       graphtrain validate --reference\n\n"
+        "Resolves the configuration (recipe, then --config, then Bridge harness flags, then\n"
+        "key=value overrides), prints it, and prints EVERY violated rule at once, each with\n"
+        "the keys involved, why, and the fix. Notes say where graphtrain differs from Bridge\n"
+        "or cannot run a valid setting yet. Exit status: 0 valid, 2 invalid (or bad input).\n\n"
+        "  --json       one JSON object: valid, errors (load_errors, the bad settings,\n"
+        "               plus the rules broken), notes, load_error, findings, config\n"
+        "  --quiet      findings only, not the resolved configuration\n"
+        "  --reference  print the configuration reference (Markdown) and exit\n"
+        "harness flags: -m -mr (any case) --task -g (h100 h200 b200 gb200 gb300)\n"
+        "  -c (bf16 fp8_cs fp8_mx fp8_ds nvfp4) -ng -tp -pp -cp -ep -et -vp -gb -mb -sl\n"
+        "  --cuda_graph_impl --cuda_graph_scope a,b,c; -d/--dryrun is refused (use validate)\n");
 }
 
 /* load_error: the configuration could not be fully loaded (its message and the bad settings it
