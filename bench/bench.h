@@ -13,11 +13,9 @@
 
 #define GT_BENCH_MAX_MODES 8
 #define GT_BENCH_NAME_MAX 96
-#define GT_BENCH_LOSS_STEPS 10       /* leading steps whose losses must agree across modes */
-#define GT_BENCH_PEAK_FLOPS 790e12   /* measured bf16 GEMM rate of one H200 (WORKLOADS.md) */
-#define GT_BENCH_PEAK_BYTES_S 4.3e12 /* measured device-to-device copy rate of one H200 */
-#define GT_BENCH_ADAMW_BYTES 20.0    /* bytes AdamW streams per parameter (WORKLOADS.md) */
-#define GT_BENCH_GEMM_PASSES 3       /* forward, backward-data, backward-weight */
+#define GT_BENCH_LOSS_STEPS 10    /* leading steps whose losses must agree across modes */
+#define GT_BENCH_ADAMW_BYTES 20.0 /* bytes AdamW streams per parameter (WORKLOADS.md) */
+#define GT_BENCH_GEMM_PASSES 3    /* forward, backward-data, backward-weight */
 
 /* One mode: which Bridge settings it runs with. */
 typedef struct gt_bench_mode {
@@ -47,9 +45,13 @@ typedef struct gt_bench_workload {
     double n_gemm;         /* parameters read by the GEMMs (every matrix but the embedding) */
     double flops_per_step; /* 6*N_active*tokens + 6*layers*B*T^2*d */
     double bytes_per_step; /* ADAMW_BYTES*n_params + GEMM_PASSES*2*n_gemm */
-    double limit_ms;       /* flops/PEAK_FLOPS + bytes/PEAK_BYTES_S, in ms */
-    int flops_from_model;  /* 1 if gt_model_get_info's flops_per_token was used */
-    gt_cuda_config cuda;   /* runtime.cuda.* as resolved (the GT_CUDA_* aliases applied) */
+    double limit_ms;       /* flops/peak_flops + bytes/peak_bytes_s, in ms */
+    /* peak rates of the GPU runtime.gpu names (config/gpus.c; GT_GPU_DEFAULT when empty) */
+    char gpu[16];
+    int gpu_defaulted; /* runtime.gpu was empty */
+    double peak_flops, peak_bytes_s;
+    int flops_from_model; /* 1 if gt_model_get_info's flops_per_token was used */
+    gt_cuda_config cuda;  /* runtime.cuda.* as resolved (the GT_CUDA_* aliases applied) */
 } gt_bench_workload;
 
 typedef struct gt_bench_result {

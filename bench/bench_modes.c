@@ -6,6 +6,8 @@
 #include "bench/bench.h"
 #include "config/cuda_keys.h"
 
+#include "config/gpus.h"
+
 static const struct {
     const char *name;
     uint32_t bit;
@@ -180,6 +182,12 @@ void gt_bench_workload_compute(gt_bench_workload *w, const gt_config *cfg, doubl
         w->flops_per_step =
             6.0 * active * w->tokens_per_step + 6.0 * mc->num_layers * seqs * T * T * d;
     w->bytes_per_step = GT_BENCH_ADAMW_BYTES * n_params + GT_BENCH_GEMM_PASSES * 2.0 * gemm;
-    w->limit_ms =
-        1e3 * (w->flops_per_step / GT_BENCH_PEAK_FLOPS + w->bytes_per_step / GT_BENCH_PEAK_BYTES_S);
+    /* runtime.gpu accepts only the table's names, so the lookup finds one */
+    w->gpu_defaulted = !cfg->runtime.gpu[0];
+    const gt_gpu_spec *gpu = gt_gpu_find(w->gpu_defaulted ? GT_GPU_DEFAULT : cfg->runtime.gpu);
+    if (!gpu) gpu = gt_gpu_find(GT_GPU_DEFAULT);
+    snprintf(w->gpu, sizeof w->gpu, "%s", gpu->name);
+    w->peak_flops = gpu->bf16_flops;
+    w->peak_bytes_s = gpu->bytes_per_s;
+    w->limit_ms = 1e3 * (w->flops_per_step / w->peak_flops + w->bytes_per_step / w->peak_bytes_s);
 }

@@ -34,9 +34,10 @@ void gt_bench_print_table(const gt_bench_report *rep, FILE *f) {
     if (w->backend_detail[0]) fprintf(f, "backend: %s\n", w->backend_detail);
     fprintf(f,
             "step-time limit %.4f ms = FLOPs/%.0f TFLOP/s + %.4g bytes/%.1f TB/s "
-            "(bytes = %.0f*params + %d*2*GEMM params)\n",
-            w->limit_ms, GT_BENCH_PEAK_FLOPS / 1e12, w->bytes_per_step,
-            GT_BENCH_PEAK_BYTES_S / 1e12, GT_BENCH_ADAMW_BYTES, GT_BENCH_GEMM_PASSES);
+            "(bytes = %.0f*params + %d*2*GEMM params; peak rates of %s%s)\n",
+            w->limit_ms, w->peak_flops / 1e12, w->bytes_per_step, w->peak_bytes_s / 1e12,
+            GT_BENCH_ADAMW_BYTES, GT_BENCH_GEMM_PASSES, w->gpu,
+            w->gpu_defaulted ? ", runtime.gpu unset; -g names the GPU" : "");
     fprintf(f, "%-32s %10s %10s %10s %12s %9s %7s %7s %9s %9s %6s %7s %10s %6s\n", "mode",
             "median_ms", "min_ms", "max_ms", "tokens/s", "TFLOP/s", "MFU", "limit", "capt_ms",
             "inst_ms", "graphs", "nodes", "peak_MiB", "x_eager");
@@ -191,11 +192,14 @@ int gt_bench_write_json(const gt_bench_report *rep, const char *path, gt_error *
     json_field_num(f, "bytes_per_step", w->bytes_per_step, 1);
     json_field_num(f, "limit_ms", w->limit_ms, 1);
     fprintf(f, "\n  ");
-    json_field_num(f, "peak_tflops", GT_BENCH_PEAK_FLOPS / 1e12, 1);
-    json_field_num(f, "peak_tb_per_s", GT_BENCH_PEAK_BYTES_S / 1e12, 1);
+    json_field_str(f, "peak_gpu", w->gpu, 1);
+    json_field_num(f, "peak_tflops", w->peak_flops / 1e12, 1);
+    json_field_num(f, "peak_tb_per_s", w->peak_bytes_s / 1e12, 1);
     json_field_str(f, "flops_formula", "6*N_active*tokens + 6*layers*micro_batch*seq^2*d_model", 1);
-    json_field_str(f, "limit_formula",
-                   "flops/790e12 + (20*n_params + 3*2*n_gemm_params)/4.3e12 seconds", 1);
+    char formula[160];
+    snprintf(formula, sizeof formula, "flops/%.4g + (20*n_params + 3*2*n_gemm_params)/%.4g seconds",
+             w->peak_flops, w->peak_bytes_s);
+    json_field_str(f, "limit_formula", formula, 1);
     fprintf(f, "\n  ");
     json_field_num(f, "loss_steps_compared", rep->loss_steps_compared, 1);
     fprintf(f, "\"losses_identical\": %s, ",

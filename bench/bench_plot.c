@@ -129,7 +129,7 @@ int gt_bench_write_svg(const gt_bench_report *rep, const char *path, gt_error *e
             "<text class=\"small\" x=\"12\" y=\"44\">bar: median of the timed steps; whisker: "
             "fastest to slowest; dashed: step-time limit %.4g ms (FLOPs at %.0f TFLOP/s + bytes "
             "at %.1f TB/s); losses bitwise identical across modes: %s</text>\n",
-            w->limit_ms, GT_BENCH_PEAK_FLOPS / 1e12, GT_BENCH_PEAK_BYTES_S / 1e12,
+            w->limit_ms, w->peak_flops / 1e12, w->peak_bytes_s / 1e12,
             rep->losses_identical > 0    ? "yes"
             : rep->losses_identical == 0 ? "NO"
                                          : "n/a");

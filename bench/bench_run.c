@@ -60,7 +60,7 @@ static void finish_timing(gt_bench_result *r, double *ms, const gt_bench_workloa
     if (r->median_ms > 0) {
         r->tokens_per_s = w->tokens_per_step / (r->median_ms * 1e-3);
         r->tflops = w->flops_per_step / (r->median_ms * 1e-3) / 1e12;
-        r->mfu = r->tflops * 1e12 / GT_BENCH_PEAK_FLOPS;
+        r->mfu = r->tflops * 1e12 / w->peak_flops;
         r->limit_fraction = w->limit_ms / r->median_ms;
     }
 }

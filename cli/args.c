@@ -108,8 +108,18 @@ static const harness_flag k_harness[] = {
     {"-ng", "--num_gpus", "runtime.num_gpus"},
     {NULL, "--cuda_graph_impl", "model.cuda_graph_impl"},
     {NULL, "--cuda_graph_scope", "model.cuda_graph_scope"},
+    {"-tp", "--tensor_model_parallel_size", "model.tensor_model_parallel_size"},
+    {"-pp", "--pipeline_model_parallel_size", "model.pipeline_model_parallel_size"},
+    {"-cp", "--context_parallel_size", "model.context_parallel_size"},
+    {"-ep", "--expert_model_parallel_size", "model.expert_model_parallel_size"},
+    {"-et", "--expert_tensor_parallel_size", "model.expert_tensor_parallel_size"},
+    {"-vp", "--virtual_pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size"},
+    {"-gb", "--global_batch_size", "train.global_batch_size"},
+    {"-mb", "--micro_batch_size", "train.micro_batch_size"},
+    {"-sl", "--seq_length", "model.seq_length"},
     {NULL, "--recipe", NULL},
     {NULL, "--config", NULL},
+    {"-d", "--dryrun", NULL}, /* takes no value; refused (apply_harness) */
 };
 enum {
     HF_FAMILY,
@@ -120,8 +130,18 @@ enum {
     HF_NGPU,
     HF_IMPL,
     HF_SCOPE,
+    HF_TP,
+    HF_PP,
+    HF_CP,
+    HF_EP,
+    HF_ETP,
+    HF_VP,
+    HF_GBS,
+    HF_MBS,
+    HF_SEQ,
     HF_RECIPE,
     HF_CONFIG,
+    HF_DRYRUN,
     HF_COUNT
 };
 
@@ -153,7 +173,12 @@ static int apply_harness(gt_config *cfg, const char *vals[HF_COUNT], gt_error *e
         return gt_error_set(err, GT_ERR_INVALID,
                             "--task %.64s: graphtrain only pretrains; use --task pretrain",
                             vals[HF_TASK]);
-    for (int i = HF_GPU; i <= HF_SCOPE; i++) {
+    if (vals[HF_DRYRUN])
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "-d/--dryrun: graphtrain launches no cluster job, so there is no dry "
+                            "run of one; `graphtrain validate` with the same arguments resolves "
+                            "and checks the configuration without running anything");
+    for (int i = HF_GPU; i <= HF_SEQ; i++) {
         if (!vals[i]) continue;
         char lower[GT_PATH_MAX];
         const char *v = vals[i];
@@ -225,7 +250,9 @@ int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, ch
         const char *value = NULL;
         for (int f = 0; f < HF_COUNT && matched < 0; f++)
             if (match_flag(a, &k_harness[f], &value)) matched = f;
-        if (matched >= 0) {
+        if (matched == HF_DRYRUN) {
+            vals[matched] = "1"; /* a switch, as in Bridge's harness */
+        } else if (matched >= 0) {
             if (!value) {
                 if (i + 1 >= argc) return gt_error_set(err, GT_ERR_INVALID, "%s needs a value", a);
                 value = argv[++i];
@@ -250,6 +277,15 @@ int gt_cli_load_config(int argc, char **argv, gt_config *cfg, int *rest_argc, ch
     const char *files[2] = {NULL, vals[HF_CONFIG]};
     char path[GT_PATH_MAX + 128];
     const char *recipe = vals[HF_RECIPE] ? vals[HF_RECIPE] : vals[HF_RECIPE_NAME];
+    char lower_name[GT_PATH_MAX];
+    if (!vals[HF_RECIPE] && recipe && strlen(recipe) < sizeof lower_name) {
+        /* -mr is case-insensitive, as Bridge's is (Llama3_8B and llama3_8b alike) */
+        size_t j = 0;
+        for (; recipe[j]; j++)
+            lower_name[j] = (char)tolower((unsigned char)recipe[j]);
+        lower_name[j] = '\0';
+        recipe = lower_name;
+    }
     if (recipe) {
         int rc = gt_cli_find_recipe(recipe, path, sizeof path, err);
         if (rc != GT_OK) return rc;

@@ -20,7 +20,9 @@
  * then gt_config_finalize. Harness flags: -m/--model_family_name, -mr/--model_recipe_name
  * (selects recipes/<name>.yaml when no --recipe is given), --task (pretrain), -g/--gpu,
  * -c/--compute_dtype, -ng/--num_gpus, --cuda_graph_impl (auto-enables model.use_te_rng_tracker
- * and rng.te_rng_tracker unless none, as Bridge's harness does), --cuda_graph_scope a,b,c.
+ * and rng.te_rng_tracker unless none, as Bridge's harness does), --cuda_graph_scope a,b,c,
+ * -tp -pp -cp -ep -et -vp (the parallel sizes), -gb -mb (batch sizes), -sl (seq_length);
+ * -mr is case-insensitive; -d/--dryrun is refused by name (validate is the dry run).
  * Flags take their value as the next argument or after '='. Returns GT_OK, GT_ERR_INVALID
  * (bad flag or value) or GT_ERR_IO (recipe/config file unreadable).
  *

@@ -10,6 +10,7 @@
 #include "bench/weights_io.h"
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "config/rules.h"
 #include "train/trainer.h"
 
 static const char *usage =
@@ -148,6 +149,32 @@ static int export_weights(const gt_config *base, const char *path, gt_error *err
     return rc;
 }
 
+/* Before any mode runs: the settings every mode shares are checked with the graph keys cleared
+ * (each mode sets its own and is checked again), so a configuration graphtrain cannot run,
+ * or one that breaks a rule outside the graph keys, is refused by name and nothing runs. */
+static int refuse_invalid(const gt_config *cfg, gt_error *err) {
+    gt_config *c = malloc(sizeof *c);
+    gt_report *r = malloc(sizeof *r);
+    int rc = GT_OK;
+    if (!c || !r) {
+        rc = gt_error_set(err, GT_ERR_NOMEM, "bench: out of host memory");
+    } else {
+        *c = *cfg;
+        c->model.cuda_graph_impl = GT_GRAPH_IMPL_NONE;
+        c->model.cuda_graph_scope = 0;
+        c->dataset.source = GT_DATA_MOCK; /* what bench_run.c runs every mode with */
+        c->train.eval_interval = 0;
+        if (gt_config_validate(c, r) > 0) {
+            gt_report_print(r, stderr);
+            rc = gt_error_set(err, GT_ERR_INVALID,
+                              "the configuration is invalid (see above); nothing was run");
+        }
+    }
+    free(c);
+    free(r);
+    return rc;
+}
+
 static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err) {
     int rest_argc = 0, checkable = 0;
     int rc = gt_cli_load_config(argc, argv, cfg, &rest_argc, rest, &checkable, err);
@@ -168,6 +195,7 @@ static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err
         fputs(usage, stdout);
         return GT_OK;
     }
+    if ((rc = refuse_invalid(cfg, err))) return rc;
     if (a.plot && (rc = gt_bench_svg_path_check(a.plot, err))) return rc;
     if ((rc = check_output("--json", a.json, err)) || (rc = check_output("--csv", a.csv, err)) ||
         (rc = check_output("--plot", a.plot, err)))

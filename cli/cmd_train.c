@@ -84,7 +84,7 @@ int gt_cmd_train(int argc, char **argv) {
     g_stop_requested = 0;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
-    gt_train_run_opts opts = {&g_stop_requested, stdout, 0};
+    gt_train_run_opts opts = {.stop = &g_stop_requested, .out = stdout};
     rc = gt_train_run(&cfg, &opts, NULL, &err);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);

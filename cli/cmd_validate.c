@@ -13,19 +13,22 @@
 #define VALIDATE_EXIT_INVALID 2
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: graphtrain validate [--recipe NAME|PATH | --config FILE] [harness flags]\n"
-            "                           [key=value ...] [--json] [--quiet]\n"
-            "       graphtrain validate --reference\n\n"
-            "Resolves the configuration (recipe, then --config, then Bridge harness flags, then\n"
-            "key=value overrides), prints it, and prints EVERY violated rule at once, each with\n"
-            "the keys involved, why, and the fix. Notes say where graphtrain differs from Bridge\n"
-            "or cannot run a valid setting yet. Exit status: 0 valid, 2 invalid (or bad input).\n\n"
-            "  --json       one JSON object: valid, errors (load_errors, the bad settings,\n"
-            "               plus the rules broken), notes, load_error, findings, config\n"
-            "  --quiet      findings only, not the resolved configuration\n"
-            "  --reference  print the configuration reference (Markdown) and exit\n"
-            "harness flags: -m -mr --task -g -c -ng --cuda_graph_impl --cuda_graph_scope a,b,c\n");
+    fprintf(
+        out,
+        "usage: graphtrain validate [--recipe NAME|PATH | --config FILE] [harness flags]\n"
+        "                           [key=value ...] [--json] [--quiet]\n"
+        "       graphtrain validate --reference\n\n"
+        "Resolves the configuration (recipe, then --config, then Bridge harness flags, then\n"
+        "key=value overrides), prints it, and prints EVERY violated rule at once, each with\n"
+        "the keys involved, why, and the fix. Notes say where graphtrain differs from Bridge\n"
+        "or cannot run a valid setting yet. Exit status: 0 valid, 2 invalid (or bad input).\n\n"
+        "  --json       one JSON object: valid, errors (load_errors, the bad settings,\n"
+        "               plus the rules broken), notes, load_error, findings, config\n"
+        "  --quiet      findings only, not the resolved configuration\n"
+        "  --reference  print the configuration reference (Markdown) and exit\n"
+        "harness flags: -m -mr (any case) --task -g (h100 h200 b200 gb200 gb300)\n"
+        "  -c (bf16 fp8_cs fp8_mx fp8_ds nvfp4) -ng -tp -pp -cp -ep -et -vp -gb -mb -sl\n"
+        "  --cuda_graph_impl --cuda_graph_scope a,b,c; -d/--dryrun is refused (use validate)\n");
 }
 
 /* load_error: the configuration could not be fully loaded (its message and the bad settings it
@@ -48,6 +51,19 @@ static void print_json(const gt_config *cfg, const gt_report *r, const gt_error 
         gt_config_print_json(cfg, stdout);
     }
     fputs("}\n", stdout);
+}
+
+/* After a load error: one line counting what --json counts (the bad settings and the rules'
+ * errors together), so the two outputs agree. r is NULL when the rules could not run. */
+static void print_total(const gt_report *r, const gt_error *load_error, FILE *out) {
+    int load_errors = load_error->count > 0 ? load_error->count : 1;
+    int rules = r ? r->errors : 0;
+    fprintf(out,
+            "%d error%s in all (%d bad setting%s, %d from the rules%s), %d note%s: the "
+            "configuration is not valid\n",
+            load_errors + rules, load_errors + rules == 1 ? "" : "s", load_errors,
+            load_errors == 1 ? "" : "s", rules, r ? "" : ", which could not be checked",
+            r ? r->notes : 0, r && r->notes == 1 ? "" : "s");
 }
 
 int gt_cmd_validate(int argc, char **argv) {
@@ -82,14 +98,15 @@ int gt_cmd_validate(int argc, char **argv) {
         }
     }
     gt_report report;
+    if (rc != GT_OK && checkable) gt_config_validate(&cfg, &report);
     if (rc != GT_OK) {
         /* every problem at once: the rules' findings on the rest of the configuration too */
         if (json) {
-            if (checkable) gt_config_validate(&cfg, &report);
             print_json(NULL, checkable ? &report : NULL, &err);
         } else {
             fprintf(stderr, "graphtrain validate: %s\n", err.msg);
             if (checkable) gt_cli_report_other_errors(&cfg, stderr);
+            print_total(checkable ? &report : NULL, &err, stderr);
         }
         return VALIDATE_EXIT_INVALID;
     }

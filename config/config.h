@@ -30,7 +30,12 @@ typedef enum {
     GT_RECOMPUTE_FULL,
     GT_RECOMPUTE_SELECTIVE
 } gt_recompute_granularity;
-typedef enum { GT_RECOMPUTE_METHOD_UNIFORM, GT_RECOMPUTE_METHOD_BLOCK } gt_recompute_method;
+/* NONE = unset (Bridge's None); full recompute needs one of the other two */
+typedef enum {
+    GT_RECOMPUTE_METHOD_UNIFORM,
+    GT_RECOMPUTE_METHOD_BLOCK,
+    GT_RECOMPUTE_METHOD_NONE
+} gt_recompute_method;
 
 /* model.recompute_modules is a set, stored as bits. */
 enum {
@@ -49,6 +54,7 @@ typedef enum {
     GT_DTYPE_FP8_CS, /* fp8 current scaling */
     GT_DTYPE_FP8_MX, /* fp8 MX block scaling */
     GT_DTYPE_FP8_DS, /* fp8 delayed scaling */
+    GT_DTYPE_NVFP4,  /* NVIDIA fp4 (Bridge's -c nvfp4) */
 } gt_compute_dtype;
 typedef enum { GT_LR_CONSTANT, GT_LR_LINEAR, GT_LR_COSINE } gt_lr_style;
 /* storage of an optimizer state (the math is fp32 either way) */
@@ -106,6 +112,11 @@ typedef struct gt_model_config {
     int pipeline_model_parallel_size;
     int expert_model_parallel_size;
     int context_parallel_size;
+    int num_layers_in_first_pipeline_stage; /* 0 = unset (even stages) */
+    int num_layers_in_last_pipeline_stage;  /* 0 = unset */
+    /* vocabulary padding (Megatron: to a multiple of divisible_by x tp) */
+    bool should_pad_vocab;
+    int make_vocab_size_divisible_by;
     /* CUDA graphs (Bridge's keys) */
     gt_graph_impl cuda_graph_impl;
     uint32_t cuda_graph_scope; /* GT_SCOPE_* bits */
@@ -119,7 +130,8 @@ typedef struct gt_train_config {
     int train_iters;
     int eval_interval; /* 0 = never */
     int eval_iters;
-    int exit_interval; /* 0 = never; stop after this many steps of this run */
+    int exit_interval;            /* 0 = never; stop at the first step divisible by it */
+    double exit_duration_in_mins; /* 0 = never; stop once this much wall time has passed */
 } gt_train_config;
 
 typedef struct gt_rng_config {
@@ -160,6 +172,7 @@ typedef struct gt_scheduler_config {
 typedef struct gt_dataset_config {
     gt_data_source source;
     char data_path[GT_PATH_MAX]; /* shard prefix or directory for source=shards */
+    int seq_length;              /* Bridge's dataset.seq_length; 0 = model.seq_length */
     bool shuffle;
     bool packed_sequence;
     bool pad_to_max_length;
@@ -217,6 +230,7 @@ typedef struct gt_cuda_config {
  * created, overridable in the config. */
 typedef struct gt_env_config {
     bool expandable_segments;     /* PYTORCH_CUDA_ALLOC_CONF contains expandable_segments:True */
+    bool expandable_segments_bad; /* its value there was neither True nor False (no key) */
     int nccl_graph_register;      /* NCCL_GRAPH_REGISTER; -1 = unset (NCCL's default, on) */
     bool nccl_graph_register_bad; /* the environment's value was not a whole number (no key) */
     /* The runtime.cuda.* aliases (GT_CUDA_ATTN ...), in key order: the text of each variable

@@ -3,11 +3,11 @@
 #include "config/keys.h"
 
 #include "config/cuda_keys.h"
+#include "config/gpus.h"
 
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #define F(field) offsetof(gt_config, field), sizeof(((gt_config *)0)->field)
 #define BIG 1e9
@@ -18,12 +18,12 @@ static const char *const k_graph_impl[] = {"none", "local", "transformer_engine"
 static const char *const k_scopes[] = {"full_iteration", "attn",           "mlp",   "moe",
                                        "moe_router",     "moe_preprocess", "mamba", NULL};
 static const char *const k_recompute_gran[] = {"none", "full", "selective", NULL};
-static const char *const k_recompute_method[] = {"uniform", "block", NULL};
+static const char *const k_recompute_method[] = {"uniform", "block", "none", NULL};
 /* order = GT_RECOMPUTE_* bit order */
 static const char *const k_recompute_modules[] = {
     "core_attn", "mlp", "moe", "moe_act", "layernorm", "shared_experts", NULL};
 static const char *const k_dispatcher[] = {"allgather", "alltoall", "flex", NULL};
-static const char *const k_dtype[] = {"bf16", "fp32", "fp8_cs", "fp8_mx", "fp8_ds", NULL};
+static const char *const k_dtype[] = {"bf16", "fp32", "fp8_cs", "fp8_mx", "fp8_ds", "nvfp4", NULL};
 static const char *const k_state_dtype[] = {"fp32", "bf16", NULL};
 static const char *const k_lazy_rows[] = {"auto", "off", NULL};
 static const char *const k_lr_style[] = {"constant", "linear", "cosine", NULL};
@@ -69,7 +69,7 @@ static const gt_key k_keys[] = {
     {"model.moe_router_padding_for_fp8", GT_KEY_BOOL, F(model.moe_router_padding_for_fp8), "false", NULL, 0, 0, "Pad the routing map for fp8 expert GEMMs (syncs with the host).", NULL},
     /* ---- recompute, offloading, wgrad ---- */
     {"model.recompute_granularity", GT_KEY_ENUM, F(model.recompute_granularity), "none", k_recompute_gran, 0, 0, "Activation recompute: none, full (whole layers) or selective (recompute_modules).", NULL},
-    {"model.recompute_method", GT_KEY_ENUM, F(model.recompute_method), "uniform", k_recompute_method, 0, 0, "How full recompute picks layers.", NULL},
+    {"model.recompute_method", GT_KEY_ENUM, F(model.recompute_method), "none", k_recompute_method, 0, 0, "How full recompute picks layers: uniform (chunks of recompute_num_layers) or block (the first recompute_num_layers of each stage); none = unset.", NULL},
     {"model.recompute_modules", GT_KEY_SET, F(model.recompute_modules), "core_attn", k_recompute_modules, 0, 0, "Sub-modules recomputed under selective recompute.", NULL},
     {"model.recompute_num_layers", GT_KEY_INT, F(model.recompute_num_layers), "0", NULL, 0, 100000, "Layers recomputed under full recompute; 0 = unset.", "0"},
     {"model.cpu_offloading", GT_KEY_BOOL, F(model.cpu_offloading), "false", NULL, 0, 0, "Offload activations/weights to host memory.", NULL},
@@ -80,6 +80,11 @@ static const gt_key k_keys[] = {
     {"model.pipeline_model_parallel_size", GT_KEY_INT, F(model.pipeline_model_parallel_size), "1", NULL, 1, 100000, "Pipeline-parallel size.", NULL},
     {"model.expert_model_parallel_size", GT_KEY_INT, F(model.expert_model_parallel_size), "1", NULL, 1, 100000, "Expert-parallel size.", NULL},
     {"model.context_parallel_size", GT_KEY_INT, F(model.context_parallel_size), "1", NULL, 1, 100000, "Context-parallel size.", NULL},
+    /* ---- Megatron's uneven pipeline stages and vocabulary padding ---- */
+    {"model.num_layers_in_first_pipeline_stage", GT_KEY_INT, F(model.num_layers_in_first_pipeline_stage), "0", NULL, 0, 100000, "Layers of the first pipeline stage when stages are uneven; 0 = unset (num_layers / pp each).", "0"},
+    {"model.num_layers_in_last_pipeline_stage", GT_KEY_INT, F(model.num_layers_in_last_pipeline_stage), "0", NULL, 0, 100000, "Layers of the last pipeline stage when stages are uneven; 0 = unset.", "0"},
+    {"model.should_pad_vocab", GT_KEY_BOOL, F(model.should_pad_vocab), "false", NULL, 0, 0, "Pad vocab_size to a multiple of make_vocab_size_divisible_by x tensor_model_parallel_size (Bridge's default is false).", NULL},
+    {"model.make_vocab_size_divisible_by", GT_KEY_INT, F(model.make_vocab_size_divisible_by), "128", NULL, 1, 1000000, "Vocabulary padding multiple (per tensor-parallel rank) used when should_pad_vocab is true.", NULL},
     {"ddp.data_parallel_size", GT_KEY_INT, F(ddp.data_parallel_size), "0", NULL, 0, 1000000, "Data-parallel size; 0 = num_gpus / (tp * pp * cp).", "0"},
     /* ---- CUDA graphs (Bridge's keys) ---- */
     {"model.cuda_graph_impl", GT_KEY_ENUM, F(model.cuda_graph_impl), "none", k_graph_impl, 0, 0, "CUDA graphs: none (eager), local (one full-iteration graph) or transformer_engine (per-layer scoped graphs).", NULL},
@@ -94,7 +99,8 @@ static const gt_key k_keys[] = {
     {"train.train_iters", GT_KEY_INT, F(train.train_iters), "100", NULL, 1, 1000000000, "Optimizer steps to train.", NULL},
     {"train.eval_interval", GT_KEY_INT, F(train.eval_interval), "0", NULL, 0, 1000000000, "Evaluate every n steps; 0 = never.", "0"},
     {"train.eval_iters", GT_KEY_INT, F(train.eval_iters), "0", NULL, 0, 1000000000, "Batches per evaluation.", NULL},
-    {"train.exit_interval", GT_KEY_INT, F(train.exit_interval), "0", NULL, 0, 1000000000, "Stop after this many steps of this run; 0 = never.", "0"},
+    {"train.exit_interval", GT_KEY_INT, F(train.exit_interval), "0", NULL, 0, 1000000000, "Stop (saving a checkpoint when checkpoint.save is set) after the first step whose number is divisible by this, as Megatron does; 0 = never.", "0"},
+    {"train.exit_duration_in_mins", GT_KEY_DOUBLE, F(train.exit_duration_in_mins), "0", NULL, 0, 1e9, "Stop (saving a checkpoint when checkpoint.save is set) after the first step that ends this many minutes after training started; 0 = never.", "0"},
     /* ---- checks ---- */
     {"rerun_state_machine.check_for_nan_in_loss", GT_KEY_BOOL, F(rerun_state_machine.check_for_nan_in_loss), "true", NULL, 0, 0, "Stop on a NaN/Inf loss (a device-side check here, so it survives graph capture).", NULL},
     {"ddp.check_for_nan_in_grad", GT_KEY_BOOL, F(ddp.check_for_nan_in_grad), "true", NULL, 0, 0, "Skip the update and stop on NaN/Inf gradients (device-side).", NULL},
@@ -116,6 +122,7 @@ static const gt_key k_keys[] = {
     /* ---- data ---- */
     {"dataset.source", GT_KEY_ENUM, F(dataset.source), "mock", k_data_source, 0, 0, "mock (random token ids, like Bridge's mock data) or shards (prepare-data output).", NULL},
     {"dataset.data_path", GT_KEY_STRING, F(dataset.data_path), "", NULL, 0, 0, "Shard prefix or directory when dataset.source=shards.", NULL},
+    {"dataset.seq_length", GT_KEY_INT, F(dataset.seq_length), "0", NULL, 0, 10000000, "Bridge's dataset sequence length; it must equal model.seq_length (0 = the same).", "0"},
     {"dataset.shuffle", GT_KEY_BOOL, F(dataset.shuffle), "true", NULL, 0, 0, "Shuffle sequences each epoch.", NULL},
     {"dataset.packed_sequence", GT_KEY_BOOL, F(dataset.packed_sequence), "false", NULL, 0, 0, "Pack several documents per sequence (variable cu_seqlens).", NULL},
     {"dataset.pad_to_max_length", GT_KEY_BOOL, F(dataset.pad_to_max_length), "false", NULL, 0, 0, "Pad packed sequences to seq_length (static shapes).", NULL},
@@ -133,7 +140,7 @@ static const gt_key k_keys[] = {
     {"runtime.device", GT_KEY_ENUM, F(runtime.device), "auto", k_device, 0, 0, "Backend: auto (CUDA when present), cpu (fp32 reference) or cuda.", NULL},
     {"runtime.num_gpus", GT_KEY_INT, F(runtime.num_gpus), "1", NULL, 1, 100000, "GPUs to use (Bridge's -ng).", NULL},
     {"runtime.deterministic", GT_KEY_BOOL, F(runtime.deterministic), "true", NULL, 0, 0, "Deterministic kernels (eager and graph runs bitwise equal); every kernel is deterministic today, false only prints a note.", NULL},
-    {"runtime.gpu", GT_KEY_STRING, F(runtime.gpu), "", NULL, 0, 0, "GPU the config targets (Bridge's -g: h100, h200, b200, gb200, gb300); empty = this machine's.", NULL},
+    {"runtime.gpu", GT_KEY_STRING, F(runtime.gpu), "", gt_gpu_names, 0, 0, "GPU the config targets (Bridge's -g: h100, h200, b200, gb200, gb300); empty = this machine's.", NULL},
     {"runtime.gemm_table", GT_KEY_STRING, F(runtime.gemm_table), "", NULL, 0, 0, "cuBLASLt algorithm table written by graphtrain tune-gemm (a relative path is looked up from the working folder, then the recipes folder); empty = cuBLASLt's heuristic. Applied only on the device and library version it was made with.", NULL},
     /* ---- CUDA kernel choices (config/kernel_choice.h); GT_CUDA_* are their environment aliases (config/cuda_keys.c) ---- */
     {"runtime.cuda.attention", GT_KEY_ENUM, F(runtime.cuda.attention), "auto", k_cuda_attention, 0, 0, "Attention forward on the GPU: auto (cuDNN where it takes the shape, else the mma kernels for head size 64), cudnn, mma, or reference (the slow fp32 SIMT kernels the GPU tests compare with). Alias: GT_CUDA_ATTN.", NULL},
@@ -158,6 +165,7 @@ static const struct {
     {"model.rotary_emb_base", "model.rotary_base"},
     {"model.num_experts", "model.num_moe_experts"},
     {"dataset.data_prefix", "dataset.data_path"},
+    {"dataset.sequence_length", "dataset.seq_length"},
     {"graphs.warmup_steps", "model.cuda_graph_warmup_steps"},
 };
 
@@ -242,12 +250,18 @@ void gt_config_defaults(gt_config *cfg) {
 void gt_config_read_env(gt_config *cfg) {
     const char *alloc = getenv("PYTORCH_CUDA_ALLOC_CONF");
     cfg->env.expandable_segments = false;
+    cfg->env.expandable_segments_bad = false;
     if (alloc) {
-        /* PyTorch's syntax: comma-separated "name:value" pairs */
+        /* PyTorch's syntax: comma-separated "name:value" pairs; PyTorch itself accepts only
+         * True or False here, so anything else is reported by the rules, not read as off */
         const char *p = strstr(alloc, "expandable_segments:");
         if (p) {
             p += strlen("expandable_segments:");
-            cfg->env.expandable_segments = !strncasecmp(p, "true", 4) || *p == '1';
+            size_t n = strcspn(p, ",");
+            if (n == 4 && !strncmp(p, "True", 4))
+                cfg->env.expandable_segments = true;
+            else if (!(n == 5 && !strncmp(p, "False", 5)))
+                cfg->env.expandable_segments_bad = true;
         }
     }
     const char *reg = getenv("NCCL_GRAPH_REGISTER");

@@ -5,15 +5,15 @@
 
 #include "config/rules.h"
 
-void gt_report_addv(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
-                    const char *fix, const char *fmt, va_list ap) {
+gt_finding *gt_report_addv(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
+                           const char *fix, const char *fmt, va_list ap) {
     if (sev == GT_SEVERITY_ERROR)
         r->errors++;
     else
         r->notes++;
     if (r->count >= GT_REPORT_MAX) {
         r->dropped++;
-        return;
+        return NULL;
     }
     gt_finding *f = &r->findings[r->count++];
     memset(f, 0, sizeof *f);
@@ -23,14 +23,16 @@ void gt_report_addv(gt_report *r, gt_severity sev, const char *rule, const char 
         f->keys[f->n_keys++] = keys[i];
     vsnprintf(f->message, sizeof f->message, fmt, ap);
     snprintf(f->fix, sizeof f->fix, "%s", fix);
+    return f;
 }
 
-void gt_report_add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
-                   const char *fix, const char *fmt, ...) {
+gt_finding *gt_report_add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
+                          const char *fix, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    gt_report_addv(r, sev, rule, keys, fix, fmt, ap);
+    gt_finding *f = gt_report_addv(r, sev, rule, keys, fix, fmt, ap);
     va_end(ap);
+    return f;
 }
 
 int gt_report_has(const gt_report *r, const char *rule) {
@@ -48,9 +50,13 @@ void gt_report_print(const gt_report *r, FILE *out) {
         fprintf(out, "\n  why: %s\n  fix: %s\n", f->message, f->fix);
     }
     if (r->dropped) fprintf(out, "(%d more findings not shown)\n", r->dropped);
+    char apart[96] = "";
+    if (r->unsupported)
+        snprintf(apart, sizeof apart, " (%d setting%s graphtrain cannot run yet)", r->unsupported,
+                 r->unsupported == 1 ? "" : "s");
     if (r->errors)
-        fprintf(out, "%d error%s, %d note%s: the configuration is not valid\n", r->errors,
-                r->errors == 1 ? "" : "s", r->notes, r->notes == 1 ? "" : "s");
+        fprintf(out, "%d error%s%s, %d note%s: the configuration is not valid\n", r->errors,
+                r->errors == 1 ? "" : "s", apart, r->notes, r->notes == 1 ? "" : "s");
     else
         fprintf(out, "configuration is valid (%d note%s)\n", r->notes, r->notes == 1 ? "" : "s");
 }

@@ -5,25 +5,13 @@
 #include "config/rules.h"
 
 #include "config/cuda_keys.h"
+#include "config/gpus.h"
 
-#include <stdarg.h>
 #include <string.h>
 
-#define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define KEYS GT_KEYS
 
-/* Arch >= sm_100 (Blackwell) GPUs: MCore skips the NCCL_GRAPH_REGISTER check for `local`. */
-static const char *const k_blackwell[] = {"b200", "b300", "gb200", "gb300", NULL};
-
-static void add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
-                const char *fix, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-static void add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
-                const char *fix, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    gt_report_addv(r, sev, rule, keys, fix, fmt, ap);
-    va_end(ap);
-}
+#define add gt_report_add
 
 /* What the model contains, from the layer pattern or (without one) from the MoE keys. */
 typedef struct layers {
@@ -43,12 +31,6 @@ static layers model_layers(const gt_model_config *m) {
         l.dense_mlp = m->num_moe_experts == 0 || m->moe_layer_freq > 1;
     }
     return l;
-}
-
-static bool in_list(const char *const *list, const char *s) {
-    for (int i = 0; list[i]; i++)
-        if (!strcmp(list[i], s)) return true;
-    return false;
 }
 
 static const char *impl_name(gt_graph_impl i) {
@@ -237,7 +219,9 @@ static void check_graph_rules(const gt_config *c, gt_report *r) {
                 "delay_wgrad_compute with the attn graph scope does not support attention "
                 "biases");
     }
-    bool blackwell = in_list(k_blackwell, c->runtime.gpu);
+    /* arch >= sm_100 (Blackwell): MCore skips the NCCL_GRAPH_REGISTER check for `local` */
+    const gt_gpu_spec *gpu = gt_gpu_find(c->runtime.gpu);
+    bool blackwell = gpu && gpu->sm >= 100;
     if (c->env.expandable_segments && c->env.nccl_graph_register != 0 && (te || !blackwell))
         add(r, GT_SEVERITY_ERROR, "expandable_segments_need_nccl_graph_register_0",
             KEYS("env.expandable_segments", "env.nccl_graph_register", "model.cuda_graph_impl"),
@@ -283,6 +267,13 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
             "export NCCL_GRAPH_REGISTER=0 or 1 (or unset it), or set env.nccl_graph_register",
             "the environment variable NCCL_GRAPH_REGISTER is not a whole number, so whether "
             "NCCL registers graph buffers cannot be told");
+    if (c->env.expandable_segments_bad)
+        add(r, GT_SEVERITY_ERROR, "expandable_segments_not_true_or_false",
+            KEYS("env.expandable_segments"),
+            "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or :False), or set "
+            "env.expandable_segments",
+            "PYTORCH_CUDA_ALLOC_CONF's expandable_segments is neither True nor False (PyTorch "
+            "accepts only those), so whether the allocator expands segments cannot be told");
     const gt_model_config *m = &c->model;
     if (m->hidden_size % m->num_attention_heads)
         add(r, GT_SEVERITY_ERROR, "heads_divide_hidden_size",
@@ -335,32 +326,13 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
                 "set model.moe_ffn_hidden_size",
                 "MoE experts have no width (both "
                 "moe_ffn_hidden_size and ffn_hidden_size are 0)");
-        if (m->num_moe_experts % m->expert_model_parallel_size)
-            add(r, GT_SEVERITY_ERROR, "expert_parallel_divides_experts",
-                KEYS("model.expert_model_parallel_size", "model.num_moe_experts"),
-                "pick expert_model_parallel_size dividing num_moe_experts",
-                "num_moe_experts %d is not divisible by expert_model_parallel_size %d",
-                m->num_moe_experts, m->expert_model_parallel_size);
     }
-    long model_par = (long)m->tensor_model_parallel_size * m->pipeline_model_parallel_size *
-                     m->context_parallel_size;
-    int gpus = c->runtime.num_gpus;
-    int dp = c->ddp.data_parallel_size;
-    if (gpus > 1 && gpus % model_par)
-        add(r, GT_SEVERITY_ERROR, "parallel_sizes_fit_gpus",
-            KEYS("runtime.num_gpus", "model.tensor_model_parallel_size",
-                 "model.pipeline_model_parallel_size", "model.context_parallel_size"),
-            "make runtime.num_gpus a multiple of tp * pp * cp",
-            "num_gpus %d is not a multiple of tp * pp * cp = %ld", gpus, model_par);
-    if (dp <= 0) dp = gpus > model_par && gpus % model_par == 0 ? (int)(gpus / model_par) : 1;
-    long per_step = (long)c->train.micro_batch_size * dp;
-    if (c->train.global_batch_size % per_step)
-        add(r, GT_SEVERITY_ERROR, "global_batch_divisible",
-            KEYS("train.global_batch_size", "train.micro_batch_size", "ddp.data_parallel_size"),
-            "make global_batch_size a multiple of micro_batch_size x data-parallel size",
-            "global_batch_size %d is not a multiple of micro_batch_size %d x data-parallel "
-            "size %d",
-            c->train.global_batch_size, c->train.micro_batch_size, dp);
+    if (c->dataset.seq_length > 0 && c->dataset.seq_length != m->seq_length)
+        add(r, GT_SEVERITY_ERROR, "dataset_seq_length_matches_model",
+            KEYS("dataset.seq_length", "model.seq_length"),
+            "set dataset.seq_length to model.seq_length (or drop it)",
+            "dataset.seq_length %d differs from model.seq_length %d (Bridge requires them equal)",
+            c->dataset.seq_length, m->seq_length);
     if (c->dataset.source == GT_DATA_SHARDS && !c->dataset.data_path[0])
         add(r, GT_SEVERITY_ERROR, "shards_need_data_path",
             KEYS("dataset.source", "dataset.data_path"),
@@ -389,37 +361,10 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
             c->train.eval_interval);
 }
 
-/* ---- valid settings this engine cannot run yet: say so instead of pretending ---- */
+/* ---- where graphtrain runs a setting differently without running less (notes); what it
+ * cannot run at all is config/unsupported.c's table ---- */
 static void check_engine_notes(const gt_config *c, gt_report *r) {
     const gt_model_config *m = &c->model;
-    if (model_layers(m).mamba)
-        add(r, GT_SEVERITY_NOTE, "engine_no_mamba", KEYS("model.hybrid_override_pattern"),
-            "validate only; to train here, use a pattern without M",
-            "graphtrain has no Mamba layers yet; this config validates but cannot be trained "
-            "or benchmarked by this engine");
-    if (m->compute_dtype >= GT_DTYPE_FP8_CS)
-        add(r, GT_SEVERITY_NOTE, "engine_no_fp8", KEYS("model.compute_dtype"),
-            "use model.compute_dtype=bf16 to run here",
-            "graphtrain computes in bf16 (or fp32 on the CPU); fp8 recipes validate but do not "
-            "run yet");
-    if (m->tensor_model_parallel_size > 1 || m->pipeline_model_parallel_size > 1 ||
-        m->expert_model_parallel_size > 1 || m->context_parallel_size > 1)
-        add(r, GT_SEVERITY_NOTE, "engine_no_model_parallel",
-            KEYS("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
-                 "model.expert_model_parallel_size", "model.context_parallel_size"),
-            "set the parallel sizes to 1 (use a *_1gpu recipe) to run here",
-            "graphtrain runs on one GPU today; tp=%d pp=%d ep=%d cp=%d validate but cannot "
-            "run yet%s",
-            m->tensor_model_parallel_size, m->pipeline_model_parallel_size,
-            m->expert_model_parallel_size, m->context_parallel_size,
-            c->runtime.num_gpus == 1 ? " (and need more than runtime.num_gpus=1)" : "");
-    if (c->runtime.num_gpus > 1 || c->ddp.data_parallel_size > 1)
-        add(r, GT_SEVERITY_NOTE, "engine_single_gpu",
-            KEYS("runtime.num_gpus", "ddp.data_parallel_size"),
-            "set runtime.num_gpus=1 (and ddp.data_parallel_size=1 or 0) to run here",
-            "graphtrain trains on one GPU today (no NCCL data parallelism yet); %d GPUs validate "
-            "but a run uses one",
-            c->runtime.num_gpus > 1 ? c->runtime.num_gpus : c->ddp.data_parallel_size);
     if (m->compute_dtype == GT_DTYPE_FP32 && c->runtime.device != GT_DEVICE_CPU)
         add(r, GT_SEVERITY_NOTE, "engine_gpu_computes_bf16", KEYS("model.compute_dtype"),
             "use model.compute_dtype=bf16, or runtime.device=cpu for fp32 compute",
@@ -431,31 +376,20 @@ static void check_engine_notes(const gt_config *c, gt_report *r) {
             "graphtrain leaves the dense layers' weight gradients to the end of the backward "
             "and batches them over the layers whatever this key says (nothing to overlap on "
             "one GPU); delay_wgrad_compute is validated (Bridge's rules) but changes nothing");
-    if (m->cpu_offloading)
-        add(r, GT_SEVERITY_NOTE, "engine_no_cpu_offloading", KEYS("model.cpu_offloading"),
-            "set model.cpu_offloading=false", "graphtrain does not offload to the CPU");
-    if (m->recompute_granularity != GT_RECOMPUTE_NONE)
-        add(r, GT_SEVERITY_NOTE, "engine_no_recompute", KEYS("model.recompute_granularity"),
-            "nothing to change; expect eager-sized activation memory",
-            "graphtrain keeps all activations (static arenas); recompute settings are "
-            "validated but not applied");
     if (!c->runtime.deterministic)
         add(r, GT_SEVERITY_NOTE, "engine_always_deterministic", KEYS("runtime.deterministic"),
             "nothing to change; set runtime.deterministic=true to silence this note",
             "graphtrain has no faster non-deterministic kernels yet (cuDNN's atomic dQ "
             "backward is not wired in): every run stays deterministic");
-    if (c->dataset.packed_sequence)
-        add(r, GT_SEVERITY_NOTE, "engine_no_packed_sequences", KEYS("dataset.packed_sequence"),
-            "set dataset.packed_sequence=false to run here",
-            "graphtrain's loader feeds fixed-length sequences; packing is validated but not "
-            "implemented");
 }
 
 int gt_config_validate(const gt_config *cfg, gt_report *report) {
     memset(report, 0, sizeof *report);
     check_graph_rules(cfg, report);
     check_shape_rules(cfg, report);
+    gt_check_megatron_rules(cfg, report);
     check_engine_notes(cfg, report);
     gt_config_check_cuda(cfg, report); /* the kernel choices: config/cuda_keys.c */
+    gt_check_unsupported(cfg, report);
     return report->errors;
 }

@@ -5,6 +5,7 @@
 #define GT_CONFIG_RULES_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "config/config.h"
@@ -22,6 +23,7 @@ typedef struct gt_finding {
     int n_keys;
     char message[GT_FINDING_TEXT_MAX]; /* why */
     char fix[GT_FINDING_TEXT_MAX];     /* what to change */
+    bool unsupported; /* an error only because graphtrain cannot run this setting yet */
 } gt_finding;
 
 typedef struct gt_report {
@@ -29,17 +31,31 @@ typedef struct gt_report {
     int count;
     int errors;
     int notes;
-    int dropped; /* findings past GT_REPORT_MAX */
+    int unsupported; /* errors that are "not supported yet" refusals (config/unsupported.c) */
+    int dropped;     /* findings past GT_REPORT_MAX */
 } gt_report;
+
+/* A NULL-terminated key list for gt_report_add. */
+#define GT_KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* Adds one finding (counted even when the report is full); returns it, or NULL when it was
+ * counted in `dropped`. keys are static strings, NULL-terminated. */
+gt_finding *gt_report_add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
+                          const char *fix, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* The rule groups gt_config_validate runs (each adds to r, none clears it). */
+/* Megatron's parallelism, batch and recompute arithmetic (config/rules_megatron.c). */
+void gt_check_megatron_rules(const gt_config *cfg, gt_report *r);
+/* Valid settings graphtrain cannot run yet, from one table (config/unsupported.c). */
+void gt_check_unsupported(const gt_config *cfg, gt_report *r);
 
 /* Checks every rule; fills report (cleared first) and returns the number of errors. */
 int gt_config_validate(const gt_config *cfg, gt_report *report);
 
-/* Adds one finding (counted when the report is full); keys: NULL-terminated static names. */
-void gt_report_add(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
-                   const char *fix, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-void gt_report_addv(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
-                    const char *fix, const char *fmt, va_list ap);
+/* gt_report_add with a va_list */
+gt_finding *gt_report_addv(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
+                           const char *fix, const char *fmt, va_list ap);
 
 /* Has the report a finding for this rule id? (tests use this) */
 int gt_report_has(const gt_report *report, const char *rule);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "config/bridge_keys.h"
 #include "config/cuda_keys.h"
 #include "config/keys.h"
 #include "config/rules.h"
@@ -51,7 +52,15 @@ void gt_config_list_names(const char *const *names, char *buf, size_t n) {
     }
 }
 
+/* Names are exact, as in Megatron ("attn", not "ATTN"); find_name_nocase finds the spelling
+ * to suggest. */
 static int find_name(const char *const *names, const char *v) {
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(names[i], v)) return i;
+    return -1;
+}
+
+static int find_name_nocase(const char *const *names, const char *v) {
     for (int i = 0; names[i]; i++)
         if (!strcasecmp(names[i], v)) return i;
     return -1;
@@ -61,8 +70,19 @@ static int bad_value(gt_error *err, const gt_key *k, const char *v, const char *
     return gt_error_set(err, GT_ERR_INVALID, "%s: '%.*s' %s", k->name, VALUE_SHOW_MAX, v, what);
 }
 
+/* "010": YAML 1.1 (PyYAML, so Bridge's files) reads it as octal 8, YAML 1.2 and Python's int()
+ * as 10; graphtrain does not guess. */
+static bool leading_zero(const char *v) {
+    if (*v == '+' || *v == '-') v++;
+    return v[0] == '0' && isdigit((unsigned char)v[1]);
+}
+
 static int set_number(gt_config *cfg, const gt_key *k, const char *v, gt_error *err) {
     char *end = NULL;
+    if (k->type != GT_KEY_DOUBLE && leading_zero(v))
+        return bad_value(err, k, v,
+                         "has a leading zero, which YAML 1.1 reads as octal and YAML 1.2 as "
+                         "decimal; write the number without it");
     errno = 0;
     char range[96];
     snprintf(range, sizeof range, "between %.17g and %.17g", k->min, k->max);
@@ -80,7 +100,7 @@ static int set_number(gt_config *cfg, const gt_key *k, const char *v, gt_error *
     }
     if (k->type == GT_KEY_U64) {
         if (*v == '-') return bad_value(err, k, v, "is negative; use a whole number >= 0");
-        unsigned long long u = strtoull(v, &end, 0);
+        unsigned long long u = strtoull(v, &end, 10);
         if (end == v || *end) return bad_value(err, k, v, "is not a whole number; write e.g. 1234");
         if (errno == ERANGE) return bad_value(err, k, v, "does not fit in 64 bits");
         *(uint64_t *)field(cfg, k) = (uint64_t)u;
@@ -106,8 +126,9 @@ static int set_number(gt_config *cfg, const gt_key *k, const char *v, gt_error *
 static int parse_bool(const char *v, bool *out) {
     static const char *const yes[] = {"true", "yes", "on", "1", NULL};
     static const char *const no[] = {"false", "no", "off", "0", NULL};
-    if (find_name(yes, v) >= 0) return *out = true, 0;
-    if (find_name(no, v) >= 0) return *out = false, 0;
+    /* YAML 1.1 spells booleans in any case (true, True, TRUE) */
+    if (find_name_nocase(yes, v) >= 0) return *out = true, 0;
+    if (find_name_nocase(no, v) >= 0) return *out = false, 0;
     return -1;
 }
 
@@ -132,6 +153,15 @@ static int set_bits(gt_config *cfg, const gt_key *k, const char *v, gt_error *er
                 tok[tl - 1] = '\0', tok++;
             if (!*tok) continue;
             int i = find_name(k->names, tok);
+            int near = i < 0 ? find_name_nocase(k->names, tok) : -1;
+            if (near >= 0)
+                return gt_error_set(err, GT_ERR_INVALID,
+                                    "%s: '%.*s' is not a name; names are exact, as in Megatron: "
+                                    "write '%s'",
+                                    k->name, VALUE_SHOW_MAX, tok, k->names[near]);
+            if (i >= 0 && (bits & (1u << i)))
+                return gt_error_set(err, GT_ERR_INVALID, "%s: '%s' is given twice; name each once",
+                                    k->name, tok);
             if (i < 0) {
                 char allowed[256];
                 gt_config_list_names(k->names, allowed, sizeof allowed);
@@ -176,6 +206,13 @@ static int set_one(gt_config *cfg, const gt_key *k, const char *v, gt_error *err
     case GT_KEY_ENUM: {
         int i = find_name(k->names, v);
         if (i < 0 && is_null_word(v)) i = find_name(k->names, "none");
+        int near = i < 0 ? find_name_nocase(k->names, v) : -1;
+        if (near >= 0) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "is not a name; names are exact, as in Megatron: write '%s'",
+                     k->names[near]);
+            return bad_value(err, k, v, msg);
+        }
         if (i < 0) {
             char allowed[256], msg[320];
             gt_config_list_names(k->names, allowed, sizeof allowed);
@@ -189,6 +226,14 @@ static int set_one(gt_config *cfg, const gt_key *k, const char *v, gt_error *err
         return set_bits(cfg, k, v, err);
     case GT_KEY_STRING: {
         if (!strcmp(v, "~") || !strcasecmp(v, "null") || !strcmp(v, "None")) v = "";
+        /* a string with a list of names (runtime.gpu) takes one of them, or nothing */
+        if (k->names && *v && find_name(k->names, v) < 0) {
+            char allowed[256], msg[320];
+            gt_config_list_names(k->names, allowed, sizeof allowed);
+            snprintf(msg, sizeof msg, "is not a known GPU; use one of %s (or leave it empty)",
+                     allowed);
+            return bad_value(err, k, v, msg);
+        }
         size_t len = strlen(v);
         if (len >= k->size)
             return gt_error_set(err, GT_ERR_INVALID, "%s: value is %zu characters; at most %zu fit",
@@ -205,6 +250,15 @@ int gt_config_set(gt_config *cfg, const char *key, const char *value, gt_error *
         return gt_error_set(err, GT_ERR_INVALID, "gt_config_set: missing key or value");
     const gt_key *k = gt_config_find_key(key);
     if (!k) {
+        char why[GT_ERROR_MSG_MAX / 4];
+        switch (gt_bridge_key_check(key, value, why, sizeof why)) {
+        case GT_BRIDGE_KEY_UNDERSTOOD:
+            return GT_OK;
+        case GT_BRIDGE_KEY_REFUSED:
+            return gt_error_set(err, GT_ERR_INVALID, "%s", why);
+        default:
+            break;
+        }
         const char *s = gt_config_suggest_key(key);
         if (s)
             return gt_error_set(err, GT_ERR_INVALID, "unknown key '%.128s'; did you mean '%s'?",
@@ -226,6 +280,8 @@ int gt_config_set(gt_config *cfg, const char *key, const char *value, gt_error *
     /* a value given in the config replaces an unreadable one from the environment */
     if (rc == GT_OK && k->offset == offsetof(gt_config, env.nccl_graph_register))
         cfg->env.nccl_graph_register_bad = false;
+    if (rc == GT_OK && k->offset == offsetof(gt_config, env.expandable_segments))
+        cfg->env.expandable_segments_bad = false;
     return rc;
 }
 

@@ -33,7 +33,7 @@ enum {
     GT_ERR_UNSUPPORTED = 8, /* a feature this build or backend does not have */
 };
 
-#define GT_ERROR_MSG_MAX 1024
+#define GT_ERROR_MSG_MAX 16384 /* room for every bad setting of a recipe, one a line */
 
 typedef struct gt_error {
     int code;

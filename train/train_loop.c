@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/atomic_file.h"
 #include "graphs/graphs.h"
@@ -73,6 +74,32 @@ static int stop_requested(const gt_train_run_opts *o) {
     return o && o->stop && *o->stop;
 }
 
+static double monotonic_ms(void *ctx) {
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Megatron's exit rules, checked after each step (a checkpoint follows when checkpoint.save
+ * is set): exit_interval stops at the first step whose number is divisible by it (a step of
+ * the whole run, so a resumed run stops at the same steps), exit_duration_in_mins once the
+ * wall time since gt_train_run began exceeds it. Prints why and returns 1 to stop. */
+static int exit_rule_met(const gt_config *cfg, long long step, double elapsed_ms, FILE *out) {
+    if (cfg->train.exit_interval > 0 && step % cfg->train.exit_interval == 0) {
+        fprintf(out, "stopping at step %lld: it is divisible by train.exit_interval=%d\n", step,
+                cfg->train.exit_interval);
+        return 1;
+    }
+    double minutes = elapsed_ms / 60e3;
+    if (cfg->train.exit_duration_in_mins > 0 && minutes > cfg->train.exit_duration_in_mins) {
+        fprintf(out, "stopping at step %lld: %.2f minutes passed, train.exit_duration_in_mins=%g\n",
+                step, minutes, cfg->train.exit_duration_in_mins);
+        return 1;
+    }
+    return 0;
+}
+
 int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_result *res_out,
                  gt_error *err) {
     gt_train_result res_local = {0};
@@ -81,6 +108,9 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     res->last_eval_loss = NAN;
     FILE *out = opts && opts->out ? opts->out : stdout;
     int quiet = opts && opts->quiet;
+    double (*clock_ms)(void *) = opts && opts->clock_ms ? opts->clock_ms : monotonic_ms;
+    void *clock_ctx = opts ? opts->clock_ctx : NULL;
+    const double started_ms = clock_ms(clock_ctx);
     gt_trainer *t = NULL;
     int rc = gt_trainer_create(&t, cfg, err);
     if (rc) return rc;
@@ -120,10 +150,6 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     int log_every = cfg->logger.log_interval > 0 ? cfg->logger.log_interval : 1;
     while (!rc && gt_trainer_step_count(t) < total) {
         if (stop_requested(opts)) break;
-        if (cfg->train.exit_interval > 0 && run >= cfg->train.exit_interval) {
-            fprintf(out, "stopping after %lld steps (train.exit_interval)\n", run);
-            break;
-        }
         gt_step_stats s;
         rc = gt_trainer_step(t, &s, err);
         if (rc) {
@@ -153,9 +179,13 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
             rc = save(t, save_dir, out, res, err);
             last_saved = s.step;
         }
+        /* the final save below writes the checkpoint these exits leave */
+        if (!rc && s.step < total &&
+            exit_rule_met(cfg, s.step, clock_ms(clock_ctx) - started_ms, out))
+            break;
     }
     int interrupted = rc == GT_OK && stop_requested(opts);
-    /* a final checkpoint on normal completion, exit_interval and Ctrl-C (not after errors:
+    /* a final checkpoint on normal completion, the exit rules and Ctrl-C (not after errors:
      * the state that failed is not worth resuming) */
     if (rc == GT_OK && save_dir[0] && last_saved != gt_trainer_step_count(t) && run > 0)
         rc = save(t, save_dir, out, res, err);

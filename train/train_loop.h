@@ -17,6 +17,10 @@ typedef struct gt_train_run_opts {
     volatile sig_atomic_t *stop;
     FILE *out; /* progress lines and reports (stdout when NULL) */
     int quiet; /* no memory plan / graph report (tests) */
+    /* wall clock in ms for train.exit_duration_in_mins; NULL = the monotonic clock (tests
+     * pass their own) */
+    double (*clock_ms)(void *ctx);
+    void *clock_ctx;
 } gt_train_run_opts;
 
 /* Summary of a run, for callers and tests. */

@@ -85,7 +85,8 @@ static void test_validate_reports_every_violation_and_exits_2(void **state) {
                          "model.hidden_size=500",
                          out, OUT_MAX);
     assert_int_equal(rc, 2);
-    assert_non_null(strstr(out, "5 errors"));
+    assert_non_null(strstr(out, "6 errors (1 setting graphtrain cannot run yet)"));
+    assert_non_null(strstr(out, "error [engine_no_cpu_offloading]"));
     assert_non_null(strstr(out, "error [graphs_need_rng_tracker]"));
     assert_non_null(strstr(out, "error [heads_divide_hidden_size]"));
     assert_non_null(strstr(out, "fix: "));
@@ -180,6 +181,21 @@ static void test_validate_json_is_one_object(void **state) {
     assert_non_null(strstr(out, "\"load_errors\": 4,"));
 }
 
+/* The text output's closing line counts what --json counts: bad settings and rule errors */
+static void test_validate_text_summary_counts_what_json_counts(void **state) {
+    char *out = *state;
+    const char *args = "--recipe tiny model.nope=1 train.bad=2 model.cuda_graph_scope=attn";
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "validate --json %s", args);
+    assert_int_equal(gt_test_run(cmd, out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "\"errors\": 3, \"load_errors\": 2,"));
+    snprintf(cmd, sizeof cmd, "validate --quiet %s", args);
+    assert_int_equal(gt_test_run(cmd, out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "3 errors in all (2 bad settings, 1 from the rules), 0 notes"));
+    assert_int_equal(gt_test_run("validate --quiet --recipe tiny model.nope=1", out, OUT_MAX), 2);
+    assert_non_null(strstr(out, "1 error in all (1 bad setting, 0 from the rules)"));
+}
+
 static void test_validate_bad_input_names_the_problem(void **state) {
     char *out = *state;
     assert_int_equal(gt_test_run("validate model.cuda_graph_scop=attn", out, OUT_MAX), 2);
@@ -210,12 +226,34 @@ static void test_validate_accepts_bridge_harness_flags(void **state) {
     assert_non_null(strstr(out, "graphs_need_rng_tracker"));
 }
 
-static void test_validate_notes_what_this_engine_cannot_run(void **state) {
+/* What graphtrain cannot run yet is refused by validate, train and bench alike, by name */
+static void test_validate_train_bench_refuse_what_this_engine_cannot_run(void **state) {
     char *out = *state;
     assert_int_equal(gt_test_run("validate --quiet --recipe llama3_70b -c fp8_cs", out, OUT_MAX),
-                     0);
-    assert_non_null(strstr(out, "note [engine_no_fp8]"));
-    assert_non_null(strstr(out, "note [engine_no_model_parallel]"));
+                     2);
+    assert_non_null(strstr(out, "error [engine_no_fp8] model.compute_dtype"));
+    assert_non_null(strstr(out, "error [engine_no_tensor_parallel]"));
+    assert_non_null(strstr(out, "error [engine_no_pipeline_parallel]"));
+    assert_non_null(strstr(out, "error [engine_no_context_parallel]"));
+    assert_non_null(strstr(out, "error [engine_single_gpu]"));
+    const char *settings[] = {"-c fp8_cs", "model.recompute_granularity=selective",
+                              "model.recompute_granularity=full model.recompute_method=uniform "
+                              "model.recompute_num_layers=1",
+                              "dataset.packed_sequence=true dataset.pad_to_max_length=true "
+                              "dataset.pad_cu_seqlens=true",
+                              "model.num_layers=2 model.hybrid_override_pattern=*M"};
+    const char *cmds[] = {"validate --quiet", "train", "bench --same-process --steps 1"};
+    for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
+        for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+            char args[512];
+            snprintf(args, sizeof args,
+                     "%s --recipe tiny runtime.device=cpu train.train_iters=4 %s", cmds[c],
+                     settings[s]);
+            int rc = gt_test_run(args, out, OUT_MAX);
+            if (rc != 2 || !strstr(out, "cannot run it yet"))
+                fail_msg("`%s` exited %d without refusing:\n%s", args, rc, out);
+        }
+    }
 }
 
 static void test_recipes_lists_each_with_a_description(void **state) {
@@ -281,9 +319,10 @@ int main(void) {
         cmocka_unit_test(test_bad_overrides_and_broken_rules_are_reported_together),
         cmocka_unit_test(test_validate_dropless_moe_scope_is_an_error_with_bridges_advice),
         cmocka_unit_test(test_validate_json_is_one_object),
+        cmocka_unit_test(test_validate_text_summary_counts_what_json_counts),
         cmocka_unit_test(test_validate_bad_input_names_the_problem),
         cmocka_unit_test(test_validate_accepts_bridge_harness_flags),
-        cmocka_unit_test(test_validate_notes_what_this_engine_cannot_run),
+        cmocka_unit_test(test_validate_train_bench_refuse_what_this_engine_cannot_run),
         cmocka_unit_test(test_recipes_lists_each_with_a_description),
         cmocka_unit_test(test_readme_and_docs_reference_match_the_generated_one),
     };

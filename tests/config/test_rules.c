@@ -150,19 +150,75 @@ static const rule_case k_cases[] = {
      "optimizer.exp_avg_sq_dtype=bf16 optimizer.use_precision_aware_optimizer=true"},
     {"eval_needs_iters", GT_SEVERITY_ERROR, "train.eval_interval=10 train.eval_iters=0",
      "train.eval_interval=10 train.eval_iters=2"},
-    /* valid settings this engine cannot run yet */
-    {"engine_no_mamba", GT_SEVERITY_NOTE, "model.num_layers=2 model.hybrid_override_pattern=*M",
+    /* Megatron's arithmetic (config/rules_megatron.c) */
+    {"data_parallel_size_matches_world", GT_SEVERITY_ERROR,
+     "runtime.num_gpus=8 model.tensor_model_parallel_size=2 ddp.data_parallel_size=2",
+     "runtime.num_gpus=8 model.tensor_model_parallel_size=2 ddp.data_parallel_size=4"},
+    {"expert_parallel_fits_gpus", GT_SEVERITY_ERROR,
+     MOE "runtime.num_gpus=4 model.expert_model_parallel_size=8",
+     MOE "runtime.num_gpus=8 model.expert_model_parallel_size=8"},
+    {"tp_divides_heads", GT_SEVERITY_ERROR,
+     "runtime.num_gpus=16 model.num_attention_heads=8 model.tensor_model_parallel_size=16 "
+     "model.ffn_hidden_size=1536 model.vocab_size=32768",
+     "runtime.num_gpus=8 model.num_attention_heads=8 model.tensor_model_parallel_size=8"},
+    {"tp_divides_query_groups", GT_SEVERITY_ERROR,
+     "runtime.num_gpus=4 model.num_query_groups=2 model.tensor_model_parallel_size=4",
+     "runtime.num_gpus=4 model.num_query_groups=4 model.tensor_model_parallel_size=4"},
+    {"tp_divides_ffn", GT_SEVERITY_ERROR,
+     "runtime.num_gpus=4 model.ffn_hidden_size=1538 model.tensor_model_parallel_size=4",
+     "runtime.num_gpus=4 model.ffn_hidden_size=1536 model.tensor_model_parallel_size=4"},
+    {"tp_divides_vocab", GT_SEVERITY_ERROR,
+     "runtime.num_gpus=2 model.vocab_size=50257 model.tensor_model_parallel_size=2",
+     "runtime.num_gpus=2 model.vocab_size=50432 model.tensor_model_parallel_size=2"},
+    {"cp_divides_seq", GT_SEVERITY_ERROR,
+     "runtime.num_gpus=4 model.seq_length=260 model.context_parallel_size=4",
+     "runtime.num_gpus=4 model.seq_length=256 model.context_parallel_size=4"},
+    {"pp_divides_layers", GT_SEVERITY_ERROR,
+     "runtime.num_gpus=4 model.num_layers=10 model.pipeline_model_parallel_size=4",
+     "runtime.num_gpus=4 model.num_layers=10 model.pipeline_model_parallel_size=4 "
+     "model.num_layers_in_first_pipeline_stage=1 model.num_layers_in_last_pipeline_stage=3"},
+    {"uneven_pipeline_stages_fit", GT_SEVERITY_ERROR,
+     "model.num_layers=8 model.num_layers_in_first_pipeline_stage=2",
+     "runtime.num_gpus=2 model.num_layers=8 model.pipeline_model_parallel_size=2 "
+     "model.num_layers_in_first_pipeline_stage=2"},
+    {"expert_parallel_needs_moe", GT_SEVERITY_ERROR,
+     "runtime.num_gpus=2 model.expert_model_parallel_size=2",
+     MOE "runtime.num_gpus=2 model.expert_model_parallel_size=2"},
+    {"full_recompute_needs_method", GT_SEVERITY_ERROR,
+     "model.recompute_granularity=full model.recompute_num_layers=1",
+     "model.recompute_granularity=full model.recompute_num_layers=1 "
+     "model.recompute_method=uniform"},
+    {"full_recompute_num_layers_range", GT_SEVERITY_ERROR,
+     "model.recompute_granularity=full model.recompute_method=block "
+     "runtime.num_gpus=2 model.pipeline_model_parallel_size=2 model.recompute_num_layers=5",
+     "model.recompute_granularity=full model.recompute_method=block "
+     "runtime.num_gpus=2 model.pipeline_model_parallel_size=2 model.recompute_num_layers=4"},
+    {"selective_recompute_forbids_num_layers", GT_SEVERITY_ERROR,
+     "model.recompute_granularity=selective model.recompute_num_layers=2",
+     "model.recompute_granularity=selective model.recompute_num_layers=null"},
+    /* valid settings this engine cannot run yet (config/unsupported.c): errors, not notes */
+    {"engine_no_mamba", GT_SEVERITY_ERROR, "model.num_layers=2 model.hybrid_override_pattern=*M",
      "model.num_layers=2 model.hybrid_override_pattern=*-"},
-    {"engine_no_fp8", GT_SEVERITY_NOTE, "model.compute_dtype=fp8_cs", "model.compute_dtype=bf16"},
-    {"engine_no_model_parallel", GT_SEVERITY_NOTE, "model.tensor_model_parallel_size=2",
-     "model.tensor_model_parallel_size=1"},
-    {"engine_no_cpu_offloading", GT_SEVERITY_NOTE, "model.cpu_offloading=true",
+    {"engine_no_fp8", GT_SEVERITY_ERROR, "model.compute_dtype=fp8_cs", "model.compute_dtype=bf16"},
+    {"engine_no_tensor_parallel", GT_SEVERITY_ERROR,
+     "runtime.num_gpus=2 model.tensor_model_parallel_size=2", "model.tensor_model_parallel_size=1"},
+    {"engine_no_pipeline_parallel", GT_SEVERITY_ERROR,
+     "runtime.num_gpus=2 model.pipeline_model_parallel_size=2",
+     "model.pipeline_model_parallel_size=1"},
+    {"engine_no_context_parallel", GT_SEVERITY_ERROR,
+     "runtime.num_gpus=2 model.context_parallel_size=2", "model.context_parallel_size=1"},
+    {"engine_no_expert_parallel", GT_SEVERITY_ERROR,
+     MOE "runtime.num_gpus=2 model.expert_model_parallel_size=2",
+     MOE "model.expert_model_parallel_size=1"},
+    {"engine_no_cpu_offloading", GT_SEVERITY_ERROR, "model.cpu_offloading=true",
      "model.cpu_offloading=false"},
-    {"engine_no_recompute", GT_SEVERITY_NOTE, "model.recompute_granularity=selective",
+    {"engine_no_recompute", GT_SEVERITY_ERROR, "model.recompute_granularity=selective",
      "model.recompute_granularity=none"},
-    {"engine_no_packed_sequences", GT_SEVERITY_NOTE, "dataset.packed_sequence=true",
+    {"engine_no_packed_sequences", GT_SEVERITY_ERROR, "dataset.packed_sequence=true",
      "dataset.packed_sequence=false"},
-    {"engine_single_gpu", GT_SEVERITY_NOTE, "runtime.num_gpus=8", "runtime.num_gpus=1"},
+    {"engine_single_gpu", GT_SEVERITY_ERROR, "runtime.num_gpus=8", "runtime.num_gpus=1"},
+    {"engine_no_vocab_padding", GT_SEVERITY_ERROR, "model.should_pad_vocab=true",
+     "model.should_pad_vocab=false"},
     {"engine_gpu_computes_bf16", GT_SEVERITY_NOTE, "model.compute_dtype=fp32",
      "model.compute_dtype=bf16"},
     {"engine_wgrad_always_deferred", GT_SEVERITY_NOTE,
@@ -187,9 +243,8 @@ static const rule_case k_cases[] = {
     {"cuda_attention_bwd_choice", GT_SEVERITY_ERROR,
      "runtime.device=cuda runtime.gpu=b200 runtime.cuda.attention_bwd=wgmma",
      "runtime.device=cuda runtime.gpu=h200 runtime.cuda.attention_bwd=wgmma"},
-    {"cuda_pdl_choice", GT_SEVERITY_ERROR,
-     "runtime.device=cuda runtime.gpu=a100 runtime.cuda.pdl=on",
-     "runtime.device=cuda runtime.gpu=h100 runtime.cuda.pdl=on"},
+    /* cuda_pdl_choice trips only below compute capability 9.0, a GPU runtime.gpu no longer
+     * names (h100 ... gb300); test_kernel_choice covers that refusal */
     {"cuda_keys_unused_on_cpu", GT_SEVERITY_NOTE, "runtime.device=cpu runtime.cuda.attention=mma",
      "runtime.device=cpu runtime.cuda.attention=auto"},
 };
@@ -239,21 +294,61 @@ static void run_passes(void **state) {
         fail_msg("rule %s tripped on the passing config: %s", c->rule, c->passes);
 }
 
-static void test_five_violations_are_reported_together(void **state) {
+static void test_every_violation_is_reported_together(void **state) {
     (void)state;
     gt_config cfg;
     /* 1 no RNG tracker, 2 full_iteration with transformer_engine, 3 full_iteration with attn,
-     * 4 cpu offloading with graphs, 5 heads do not divide hidden size */
+     * 4 cpu offloading with graphs, 5 heads do not divide hidden size, 6 cpu offloading is
+     * not implemented */
     config_with(&cfg, "model.cuda_graph_impl=transformer_engine "
                       "model.cuda_graph_scope=full_iteration,attn model.cpu_offloading=true "
                       "model.hidden_size=500");
     gt_report r;
-    assert_int_equal(gt_config_validate(&cfg, &r), 5);
+    assert_int_equal(gt_config_validate(&cfg, &r), 6);
+    assert_true(gt_report_has(&r, "engine_no_cpu_offloading"));
     assert_true(gt_report_has(&r, "graphs_need_rng_tracker"));
     assert_true(gt_report_has(&r, "full_iteration_needs_local"));
     assert_true(gt_report_has(&r, "full_iteration_alone"));
     assert_true(gt_report_has(&r, "cpu_offloading_with_graphs"));
     assert_true(gt_report_has(&r, "heads_divide_hidden_size"));
+}
+
+/* Megatron's world size is tp * pp * cp * dp on one GPU too: tp 2 cannot fit in 1 GPU */
+static void test_one_gpu_cannot_hold_tensor_parallel_2(void **state) {
+    (void)state;
+    gt_config cfg;
+    config_with(&cfg, "model.tensor_model_parallel_size=2");
+    gt_report r;
+    gt_config_validate(&cfg, &r);
+    assert_true(gt_report_has(&r, "parallel_sizes_fit_gpus"));
+    assert_true(gt_report_has(&r, "engine_no_tensor_parallel"));
+}
+
+/* A setting graphtrain cannot run is an error marked as a "not supported yet" refusal, naming
+ * the key and its value, and counted apart from the rules a configuration breaks. */
+static void test_unsupported_settings_are_errors_counted_apart(void **state) {
+    (void)state;
+    gt_config cfg;
+    config_with(&cfg, "model.compute_dtype=fp8_cs dataset.packed_sequence=true "
+                      "dataset.pad_to_max_length=true dataset.pad_cu_seqlens=true "
+                      "train.global_batch_size=6");
+    gt_report r;
+    assert_int_equal(gt_config_validate(&cfg, &r), 3);
+    assert_int_equal(r.unsupported, 2);
+    const gt_finding *f = find(&r, "engine_no_fp8");
+    assert_non_null(f);
+    assert_true(f->unsupported);
+    assert_string_equal(f->keys[0], "model.compute_dtype");
+    assert_non_null(strstr(f->message, "model.compute_dtype=fp8_cs"));
+    assert_non_null(strstr(f->fix, "model.compute_dtype=bf16"));
+    assert_false(find(&r, "global_batch_divisible")->unsupported);
+    char *text = NULL;
+    size_t tn = 0;
+    FILE *out = open_memstream(&text, &tn);
+    gt_report_print(&r, out);
+    fclose(out);
+    assert_non_null(strstr(text, "3 errors (2 settings graphtrain cannot run yet)"));
+    free(text);
 }
 
 static void test_defaults_are_valid_without_notes(void **state) {
@@ -303,7 +398,7 @@ static void test_report_prints_keys_why_and_fix_as_text_and_json(void **state) {
 }
 
 int main(void) {
-    static struct CMUnitTest tests[2 * N_CASES + 4];
+    static struct CMUnitTest tests[2 * N_CASES + 6];
     static char names[2 * N_CASES][128];
     size_t n = 0;
     for (size_t i = 0; i < N_CASES; i++) {
@@ -313,8 +408,11 @@ int main(void) {
         tests[n++] =
             (struct CMUnitTest){names[2 * i + 1], run_passes, NULL, NULL, (void *)&k_cases[i]};
     }
-    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_five_violations_are_reported_together);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_every_violation_is_reported_together);
     tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_defaults_are_valid_without_notes);
+    tests[n++] = (struct CMUnitTest)cmocka_unit_test(test_one_gpu_cannot_hold_tensor_parallel_2);
+    tests[n++] =
+        (struct CMUnitTest)cmocka_unit_test(test_unsupported_settings_are_errors_counted_apart);
     tests[n++] =
         (struct CMUnitTest)cmocka_unit_test(test_blackwell_lifts_nccl_register_rule_for_local_only);
     tests[n++] =

@@ -73,7 +73,7 @@ static void test_tiny_model_loss_falls_on_repetitive_shard(void **state) {
     set(&c, "train.eval_interval=50");
     set(&c, "train.eval_iters=2");
     FILE *sink = tmpfile();
-    gt_train_run_opts o = {NULL, sink, 1};
+    gt_train_run_opts o = {.out = sink, .quiet = 1};
     gt_train_result res;
     gt_error err = {0};
     int rc = gt_train_run(&c, &o, &res, &err);
@@ -218,7 +218,7 @@ static void test_metrics_file_has_one_json_line_per_logged_step(void **state) {
     snprintf(kv, sizeof kv, "logger.metrics_file=%s", path);
     set(&c, kv);
     FILE *sink = tmpfile();
-    gt_train_run_opts o = {NULL, sink, 1};
+    gt_train_run_opts o = {.out = sink, .quiet = 1};
     gt_error err = {0};
     assert_int_equal(gt_train_run(&c, &o, NULL, &err), GT_OK);
     fclose(sink);

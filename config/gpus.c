@@ -1,0 +1,26 @@
+/* The GPU table behind runtime.gpu (Bridge's -g): architecture and peak rates per GPU. The
+ * H200's bf16 and bandwidth figures are graphtrain's own measurements (a cuBLASLt bf16 GEMM
+ * and a device-to-device copy, WORKLOADS.md); the others are NVIDIA's dense datasheet rates. */
+#include "config/gpus.h"
+
+#include <string.h>
+
+#define T 1e12
+#define GB 1e9
+
+static const gt_gpu_spec k_gpus[] = {
+    {"h100", 90, 989 * T, 1979 * T, 3.35e12, 80 * GB, "datasheet (H100 SXM, dense)"},
+    {"h200", 90, 790 * T, 1979 * T, 4.3e12, 141 * GB,
+     "bf16 and bandwidth measured on one H200 (WORKLOADS.md); fp8 from the datasheet"},
+    {"b200", 100, 2250 * T, 4500 * T, 8.0e12, 180 * GB, "datasheet (HGX B200, dense)"},
+    {"gb200", 100, 2500 * T, 5000 * T, 8.0e12, 186 * GB, "datasheet (GB200 NVL72 per GPU, dense)"},
+    {"gb300", 103, 2500 * T, 5000 * T, 8.0e12, 288 * GB, "datasheet (GB300 NVL72 per GPU, dense)"},
+};
+
+const char *const gt_gpu_names[] = {"h100", "h200", "b200", "gb200", "gb300", NULL};
+
+const gt_gpu_spec *gt_gpu_find(const char *name) {
+    for (size_t i = 0; name && i < sizeof k_gpus / sizeof k_gpus[0]; i++)
+        if (!strcmp(k_gpus[i].name, name)) return &k_gpus[i];
+    return NULL;
+}
