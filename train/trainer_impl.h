@@ -8,6 +8,7 @@
 
 #include "core/arena.h"
 #include "data/data.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 struct gt_trainer {
@@ -59,6 +60,10 @@ struct gt_trainer {
     int64_t steps;    /* optimizer steps completed (host copy after each step) */
     int rows_current; /* no step launched since the lazy rows' last flush: every row is current */
     int resumed;      /* started from checkpoint.load */
+    /* the schedule record saved checkpoints carry: the configuration's, or the checkpoint's
+     * when use_checkpoint_opt_param_scheduler took it (sched_adopted) */
+    int sched_adopted;
+    gt_ckpt_sched sched_rec;
 };
 
 /* The optimizer arrays and constants, for the lazy-row ops (backend.h, gt_grad_rows.lag). */
@@ -66,6 +71,10 @@ gt_adamw_state gt_trainer_adamw_state(const gt_trainer *t);
 /* Enqueues the updates the embedding's lazy rows still owe (replay 0: only marks them current,
  * for state just written); a no-op while the model keeps no row marks. trainer_step.c. */
 void gt_trainer_flush_rows(gt_trainer *t, int replay);
+
+/* The schedule step_begin computes the rate from, resolved from the configuration (decay
+ * steps default to train_iters, a warmup fraction becomes whole steps); trainer.c. */
+gt_lr_schedule gt_trainer_lr_schedule(const gt_config *cfg);
 
 /* Resume from checkpoint.load (trainer_ckpt.c): weights, moments, step state, data position. */
 int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err);

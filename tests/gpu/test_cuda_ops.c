@@ -535,7 +535,7 @@ static void test_lr_schedule_matches_cpu_for_every_style(void **state) {
     NEED_CPU(e, step_begin);
     const int steps[] = {0, 4, 9, 10, 50, 150, 199, 200, 500};
     for (int style = 0; style < 3; style++) {
-        gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, style};
+        gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, style, 0.0f, 0, 0};
         for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
             gt_step_state init = default_state(), *cst, *gst, hs;
             init.step = steps[i];
@@ -551,7 +551,7 @@ static void test_lr_schedule_matches_cpu_for_every_style(void **state) {
             assert_true(hs.loss == 0.0f && hs.nan_flags == 0 && hs.micro == 0);
         }
     }
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, 2};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, 2, 0.0f, 0, 0};
     gt_step_state init = default_state(), *cst, *gst, hs;
     init.step = 4;
     make_states(e, &init, &cst, &gst);
@@ -570,7 +570,7 @@ static void test_optimizer_step_matches_cpu(void **state) {
     for (size_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 2, 100, 2};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 2, 100, 2, 0.0f, 0, 0};
     gt_step_state init = default_state(), *cst, *gst, hs;
     make_states(e, &init, &cst, &gst);
     float *c_master = c_f32(e, master, n), *c_params = c_f32(e, master, n);
@@ -749,7 +749,7 @@ static void test_injected_nan_skips_the_update_and_is_recorded(void **state) {
     float *master = rand_vec(e, n, 1.0f), *grads = rand_vec(e, n, 0.1f), *got = malloc(n * 4);
     float *losses = rand_vec(e, 10, 1.0f);
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 100, 0};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 100, 0, 0.0f, 0, 0};
     gt_step_state init = default_state(), *cst, *gst, hs;
     init.inject_nan = 3; /* == init.step */
     make_states(e, &init, &cst, &gst);
