@@ -59,11 +59,15 @@ static int set_gemm_table(gt_trainer *t, gt_error *err) {
     return rc;
 }
 
-/* Stops a run that cannot fit before anything large is allocated. */
+/* Stops a run that cannot fit before anything large is allocated: against the device's free
+ * memory, or, on the CPU backend (whose arenas are host memory and which reports no device
+ * memory), against the host's available memory. */
 static int check_fit(gt_trainer *t, gt_error *err) {
     gt_memory_plan p;
     int rc = gt_memory_plan_compute(&t->cfg, t->b->act_bytes, &p, err);
     if (rc) return rc;
+    if (t->b->kind == GT_BACKEND_CPU)
+        return gt_memory_plan_check_host_fit(&p, gt_memory_host_available(), err);
     size_t free_bytes = 0;
     t->b->ops->mem_info(t->b, &free_bytes, NULL, NULL);
     return gt_memory_plan_check_fit(&p, free_bytes, err);
