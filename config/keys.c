@@ -24,7 +24,8 @@ static const char *const k_dispatcher[] = {"allgather", "alltoall", "flex", NULL
 static const char *const k_dtype[] = {"bf16", "fp32", "fp8_cs", "fp8_mx", "fp8_ds", NULL};
 static const char *const k_state_dtype[] = {"fp32", "bf16", NULL};
 /* order = gt_lr_style, gt_wsd_style; Megatron's spellings */
-static const char *const k_lr_style[] = {"constant", "linear", "cosine", "inverse-square-root", "WSD", NULL};
+static const char *const k_lr_style[] = {"constant", "linear", "cosine", "inverse-square-root",
+                                         "WSD",      NULL};
 static const char *const k_wsd_style[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
 static const char *const k_device[] = {"auto", "cpu", "cuda", NULL};
 static const char *const k_capture_failure[] = {"stop", "eager", NULL};
@@ -225,7 +226,8 @@ void gt_config_defaults(gt_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (size_t i = 0; i < sizeof k_keys / sizeof k_keys[0]; i++) {
         gt_error err = {0};
-        /* the table's defaults are tested to parse (tests/config/test_config.c), so this cannot fail */
+        /* the table's defaults are tested to parse (tests/config/test_config.c), so this cannot
+         * fail */
         (void)gt_config_set(cfg, k_keys[i].name, k_keys[i].def, &err);
     }
 }
