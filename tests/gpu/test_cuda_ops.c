@@ -560,6 +560,31 @@ static void test_lr_schedule_matches_cpu_for_every_style(void **state) {
     assert_true(fabsf(hs.lr - 5e-4f) < 1e-9f); /* warmup: lr_max * (step + 1) / warmup */
 }
 
+/* inverse-square-root, WSD in each annealing style and a warmup from lr_warmup_init: the
+ * kernel computes them in the CPU reference's double operations, so the rates are equal */
+static void test_lr_schedule_megatron_styles_equal_cpu(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, step_begin);
+    const int steps[] = {0, 4, 9, 10, 50, 150, 159, 160, 161, 175, 199, 200, 201, 500};
+    for (int k = 0; k < 5; k++) {
+        gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, k == 0 ? 3 : 4, 2e-4f, 40, k - 1};
+        for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+            gt_step_state init = default_state(), *cst, *gst, hs;
+            init.step = steps[i];
+            make_states(e, &init, &cst, &gst);
+            e->cpu->ops->step_begin(e->cpu, e->cs, cst, sc);
+            e->gpu->ops->step_begin(e->gpu, e->gs, gst, sc);
+            read_state(e, &hs, gst);
+            if (i >= 3 && hs.lr != cst->lr) /* the warmup's float formula may round apart */
+                fail_msg("style %d/%d step %d: gpu lr %.9g cpu lr %.9g", sc.style, sc.wsd_style,
+                         steps[i], (double)hs.lr, (double)cst->lr);
+            if (!(fabsf(hs.lr - cst->lr) <= 1e-6f * cst->lr))
+                fail_msg("warmup step %d: gpu lr %g cpu lr %g", steps[i], (double)hs.lr,
+                         (double)cst->lr);
+        }
+    }
+}
+
 static void test_optimizer_step_matches_cpu(void **state) {
     gpu_env *e = *state;
     NEED_CPU(e, adamw);
@@ -851,6 +876,7 @@ int main(void) {
         T(test_swiglu_matches_cpu),
         T(test_cross_entropy_in_place_and_loss_sum_match_cpu),
         T(test_lr_schedule_matches_cpu_for_every_style),
+        T(test_lr_schedule_megatron_styles_equal_cpu),
         T(test_optimizer_step_matches_cpu),
         T(test_injected_nan_skips_the_update_and_is_recorded),
         T(test_grad_norm_is_deterministic_and_exact),
