@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config/config.h"
+
 static void release_arena(void *owner, void *base) {
     gt_backend *b = owner;
     b->ops->free(b, base);
@@ -37,6 +39,23 @@ int gt_grad_rows_check(gt_backend *b, const char *op, const gt_grad_rows *rows, 
                     "%s: %zu rows of %d from element %zu reach past the %zu gradients; pass rows "
                     "inside the gradient array",
                     op, rows->rows, rows->d, rows->offset, n);
+    return 0;
+}
+
+int gt_lr_schedule_check(gt_backend *b, const char *op, const gt_lr_schedule *sc) {
+    int wsd = sc->style == GT_LR_WSD;
+    if (sc->warmup_iters >= 0 && sc->decay_iters >= 0 && sc->style >= GT_LR_CONSTANT &&
+        sc->style <= GT_LR_WSD &&
+        (!wsd || (sc->wsd_decay_iters > 0 && sc->wsd_style >= GT_WSD_EXPONENTIAL &&
+                  sc->wsd_style <= GT_WSD_MINUS_SQRT)))
+        return 1;
+    gt_backend_fail(b, GT_ERR_INVALID,
+                    "%s: bad learning-rate schedule (warmup %d, decay %d, style %d, WSD "
+                    "annealing %d in style %d); iterations must be >= 0, the style constant, "
+                    "linear, cosine, inverse-square-root or WSD, and WSD needs annealing steps "
+                    "> 0 in a known style",
+                    op, (int)sc->warmup_iters, (int)sc->decay_iters, (int)sc->style,
+                    (int)sc->wsd_decay_iters, (int)sc->wsd_style);
     return 0;
 }
 

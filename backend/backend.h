@@ -387,6 +387,10 @@ void gt_backend_fail(gt_backend *b, int code, const char *fmt, ...)
 /* 1 when rows lie inside a gradient of n elements; else records the op failure, naming op,
  * and returns 0 (grad_norm and adamw of every backend). */
 int gt_grad_rows_check(gt_backend *b, const char *op, const gt_grad_rows *rows, size_t n);
+/* 1 when step_begin (or op, replaying its rates) can compute this schedule (iterations >= 0,
+ * a known style; WSD with annealing steps); else records the op failure, naming op, and returns
+ * 0 (every backend). */
+int gt_lr_schedule_check(gt_backend *b, const char *op, const gt_lr_schedule *sc);
 /* 1 when adamw (or op, replaying it) can take these arguments (a step state, n_decay <= n,
  * betas in [0, 1), eps > 0, weight decay >= 0); else records the op failure, naming op, and
  * returns 0 (every backend). */

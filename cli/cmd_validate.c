@@ -1,6 +1,7 @@
 /* graphtrain validate: resolves a configuration (recipe, --config, harness flags, overrides),
- * prints it and every violated rule at once; exit 0 when valid, 2 when not. --json for
- * machines; --reference prints the key table as the README's Markdown reference. */
+ * prints it and every violated rule at once, then the memory plan and whether it fits the GPU
+ * named (-g); exit 0 when valid, 2 when not. --json for machines; --reference prints the key
+ * table as the README's Markdown reference. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,6 +12,7 @@
 #include "model/memory_plan.h"
 
 #define VALIDATE_EXIT_INVALID 2
+#define VALIDATE_GIB (1024.0 * 1024.0 * 1024.0)
 
 static void usage(FILE *out) {
     fprintf(
@@ -66,6 +68,59 @@ static void print_total(const gt_report *r, const gt_error *load_error, FILE *ou
             r ? r->notes : 0, r && r->notes == 1 ? "" : "s");
 }
 
+/* ---- memory: the plan against the GPU the configuration names (-g, runtime.gpu) ---- */
+
+/* A plan too large for the named GPU is an error of the configuration, reported with the
+ * rules' findings (text and JSON); returns the errors it added. */
+static int check_gpu_fit(const gt_config *cfg, const gt_memory_plan *mp, gt_report *r) {
+    size_t have = gt_memory_gpu_bytes(cfg->runtime.gpu);
+    if (!have || mp->total <= have) return 0;
+    r->errors++;
+    if (r->count >= GT_REPORT_MAX) {
+        r->dropped++;
+        return 1;
+    }
+    gt_finding *f = &r->findings[r->count++];
+    memset(f, 0, sizeof *f);
+    f->severity = GT_SEVERITY_ERROR;
+    f->rule = "plan_fits_gpu_memory";
+    static const char *const keys[] = {"runtime.gpu", "train.micro_batch_size", "model.seq_length",
+                                       "model.num_layers", "model.hidden_size"};
+    for (int i = 0; i < 5; i++)
+        f->keys[f->n_keys++] = keys[i];
+    snprintf(f->message, sizeof f->message,
+             "the memory plan needs %.2f GiB per GPU but one %s has %.0f GiB",
+             (double)mp->total / VALIDATE_GIB, cfg->runtime.gpu, (double)have / VALIDATE_GIB);
+    snprintf(f->fix, sizeof f->fix,
+             "lower train.micro_batch_size (activations scale with it) or model.seq_length, "
+             "use fewer model.num_layers or a smaller model.hidden_size, or a GPU with more "
+             "memory (-g)");
+    return 1;
+}
+
+/* Whether the plan fits the GPU named, per GPU (each holds all of it: one GPU today) */
+static void print_gpu_fit(const gt_config *cfg, const gt_memory_plan *mp) {
+    const char *gpu = cfg->runtime.gpu;
+    size_t have = gt_memory_gpu_bytes(gpu);
+    double need = (double)mp->total / VALIDATE_GIB;
+    printf("memory per GPU: %.2f GiB (every GPU of runtime.num_gpus=%d holds the whole plan: "
+           "graphtrain shards no model or optimizer state across GPUs yet)\n",
+           need, cfg->runtime.num_gpus);
+    if (!gpu[0])
+        printf("fit: no GPU named (-g, runtime.gpu); train checks the plan against the free "
+               "memory of the GPU it runs on\n");
+    else if (!have)
+        printf("fit: the memory of a '%s' is not known (known: h100, h200, b200, gb200, "
+               "gb300)\n",
+               gpu);
+    else if (mp->total <= have)
+        printf("fit: fits on one %s (%.0f GiB): %.2f GiB to spare\n", gpu,
+               (double)have / VALIDATE_GIB, (double)(have - mp->total) / VALIDATE_GIB);
+    else
+        printf("fit: does not fit on one %s (%.0f GiB): %.2f GiB short\n", gpu,
+               (double)have / VALIDATE_GIB, (double)(mp->total - have) / VALIDATE_GIB);
+}
+
 int gt_cmd_validate(int argc, char **argv) {
     int json = 0, quiet = 0;
     char *rest[argc > 0 ? argc : 1];
@@ -111,6 +166,12 @@ int gt_cmd_validate(int argc, char **argv) {
         return VALIDATE_EXIT_INVALID;
     }
     int errors = gt_config_validate(&cfg, &report);
+    /* the device memory the run will need (bf16 compute on the GPU), when the shape itself is
+     * sound enough to plan */
+    gt_memory_plan mp;
+    gt_error merr = {0};
+    int planned = gt_memory_plan_compute(&cfg, 2, &mp, &merr) == GT_OK;
+    if (planned) errors += check_gpu_fit(&cfg, &mp, &report);
     if (json) {
         print_json(&cfg, &report, NULL);
     } else {
@@ -120,13 +181,10 @@ int gt_cmd_validate(int argc, char **argv) {
             printf("\n");
         }
         gt_report_print(&report, stdout);
-        /* the device memory the run will need (bf16 compute on the GPU), when the shape
-         * itself is sound enough to plan */
-        gt_memory_plan mp;
-        gt_error merr = {0};
-        if (!quiet && gt_memory_plan_compute(&cfg, 2, &mp, &merr) == GT_OK) {
+        if (!quiet && planned) {
             printf("\n");
             gt_memory_plan_print(&mp, "cuda", stdout);
+            print_gpu_fit(&cfg, &mp);
         }
     }
     return errors ? VALIDATE_EXIT_INVALID : 0;

@@ -177,18 +177,12 @@ static const bridge_key k_bridge[] = {
     {"optimizer.barrier_with_L1_time", "*", NO_EFFECT},
     {"optimizer.log_num_zeros_in_grad", "false", "counting zero gradients is not implemented"},
     /* ---- scheduler: SchedulerConfig (the sched branch turns the first four into keys) ---- */
-    {"scheduler.lr_warmup_init", "0|0.0", "a warmup starting above 0 is not implemented yet"},
-    {"scheduler.lr_warmup_fraction", "null", "warmup as a fraction of the decay is not implemented yet; use scheduler.lr_warmup_iters"},
-    {"scheduler.lr_wsd_decay_style", "*", "only read with lr_decay_style WSD, which is not implemented yet"},
-    {"scheduler.lr_wsd_decay_iters", "*", "only read with lr_decay_style WSD, which is not implemented yet"},
     {"scheduler.lr_warmup_samples", "0|null", "give warmup in steps with scheduler.lr_warmup_iters"},
     {"scheduler.lr_decay_samples", "null", "give decay in steps with scheduler.lr_decay_iters"},
     {"scheduler.lr_wsd_decay_samples", "null", "give the length in steps"},
     {"scheduler.start_weight_decay", "null", "a weight-decay schedule is not implemented (optimizer.weight_decay is constant)"},
     {"scheduler.end_weight_decay", "null", "a weight-decay schedule is not implemented (optimizer.weight_decay is constant)"},
     {"scheduler.weight_decay_incr_style", "constant", "a weight-decay schedule is not implemented (optimizer.weight_decay is constant)"},
-    {"scheduler.override_opt_param_scheduler", "false", "on resume graphtrain takes the schedule from this configuration"},
-    {"scheduler.use_checkpoint_opt_param_scheduler", "false", "on resume graphtrain takes the schedule from this configuration, not the checkpoint"},
     /* ---- checkpoint: CheckpointConfig (the safety branch turns most_recent_k into a key) ---- */
     {"checkpoint.most_recent_k", "null|-1", "keeping only the newest k checkpoints is not implemented yet"},
     {"checkpoint.ckpt_format", NULL, OWN_CKPT "; drop the key"},

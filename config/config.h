@@ -56,7 +56,16 @@ typedef enum {
     GT_DTYPE_FP8_DS, /* fp8 delayed scaling */
     GT_DTYPE_NVFP4,  /* NVIDIA fp4 (Bridge's -c nvfp4) */
 } gt_compute_dtype;
-typedef enum { GT_LR_CONSTANT, GT_LR_LINEAR, GT_LR_COSINE } gt_lr_style;
+/* scheduler.lr_decay_style, in Megatron's spelling order */
+typedef enum {
+    GT_LR_CONSTANT,
+    GT_LR_LINEAR,
+    GT_LR_COSINE,
+    GT_LR_INVERSE_SQRT,
+    GT_LR_WSD
+} gt_lr_style;
+/* scheduler.lr_wsd_decay_style: WSD's annealing phase */
+typedef enum { GT_WSD_EXPONENTIAL, GT_WSD_LINEAR, GT_WSD_COSINE, GT_WSD_MINUS_SQRT } gt_wsd_style;
 /* storage of an optimizer state (the math is fp32 either way) */
 typedef enum { GT_STATE_FP32, GT_STATE_BF16 } gt_state_dtype;
 /* optimizer.lazy_embedding_rows: auto = lazy where it applies, off = AdamW over every row */
@@ -167,6 +176,14 @@ typedef struct gt_scheduler_config {
     gt_lr_style lr_decay_style;
     int lr_warmup_iters;
     int lr_decay_iters; /* 0 = train_iters */
+    double lr_warmup_init;
+    double lr_warmup_fraction; /* of the decay iterations; -1 = unset (Megatron's None) */
+    gt_wsd_style lr_wsd_decay_style;
+    int lr_wsd_decay_iters; /* 0 = unset */
+    /* at resume, a schedule unlike the checkpoint's: take the configured one (override) or
+     * the checkpoint's (use_checkpoint); neither = refuse */
+    bool override_opt_param_scheduler;
+    bool use_checkpoint_opt_param_scheduler;
 } gt_scheduler_config;
 
 typedef struct gt_dataset_config {

@@ -26,7 +26,10 @@ static const char *const k_dispatcher[] = {"allgather", "alltoall", "flex", NULL
 static const char *const k_dtype[] = {"bf16", "fp32", "fp8_cs", "fp8_mx", "fp8_ds", "nvfp4", NULL};
 static const char *const k_state_dtype[] = {"fp32", "bf16", NULL};
 static const char *const k_lazy_rows[] = {"auto", "off", NULL};
-static const char *const k_lr_style[] = {"constant", "linear", "cosine", NULL};
+/* order = gt_lr_style, gt_wsd_style; Megatron's spellings */
+static const char *const k_lr_style[] = {"constant", "linear", "cosine", "inverse-square-root",
+                                         "WSD",      NULL};
+static const char *const k_wsd_style[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
 static const char *const k_device[] = {"auto", "cpu", "cuda", NULL};
 static const char *const k_capture_failure[] = {"stop", "eager", NULL};
 static const char *const k_data_source[] = {"mock", "shards", NULL};
@@ -116,9 +119,16 @@ static const gt_key k_keys[] = {
     {"optimizer.exp_avg_dtype", GT_KEY_ENUM, F(optimizer.exp_avg_dtype), "fp32", k_state_dtype, 0, 0, "Storage of Adam's first moment: fp32, or bf16 with use_precision_aware_optimizer (2 bytes a parameter less to keep and to stream each step).", NULL},
     {"optimizer.exp_avg_sq_dtype", GT_KEY_ENUM, F(optimizer.exp_avg_sq_dtype), "fp32", k_state_dtype, 0, 0, "Storage of Adam's second moment: fp32, or bf16 with use_precision_aware_optimizer.", NULL},
     {"optimizer.lazy_embedding_rows", GT_KEY_ENUM, F(optimizer.lazy_embedding_rows), "auto", k_lazy_rows, 0, 0, "Embedding rows a step leaves untouched get AdamW's update when next read (auto, same bits, where only the model writes the gradients), or every row every step (off: to bisect).", NULL},
-    {"scheduler.lr_decay_style", GT_KEY_ENUM, F(scheduler.lr_decay_style), "cosine", k_lr_style, 0, 0, "Learning-rate decay after warmup.", NULL},
-    {"scheduler.lr_warmup_iters", GT_KEY_INT, F(scheduler.lr_warmup_iters), "10", NULL, 0, 1000000000, "Linear warmup steps.", NULL},
+    /* ---- learning-rate schedule (Megatron's OptimizerParamScheduler) ---- */
+    {"scheduler.lr_decay_style", GT_KEY_ENUM, F(scheduler.lr_decay_style), "cosine", k_lr_style, 0, 0, "Learning-rate decay after warmup: constant, linear, cosine, inverse-square-root (lr * sqrt(warmup / step), at least min_lr) or WSD (warmup, stable at lr, then lr_wsd_decay_iters of annealing to min_lr).", NULL},
+    {"scheduler.lr_warmup_iters", GT_KEY_INT, F(scheduler.lr_warmup_iters), "10", NULL, 0, 1000000000, "Linear warmup steps (from lr_warmup_init to lr); step s of the warmup gets init + (lr - init) (s + 1) / warmup.", NULL},
+    {"scheduler.lr_warmup_fraction", GT_KEY_DOUBLE, F(scheduler.lr_warmup_fraction), "-1", NULL, -1, 1000, "Warmup steps as a fraction (0..1) of the decay steps, rounded down to whole steps; needs lr_warmup_iters=0 (Megatron's rule); -1 = unset.", "-1"},
+    {"scheduler.lr_warmup_init", GT_KEY_DOUBLE, F(scheduler.lr_warmup_init), "0", NULL, 0, 100, "Learning rate the warmup starts from (at most optimizer.lr).", NULL},
     {"scheduler.lr_decay_iters", GT_KEY_INT, F(scheduler.lr_decay_iters), "0", NULL, 0, 1000000000, "Steps over which the rate decays; 0 = train_iters.", "0"},
+    {"scheduler.lr_wsd_decay_style", GT_KEY_ENUM, F(scheduler.lr_wsd_decay_style), "exponential", k_wsd_style, 0, 0, "WSD's annealing: exponential (2 * 0.5^r - 1), linear, cosine or minus_sqrt (1 - sqrt r), r the annealing's progress.", NULL},
+    {"scheduler.lr_wsd_decay_iters", GT_KEY_INT, F(scheduler.lr_wsd_decay_iters), "0", NULL, 0, 1000000000, "WSD: steps of annealing, the last ones of the decay steps; required with WSD; 0 = unset.", "0"},
+    {"scheduler.override_opt_param_scheduler", GT_KEY_BOOL, F(scheduler.override_opt_param_scheduler), "false", NULL, 0, 0, "At resume, train on with this configuration's schedule where it differs from the checkpoint's (else such a resume is refused).", NULL},
+    {"scheduler.use_checkpoint_opt_param_scheduler", GT_KEY_BOOL, F(scheduler.use_checkpoint_opt_param_scheduler), "false", NULL, 0, 0, "At resume, train on with the checkpoint's schedule, whatever this configuration's schedule keys say.", NULL},
     /* ---- data ---- */
     {"dataset.source", GT_KEY_ENUM, F(dataset.source), "mock", k_data_source, 0, 0, "mock (random token ids, like Bridge's mock data) or shards (prepare-data output).", NULL},
     {"dataset.data_path", GT_KEY_STRING, F(dataset.data_path), "", NULL, 0, 0, "Shard prefix or directory when dataset.source=shards.", NULL},

@@ -361,6 +361,61 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
             c->train.eval_interval);
 }
 
+/* ---- the learning-rate schedule: Megatron's asserts (OptimizerParamScheduler, arguments.py)
+ * as findings ---- */
+static void check_schedule_rules(const gt_config *c, gt_report *r) {
+    const gt_scheduler_config *s = &c->scheduler;
+    const bool fraction = s->lr_warmup_fraction != -1.0;
+    const bool wsd = s->lr_decay_style == GT_LR_WSD;
+    const int decay = s->lr_decay_iters > 0 ? s->lr_decay_iters : c->train.train_iters;
+    if (fraction && s->lr_warmup_iters != 0)
+        add(r, GT_SEVERITY_ERROR, "warmup_fraction_excludes_warmup_iters",
+            KEYS("scheduler.lr_warmup_fraction", "scheduler.lr_warmup_iters"),
+            "set scheduler.lr_warmup_iters=0 (graphtrain's default is 10, Megatron's 0), or "
+            "drop scheduler.lr_warmup_fraction",
+            "lr_warmup_fraction %g and lr_warmup_iters %d both set the warmup; Megatron takes "
+            "one of them",
+            s->lr_warmup_fraction, s->lr_warmup_iters);
+    if (fraction && (s->lr_warmup_fraction < 0 || s->lr_warmup_fraction > 1))
+        add(r, GT_SEVERITY_ERROR, "warmup_fraction_in_unit_range",
+            KEYS("scheduler.lr_warmup_fraction"),
+            "give a fraction between 0 and 1 (0.01 = the first 1% of the decay steps), or -1 "
+            "to unset it",
+            "lr_warmup_fraction %g is not a fraction of the decay steps", s->lr_warmup_fraction);
+    if (s->lr_warmup_init > c->optimizer.lr)
+        add(r, GT_SEVERITY_ERROR, "warmup_init_le_lr",
+            KEYS("scheduler.lr_warmup_init", "optimizer.lr"),
+            "set scheduler.lr_warmup_init <= optimizer.lr (0 is Megatron's default)",
+            "the warmup would fall from lr_warmup_init %g to the peak lr %g", s->lr_warmup_init,
+            c->optimizer.lr);
+    if (wsd && s->lr_wsd_decay_iters == 0)
+        add(r, GT_SEVERITY_ERROR, "wsd_needs_decay_iters",
+            KEYS("scheduler.lr_decay_style", "scheduler.lr_wsd_decay_iters"),
+            "set scheduler.lr_wsd_decay_iters (the annealing steps at the end of the decay, "
+            "e.g. a tenth of them)",
+            "lr_decay_style WSD anneals over lr_wsd_decay_iters steps, which is unset");
+    if (wsd && s->lr_wsd_decay_iters > decay)
+        add(r, GT_SEVERITY_ERROR, "wsd_decay_iters_within_decay_iters",
+            KEYS("scheduler.lr_wsd_decay_iters", "scheduler.lr_decay_iters", "train.train_iters"),
+            "lower scheduler.lr_wsd_decay_iters to at most the decay steps, or decay longer",
+            "WSD's %d annealing steps are the last of the decay steps, but there are only %d "
+            "(lr_decay_iters, or train_iters when it is 0)",
+            s->lr_wsd_decay_iters, decay);
+    if (!wsd && s->lr_wsd_decay_iters > 0)
+        add(r, GT_SEVERITY_NOTE, "wsd_keys_without_wsd",
+            KEYS("scheduler.lr_wsd_decay_iters", "scheduler.lr_decay_style"),
+            "set scheduler.lr_decay_style=WSD to anneal, or drop scheduler.lr_wsd_decay_iters",
+            "lr_wsd_decay_iters is set but lr_decay_style is not WSD, so it changes nothing");
+    if (s->override_opt_param_scheduler && s->use_checkpoint_opt_param_scheduler)
+        add(r, GT_SEVERITY_ERROR, "override_or_use_checkpoint_scheduler",
+            KEYS("scheduler.override_opt_param_scheduler",
+                 "scheduler.use_checkpoint_opt_param_scheduler"),
+            "keep one: override (this configuration's schedule) or use_checkpoint (the "
+            "checkpoint's)",
+            "both override_opt_param_scheduler and use_checkpoint_opt_param_scheduler are set "
+            "(Megatron asserts they are not)");
+}
+
 /* ---- where graphtrain runs a setting differently without running less (notes); what it
  * cannot run at all is config/unsupported.c's table ---- */
 static void check_engine_notes(const gt_config *c, gt_report *r) {
@@ -388,6 +443,7 @@ int gt_config_validate(const gt_config *cfg, gt_report *report) {
     check_graph_rules(cfg, report);
     check_shape_rules(cfg, report);
     gt_check_megatron_rules(cfg, report);
+    check_schedule_rules(cfg, report);
     check_engine_notes(cfg, report);
     gt_config_check_cuda(cfg, report); /* the kernel choices: config/cuda_keys.c */
     gt_check_unsupported(cfg, report);

@@ -35,7 +35,10 @@ typedef struct gt_lr_schedule {
     float lr_min;
     int32_t warmup_iters;
     int32_t decay_iters;
-    int32_t style; /* gt_lr_style */
+    int32_t style;           /* gt_lr_style */
+    float warmup_init;       /* scheduler.lr_warmup_init: the warmup's line starts here */
+    int32_t wsd_decay_iters; /* WSD: the annealing phase, the last of the decay iterations */
+    int32_t wsd_style;       /* WSD: gt_wsd_style of the annealing phase */
 } gt_lr_schedule;
 
 typedef struct gt_adamw_params {

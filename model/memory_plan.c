@@ -1,6 +1,12 @@
 /* Memory plan of a configuration; see memory_plan.h. */
 #include "model/memory_plan.h"
 
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "model/model.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -45,16 +51,76 @@ void gt_memory_plan_print(const gt_memory_plan *p, const char *backend, FILE *f)
     fprintf(f, "  total        %10.2f GiB\n", (double)p->total / GIB);
 }
 
+/* The refusal of a plan that needs more than `have` bytes of `where` memory. */
+static int fit_error(const gt_memory_plan *p, size_t have, const char *where, const char *source,
+                     const char *more, gt_error *err) {
+    return gt_error_set(
+        err, GT_ERR_INVALID,
+        "this run needs about %.2f GiB of %s memory (parameters %.2f, gradients %.2f, "
+        "optimizer %.2f, activations %.2f, scratch and workspaces %.2f GiB) but only %.2f GiB "
+        "are %s; nothing was allocated. Lower train.micro_batch_size (activations scale "
+        "with it) or model.seq_length, use fewer model.num_layers or a smaller "
+        "model.hidden_size, %s",
+        (double)p->total / GIB, where, (double)p->params / GIB, (double)p->grads / GIB,
+        (double)p->optimizer / GIB, (double)p->activations / GIB,
+        (double)(p->scratch + p->workspace) / GIB, (double)have / GIB, source, more);
+}
+
 int gt_memory_plan_check_fit(const gt_memory_plan *p, size_t free_bytes, gt_error *err) {
     if (free_bytes == 0 || p->total <= free_bytes) return GT_OK;
-    return gt_error_set(
-        err, GT_ERR_NOMEM,
-        "this run needs about %.2f GiB of device memory (parameters %.2f, gradients %.2f, "
-        "optimizer %.2f, activations %.2f, scratch and workspaces %.2f GiB) but only %.2f GiB "
-        "are free; nothing was allocated. Lower train.micro_batch_size (activations scale "
-        "with it) or model.seq_length, use fewer model.num_layers or a smaller "
-        "model.hidden_size, or free the GPU of other processes",
-        (double)p->total / GIB, (double)p->params / GIB, (double)p->grads / GIB,
-        (double)p->optimizer / GIB, (double)p->activations / GIB,
-        (double)(p->scratch + p->workspace) / GIB, (double)free_bytes / GIB);
+    return fit_error(p, free_bytes, "device", "free", "or free the GPU of other processes", err);
+}
+
+int gt_memory_plan_check_host_fit(const gt_memory_plan *p, size_t avail_bytes, gt_error *err) {
+    if (avail_bytes == 0 || p->total <= avail_bytes) return GT_OK;
+    return fit_error(p, avail_bytes, "host",
+                     "available (MemAvailable; the CPU backend keeps "
+                     "every arena in host memory)",
+                     "close other programs, or train on a GPU (runtime.device=cuda)", err);
+}
+
+size_t gt_memory_parse_meminfo(const char *text) {
+    static const char key[] = "MemAvailable:";
+    for (const char *line = text; line && *line;
+         line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        if (strncmp(line, key, sizeof key - 1)) continue;
+        char *end = NULL;
+        errno = 0;
+        unsigned long long kib = strtoull(line + sizeof key - 1, &end, 10);
+        if (errno || end == line + sizeof key - 1) return 0;
+        while (*end == ' ' || *end == '\t')
+            end++;
+        if (strncmp(end, "kB", 2) || kib > SIZE_MAX / 1024) return 0;
+        return (size_t)kib * 1024;
+    }
+    return 0;
+}
+
+size_t gt_memory_host_available(void) {
+    char buf[8192];
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        size_t avail = gt_memory_parse_meminfo(buf);
+        if (avail) return avail;
+    }
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0 || (unsigned long)pages > SIZE_MAX / (unsigned long)page) return 0;
+    return (size_t)pages * (size_t)page;
+}
+
+/* GPU memory as NVIDIA states it (its "GB" of HBM are GiB: an H100's 80 show as 81559 MiB) */
+static const struct {
+    const char *name;
+    double gib;
+} k_gpus[] = {
+    {"h100", 80}, {"h200", 141}, {"b200", 180}, {"gb200", 186}, {"gb300", 279},
+};
+
+size_t gt_memory_gpu_bytes(const char *gpu) {
+    for (size_t i = 0; gpu && i < sizeof k_gpus / sizeof k_gpus[0]; i++)
+        if (!strcmp(k_gpus[i].name, gpu)) return (size_t)(k_gpus[i].gib * GIB);
+    return 0;
 }

@@ -28,7 +28,21 @@ static inline size_t gt_master_elem_bytes(size_t act_bytes) {
 int gt_memory_plan_compute(const gt_config *cfg, size_t act_bytes, gt_memory_plan *p,
                            gt_error *err);
 void gt_memory_plan_print(const gt_memory_plan *p, const char *backend, FILE *f);
-/* GT_ERR_NOMEM with the estimate and the knobs to turn when total > free_bytes. */
+/* GT_ERR_INVALID (a configuration this device cannot hold) with the estimate, the free
+ * amount and the knobs to turn when total > free_bytes; free_bytes 0 = not known, passes. */
 int gt_memory_plan_check_fit(const gt_memory_plan *p, size_t free_bytes, gt_error *err);
+/* The same for a backend whose arenas are host memory (the CPU backend), against
+ * avail_bytes, what the host can still give (gt_memory_host_available). */
+int gt_memory_plan_check_host_fit(const gt_memory_plan *p, size_t avail_bytes, gt_error *err);
+
+/* Bytes of host memory a new allocation can get: MemAvailable of /proc/meminfo, else the
+ * free physical pages sysconf counts; 0 when neither can be read. */
+size_t gt_memory_host_available(void);
+/* MemAvailable of a /proc/meminfo text, in bytes; 0 when the line is absent or malformed. */
+size_t gt_memory_parse_meminfo(const char *text);
+
+/* Memory of one GPU of a kind Bridge's -g names (runtime.gpu: h100, h200, b200, gb200,
+ * gb300), in bytes; 0 for a name not in the table. */
+size_t gt_memory_gpu_bytes(const char *gpu);
 
 #endif

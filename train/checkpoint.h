@@ -14,10 +14,22 @@
 #include "data/data.h"
 
 #define GT_CKPT_MAGIC 0x54504b4354475447ull /* "GTGTCKPT" little-endian */
-#define GT_CKPT_VERSION 2                   /* 2: the settings text */
+/* 2: the runtime.cuda settings text and the learning-rate schedule (gt_ckpt_sched) */
+#define GT_CKPT_VERSION 2
 #define GT_CKPT_FILE "checkpoint.bin"
 #define GT_CKPT_SHAPE_MAX 1024
 #define GT_CKPT_SETTINGS_MAX 256
+
+/* The learning-rate schedule a run trained with: resolved as step_begin computes it, and the
+ * keys that resolve into its step counts, so a resume can name what changed. */
+typedef struct gt_ckpt_sched {
+    gt_lr_schedule lr;
+    int32_t train_iters;     /* train.train_iters */
+    int32_t lr_decay_iters;  /* scheduler.lr_decay_iters as set (0 = train_iters) */
+    int32_t lr_warmup_iters; /* scheduler.lr_warmup_iters as set */
+    int32_t pad_;
+    double lr_warmup_fraction; /* scheduler.lr_warmup_fraction as set (-1 = unset) */
+} gt_ckpt_sched;
 
 typedef struct gt_ckpt_meta {
     uint64_t fingerprint;          /* gt_ckpt_fingerprint of the model's shape keys */
@@ -29,6 +41,7 @@ typedef struct gt_ckpt_meta {
     uint64_t seed;       /* rng.seed of the run */
     gt_data_pos data;    /* training data position after the last step */
     gt_step_state state; /* device step state after the last step */
+    gt_ckpt_sched sched; /* the learning-rate schedule trained with */
 } gt_ckpt_meta;
 
 /* Fingerprint (FNV-1a) and text of the keys that decide parameter shapes. */

@@ -64,11 +64,15 @@ static int set_gemm_table(gt_trainer *t, gt_error *err) {
     return rc;
 }
 
-/* Stops a run that cannot fit before anything large is allocated. */
+/* Stops a run that cannot fit before anything large is allocated: against the device's free
+ * memory, or, on the CPU backend (whose arenas are host memory and which reports no device
+ * memory), against the host's available memory. */
 static int check_fit(gt_trainer *t, gt_error *err) {
     gt_memory_plan p;
     int rc = gt_memory_plan_compute(&t->cfg, t->b->act_bytes, &p, err);
     if (rc) return rc;
+    if (t->b->kind == GT_BACKEND_CPU)
+        return gt_memory_plan_check_host_fit(&p, gt_memory_host_available(), err);
     size_t free_bytes = 0;
     t->b->ops->mem_info(t->b, &free_bytes, NULL, NULL);
     return gt_memory_plan_check_fit(&p, free_bytes, err);
@@ -108,14 +112,26 @@ static int check_shapes(gt_trainer *t, gt_error *err) {
     return GT_OK;
 }
 
+gt_lr_schedule gt_trainer_lr_schedule(const gt_config *c) {
+    const gt_scheduler_config *s = &c->scheduler;
+    gt_lr_schedule sc = {0};
+    sc.lr_max = (float)c->optimizer.lr;
+    sc.lr_min = (float)c->optimizer.min_lr;
+    sc.decay_iters = s->lr_decay_iters > 0 ? s->lr_decay_iters : c->train.train_iters;
+    /* Megatron's warmup of fraction x decay steps, in whole steps (rounded down) */
+    sc.warmup_iters = s->lr_warmup_fraction >= 0
+                          ? (int32_t)(s->lr_warmup_fraction * (double)sc.decay_iters)
+                          : s->lr_warmup_iters;
+    sc.style = (int32_t)s->lr_decay_style;
+    sc.warmup_init = (float)s->lr_warmup_init;
+    sc.wsd_decay_iters = s->lr_wsd_decay_iters;
+    sc.wsd_style = (int32_t)s->lr_wsd_decay_style;
+    return sc;
+}
+
 static void set_hyper(gt_trainer *t) {
     const gt_config *c = &t->cfg;
-    t->sched.lr_max = (float)c->optimizer.lr;
-    t->sched.lr_min = (float)c->optimizer.min_lr;
-    t->sched.warmup_iters = c->scheduler.lr_warmup_iters;
-    t->sched.decay_iters =
-        c->scheduler.lr_decay_iters > 0 ? c->scheduler.lr_decay_iters : c->train.train_iters;
-    t->sched.style = (int32_t)c->scheduler.lr_decay_style;
+    t->sched = gt_trainer_lr_schedule(c);
     t->hp.beta1 = (float)c->optimizer.adam_beta1;
     t->hp.beta2 = (float)c->optimizer.adam_beta2;
     t->hp.eps = (float)c->optimizer.adam_eps;

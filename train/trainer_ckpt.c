@@ -7,6 +7,7 @@
 #include "config/cuda_keys.h"
 #include "train/checkpoint.h"
 #include "train/trainer_impl.h"
+#include "train/trainer_sched.h"
 
 int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
     if (!dir || !dir[0])
@@ -37,6 +38,7 @@ int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
         meta.seed = t->cfg.rng.seed;
         meta.data = gt_trainer_data_pos(t);
         meta.state = t->h_st[0];
+        meta.sched = gt_trainer_sched_record(t);
         rc = gt_ckpt_write(dir, &meta, buf, buf + n, buf + 2 * n, err);
     }
     free(buf);
@@ -63,6 +65,7 @@ int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err) {
                           "rng.seed=%llu; set rng.seed=%llu to resume it exactly",
                           path, (unsigned long long)meta.seed, (unsigned long long)t->cfg.rng.seed,
                           (unsigned long long)meta.seed);
+    if (!rc) rc = gt_trainer_resume_schedule(t, &meta.sched, path, err);
     if (!rc) rc = gt_data_set_pos(t->train, meta.data, err);
     if (!rc) t->prefetched = 0; /* the next batch is the checkpoint's */
     if (!rc) {

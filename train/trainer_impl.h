@@ -8,6 +8,7 @@
 
 #include "core/arena.h"
 #include "data/data.h"
+#include "train/checkpoint.h"
 #include "train/lazy_rows.h"
 #include "train/trainer.h"
 
@@ -60,6 +61,10 @@ struct gt_trainer {
     int64_t steps; /* optimizer steps completed (host copy after each step) */
     gt_lazy_rows lazy; /* the embedding's lazy rows (lazy_rows.h) */
     int resumed;       /* started from checkpoint.load */
+    /* the schedule record saved checkpoints carry: the configuration's, or the checkpoint's
+     * when use_checkpoint_opt_param_scheduler took it (sched_adopted) */
+    int sched_adopted;
+    gt_ckpt_sched sched_rec;
 };
 
 /* The optimizer arrays and constants as they stand, rows possibly behind: for the ops inside a
@@ -75,6 +80,10 @@ int gt_trainer_read_moments(gt_trainer *t, float *m, float *v, gt_error *err);
 /* Sets the Adam moments from fp32 host arrays [n_params] (rounded to nearest-even where the
  * run stores a moment in bf16). */
 int gt_trainer_write_moments(gt_trainer *t, const float *m, const float *v, gt_error *err);
+
+/* The schedule step_begin computes the rate from, resolved from the configuration (decay
+ * steps default to train_iters, a warmup fraction becomes whole steps); trainer.c. */
+gt_lr_schedule gt_trainer_lr_schedule(const gt_config *cfg);
 
 /* Resume from checkpoint.load (trainer_ckpt.c): weights, moments, step state, data position. */
 int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err);

@@ -18,16 +18,53 @@ typedef struct sched_args {
     gt_lr_schedule sched; /* constant for the run, so freezing it in a graph is safe */
 } sched_args;
 
-/* Megatron-style schedule with step = st->step (0-based):
- *   step < warmup:            lr_max * (step + 1) / warmup
+/* Megatron's OptimizerParamScheduler.get_lr with step = st->step (0-based):
+ *   step < warmup:            init + (lr_max - init) * (step + 1) / warmup
  *   constant style:           lr_max
  *   step >= decay_iters:      lr_min (also right after warmup when decay_iters <= warmup)
  *   otherwise, r = (step - warmup) / (decay_iters - warmup):
- *     linear: lr_max - r * (lr_max - lr_min); cosine: lr_min + (lr_max - lr_min)(1+cos(pi r))/2 */
+ *     linear: lr_max - r * (lr_max - lr_min); cosine: lr_min + (lr_max - lr_min)(1+cos(pi r))/2
+ * Megatron's num_steps is step + 1 in the warmup (the first step trains at a nonzero rate)
+ * and step after it. The two styles Megatron added later follow its code literally (lr_min
+ * only past decay_iters, not at it):
+ *   inverse-square-root: max(lr_min, lr_max * sqrt(max(warmup, 1)) / sqrt(max(step, 1)))
+ *   WSD: lr_max until decay_iters - wsd_decay_iters, then lr_min + c (lr_max - lr_min) with
+ *     r = (step - decay_iters + wsd_decay_iters) / wsd_decay_iters and c = 2 * 0.5^r - 1
+ *     (exponential), 1 - r (linear), (1 + cos(pi r)) / 2 (cosine) or 1 - sqrt(r) (minus_sqrt)
+ * backend/cuda/k_optim.cu computes the two new styles in the same double operations. */
+static float lr_megatron_tail(gt_lr_schedule sc, int64_t step) {
+    double hi = sc.lr_max, lo = sc.lr_min;
+    if (step > sc.decay_iters) return sc.lr_min;
+    if (sc.style == GT_LR_INVERSE_SQRT) {
+        double w = sc.warmup_iters > 1 ? (double)sc.warmup_iters : 1.0;
+        double n = step > 1 ? (double)step : 1.0;
+        double lr = hi * sqrt(w) / sqrt(n);
+        return (float)(lr > lo ? lr : lo);
+    }
+    int64_t start = (int64_t)sc.decay_iters - sc.wsd_decay_iters;
+    double c = 1.0;
+    if (step > start) {
+        double r = (double)(step - start) / (double)sc.wsd_decay_iters;
+        if (sc.wsd_style == GT_WSD_LINEAR)
+            c = 1.0 - r;
+        else if (sc.wsd_style == GT_WSD_COSINE)
+            c = 0.5 * (cos(CPU_PI * r) + 1.0);
+        else if (sc.wsd_style == GT_WSD_EXPONENTIAL)
+            c = 2.0 * pow(0.5, r) - 1.0;
+        else
+            c = 1.0 - sqrt(r);
+    }
+    return (float)(lo + c * (hi - lo));
+}
+
 static float lr_at(gt_lr_schedule sc, int64_t step) {
-    if (step < sc.warmup_iters)
-        return (float)((double)sc.lr_max * (double)(step + 1) / (double)sc.warmup_iters);
+    if (step < sc.warmup_iters) {
+        double init = sc.warmup_init;
+        return (float)(init +
+                       ((double)sc.lr_max - init) * (double)(step + 1) / (double)sc.warmup_iters);
+    }
     if (sc.style == GT_LR_CONSTANT) return sc.lr_max;
+    if (sc.style == GT_LR_INVERSE_SQRT || sc.style == GT_LR_WSD) return lr_megatron_tail(sc, step);
     if (step >= sc.decay_iters) return sc.lr_min;
     double r = (double)(step - sc.warmup_iters) / (double)(sc.decay_iters - sc.warmup_iters);
     double hi = sc.lr_max, lo = sc.lr_min;
@@ -47,15 +84,7 @@ static void k_step_begin(const void *p) {
 }
 
 static void cpu_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched) {
-    if (!st || sched.warmup_iters < 0 || sched.decay_iters < 0 ||
-        (sched.style != GT_LR_CONSTANT && sched.style != GT_LR_LINEAR &&
-         sched.style != GT_LR_COSINE)) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "step_begin: bad learning-rate schedule (warmup %d, decay %d, style %d); "
-                        "iterations must be >= 0 and the style constant, linear or cosine",
-                        (int)sched.warmup_iters, (int)sched.decay_iters, (int)sched.style);
-        return;
-    }
+    if (!st || !gt_lr_schedule_check(b, "step_begin", &sched)) return;
     sched_args a = {st, sched};
     gt_cpu_submit(b, s, k_step_begin, &a, sizeof a);
 }

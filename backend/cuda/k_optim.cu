@@ -12,15 +12,50 @@
 #define GN_MAX_BLOCKS 1024 /* partials of the gradient norm */
 #define GN_ITEMS_PER_THREAD 8
 #define FINAL_THREADS 1024
-/* gt_lr_style values (config/config.h) */
+/* gt_lr_style and gt_wsd_style values (config/config.h) */
 #define LR_CONSTANT 0
 #define LR_LINEAR 1
 #define LR_COSINE 2
+#define LR_INVERSE_SQRT 3
+#define LR_WSD 4
+#define WSD_EXPONENTIAL 0
+#define WSD_LINEAR 1
+#define WSD_COSINE 2
+
+/* inverse-square-root and WSD after the warmup, in the double operations of the CPU
+ * reference's lr_megatron_tail (backend/cpu/cpu_optim.c), which says what they compute */
+static __device__ float lr_megatron_tail(int64_t step, const gt_lr_schedule &sc) {
+    double hi = sc.lr_max, lo = sc.lr_min;
+    if (step > sc.decay_iters) return sc.lr_min;
+    if (sc.style == LR_INVERSE_SQRT) {
+        double w = sc.warmup_iters > 1 ? (double)sc.warmup_iters : 1.0;
+        double n = step > 1 ? (double)step : 1.0;
+        double lr = hi * sqrt(w) / sqrt(n);
+        return (float)(lr > lo ? lr : lo);
+    }
+    int64_t start = (int64_t)sc.decay_iters - sc.wsd_decay_iters;
+    double c = 1.0;
+    if (step > start) {
+        double r = (double)(step - start) / (double)sc.wsd_decay_iters;
+        if (sc.wsd_style == WSD_LINEAR)
+            c = 1.0 - r;
+        else if (sc.wsd_style == WSD_COSINE)
+            c = 0.5 * (cos(3.14159265358979323846 * r) + 1.0);
+        else if (sc.wsd_style == WSD_EXPONENTIAL)
+            c = 2.0 * pow(0.5, r) - 1.0;
+        else
+            c = 1.0 - sqrt(r);
+    }
+    /* __dadd_rn/__dmul_rn: no fused multiply-add, so the rounding is the host's */
+    return (float)__dadd_rn(lo, __dmul_rn(c, hi - lo));
+}
 
 static __device__ float lr_at(int64_t step, gt_lr_schedule sc) {
     if (sc.warmup_iters > 0 && step < sc.warmup_iters)
-        return sc.lr_max * (float)(step + 1) / (float)sc.warmup_iters;
+        return sc.warmup_init +
+               (sc.lr_max - sc.warmup_init) * (float)(step + 1) / (float)sc.warmup_iters;
     if (sc.style == LR_CONSTANT) return sc.lr_max;
+    if (sc.style == LR_INVERSE_SQRT || sc.style == LR_WSD) return lr_megatron_tail(step, sc);
     if (step >= sc.decay_iters || sc.decay_iters <= sc.warmup_iters) return sc.lr_min;
     float prog = (float)(step - sc.warmup_iters) / (float)(sc.decay_iters - sc.warmup_iters);
     if (sc.style == LR_LINEAR) return sc.lr_max + (sc.lr_min - sc.lr_max) * prog;
@@ -420,14 +455,11 @@ __global__ void k_adamw4(bf16 *__restrict__ params, void *__restrict__ master,
 }
 
 static void cuda_step_begin(gt_backend *b, gt_stream *s, gt_step_state *st, gt_lr_schedule sched) {
-    if (!st || sched.warmup_iters < 0 || sched.decay_iters < 0 ||
-        (sched.style != LR_CONSTANT && sched.style != LR_LINEAR && sched.style != LR_COSINE)) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "step_begin: bad learning-rate schedule (warmup %d, decay %d, style %d); "
-                        "iterations must be >= 0 and the style constant, linear or cosine",
-                        (int)sched.warmup_iters, (int)sched.decay_iters, (int)sched.style);
+    if (!st) {
+        gt_backend_fail(b, GT_ERR_INVALID, "step_begin: no step state given");
         return;
     }
+    if (!gt_lr_schedule_check(b, "step_begin", &sched)) return;
     if (b->planning) return;
     gt_launch(k_step_begin, 1, 1, 0, gt_cuda_ex(b, s), st, sched);
     GT_CUDA_LAUNCHED(b, "step_begin");

@@ -99,7 +99,7 @@ static void tiny_init(tiny *t) {
 }
 
 static void tiny_step(gt_backend *b, gt_stream *s, tiny *t) {
-    gt_lr_schedule sched = {1e-2f, 1e-3f, 2, 10, GT_LR_COSINE};
+    gt_lr_schedule sched = {1e-2f, 1e-3f, 2, 10, GT_LR_COSINE, 0.0f, 0, 0};
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
     gt_rng_site site = {1234, 17, 0};
     b->ops->step_begin(b, s, &t->st, sched);

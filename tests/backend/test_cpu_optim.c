@@ -45,7 +45,7 @@ static float lr_at_step(fixture *f, gt_lr_schedule sc, int64_t step) {
 
 static void test_lr_warmup_is_linear_from_first_step(void **state) {
     fixture *f = *state;
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, GT_LR_COSINE};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, GT_LR_COSINE, 0.0f, 0, 0};
     assert_float_equal(lr_at_step(f, sc, 0), 1e-4f, 1e-9);
     assert_float_equal(lr_at_step(f, sc, 4), 5e-4f, 1e-9);
     assert_float_equal(lr_at_step(f, sc, 9), 1e-3f, 1e-9);
@@ -53,7 +53,7 @@ static void test_lr_warmup_is_linear_from_first_step(void **state) {
 
 static void test_lr_cosine_decays_to_min_at_decay_iters(void **state) {
     fixture *f = *state;
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, GT_LR_COSINE};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, GT_LR_COSINE, 0.0f, 0, 0};
     assert_float_equal(lr_at_step(f, sc, 10), 1e-3f, 1e-9);
     assert_float_equal(lr_at_step(f, sc, 60), 5.5e-4f, 1e-9); /* half way: mean */
     assert_float_equal(lr_at_step(f, sc, 35), 1e-4f + 9e-4f * 0.5 * (1 + sqrt(0.5)), 1e-9);
@@ -63,13 +63,13 @@ static void test_lr_cosine_decays_to_min_at_decay_iters(void **state) {
 
 static void test_lr_linear_and_constant_styles(void **state) {
     fixture *f = *state;
-    gt_lr_schedule lin = {1e-3f, 1e-4f, 10, 110, GT_LR_LINEAR};
+    gt_lr_schedule lin = {1e-3f, 1e-4f, 10, 110, GT_LR_LINEAR, 0.0f, 0, 0};
     assert_float_equal(lr_at_step(f, lin, 35), 7.75e-4f, 1e-9);
     assert_float_equal(lr_at_step(f, lin, 110), 1e-4f, 1e-9);
-    gt_lr_schedule cst = {1e-3f, 1e-4f, 10, 110, GT_LR_CONSTANT};
+    gt_lr_schedule cst = {1e-3f, 1e-4f, 10, 110, GT_LR_CONSTANT, 0.0f, 0, 0};
     assert_float_equal(lr_at_step(f, cst, 3), 4e-4f, 1e-9);
     assert_float_equal(lr_at_step(f, cst, 500), 1e-3f, 1e-9);
-    gt_lr_schedule nowarm = {2e-3f, 0.0f, 0, 100, GT_LR_LINEAR};
+    gt_lr_schedule nowarm = {2e-3f, 0.0f, 0, 100, GT_LR_LINEAR, 0.0f, 0, 0};
     assert_float_equal(lr_at_step(f, nowarm, 0), 2e-3f, 1e-9);
     assert_float_equal(lr_at_step(f, nowarm, 50), 1e-3f, 1e-9);
 }
@@ -78,7 +78,7 @@ static void test_step_begin_resets_per_step_values(void **state) {
     fixture *f = *state;
     f->st.loss = 3, f->st.aux_loss = 1, f->st.nan_flags = GT_NAN_LOSS, f->st.skipped = 1;
     f->st.micro = 4;
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, GT_LR_COSINE};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, GT_LR_COSINE, 0.0f, 0, 0};
     f->b->ops->step_begin(f->b, f->s, &f->st, sc);
     assert_true(f->st.loss == 0 && f->st.aux_loss == 0);
     assert_int_equal(f->st.nan_flags, 0);
@@ -91,7 +91,7 @@ static void test_step_begin_resets_per_step_values(void **state) {
 
 static void test_lr_schedule_rejects_unknown_style(void **state) {
     fixture *f = *state;
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, 9};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 110, 9, 0.0f, 0, 0};
     f->st.lr = 7;
     f->b->ops->step_begin(f->b, f->s, &f->st, sc);
     gt_error err = {0};
@@ -330,7 +330,7 @@ static void test_grad_rows_past_the_gradients_are_refused(void **state) {
 #define LZ_ROWS 5
 static void lazy_rows_case(fixture *f, int bf16_moments, int period) {
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, bf16_moments, bf16_moments, 0};
-    gt_lr_schedule sc = {3e-2f, 3e-3f, 3, 12, GT_LR_COSINE};
+    gt_lr_schedule sc = {3e-2f, 3e-3f, 3, 12, GT_LR_COSINE, 0.0f, 0, 0};
     float w_d[LZ_N], w_l[LZ_N], g[LZ_N];
     uint32_t m_d[LZ_N] = {0}, v_d[LZ_N] = {0}, m_l[LZ_N] = {0}, v_l[LZ_N] = {0}; /* either dtype */
     int32_t lag[LZ_ROWS] = {0};
@@ -399,7 +399,7 @@ static void test_lazy_rows_equal_every_row_adamw_bit_for_bit(void **state) {
 static void test_lazy_rows_bad_arguments_are_refused(void **state) {
     fixture *f = *state;
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 10, GT_LR_CONSTANT};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 10, GT_LR_CONSTANT, 0.0f, 0, 0};
     float w[8] = {1, 2, 3, 4, 5, 6, 7, 8}, m[8] = {0}, v[8] = {0};
     int32_t lag[4] = {0};
     gt_adamw_state os = {w, w, m, v, 8, 8, hp, sc};

@@ -101,7 +101,7 @@ static void model_step(model *md) {
     const gt_backend_ops *o = b->ops;
     gt_stream *s = md->s;
     gt_rng_site site = {7, 1, 0}, site2 = {7, 2, 0};
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 2, 50, 2};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 2, 50, 2, 0.0f, 0, 0};
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
     float p = 0.1f;
     o->step_begin(b, s, md->st, sc);

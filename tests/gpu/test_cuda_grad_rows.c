@@ -149,7 +149,7 @@ static void test_bad_optimizer_arguments_are_refused(void **state) {
     assert_non_null(strstr(err.msg, "adamw: bad arguments"));
     assert_non_null(strstr(err.msg, "betas must be in [0,1)"));
     hp.beta2 = 0.95f;
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 10, 0 /* constant */};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 10, 0 /* constant */, 0.0f, 0, 0};
     gt_adamw_state os = {p, master, m, v, 8, 8, hp, sc};
     gt_grad_rows rows = {NULL, 0, 4, 2, d_lag};
     o->lazy_catchup(e->gpu, e->gs, gst, os, rows, d_tok, 2, -1);
@@ -185,7 +185,7 @@ static void lazy_case(gpu_env *e, size_t V, size_t d, size_t off, size_t tail, i
                       int bf16_moments, int period) {
     size_t n = off + V * d + tail;
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, bf16_moments, bf16_moments, master_lo};
-    gt_lr_schedule sc = {3e-2f, 3e-3f, 3, 10, 2 /* cosine */};
+    gt_lr_schedule sc = {3e-2f, 3e-3f, 3, 10, 2 /* cosine */, 0.0f, 0, 0};
     float *w0 = rand_vec(e, n, 1.0f), *g = malloc(n * sizeof *g);
     uint16_t *hi = malloc(n * sizeof *hi);
     int16_t *lo = malloc(n * sizeof *lo);

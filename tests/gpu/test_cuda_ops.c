@@ -570,7 +570,7 @@ static void test_lr_schedule_matches_cpu_for_every_style(void **state) {
     NEED_CPU(e, step_begin);
     const int steps[] = {0, 4, 9, 10, 50, 150, 199, 200, 500};
     for (int style = 0; style < 3; style++) {
-        gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, style};
+        gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, style, 0.0f, 0, 0};
         for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
             gt_step_state init = default_state(), *cst, *gst, hs;
             init.step = steps[i];
@@ -586,13 +586,38 @@ static void test_lr_schedule_matches_cpu_for_every_style(void **state) {
             assert_true(hs.loss == 0.0f && hs.nan_flags == 0 && hs.micro == 0);
         }
     }
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, 2};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, 2, 0.0f, 0, 0};
     gt_step_state init = default_state(), *cst, *gst, hs;
     init.step = 4;
     make_states(e, &init, &cst, &gst);
     e->gpu->ops->step_begin(e->gpu, e->gs, gst, sc);
     read_state(e, &hs, gst);
     assert_true(fabsf(hs.lr - 5e-4f) < 1e-9f); /* warmup: lr_max * (step + 1) / warmup */
+}
+
+/* inverse-square-root, WSD in each annealing style and a warmup from lr_warmup_init: the
+ * kernel computes them in the CPU reference's double operations, so the rates are equal */
+static void test_lr_schedule_megatron_styles_equal_cpu(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, step_begin);
+    const int steps[] = {0, 4, 9, 10, 50, 150, 159, 160, 161, 175, 199, 200, 201, 500};
+    for (int k = 0; k < 5; k++) {
+        gt_lr_schedule sc = {1e-3f, 1e-4f, 10, 200, k == 0 ? 3 : 4, 2e-4f, 40, k - 1};
+        for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+            gt_step_state init = default_state(), *cst, *gst, hs;
+            init.step = steps[i];
+            make_states(e, &init, &cst, &gst);
+            e->cpu->ops->step_begin(e->cpu, e->cs, cst, sc);
+            e->gpu->ops->step_begin(e->gpu, e->gs, gst, sc);
+            read_state(e, &hs, gst);
+            if (i >= 3 && hs.lr != cst->lr) /* the warmup's float formula may round apart */
+                fail_msg("style %d/%d step %d: gpu lr %.9g cpu lr %.9g", sc.style, sc.wsd_style,
+                         steps[i], (double)hs.lr, (double)cst->lr);
+            if (!(fabsf(hs.lr - cst->lr) <= 1e-6f * cst->lr))
+                fail_msg("warmup step %d: gpu lr %g cpu lr %g", steps[i], (double)hs.lr,
+                         (double)cst->lr);
+        }
+    }
 }
 
 static void test_optimizer_step_matches_cpu(void **state) {
@@ -605,7 +630,7 @@ static void test_optimizer_step_matches_cpu(void **state) {
     for (size_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 2, 100, 2};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 2, 100, 2, 0.0f, 0, 0};
     gt_step_state init = default_state(), *cst, *gst, hs;
     make_states(e, &init, &cst, &gst);
     float *c_master = c_f32(e, master, n), *c_params = c_f32(e, master, n);
@@ -784,7 +809,7 @@ static void test_injected_nan_skips_the_update_and_is_recorded(void **state) {
     float *master = rand_vec(e, n, 1.0f), *grads = rand_vec(e, n, 0.1f), *got = malloc(n * 4);
     float *losses = rand_vec(e, 10, 1.0f);
     gt_adamw_params hp = {0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 0, 0};
-    gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 100, 0};
+    gt_lr_schedule sc = {1e-3f, 1e-4f, 0, 100, 0, 0.0f, 0, 0};
     gt_step_state init = default_state(), *cst, *gst, hs;
     init.inject_nan = 3; /* == init.step */
     make_states(e, &init, &cst, &gst);
@@ -886,6 +911,7 @@ int main(void) {
         T(test_swiglu_matches_cpu),
         T(test_cross_entropy_in_place_and_loss_sum_match_cpu),
         T(test_lr_schedule_matches_cpu_for_every_style),
+        T(test_lr_schedule_megatron_styles_equal_cpu),
         T(test_optimizer_step_matches_cpu),
         T(test_injected_nan_skips_the_update_and_is_recorded),
         T(test_grad_norm_is_deterministic_and_exact),

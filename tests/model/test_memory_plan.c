@@ -1,7 +1,10 @@
 /* The memory plan: what a configuration needs on the device, computed without allocating, and
- * the refusal of a run that cannot fit, naming the estimate and the knobs to turn. */
+ * the refusal of a run that cannot fit, naming the estimate and the knobs to turn: on the
+ * device, on the host for the CPU backend (exit 2 before allocating), and in validate against
+ * the GPU -g names. */
 #include "testlib.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "config/keys.h"
@@ -90,7 +93,8 @@ static void test_run_that_cannot_fit_is_refused_with_the_knobs(void **state) {
     gt_memory_plan p;
     gt_error err = {0};
     tiny_plan(&c, &p);
-    assert_int_equal(gt_memory_plan_check_fit(&p, p.total - 1, &err), GT_ERR_NOMEM);
+    /* a configuration this device cannot hold: bad input (exit 2), not a failed allocation */
+    assert_int_equal(gt_memory_plan_check_fit(&p, p.total - 1, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "nothing was allocated"));
     assert_non_null(strstr(err.msg, "train.micro_batch_size"));
     assert_non_null(strstr(err.msg, "model.seq_length"));
@@ -115,6 +119,67 @@ static void test_validate_prints_the_memory_plan(void **state) {
     assert_non_null(strstr(out, "total"));
 }
 
+static void test_host_fit_refuses_a_plan_beyond_the_available_memory(void **state) {
+    (void)state;
+    gt_config c;
+    gt_memory_plan p;
+    gt_error err = {0};
+    tiny_plan(&c, &p);
+    assert_int_equal(gt_memory_plan_check_host_fit(&p, p.total - 1, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "host memory"));
+    assert_non_null(strstr(err.msg, "MemAvailable"));
+    assert_non_null(strstr(err.msg, "nothing was allocated"));
+    assert_non_null(strstr(err.msg, "train.micro_batch_size"));
+    assert_int_equal(gt_memory_plan_check_host_fit(&p, p.total, &err), GT_OK);
+}
+
+static void test_meminfo_gives_mem_available_in_bytes(void **state) {
+    (void)state;
+    const char *text = "MemTotal:       131072000 kB\n"
+                       "MemFree:         1000000 kB\n"
+                       "MemAvailable:   24041816 kB\n"
+                       "Buffers:          123456 kB\n";
+    assert_true(gt_memory_parse_meminfo(text) == (size_t)24041816 * 1024);
+    assert_true(gt_memory_parse_meminfo("MemTotal: 10 kB\n") == 0);
+    assert_true(gt_memory_parse_meminfo("MemAvailable: lots\n") == 0);
+    assert_true(gt_memory_host_available() > 0); /* this machine's */
+}
+
+/* ~36 TB of parameters, gradients and Adam state: far beyond any host */
+#define HUGE_CPU_RUN                                                                               \
+    "train runtime.device=cpu model.num_layers=64 model.hidden_size=65536 "                        \
+    "model.num_attention_heads=64 model.ffn_hidden_size=65536 train.train_iters=1"
+
+static void test_cpu_run_beyond_host_memory_exits_2_before_allocating(void **state) {
+    (void)state;
+    char out[16384];
+    int rc = gt_test_run(HUGE_CPU_RUN, out, sizeof out);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "of host memory"));
+    assert_non_null(strstr(out, "nothing was allocated"));
+    assert_non_null(strstr(out, "model.hidden_size"));
+}
+
+static void test_validate_says_whether_the_plan_fits_the_gpu_named(void **state) {
+    (void)state;
+    char out[16384];
+    assert_int_equal(gt_test_run("validate --recipe tiny -g h100", out, sizeof out), 0);
+    assert_non_null(strstr(out, "fit: fits on one h100 (80 GiB)"));
+    assert_non_null(strstr(out, "memory per GPU:"));
+    /* about 105 GiB: more than an h100 holds, less than an h200 */
+    const char *big = "validate --recipe tiny model.num_layers=32 model.hidden_size=4096 "
+                      "model.num_attention_heads=32 model.num_query_groups=32 "
+                      "model.ffn_hidden_size=11008 model.vocab_size=32000 model.seq_length=256";
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s -g h100", big);
+    assert_int_equal(gt_test_run(cmd, out, sizeof out), 2);
+    assert_non_null(strstr(out, "fit: does not fit on one h100 (80 GiB)"));
+    assert_non_null(strstr(out, "plan_fits_gpu_memory"));
+    snprintf(cmd, sizeof cmd, "%s -g h200", big);
+    assert_int_equal(gt_test_run(cmd, out, sizeof out), 0);
+    assert_non_null(strstr(out, "fit: fits on one h200 (141 GiB)"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_adds_up_its_parts),
@@ -123,6 +188,10 @@ int main(void) {
         cmocka_unit_test(test_run_that_cannot_fit_is_refused_with_the_knobs),
         cmocka_unit_test(test_run_that_fits_or_unknown_free_memory_passes),
         cmocka_unit_test(test_validate_prints_the_memory_plan),
+        cmocka_unit_test(test_host_fit_refuses_a_plan_beyond_the_available_memory),
+        cmocka_unit_test(test_meminfo_gives_mem_available_in_bytes),
+        cmocka_unit_test(test_cpu_run_beyond_host_memory_exits_2_before_allocating),
+        cmocka_unit_test(test_validate_says_whether_the_plan_fits_the_gpu_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
