@@ -12,7 +12,7 @@
 
 #include "config/keys.h"
 #include "core/bf16.h"
-#include "data/shard.h"
+#include "shard_fixture.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "train/trainer_extra.h"
@@ -49,10 +49,9 @@ static void resume_config(gt_config *c, const char *dir) {
         tok[i] = (uint32_t)(x >> 58);
     }
     char path[500];
-    snprintf(path, sizeof path, "%s_train_000000.bin", prefix);
-    gt_error err = {0};
+    snprintf(path, sizeof path, "%s.manifest", prefix);
     struct stat st;
-    if (stat(path, &st) != 0) assert_int_equal(gt_shard_write(path, tok, N, 64, &err), GT_OK);
+    if (stat(path, &st) != 0) gt_test_write_set(prefix, 64, tok, N, NULL, 0);
 }
 
 static gt_trainer *create(const gt_config *c) {

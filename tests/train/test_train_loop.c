@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "config/keys.h"
-#include "data/shard.h"
+#include "shard_fixture.h"
 #include "train/checkpoint.h"
 #include "train/train_loop.h"
 #include "train/trainer.h"
@@ -47,12 +47,7 @@ static void write_pattern_shards(const char *prefix) {
     assert_non_null(tok);
     for (int i = 0; i < N; i++)
         tok[i] = (uint32_t)(i % PERIOD);
-    char path[600];
-    gt_error err = {0};
-    snprintf(path, sizeof path, "%s_train_000000.bin", prefix);
-    assert_int_equal(gt_shard_write(path, tok, N, 64, &err), GT_OK);
-    snprintf(path, sizeof path, "%s_val_000000.bin", prefix);
-    assert_int_equal(gt_shard_write(path, tok + 3, 512, 64, &err), GT_OK);
+    gt_test_write_set(prefix, 64, tok, N, tok + 3, 512);
     free(tok);
 }
 
