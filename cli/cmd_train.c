@@ -26,25 +26,24 @@ static void on_stop_signal(int sig) {
 }
 
 static void usage(FILE *out) {
-    fprintf(
-        out,
-        "usage: graphtrain train [--recipe NAME|PATH | --config FILE] [harness flags]\n"
-        "                        [key=value ...]\n\n"
-        "Trains a model. Prints the memory plan, a progress line every logger.log_interval\n"
-        "steps (loss, learning rate, gradient norm, tokens/s, ms/step and whether the step\n"
-        "ran eagerly, captured graphs or replayed them), evaluation loss every\n"
-        "train.eval_interval steps, and the graph report at the end.\n\n"
-        "useful keys: train.train_iters, runtime.device=auto|cpu|cuda,\n"
-        "  model.cuda_graph_impl=none|local|transformer_engine, model.cuda_graph_scope=...,\n"
-        "  dataset.source=mock|shards, dataset.data_path=PREFIX (from prepare-data),\n"
-        "  checkpoint.save=DIR, checkpoint.save_interval=N, checkpoint.load=DIR,\n"
-        "  logger.log_interval=N, logger.metrics_file=FILE.jsonl\n\n"
-        "Ctrl-C (SIGINT) or SIGTERM (Slurm's warning before preemption) finishes the current\n"
-        "step, saves a checkpoint (when checkpoint.save is set) and exits with status 130 or\n"
-        "143; resume with checkpoint.load=DIR (checkpoint.load=checkpoint.save resumes a\n"
-        "restarted job by itself).\n"
-        "exit status: 0 done, 1 failed (e.g. NaN loss), 2 bad configuration, 130 interrupted\n"
-        "by SIGINT, 143 by SIGTERM\n");
+    fprintf(out,
+            "usage: graphtrain train [--recipe NAME|PATH | --config FILE] [harness flags]\n"
+            "                        [key=value ...]\n\n"
+            "Trains a model. Prints the memory plan, a progress line every logger.log_interval\n"
+            "steps (loss, learning rate, gradient norm, tokens/s, ms/step and whether the step\n"
+            "ran eagerly, captured graphs or replayed them), evaluation loss every\n"
+            "train.eval_interval steps, and the graph report at the end.\n\n"
+            "useful keys: train.train_iters, runtime.device=auto|cpu|cuda,\n"
+            "  model.cuda_graph_impl=none|local|transformer_engine, model.cuda_graph_scope=...,\n"
+            "  dataset.source=mock|shards, dataset.data_path=PREFIX (from prepare-data),\n"
+            "  checkpoint.save=DIR, checkpoint.save_interval=N, checkpoint.load=DIR,\n"
+            "  logger.log_interval=N, logger.metrics_file=FILE.jsonl\n\n"
+            "Ctrl-C (SIGINT) or SIGTERM (Slurm's warning before preemption) finishes the current\n"
+            "step, saves a checkpoint (when checkpoint.save is set) and exits with status 130 or\n"
+            "143; resume with checkpoint.load=DIR (checkpoint.load=checkpoint.save resumes a\n"
+            "restarted job by itself).\n"
+            "exit status: 0 done, 1 failed (e.g. NaN loss), 2 bad configuration, 130 interrupted\n"
+            "by SIGINT, 143 by SIGTERM\n");
 }
 
 int gt_cmd_train(int argc, char **argv) {

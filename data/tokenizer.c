@@ -333,10 +333,10 @@ int gt_tokenizer_save(const gt_tokenizer *tk, const char *path, gt_error *err) {
     int rc = gt_atomic_open(&f, path, err);
     if (rc) return rc;
     char line[4096];
-    int len = snprintf(line, sizeof line, "%s %d\nkind %s\nvocab %d\nmerges %d\neod %d\n",
-                       GT_VOCAB_FILE_MAGIC, GT_VOCAB_FILE_VERSION,
-                       tk->kind == GT_TOK_GPT2 ? "gpt2" : "bpe", tk->n_vocab, tk->n_merges,
-                       tk->eod);
+    int len =
+        snprintf(line, sizeof line, "%s %d\nkind %s\nvocab %d\nmerges %d\neod %d\n",
+                 GT_VOCAB_FILE_MAGIC, GT_VOCAB_FILE_VERSION,
+                 tk->kind == GT_TOK_GPT2 ? "gpt2" : "bpe", tk->n_vocab, tk->n_merges, tk->eod);
     rc = gt_atomic_write(&f, line, (size_t)len, err);
     for (int i = 0; !rc && i < tk->n_merges; i++) {
         len = snprintf(line, sizeof line, "%u %u %u\n", tk->m_left[i], tk->m_right[i],

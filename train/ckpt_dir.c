@@ -145,8 +145,7 @@ static int remove_temp(const char *dir, const char *name, void *vctx) {
 /* Removes an iteration folder and the files in it. */
 static int remove_iter_dir(const char *dir, gt_error *err) {
     DIR *dp = opendir(dir);
-    if (!dp)
-        return gt_error_set(err, GT_ERR_IO, "cannot read %s: %s", dir, strerror(errno));
+    if (!dp) return gt_error_set(err, GT_ERR_IO, "cannot read %s: %s", dir, strerror(errno));
     struct dirent *e;
     int rc = GT_OK;
     while (!rc && (e = readdir(dp))) {
@@ -265,8 +264,9 @@ static int prepare_save(gt_ckpt_dir *d, const gt_config *cfg, char *resume, size
     rc = each_entry(d->save, remove_temp, &sw, err);
     if (rc) return rc;
     if (sw.removed)
-        fprintf(out, "checkpoint.save=%s: removed %d temporary file%s left by an interrupted "
-                     "writer\n",
+        fprintf(out,
+                "checkpoint.save=%s: removed %d temporary file%s left by an interrupted "
+                "writer\n",
                 d->save, sw.removed, sw.removed == 1 ? "" : "s");
     long long latest;
     rc = read_latest(d->save, &latest, err);
@@ -283,8 +283,9 @@ static int prepare_save(gt_ckpt_dir *d, const gt_config *cfg, char *resume, size
     int load_is_save = c->load[0] && same_path(c->load, d->save);
     long long it;
     if (load_is_save && !held)
-        fprintf(out, "checkpoint.load=%s holds no checkpoint yet: starting fresh (a restart "
-                     "resumes from the checkpoints this run saves there)\n",
+        fprintf(out,
+                "checkpoint.load=%s holds no checkpoint yet: starting fresh (a restart "
+                "resumes from the checkpoints this run saves there)\n",
                 c->load);
     else if (c->load[0] && (rc = gt_ckpt_resolve(c->load, resume, n, &it, err)))
         return rc;
@@ -300,8 +301,9 @@ static int prepare_save(gt_ckpt_dir *d, const gt_config *cfg, char *resume, size
     int removed = 0;
     rc = remove_checkpoints(d->save, &removed, err);
     if (!rc)
-        fprintf(out, "checkpoint.overwrite=true: removed the checkpoints in %s (%d iteration "
-                     "folder%s)\n",
+        fprintf(out,
+                "checkpoint.overwrite=true: removed the checkpoints in %s (%d iteration "
+                "folder%s)\n",
                 d->save, removed, removed == 1 ? "" : "s");
     return rc;
 }
@@ -362,7 +364,8 @@ int gt_ckpt_dir_commit(gt_ckpt_dir *d, long long iter, const gt_config *cfg, gt_
     rc = list_iters(d->save, l, err);
     /* the newest k by number; the one just written always stays */
     for (int i = 0; !rc && i < l->n - d->most_recent_k; i++)
-        if (l->v[i] != iter) rc = remove_iter_dir(gt_ckpt_iter_path(d->save, l->v[i], p, sizeof p), err);
+        if (l->v[i] != iter)
+            rc = remove_iter_dir(gt_ckpt_iter_path(d->save, l->v[i], p, sizeof p), err);
     free(l);
     if (rc) return gt_error_wrap(err, "checkpoint.most_recent_k=%d: ", d->most_recent_k);
     return GT_OK;

@@ -207,9 +207,9 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
         const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT (Ctrl-C)";
         fprintf(out, "interrupted by %s: stopped after step %lld%s\n", name,
                 res->last_step ? res->last_step : start,
-                !saving      ? " (set checkpoint.save to keep the state)"
-                : run > 0    ? ", checkpoint saved"
-                             : " before any step; no checkpoint written");
+                !saving   ? " (set checkpoint.save to keep the state)"
+                : run > 0 ? ", checkpoint saved"
+                          : " before any step; no checkpoint written");
         return gt_error_set(err, GT_ERR_INTERRUPTED, "interrupted by %s", name);
     }
     return rc;

@@ -333,8 +333,8 @@ static void test_gpt2_encoder_that_is_not_json_is_refused(void **state) {
     assert_non_null(strstr(err.msg, "encoder.json:1"));
 }
 
-static void test_end_of_document_token_is_the_last_id_and_survives_the_vocabulary_file(
-    void **state) {
+static void
+test_end_of_document_token_is_the_last_id_and_survives_the_vocabulary_file(void **state) {
     (void)state;
     char dir[256], path[300];
     gt_test_tmpdir(dir, sizeof dir);
@@ -398,7 +398,8 @@ int main(void) {
         cmocka_unit_test(test_bpe_learns_1024_tokens_from_a_megabyte_quickly),
         cmocka_unit_test(test_pretokenizer_splits_like_gpt2),
         cmocka_unit_test(test_vocabulary_file_round_trips),
-        cmocka_unit_test(test_end_of_document_token_is_the_last_id_and_survives_the_vocabulary_file),
+        cmocka_unit_test(
+            test_end_of_document_token_is_the_last_id_and_survives_the_vocabulary_file),
         cmocka_unit_test(test_version_1_vocabulary_file_still_loads_without_end_of_document),
         cmocka_unit_test(test_gpt2_hand_made_vocabulary_encodes_like_gpt2),
         cmocka_unit_test(test_gpt2_merge_missing_from_encoder_is_refused),

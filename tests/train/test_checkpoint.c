@@ -265,7 +265,7 @@ static void edit_micro(gt_ckpt_meta *m) {
 }
 static void edit_shape(gt_ckpt_meta *m) {
     memset(m->shape, 'x', sizeof m->shape); /* no terminating NUL */
-    m->fingerprint ^= 1;                     /* so the loader prints the shape */
+    m->fingerprint ^= 1;                    /* so the loader prints the shape */
 }
 
 static void test_checkpoint_with_data_position_out_of_range_is_refused(void **state) {

@@ -29,12 +29,18 @@ static void setf(gt_config *c, const char *key, const char *value) {
 
 static void tiny_config(gt_config *c, const char *save, int iters) {
     gt_config_defaults(c);
-    static const char *kv[] = {"runtime.device=cpu",         "model.num_layers=1",
-                               "model.hidden_size=32",       "model.num_attention_heads=2",
-                               "model.num_query_groups=2",   "model.ffn_hidden_size=64",
-                               "model.vocab_size=64",        "model.seq_length=16",
-                               "train.micro_batch_size=2",   "train.global_batch_size=2",
-                               "model.cuda_graph_impl=none", "logger.log_interval=1000",
+    static const char *kv[] = {"runtime.device=cpu",
+                               "model.num_layers=1",
+                               "model.hidden_size=32",
+                               "model.num_attention_heads=2",
+                               "model.num_query_groups=2",
+                               "model.ffn_hidden_size=64",
+                               "model.vocab_size=64",
+                               "model.seq_length=16",
+                               "train.micro_batch_size=2",
+                               "train.global_batch_size=2",
+                               "model.cuda_graph_impl=none",
+                               "logger.log_interval=1000",
                                NULL};
     for (int i = 0; kv[i]; i++)
         set(c, kv[i]);
