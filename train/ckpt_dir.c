@@ -331,20 +331,25 @@ void gt_ckpt_dir_close(gt_ckpt_dir *d) {
     d->lock_fd = -1;
 }
 
-static int write_text(const char *path, const gt_config *cfg, const char *text, gt_error *err) {
+static int write_config(const char *path, const gt_config *cfg, gt_error *err) {
     gt_atomic_file f;
     int rc = gt_atomic_open(&f, path, err);
     if (rc) return rc;
-    if (cfg) {
-        fprintf(f.f, "# the resolved configuration of the run that wrote this checkpoint\n");
-        gt_config_print(cfg, f.f);
-        if (ferror(f.f)) {
-            gt_atomic_abort(&f);
-            return gt_error_set(err, GT_ERR_IO, "writing %s failed (disk full?)", path);
-        }
-    } else {
-        rc = gt_atomic_write(&f, text, strlen(text), err);
+    fprintf(f.f, "# the resolved configuration of the run that wrote this checkpoint\n");
+    gt_config_print(cfg, f.f);
+    if (ferror(f.f)) {
+        gt_atomic_abort(&f);
+        return gt_error_set(err, GT_ERR_IO, "writing %s failed (disk full?)", path);
     }
+    rc = gt_atomic_commit(&f, err);
+    gt_atomic_abort(&f);
+    return rc;
+}
+
+static int write_line(const char *path, const char *text, gt_error *err) {
+    gt_atomic_file f;
+    int rc = gt_atomic_open(&f, path, err);
+    if (!rc) rc = gt_atomic_write(&f, text, strlen(text), err);
     if (!rc) rc = gt_atomic_commit(&f, err);
     gt_atomic_abort(&f);
     return rc;
@@ -354,10 +359,10 @@ int gt_ckpt_dir_commit(gt_ckpt_dir *d, long long iter, const gt_config *cfg, gt_
     char dir[GT_PATH_MAX + 32], p[GT_PATH_MAX + 96], line[32];
     gt_ckpt_iter_path(d->save, iter, dir, sizeof dir);
     snprintf(p, sizeof p, "%s/%s", dir, GT_CKPT_CONFIG_FILE);
-    int rc = write_text(p, cfg, NULL, err);
+    int rc = write_config(p, cfg, err);
     snprintf(p, sizeof p, "%s/%s", d->save, GT_CKPT_LATEST_FILE);
     snprintf(line, sizeof line, "%lld\n", iter);
-    if (!rc) rc = write_text(p, NULL, line, err);
+    if (!rc) rc = write_line(p, line, err);
     if (rc || d->most_recent_k < 0) return rc;
     iter_list *l = malloc(sizeof *l);
     if (!l) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
