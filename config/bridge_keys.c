@@ -184,7 +184,6 @@ static const bridge_key k_bridge[] = {
     {"scheduler.end_weight_decay", "null", "a weight-decay schedule is not implemented (optimizer.weight_decay is constant)"},
     {"scheduler.weight_decay_incr_style", "constant", "a weight-decay schedule is not implemented (optimizer.weight_decay is constant)"},
     /* ---- checkpoint: CheckpointConfig (the safety branch turns most_recent_k into a key) ---- */
-    {"checkpoint.most_recent_k", "null|-1", "keeping only the newest k checkpoints is not implemented yet"},
     {"checkpoint.ckpt_format", NULL, OWN_CKPT "; drop the key"},
     {"checkpoint.pretrained_checkpoint", "null", "starting from pretrained weights is not implemented; use checkpoint.load with a graphtrain checkpoint"},
     {"checkpoint.finetune", "false", "fine-tuning resets are not implemented"},

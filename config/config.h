@@ -200,6 +200,8 @@ typedef struct gt_checkpoint_config {
     char save[GT_PATH_MAX]; /* directory; empty = never save */
     char load[GT_PATH_MAX]; /* directory; empty = fresh start */
     int save_interval;      /* 0 = only at the end */
+    int most_recent_k;      /* newest iterations kept; -1 = all */
+    bool overwrite;         /* a fresh run may delete the checkpoints already in save */
 } gt_checkpoint_config;
 
 typedef struct gt_logger_config {

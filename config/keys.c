@@ -139,7 +139,9 @@ static const gt_key k_keys[] = {
     {"dataset.pad_cu_seqlens", GT_KEY_BOOL, F(dataset.pad_cu_seqlens), "false", NULL, 0, 0, "Pad the cu_seqlens array to a fixed length (static shapes).", NULL},
     /* ---- checkpoints and logging ---- */
     {"checkpoint.save", GT_KEY_STRING, F(checkpoint.save), "", NULL, 0, 0, "Directory to save checkpoints to; empty = never.", NULL},
-    {"checkpoint.load", GT_KEY_STRING, F(checkpoint.load), "", NULL, 0, 0, "Directory to resume from; empty = fresh start.", NULL},
+    {"checkpoint.load", GT_KEY_STRING, F(checkpoint.load), "", NULL, 0, 0, "Directory (or file) to resume from: its latest_checkpointed_iteration.txt names the iteration; set it to checkpoint.save to resume a restarted job automatically (fresh start while it is empty); empty = fresh start.", NULL},
+    {"checkpoint.most_recent_k", GT_KEY_INT, F(checkpoint.most_recent_k), "-1", NULL, -1, 1000000000, "Keep only the newest k iteration folders of checkpoint.save; -1 = keep all (Megatron's).", "-1"},
+    {"checkpoint.overwrite", GT_KEY_BOOL, F(checkpoint.overwrite), "false", NULL, 0, 0, "graphtrain's own: let a run that does not resume from checkpoint.save delete the checkpoints already there (otherwise it is refused).", NULL},
     {"checkpoint.save_interval", GT_KEY_INT, F(checkpoint.save_interval), "0", NULL, 0, 1000000000, "Save every n steps; 0 = only at the end.", "0"},
     {"logger.log_interval", GT_KEY_INT, F(logger.log_interval), "10", NULL, 1, 1000000000, "Print and record metrics every n steps.", NULL},
     {"logger.metrics_file", GT_KEY_STRING, F(logger.metrics_file), "", NULL, 0, 0, "JSONL metrics file; empty = none.", NULL},

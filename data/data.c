@@ -1,19 +1,17 @@
 /* Mock and shard data sources with seeded shuffling and resumable positions; see data.h. */
 #include "data/data.h"
 
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "core/crc32.h"
 #include "data/shard.h"
+#include "data/shard_list.h"
 
 #define GT_MOCK_VALID_SEED_XOR 0x5eed5eed5eed5eedull
 #define GT_SHUFFLE_SEED_XOR 0x9e3779b97f4a7c15ull
-#define GT_VALID_SHARE_PERCENT 5
 
 struct gt_data {
     gt_data_source source;
@@ -39,157 +37,47 @@ static uint64_t splitmix64(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int ends_with(const char *s, const char *suf) {
-    size_t n = strlen(s), m = strlen(suf);
-    return n >= m && !strcmp(s + n - m, suf);
-}
-
-/* Lists the shard files of data_path for one split (sorted), into names[] (malloc'ed). */
-static int list_shards(const char *data_path, gt_data_split split, char ***out, int *n_out,
-                       gt_error *err) {
-    char dir[GT_PATH_MAX], base[GT_PATH_MAX];
-    struct stat st;
-    int is_dir = stat(data_path, &st) == 0 && S_ISDIR(st.st_mode);
-    if (is_dir) {
-        snprintf(dir, sizeof dir, "%s", data_path);
-        base[0] = '\0';
-    } else {
-        const char *slash = strrchr(data_path, '/');
-        if (slash) {
-            snprintf(dir, sizeof dir, "%.*s", (int)(slash - data_path), data_path);
-            if (!dir[0]) snprintf(dir, sizeof dir, "/");
-            snprintf(base, sizeof base, "%s", slash + 1);
-        } else {
-            snprintf(dir, sizeof dir, ".");
-            snprintf(base, sizeof base, "%s", data_path);
-        }
-    }
-    DIR *dp = opendir(dir);
-    if (!dp)
-        return gt_error_set(err, GT_ERR_IO,
-                            "dataset.data_path=%s: cannot read directory %s: %s; create the "
-                            "shards with `graphtrain prepare-data --output %s ...`",
-                            data_path, dir, strerror(errno), data_path);
-    char **all = NULL, **valid = NULL;
-    int n_all = 0, n_valid = 0, cap = 0;
-    struct dirent *e;
-    int rc = GT_OK;
-    while ((e = readdir(dp))) {
-        size_t bl = strlen(base);
-        /* PREFIX_train_000000.bin matches prefix PREFIX, PREFIXother_... does not */
-        if (!ends_with(e->d_name, ".bin") || strncmp(e->d_name, base, bl) ||
-            (bl && isalpha((unsigned char)e->d_name[bl])))
-            continue;
-        if (n_all == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **a = realloc(all, (size_t)cap * sizeof *a);
-            if (!a) {
-                rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory listing shards");
-                break;
-            }
-            all = a;
-        }
-        size_t len = strlen(dir) + strlen(e->d_name) + 2;
-        all[n_all] = malloc(len);
-        if (!all[n_all]) {
-            rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory listing shards");
-            break;
-        }
-        snprintf(all[n_all], len, "%s/%s", dir, e->d_name);
-        n_all++;
-    }
-    closedir(dp);
-    if (!rc && n_all == 0)
-        rc = gt_error_set(err, GT_ERR_INVALID,
-                          "dataset.data_path=%s: no shard files (%s/%s*.bin) found; create "
-                          "them with `graphtrain prepare-data --input FILES --output %s`",
-                          data_path, dir, base, data_path);
-    if (rc) goto fail;
-    qsort(all, (size_t)n_all, sizeof *all, cmp_str);
-    /* Explicit validation shards ("_val" in the name) win; otherwise the last 5%. */
-    valid = calloc((size_t)n_all, sizeof *valid);
-    if (!valid) {
-        rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory listing shards");
-        goto fail;
-    }
-    for (int i = 0; i < n_all; i++)
-        if (strstr(strrchr(all[i], '/'), "_val")) valid[n_valid++] = all[i];
-    int keep_valid = n_valid > 0;
-    int n_hold = n_valid;
-    if (!keep_valid) {
-        if (n_all < 2) {
-            if (split == GT_SPLIT_VALID) {
-                rc = gt_error_set(err, GT_ERR_INVALID,
-                                  "dataset.data_path=%s: only one shard and no *_val*.bin "
-                                  "file, so there is no held-out split for evaluation; "
-                                  "re-run prepare-data (it writes a validation shard) or set "
-                                  "train.eval_interval=0",
-                                  data_path);
-                goto fail;
-            }
-            n_hold = 0;
-        } else {
-            n_hold = (n_all * GT_VALID_SHARE_PERCENT + 99) / 100;
-            if (n_hold < 1) n_hold = 1;
-        }
-    }
-    char **sel = calloc((size_t)n_all, sizeof *sel);
-    int n_sel = 0;
-    if (!sel) {
-        rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory listing shards");
-        goto fail;
-    }
-    for (int i = 0; i < n_all; i++) {
-        int held = keep_valid ? strstr(strrchr(all[i], '/'), "_val") != NULL : i >= n_all - n_hold;
-        if (held == (split == GT_SPLIT_VALID)) {
-            sel[n_sel++] = all[i];
-            all[i] = NULL;
-        }
-    }
-    for (int i = 0; i < n_all; i++)
-        free(all[i]);
-    free(all);
-    free(valid);
-    if (n_sel == 0) {
-        free(sel);
+/* A listed shard must be the file its manifest describes: same count, same vocabulary,
+ * same CRC32 (the mapping is read once anyway, for the id range check). */
+static int check_listed(const gt_shard *sh, const gt_listed_shard *e, int vocab, gt_error *err) {
+    const char *fix = "the set was partly re-written or a file replaced; re-run `graphtrain "
+                      "prepare-data ... --force`";
+    if (sh->count != e->tokens || sh->vocab != vocab)
         return gt_error_set(err, GT_ERR_INVALID,
-                            "dataset.data_path=%s: every shard is a validation shard; no "
-                            "training shards left",
-                            data_path);
-    }
-    *out = sel;
-    *n_out = n_sel;
+                            "shard %s does not match manifest %s: %lld tokens of vocabulary "
+                            "%d, the manifest says %lld of %d; %s",
+                            e->path, e->manifest, (long long)sh->count, sh->vocab,
+                            (long long)e->tokens, vocab, fix);
+    uint32_t crc = gt_crc32(0, sh->map, sh->map_bytes);
+    if (crc != e->crc)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "shard %s does not match manifest %s (CRC32 %08x, the manifest says "
+                            "%08x); %s",
+                            e->path, e->manifest, crc, e->crc, fix);
     return GT_OK;
-fail:
-    for (int i = 0; i < n_all; i++)
-        free(all[i]);
-    free(all);
-    free(valid);
-    return rc;
 }
 
 static int open_shards(gt_data *d, const gt_config *cfg, gt_data_split split, gt_error *err) {
-    char **names = NULL;
-    int n = 0;
-    int rc = list_shards(cfg->dataset.data_path, split, &names, &n, err);
+    gt_shard_list list;
+    int rc = gt_shard_list_build(&list, cfg->dataset.data_path, split, err);
     if (rc) return rc;
+    int n = list.n;
     d->shards = calloc((size_t)n, sizeof *d->shards);
     d->first = calloc((size_t)n + 1, sizeof *d->first);
     if (!d->shards || !d->first) rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
     int64_t tokens = 0;
     for (int i = 0; !rc && i < n; i++) {
-        rc = gt_shard_open(&d->shards[i], names[i], err);
+        const char *name = list.s[i].path;
+        rc = gt_shard_open(&d->shards[i], name, err);
         if (rc) break;
         d->n_shards++;
+        rc = check_listed(&d->shards[i], &list.s[i], list.vocab_size, err);
+        if (rc) break;
         if (d->shards[i].max_id >= (uint32_t)d->vocab && d->shards[i].count > 0) {
             rc = gt_error_set(err, GT_ERR_INVALID,
                               "shard %s holds token id %u but model.vocab_size is %d; set "
                               "model.vocab_size=%d (the shard's vocabulary)",
-                              names[i], d->shards[i].max_id, d->vocab, d->shards[i].vocab);
+                              name, d->shards[i].max_id, d->vocab, d->shards[i].vocab);
             break;
         }
         int64_t samples = d->shards[i].count > d->T ? (d->shards[i].count - 1) / d->T : 0;
@@ -211,9 +99,7 @@ static int open_shards(gt_data *d, const gt_config *cfg, gt_data_split split, gt
                  cfg->dataset.data_path, split == GT_SPLIT_VALID ? "validation" : "training", n,
                  n == 1 ? "" : "s", (long long)tokens, (long long)d->n_samples, d->T,
                  d->shuffle ? "shuffled" : "sequential");
-    for (int i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    gt_shard_list_free(&list);
     return rc;
 }
 

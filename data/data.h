@@ -19,9 +19,11 @@ typedef struct gt_data_pos {
     uint64_t cursor; /* next sample inside the current epoch */
 } gt_data_pos;
 
-/* Opens dataset.source for one split. Shards: dataset.data_path is a prefix (files PREFIX*.bin)
- * or a directory (every *.bin in it); files with "_val" in their name are the held-out split,
- * otherwise the last 5% of the shards (at least one) are. Mock: validation uses another seed. */
+/* Opens dataset.source for one split. Shards: dataset.data_path is a prefix (PREFIX.manifest,
+ * written by prepare-data) or a folder (every manifest in it, of one vocabulary); only the
+ * shards a manifest lists are read, each checked against it (shard_list.h). The manifests'
+ * validation shards are the held-out split, otherwise the last 5% of the shards (at least
+ * one) are. Mock: validation uses another seed. */
 int gt_data_create(gt_data **d, const gt_config *cfg, gt_data_split split, gt_error *err);
 void gt_data_destroy(gt_data *d);
 

@@ -10,12 +10,15 @@
 #include "core/atomic_file.h"
 
 #define GT_VOCAB_FILE_MAGIC "graphtrain-tokenizer"
-#define GT_VOCAB_FILE_VERSION 1
+/* version 2 adds the end-of-document id ("eod N"); version 1 files (none) still load */
+#define GT_VOCAB_FILE_VERSION 2
+#define GT_GPT2_EOD_TEXT "<|endoftext|>"
 
 int gt_tok_alloc(gt_tokenizer **out, gt_tok_kind kind, gt_error *err) {
     gt_tokenizer *tk = calloc(1, sizeof *tk);
     if (!tk) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (tokenizer)");
     tk->kind = kind;
+    tk->eod = -1;
     tk->tok_off = calloc(1, sizeof *tk->tok_off);
     if (!tk->tok_off) {
         free(tk);
@@ -140,6 +143,30 @@ int gt_tok_index_bytes(gt_tokenizer *tk, const char *what, gt_error *err) {
 
 int gt_tokenizer_vocab_size(const gt_tokenizer *tk) {
     return tk->n_vocab;
+}
+
+int gt_tokenizer_eod(const gt_tokenizer *tk) {
+    return tk->eod;
+}
+
+int gt_tokenizer_add_eod(gt_tokenizer *tk, gt_error *err) {
+    if (tk->eod >= 0) return GT_OK;
+    if (tk->kind == GT_TOK_GPT2) { /* GPT-2's own: <|endoftext|>, its last id */
+        size_t want = strlen(GT_GPT2_EOD_TEXT);
+        for (int id = tk->n_vocab - 1; id >= 0; id--) {
+            size_t len;
+            const unsigned char *p = gt_tokenizer_token(tk, (uint32_t)id, &len);
+            if (len == want && !memcmp(p, GT_GPT2_EOD_TEXT, want)) {
+                tk->eod = id;
+                return GT_OK;
+            }
+        }
+    }
+    /* an empty token: no merge produces it, so no text encodes to it, and it decodes to
+     * nothing, so a document's bytes come back exactly */
+    int rc = gt_tok_add_token(tk, NULL, 0, err);
+    if (!rc) tk->eod = tk->n_vocab - 1;
+    return rc;
 }
 
 int gt_tokenizer_num_merges(const gt_tokenizer *tk) {
@@ -306,9 +333,10 @@ int gt_tokenizer_save(const gt_tokenizer *tk, const char *path, gt_error *err) {
     int rc = gt_atomic_open(&f, path, err);
     if (rc) return rc;
     char line[4096];
-    int len = snprintf(line, sizeof line, "%s %d\nkind %s\nvocab %d\nmerges %d\n",
-                       GT_VOCAB_FILE_MAGIC, GT_VOCAB_FILE_VERSION,
-                       tk->kind == GT_TOK_GPT2 ? "gpt2" : "bpe", tk->n_vocab, tk->n_merges);
+    int len =
+        snprintf(line, sizeof line, "%s %d\nkind %s\nvocab %d\nmerges %d\neod %d\n",
+                 GT_VOCAB_FILE_MAGIC, GT_VOCAB_FILE_VERSION,
+                 tk->kind == GT_TOK_GPT2 ? "gpt2" : "bpe", tk->n_vocab, tk->n_merges, tk->eod);
     rc = gt_atomic_write(&f, line, (size_t)len, err);
     for (int i = 0; !rc && i < tk->n_merges; i++) {
         len = snprintf(line, sizeof line, "%u %u %u\n", tk->m_left[i], tk->m_right[i],
@@ -354,13 +382,16 @@ static int load_body(gt_tokenizer *tk, FILE *f, const char *path, gt_error *err)
                             "%s is not a graphtrain vocabulary file (it should start with '%s "
                             "%d'); write it with `graphtrain prepare-data`",
                             path, GT_VOCAB_FILE_MAGIC, GT_VOCAB_FILE_VERSION);
-    if (version != GT_VOCAB_FILE_VERSION)
+    if (version < 1 || version > GT_VOCAB_FILE_VERSION)
         return gt_error_set(err, GT_ERR_INVALID,
-                            "%s: vocabulary file version %d, this graphtrain reads %d", path,
+                            "%s: vocabulary file version %d, this graphtrain reads 1..%d", path,
                             version, GT_VOCAB_FILE_VERSION);
+    int eod = -1;
     if (fscanf(f, " kind %15s vocab %d merges %d", kind, &vocab, &merges) != 3 || vocab < 1 ||
-        vocab > GT_BPE_MAX_VOCAB || merges < 0 || merges >= vocab)
-        return gt_error_set(err, GT_ERR_INVALID, "%s: bad header (kind/vocab/merges)", path);
+        vocab > GT_BPE_MAX_VOCAB || merges < 0 || merges >= vocab ||
+        (version >= 2 && (fscanf(f, " eod %d", &eod) != 1 || eod < -1 || eod >= vocab)))
+        return gt_error_set(err, GT_ERR_INVALID, "%s: bad header (kind/vocab/merges/eod)", path);
+    tk->eod = eod;
     tk->kind = !strcmp(kind, "gpt2") ? GT_TOK_GPT2 : GT_TOK_BPE;
     for (int i = 0; i < merges; i++) {
         unsigned a, b, z;

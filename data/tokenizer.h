@@ -33,6 +33,11 @@ int gt_tokenizer_load(gt_tokenizer **tk, const char *path, gt_error *err);
 void gt_tokenizer_destroy(gt_tokenizer *tk);
 
 int gt_tokenizer_vocab_size(const gt_tokenizer *tk);
+/* The end-of-document token prepare-data writes after each document: GPT-2's <|endoftext|>,
+ * else an empty token appended as the last id (so a BPE of vocab_size - 1 learned tokens
+ * plus it fills vocab_size). Adding is a no-op when there is one; -1 when there is none. */
+int gt_tokenizer_add_eod(gt_tokenizer *tk, gt_error *err);
+int gt_tokenizer_eod(const gt_tokenizer *tk);
 int gt_tokenizer_num_merges(const gt_tokenizer *tk);
 /* Merge i (rank order): left + right -> result. */
 void gt_tokenizer_merge(const gt_tokenizer *tk, int i, uint32_t *left, uint32_t *right,

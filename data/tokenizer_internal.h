@@ -10,6 +10,7 @@ typedef enum { GT_TOK_BPE = 0, GT_TOK_GPT2 = 1 } gt_tok_kind;
 struct gt_tokenizer {
     gt_tok_kind kind;
     int n_vocab;
+    int eod;             /* id of the end-of-document token, -1 when there is none */
     unsigned char *blob; /* bytes of every token, concatenated */
     size_t blob_n, blob_cap;
     size_t *tok_off;  /* [n_vocab + 1] token i = blob[tok_off[i], tok_off[i+1]) */

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The README's main command: installs what is missing and builds (scripts/setup.sh release),
 # turns the fortunes corpus into token shards once (data/fortunes_*.bin, byte-level BPE with
-# 512 tokens learned from the text, vocabulary in data/fortunes.vocab), then trains the demo
-# recipe on them and shows the loss falling. Extra key=value arguments are passed to train.
+# 512 tokens learned from the text, the last one the end-of-document token; vocabulary in
+# data/fortunes.vocab, and data/fortunes.manifest, written last, saying the set is complete),
+# then trains the demo recipe on them and shows the loss falling. Extra key=value arguments
+# are passed to train.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh release
@@ -11,7 +13,9 @@ FORTUNES_DIR=/usr/share/games/fortunes
 PREFIX=data/fortunes
 VOCAB=512 # must equal model.vocab_size of recipes/demo.yaml
 
-if ! ls "$PREFIX"_train_*.bin >/dev/null 2>&1 || [ ! -f "$PREFIX"_val_000000.bin ]; then
+# Training reads only a complete set: its manifest. Without one, whatever is there is an
+# unfinished (or older) set, which --force replaces.
+if [ ! -f "$PREFIX".manifest ]; then
   # the fortune files proper: no .dat index files, no .u8 links
   mapfile -t files < <(find -L "$FORTUNES_DIR" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' | sort)
   if [ ${#files[@]} -eq 0 ]; then
@@ -19,14 +23,16 @@ if ! ls "$PREFIX"_train_*.bin >/dev/null 2>&1 || [ ! -f "$PREFIX"_val_000000.bin
     exit 1
   fi
   mkdir -p data
-  ./build/graphtrain prepare-data --input "${files[@]}" --output "$PREFIX" --vocab-size "$VOCAB"
+  ./build/graphtrain prepare-data --input "${files[@]}" --output "$PREFIX" --vocab-size "$VOCAB" --force
 else
-  echo "run.sh: using the existing shards $PREFIX""_*.bin (delete them to prepare again)"
+  echo "run.sh: using the shard set $PREFIX.manifest (prepare-data --force ... to make it again)"
 fi
 
 # The demo recipe as written: 4 layers, d=128, seq 64, micro-batch 8, 300 steps with an eval
 # every 100 (about half a minute on 2 CPU cores with the fp32 reference ops; seconds on a GPU).
+# Each run.sh trains afresh: checkpoint.overwrite=true lets it replace the previous demo's
+# checkpoints in runs/demo (without it a fresh run into a folder of checkpoints is refused).
 ./build/graphtrain train --recipe demo \
   dataset.data_path="$PREFIX" \
-  checkpoint.save=runs/demo logger.metrics_file=runs/demo/metrics.jsonl \
+  checkpoint.save=runs/demo checkpoint.overwrite=true logger.metrics_file=runs/demo/metrics.jsonl \
   "$@"

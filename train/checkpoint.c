@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/atomic_file.h"
+#include "train/ckpt_dir.h"
 
 /* On-disk header (host byte order, little-endian on every machine we build for). */
 typedef struct ckpt_header {
@@ -19,21 +20,6 @@ typedef struct ckpt_header {
     uint32_t step_state_bytes;
     gt_ckpt_meta meta;
 } ckpt_header;
-
-uint32_t gt_crc32(uint32_t crc, const void *data, size_t n) {
-    uint32_t table[256];
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-        table[i] = c;
-    }
-    const unsigned char *p = data;
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++)
-        crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return ~crc;
-}
 
 uint64_t gt_ckpt_fingerprint(const gt_config *cfg, size_t n_params, char *shape, size_t n) {
     const gt_model_config *m = &cfg->model;
@@ -98,11 +84,69 @@ static int read_exact(FILE *f, void *dst, size_t n) {
     return fread(dst, 1, n, f) == n;
 }
 
+/* Every field a crafted file could set is checked before it is used: the checksum only
+ * proves the file is what its writer wrote, not that the writer was graphtrain. */
+static int check_header(const ckpt_header *h, const char *path, uint64_t file_bytes,
+                        gt_error *err) {
+    const char *redo = "it cannot be used; resume from another checkpoint or start fresh "
+                       "(checkpoint.load=)";
+    if (h->magic != GT_CKPT_MAGIC)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "%s is not a graphtrain checkpoint (bad magic number)", path);
+    if (h->version != GT_CKPT_VERSION || h->header_bytes != sizeof *h ||
+        h->step_state_bytes != sizeof(gt_step_state))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "checkpoint %s has format version %u; this graphtrain reads version "
+                            "%d",
+                            path, h->version, GT_CKPT_VERSION);
+    const gt_ckpt_meta *m = &h->meta;
+    /* n_params * 12 must neither wrap nor exceed what the file holds */
+    if (m->n_params == 0 || m->n_params > GT_CKPT_MAX_PARAMS ||
+        h->payload_bytes != 3 * m->n_params * sizeof(float) ||
+        file_bytes != sizeof *h + h->payload_bytes)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "checkpoint %s is corrupt or truncated: its header declares %llu "
+                            "parameters (%llu payload bytes) but the file has %llu bytes; %s",
+                            path, (unsigned long long)m->n_params,
+                            (unsigned long long)h->payload_bytes, (unsigned long long)file_bytes,
+                            redo);
+    if (memchr(m->shape, '\0', sizeof m->shape) == NULL)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "checkpoint %s is corrupt: its model description is not a "
+                            "terminated string; %s",
+                            path, redo);
+    const gt_step_state *st = &m->state;
+    const char *bad = NULL;
+    if (st->step < 0 || st->step > GT_CKPT_MAX_STEP)
+        bad = "the step counter";
+    else if (st->nan_step < -1 || (int64_t)st->nan_step > st->step)
+        bad = "the first NaN step";
+    else if (st->micro < 0 || st->skipped > 1)
+        bad = "the micro-batch index or skip flag";
+    else if ((st->nan_flags | st->nan_first) & ~(uint32_t)(GT_NAN_LOSS | GT_NAN_GRAD))
+        bad = "the NaN flags";
+    else if (m->data.cursor > GT_CKPT_MAX_SAMPLES || m->data.epoch > GT_CKPT_MAX_SAMPLES)
+        bad = "the data position";
+    if (bad)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "checkpoint %s is corrupt: %s is out of range (step %lld, data "
+                            "epoch %llu cursor %llu); %s",
+                            path, bad, (long long)st->step, (unsigned long long)m->data.epoch,
+                            (unsigned long long)m->data.cursor, redo);
+    return GT_OK;
+}
+
 int gt_ckpt_read(const char *path_in, gt_ckpt_meta *meta, float **master, float **m, float **v,
                  gt_error *err) {
     *master = *m = *v = NULL;
     char path[1024];
-    gt_ckpt_file(path_in, path, sizeof path);
+    long long iter;
+    gt_error why = {0};
+    /* a missing file is reported by fopen below, naming it; a bad latest file here */
+    if (gt_ckpt_resolve(path_in, path, sizeof path, &iter, &why) == GT_ERR_INVALID) {
+        if (err) *err = why;
+        return GT_ERR_INVALID;
+    }
     FILE *f = fopen(path, "rb");
     if (!f)
         return gt_error_set(err, GT_ERR_IO,
@@ -113,29 +157,16 @@ int gt_ckpt_read(const char *path_in, gt_ckpt_meta *meta, float **master, float 
     int rc = GT_OK;
     const char *redo = "it cannot be used; resume from another checkpoint or start fresh "
                        "(checkpoint.load=)";
-    if (!read_exact(f, &h, sizeof h)) {
+    struct stat st;
+    uint64_t file_bytes = fstat(fileno(f), &st) == 0 ? (uint64_t)st.st_size : 0;
+    if (!read_exact(f, &h, sizeof h))
         rc = gt_error_set(err, GT_ERR_INVALID,
                           "checkpoint %s is truncated (shorter than its "
                           "header); %s",
                           path, redo);
-    } else if (h.magic != GT_CKPT_MAGIC) {
-        rc = gt_error_set(err, GT_ERR_INVALID,
-                          "%s is not a graphtrain checkpoint (bad magic "
-                          "number)",
-                          path);
-    } else if (h.version != GT_CKPT_VERSION || h.header_bytes != sizeof h ||
-               h.step_state_bytes != sizeof(gt_step_state)) {
-        rc = gt_error_set(err, GT_ERR_INVALID,
-                          "checkpoint %s has format version %u; this "
-                          "graphtrain reads version %d",
-                          path, h.version, GT_CKPT_VERSION);
-    } else if (h.meta.n_params == 0 || h.payload_bytes != 3 * h.meta.n_params * sizeof(float)) {
-        rc = gt_error_set(err, GT_ERR_INVALID,
-                          "checkpoint %s is corrupt (inconsistent sizes "
-                          "in its header); %s",
-                          path, redo);
-    }
-    size_t bytes = rc ? 0 : h.meta.n_params * sizeof(float);
+    else
+        rc = check_header(&h, path, file_bytes, err);
+    size_t bytes = rc ? 0 : (size_t)h.meta.n_params * sizeof(float);
     if (!rc) {
         *master = malloc(bytes);
         *m = malloc(bytes);

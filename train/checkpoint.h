@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/step_state.h"
 #include "data/data.h"
@@ -30,6 +31,12 @@ typedef struct gt_ckpt_sched {
     int32_t pad_;
     double lr_warmup_fraction; /* scheduler.lr_warmup_fraction as set (-1 = unset) */
 } gt_ckpt_sched;
+
+/* Bounds a loaded header must respect (far beyond any real run, small enough that no size
+ * computed from them overflows). */
+#define GT_CKPT_MAX_PARAMS (1ull << 40)
+#define GT_CKPT_MAX_STEP (1ll << 40)
+#define GT_CKPT_MAX_SAMPLES (1ull << 48)
 
 typedef struct gt_ckpt_meta {
     uint64_t fingerprint;          /* gt_ckpt_fingerprint of the model's shape keys */
@@ -58,8 +65,5 @@ int gt_ckpt_write(const char *dir, const gt_ckpt_meta *meta, const float *master
  * [n_params] arrays the caller frees. */
 int gt_ckpt_read(const char *path, gt_ckpt_meta *meta, float **master, float **m, float **v,
                  gt_error *err);
-
-/* CRC32 (IEEE), continuing from crc (start with 0). */
-uint32_t gt_crc32(uint32_t crc, const void *data, size_t n);
 
 #endif

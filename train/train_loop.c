@@ -3,12 +3,14 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/atomic_file.h"
 #include "graphs/graphs.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_dir.h"
 #include "train/trainer.h"
 
 static const char *mode_name(gt_step_mode m) {
@@ -43,12 +45,17 @@ static void log_step(FILE *out, FILE *jsonl, const gt_step_stats *s, double avg,
     }
 }
 
-static int save(gt_trainer *t, const char *dir, FILE *out, gt_train_result *res, gt_error *err) {
+/* One checkpoint: save/iter_NNNNNNN/checkpoint.bin, then its configuration, the latest
+ * file and the retention of checkpoint.most_recent_k (ckpt_dir.h). */
+static int save(gt_trainer *t, gt_ckpt_dir *d, const gt_config *cfg, FILE *out,
+                gt_train_result *res, gt_error *err) {
+    long long iter = (long long)gt_trainer_step_count(t);
+    char dir[GT_PATH_MAX + 32], path[GT_PATH_MAX + 64];
+    gt_ckpt_iter_path(d->save, iter, dir, sizeof dir);
     int rc = gt_trainer_save(t, dir, err);
+    if (!rc) rc = gt_ckpt_dir_commit(d, iter, cfg, err);
     if (rc) return rc;
-    char path[1024];
-    fprintf(out, "saved checkpoint %s (step %lld)\n", gt_ckpt_file(dir, path, sizeof path),
-            (long long)gt_trainer_step_count(t));
+    fprintf(out, "saved checkpoint %s (step %lld)\n", gt_ckpt_file(dir, path, sizeof path), iter);
     fflush(out);
     res->saved++;
     return GT_OK;
@@ -111,10 +118,24 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     double (*clock_ms)(void *) = opts && opts->clock_ms ? opts->clock_ms : monotonic_ms;
     void *clock_ctx = opts ? opts->clock_ctx : NULL;
     const double started_ms = clock_ms(clock_ctx);
+    /* the save folder is made, locked and checked before anything is built, and decides
+     * what the run resumes from (run_cfg's checkpoint.load: a file, or empty) */
+    gt_ckpt_dir ckd;
+    gt_config *run_cfg = malloc(sizeof *run_cfg);
+    if (!run_cfg) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
+    *run_cfg = *cfg;
+    int rc = gt_ckpt_dir_open(&ckd, cfg, run_cfg->checkpoint.load, sizeof run_cfg->checkpoint.load,
+                              out, err);
     gt_trainer *t = NULL;
-    int rc = gt_trainer_create(&t, cfg, err);
-    if (rc) return rc;
+    if (!rc) rc = gt_trainer_create(&t, run_cfg, err);
+    if (rc) {
+        gt_ckpt_dir_close(&ckd);
+        free(run_cfg);
+        return rc;
+    }
+    cfg = run_cfg;
     const char *save_dir = cfg->checkpoint.save;
+    int saving = save_dir[0] != '\0';
     long long total = cfg->train.train_iters;
     gt_trainer_print_summary(t, out);
     if (!quiet) gt_trainer_print_memory(t, out);
@@ -131,7 +152,10 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
             rc = gt_mkdirs(dir, err);
             if (rc) {
                 gt_trainer_destroy(t);
-                return gt_error_wrap(err, "logger.metrics_file=%s: ", cfg->logger.metrics_file);
+                gt_ckpt_dir_close(&ckd);
+                rc = gt_error_wrap(err, "logger.metrics_file=%s: ", cfg->logger.metrics_file);
+                free(run_cfg);
+                return rc;
             }
         }
         jsonl = fopen(cfg->logger.metrics_file, gt_trainer_resumed(t) ? "a" : "w");
@@ -139,6 +163,8 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
             rc = gt_error_set(err, GT_ERR_IO, "logger.metrics_file=%s: cannot open: %s",
                               cfg->logger.metrics_file, strerror(errno));
             gt_trainer_destroy(t);
+            gt_ckpt_dir_close(&ckd);
+            free(run_cfg);
             return rc;
         }
     }
@@ -176,7 +202,7 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
             rc = eval(t, out, jsonl, res, err);
         if (!rc && save_dir[0] && cfg->checkpoint.save_interval > 0 &&
             s.step % cfg->checkpoint.save_interval == 0) {
-            rc = save(t, save_dir, out, res, err);
+            rc = save(t, &ckd, cfg, out, res, err);
             last_saved = s.step;
         }
         /* the final save below writes the checkpoint these exits leave */
@@ -188,7 +214,7 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     /* a final checkpoint on normal completion, the exit rules and Ctrl-C (not after errors:
      * the state that failed is not worth resuming) */
     if (rc == GT_OK && save_dir[0] && last_saved != gt_trainer_step_count(t) && run > 0)
-        rc = save(t, save_dir, out, res, err);
+        rc = save(t, &ckd, cfg, out, res, err);
     if (run > 0) {
         fprintf(out, "trained steps %lld-%lld in %.1f s (%.0f tokens/s): loss %.4f -> %.4f",
                 res->first_step, res->last_step, step_ms / 1e3,
@@ -204,13 +230,17 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     }
     if (jsonl) fclose(jsonl);
     gt_trainer_destroy(t);
+    gt_ckpt_dir_close(&ckd);
+    free(run_cfg);
     if (rc == GT_OK && interrupted) {
-        fprintf(out, "interrupted: stopped after step %lld%s\n",
+        int sig = (int)*opts->stop;
+        const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT (Ctrl-C)";
+        fprintf(out, "interrupted by %s: stopped after step %lld%s\n", name,
                 res->last_step ? res->last_step : start,
-                !save_dir[0] ? " (set checkpoint.save to keep the state)"
-                : run > 0    ? ", checkpoint saved"
-                             : " before any step; no checkpoint written");
-        return gt_error_set(err, GT_ERR_INTERRUPTED, "interrupted by the user (Ctrl-C)");
+                !saving   ? " (set checkpoint.save to keep the state)"
+                : run > 0 ? ", checkpoint saved"
+                          : " before any step; no checkpoint written");
+        return gt_error_set(err, GT_ERR_INTERRUPTED, "interrupted by %s", name);
     }
     return rc;
 }

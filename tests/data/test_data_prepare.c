@@ -1,11 +1,13 @@
 /* graphtrain prepare-data through the binary: text becomes training and validation shards
- * whose tokens decode back to the input exactly, with the vocabulary beside them; bad
- * arguments are refused with a usage hint. */
+ * whose tokens decode back to the input exactly, with the vocabulary and the manifest beside
+ * them and an end-of-document token after each input; an existing set is replaced only with
+ * --force, which removes its stale shards; bad arguments are refused with a usage hint. */
 #include "testlib.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -100,11 +102,114 @@ static void test_prepare_data_missing_input_names_the_file(void **state) {
     assert_non_null(strstr(out, "/nonexistent/x.txt"));
 }
 
+/* a text file of n lines with repeats (so BPE has pairs to merge) */
+static void write_corpus(const char *path, int lines, int salt) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < lines; i++)
+        fprintf(f, "Fortune %d of %d: the quick brown fox jumps.\n%%\n", (i * 7 + salt) % 23, salt);
+    fclose(f);
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void test_prepare_data_writes_end_of_document_after_each_input(void **state) {
+    (void)state;
+    if (!getenv("GT_BINARY")) skip();
+    char dir[256], in1[300], in2[300], prefix[300], args[1200], out[8192], path[400];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(in1, sizeof in1, "%s/a.txt", dir);
+    snprintf(in2, sizeof in2, "%s/b.txt", dir);
+    snprintf(prefix, sizeof prefix, "%s/corpus", dir);
+    write_corpus(in1, 200, 1);
+    write_corpus(in2, 200, 2);
+    snprintf(args, sizeof args, "prepare-data --input %s %s --output %s --vocab-size 300", in1, in2,
+             prefix);
+    int rc = gt_test_run(args, out, sizeof out);
+    if (rc != 0) fail_msg("exit %d: %s", rc, out);
+    snprintf(path, sizeof path, "%s.manifest", prefix);
+    assert_true(file_exists(path));
+    gt_tokenizer *tk = NULL;
+    gt_error err = {0};
+    snprintf(path, sizeof path, "%s.vocab", prefix);
+    assert_int_equal(gt_tokenizer_load(&tk, path, &err), GT_OK);
+    assert_int_equal(gt_tokenizer_vocab_size(tk), 300); /* --vocab-size includes it */
+    assert_int_equal(gt_tokenizer_eod(tk), 299);        /* the last id */
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    int vocab = 0;
+    snprintf(path, sizeof path, "%s_train_000000.bin", prefix);
+    append_shard(path, &ids, &n, &vocab);
+    snprintf(path, sizeof path, "%s_val_000000.bin", prefix);
+    append_shard(path, &ids, &n, &vocab);
+    int eods = 0;
+    for (size_t i = 0; i < n; i++)
+        eods += ids[i] == 299;
+    assert_int_equal(eods, 2);
+    assert_int_equal(ids[n - 1], 299); /* after the last document too, as Megatron appends */
+    free(ids);
+    gt_tokenizer_destroy(tk);
+}
+
+static void test_prepare_data_refuses_an_existing_set_without_force(void **state) {
+    (void)state;
+    if (!getenv("GT_BINARY")) skip();
+    char dir[256], in[300], prefix[300], args[1200], out[8192];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(in, sizeof in, "%s/a.txt", dir);
+    snprintf(prefix, sizeof prefix, "%s/corpus", dir);
+    write_corpus(in, 200, 1);
+    snprintf(args, sizeof args, "prepare-data --input %s --output %s --vocab-size 300", in, prefix);
+    int rc = gt_test_run(args, out, sizeof out);
+    if (rc != 0) fail_msg("exit %d: %s", rc, out);
+    rc = gt_test_run(args, out, sizeof out);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "already holds a shard set"));
+    assert_non_null(strstr(out, "--force"));
+    snprintf(args, sizeof args, "prepare-data --input %s --output %s --vocab-size 300 --force", in,
+             prefix);
+    rc = gt_test_run(args, out, sizeof out);
+    if (rc != 0) fail_msg("exit %d with --force: %s", rc, out);
+}
+
+static void test_prepare_data_force_removes_the_old_sets_extra_shards(void **state) {
+    (void)state;
+    if (!getenv("GT_BINARY")) skip();
+    char dir[256], in[300], prefix[300], args[1200], out[8192], path[400];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(in, sizeof in, "%s/a.txt", dir);
+    snprintf(prefix, sizeof prefix, "%s/corpus", dir);
+    write_corpus(in, 1500, 3);
+    snprintf(args, sizeof args,
+             "prepare-data --input %s --output %s --vocab-size 300 --shard-tokens 1024", in,
+             prefix);
+    int rc = gt_test_run(args, out, sizeof out);
+    if (rc != 0) fail_msg("exit %d: %s", rc, out);
+    snprintf(path, sizeof path, "%s_train_000002.bin", prefix);
+    assert_true(file_exists(path));
+    snprintf(args, sizeof args, "prepare-data --input %s --output %s --vocab-size 300 --force", in,
+             prefix);
+    rc = gt_test_run(args, out, sizeof out);
+    if (rc != 0) fail_msg("exit %d: %s", rc, out);
+    assert_non_null(strstr(out, "stale shard"));
+    assert_false(file_exists(path));
+    snprintf(path, sizeof path, "%s_train_000001.bin", prefix);
+    assert_false(file_exists(path));
+    snprintf(path, sizeof path, "%s_train_000000.bin", prefix);
+    assert_true(file_exists(path));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prepare_data_writes_shards_that_decode_to_the_input),
         cmocka_unit_test(test_prepare_data_without_output_is_refused),
         cmocka_unit_test(test_prepare_data_missing_input_names_the_file),
+        cmocka_unit_test(test_prepare_data_writes_end_of_document_after_each_input),
+        cmocka_unit_test(test_prepare_data_refuses_an_existing_set_without_force),
+        cmocka_unit_test(test_prepare_data_force_removes_the_old_sets_extra_shards),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

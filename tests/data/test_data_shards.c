@@ -13,6 +13,7 @@
 #include "config/keys.h"
 #include "data/data.h"
 #include "data/shard.h"
+#include "shard_fixture.h"
 
 #define T 8
 
@@ -39,6 +40,16 @@ static void write_counting(const char *path, int n, int vocab) {
         tok[i] = (uint32_t)(i % vocab);
     gt_error err = {0};
     if (gt_shard_write(path, tok, n, vocab, &err) != GT_OK) fail_msg("%s", err.msg);
+    free(tok);
+}
+
+/* a set whose training shard holds 0, 1, 2, ... n-1 (and val[n_val] when given) */
+static void write_counting_set(const char *prefix, int n, int vocab, const uint32_t *val,
+                               int n_val) {
+    uint32_t *tok = malloc((size_t)n * sizeof *tok);
+    for (int i = 0; i < n; i++)
+        tok[i] = (uint32_t)(i % vocab);
+    gt_test_write_set(prefix, vocab, tok, n, val, n_val);
     free(tok);
 }
 
@@ -129,11 +140,10 @@ static void test_shard_with_id_outside_vocabulary_is_refused(void **state) {
 
 static void test_targets_are_the_next_tokens_in_order(void **state) {
     (void)state;
-    char dir[256], prefix[300], p[400];
+    char dir[256], prefix[300];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(prefix, sizeof prefix, "%s/c", dir);
-    snprintf(p, sizeof p, "%s_train_000000.bin", prefix);
-    write_counting(p, 4 * T + 1, 1000); /* exactly 4 sequences */
+    write_counting_set(prefix, 4 * T + 1, 1000, NULL, 0); /* exactly 4 sequences */
     gt_config c;
     data_config(&c, prefix, 0);
     gt_data *d = NULL;
@@ -167,11 +177,10 @@ static void order(gt_data *d, int n, int *seq) {
 static void test_shuffle_is_seeded_and_visits_each_sequence_once_per_epoch(void **state) {
     (void)state;
     enum { S = 50 };
-    char dir[256], prefix[300], p[400];
+    char dir[256], prefix[300];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(prefix, sizeof prefix, "%s/c", dir);
-    snprintf(p, sizeof p, "%s_train_000000.bin", prefix);
-    write_counting(p, S * T + 1, 1000);
+    write_counting_set(prefix, S * T + 1, 1000, NULL, 0);
     gt_config c;
     data_config(&c, prefix, 1);
     gt_data *a = NULL, *b = NULL, *other = NULL;
@@ -203,11 +212,10 @@ static void test_shuffle_is_seeded_and_visits_each_sequence_once_per_epoch(void 
 static void test_position_resumes_the_same_sequences(void **state) {
     (void)state;
     enum { S = 30 };
-    char dir[256], prefix[300], p[400];
+    char dir[256], prefix[300];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(prefix, sizeof prefix, "%s/c", dir);
-    snprintf(p, sizeof p, "%s_train_000000.bin", prefix);
-    write_counting(p, S * T + 1, 1000);
+    write_counting_set(prefix, S * T + 1, 1000, NULL, 0);
     gt_config c;
     data_config(&c, prefix, 1);
     gt_data *a = NULL, *b = NULL;
@@ -227,17 +235,14 @@ static void test_position_resumes_the_same_sequences(void **state) {
 
 static void test_validation_split_reads_the_val_shards_only(void **state) {
     (void)state;
-    char dir[256], prefix[300], p[400];
+    char dir[256], prefix[300];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(prefix, sizeof prefix, "%s/c", dir);
-    snprintf(p, sizeof p, "%s_train_000000.bin", prefix);
-    write_counting(p, 10 * T + 1, 1000);
-    snprintf(p, sizeof p, "%s_val_000000.bin", prefix);
     uint32_t val[T + 1];
     for (int i = 0; i <= T; i++)
         val[i] = 900 + (uint32_t)i;
     gt_error err = {0};
-    assert_int_equal(gt_shard_write(p, val, T + 1, 1000, &err), GT_OK);
+    write_counting_set(prefix, 10 * T + 1, 1000, val, T + 1);
     gt_config c;
     data_config(&c, prefix, 0);
     gt_data *tr = NULL, *va = NULL;
@@ -254,11 +259,10 @@ static void test_validation_split_reads_the_val_shards_only(void **state) {
 
 static void test_single_shard_without_val_file_has_no_validation_split(void **state) {
     (void)state;
-    char dir[256], prefix[300], p[400];
+    char dir[256], prefix[300];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(prefix, sizeof prefix, "%s/c", dir);
-    snprintf(p, sizeof p, "%s_000000.bin", prefix);
-    write_counting(p, 10 * T + 1, 1000);
+    write_counting_set(prefix, 10 * T + 1, 1000, NULL, 0);
     gt_config c;
     data_config(&c, prefix, 0);
     gt_data *va = NULL;
@@ -269,11 +273,10 @@ static void test_single_shard_without_val_file_has_no_validation_split(void **st
 
 static void test_shard_ids_beyond_model_vocab_are_refused_with_fix(void **state) {
     (void)state;
-    char dir[256], prefix[300], p[400];
+    char dir[256], prefix[300];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(prefix, sizeof prefix, "%s/c", dir);
-    snprintf(p, sizeof p, "%s_train_000000.bin", prefix);
-    write_counting(p, 10 * T + 1, 2000);
+    write_counting_set(prefix, 10 * T + 1, 2000, NULL, 0);
     gt_config c;
     data_config(&c, prefix, 0); /* model.vocab_size=1000 < ids up to 80 ... */
     set(&c, "model.vocab_size=50");

@@ -333,6 +333,62 @@ static void test_gpt2_encoder_that_is_not_json_is_refused(void **state) {
     assert_non_null(strstr(err.msg, "encoder.json:1"));
 }
 
+static void
+test_end_of_document_token_is_the_last_id_and_survives_the_vocabulary_file(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/t.vocab", dir);
+    const char *text = "one two three two one two three four two one";
+    gt_tokenizer *tk = NULL, *back = NULL;
+    gt_error err = {0};
+    assert_int_equal(gt_bpe_train(&tk, (const unsigned char *)text, strlen(text), 270, &err),
+                     GT_OK);
+    assert_int_equal(gt_tokenizer_eod(tk), -1);
+    int before = gt_tokenizer_vocab_size(tk);
+    assert_int_equal(gt_tokenizer_add_eod(tk, &err), GT_OK);
+    assert_int_equal(gt_tokenizer_eod(tk), before);
+    assert_int_equal(gt_tokenizer_vocab_size(tk), before + 1);
+    assert_int_equal(gt_tokenizer_add_eod(tk, &err), GT_OK); /* once only */
+    assert_int_equal(gt_tokenizer_vocab_size(tk), before + 1);
+    /* no text encodes to it, and it decodes to nothing */
+    uint32_t *ids;
+    size_t n;
+    encode(tk, text, strlen(text), &ids, &n);
+    for (size_t i = 0; i < n; i++)
+        assert_int_not_equal(ids[i], (uint32_t)before);
+    free(ids);
+    uint32_t eod = (uint32_t)before;
+    unsigned char *out;
+    size_t out_n;
+    assert_int_equal(gt_tokenizer_decode(tk, &eod, 1, &out, &out_n, &err), GT_OK);
+    assert_int_equal(out_n, 0);
+    free(out);
+    assert_int_equal(gt_tokenizer_save(tk, path, &err), GT_OK);
+    assert_int_equal(gt_tokenizer_load(&back, path, &err), GT_OK);
+    assert_int_equal(gt_tokenizer_eod(back), before);
+    gt_tokenizer_destroy(back);
+    gt_tokenizer_destroy(tk);
+}
+
+static void test_version_1_vocabulary_file_still_loads_without_end_of_document(void **state) {
+    (void)state;
+    char dir[256], path[300], text[8192];
+    gt_test_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/v1.vocab", dir);
+    /* the 256 single bytes and no merges, as version 1 wrote them */
+    int u = snprintf(text, sizeof text, "graphtrain-tokenizer 1\nkind bpe\nvocab 256\nmerges 0\n");
+    for (int i = 0; i < 256; i++)
+        u += snprintf(text + u, sizeof text - (size_t)u, "%02x\n", i);
+    gt_test_write_text(path, text);
+    gt_tokenizer *tk = NULL;
+    gt_error err = {0};
+    if (gt_tokenizer_load(&tk, path, &err) != GT_OK) fail_msg("%s", err.msg);
+    assert_int_equal(gt_tokenizer_vocab_size(tk), 256);
+    assert_int_equal(gt_tokenizer_eod(tk), -1);
+    gt_tokenizer_destroy(tk);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bpe_learns_the_hand_computed_merges),
@@ -342,6 +398,9 @@ int main(void) {
         cmocka_unit_test(test_bpe_learns_1024_tokens_from_a_megabyte_quickly),
         cmocka_unit_test(test_pretokenizer_splits_like_gpt2),
         cmocka_unit_test(test_vocabulary_file_round_trips),
+        cmocka_unit_test(
+            test_end_of_document_token_is_the_last_id_and_survives_the_vocabulary_file),
+        cmocka_unit_test(test_version_1_vocabulary_file_still_loads_without_end_of_document),
         cmocka_unit_test(test_gpt2_hand_made_vocabulary_encodes_like_gpt2),
         cmocka_unit_test(test_gpt2_merge_missing_from_encoder_is_refused),
         cmocka_unit_test(test_gpt2_encoder_that_is_not_json_is_refused),

@@ -1,6 +1,7 @@
 /* Checkpoints: a resumed run continues bitwise as if uninterrupted (losses, master weights,
  * Adam moments, data position, dropout), and corrupt, truncated, foreign or mismatched
- * checkpoints are refused with a message naming the file and the problem. */
+ * checkpoints are refused with a message naming the file and the problem, also hand-made ones
+ * whose checksum is right but whose fields are out of range. */
 #include "testlib.h"
 
 #include <stdio.h>
@@ -11,7 +12,7 @@
 
 #include "config/keys.h"
 #include "core/bf16.h"
-#include "data/shard.h"
+#include "shard_fixture.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "trainer_testing.h"
@@ -48,10 +49,9 @@ static void resume_config(gt_config *c, const char *dir) {
         tok[i] = (uint32_t)(x >> 58);
     }
     char path[500];
-    snprintf(path, sizeof path, "%s_train_000000.bin", prefix);
-    gt_error err = {0};
+    snprintf(path, sizeof path, "%s.manifest", prefix);
     struct stat st;
-    if (stat(path, &st) != 0) assert_int_equal(gt_shard_write(path, tok, N, 64, &err), GT_OK);
+    if (stat(path, &st) != 0) gt_test_write_set(prefix, 64, tok, N, NULL, 0);
 }
 
 static gt_trainer *create(const gt_config *c) {
@@ -262,6 +262,95 @@ static void test_checkpoint_records_the_runtime_cuda_settings(void **state) {
     free(v);
 }
 
+/* A hand-made checkpoint: the one make_checkpoint wrote with one header field changed and the
+ * checksum recomputed (gt_ckpt_write computes it), so only range checks can refuse it. */
+typedef void (*meta_edit)(gt_ckpt_meta *m);
+
+static void craft(gt_config *c, const char *dir, meta_edit edit, char *file, size_t n) {
+    make_checkpoint(dir, c, file, n);
+    gt_ckpt_meta meta;
+    float *master, *m, *v;
+    gt_error err = {0};
+    assert_int_equal(gt_ckpt_read(file, &meta, &master, &m, &v, &err), GT_OK);
+    edit(&meta);
+    char ckpt[300];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    assert_int_equal(gt_ckpt_write(ckpt, &meta, master, m, v, &err), GT_OK);
+    free(master);
+    free(m);
+    free(v);
+}
+
+static void edit_cursor(gt_ckpt_meta *m) {
+    m->data.cursor = 1ull << 62;
+}
+static void edit_step(gt_ckpt_meta *m) {
+    m->state.step = -5;
+}
+static void edit_micro(gt_ckpt_meta *m) {
+    m->state.micro = -1000000;
+}
+static void edit_shape(gt_ckpt_meta *m) {
+    memset(m->shape, 'x', sizeof m->shape); /* no terminating NUL */
+    m->fingerprint ^= 1;                    /* so the loader prints the shape */
+}
+
+static void test_checkpoint_with_data_position_out_of_range_is_refused(void **state) {
+    (void)state;
+    char dir[256], file[400];
+    gt_test_tmpdir(dir, sizeof dir);
+    gt_config c;
+    craft(&c, dir, edit_cursor, file, sizeof file);
+    expect_refused(&c, file, "data position");
+}
+
+static void test_checkpoint_with_negative_step_is_refused(void **state) {
+    (void)state;
+    char dir[256], file[400];
+    gt_test_tmpdir(dir, sizeof dir);
+    gt_config c;
+    craft(&c, dir, edit_step, file, sizeof file);
+    expect_refused(&c, file, "step counter");
+}
+
+static void test_checkpoint_with_micro_batch_index_out_of_range_is_refused(void **state) {
+    (void)state;
+    char dir[256], file[400];
+    gt_test_tmpdir(dir, sizeof dir);
+    gt_config c;
+    craft(&c, dir, edit_micro, file, sizeof file);
+    expect_refused(&c, file, "micro-batch index");
+}
+
+static void test_checkpoint_with_unterminated_shape_text_is_refused(void **state) {
+    (void)state;
+    char dir[256], file[400];
+    gt_test_tmpdir(dir, sizeof dir);
+    gt_config c;
+    craft(&c, dir, edit_shape, file, sizeof file);
+    expect_refused(&c, file, "not a terminated string");
+}
+
+/* n_params * 12 wraps to the size of a header-only file: the sizes must not be trusted */
+static void test_checkpoint_whose_sizes_overflow_is_refused(void **state) {
+    (void)state;
+    char dir[256], file[400], ckpt[300];
+    gt_test_tmpdir(dir, sizeof dir);
+    gt_config c;
+    make_checkpoint(dir, &c, file, sizeof file);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    gt_ckpt_meta meta;
+    float *master, *m, *v;
+    gt_error err = {0};
+    assert_int_equal(gt_ckpt_read(file, &meta, &master, &m, &v, &err), GT_OK);
+    meta.n_params = 1ull << 62; /* 3 * 4 * 2^62 = 0 mod 2^64 */
+    assert_int_equal(gt_ckpt_write(ckpt, &meta, master, m, v, &err), GT_OK);
+    free(master);
+    free(m);
+    free(v);
+    expect_refused(&c, file, "corrupt or truncated");
+}
+
 static void test_missing_checkpoint_names_the_path(void **state) {
     (void)state;
     char dir[256], kv[400];
@@ -283,6 +372,11 @@ int main(void) {
         cmocka_unit_test(test_checkpoint_of_another_shape_is_refused),
         cmocka_unit_test(test_checkpoint_records_the_runtime_cuda_settings),
         cmocka_unit_test(test_missing_checkpoint_names_the_path),
+        cmocka_unit_test(test_checkpoint_with_data_position_out_of_range_is_refused),
+        cmocka_unit_test(test_checkpoint_with_negative_step_is_refused),
+        cmocka_unit_test(test_checkpoint_with_micro_batch_index_out_of_range_is_refused),
+        cmocka_unit_test(test_checkpoint_with_unterminated_shape_text_is_refused),
+        cmocka_unit_test(test_checkpoint_whose_sizes_overflow_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* The training loop on a tiny CPU model: the loss falls on learnable data, NaN injection stops
  * at the named step without touching the weights, batch-shape errors name the fix, eager and
  * full-iteration graph steps agree bitwise, metrics go to JSONL, and Ctrl-C through the binary
- * exits 130 leaving a loadable checkpoint. */
+ * exits 130 (SIGTERM 143, named) leaving a loadable checkpoint. */
 #include "testlib.h"
 
 #include <math.h>
@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "config/keys.h"
-#include "data/shard.h"
+#include "shard_fixture.h"
 #include "train/checkpoint.h"
 #include "train/train_loop.h"
 #include "train/trainer.h"
@@ -47,12 +47,7 @@ static void write_pattern_shards(const char *prefix) {
     assert_non_null(tok);
     for (int i = 0; i < N; i++)
         tok[i] = (uint32_t)(i % PERIOD);
-    char path[600];
-    gt_error err = {0};
-    snprintf(path, sizeof path, "%s_train_000000.bin", prefix);
-    assert_int_equal(gt_shard_write(path, tok, N, 64, &err), GT_OK);
-    snprintf(path, sizeof path, "%s_val_000000.bin", prefix);
-    assert_int_equal(gt_shard_write(path, tok + 3, 512, 64, &err), GT_OK);
+    gt_test_write_set(prefix, 64, tok, N, tok + 3, 512);
     free(tok);
 }
 
@@ -240,9 +235,9 @@ static void test_metrics_file_has_one_json_line_per_logged_step(void **state) {
     assert_int_equal(steps[2], 4);
 }
 
-/* Runs the binary, waits for its first progress line, sends SIGINT. */
-static void test_sigint_exits_130_and_leaves_loadable_checkpoint(void **state) {
-    (void)state;
+/* Runs the binary, waits for its first progress line, sends sig; the run must save, name the
+ * signal and exit with status (128 + sig). */
+static void signal_saves_and_exits(int sig, int status_want, const char *name) {
     const char *bin = getenv("GT_BINARY");
     if (!bin) skip();
     char dir[256], ckpt[300], kv_save[400];
@@ -273,17 +268,17 @@ static void test_sigint_exits_130_and_leaves_loadable_checkpoint(void **state) {
             break;
         }
     assert_true(saw_step);
-    kill(pid, SIGINT);
+    kill(pid, sig);
     int saw_saved = 0, saw_interrupt = 0;
     while (fgets(line, sizeof line, out)) {
         if (strstr(line, "saved checkpoint")) saw_saved = 1;
-        if (strstr(line, "interrupted")) saw_interrupt = 1;
+        if (strstr(line, "interrupted") && strstr(line, name)) saw_interrupt = 1;
     }
     fclose(out);
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 130);
+    assert_int_equal(WEXITSTATUS(status), status_want);
     assert_true(saw_saved);
     assert_true(saw_interrupt);
     gt_ckpt_meta meta;
@@ -296,6 +291,17 @@ static void test_sigint_exits_130_and_leaves_loadable_checkpoint(void **state) {
     free(v);
 }
 
+static void test_sigint_exits_130_and_leaves_loadable_checkpoint(void **state) {
+    (void)state;
+    signal_saves_and_exits(SIGINT, 130, "SIGINT");
+}
+
+/* what Slurm sends before preemption: saved like Ctrl-C, named, 128 + 15 */
+static void test_sigterm_saves_and_exits_143_naming_sigterm(void **state) {
+    (void)state;
+    signal_saves_and_exits(SIGTERM, 143, "SIGTERM");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_model_loss_falls_on_repetitive_shard),
@@ -306,6 +312,7 @@ int main(void) {
         cmocka_unit_test(test_full_iteration_graph_losses_equal_eager_bitwise),
         cmocka_unit_test(test_metrics_file_has_one_json_line_per_logged_step),
         cmocka_unit_test(test_sigint_exits_130_and_leaves_loadable_checkpoint),
+        cmocka_unit_test(test_sigterm_saves_and_exits_143_naming_sigterm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

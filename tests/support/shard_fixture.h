@@ -1,0 +1,26 @@
+/* Shared fixture of the tests that train on shards: a complete shard set (shards plus the
+ * manifest training requires) from token arrays, written the way prepare-data writes one but
+ * without a tokenizer (ids made by the test, manifest tokenizer "none"). */
+#ifndef GT_TESTS_SHARD_FIXTURE_H
+#define GT_TESTS_SHARD_FIXTURE_H
+
+#include <stdint.h>
+
+#include "data/shard_set.h"
+#include "testlib.h"
+
+/* PREFIX_train_000000.bin (+ PREFIX_val_000000.bin when val) and PREFIX.manifest; replaces
+ * a set already there. */
+static inline void gt_test_write_set(const char *prefix, int vocab, const uint32_t *train,
+                                     int64_t n_train, const uint32_t *val, int64_t n_val) {
+    gt_shard_set w;
+    gt_error err = {0};
+    int rc = gt_shard_set_begin(&w, prefix, vocab, NULL, 1, &err);
+    if (!rc) rc = gt_shard_set_add(&w, 0, train, n_train, NULL, 0, &err);
+    if (!rc && val) rc = gt_shard_set_add(&w, 1, val, n_val, NULL, 0, &err);
+    if (!rc) rc = gt_shard_set_commit(&w, NULL, &err);
+    gt_shard_set_end(&w);
+    if (rc) fail_msg("writing the shard set %s: %s", prefix, err.msg);
+}
+
+#endif
