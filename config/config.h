@@ -171,7 +171,8 @@ typedef struct gt_checkpoint_config {
 
 typedef struct gt_logger_config {
     int log_interval;
-    char metrics_file[GT_PATH_MAX]; /* JSONL; empty = none */
+    char metrics_file[GT_PATH_MAX];    /* JSONL; empty = none */
+    char tensorboard_dir[GT_PATH_MAX]; /* TensorBoard event files; empty = none */
 } gt_logger_config;
 
 /* Environment settings the rules read. Taken from the environment when the config is

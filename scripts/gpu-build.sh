@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the CUDA-enabled release build into build-gpu/ on the development machine (nvcc and
 # the CUDA libraries are enough; no GPU needed) and stages into build-gpu-run/ the binaries
-# the GPU machine runs plus the shared libraries it lacks (cmocka), so that folder alone can
+# the GPU machine runs plus the shared libraries it lacks (cmocka, cJSON), so that folder alone can
 # be carried there.
 # Usage: scripts/gpu-build.sh [extra cmake -D options]
 set -euo pipefail
@@ -18,10 +18,10 @@ RUN=${GT_GPU_RUN_DIR:-build-gpu-run}
 rm -rf "$RUN"
 mkdir -p "$RUN/lib"
 cp "$BUILD/graphtrain" "$BUILD"/gpu_test_* "$RUN/"
-for lib in libcmocka.so.0; do
+for lib in libcmocka.so.0 libcjson.so.1; do
   src=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ && !found {print $NF; found = 1}')
   if [ -z "$src" ]; then
-    echo "gpu-build: $lib not found; install it with apt-get install libcmocka0" >&2
+    echo "gpu-build: $lib not found; run scripts/setup.sh (it installs libcmocka-dev and libcjson-dev)" >&2
     exit 1
   fi
   cp -L "$src" "$RUN/lib/$lib"

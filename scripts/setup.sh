@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in cmake make gcc libyaml-dev libcmocka-dev clang libclang-rt-14-dev fortunes \
+for p in cmake make gcc libyaml-dev libcjson-dev libcmocka-dev clang libclang-rt-14-dev fortunes \
          clang-format clang-tidy cppcheck; do
   have_pkg "$p" || need+=("$p")
 done
