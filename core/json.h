@@ -23,8 +23,7 @@ char *gt_json_print(const cJSON *item, gt_json_style style);
 /* Writes item and a newline to f and flushes it. what names the destination in messages
  * ("logger.metrics_file=x.jsonl"). GT_ERR_IO when the write or the flush fails (disk full:
  * /dev/full), GT_ERR_NOMEM when the text cannot be built. */
-int gt_json_write(FILE *f, const cJSON *item, gt_json_style style, const char *what,
-                  gt_error *err);
+int gt_json_write(FILE *f, const cJSON *item, gt_json_style style, const char *what, gt_error *err);
 
 /* Writes item (indented) to a new file at path, checking the write and the close. */
 int gt_json_write_file(const char *path, const cJSON *item, gt_error *err);

@@ -111,8 +111,8 @@ static int trim_past(const char *path, const char *what, long long start, FILE *
     }
     fprintf(out, "metrics: resuming at step %lld, dropped %d record%s past it from %s", start,
             dropped - unreadable, dropped - unreadable == 1 ? "" : "s", path);
-    if (unreadable) fprintf(out, " (and %d line%s that did not parse)", unreadable,
-                            unreadable == 1 ? "" : "s");
+    if (unreadable)
+        fprintf(out, " (and %d line%s that did not parse)", unreadable, unreadable == 1 ? "" : "s");
     fputc('\n', out);
     return GT_OK;
 }
@@ -216,12 +216,9 @@ int gt_metrics_write_step(gt_metrics *m, const gt_metrics_record *r, gt_error *e
         static const char *const tags[] = {"train/loss",        "train/lr",
                                            "train/grad_norm",   "throughput/tokens_per_s",
                                            "throughput/tflops", "memory/peak_bytes"};
-        const float v[] = {s->loss,
-                           s->lr,
-                           s->grad_norm,
-                           (float)s->tokens_per_s,
-                           (float)r->tflops,
-                           (float)r->peak_bytes};
+        const float v[] = {s->loss,          s->lr,
+                           s->grad_norm,     (float)s->tokens_per_s,
+                           (float)r->tflops, (float)r->peak_bytes};
         return gt_tb_scalars(m->tb, (long long)s->step, now, tags, v, 6, err);
     }
     return GT_OK;

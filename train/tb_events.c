@@ -12,8 +12,8 @@
 #include "core/error.h"
 
 #define TB_PATH_MAX 1200
-#define TB_EVENT_MAX 4096     /* one Event's bytes: a handful of short tags and floats */
-#define TB_NAME_TRIES 100     /* ".1" .. ".99" after a taken name */
+#define TB_EVENT_MAX 4096       /* one Event's bytes: a handful of short tags and floats */
+#define TB_NAME_TRIES 100       /* ".1" .. ".99" after a taken name */
 #define CRC32C_POLY 0x82F63B78u /* Castagnoli, reflected */
 #define TB_CRC_MASK_DELTA 0xa282ead8u
 
@@ -120,7 +120,8 @@ static int write_record(gt_tb_writer *w, const pb_buf *p, gt_error *err) {
     unsigned char head[12], tail[4];
     for (int i = 0; i < 8; i++)
         head[i] = (unsigned char)((uint64_t)p->n >> (8 * i));
-    uint32_t hc = gt_tb_masked_crc(gt_crc32c(head, 8)), dc = gt_tb_masked_crc(gt_crc32c(p->b, p->n));
+    uint32_t hc = gt_tb_masked_crc(gt_crc32c(head, 8)),
+             dc = gt_tb_masked_crc(gt_crc32c(p->b, p->n));
     for (int i = 0; i < 4; i++) {
         head[8 + i] = (unsigned char)(hc >> (8 * i));
         tail[i] = (unsigned char)(dc >> (8 * i));
@@ -144,8 +145,8 @@ static FILE *create_file(const char *dir, double wall_time, char *path, size_t n
         if (i == 0)
             snprintf(path, n, "%s/events.out.tfevents.%lld.%s", dir, (long long)wall_time, host);
         else
-            snprintf(path, n, "%s/events.out.tfevents.%lld.%s.%d", dir, (long long)wall_time,
-                     host, i);
+            snprintf(path, n, "%s/events.out.tfevents.%lld.%s.%d", dir, (long long)wall_time, host,
+                     i);
         FILE *f = fopen(path, "wbx");
         if (f || errno != EEXIST) return f;
     }

@@ -62,8 +62,8 @@ static int log_step(FILE *out, gt_metrics *m, const gt_step_stats *s, double avg
     fprintf(out,
             "step %6lld/%lld | loss %8.4f (avg %8.4f) | lr %.3e | grad norm %8.4f | "
             "%9.0f tok/s | %8.3g TFLOP/s | %8.2f ms/step | elapsed %s | ETA %s | %s\n",
-            (long long)s->step, c->total, (double)s->loss, avg, (double)s->lr,
-            (double)s->grad_norm, s->tokens_per_s, r.tflops, s->ms, elapsed, eta, r.mode);
+            (long long)s->step, c->total, (double)s->loss, avg, (double)s->lr, (double)s->grad_norm,
+            s->tokens_per_s, r.tflops, s->ms, elapsed, eta, r.mode);
     fflush(out);
     return gt_metrics_write_step(m, &r, err);
 }
@@ -118,8 +118,7 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     b->ops->describe(b, device, sizeof device);
     loop_clock clk = {.t0 = mono_s(), .total = total, .b = b};
     clk.flops_per_token = gt_model_get_info(gt_trainer_model(t))->flops_per_token;
-    gt_metrics_run mrun = {cfg, b->name, device, start,
-                           gt_trainer_resumed(t), clk.flops_per_token};
+    gt_metrics_run mrun = {cfg, b->name, device, start, gt_trainer_resumed(t), clk.flops_per_token};
     gt_metrics *metrics = NULL;
     rc = gt_metrics_open(&metrics, &mrun, out, err);
     if (rc) {

@@ -103,7 +103,7 @@ static void test_nan_step_record_is_valid_json_with_null_and_a_flag(void **state
     set(&c, "debug.inject_nan_at_step=3");
     gt_error err = {0};
     assert_int_equal(run(&c, NULL, &err), GT_ERR_NUMERIC);
-    cJSON *rec[MAX_RECORDS];
+    cJSON *rec[MAX_RECORDS] = {0};
     int n = read_records(path, rec);
     assert_int_equal(n, 4); /* run record, steps 1-3 */
     const cJSON *last = rec[3];
@@ -128,7 +128,7 @@ static void test_every_record_has_a_timestamp(void **state) {
     gt_error err = {0};
     assert_int_equal(run(&c, NULL, &err), GT_OK);
     double after = (double)time(NULL) + 1;
-    cJSON *rec[MAX_RECORDS];
+    cJSON *rec[MAX_RECORDS] = {0};
     int n = read_records(path, rec);
     assert_int_equal(n, 1 + 4 + 2); /* run record, 4 steps, 2 evaluations */
     int evals = 0;
@@ -150,7 +150,7 @@ static void test_first_record_holds_configuration_and_versions(void **state) {
     tiny_config(&c, path);
     gt_error err = {0};
     assert_int_equal(run(&c, NULL, &err), GT_OK);
-    cJSON *rec[MAX_RECORDS];
+    cJSON *rec[MAX_RECORDS] = {0};
     int n = read_records(path, rec);
     const cJSON *r = rec[0];
     assert_string_equal(str(r, "record"), "run");
@@ -226,7 +226,7 @@ static void test_resumed_run_continues_at_its_step_without_repeats(void **state)
     fclose(out);
     assert_non_null(strstr(said, "dropped 4 records past it"));
     assert_non_null(strstr(said, "1 line that did not parse"));
-    cJSON *rec[MAX_RECORDS];
+    cJSON *rec[MAX_RECORDS] = {0};
     int n = read_records(path, rec);
     int runs = 0, next = 1;
     for (int i = 0; i < n; i++) {
@@ -259,9 +259,10 @@ static void test_progress_line_shows_elapsed_eta_and_tflops(void **state) {
     int steps = 0;
     gt_model_info info;
     assert_int_equal(gt_model_plan(&c, 4, &info, &err), GT_OK);
-    cJSON *rec[MAX_RECORDS];
+    cJSON *rec[MAX_RECORDS] = {0};
     int n = read_records(path, rec);
-    while (fgets(line, sizeof line, out)) {
+    assert_int_equal(n, 1 + 4); /* run record, 4 steps */
+    while (fgets(line, sizeof line, out) && steps < 4) {
         if (strncmp(line, "step ", 5)) continue;
         steps++;
         double tok_s, tflops;

@@ -83,8 +83,7 @@ static void fields(const unsigned char *p, size_t n, field_fn fn, void *ctx) {
     }
 }
 
-static void on_value(void *ctx, int field, int wire, uint64_t v, const unsigned char *d,
-                     size_t n) {
+static void on_value(void *ctx, int field, int wire, uint64_t v, const unsigned char *d, size_t n) {
     scalar *s = ctx;
     if (field == 1 && wire == 2) snprintf(s->tag, sizeof s->tag, "%.*s", (int)n, (const char *)d);
     if (field == 2 && wire == 5) {
@@ -110,8 +109,7 @@ static void on_session_log(void *ctx, int field, int wire, uint64_t v, const uns
     if (field == 1 && v == 1) ((event *)ctx)->session_start = 1;
 }
 
-static void on_event(void *ctx, int field, int wire, uint64_t v, const unsigned char *d,
-                     size_t n) {
+static void on_event(void *ctx, int field, int wire, uint64_t v, const unsigned char *d, size_t n) {
     event *e = ctx;
     if (field == 1 && wire == 1) memcpy(&e->wall_time, &v, sizeof v);
     if (field == 2 && wire == 0) e->step = (long long)v;
@@ -253,7 +251,8 @@ static void test_event_file_reads_back_with_crcs_and_the_metrics_values(void **s
     size_t len = 0;
     gt_error err = {0};
     assert_int_equal(gt_read_file(path, 1 << 24, &text, &len, &err), GT_OK);
-    char *save = NULL, *line = strtok_r(text, "\n", &save);
+    char *save = NULL, *line = NULL;
+    assert_non_null(strtok_r(text, "\n", &save)); /* the run record */
     for (int s = 1; s <= 4; s++) {
         line = strtok_r(NULL, "\n", &save);
         assert_non_null(line);
@@ -262,12 +261,10 @@ static void test_event_file_reads_back_with_crcs_and_the_metrics_values(void **s
         const event *e = &ev[s];
         assert_int_equal(e->step, s);
         assert_true(fabs(e->wall_time - cJSON_GetObjectItem(r, "timestamp")->valuedouble) < 1.0);
-        static const char *const pairs[][2] = {{"train/loss", "loss"},
-                                               {"train/lr", "lr"},
-                                               {"train/grad_norm", "grad_norm"},
-                                               {"throughput/tokens_per_s", "tokens_per_s"},
-                                               {"throughput/tflops", "tflops"},
-                                               {"memory/peak_bytes", "peak_bytes"}};
+        static const char *const pairs[][2] = {
+            {"train/loss", "loss"},           {"train/lr", "lr"},
+            {"train/grad_norm", "grad_norm"}, {"throughput/tokens_per_s", "tokens_per_s"},
+            {"throughput/tflops", "tflops"},  {"memory/peak_bytes", "peak_bytes"}};
         for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
             const scalar *v = find(e, pairs[k][0]);
             if (!v) fail_msg("step %d lacks %s", s, pairs[k][0]);
