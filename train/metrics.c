@@ -30,29 +30,48 @@ double gt_metrics_wall_time(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A number that JSON can hold; NaN and Inf go in as null and are named in "nonfinite" (created
- * on the first one) as "nan", "inf" or "-inf", so the record stays valid and says what the
- * value was. */
-static void add_num(cJSON *o, cJSON **nonfinite, const char *key, double v) {
+/* A record being built; failed is set when cJSON could not allocate a part of it, so a record
+ * is written whole or the run stops (GT_ERR_NOMEM), never written short. */
+typedef struct rec {
+    cJSON *o, *nonfinite;
+    int failed;
+} rec;
+
+static rec rec_new(void) {
+    rec r = {cJSON_CreateObject(), NULL, 0};
+    r.failed = !r.o;
+    return r;
+}
+
+static void put(rec *r, cJSON *into, const char *key, cJSON *v) {
+    if (!v || !into || !cJSON_AddItemToObject(into, key, v)) {
+        cJSON_Delete(v);
+        r->failed = 1;
+    }
+}
+
+static void put_str(rec *r, const char *key, const char *v) {
+    put(r, r->o, key, cJSON_CreateString(v));
+}
+
+/* A number that JSON can hold; NaN and Inf go in as null and are named in "nonfinite" as
+ * "nan", "inf" or "-inf", so the record stays valid and says what the value was. */
+static void put_num(rec *r, const char *key, double v) {
     if (isfinite(v)) {
-        cJSON_AddNumberToObject(o, key, v);
+        put(r, r->o, key, cJSON_CreateNumber(v));
         return;
     }
-    cJSON_AddNullToObject(o, key);
-    if (!*nonfinite) *nonfinite = cJSON_CreateObject();
-    cJSON_AddStringToObject(*nonfinite, key, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+    put(r, r->o, key, cJSON_CreateNull());
+    if (!r->nonfinite) r->nonfinite = cJSON_CreateObject();
+    put(r, r->nonfinite, key, cJSON_CreateString(isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"));
 }
 
 /* The trainer's float values (loss, lr, grad norm) with the digits a float has. */
-static void add_float(cJSON *o, cJSON **nonfinite, const char *key, float v) {
+static void put_float(rec *r, const char *key, float v) {
     if (isfinite(v))
-        cJSON_AddItemToObject(o, key, gt_json_float(v));
+        put(r, r->o, key, gt_json_float(v));
     else
-        add_num(o, nonfinite, key, v);
-}
-
-static void add_nonfinite(cJSON *o, cJSON *nonfinite) {
-    if (nonfinite) cJSON_AddItemToObject(o, "nonfinite", nonfinite);
+        put_num(r, key, v);
 }
 
 /* Does a resumed run keep this line? Steps up to start, and the run records of runs that began
@@ -139,30 +158,31 @@ static int open_jsonl(gt_metrics *m, const gt_metrics_run *run, FILE *out, gt_er
     return GT_OK;
 }
 
-static int write_record(gt_metrics *m, cJSON *o, gt_error *err) {
-    int rc = gt_json_write(m->jsonl, o, GT_JSON_LINE, m->what, err);
-    cJSON_Delete(o);
+/* Writes the record (with its "nonfinite" part last) and frees it. */
+static int write_record(gt_metrics *m, rec *r, gt_error *err) {
+    if (r->nonfinite) {
+        put(r, r->o, "nonfinite", r->nonfinite);
+        r->nonfinite = NULL;
+    }
+    int rc = r->failed ? gt_error_set(err, GT_ERR_NOMEM, "%s: out of host memory", m->what)
+                       : gt_json_write(m->jsonl, r->o, GT_JSON_LINE, m->what, err);
+    cJSON_Delete(r->o);
     return rc;
 }
 
 static int write_run_record(gt_metrics *m, const gt_metrics_run *run, gt_error *err) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "record", "run");
-    cJSON_AddNumberToObject(o, "timestamp", gt_metrics_wall_time());
-    cJSON_AddStringToObject(o, "graphtrain_version", GT_BUILD_VERSION);
-    cJSON_AddStringToObject(o, "commit", gt_build_commit());
-    cJSON_AddStringToObject(o, "backend", run->backend);
-    cJSON_AddStringToObject(o, "device", run->device);
-    cJSON_AddNumberToObject(o, "start_step", (double)run->start_step);
-    cJSON_AddBoolToObject(o, "resumed", run->resumed);
-    cJSON_AddNumberToObject(o, "flops_per_token", run->flops_per_token);
-    cJSON *cfg = gt_config_to_json(run->cfg);
-    if (!cfg) {
-        cJSON_Delete(o);
-        return gt_error_set(err, GT_ERR_NOMEM, "%s: out of host memory", m->what);
-    }
-    cJSON_AddItemToObject(o, "config", cfg);
-    return write_record(m, o, err);
+    rec r = rec_new();
+    put_str(&r, "record", "run");
+    put_num(&r, "timestamp", gt_metrics_wall_time());
+    put_str(&r, "graphtrain_version", GT_BUILD_VERSION);
+    put_str(&r, "commit", gt_build_commit());
+    put_str(&r, "backend", run->backend);
+    put_str(&r, "device", run->device);
+    put_num(&r, "start_step", (double)run->start_step);
+    put(&r, r.o, "resumed", cJSON_CreateBool(run->resumed));
+    put_num(&r, "flops_per_token", run->flops_per_token);
+    put(&r, r.o, "config", gt_config_to_json(run->cfg));
+    return write_record(m, &r, err);
 }
 
 int gt_metrics_open(gt_metrics **out_m, const gt_metrics_run *run, FILE *out, gt_error *err) {
@@ -192,24 +212,23 @@ int gt_metrics_write_step(gt_metrics *m, const gt_metrics_record *r, gt_error *e
     const gt_step_stats *s = r->s;
     double now = gt_metrics_wall_time();
     if (m->jsonl) {
-        cJSON *o = cJSON_CreateObject(), *nf = NULL;
-        cJSON_AddNumberToObject(o, "step", (double)s->step);
-        cJSON_AddNumberToObject(o, "timestamp", now);
-        add_float(o, &nf, "loss", s->loss);
-        add_num(o, &nf, "loss_avg", r->loss_avg);
-        add_float(o, &nf, "lr", s->lr);
-        add_float(o, &nf, "grad_norm", s->grad_norm);
-        add_float(o, &nf, "aux_loss", s->aux_loss);
-        add_num(o, &nf, "tokens_per_s", s->tokens_per_s);
-        add_num(o, &nf, "tflops", r->tflops);
-        add_num(o, &nf, "ms", s->ms);
-        add_num(o, &nf, "elapsed_s", r->elapsed_s);
-        add_num(o, &nf, "eta_s", r->eta_s);
-        cJSON_AddNumberToObject(o, "peak_bytes", (double)r->peak_bytes);
-        cJSON_AddStringToObject(o, "mode", r->mode);
-        cJSON_AddNumberToObject(o, "skipped", s->skipped);
-        add_nonfinite(o, nf);
-        int rc = write_record(m, o, err);
+        rec o = rec_new();
+        put_num(&o, "step", (double)s->step);
+        put_num(&o, "timestamp", now);
+        put_float(&o, "loss", s->loss);
+        put_num(&o, "loss_avg", r->loss_avg);
+        put_float(&o, "lr", s->lr);
+        put_float(&o, "grad_norm", s->grad_norm);
+        put_float(&o, "aux_loss", s->aux_loss);
+        put_num(&o, "tokens_per_s", s->tokens_per_s);
+        put_num(&o, "tflops", r->tflops);
+        put_num(&o, "ms", s->ms);
+        put_num(&o, "elapsed_s", r->elapsed_s);
+        put_num(&o, "eta_s", r->eta_s);
+        put_num(&o, "peak_bytes", (double)r->peak_bytes);
+        put_str(&o, "mode", r->mode);
+        put_num(&o, "skipped", s->skipped);
+        int rc = write_record(m, &o, err);
         if (rc) return rc;
     }
     if (m->tb) {
@@ -227,13 +246,12 @@ int gt_metrics_write_step(gt_metrics *m, const gt_metrics_record *r, gt_error *e
 int gt_metrics_write_eval(gt_metrics *m, long long step, float loss, gt_error *err) {
     double now = gt_metrics_wall_time();
     if (m->jsonl) {
-        cJSON *o = cJSON_CreateObject(), *nf = NULL;
-        cJSON_AddNumberToObject(o, "step", (double)step);
-        cJSON_AddNumberToObject(o, "timestamp", now);
-        add_float(o, &nf, "eval_loss", loss);
-        add_num(o, &nf, "eval_ppl", exp((double)loss));
-        add_nonfinite(o, nf);
-        int rc = write_record(m, o, err);
+        rec o = rec_new();
+        put_num(&o, "step", (double)step);
+        put_num(&o, "timestamp", now);
+        put_float(&o, "eval_loss", loss);
+        put_num(&o, "eval_ppl", exp((double)loss));
+        int rc = write_record(m, &o, err);
         if (rc) return rc;
     }
     if (m->tb) {
