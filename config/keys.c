@@ -217,7 +217,8 @@ void gt_config_defaults(gt_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (size_t i = 0; i < sizeof k_keys / sizeof k_keys[0]; i++) {
         gt_error err = {0};
-        /* the table's defaults are tested to parse (tests/config/test_config.c), so this cannot fail */
+        /* the table's defaults are tested to parse (tests/config/test_config.c), so this cannot
+         * fail */
         (void)gt_config_set(cfg, k_keys[i].name, k_keys[i].def, &err);
     }
 }

@@ -5,7 +5,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/atomic_file.h"
 #include "graphs/graphs.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
