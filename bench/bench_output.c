@@ -8,6 +8,7 @@
 
 #include "bench/bench.h"
 #include "config/cuda_keys.h"
+#include "core/json.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -87,134 +88,90 @@ void gt_bench_print_table(const gt_bench_report *rep, FILE *f) {
     fprintf(f, "\n");
 }
 
-/* JSON numbers: finite values only (NaN/Inf become null). */
-static void json_num(FILE *f, double v) {
-    if (isfinite(v))
-        fprintf(f, "%.9g", v);
-    else
-        fprintf(f, "null");
+/* JSON through core/json.h: NaN/Inf numbers become null (a failed mode's timings). */
+static void num(cJSON *o, const char *k, double v) {
+    cJSON_AddNumberToObject(o, k, v);
 }
 
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
-static void json_field_num(FILE *f, const char *k, double v, int comma) {
-    fprintf(f, "\"%s\": ", k);
-    json_num(f, v);
-    if (comma) fprintf(f, ", ");
-}
-
-static void json_field_str(FILE *f, const char *k, const char *v, int comma) {
-    fprintf(f, "\"%s\": ", k);
-    json_str(f, v);
-    if (comma) fprintf(f, ", ");
-}
-
-static void json_result(FILE *f, const gt_bench_result *r) {
+static cJSON *json_result(const gt_bench_result *r) {
     char scope[GT_BENCH_NAME_MAX];
     gt_bench_scope_name(r->mode.scope, scope, sizeof scope);
-    fprintf(f, "    {");
-    json_field_str(f, "mode", r->mode.name, 1);
-    json_field_str(f, "cuda_graph_impl", impl_name(r->mode.impl), 1);
-    json_field_str(f, "cuda_graph_scope", scope, 1);
-    fprintf(f, "\"ok\": %s, ", r->ok ? "true" : "false");
-    json_field_str(f, "error", r->ok ? "" : r->error.msg, 1);
-    json_field_str(f, "graph_mode", r->graph_mode, 1);
-    fprintf(f, "\n     ");
-    json_field_num(f, "steps_total", r->steps_total, 1);
-    json_field_num(f, "capture_step", r->capture_step, 1);
-    json_field_num(f, "timed_steps", r->timed, 1);
-    json_field_num(f, "timed_unreplayed", r->timed_unreplayed, 1);
-    json_field_num(f, "median_ms", r->median_ms, 1);
-    json_field_num(f, "min_ms", r->min_ms, 1);
-    json_field_num(f, "max_ms", r->max_ms, 1);
-    json_field_num(f, "mean_ms", r->mean_ms, 1);
-    fprintf(f, "\n     ");
-    json_field_num(f, "tokens_per_s", r->tokens_per_s, 1);
-    json_field_num(f, "tflops", r->tflops, 1);
-    json_field_num(f, "mfu", r->mfu, 1);
-    json_field_num(f, "limit_fraction", r->limit_fraction, 1);
-    fprintf(f, "\n     ");
-    json_field_num(f, "capture_ms", r->capture_ms, 1);
-    json_field_num(f, "instantiate_ms", r->instantiate_ms, 1);
-    json_field_num(f, "graphs", r->graphs, 1);
-    json_field_num(f, "nodes", r->nodes, 1);
-    json_field_num(f, "fallbacks", r->fallbacks, 1);
-    json_field_num(f, "peak_bytes", (double)r->peak_bytes, 1);
-    json_field_num(f, "peak_ratio_to_eager", r->peak_ratio > 0 ? r->peak_ratio : NAN, 1);
-    fprintf(f, "\n     \"losses\": [");
-    for (int s = 0; s < r->n_losses; s++) {
-        if (s) fprintf(f, ", ");
-        json_num(f, r->losses[s]);
-    }
-    fprintf(f, "]}");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "mode", r->mode.name);
+    cJSON_AddStringToObject(o, "cuda_graph_impl", impl_name(r->mode.impl));
+    cJSON_AddStringToObject(o, "cuda_graph_scope", scope);
+    cJSON_AddBoolToObject(o, "ok", r->ok);
+    cJSON_AddStringToObject(o, "error", r->ok ? "" : r->error.msg);
+    cJSON_AddStringToObject(o, "graph_mode", r->graph_mode);
+    num(o, "steps_total", r->steps_total);
+    num(o, "capture_step", r->capture_step);
+    num(o, "timed_steps", r->timed);
+    num(o, "timed_unreplayed", r->timed_unreplayed);
+    num(o, "median_ms", r->median_ms);
+    num(o, "min_ms", r->min_ms);
+    num(o, "max_ms", r->max_ms);
+    num(o, "mean_ms", r->mean_ms);
+    num(o, "tokens_per_s", r->tokens_per_s);
+    num(o, "tflops", r->tflops);
+    num(o, "mfu", r->mfu);
+    num(o, "limit_fraction", r->limit_fraction);
+    num(o, "capture_ms", r->capture_ms);
+    num(o, "instantiate_ms", r->instantiate_ms);
+    num(o, "graphs", r->graphs);
+    num(o, "nodes", r->nodes);
+    num(o, "fallbacks", r->fallbacks);
+    num(o, "peak_bytes", (double)r->peak_bytes);
+    num(o, "peak_ratio_to_eager", r->peak_ratio > 0 ? r->peak_ratio : NAN);
+    cJSON *losses = cJSON_AddArrayToObject(o, "losses");
+    for (int s = 0; losses && s < r->n_losses; s++)
+        cJSON_AddItemToArray(losses, cJSON_CreateNumber(r->losses[s]));
+    return o;
 }
 
 int gt_bench_write_json(const gt_bench_report *rep, const char *path, gt_error *err) {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return gt_error_set(err, GT_ERR_IO, "bench: cannot write JSON to %s: %s; check the path",
-                            path, strerror(errno));
     const gt_bench_workload *w = &rep->w;
     char date[32];
     time_t now = time(NULL);
     struct tm tmv;
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
-    fprintf(f, "{\n  ");
-    json_field_str(f, "workload", w->label, 1);
-    json_field_str(f, "backend", w->backend, 1);
-    json_field_str(f, "backend_detail", w->backend_detail, 1);
-    json_field_str(f, "date", date, 1);
-    fprintf(f, "\n  \"runtime_cuda\": {"); /* the kernel choices the run was set up with */
-    for (int i = 0; i < GT_CUDA_CHOICES; i++)
-        json_field_str(f, gt_cuda_key_name(i) + strlen("runtime.cuda."),
-                       gt_config_cuda_value(&w->cuda, i), i + 1 < GT_CUDA_CHOICES);
-    fprintf(f, "}, ");
-    fprintf(f, "\n  ");
-    json_field_num(f, "tokens_per_step", w->tokens_per_step, 1);
-    json_field_num(f, "n_params", w->n_params, 1);
-    json_field_num(f, "n_active_params", w->n_active, 1);
-    json_field_num(f, "n_gemm_params", w->n_gemm, 1);
-    fprintf(f, "\n  ");
-    json_field_num(f, "flops_per_step", w->flops_per_step, 1);
-    json_field_str(f, "flops_source", w->flops_from_model ? "model" : "bench", 1);
-    json_field_num(f, "bytes_per_step", w->bytes_per_step, 1);
-    json_field_num(f, "limit_ms", w->limit_ms, 1);
-    fprintf(f, "\n  ");
-    json_field_str(f, "peak_gpu", w->gpu, 1);
-    json_field_num(f, "peak_tflops", w->peak_flops / 1e12, 1);
-    json_field_num(f, "peak_tb_per_s", w->peak_bytes_s / 1e12, 1);
-    json_field_str(f, "flops_formula", "6*N_active*tokens + 6*layers*micro_batch*seq^2*d_model", 1);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "workload", w->label);
+    cJSON_AddStringToObject(o, "backend", w->backend);
+    cJSON_AddStringToObject(o, "backend_detail", w->backend_detail);
+    cJSON_AddStringToObject(o, "date", date);
+    cJSON *cuda = cJSON_AddObjectToObject(o, "runtime_cuda"); /* the kernel choices it ran */
+    for (int i = 0; cuda && i < GT_CUDA_CHOICES; i++)
+        cJSON_AddStringToObject(cuda, gt_cuda_key_name(i) + strlen("runtime.cuda."),
+                                gt_config_cuda_value(&w->cuda, i));
+    num(o, "tokens_per_step", w->tokens_per_step);
+    num(o, "n_params", w->n_params);
+    num(o, "n_active_params", w->n_active);
+    num(o, "n_gemm_params", w->n_gemm);
+    num(o, "flops_per_step", w->flops_per_step);
+    cJSON_AddStringToObject(o, "flops_source", w->flops_from_model ? "model" : "bench");
+    num(o, "bytes_per_step", w->bytes_per_step);
+    num(o, "limit_ms", w->limit_ms);
+    cJSON_AddStringToObject(o, "peak_gpu", w->gpu);
+    num(o, "peak_tflops", w->peak_flops / 1e12);
+    num(o, "peak_tb_per_s", w->peak_bytes_s / 1e12);
+    cJSON_AddStringToObject(o, "flops_formula",
+                            "6*N_active*tokens + 6*layers*micro_batch*seq^2*d_model");
     char formula[160];
     snprintf(formula, sizeof formula, "flops/%.4g + (20*n_params + 3*2*n_gemm_params)/%.4g seconds",
              w->peak_flops, w->peak_bytes_s);
-    json_field_str(f, "limit_formula", formula, 1);
-    fprintf(f, "\n  ");
-    json_field_num(f, "loss_steps_compared", rep->loss_steps_compared, 1);
-    fprintf(f, "\"losses_identical\": %s, ",
-            rep->losses_identical > 0    ? "true"
-            : rep->losses_identical == 0 ? "false"
-                                         : "null");
-    json_field_num(f, "first_mismatch_step", rep->first_mismatch_step, 1);
-    fprintf(f, "\n  \"modes\": [\n");
-    for (int i = 0; i < rep->n; i++) {
-        json_result(f, &rep->results[i]);
-        fprintf(f, "%s\n", i + 1 < rep->n ? "," : "");
-    }
-    fprintf(f, "  ]\n}\n");
-    if (fclose(f) != 0)
-        return gt_error_set(err, GT_ERR_IO, "bench: writing %s failed: %s", path, strerror(errno));
+    cJSON_AddStringToObject(o, "limit_formula", formula);
+    num(o, "loss_steps_compared", rep->loss_steps_compared);
+    if (rep->losses_identical < 0)
+        cJSON_AddNullToObject(o, "losses_identical");
+    else
+        cJSON_AddBoolToObject(o, "losses_identical", rep->losses_identical > 0);
+    num(o, "first_mismatch_step", rep->first_mismatch_step);
+    cJSON *modes = cJSON_AddArrayToObject(o, "modes");
+    for (int i = 0; modes && i < rep->n; i++)
+        cJSON_AddItemToArray(modes, json_result(&rep->results[i]));
+    int rc = gt_json_write_file(path, o, err);
+    cJSON_Delete(o);
+    if (rc) return gt_error_wrap(err, "bench: ");
     return GT_OK;
 }
 

@@ -65,20 +65,33 @@ static int write_tokens(const gt_config *c, const char *path, int steps, int mic
 }
 
 static int write_config(const gt_config *c, const char *path, gt_error *err) {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return gt_error_set(err, GT_ERR_IO, "parity: cannot write %s: %s", path, strerror(errno));
-    gt_config_print_json(c, f);
-    fputc('\n', f);
-    if (fclose(f) != 0) return gt_error_set(err, GT_ERR_IO, "parity: writing %s failed", path);
-    return GT_OK;
+    cJSON *o = gt_config_to_json(c);
+    int rc = o ? gt_json_write_file(path, o, err)
+               : gt_error_set(err, GT_ERR_NOMEM, "parity: out of host memory");
+    cJSON_Delete(o);
+    return rc ? gt_error_wrap(err, "parity: ") : GT_OK;
 }
 
-static void json_floats(FILE *f, const char *key, const float *v, int n, int comma) {
-    fprintf(f, "  \"%s\": [", key);
-    for (int i = 0; i < n; i++)
-        fprintf(f, "%s%.9g", i ? ", " : "", (double)v[i]);
-    fprintf(f, "]%s\n", comma ? "," : "");
+static void add_floats(cJSON *o, const char *key, const float *v, int n) {
+    cJSON *list = cJSON_AddArrayToObject(o, key);
+    for (int i = 0; list && i < n; i++)
+        cJSON_AddItemToArray(list, cJSON_CreateNumber((double)v[i]));
+}
+
+static int write_losses(const char *path, const char *backend, int steps, int micro,
+                        const float *vals, gt_error *err) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "backend", backend);
+    cJSON_AddNumberToObject(o, "steps", steps);
+    cJSON_AddNumberToObject(o, "micro_batches", micro);
+    add_floats(o, "loss", vals, steps);
+    add_floats(o, "aux_loss", vals + steps, steps);
+    add_floats(o, "lr", vals + 2 * steps, steps);
+    add_floats(o, "grad_norm", vals + 3 * steps, steps);
+    int rc = o ? gt_json_write_file(path, o, err)
+               : gt_error_set(err, GT_ERR_NOMEM, "parity: out of host memory");
+    cJSON_Delete(o);
+    return rc ? gt_error_wrap(err, "parity: ") : GT_OK;
 }
 
 /* Steps the trainer, exporting the gradients after step 1. */
@@ -140,20 +153,7 @@ int gt_bench_parity(const gt_config *cfg, const char *dir, int steps, gt_error *
     gt_trainer_destroy(t);
     if (!rc) {
         snprintf(path, sizeof path, "%s/graphtrain_losses.json", dir);
-        FILE *f = fopen(path, "w");
-        if (!f) {
-            rc = gt_error_set(err, GT_ERR_IO, "parity: cannot write %s: %s", path, strerror(errno));
-        } else {
-            fprintf(f, "{\n  \"backend\": \"%s\",\n  \"steps\": %d,\n  \"micro_batches\": %d,\n",
-                    backend, steps, micro);
-            json_floats(f, "loss", vals, steps, 1);
-            json_floats(f, "aux_loss", vals + steps, steps, 1);
-            json_floats(f, "lr", vals + 2 * steps, steps, 1);
-            json_floats(f, "grad_norm", vals + 3 * steps, steps, 0);
-            fprintf(f, "}\n");
-            if (fclose(f) != 0)
-                rc = gt_error_set(err, GT_ERR_IO, "parity: writing %s failed", path);
-        }
+        rc = write_losses(path, backend, steps, micro, vals, err);
     }
     free(vals);
     return rc;

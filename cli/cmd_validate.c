@@ -9,10 +9,12 @@
 #include "cli/cli.h"
 #include "config/keys.h"
 #include "config/rules.h"
+#include "core/json.h"
 #include "model/memory_plan.h"
 
 #define VALIDATE_EXIT_INVALID 2
 #define VALIDATE_GIB (1024.0 * 1024.0 * 1024.0)
+#define VALIDATE_EXIT_IO 1 /* the answer could not be written (stdout closed or full) */
 
 static void usage(FILE *out) {
     fprintf(
@@ -23,7 +25,9 @@ static void usage(FILE *out) {
         "Resolves the configuration (recipe, then --config, then Bridge harness flags, then\n"
         "key=value overrides), prints it, and prints EVERY violated rule at once, each with\n"
         "the keys involved, why, and the fix. Notes say where graphtrain differs from Bridge\n"
-        "or cannot run a valid setting yet. Exit status: 0 valid, 2 invalid (or bad input).\n\n"
+        "or cannot run a valid setting yet. Exit status: 0 valid, 2 invalid (or bad input), 1 "
+        "when\n"
+        "the answer cannot be written.\n\n"
         "  --json       one JSON object: valid, errors (load_errors, the bad settings,\n"
         "               plus the rules broken), notes, load_error, findings, config\n"
         "  --quiet      findings only, not the resolved configuration\n"
@@ -34,25 +38,22 @@ static void usage(FILE *out) {
 }
 
 /* load_error: the configuration could not be fully loaded (its message and the bad settings it
- * counts); r may still hold the findings of the rest of it (gt_cli_load_config's *checkable) */
-static void print_json(const gt_config *cfg, const gt_report *r, const gt_error *load_error) {
+ * counts); r may still hold the findings of the rest of it (gt_cli_load_config's *checkable).
+ * Returns GT_OK, or an error when stdout cannot take the document. */
+static int print_json(const gt_config *cfg, const gt_report *r, const gt_error *load_error,
+                      gt_error *err) {
     int load_errors = load_error ? (load_error->count > 0 ? load_error->count : 1) : 0;
-    printf("{\"valid\": %s, \"errors\": %d, \"load_errors\": %d, \"notes\": %d",
-           r && !r->errors && !load_error ? "true" : "false", (r ? r->errors : 0) + load_errors,
-           load_errors, r ? r->notes : 0);
-    if (load_error) {
-        fputs(", \"load_error\": ", stdout);
-        gt_json_write_string(stdout, load_error->msg);
-    }
-    if (r) {
-        fputs(", \"findings\": ", stdout);
-        gt_report_print_json(r, stdout);
-    }
-    if (cfg) {
-        fputs(", \"config\": ", stdout);
-        gt_config_print_json(cfg, stdout);
-    }
-    fputs("}\n", stdout);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "valid", r && !r->errors && !load_error);
+    cJSON_AddNumberToObject(o, "errors", (r ? r->errors : 0) + load_errors);
+    cJSON_AddNumberToObject(o, "load_errors", load_errors);
+    cJSON_AddNumberToObject(o, "notes", r ? r->notes : 0);
+    if (load_error) cJSON_AddStringToObject(o, "load_error", load_error->msg);
+    if (r) cJSON_AddItemToObject(o, "findings", gt_report_to_json(r));
+    if (cfg) cJSON_AddItemToObject(o, "config", gt_config_to_json(cfg));
+    int rc = gt_json_write(stdout, o, GT_JSON_LINE, "validate --json: stdout", err);
+    cJSON_Delete(o);
+    return rc;
 }
 
 /* After a load error: one line counting what --json counts (the bad settings and the rules'
@@ -157,7 +158,9 @@ int gt_cmd_validate(int argc, char **argv) {
     if (rc != GT_OK) {
         /* every problem at once: the rules' findings on the rest of the configuration too */
         if (json) {
-            print_json(NULL, checkable ? &report : NULL, &err);
+            gt_error werr = {0};
+            if (print_json(NULL, checkable ? &report : NULL, &err, &werr))
+                fprintf(stderr, "graphtrain validate: %s\n", werr.msg);
         } else {
             fprintf(stderr, "graphtrain validate: %s\n", err.msg);
             if (checkable) gt_cli_report_other_errors(&cfg, stderr);
@@ -173,7 +176,10 @@ int gt_cmd_validate(int argc, char **argv) {
     int planned = gt_memory_plan_compute(&cfg, 2, &mp, &merr) == GT_OK;
     if (planned) errors += check_gpu_fit(&cfg, &mp, &report);
     if (json) {
-        print_json(&cfg, &report, NULL);
+        if (print_json(&cfg, &report, NULL, &err)) {
+            fprintf(stderr, "graphtrain validate: %s\n", err.msg);
+            return VALIDATE_EXIT_IO;
+        }
     } else {
         if (!quiet) {
             printf("resolved configuration:\n");

@@ -22,7 +22,7 @@ typedef struct bridge_key {
 #define FUSED "graphtrain picks its own kernels (runtime.*); results do not depend on this"
 #define ONE_GPU "on one GPU there is nothing to communicate; it changes nothing"
 #define OWN_CKPT "graphtrain writes its own checkpoint format (train/checkpoint.c)"
-#define TB "TensorBoard logging (logger.tensorboard_dir) is not implemented yet"
+#define TB "graphtrain writes its own fixed set of TensorBoard scalars (README, \"Metrics\")"
 #define WANDB "Weights & Biases logging is not implemented; metrics go to logger.metrics_file"
 #define MAMBA "Mamba layers are not implemented"
 #define MLA "multi-latent attention is not implemented (graphtrain's attention is GQA)"
@@ -205,16 +205,15 @@ static const bridge_key k_bridge[] = {
     {"checkpoint.auto_detect_ckpt_format", "false", OWN_CKPT},
     {"checkpoint.replication", "false", "checkpoint replication needs several nodes; " MULTI},
     {"checkpoint.save_tokenizer_assets", "*", NO_EFFECT},
-    /* ---- logger: LoggerConfig (the metrics branch turns tensorboard_dir into a key) ---- */
-    {"logger.tensorboard_dir", "null", TB},
-    {"logger.tensorboard_log_interval", "*", "only read with logger.tensorboard_dir; " TB},
-    {"logger.tensorboard_queue_size", "*", "only read with logger.tensorboard_dir; " TB},
-    {"logger.log_timers_to_tensorboard", "*", "only read with logger.tensorboard_dir; " TB},
-    {"logger.log_loss_scale_to_tensorboard", "*", "only read with logger.tensorboard_dir; " TB},
-    {"logger.log_validation_ppl_to_tensorboard", "*", "only read with logger.tensorboard_dir; " TB},
-    {"logger.log_memory_to_tensorboard", "*", "only read with logger.tensorboard_dir; " TB},
-    {"logger.log_world_size_to_tensorboard", "*", "only read with logger.tensorboard_dir; " TB},
-    {"logger.log_learning_rate_to_tensorboard", "*", "only read with logger.tensorboard_dir; " TB},
+    /* ---- logger: LoggerConfig (tensorboard_dir is a graphtrain key) ---- */
+    {"logger.tensorboard_log_interval", "*", TB},
+    {"logger.tensorboard_queue_size", "*", TB},
+    {"logger.log_timers_to_tensorboard", "*", TB},
+    {"logger.log_loss_scale_to_tensorboard", "*", TB},
+    {"logger.log_validation_ppl_to_tensorboard", "*", TB},
+    {"logger.log_memory_to_tensorboard", "*", TB},
+    {"logger.log_world_size_to_tensorboard", "*", TB},
+    {"logger.log_learning_rate_to_tensorboard", "*", TB},
     {"logger.wandb_project", "null", WANDB},
     {"logger.wandb_exp_name", "null", WANDB},
     {"logger.wandb_entity", "null", WANDB},

@@ -206,7 +206,8 @@ typedef struct gt_checkpoint_config {
 
 typedef struct gt_logger_config {
     int log_interval;
-    char metrics_file[GT_PATH_MAX]; /* JSONL; empty = none */
+    char metrics_file[GT_PATH_MAX];    /* JSONL; empty = none */
+    char tensorboard_dir[GT_PATH_MAX]; /* TensorBoard event files; empty = none */
 } gt_logger_config;
 
 /* runtime.cuda.*: the CUDA backend's kernel choices (config/kernel_choice.h decides what auto

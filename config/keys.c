@@ -145,6 +145,7 @@ static const gt_key k_keys[] = {
     {"checkpoint.save_interval", GT_KEY_INT, F(checkpoint.save_interval), "0", NULL, 0, 1000000000, "Save every n steps; 0 = only at the end.", "0"},
     {"logger.log_interval", GT_KEY_INT, F(logger.log_interval), "10", NULL, 1, 1000000000, "Print and record metrics every n steps.", NULL},
     {"logger.metrics_file", GT_KEY_STRING, F(logger.metrics_file), "", NULL, 0, 0, "JSONL metrics file; empty = none.", NULL},
+    {"logger.tensorboard_dir", GT_KEY_STRING, F(logger.tensorboard_dir), "", NULL, 0, 0, "Folder for TensorBoard event files (loss, lr, grad norm, throughput, memory every log_interval); empty = none.", NULL},
     /* ---- environment the rules read ---- */
     {"env.expandable_segments", GT_KEY_BOOL, F(env.expandable_segments), "false", NULL, 0, 0, "Allocator expandable segments (from PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).", NULL},
     {"env.nccl_graph_register", GT_KEY_TRI, F(env.nccl_graph_register), "unset", NULL, 0, 1, "NCCL_GRAPH_REGISTER: 0, 1 or unset (NCCL's default, on).", NULL},

@@ -9,6 +9,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
+#include "core/json.h"
 
 typedef enum {
     GT_KEY_INT,    /* int */
@@ -77,8 +78,11 @@ void gt_config_list_names(const char *const *names, char *buf, size_t n);
 void gt_config_format_value(const gt_config *cfg, const gt_key *key, char *buf, size_t n);
 /* Prints the resolved configuration, one "key = value" line per key. */
 void gt_config_print(const gt_config *cfg, FILE *out);
-/* Prints it as one JSON object of dotted keys (no trailing newline). */
-void gt_config_print_json(const gt_config *cfg, FILE *out);
+/* The resolved configuration as one JSON object of dotted keys (cJSON, freed by the caller
+ * with cJSON_Delete); NULL when out of memory. */
+cJSON *gt_config_to_json(const gt_config *cfg);
+/* Prints it on one line (no trailing newline): GT_OK, GT_ERR_IO or GT_ERR_NOMEM. */
+int gt_config_print_json(const gt_config *cfg, FILE *out);
 /* Prints the Markdown configuration reference generated from the key table. */
 void gt_config_print_reference(FILE *out);
 

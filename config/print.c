@@ -1,10 +1,12 @@
-/* Printing the configuration from the key table: the resolved values (text or JSON) and the
- * Markdown reference that the README and docs/config-reference.md include. */
+/* Printing the configuration from the key table: the resolved values (text, or JSON through
+ * core/json.h) and the Markdown reference that the README and docs/config-reference.md include. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/keys.h"
 #include "config/rules.h"
+#include "core/json.h"
 
 static const void *cfield(const gt_config *cfg, const gt_key *k) {
     return (const char *)cfg + k->offset;
@@ -21,60 +23,61 @@ void gt_config_print(const gt_config *cfg, FILE *out) {
     }
 }
 
-void gt_json_write_string(FILE *out, const char *s) {
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(out, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", out);
-        else if (*p < 0x20)
-            fprintf(out, "\\u%04x", *p);
-        else
-            fputc(*p, out);
+/* Each key's value with its JSON type: numbers, booleans, null for an unset tri-state, a list
+ * of names for a set, text otherwise. */
+static cJSON *value_json(const gt_config *cfg, const gt_key *k) {
+    const void *f = cfield(cfg, k);
+    switch (k->type) {
+    case GT_KEY_INT:
+        return cJSON_CreateNumber(*(const int *)f);
+    case GT_KEY_U64:
+        return gt_json_u64((unsigned long long)*(const uint64_t *)f);
+    case GT_KEY_DOUBLE:
+        return cJSON_CreateNumber(*(const double *)f);
+    case GT_KEY_BOOL:
+        return cJSON_CreateBool(*(const bool *)f);
+    case GT_KEY_TRI: {
+        int t = *(const int *)f;
+        return t < 0 ? cJSON_CreateNull() : cJSON_CreateNumber(t);
     }
-    fputc('"', out);
-}
-
-void gt_config_print_json(const gt_config *cfg, FILE *out) {
-    size_t count;
-    const gt_key *keys = gt_config_keys(&count);
-    fputc('{', out);
-    for (size_t i = 0; i < count; i++) {
-        const gt_key *k = &keys[i];
+    case GT_KEY_SET: {
+        cJSON *list = cJSON_CreateArray();
+        uint32_t bits = *(const uint32_t *)f;
+        for (int i = 0; list && k->names[i]; i++)
+            if (bits & (1u << i)) cJSON_AddItemToArray(list, cJSON_CreateString(k->names[i]));
+        return list;
+    }
+    default: {
         char v[600];
         gt_config_format_value(cfg, k, v, sizeof v);
-        fprintf(out, "%s", i ? ", " : "");
-        gt_json_write_string(out, k->name);
-        fputs(": ", out);
-        switch (k->type) {
-        case GT_KEY_INT:
-        case GT_KEY_U64:
-        case GT_KEY_DOUBLE:
-        case GT_KEY_BOOL:
-            fputs(v, out);
-            break;
-        case GT_KEY_TRI:
-            fputs(*(const int *)cfield(cfg, k) < 0 ? "null" : v, out);
-            break;
-        case GT_KEY_SET: {
-            fputc('[', out);
-            char *save = NULL;
-            int first = 1;
-            for (char *t = strtok_r(v, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (!first) fputs(", ", out);
-                gt_json_write_string(out, t);
-                first = 0;
-            }
-            fputc(']', out);
-            break;
-        }
-        default:
-            gt_json_write_string(out, v);
-            break;
+        return cJSON_CreateString(v);
+    }
+    }
+}
+
+cJSON *gt_config_to_json(const gt_config *cfg) {
+    size_t count;
+    const gt_key *keys = gt_config_keys(&count);
+    cJSON *o = cJSON_CreateObject();
+    for (size_t i = 0; o && i < count; i++) {
+        cJSON *v = value_json(cfg, &keys[i]);
+        if (!v || !cJSON_AddItemToObject(o, keys[i].name, v)) {
+            cJSON_Delete(v);
+            cJSON_Delete(o);
+            return NULL;
         }
     }
-    fputc('}', out);
+    return o;
+}
+
+int gt_config_print_json(const gt_config *cfg, FILE *out) {
+    cJSON *o = gt_config_to_json(cfg);
+    char *text = gt_json_print(o, GT_JSON_LINE);
+    cJSON_Delete(o);
+    if (!text) return GT_ERR_NOMEM;
+    int rc = fputs(text, out) < 0 ? GT_ERR_IO : GT_OK;
+    free(text);
+    return rc;
 }
 
 static const char *type_name(const gt_key *k) {

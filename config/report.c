@@ -1,9 +1,11 @@
-/* Building and printing a validation report: findings added one by one; one block per finding
- * (severity, rule, keys, why, fix) for people, or a JSON array for machines. */
+/* Printing a validation report: one block per finding (severity, rule, keys, why, fix) for
+ * people, or a JSON array (core/json.h) for machines. */
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/rules.h"
+#include "core/json.h"
 
 gt_finding *gt_report_addv(gt_report *r, gt_severity sev, const char *rule, const char *const *keys,
                            const char *fix, const char *fmt, va_list ap) {
@@ -61,23 +63,43 @@ void gt_report_print(const gt_report *r, FILE *out) {
         fprintf(out, "configuration is valid (%d note%s)\n", r->notes, r->notes == 1 ? "" : "s");
 }
 
-void gt_report_print_json(const gt_report *r, FILE *out) {
-    fputc('[', out);
-    for (int i = 0; i < r->count; i++) {
-        const gt_finding *f = &r->findings[i];
-        fprintf(out, "%s{\"severity\": \"%s\", \"rule\": ", i ? ", " : "",
-                f->severity == GT_SEVERITY_ERROR ? "error" : "note");
-        gt_json_write_string(out, f->rule);
-        fputs(", \"keys\": [", out);
-        for (int k = 0; k < f->n_keys; k++) {
-            if (k) fputs(", ", out);
-            gt_json_write_string(out, f->keys[k]);
-        }
-        fputs("], \"message\": ", out);
-        gt_json_write_string(out, f->message);
-        fputs(", \"fix\": ", out);
-        gt_json_write_string(out, f->fix);
-        fputc('}', out);
+static cJSON *finding_json(const gt_finding *f) {
+    cJSON *o = cJSON_CreateObject(), *keys = cJSON_CreateArray();
+    for (int k = 0; keys && k < f->n_keys; k++)
+        cJSON_AddItemToArray(keys, cJSON_CreateString(f->keys[k]));
+    int ok = o && keys && cJSON_GetArraySize(keys) == f->n_keys &&
+             cJSON_AddStringToObject(o, "severity",
+                                     f->severity == GT_SEVERITY_ERROR ? "error" : "note") &&
+             cJSON_AddStringToObject(o, "rule", f->rule) && cJSON_AddItemToObject(o, "keys", keys);
+    if (!ok) cJSON_Delete(keys);
+    ok = ok && cJSON_AddStringToObject(o, "message", f->message) &&
+         cJSON_AddStringToObject(o, "fix", f->fix);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
     }
-    fputc(']', out);
+    return o;
+}
+
+cJSON *gt_report_to_json(const gt_report *r) {
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; list && i < r->count; i++) {
+        cJSON *f = finding_json(&r->findings[i]);
+        if (!f || !cJSON_AddItemToArray(list, f)) {
+            cJSON_Delete(f);
+            cJSON_Delete(list);
+            return NULL;
+        }
+    }
+    return list;
+}
+
+int gt_report_print_json(const gt_report *r, FILE *out) {
+    cJSON *list = gt_report_to_json(r);
+    char *text = gt_json_print(list, GT_JSON_LINE);
+    cJSON_Delete(list);
+    if (!text) return GT_ERR_NOMEM;
+    int rc = fputs(text, out) < 0 ? GT_ERR_IO : GT_OK;
+    free(text);
+    return rc;
 }

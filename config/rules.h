@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "config/config.h"
+#include "core/json.h"
 
 #define GT_REPORT_MAX 64      /* findings kept; more are counted in `dropped` */
 #define GT_FINDING_KEYS_MAX 6 /* keys named by one finding */
@@ -62,10 +63,10 @@ int gt_report_has(const gt_report *report, const char *rule);
 
 /* Human-readable: "error [rule] keys: why\n  fix: ..." per finding, then a summary line. */
 void gt_report_print(const gt_report *report, FILE *out);
-/* JSON array of {"severity","rule","keys","message","fix"} (no trailing newline). */
-void gt_report_print_json(const gt_report *report, FILE *out);
-
-/* Writes s as a JSON string literal (shared by the JSON printers). */
-void gt_json_write_string(FILE *out, const char *s);
+/* JSON array of {"severity","rule","keys","message","fix"} (cJSON, freed by the caller with
+ * cJSON_Delete); NULL when out of memory. */
+cJSON *gt_report_to_json(const gt_report *report);
+/* Prints it on one line (no trailing newline): GT_OK, GT_ERR_IO or GT_ERR_NOMEM. */
+int gt_report_print_json(const gt_report *report, FILE *out);
 
 #endif

@@ -1,16 +1,15 @@
 /* The training loop; see train_loop.h. */
 #include "train/train_loop.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "core/atomic_file.h"
 #include "graphs/graphs.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_dir.h"
+#include "train/metrics.h"
 #include "train/trainer.h"
 
 static const char *mode_name(gt_step_mode m) {
@@ -25,24 +24,49 @@ static const char *mode_name(gt_step_mode m) {
     return "?";
 }
 
+/* H:MM:SS for the progress line */
+static void hms(double seconds, char *buf, size_t n) {
+    long long t = isfinite(seconds) && seconds > 0 ? (long long)(seconds + 0.5) : 0;
+    snprintf(buf, n, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+}
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* What the progress line and the metrics need beyond the trainer's step numbers. */
+typedef struct loop_clock {
+    double t0;              /* mono_s() when the loop began */
+    long long run;          /* steps this run */
+    long long total;        /* train.train_iters */
+    double flops_per_token; /* the model's (WORKLOADS.md formula) */
+    gt_backend *b;
+} loop_clock;
+
 /* avg: mean loss over the steps since the previous progress line (Megatron prints that
- * average; single-step losses of small batches are noisy) */
-static void log_step(FILE *out, FILE *jsonl, const gt_step_stats *s, double avg, long long total) {
+ * average; single-step losses of small batches are noisy). The ETA assumes this run's pace
+ * so far (evaluations and checkpoints included) holds to train.train_iters. */
+static int log_step(FILE *out, gt_metrics *m, const gt_step_stats *s, double avg,
+                    const loop_clock *c, gt_error *err) {
+    gt_metrics_record r = {.s = s, .loss_avg = avg, .mode = mode_name(s->mode)};
+    r.tflops = c->flops_per_token * s->tokens_per_s / 1e12;
+    r.elapsed_s = mono_s() - c->t0;
+    long long runs = c->run > 0 ? c->run : 1, left = c->total - (long long)s->step;
+    r.eta_s = left > 0 ? r.elapsed_s / (double)runs * (double)left : 0;
+    size_t free_b = 0, total_b = 0;
+    c->b->ops->mem_info(c->b, &free_b, &total_b, &r.peak_bytes);
+    char elapsed[32], eta[32];
+    hms(r.elapsed_s, elapsed, sizeof elapsed);
+    hms(r.eta_s, eta, sizeof eta);
     fprintf(out,
             "step %6lld/%lld | loss %8.4f (avg %8.4f) | lr %.3e | grad norm %8.4f | "
-            "%9.0f tok/s | %8.2f ms/step | %s\n",
-            (long long)s->step, total, (double)s->loss, avg, (double)s->lr, (double)s->grad_norm,
-            s->tokens_per_s, s->ms, mode_name(s->mode));
+            "%9.0f tok/s | %8.3g TFLOP/s | %8.2f ms/step | elapsed %s | ETA %s | %s\n",
+            (long long)s->step, c->total, (double)s->loss, avg, (double)s->lr, (double)s->grad_norm,
+            s->tokens_per_s, r.tflops, s->ms, elapsed, eta, r.mode);
     fflush(out);
-    if (jsonl) {
-        fprintf(jsonl,
-                "{\"step\": %lld, \"loss\": %.9g, \"loss_avg\": %.9g, \"lr\": %.9g, "
-                "\"grad_norm\": %.9g, \"aux_loss\": %.9g, \"tokens_per_s\": %.1f, "
-                "\"ms\": %.3f, \"mode\": \"%s\", \"skipped\": %d}\n",
-                (long long)s->step, (double)s->loss, avg, (double)s->lr, (double)s->grad_norm,
-                (double)s->aux_loss, s->tokens_per_s, s->ms, mode_name(s->mode), s->skipped);
-        fflush(jsonl);
-    }
+    return gt_metrics_write_step(m, &r, err);
 }
 
 /* One checkpoint: save/iter_NNNNNNN/checkpoint.bin, then its configuration, the latest
@@ -61,7 +85,7 @@ static int save(gt_trainer *t, gt_ckpt_dir *d, const gt_config *cfg, FILE *out,
     return GT_OK;
 }
 
-static int eval(gt_trainer *t, FILE *out, FILE *jsonl, gt_train_result *res, gt_error *err) {
+static int eval(gt_trainer *t, FILE *out, gt_metrics *m, gt_train_result *res, gt_error *err) {
     float loss;
     int rc = gt_trainer_eval(t, &loss, err);
     if (rc) return rc;
@@ -69,12 +93,8 @@ static int eval(gt_trainer *t, FILE *out, FILE *jsonl, gt_train_result *res, gt_
     fprintf(out, "eval   step %6lld | eval loss %8.4f | ppl %10.3f\n", step, (double)loss,
             exp((double)loss));
     fflush(out);
-    if (jsonl) {
-        fprintf(jsonl, "{\"step\": %lld, \"eval_loss\": %.9g}\n", step, (double)loss);
-        fflush(jsonl);
-    }
     res->last_eval_loss = loss;
-    return GT_OK;
+    return gt_metrics_write_eval(m, step, loss, err);
 }
 
 static int stop_requested(const gt_train_run_opts *o) {
@@ -142,31 +162,19 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     long long start = (long long)gt_trainer_step_count(t);
     if (gt_trainer_resumed(t))
         fprintf(out, "resumed from %s at step %lld\n", cfg->checkpoint.load, start);
-    FILE *jsonl = NULL;
-    if (cfg->logger.metrics_file[0]) {
-        char dir[GT_PATH_MAX];
-        snprintf(dir, sizeof dir, "%s", cfg->logger.metrics_file);
-        char *slash = strrchr(dir, '/');
-        if (slash && slash != dir) {
-            *slash = '\0';
-            rc = gt_mkdirs(dir, err);
-            if (rc) {
-                gt_trainer_destroy(t);
-                gt_ckpt_dir_close(&ckd);
-                rc = gt_error_wrap(err, "logger.metrics_file=%s: ", cfg->logger.metrics_file);
-                free(run_cfg);
-                return rc;
-            }
-        }
-        jsonl = fopen(cfg->logger.metrics_file, gt_trainer_resumed(t) ? "a" : "w");
-        if (!jsonl) {
-            rc = gt_error_set(err, GT_ERR_IO, "logger.metrics_file=%s: cannot open: %s",
-                              cfg->logger.metrics_file, strerror(errno));
-            gt_trainer_destroy(t);
-            gt_ckpt_dir_close(&ckd);
-            free(run_cfg);
-            return rc;
-        }
+    gt_backend *b = gt_trainer_backend(t);
+    char device[512];
+    b->ops->describe(b, device, sizeof device);
+    loop_clock clk = {.t0 = mono_s(), .total = total, .b = b};
+    clk.flops_per_token = gt_model_get_info(gt_trainer_model(t))->flops_per_token;
+    gt_metrics_run mrun = {cfg, b->name, device, start, gt_trainer_resumed(t), clk.flops_per_token};
+    gt_metrics *metrics = NULL;
+    rc = gt_metrics_open(&metrics, &mrun, out, err);
+    if (rc) {
+        gt_trainer_destroy(t);
+        gt_ckpt_dir_close(&ckd);
+        free(run_cfg);
+        return rc;
     }
     if (start >= total)
         fprintf(out, "nothing to do: step %lld already reached train.train_iters=%lld\n", start,
@@ -179,10 +187,16 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
         gt_step_stats s;
         rc = gt_trainer_step(t, &s, err);
         if (rc) {
-            if (rc == GT_ERR_NUMERIC) log_step(out, jsonl, &s, (double)s.loss, total);
+            /* the failed step's record, for the user to see where it went wrong; the step's
+             * error is the one to report even when that record cannot be written */
+            gt_error werr = {0};
+            clk.run = run + 1;
+            if (rc == GT_ERR_NUMERIC && log_step(out, metrics, &s, (double)s.loss, &clk, &werr))
+                fprintf(out, "%s\n", werr.msg);
             break;
         }
         run++;
+        clk.run = run;
         if (run == 1) {
             res->first_step = s.step;
             res->first_loss = s.loss;
@@ -194,12 +208,12 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
         tokens += s.tokens_per_s * s.ms / 1e3;
         step_ms += s.ms;
         if (s.step % log_every == 0 || run == 1 || s.step == total) {
-            log_step(out, jsonl, &s, loss_sum / loss_n, total);
+            rc = log_step(out, metrics, &s, loss_sum / loss_n, &clk, err);
             loss_sum = 0;
             loss_n = 0;
         }
-        if (cfg->train.eval_interval > 0 && s.step % cfg->train.eval_interval == 0)
-            rc = eval(t, out, jsonl, res, err);
+        if (!rc && cfg->train.eval_interval > 0 && s.step % cfg->train.eval_interval == 0)
+            rc = eval(t, out, metrics, res, err);
         if (!rc && save_dir[0] && cfg->checkpoint.save_interval > 0 &&
             s.step % cfg->checkpoint.save_interval == 0) {
             rc = save(t, &ckd, cfg, out, res, err);
@@ -228,7 +242,12 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
         gt_graph_runner *gr = gt_trainer_graph_runner(t);
         if (gr) gt_graph_runner_report(gr, out);
     }
-    if (jsonl) fclose(jsonl);
+    gt_error cerr = {0};
+    int crc = gt_metrics_close(metrics, &cerr);
+    if (crc && rc == GT_OK) {
+        rc = crc;
+        *err = cerr;
+    }
     gt_trainer_destroy(t);
     gt_ckpt_dir_close(&ckd);
     free(run_cfg);

@@ -98,8 +98,9 @@ static void test_bench_json_records_the_runtime_cuda_keys(void **state) {
     gt_bench_workload_compute(&rep.w, &c, 1e6, 0);
     char dir[256], path[300];
     char *json = write_and_read(&rep, gt_bench_write_json, "bench.json", dir, path);
-    if (!strstr(json, "\"runtime_cuda\": {\"attention\": \"mma\", \"attention_bwd\": \"auto\", "
-                      "\"moe_gemm\": \"auto\", \"pdl\": \"off\", \"graph_memset\": \"auto\"}"))
+    if (!strstr(json, "\"runtime_cuda\": {\n    \"attention\": \"mma\",\n    \"attention_bwd\": "
+                      "\"auto\",\n    \"moe_gemm\": \"auto\",\n    \"pdl\": \"off\",\n    "
+                      "\"graph_memset\": \"auto\"\n  }"))
         fail_msg("no runtime_cuda object in: %.600s", json);
     free(json);
     remove(path);

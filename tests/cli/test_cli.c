@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #define OUT_MAX (256 * 1024)
 
@@ -196,6 +197,26 @@ static void test_validate_text_summary_counts_what_json_counts(void **state) {
     assert_non_null(strstr(out, "1 error in all (1 bad setting, 0 from the rules)"));
 }
 
+/* The answer written to a full disk is an error (exit 1, said on stderr), not a quiet exit 0. */
+static void test_validate_json_to_a_full_stdout_fails(void **state) {
+    char *out = *state;
+    FILE *probe = fopen("/dev/full", "w");
+    if (!probe) skip();
+    fclose(probe);
+    const char *bin = getenv("GT_BINARY");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s validate --json --recipe tiny 2>&1 >/dev/full",
+             bin ? bin : "./graphtrain");
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, OUT_MAX - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 1);
+    assert_non_null(strstr(out, "No space left on device"));
+}
+
 static void test_validate_bad_input_names_the_problem(void **state) {
     char *out = *state;
     assert_int_equal(gt_test_run("validate model.cuda_graph_scop=attn", out, OUT_MAX), 2);
@@ -323,6 +344,7 @@ int main(void) {
         cmocka_unit_test(test_validate_bad_input_names_the_problem),
         cmocka_unit_test(test_validate_accepts_bridge_harness_flags),
         cmocka_unit_test(test_validate_train_bench_refuse_what_this_engine_cannot_run),
+        cmocka_unit_test(test_validate_json_to_a_full_stdout_fails),
         cmocka_unit_test(test_recipes_lists_each_with_a_description),
         cmocka_unit_test(test_readme_and_docs_reference_match_the_generated_one),
     };
