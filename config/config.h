@@ -159,7 +159,8 @@ typedef struct gt_scheduler_config {
 
 typedef struct gt_dataset_config {
     gt_data_source source;
-    char data_path[GT_PATH_MAX]; /* shard prefix or directory for source=shards */
+    char data_path[GT_PATH_MAX]; /* shard prefix or directory, or Megatron prefix / blend */
+    char split[64];              /* Megatron train,valid,test shares of indexed datasets */
     bool shuffle;
     bool packed_sequence;
     bool pad_to_max_length;

@@ -21,7 +21,10 @@ typedef struct gt_data_pos {
 
 /* Opens dataset.source for one split. Shards: dataset.data_path is a prefix (files PREFIX*.bin)
  * or a directory (every *.bin in it); files with "_val" in their name are the held-out split,
- * otherwise the last 5% of the shards (at least one) are. Mock: validation uses another seed. */
+ * otherwise the last 5% of the shards (at least one) are. Megatron indexed datasets: when
+ * data_path is a blend or PREFIX.idx + PREFIX.bin exist, samples come in Megatron's GPTDataset
+ * order for dataset.split (blend.h, gpt_dataset.h); reading past the last one starts it over.
+ * Mock: validation uses another seed. */
 int gt_data_create(gt_data **d, const gt_config *cfg, gt_data_split split, gt_error *err);
 void gt_data_destroy(gt_data *d);
 
