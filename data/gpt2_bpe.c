@@ -14,7 +14,7 @@
 #define GT_GPT2_MAX_FILE (256u << 20)
 
 /* unicode code point -> byte (or -1), for code points < 512 */
-static void byte_decoder(int dec[512]) {
+void gt_tok_byte_decoder(int dec[512]) {
     for (int i = 0; i < 512; i++)
         dec[i] = -1;
     int n = 0;
@@ -29,7 +29,7 @@ static void byte_decoder(int dec[512]) {
 
 /* Decodes UTF-8 text in the byte-to-unicode alphabet into bytes; returns the byte count or
  * -1 when a character is outside the alphabet. */
-static long unmap(const unsigned char *s, size_t n, const int dec[512], unsigned char *out) {
+long gt_tok_unmap(const unsigned char *s, size_t n, const int dec[512], unsigned char *out) {
     long o = 0;
     for (size_t i = 0; i < n;) {
         unsigned cp, c = s[i];
@@ -194,7 +194,7 @@ static int load_encoder(gt_tokenizer *tk, const char *path, const int dec[512], 
             goto done;
         }
         p = num_end;
-        long bl = unmap(str, (size_t)sl, dec, bytes);
+        long bl = gt_tok_unmap(str, (size_t)sl, dec, bytes);
         if (bl < 0) { /* special tokens such as <|endoftext|> are plain ASCII; others fail */
             rc = gt_error_set(err, GT_ERR_INVALID,
                               "%s:%d: token %ld ('%.*s') uses a character outside GPT-2's "
@@ -332,10 +332,10 @@ static int load_merges(gt_tokenizer *tk, const char *path, const int dec[512], g
                               path, line, (int)(len > 60 ? 60 : len), p);
             break;
         }
-        long la = unmap((unsigned char *)p, (size_t)(sp - p), dec, joined);
-        long lb =
-            la < 0 ? -1
-                   : unmap((unsigned char *)sp + 1, len - (size_t)(sp + 1 - p), dec, joined + la);
+        long la = gt_tok_unmap((unsigned char *)p, (size_t)(sp - p), dec, joined);
+        long lb = la < 0 ? -1
+                         : gt_tok_unmap((unsigned char *)sp + 1, len - (size_t)(sp + 1 - p), dec,
+                                        joined + la);
         if (la < 0 || lb < 0) {
             rc = gt_error_set(err, GT_ERR_INVALID,
                               "%s:%d: character outside GPT-2's "
@@ -369,7 +369,7 @@ int gt_tokenizer_load_gpt2(gt_tokenizer **out, const char *encoder_json, const c
                            gt_error *err) {
     *out = NULL;
     int dec[512];
-    byte_decoder(dec);
+    gt_tok_byte_decoder(dec);
     gt_tokenizer *tk = NULL;
     int rc = gt_tok_alloc(&tk, GT_TOK_GPT2, err);
     if (!rc) rc = load_encoder(tk, encoder_json, dec, err);
