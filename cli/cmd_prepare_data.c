@@ -25,7 +25,7 @@ static void usage(FILE *out) {
     fprintf(
         out,
         "usage: graphtrain prepare-data --input FILE... --output PREFIX [--vocab-size N]\n"
-        "                               [--gpt2 ENCODER.json VOCAB.bpe]\n"
+        "                               [--gpt2 ENCODER.json VOCAB.bpe | --tokenizer JSON]\n"
         "                               [--val-fraction F] [--shard-tokens N] [--force]\n\n"
         "Tokenizes text files into shards for dataset.source=shards dataset.data_path=PREFIX.\n"
         "  --input FILE...      text files (any bytes), one document each, in order; an\n"
@@ -36,6 +36,8 @@ static void usage(FILE *out) {
         "                       + merges + the end-of-document token, the last id; default\n"
         "                       %d); set model.vocab_size to the size printed\n"
         "  --gpt2 ENC BPE       use GPT-2's tokenizer from its encoder.json and vocab.bpe\n"
+        "  --tokenizer JSON     use a Hugging Face tokenizer.json (byte-level BPE: GPT-2,\n"
+        "                       Llama 3, Qwen); its special tokens in the text encode as such\n"
         "  --val-fraction F     share of the tokens held out for evaluation (default %.2f)\n"
         "  --shard-tokens N     tokens per training shard (default %lld)\n"
         "  --force              replace an existing set at PREFIX (its old shards are removed\n"
@@ -89,7 +91,7 @@ static int parse_long(const char *flag, const char *s, long long lo, long long h
 typedef struct prep_args {
     const char **inputs;
     int n_inputs;
-    const char *output, *gpt2_enc, *gpt2_bpe;
+    const char *output, *gpt2_enc, *gpt2_bpe, *hf_json;
     long long vocab, shard_tokens;
     double val_fraction;
     int force;
@@ -127,6 +129,8 @@ static int parse(int argc, char **argv, prep_args *a, gt_error *err) {
         } else if (!strcmp(f, "--gpt2") && i + 2 < argc) {
             a->gpt2_enc = argv[++i];
             a->gpt2_bpe = argv[++i];
+        } else if (!strcmp(f, "--tokenizer") && i + 1 < argc) {
+            a->hf_json = argv[++i];
         } else {
             rc = gt_error_set(err, GT_ERR_INVALID,
                               "unknown or incomplete argument '%.100s'; see "
@@ -135,6 +139,9 @@ static int parse(int argc, char **argv, prep_args *a, gt_error *err) {
         }
         if (rc) return rc;
     }
+    if (a->gpt2_enc && a->hf_json)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "--gpt2 and --tokenizer both name a tokenizer; give one");
     if (a->n_inputs == 0 || !a->output)
         return gt_error_set(err, GT_ERR_INVALID,
                             "needs --input FILE... and --output PREFIX; "
@@ -218,7 +225,9 @@ static int prepare(const prep_args *a, gt_error *err) {
     if (!rc)
         printf("prepare-data: %d file%s, %zu bytes\n", a->n_inputs, a->n_inputs == 1 ? "" : "s", n);
     double t0 = now_s();
-    if (!rc && a->gpt2_enc)
+    if (!rc && a->hf_json)
+        rc = gt_tokenizer_load_hf(&tk, a->hf_json, err);
+    else if (!rc && a->gpt2_enc)
         rc = gt_tokenizer_load_gpt2(&tk, a->gpt2_enc, a->gpt2_bpe, err);
     else if (!rc) /* the last id goes to the end-of-document token */
         rc = gt_bpe_train(&tk, text, n, (int)a->vocab - 1, err);
@@ -227,9 +236,13 @@ static int prepare(const prep_args *a, gt_error *err) {
     if (!rc) {
         int v = gt_tokenizer_vocab_size(tk);
         printf("tokenizer: %s, %d tokens (%d merges, end-of-document id %d) in %.2f s%s\n",
-               a->gpt2_enc ? "GPT-2 BPE" : "byte-level BPE learned from the input", v,
-               gt_tokenizer_num_merges(tk), gt_tokenizer_eod(tk), t1 - t0,
-               !a->gpt2_enc && v < a->vocab ? " (the input has no more repeated pairs)" : "");
+               a->hf_json    ? a->hf_json
+               : a->gpt2_enc ? "GPT-2 BPE"
+                             : "byte-level BPE learned from the input",
+               v, gt_tokenizer_num_merges(tk), gt_tokenizer_eod(tk), t1 - t0,
+               !a->gpt2_enc && !a->hf_json && v < a->vocab
+                   ? " (the input has no more repeated pairs)"
+                   : "");
         rc = encode_docs(tk, text, doc_off, a->n_inputs, &ids, &n_ids, &ids_cap, err);
     }
     if (!rc)

@@ -233,7 +233,6 @@ static const bridge_key k_bridge[] = {
     {"dataset.random_seed", NULL, "the data order follows rng.seed; drop the key and set rng.seed"},
     {"dataset.blend", "null", "dataset blends are not implemented; give one prefix in dataset.data_path"},
     {"dataset.blend_per_split", "null", "dataset blends are not implemented; give one prefix in dataset.data_path"},
-    {"dataset.split", "null", "prepare-data writes separate train and validation shards, so a split ratio is not read"},
     {"dataset.path_to_cache", "null", "graphtrain builds no index cache"},
     {"dataset.mmap_bin_files", "*", "graphtrain always memory-maps its shards"},
     {"dataset.reset_position_ids", "false", "resetting positions at document ends is not implemented"},

@@ -188,8 +188,9 @@ typedef struct gt_scheduler_config {
 
 typedef struct gt_dataset_config {
     gt_data_source source;
-    char data_path[GT_PATH_MAX]; /* shard prefix or directory for source=shards */
+    char data_path[GT_PATH_MAX]; /* shard prefix or directory, or Megatron prefix / blend */
     int seq_length;              /* Bridge's dataset.seq_length; 0 = model.seq_length */
+    char split[64];              /* Megatron train,valid,test shares of indexed datasets */
     bool shuffle;
     bool packed_sequence;
     bool pad_to_max_length;

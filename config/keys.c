@@ -131,8 +131,9 @@ static const gt_key k_keys[] = {
     {"scheduler.use_checkpoint_opt_param_scheduler", GT_KEY_BOOL, F(scheduler.use_checkpoint_opt_param_scheduler), "false", NULL, 0, 0, "At resume, train on with the checkpoint's schedule, whatever this configuration's schedule keys say.", NULL},
     /* ---- data ---- */
     {"dataset.source", GT_KEY_ENUM, F(dataset.source), "mock", k_data_source, 0, 0, "mock (random token ids, like Bridge's mock data) or shards (prepare-data output).", NULL},
-    {"dataset.data_path", GT_KEY_STRING, F(dataset.data_path), "", NULL, 0, 0, "Shard prefix or directory when dataset.source=shards.", NULL},
+    {"dataset.data_path", GT_KEY_STRING, F(dataset.data_path), "", NULL, 0, 0, "Shard prefix or directory when dataset.source=shards; or a Megatron indexed-dataset prefix (PREFIX.idx/.bin) or blend \"W1 PREFIX1 W2 PREFIX2\".", NULL},
     {"dataset.seq_length", GT_KEY_INT, F(dataset.seq_length), "0", NULL, 0, 10000000, "Bridge's dataset sequence length; it must equal model.seq_length (0 = the same).", "0"},
+    {"dataset.split", GT_KEY_STRING, F(dataset.split), "969,30,1", NULL, 0, 0, "Train,validation,test shares of Megatron indexed datasets' sequences (normalized).", NULL},
     {"dataset.shuffle", GT_KEY_BOOL, F(dataset.shuffle), "true", NULL, 0, 0, "Shuffle sequences each epoch.", NULL},
     {"dataset.packed_sequence", GT_KEY_BOOL, F(dataset.packed_sequence), "false", NULL, 0, 0, "Pack several documents per sequence (variable cu_seqlens).", NULL},
     {"dataset.pad_to_max_length", GT_KEY_BOOL, F(dataset.pad_to_max_length), "false", NULL, 0, 0, "Pad packed sequences to seq_length (static shapes).", NULL},

@@ -83,8 +83,11 @@ static int collect_words(bpe_state *s, const unsigned char *t, size_t n, gt_erro
     s->wh_cap = 1u << 16;
     s->wh = calloc(s->wh_cap, sizeof *s->wh);
     if (!s->wh) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (BPE)");
+    gt_pretok *pre = NULL; /* GPT-2's split, the one the learned tokenizer encodes with */
+    int rc = gt_pretok_create(&pre, GT_PRETOK_GPT2, err);
+    if (rc) return rc;
     for (size_t i = 0; i < n;) {
-        size_t len = gt_pretok_next(t, n, i);
+        size_t len = gt_pretok_next(pre, t, n, i, GT_BPE_MAX_CHUNK);
         size_t mask = s->wh_cap - 1, h = fnv1a(t + i, len) & mask;
         int32_t w = -1;
         while (s->wh[h]) {
@@ -103,8 +106,10 @@ static int collect_words(bpe_state *s, const unsigned char *t, size_t n, gt_erro
                 (c = s->words_cap,
                  grow((void **)&s->src_off, sizeof *s->src_off, &c, s->n_words + 1)) ||
                 (c = s->words_cap,
-                 grow((void **)&s->src_len, sizeof *s->src_len, &c, s->n_words + 1)))
-                return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (BPE)");
+                 grow((void **)&s->src_len, sizeof *s->src_len, &c, s->n_words + 1))) {
+                rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory (BPE)");
+                goto done;
+            }
             s->words_cap = c;
             w = s->n_words++;
             s->freq[w] = 1;
@@ -114,7 +119,10 @@ static int collect_words(bpe_state *s, const unsigned char *t, size_t n, gt_erro
             if ((size_t)s->n_words * 2 > s->wh_cap) { /* rehash */
                 size_t cap = s->wh_cap * 2;
                 int32_t *nh = calloc(cap, sizeof *nh);
-                if (!nh) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (BPE)");
+                if (!nh) {
+                    rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory (BPE)");
+                    goto done;
+                }
                 for (int32_t k = 0; k < s->n_words; k++) {
                     size_t j = fnv1a(t + s->src_off[k], (size_t)s->src_len[k]) & (cap - 1);
                     while (nh[j])
@@ -128,6 +136,9 @@ static int collect_words(bpe_state *s, const unsigned char *t, size_t n, gt_erro
         }
         i += len;
     }
+done:
+    gt_pretok_destroy(pre);
+    if (rc) return rc;
     size_t total = 0;
     for (int32_t w = 0; w < s->n_words; w++)
         total += (size_t)s->src_len[w];

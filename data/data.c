@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/crc32.h"
+#include "data/blend.h"
 #include "data/shard.h"
 #include "data/shard_list.h"
 
@@ -27,6 +28,9 @@ struct gt_data {
     int64_t n_samples;
     int64_t *perm; /* [n_samples] order of the current epoch (shuffle only) */
     uint64_t perm_epoch;
+    /* Megatron indexed datasets: their own (GPTDataset) order replaces perm */
+    gt_blend_data *mega;
+    int32_t *mega_buf; /* [T + 1] */
     char desc[768];
 };
 
@@ -57,7 +61,43 @@ static int check_listed(const gt_shard *sh, const gt_listed_shard *e, int vocab,
     return GT_OK;
 }
 
+/* Megatron's sample counts per split: train_iters * global batch for training, and for
+ * validation (train_iters / eval_interval + 1) * eval_iters * global batch. */
+static int open_megatron(gt_data *d, const gt_config *cfg, gt_data_split split, gt_error *err) {
+    if (!cfg->dataset.shuffle)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "dataset.shuffle=false with Megatron indexed data: Megatron's "
+                            "GPTDataset always draws samples in its seeded shuffled order; set "
+                            "dataset.shuffle=true");
+    if (cfg->rng.seed > UINT32_MAX)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "rng.seed=%llu: Megatron's dataset order uses numpy's RandomState, "
+                            "whose seed is at most 4294967295; choose a smaller rng.seed",
+                            (unsigned long long)cfg->rng.seed);
+    const gt_train_config *t = &cfg->train;
+    int64_t gbs = t->global_batch_size;
+    int64_t evals = t->eval_interval > 0 ? t->train_iters / t->eval_interval + 1 : 1;
+    gt_blend_params p = {
+        .data_path = cfg->dataset.data_path,
+        .split = cfg->dataset.split,
+        .which = split == GT_SPLIT_VALID ? GT_MSPLIT_VALID : GT_MSPLIT_TRAIN,
+        .num_samples =
+            split == GT_SPLIT_VALID ? evals * t->eval_iters * gbs : (int64_t)t->train_iters * gbs,
+        .seed = (uint32_t)cfg->rng.seed,
+        .seq_length = d->T,
+    };
+    int rc = gt_blend_data_open(&d->mega, &p, err);
+    if (rc) return rc;
+    d->mega_buf = malloc(((size_t)d->T + 1) * sizeof *d->mega_buf);
+    if (!d->mega_buf) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
+    d->n_samples = gt_blend_data_len(d->mega);
+    d->shuffle = 0; /* the order is the GPTDataset's */
+    snprintf(d->desc, sizeof d->desc, "%s", gt_blend_data_describe(d->mega));
+    return GT_OK;
+}
+
 static int open_shards(gt_data *d, const gt_config *cfg, gt_data_split split, gt_error *err) {
+    if (gt_blend_is_megatron(cfg->dataset.data_path)) return open_megatron(d, cfg, split, err);
     gt_shard_list list;
     int rc = gt_shard_list_build(&list, cfg->dataset.data_path, split, err);
     if (rc) return rc;
@@ -147,6 +187,8 @@ void gt_data_destroy(gt_data *d) {
     free(d->shards);
     free(d->first);
     free(d->perm);
+    gt_blend_data_close(d->mega);
+    free(d->mega_buf);
     free(d);
 }
 
@@ -170,7 +212,15 @@ static int build_perm(gt_data *d, uint64_t epoch, gt_error *err) {
     return GT_OK;
 }
 
-static void read_sample(const gt_data *d, int64_t sample, int32_t *tok, int32_t *tgt) {
+static int read_sample(const gt_data *d, int64_t sample, int32_t *tok, int32_t *tgt,
+                       gt_error *err) {
+    if (d->mega) {
+        int rc = gt_blend_data_sample(d->mega, sample, d->vocab, d->mega_buf, err);
+        if (rc) return rc;
+        memcpy(tok, d->mega_buf, (size_t)d->T * sizeof *tok);
+        memcpy(tgt, d->mega_buf + 1, (size_t)d->T * sizeof *tgt);
+        return GT_OK;
+    }
     int lo = 0, hi = d->n_shards - 1;
     while (lo < hi) { /* the shard whose [first, next first) holds sample */
         int mid = (lo + hi + 1) / 2;
@@ -185,6 +235,7 @@ static void read_sample(const gt_data *d, int64_t sample, int32_t *tok, int32_t 
         tok[t] = (int32_t)gt_shard_token(s, off + t);
         tgt[t] = (int32_t)gt_shard_token(s, off + t + 1);
     }
+    return GT_OK;
 }
 
 static void mock_sample(const gt_data *d, uint64_t sample, int32_t *tok, int32_t *tgt) {
@@ -217,7 +268,8 @@ int gt_data_next(gt_data *d, int32_t *tokens, int32_t *targets, int B, gt_error 
             // NOLINTNEXTLINE(clang-analyzer-core.uninitialized.Assign)
             sample = d->perm[sample];
         }
-        read_sample(d, sample, tok, tgt);
+        int rc = read_sample(d, sample, tok, tgt, err);
+        if (rc) return rc;
         d->pos.cursor++;
     }
     return GT_OK;

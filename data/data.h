@@ -23,7 +23,10 @@ typedef struct gt_data_pos {
  * written by prepare-data) or a folder (every manifest in it, of one vocabulary); only the
  * shards a manifest lists are read, each checked against it (shard_list.h). The manifests'
  * validation shards are the held-out split, otherwise the last 5% of the shards (at least
- * one) are. Mock: validation uses another seed. */
+ * one) are. Megatron indexed
+ * datasets: when data_path is a blend or PREFIX.idx + PREFIX.bin exist, samples come in
+ * Megatron's GPTDataset order for dataset.split (blend.h, gpt_dataset.h); reading past the last
+ * one starts it over. Mock: validation uses another seed. */
 int gt_data_create(gt_data **d, const gt_config *cfg, gt_data_split split, gt_error *err);
 void gt_data_destroy(gt_data *d);
 

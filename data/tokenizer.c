@@ -1,5 +1,6 @@
-/* Tokenizer tables, GPT-2's pre-split, encoding, decoding and the vocabulary file; see
- * tokenizer.h. Training lives in bpe_train.c, GPT-2 file loading in gpt2_bpe.c. */
+/* Tokenizer tables, encoding (added tokens, regex chunks, merges), decoding and the
+ * vocabulary file; see tokenizer.h. Training lives in bpe_train.c, GPT-2 file loading in
+ * gpt2_bpe.c, tokenizer.json in hf_tokenizer.c, the regex split in pretok.c. */
 #include "data/tokenizer_internal.h"
 
 #include <errno.h>
@@ -26,8 +27,63 @@ int gt_tok_alloc(gt_tokenizer **out, gt_tok_kind kind, gt_error *err) {
     }
     for (int i = 0; i < 256; i++)
         tk->byte_id[i] = -1;
+    tk->can_encode = 1;
+    int rc = gt_pretok_create(&tk->pretok, GT_PRETOK_GPT2, err);
+    if (rc) {
+        gt_tokenizer_destroy(tk);
+        return rc;
+    }
     *out = tk;
     return GT_OK;
+}
+
+int gt_tok_set_pattern(gt_tokenizer *tk, const char *pattern, gt_error *err) {
+    gt_pretok *p = NULL;
+    int rc = gt_pretok_create(&p, pattern, err);
+    if (rc) return rc;
+    gt_pretok_destroy(tk->pretok);
+    tk->pretok = p;
+    return GT_OK;
+}
+
+static uint64_t bytes_hash(const unsigned char *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+int gt_tok_index_tokens(gt_tokenizer *tk, gt_error *err) {
+    size_t cap = 1024;
+    while (cap < (size_t)tk->n_vocab * 2)
+        cap *= 2;
+    int32_t *slot = calloc(cap, sizeof *slot);
+    if (!slot) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory (tokenizer)");
+    free(tk->th_slot);
+    tk->th_slot = slot;
+    tk->th_cap = cap;
+    for (int id = 0; id < tk->n_vocab; id++) {
+        size_t len;
+        const unsigned char *b = gt_tokenizer_token(tk, (uint32_t)id, &len);
+        if (gt_tok_find(tk, b, len) >= 0) continue; /* a duplicate: the lowest id wins */
+        size_t j = bytes_hash(b, len) & (cap - 1);
+        while (slot[j])
+            j = (j + 1) & (cap - 1);
+        slot[j] = id + 1;
+    }
+    return GT_OK;
+}
+
+int gt_tok_find(const gt_tokenizer *tk, const unsigned char *b, size_t len) {
+    if (!tk->th_cap) return -1;
+    size_t j = bytes_hash(b, len) & (tk->th_cap - 1);
+    while (tk->th_slot[j]) {
+        size_t l;
+        const unsigned char *t = gt_tokenizer_token(tk, (uint32_t)(tk->th_slot[j] - 1), &l);
+        if (l == len && !memcmp(t, b, len)) return tk->th_slot[j] - 1;
+        j = (j + 1) & (tk->th_cap - 1);
+    }
+    return -1;
 }
 
 void gt_tokenizer_destroy(gt_tokenizer *tk) {
@@ -39,6 +95,9 @@ void gt_tokenizer_destroy(gt_tokenizer *tk) {
     free(tk->m_result);
     free(tk->mh_key);
     free(tk->mh_val);
+    gt_pretok_destroy(tk->pretok);
+    free(tk->added);
+    free(tk->th_slot);
     free(tk);
 }
 
@@ -189,72 +248,6 @@ const unsigned char *gt_tokenizer_token(const gt_tokenizer *tk, uint32_t id, siz
     return tk->blob + tk->tok_off[id];
 }
 
-/* ---- GPT-2's pre-split: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
- * \s+(?!\S)|\s+ over UTF-8; every non-ASCII character counts as a letter, and a byte that is
- * not valid UTF-8 counts as a one-byte letter. ---- */
-enum { C_LETTER, C_DIGIT, C_SPACE, C_OTHER };
-
-static size_t char_len(const unsigned char *t, size_t n, size_t i) {
-    unsigned c = t[i];
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    if (i + len > n) return 1;
-    for (size_t k = 1; k < len; k++)
-        if ((t[i + k] & 0xc0) != 0x80) return 1;
-    return len;
-}
-
-static int char_class(const unsigned char *t, size_t i) {
-    unsigned c = t[i];
-    if (c >= 0x80) return C_LETTER;
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return C_LETTER;
-    if (c >= '0' && c <= '9') return C_DIGIT;
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') return C_SPACE;
-    return C_OTHER;
-}
-
-static size_t run_of(const unsigned char *t, size_t n, size_t i, int cls) {
-    size_t j = i;
-    while (j < n && char_class(t, j) == cls)
-        j += char_len(t, n, j);
-    return j;
-}
-
-static size_t contraction(const unsigned char *t, size_t n, size_t i) {
-    if (t[i] != '\'' || i + 1 >= n) return 0;
-    unsigned c = t[i + 1];
-    if (c == 's' || c == 't' || c == 'm' || c == 'd') return 2;
-    if (i + 2 < n) {
-        unsigned d = t[i + 2];
-        if ((c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l')) return 3;
-    }
-    return 0;
-}
-
-static size_t pretok_raw(const unsigned char *t, size_t n, size_t i) {
-    size_t c = contraction(t, n, i);
-    if (c) return c;
-    size_t start = i;
-    int cls = char_class(t, i);
-    if (t[i] == ' ' && i + 1 < n && char_class(t, i + 1) != C_SPACE) {
-        i++; /* one leading space joins the following letter / digit / other run */
-        cls = char_class(t, i);
-    }
-    if (cls != C_SPACE) return run_of(t, n, i, cls) - start;
-    size_t j = run_of(t, n, i, C_SPACE);
-    if (j == n || j - i == 1) return j - i;
-    /* \s+(?!\S): leave the last whitespace character to start the next chunk */
-    size_t last = i;
-    for (size_t k = i; k < j; k += char_len(t, n, k))
-        last = k;
-    return last - i;
-}
-
-size_t gt_pretok_next(const unsigned char *t, size_t n, size_t i) {
-    size_t len = pretok_raw(t, n, i);
-    if (len == 0) len = 1;
-    return len > GT_BPE_MAX_CHUNK ? GT_BPE_MAX_CHUNK : len;
-}
-
 /* ---- encoding: within a chunk, repeatedly merge every occurrence of the best-ranked pair */
 static size_t encode_chunk(const gt_tokenizer *tk, uint32_t *sym, size_t len) {
     for (;;) {
@@ -278,28 +271,76 @@ static size_t encode_chunk(const gt_tokenizer *tk, uint32_t *sym, size_t len) {
     }
 }
 
-int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_t n, uint32_t **ids,
+static int append_ids(const uint32_t *sym, size_t m, uint32_t **ids, size_t *n_ids, size_t *cap,
+                      gt_error *err) {
+    if (*n_ids + m > *cap) {
+        size_t c = *cap ? *cap * 2 : 65536;
+        while (c < *n_ids + m)
+            c *= 2;
+        uint32_t *p = realloc(*ids, c * sizeof *p);
+        if (!p) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory encoding text");
+        *ids = p;
+        *cap = c;
+    }
+    memcpy(*ids + *n_ids, sym, m * sizeof *sym);
+    *n_ids += m;
+    return GT_OK;
+}
+
+/* Text without added tokens: regex chunks, then merges inside each. */
+static int encode_plain(const gt_tokenizer *tk, const unsigned char *text, size_t n, uint32_t **ids,
                         size_t *n_ids, size_t *cap, gt_error *err) {
     uint32_t sym[GT_BPE_MAX_CHUNK];
     for (size_t i = 0; i < n;) {
-        size_t len = gt_pretok_next(text, n, i);
-        for (size_t k = 0; k < len; k++)
-            sym[k] = (uint32_t)tk->byte_id[text[i + k]];
-        size_t m = encode_chunk(tk, sym, len);
-        if (*n_ids + m > *cap) {
-            size_t c = *cap ? *cap * 2 : 65536;
-            while (c < *n_ids + m)
-                c *= 2;
-            uint32_t *p = realloc(*ids, c * sizeof *p);
-            if (!p) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory encoding text");
-            *ids = p;
-            *cap = c;
+        size_t len = gt_pretok_next(tk->pretok, text, n, i, GT_BPE_MAX_CHUNK);
+        int whole = tk->ignore_merges ? gt_tok_find(tk, text + i, len) : -1;
+        size_t m = 1;
+        if (whole >= 0) {
+            sym[0] = (uint32_t)whole;
+        } else {
+            for (size_t k = 0; k < len; k++)
+                sym[k] = (uint32_t)tk->byte_id[text[i + k]];
+            m = encode_chunk(tk, sym, len);
         }
-        memcpy(*ids + *n_ids, sym, m * sizeof *sym);
-        *n_ids += m;
+        int rc = append_ids(sym, m, ids, n_ids, cap, err);
+        if (rc) return rc;
         i += len;
     }
     return GT_OK;
+}
+
+/* The added token (longest first) whose content starts at text[i], or -1. */
+static int added_at(const gt_tokenizer *tk, const unsigned char *text, size_t n, size_t i) {
+    if (!tk->added_first[text[i]]) return -1;
+    for (int k = 0; k < tk->n_added; k++) {
+        size_t len;
+        const unsigned char *c = gt_tokenizer_token(tk, tk->added[k], &len);
+        if (len && len <= n - i && !memcmp(text + i, c, len)) return k;
+    }
+    return -1;
+}
+
+int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_t n, uint32_t **ids,
+                        size_t *n_ids, size_t *cap, gt_error *err) {
+    if (!tk->can_encode)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "this vocabulary came from a tokenizer.json, whose split pattern "
+                            "and added tokens it does not keep; encode with the "
+                            "tokenizer.json itself (prepare-data --tokenizer PATH)");
+    /* added (special) tokens first, as Hugging Face does: the text between them is split */
+    size_t start = 0;
+    for (size_t i = 0; tk->n_added && i < n; i++) {
+        int k = added_at(tk, text, n, i);
+        if (k < 0) continue;
+        int rc = encode_plain(tk, text + start, i - start, ids, n_ids, cap, err);
+        if (!rc) rc = append_ids(&tk->added[k], 1, ids, n_ids, cap, err);
+        if (rc) return rc;
+        size_t len;
+        (void)gt_tokenizer_token(tk, tk->added[k], &len);
+        start = i + len;
+        i = start - 1;
+    }
+    return encode_plain(tk, text + start, n - start, ids, n_ids, cap, err);
 }
 
 int gt_tokenizer_decode(const gt_tokenizer *tk, const uint32_t *ids, size_t n, unsigned char **out,
@@ -333,10 +374,12 @@ int gt_tokenizer_save(const gt_tokenizer *tk, const char *path, gt_error *err) {
     int rc = gt_atomic_open(&f, path, err);
     if (rc) return rc;
     char line[4096];
-    int len =
-        snprintf(line, sizeof line, "%s %d\nkind %s\nvocab %d\nmerges %d\neod %d\n",
-                 GT_VOCAB_FILE_MAGIC, GT_VOCAB_FILE_VERSION,
-                 tk->kind == GT_TOK_GPT2 ? "gpt2" : "bpe", tk->n_vocab, tk->n_merges, tk->eod);
+    int len = snprintf(line, sizeof line, "%s %d\nkind %s\nvocab %d\nmerges %d\neod %d\n",
+                       GT_VOCAB_FILE_MAGIC, GT_VOCAB_FILE_VERSION,
+                       tk->kind == GT_TOK_GPT2 ? "gpt2"
+                       : tk->kind == GT_TOK_HF ? "hf"
+                                               : "bpe",
+                       tk->n_vocab, tk->n_merges, tk->eod);
     rc = gt_atomic_write(&f, line, (size_t)len, err);
     for (int i = 0; !rc && i < tk->n_merges; i++) {
         len = snprintf(line, sizeof line, "%u %u %u\n", tk->m_left[i], tk->m_right[i],
@@ -392,7 +435,8 @@ static int load_body(gt_tokenizer *tk, FILE *f, const char *path, gt_error *err)
         (version >= 2 && (fscanf(f, " eod %d", &eod) != 1 || eod < -1 || eod >= vocab)))
         return gt_error_set(err, GT_ERR_INVALID, "%s: bad header (kind/vocab/merges/eod)", path);
     tk->eod = eod;
-    tk->kind = !strcmp(kind, "gpt2") ? GT_TOK_GPT2 : GT_TOK_BPE;
+    tk->kind = !strcmp(kind, "gpt2") ? GT_TOK_GPT2 : !strcmp(kind, "hf") ? GT_TOK_HF : GT_TOK_BPE;
+    tk->can_encode = tk->kind != GT_TOK_HF;
     for (int i = 0; i < merges; i++) {
         unsigned a, b, z;
         if (fscanf(f, "%u %u %u", &a, &b, &z) != 3 || a >= (unsigned)vocab ||

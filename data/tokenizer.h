@@ -1,8 +1,8 @@
 /* Byte-level BPE tokenizers for prepare-data: one learned from the corpus itself
  * (gt_bpe_train), or GPT-2's from the user's encoder.json + vocab.bpe. Both start from the
  * 256 bytes, so every byte string encodes, and decoding gives the exact bytes back. Text is
- * first split into chunks by GPT-2's pattern (contractions, letter / digit / other runs with
- * one leading space, whitespace runs); merges never cross a chunk. */
+ * first split into chunks by GPT-2's regular expression run by PCRE2 (pretok.h), or by the
+ * pattern a tokenizer.json names; merges never cross a chunk. */
 #ifndef GT_DATA_TOKENIZER_H
 #define GT_DATA_TOKENIZER_H
 
@@ -25,6 +25,10 @@ typedef struct gt_tokenizer gt_tokenizer;
 int gt_bpe_train(gt_tokenizer **tk, const unsigned char *text, size_t n, int vocab_size,
                  gt_error *err);
 /* GPT-2's tokenizer from its two files (byte-to-unicode alphabet, ranked merges). */
+/* A Hugging Face tokenizer.json of a byte-level BPE (GPT-2, Llama 3, Qwen): vocab, merges,
+ * added tokens, the ByteLevel pre-tokenizer or a Split regex before it (hf_tokenizer.c);
+ * options it cannot honour (normalizers, byte fallback, ...) are refused by name. */
+int gt_tokenizer_load_hf(gt_tokenizer **tk, const char *tokenizer_json, gt_error *err);
 int gt_tokenizer_load_gpt2(gt_tokenizer **tk, const char *encoder_json, const char *vocab_bpe,
                            gt_error *err);
 /* The vocabulary file written beside the shards (PREFIX.vocab), and reading it back. */
@@ -51,8 +55,5 @@ int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_
 /* Decodes ids into a malloc'ed byte string *out of *out_n bytes; unknown ids are refused. */
 int gt_tokenizer_decode(const gt_tokenizer *tk, const uint32_t *ids, size_t n, unsigned char **out,
                         size_t *out_n, gt_error *err);
-
-/* Length of the chunk starting at text[i] (GPT-2's split); exposed for tests. */
-size_t gt_pretok_next(const unsigned char *text, size_t n, size_t i);
 
 #endif

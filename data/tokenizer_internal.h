@@ -3,9 +3,12 @@
 #ifndef GT_DATA_TOKENIZER_INTERNAL_H
 #define GT_DATA_TOKENIZER_INTERNAL_H
 
+#include "data/pretok.h"
 #include "data/tokenizer.h"
 
-typedef enum { GT_TOK_BPE = 0, GT_TOK_GPT2 = 1 } gt_tok_kind;
+/* HF: from a Hugging Face tokenizer.json (its pattern, added tokens and options live only in
+ * that file, so a vocabulary file of this kind decodes but does not encode) */
+typedef enum { GT_TOK_BPE = 0, GT_TOK_GPT2 = 1, GT_TOK_HF = 2 } gt_tok_kind;
 
 struct gt_tokenizer {
     gt_tok_kind kind;
@@ -21,6 +24,14 @@ struct gt_tokenizer {
     uint64_t *mh_key;
     int32_t *mh_val;
     size_t mh_cap;
+    gt_pretok *pretok; /* the chunking regex (GPT-2's unless the source says otherwise) */
+    int can_encode;    /* 0 for a GT_TOK_HF vocabulary read back from its .vocab file */
+    int ignore_merges; /* a chunk that is itself a token is emitted whole (Llama 3) */
+    int n_added;       /* added / special tokens, matched in the text before the split */
+    uint32_t *added;   /* [n_added] their ids, longest content first */
+    unsigned char added_first[256]; /* bytes that start some added token */
+    int32_t *th_slot; /* token bytes -> id + 1 (open addressing, gt_tok_index_tokens) */
+    size_t th_cap;
 };
 
 /* An empty tokenizer of the given kind. */
@@ -32,6 +43,15 @@ int gt_tok_add_merge(gt_tokenizer *tk, uint32_t left, uint32_t right, uint32_t r
                      gt_error *err);
 /* Rank of (left, right), or -1. */
 int gt_tok_merge_rank(const gt_tokenizer *tk, uint32_t left, uint32_t right);
+/* Replaces the pre-tokenizer's pattern. */
+int gt_tok_set_pattern(gt_tokenizer *tk, const char *pattern, gt_error *err);
+/* Builds the bytes -> id map (lowest id wins) that gt_tok_find reads. */
+int gt_tok_index_tokens(gt_tokenizer *tk, gt_error *err);
+int gt_tok_find(const gt_tokenizer *tk, const unsigned char *bytes, size_t len);
+/* GPT-2's byte-to-unicode alphabet: dec[code point] = byte or -1 (code points < 512), and
+ * the decoding of UTF-8 text in it into bytes (-1 when a character is outside it). */
+void gt_tok_byte_decoder(int dec[512]);
+long gt_tok_unmap(const unsigned char *s, size_t n, const int dec[512], unsigned char *out);
 /* Fills byte_id from the single-byte tokens; fails when a byte has none. */
 int gt_tok_index_bytes(gt_tokenizer *tk, const char *what, gt_error *err);
 

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "data/pretok.h"
 #include "data/tokenizer.h"
 
 static void encode(const gt_tokenizer *tk, const char *text, size_t n, uint32_t **ids, size_t *m) {
@@ -151,14 +152,18 @@ static void test_pretokenizer_splits_like_gpt2(void **state) {
     const char *want[] = {"Hello", " world", "'s", " ", " end", "\n", "\n", "ok", " 42", "!!"};
     size_t n = strlen(text), i = 0;
     int k = 0;
+    gt_pretok *pre = NULL;
+    gt_error err = {0};
+    assert_int_equal(gt_pretok_create(&pre, GT_PRETOK_GPT2, &err), GT_OK);
     while (i < n) {
-        size_t len = gt_pretok_next((const unsigned char *)text, n, i);
+        size_t len = gt_pretok_next(pre, (const unsigned char *)text, n, i, GT_BPE_MAX_CHUNK);
         assert_true(k < 10);
         if (len != strlen(want[k]) || memcmp(text + i, want[k], len))
             fail_msg("chunk %d: got '%.*s', want '%s'", k, (int)len, text + i, want[k]);
         i += len;
         k++;
     }
+    gt_pretok_destroy(pre);
     assert_int_equal(k, 10);
 }
 
