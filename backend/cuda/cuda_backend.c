@@ -18,7 +18,6 @@ struct gt_graph {
 
 #define GT_CUDA_SCRATCH_ALIGN 256
 
-
 int gt_cuda_fail_call(gt_backend *b, cudaError_t e, const char *call, const char *file, int line) {
     if (e == cudaSuccess) return 0;
     gt_backend_fail(b, GT_ERR_DEVICE, "%s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e),

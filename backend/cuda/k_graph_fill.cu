@@ -6,8 +6,8 @@
  * leave the GPU idle for microseconds (in front of it and behind it), while a kernel-to-kernel
  * edge costs well under a microsecond. So after capture, each memset node is replaced by a
  * node of k_graph_fill writing the same bytes, with the same edges; with programmatic launch on
- * (runtime.cuda.pdl), an in-edge from a kernel node becomes programmatic, since k_graph_fill waits for
- * its predecessor (GT_PDL_ENTRY) before it writes. Nothing is computed differently. Off with
+ * (runtime.cuda.pdl), an in-edge from a kernel node becomes programmatic, since k_graph_fill waits
+ * for its predecessor (GT_PDL_ENTRY) before it writes. Nothing is computed differently. Off with
  * runtime.cuda.graph_memset=node.
  *
  * The gain is measured in docs/design.md, "Memset nodes become fill kernels". (Under the

@@ -18,7 +18,6 @@
 #include "dev/cuda/dev_random.cuh"
 #include "dev/cuda/lt_problem.h"
 
-
 #define CHAIN 40
 #define WS ((size_t)32 << 20)
 

@@ -9,23 +9,24 @@ JOBS=${GT_JOBS:-2}
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
 fi
-cmake -S . -B "$BUILD" -DGT_CUDA=ON -DGT_DEV=ON -DCMAKE_BUILD_TYPE=Release -DGT_SANITIZE=OFF \
+# GT_MPI=OFF: the MPI collectives serve CPU-backend worlds only (dist/), and the binary must not
+# need this machine's libmpi there
+cmake -S . -B "$BUILD" -DGT_CUDA=ON -DGT_DEV=ON -DGT_MPI=OFF -DCMAKE_BUILD_TYPE=Release -DGT_SANITIZE=OFF \
   -DCMAKE_C_FLAGS="${GT_GPU_CFLAGS:-}" "$@" >/dev/null
 cmake --build "$BUILD" -j"$JOBS"
 # The run folder: what the GPU machine needs and lacks, small enough to carry (the build tree
 # with every CPU test is not): the binary, the GPU tests, the dev/ tools, the recipes the binary
 # was built with (so that an A/B run of an older pack reads its own), and the shared libraries
-# missing there (libyaml is linked statically already; cmocka is not).
+# missing there (libyaml and PCRE2 are linked statically already; cmocka and cJSON are not).
 RUN=${GT_GPU_RUN_DIR:-build-gpu-run}
 rm -rf "$RUN"
 mkdir -p "$RUN/lib"
 cp "$BUILD/graphtrain" "$BUILD"/gpu_test_* "$RUN/"
 cp -r recipes "$RUN/recipes"
-# shellcheck disable=SC2043 # a list of one: add the next library missing there
-for lib in libcmocka.so.0; do
+for lib in libcmocka.so.0 libcjson.so.1; do
   src=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ && !found {print $NF; found = 1}')
   if [ -z "$src" ]; then
-    echo "gpu.sh build: $lib not found; install it with apt-get install libcmocka0" >&2
+    echo "gpu.sh build: $lib not found; install it with apt-get install libcmocka0 libcjson1" >&2
     exit 1
   fi
   cp -L "$src" "$RUN/lib/$lib"
