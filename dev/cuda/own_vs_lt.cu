@@ -44,7 +44,8 @@ static float chain_us(cudaStream_t s, bf16 *touch, int touch_n, void (*gemm)(voi
     cudaGraphExec_t ge;
     cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
     for (int i = 0; i < CHAIN; i++) {
-        gt_launch(k_touch, dim3((touch_n + 255) / 256), dim3(256), 0, s, touch, touch_n);
+        gt_launch(k_touch, dim3((touch_n + 255) / 256), dim3(256), 0, gt_cuda_exec{s, dev_pdl},
+                  touch, touch_n);
         gemm(ctx);
     }
     cudaStreamEndCapture(s, &g);
@@ -93,14 +94,17 @@ static void run_own(void *v) {
     job *j = (job *)v;
     int ok;
     if (j->kind == FWD) /* out[M,N] = A[M,K] W[N,K]^T */
-        ok = gt_cuda_grouped_mm_wgmma(j->s, (bf16 *)j->C2, (const bf16 *)j->A, (const bf16 *)j->B,
-                                      j->off, j->M, 1, j->N, j->K, 1);
+        ok =
+            gt_cuda_grouped_mm_wgmma(gt_cuda_exec{j->s, dev_pdl}, (bf16 *)j->C2, (const bf16 *)j->A,
+                                     (const bf16 *)j->B, j->off, j->M, 1, j->N, j->K, 1);
     else if (j->kind == DATA) /* da[M,K] = dout[M,N] W[N,K] */
-        ok = gt_cuda_grouped_mm_wgmma(j->s, (bf16 *)j->C2, (const bf16 *)j->A, (const bf16 *)j->B,
-                                      j->off, j->M, 1, j->K, j->N, 0);
+        ok =
+            gt_cuda_grouped_mm_wgmma(gt_cuda_exec{j->s, dev_pdl}, (bf16 *)j->C2, (const bf16 *)j->A,
+                                     (const bf16 *)j->B, j->off, j->M, 1, j->K, j->N, 0);
     else /* dw[N,K] += dout[M,N]^T a[M,K] */
-        ok = gt_cuda_grouped_mm_dw_wgmma(j->s, (float *)j->C2, (const bf16 *)j->A,
-                                         (const bf16 *)j->B, j->off, j->M, 1, j->N, j->K, 1);
+        ok = gt_cuda_grouped_mm_dw_wgmma(gt_cuda_exec{j->s, dev_pdl}, (float *)j->C2,
+                                         (const bf16 *)j->A, (const bf16 *)j->B, j->off, j->M, 1,
+                                         j->N, j->K, 1);
     if (!ok) fprintf(stderr, "own kernel refused the shape\n");
 }
 
