@@ -76,26 +76,14 @@ static void print_total(const gt_report *r, const gt_error *load_error, FILE *ou
 static int check_gpu_fit(const gt_config *cfg, const gt_memory_plan *mp, gt_report *r) {
     size_t have = gt_memory_gpu_bytes(cfg->runtime.gpu);
     if (!have || mp->total <= have) return 0;
-    r->errors++;
-    if (r->count >= GT_REPORT_MAX) {
-        r->dropped++;
-        return 1;
-    }
-    gt_finding *f = &r->findings[r->count++];
-    memset(f, 0, sizeof *f);
-    f->severity = GT_SEVERITY_ERROR;
-    f->rule = "plan_fits_gpu_memory";
-    static const char *const keys[] = {"runtime.gpu", "train.micro_batch_size", "model.seq_length",
-                                       "model.num_layers", "model.hidden_size"};
-    for (int i = 0; i < 5; i++)
-        f->keys[f->n_keys++] = keys[i];
-    snprintf(f->message, sizeof f->message,
-             "the memory plan needs %.2f GiB per GPU but one %s has %.0f GiB",
-             (double)mp->total / VALIDATE_GIB, cfg->runtime.gpu, (double)have / VALIDATE_GIB);
-    snprintf(f->fix, sizeof f->fix,
-             "lower train.micro_batch_size (activations scale with it) or model.seq_length, "
-             "use fewer model.num_layers or a smaller model.hidden_size, or a GPU with more "
-             "memory (-g)");
+    gt_report_add(r, GT_SEVERITY_ERROR, "plan_fits_gpu_memory",
+                  GT_KEYS("runtime.gpu", "train.micro_batch_size", "model.seq_length",
+                          "model.num_layers", "model.hidden_size"),
+                  "lower train.micro_batch_size (activations scale with it) or model.seq_length, "
+                  "use fewer model.num_layers or a smaller model.hidden_size, or a GPU with more "
+                  "memory (-g)",
+                  "the memory plan needs %.2f GiB per GPU but one %s has %.0f GiB",
+                  (double)mp->total / VALIDATE_GIB, cfg->runtime.gpu, (double)have / VALIDATE_GIB);
     return 1;
 }
 

@@ -4,8 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "graphs/graphs.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_dir.h"
@@ -31,9 +31,7 @@ static void hms(double seconds, char *buf, size_t n) {
 }
 
 static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return gt_now_ms() * 1e-3;
 }
 
 /* What the progress line and the metrics need beyond the trainer's step numbers. */
@@ -103,9 +101,7 @@ static int stop_requested(const gt_train_run_opts *o) {
 
 static double monotonic_ms(void *ctx) {
     (void)ctx;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return gt_now_ms();
 }
 
 /* Megatron's exit rules, checked after each step (a checkpoint follows when checkpoint.save
