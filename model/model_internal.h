@@ -92,6 +92,10 @@ enum {
     GT_RC_MOE_NORM = 1u << 5,  /* moe.ln, moe.rstd (layernorm) */
     GT_RC_MOE = 1u << 6,       /* routing, permutation and expert activations (moe) */
     GT_RC_MOE_ACT = 1u << 7,   /* moe.he (moe_act) */
+    /* full only, layers of attention + MLP/MoE: the residual between the two blocks, whose
+     * backward then starts with the attention's whole forward (Megatron keeps only the
+     * layer's input); the attention's backward finds its activations already there */
+    GT_RC_MID_RESIDUAL = 1u << 8,
 };
 
 /* A recomputed activation has one buffer shared by every layer that recomputes it: the
@@ -182,8 +186,8 @@ void gt_model_bind_recompute(gt_model *m);
  * bits for it): the same ops on the same inputs and Philox sites as the forward, so the
  * activations come back bit for bit; nothing is added to the loss or the residual stream. */
 void gt_attn_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
-void gt_mlp_recompute(gt_model *m, gt_stream *s, int layer);
-void gt_moe_experts_recompute(gt_model *m, gt_stream *s, int layer);
+void gt_mlp_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+void gt_moe_experts_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
 void gt_moe_router_recompute(gt_model *m, gt_stream *s, int layer);
 
 /* Parameter / gradient pointers of tensor i (NULL for i < 0). */

@@ -78,7 +78,7 @@ void gt_moe_experts_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st)
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     gt_moe_block *e = &m->layers[layer].moe;
-    gt_moe_experts_recompute(m, s, layer);
+    gt_moe_experts_recompute(m, s, layer, st);
     const void *dy = gt_model_branch_grad(m, s, e->res_out, layer, GT_SITE_MOE_OUT, st);
     /* sc.r: gradient of the expert outputs, later of the expert inputs */
     b->ops->moe_combine_bwd(b, s, m->sc.r, m->sc.dtopk_w, dy, e->ye, e->topk_w, e->token_slot,

@@ -318,14 +318,17 @@ static int plan_arenas(gt_model *m, gt_error *err) {
     size_t N = (size_t)dm->N, d = (size_t)dm->d, ae = m->act_elem, R = (size_t)dm->R;
     size_t P = (size_t)gt_rmsnorm_parts_bound(dm->N); /* weight-gradient partial rows a norm */
     int rc;
-    char nm[GT_ARENA_NAME_MAX];
     PLAN(&m->params, "params", m->info.n_params * ae, &m->params_base);
     PLAN(&m->grads, "grads", m->info.n_params * sizeof(float), &m->grads_base);
     PLAN(&m->grads, "embedding.row_marks", (size_t)dm->V, &m->emb_dirty);
     PLAN(&m->grads, "embedding.row_lag", (size_t)dm->V * sizeof(int32_t), &m->emb_lag);
     for (int i = 0; i < m->n_res; i++) {
-        snprintf(nm, sizeof nm, "residual.%d", i);
-        PLAN(&m->acts, nm, N * d * ae, &m->res[i]);
+        int mid = 0; /* the residual inside a layer that full recompute rebuilds */
+        for (int l = 0; l < m->num_layers && !mid; l++)
+            mid = (m->layers[l].rc & GT_RC_MID_RESIDUAL) && m->layers[l].attn.res_out == i;
+        if ((rc = gt_model_plan_act(m, i, mid, mid ? "layers.%d.residual_mid" : "residual.%d", N * d * ae,
+                                    &m->res[i], err)))
+            return rc;
     }
 #define ACT(shared, fmt, bytes, ptr)                                                               \
     do {                                                                                           \

@@ -69,8 +69,11 @@ static int full_bits(gt_model *m, gt_error *err) {
                             mc->recompute_num_layers, m->num_layers);
     int n = mc->recompute_method == GT_RECOMPUTE_METHOD_BLOCK ? mc->recompute_num_layers
                                                               : m->num_layers;
-    for (int l = 0; l < n; l++)
-        m->layers[l].rc = RC_FULL;
+    for (int l = 0; l < n; l++) {
+        gt_layer *L = &m->layers[l];
+        L->rc = RC_FULL;
+        if (L->has_attn && (L->has_mlp || L->has_moe)) L->rc |= GT_RC_MID_RESIDUAL;
+    }
     return GT_OK;
 }
 
@@ -118,6 +121,7 @@ void gt_attn_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st) 
     const gt_model_dims *dm = &m->dm;
     unsigned rc = m->layers[layer].rc;
     gt_attn_block *a = &m->layers[layer].attn;
+    if (rc & GT_RC_MID_RESIDUAL) return; /* the layer's backward began with this forward */
     if (rc & GT_RC_ATTN_NORM)
         b->ops->rmsnorm_fwd(b, s, a->ln, a->rstd, m->res[a->res_in], gt_model_param(m, a->norm_w),
                             dm->N, dm->d, dm->eps);
@@ -132,11 +136,18 @@ void gt_attn_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st) 
                               dm->p_attn, gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
 }
 
-void gt_mlp_recompute(gt_model *m, gt_stream *s, int layer) {
+/* The attention's whole forward (residual output included) where the layer saved no residual
+ * between its blocks: the input of the block after it. */
+static void mid_residual(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
+    if (m->layers[layer].rc & GT_RC_MID_RESIDUAL) gt_attn_fwd(m, s, layer, 1, st);
+}
+
+void gt_mlp_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     unsigned rc = m->layers[layer].rc;
     gt_mlp_block *p = &m->layers[layer].mlp;
+    mid_residual(m, s, layer, st);
     if (rc & GT_RC_MLP_NORM)
         b->ops->rmsnorm_fwd(b, s, p->ln, p->rstd, m->res[p->res_in], gt_model_param(m, p->norm_w),
                             dm->N, dm->d, dm->eps);
@@ -151,11 +162,12 @@ void gt_mlp_recompute(gt_model *m, gt_stream *s, int layer) {
  * the forward already added, permutation, experts up to their outputs), or only the experts'
  * activation. Runs first in the experts' backward, the first MoE unit that backward reaches;
  * the preprocess and router backwards after it read what it left. */
-void gt_moe_experts_recompute(gt_model *m, gt_stream *s, int layer) {
+void gt_moe_experts_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     unsigned rc = m->layers[layer].rc;
     gt_moe_block *e = &m->layers[layer].moe;
+    mid_residual(m, s, layer, st);
     if (rc & GT_RC_MOE) {
         if (rc & GT_RC_MOE_NORM)
             b->ops->rmsnorm_fwd(b, s, e->ln, e->rstd, m->res[e->res_in],

@@ -243,7 +243,7 @@ static void test_full_uniform_keeps_one_layer_of_activations(void **state) {
     size_t res = aligned(N * (size_t)c.model.hidden_size * sizeof(float));
     size_t parts = aligned((size_t)gt_rmsnorm_parts_bound((int)N) * (size_t)c.model.hidden_size *
                            sizeof(float));
-    size_t kept = 2 * res + 2 * parts; /* two residual buffers, two norms' partials */
+    size_t kept = res + 2 * parts; /* the layer output residual, two norms' partials */
     assert_int_equal(act_bytes(&c), act_bytes(&base) - (RC_LAYERS - 1) * (per_layer - kept));
 }
 
