@@ -166,7 +166,8 @@ struct gt_model {
     float dscale;  /* of the running forward_backward (constant over a run) */
     int grad_acc;  /* of the running forward_backward: weight gradients += (1) or = (0) */
     size_t n_real; /* parameters without alignment padding */
-    gt_rc_alias *rc_alias; /* [n_rc_alias] layer fields that take a shared recompute buffer */
+    /* [n_rc_alias] the layer fields that take a shared recompute buffer */
+    gt_rc_alias *rc_alias;
     int n_rc_alias;
 };
 

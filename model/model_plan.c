@@ -224,8 +224,8 @@ static void plan_deferred_wgrads(gt_model *m) {
         /* a recomputed operand lives in a shared buffer that the next recompute overwrites
          * before the flush, so its weight gradient cannot wait */
         unsigned rc = L->rc, next_rc = next_attn ? m->layers[l + 1].rc : 0;
-        L->attn.defer_qkv = L->has_attn && !dm->qkv_bias && next_attn &&
-                            !(rc & GT_RC_ATTN_NORM) && !(next_rc & GT_RC_QKV);
+        L->attn.defer_qkv = L->has_attn && !dm->qkv_bias && next_attn && !(rc & GT_RC_ATTN_NORM) &&
+                            !(next_rc & GT_RC_QKV);
         L->attn.defer_o = L->has_attn && !dm->lin_bias && !dropout && !(rc & GT_RC_CORE_ATTN);
         L->mlp.defer_gu = L->has_mlp && !dm->lin_bias && !(rc & (GT_RC_MLP_NORM | GT_RC_MLP));
         L->mlp.defer_down = L->has_mlp && !dm->lin_bias && !dropout && !(rc & GT_RC_MLP);
@@ -326,8 +326,8 @@ static int plan_arenas(gt_model *m, gt_error *err) {
         int mid = 0; /* the residual inside a layer that full recompute rebuilds */
         for (int l = 0; l < m->num_layers && !mid; l++)
             mid = (m->layers[l].rc & GT_RC_MID_RESIDUAL) && m->layers[l].attn.res_out == i;
-        if ((rc = gt_model_plan_act(m, i, mid, mid ? "layers.%d.residual_mid" : "residual.%d", N * d * ae,
-                                    &m->res[i], err)))
+        if ((rc = gt_model_plan_act(m, i, mid, mid ? "layers.%d.residual_mid" : "residual.%d",
+                                    N * d * ae, &m->res[i], err)))
             return rc;
     }
 #define ACT(shared, fmt, bytes, ptr)                                                               \

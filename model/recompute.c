@@ -7,8 +7,7 @@
 #include "model/model_internal.h"
 
 #define RC_ATTN (GT_RC_ATTN_NORM | GT_RC_QKV | GT_RC_CORE_ATTN)
-#define RC_FULL                                                                                    \
-    (RC_ATTN | GT_RC_MLP_NORM | GT_RC_MLP | GT_RC_MOE_NORM | GT_RC_MOE | GT_RC_MOE_ACT)
+#define RC_FULL (RC_ATTN | GT_RC_MLP_NORM | GT_RC_MLP | GT_RC_MOE_NORM | GT_RC_MOE | GT_RC_MOE_ACT)
 
 /* A module of model.recompute_modules the model must have, by the layers it acts on. */
 static int refuse_missing(const gt_model *m, uint32_t bit, const char *module, const char *what,
