@@ -80,7 +80,8 @@ static int check_gpu_fit(const gt_config *cfg, const gt_memory_plan *mp, gt_repo
                   GT_KEYS("runtime.gpu", "train.micro_batch_size", "model.seq_length",
                           "model.num_layers", "model.hidden_size"),
                   "lower train.micro_batch_size (activations scale with it) or model.seq_length, "
-                  "use fewer model.num_layers or a smaller model.hidden_size, or a GPU with more "
+                  "recompute activations (model.recompute_granularity=selective or full), use "
+                  "fewer model.num_layers or a smaller model.hidden_size, or a GPU with more "
                   "memory (-g)",
                   "the memory plan needs %.2f GiB per GPU but one %s has %.0f GiB",
                   (double)mp->total / VALIDATE_GIB, cfg->runtime.gpu, (double)have / VALIDATE_GIB);

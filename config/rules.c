@@ -173,29 +173,19 @@ static void check_graph_rules(const gt_config *c, gt_report *r) {
             "full iteration CUDA graph\")",
             m->recompute_num_layers > 0 ? " with recompute_num_layers" : "");
     const bool selective = m->recompute_granularity == GT_RECOMPUTE_SELECTIVE;
-    if (te && selective && (m->recompute_modules & (GT_RECOMPUTE_MOE | GT_RECOMPUTE_MOE_ACT)) &&
-        (s & GT_SCOPE_MOE_ROUTER))
+    /* MCore: a recomputed module lies wholly inside or outside a graph; the MoE module spans
+     * the router, so its recompute cannot run with the router graphed apart (moe_act stays in
+     * the experts and may) */
+    if (te && selective && (m->recompute_modules & GT_RECOMPUTE_MOE) && (s & GT_SCOPE_MOE_ROUTER))
         add(r, GT_SEVERITY_ERROR, "moe_recompute_not_with_moe_router",
             KEYS("model.recompute_modules", "model.cuda_graph_scope"),
-            "remove moe/moe_act from model.recompute_modules, or moe_router from the scope",
-            "MoE recompute is not supported with the moe_router graph scope");
-    if (te && selective && (m->recompute_modules & GT_RECOMPUTE_CORE_ATTN) && (s & GT_SCOPE_ATTN) &&
-        m->attention_dropout > 0)
-        add(r, GT_SEVERITY_ERROR, "attention_dropout_with_graphed_attn_recompute",
-            KEYS("model.attention_dropout", "model.recompute_modules", "model.cuda_graph_scope"),
-            "set model.attention_dropout=0, drop core_attn from model.recompute_modules, or "
-            "attn from the scope",
-            "attention dropout (%g) cannot be recomputed inside a graphed attention block",
-            m->attention_dropout);
-    if (te && selective &&
-        (m->recompute_modules & (GT_RECOMPUTE_MLP | GT_RECOMPUTE_MOE | GT_RECOMPUTE_MOE_ACT)) &&
-        (s & (GT_SCOPE_MLP | GT_SCOPE_MOE)) && m->hidden_dropout > 0)
-        add(r, GT_SEVERITY_ERROR, "hidden_dropout_with_graphed_mlp_recompute",
-            KEYS("model.hidden_dropout", "model.recompute_modules", "model.cuda_graph_scope"),
-            "set model.hidden_dropout=0, drop mlp/moe from model.recompute_modules, or "
-            "mlp/moe from the scope",
-            "hidden dropout (%g) cannot be recomputed inside a graphed MLP/MoE block",
-            m->hidden_dropout);
+            "remove moe from model.recompute_modules (moe_act may stay), or moe_router from the "
+            "scope",
+            "MoE recompute is not supported with the moe_router graph scope (MCore: a "
+            "recomputed module may not cross a graph's boundary)");
+    /* no rule against dropout in a recomputed module inside a graph: the recomputed forward
+     * draws its masks from the same Philox counters (seed, site, micro-batch, step) as the
+     * forward, in a replay as eagerly (tests/train/test_recompute_graphs.c) */
     if (m->cpu_offloading)
         add(r, GT_SEVERITY_ERROR, "cpu_offloading_with_graphs",
             KEYS("model.cpu_offloading", "model.cuda_graph_impl"),
@@ -416,6 +406,29 @@ static void check_schedule_rules(const gt_config *c, gt_report *r) {
             "(Megatron asserts they are not)");
 }
 
+/* ---- recompute: the modules of model.recompute_modules the model has (Megatron accepts a
+ * module only where it exists) ---- */
+static void refuse_module(gt_report *r, const char *module, const char *lacks) {
+    add(r, GT_SEVERITY_ERROR, "recompute_module_not_in_model",
+        KEYS("model.recompute_modules", "model.recompute_granularity"),
+        "drop it from model.recompute_modules",
+        "model.recompute_modules has %s, but this model has no %s", module, lacks);
+}
+
+static void check_recompute_modules(const gt_config *c, gt_report *r) {
+    const gt_model_config *m = &c->model;
+    if (m->recompute_granularity != GT_RECOMPUTE_SELECTIVE) return;
+    const layers l = model_layers(m);
+    uint32_t mods = m->recompute_modules;
+    if ((mods & GT_RECOMPUTE_CORE_ATTN) && !l.attention)
+        refuse_module(r, "core_attn", "attention layers");
+    if ((mods & GT_RECOMPUTE_MLP) && !l.dense_mlp) refuse_module(r, "mlp", "dense MLP layers");
+    if ((mods & GT_RECOMPUTE_MOE) && !l.moe) refuse_module(r, "moe", "MoE layers");
+    if ((mods & GT_RECOMPUTE_MOE_ACT) && !l.moe) refuse_module(r, "moe_act", "MoE layers");
+    if (mods & GT_RECOMPUTE_SHARED_EXPERTS)
+        refuse_module(r, "shared_experts", "shared experts (graphtrain's MoE has none)");
+}
+
 /* ---- where graphtrain runs a setting differently without running less (notes); what it
  * cannot run at all is config/unsupported.c's table ---- */
 static void check_engine_notes(const gt_config *c, gt_report *r) {
@@ -430,7 +443,8 @@ static void check_engine_notes(const gt_config *c, gt_report *r) {
             "nothing to change",
             "graphtrain leaves the dense layers' weight gradients to the end of the backward "
             "and batches them over the layers whatever this key says (nothing to overlap on "
-            "one GPU); delay_wgrad_compute is validated (Bridge's rules) but changes nothing");
+            "one GPU; recompute keeps those whose operands it recomputes); "
+            "delay_wgrad_compute is validated (Bridge's rules) but changes nothing");
     if (!c->runtime.deterministic)
         add(r, GT_SEVERITY_NOTE, "engine_always_deterministic", KEYS("runtime.deterministic"),
             "nothing to change; set runtime.deterministic=true to silence this note",
@@ -442,6 +456,7 @@ int gt_config_validate(const gt_config *cfg, gt_report *report) {
     memset(report, 0, sizeof *report);
     check_graph_rules(cfg, report);
     check_shape_rules(cfg, report);
+    check_recompute_modules(cfg, report);
     gt_check_megatron_rules(cfg, report);
     check_schedule_rules(cfg, report);
     check_engine_notes(cfg, report);

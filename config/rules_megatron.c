@@ -157,6 +157,19 @@ static void check_recompute(const gt_config *c, gt_report *r) {
                 "of a pipeline stage (%d), but it is %d%s",
                 per_stage, m->recompute_num_layers, m->recompute_num_layers ? "" : " (unset)");
     }
+    /* the reverse: the layer-picking keys belong to full recompute, and a run with them set
+     * otherwise would not recompute the layers they name */
+    if (m->recompute_granularity != GT_RECOMPUTE_FULL &&
+        (m->recompute_method != GT_RECOMPUTE_METHOD_NONE ||
+         (m->recompute_granularity == GT_RECOMPUTE_NONE && m->recompute_num_layers > 0)))
+        add(r, GT_SEVERITY_ERROR, "recompute_layers_need_full",
+            KEYS("model.recompute_method", "model.recompute_num_layers",
+                 "model.recompute_granularity"),
+            "set model.recompute_granularity=full, or unset model.recompute_method and "
+            "model.recompute_num_layers (null)",
+            "model.recompute_method and model.recompute_num_layers pick the layers of full "
+            "recompute, but model.recompute_granularity is %s",
+            m->recompute_granularity == GT_RECOMPUTE_SELECTIVE ? "selective" : "none");
     if (m->recompute_granularity == GT_RECOMPUTE_SELECTIVE && m->recompute_num_layers > 0)
         add(r, GT_SEVERITY_ERROR, "selective_recompute_forbids_num_layers",
             KEYS("model.recompute_num_layers", "model.recompute_granularity"),

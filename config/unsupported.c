@@ -18,9 +18,6 @@ typedef struct unsupported {
 static bool fp8(const gt_config *c) {
     return c->model.compute_dtype != GT_DTYPE_BF16 && c->model.compute_dtype != GT_DTYPE_FP32;
 }
-static bool recompute(const gt_config *c) {
-    return c->model.recompute_granularity != GT_RECOMPUTE_NONE;
-}
 static bool packed(const gt_config *c) {
     return c->dataset.packed_sequence;
 }
@@ -58,9 +55,6 @@ static const unsupported k_unsupported[] = {
     {"engine_no_fp8", {"model.compute_dtype"}, fp8,
      "fp8 and fp4 compute (Bridge's -c fp8_cs, fp8_mx, fp8_ds, nvfp4) are not implemented: graphtrain computes in bf16 on the GPU and fp32 on the CPU, so the run would not be the fp8 run asked for",
      "set model.compute_dtype=bf16 (-c bf16)"},
-    {"engine_no_recompute", {"model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers"}, recompute,
-     "activation recompute (full or selective) is not implemented: graphtrain keeps every activation in its static arena, so the memory this setting saves would not be saved",
-     "set model.recompute_granularity=none; if memory is short, lower train.micro_batch_size or model.seq_length"},
     {"engine_no_packed_sequences", {"dataset.packed_sequence"}, packed,
      "packed sequences (several documents per sequence, cu_seqlens) are not implemented: the loader feeds fixed-length sequences and attention would cross document boundaries",
      "set dataset.packed_sequence=false"},

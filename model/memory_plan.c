@@ -33,6 +33,13 @@ int gt_memory_plan_compute(const gt_config *cfg, size_t act_bytes, gt_memory_pla
                      (size_t)m->seq_length * (size_t)m->seq_length * 2;
     p->workspace = WORKSPACE_FIXED + (act_bytes == 2 ? attn_ws : 0);
     p->total = p->params + p->grads + p->activations + p->scratch + p->optimizer + p->workspace;
+    p->activations_without_recompute = p->activations;
+    if (cfg->model.recompute_granularity != GT_RECOMPUTE_NONE) {
+        gt_config plain = *cfg;
+        plain.model.recompute_granularity = GT_RECOMPUTE_NONE;
+        if ((rc = gt_model_plan(&plain, act_bytes, &mi, err))) return rc;
+        p->activations_without_recompute = mi.act_bytes;
+    }
     return GT_OK;
 }
 
@@ -44,7 +51,11 @@ void gt_memory_plan_print(const gt_memory_plan *p, const char *backend, FILE *f)
             "  optimizer    %10.1f MiB  (master: fp32, or its low halves beside bf16 "
             "parameters; Adam m and v: fp32, or bf16 if set)\n",
             (double)p->optimizer / MIB);
-    fprintf(f, "  activations  %10.1f MiB\n", (double)p->activations / MIB);
+    if (p->activations_without_recompute != p->activations)
+        fprintf(f, "  activations  %10.1f MiB  (recompute; %.1f MiB without it)\n",
+                (double)p->activations / MIB, (double)p->activations_without_recompute / MIB);
+    else
+        fprintf(f, "  activations  %10.1f MiB\n", (double)p->activations / MIB);
     fprintf(f, "  scratch      %10.1f MiB\n", (double)p->scratch / MIB);
     fprintf(f, "  workspaces   %10.1f MiB  (allowance: GEMM, attention, reductions)\n",
             (double)p->workspace / MIB);
@@ -59,8 +70,8 @@ static int fit_error(const gt_memory_plan *p, size_t have, const char *where, co
         "this run needs about %.2f GiB of %s memory (parameters %.2f, gradients %.2f, "
         "optimizer %.2f, activations %.2f, scratch and workspaces %.2f GiB) but only %.2f GiB "
         "are %s; nothing was allocated. Lower train.micro_batch_size (activations scale "
-        "with it) or model.seq_length, use fewer model.num_layers or a smaller "
-        "model.hidden_size, %s",
+        "with it) or model.seq_length, recompute activations (model.recompute_granularity="
+        "selective or full), use fewer model.num_layers or a smaller model.hidden_size, %s",
         (double)p->total / GIB, where, (double)p->params / GIB, (double)p->grads / GIB,
         (double)p->optimizer / GIB, (double)p->activations / GIB,
         (double)(p->scratch + p->workspace) / GIB, (double)have / GIB, source, more);

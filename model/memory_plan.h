@@ -16,6 +16,9 @@ typedef struct gt_memory_plan {
     size_t optimizer;                           /* master + Adam m and v */
     size_t workspace;                           /* allowance: cuBLASLt, attention, reductions */
     size_t total;
+    /* the activations the same configuration would keep without recompute (equal to
+     * activations when model.recompute_granularity is none) */
+    size_t activations_without_recompute;
 } gt_memory_plan;
 
 /* Bytes of a parameter's master weight beside its compute copy: 2 where the compute copy is

@@ -70,6 +70,7 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     const gt_model_dims *dm = &m->dm;
     gt_attn_block *a = &m->layers[layer].attn;
     int hh = dm->H * dm->hd;
+    gt_attn_recompute(m, s, layer, st);
     const void *dy = gt_model_branch_grad(m, s, a->res_out, layer, GT_SITE_ATTN_OUT, st);
     if (!a->defer_o)
         b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->o_w), gt_model_grad(m, a->o_b), dy,
@@ -106,6 +107,7 @@ void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     gt_mlp_block *p = &m->layers[layer].mlp;
+    gt_mlp_recompute(m, s, layer, st);
     const void *dy = gt_model_branch_grad(m, s, p->res_out, layer, GT_SITE_MLP_OUT, st);
     if (!p->defer_down)
         b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, p->down_w), gt_model_grad(m, p->down_b),

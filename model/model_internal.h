@@ -81,7 +81,33 @@ typedef struct gt_moe_block {
     void *ye;            /* [R, d] expert outputs */
 } gt_moe_block;
 
+/* What a layer recomputes in its backward instead of saving (model/recompute.c): the
+ * config's modules mapped onto the blocks. Full recompute sets every bit of the layer. */
+enum {
+    GT_RC_ATTN_NORM = 1u << 0, /* attn.ln, attn.rstd (layernorm) */
+    GT_RC_QKV = 1u << 1,       /* attn.qkv (full only) */
+    GT_RC_CORE_ATTN = 1u << 2, /* attn.att, attn.lse (core_attn) */
+    GT_RC_MLP_NORM = 1u << 3,  /* mlp.ln, mlp.rstd (layernorm) */
+    GT_RC_MLP = 1u << 4,       /* mlp.gu, mlp.h (mlp) */
+    GT_RC_MOE_NORM = 1u << 5,  /* moe.ln, moe.rstd (layernorm) */
+    GT_RC_MOE = 1u << 6,       /* routing, permutation and expert activations (moe) */
+    GT_RC_MOE_ACT = 1u << 7,   /* moe.he (moe_act) */
+    /* full only, layers of attention + MLP/MoE: the residual between the two blocks, whose
+     * backward then starts with the attention's whole forward (Megatron keeps only the
+     * layer's input); the attention's backward finds its activations already there */
+    GT_RC_MID_RESIDUAL = 1u << 8,
+};
+
+/* A recomputed activation has one buffer shared by every layer that recomputes it: the
+ * backward of a block recomputes it just before reading it, so no two layers need it at once.
+ * The first layer's field is bound by the arena; the others copy it (gt_model_bind_recompute). */
+typedef struct gt_rc_alias {
+    void **dst;
+    void **src;
+} gt_rc_alias;
+
 typedef struct gt_layer {
+    unsigned rc; /* GT_RC_* bits */
     int n_units;
     gt_unit_kind kinds[GT_MAX_UNITS_PER_LAYER];
     int has_attn, has_mlp, has_moe;
@@ -140,11 +166,30 @@ struct gt_model {
     float dscale;  /* of the running forward_backward (constant over a run) */
     int grad_acc;  /* of the running forward_backward: weight gradients += (1) or = (0) */
     size_t n_real; /* parameters without alignment padding */
+    /* [n_rc_alias] the layer fields that take a shared recompute buffer */
+    gt_rc_alias *rc_alias;
+    int n_rc_alias;
 };
 
 /* Planning (model_plan.c): fills everything but the arena allocations. */
 int gt_model_build(gt_model *m, const gt_config *cfg, size_t act_elem, gt_error *err);
 void gt_model_release(gt_model *m);
+
+/* Recompute (recompute.c). plan: each layer's GT_RC_* bits from the model.recompute_* keys,
+ * refusing modules the model does not have. plan_act: plans activation `name` (a "%d"
+ * format of the layer) of `bytes` per layer, or once in a shared buffer when `shared`.
+ * bind: gives the layers their shared buffers once the activation arena is bound. */
+int gt_model_plan_recompute(gt_model *m, gt_error *err);
+int gt_model_plan_act(gt_model *m, int layer, int shared, const char *name, size_t bytes,
+                      void **ptr, gt_error *err);
+void gt_model_bind_recompute(gt_model *m);
+/* The recomputed forward of a block, run first in its backward (a no-op without GT_RC_*
+ * bits for it): the same ops on the same inputs and Philox sites as the forward, so the
+ * activations come back bit for bit; nothing is added to the loss or the residual stream. */
+void gt_attn_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+void gt_mlp_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+void gt_moe_experts_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+void gt_moe_router_recompute(gt_model *m, gt_stream *s, int layer);
 
 /* Parameter / gradient pointers of tensor i (NULL for i < 0). */
 void *gt_model_param(const gt_model *m, int i);

@@ -30,6 +30,7 @@ void gt_moe_router_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) 
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     gt_moe_block *e = &m->layers[layer].moe;
+    gt_moe_router_recompute(m, s, layer);
     b->ops->moe_router_bwd(b, s, m->sc.e, m->sc.dtopk_w, e->probs, e->topk_idx, e->topk_w,
                            e->counts, dm->N, dm->E, dm->k, aux_coeff(m));
     b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, e->router_w), NULL, m->sc.e, e->ln, dm->N,
@@ -77,6 +78,7 @@ void gt_moe_experts_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st)
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     gt_moe_block *e = &m->layers[layer].moe;
+    gt_moe_experts_recompute(m, s, layer, st);
     const void *dy = gt_model_branch_grad(m, s, e->res_out, layer, GT_SITE_MOE_OUT, st);
     /* sc.r: gradient of the expert outputs, later of the expert inputs */
     b->ops->moe_combine_bwd(b, s, m->sc.r, m->sc.dtopk_w, dy, e->ye, e->topk_w, e->token_slot,

@@ -221,10 +221,14 @@ static void plan_deferred_wgrads(gt_model *m) {
     for (int l = 0; l < m->num_layers; l++) {
         gt_layer *L = &m->layers[l];
         int next_attn = l + 1 < m->num_layers && m->layers[l + 1].has_attn;
-        L->attn.defer_qkv = L->has_attn && !dm->qkv_bias && next_attn;
-        L->attn.defer_o = L->has_attn && !dm->lin_bias && !dropout;
-        L->mlp.defer_gu = L->has_mlp && !dm->lin_bias;
-        L->mlp.defer_down = L->has_mlp && !dm->lin_bias && !dropout;
+        /* a recomputed operand lives in a shared buffer that the next recompute overwrites
+         * before the flush, so its weight gradient cannot wait */
+        unsigned rc = L->rc, next_rc = next_attn ? m->layers[l + 1].rc : 0;
+        L->attn.defer_qkv = L->has_attn && !dm->qkv_bias && next_attn && !(rc & GT_RC_ATTN_NORM) &&
+                            !(next_rc & GT_RC_QKV);
+        L->attn.defer_o = L->has_attn && !dm->lin_bias && !dropout && !(rc & GT_RC_CORE_ATTN);
+        L->mlp.defer_gu = L->has_mlp && !dm->lin_bias && !(rc & (GT_RC_MLP_NORM | GT_RC_MLP));
+        L->mlp.defer_down = L->has_mlp && !dm->lin_bias && !dropout && !(rc & GT_RC_MLP);
     }
 }
 
@@ -314,61 +318,66 @@ static int plan_arenas(gt_model *m, gt_error *err) {
     size_t N = (size_t)dm->N, d = (size_t)dm->d, ae = m->act_elem, R = (size_t)dm->R;
     size_t P = (size_t)gt_rmsnorm_parts_bound(dm->N); /* weight-gradient partial rows a norm */
     int rc;
-    char nm[GT_ARENA_NAME_MAX];
     PLAN(&m->params, "params", m->info.n_params * ae, &m->params_base);
     PLAN(&m->grads, "grads", m->info.n_params * sizeof(float), &m->grads_base);
     PLAN(&m->grads, "embedding.row_marks", (size_t)dm->V, &m->emb_dirty);
     PLAN(&m->grads, "embedding.row_lag", (size_t)dm->V * sizeof(int32_t), &m->emb_lag);
     for (int i = 0; i < m->n_res; i++) {
-        snprintf(nm, sizeof nm, "residual.%d", i);
-        PLAN(&m->acts, nm, N * d * ae, &m->res[i]);
+        int mid = 0; /* the residual inside a layer that full recompute rebuilds */
+        for (int l = 0; l < m->num_layers && !mid; l++)
+            mid = (m->layers[l].rc & GT_RC_MID_RESIDUAL) && m->layers[l].attn.res_out == i;
+        if ((rc = gt_model_plan_act(m, i, mid, mid ? "layers.%d.residual_mid" : "residual.%d",
+                                    N * d * ae, &m->res[i], err)))
+            return rc;
     }
-#define ACT(fmt, bytes, ptr)                                                                       \
+#define ACT(shared, fmt, bytes, ptr)                                                               \
     do {                                                                                           \
-        snprintf(nm, sizeof nm, fmt, l);                                                           \
-        PLAN(&m->acts, nm, bytes, ptr);                                                            \
+        if ((rc = gt_model_plan_act(m, l, shared, fmt, bytes, (void **)(ptr), err))) return rc;    \
     } while (0)
     size_t sc_a = 0, sc_b = 0;
     for (int l = 0; l < m->num_layers; l++) {
         gt_layer *L = &m->layers[l];
+        /* recomputed activations (GT_RC_*) go to buffers shared by the layers */
+        unsigned r = L->rc;
         if (L->has_attn) {
             gt_attn_block *a = &L->attn;
-            ACT("layers.%d.attn.ln", N * d * ae, &a->ln);
-            ACT("layers.%d.attn.rstd", N * sizeof(float), &a->rstd);
-            ACT("layers.%d.attn.dw_part", P * d * sizeof(float), &a->dw_part);
-            ACT("layers.%d.attn.qkv", N * dm->qkv * ae, &a->qkv);
-            ACT("layers.%d.attn.att", N * dm->H * dm->hd * ae, &a->att);
-            ACT("layers.%d.attn.lse", N * dm->H * sizeof(float), &a->lse);
+            ACT(r & GT_RC_ATTN_NORM, "layers.%d.attn.ln", N * d * ae, &a->ln);
+            ACT(r & GT_RC_ATTN_NORM, "layers.%d.attn.rstd", N * sizeof(float), &a->rstd);
+            ACT(0, "layers.%d.attn.dw_part", P * d * sizeof(float), &a->dw_part);
+            ACT(r & GT_RC_QKV, "layers.%d.attn.qkv", N * dm->qkv * ae, &a->qkv);
+            ACT(r & GT_RC_CORE_ATTN, "layers.%d.attn.att", N * dm->H * dm->hd * ae, &a->att);
+            ACT(r & GT_RC_CORE_ATTN, "layers.%d.attn.lse", N * dm->H * sizeof(float), &a->lse);
             if (N * dm->H * dm->hd > sc_a) sc_a = N * dm->H * dm->hd;
             if (N * dm->qkv > sc_b) sc_b = N * dm->qkv;
         }
         if (L->has_mlp) {
             gt_mlp_block *p = &L->mlp;
-            ACT("layers.%d.mlp.ln", N * d * ae, &p->ln);
-            ACT("layers.%d.mlp.rstd", N * sizeof(float), &p->rstd);
-            ACT("layers.%d.mlp.dw_part", P * d * sizeof(float), &p->dw_part);
-            ACT("layers.%d.mlp.gu", N * 2 * dm->f * ae, &p->gu);
-            ACT("layers.%d.mlp.h", N * dm->f * ae, &p->h);
+            ACT(r & GT_RC_MLP_NORM, "layers.%d.mlp.ln", N * d * ae, &p->ln);
+            ACT(r & GT_RC_MLP_NORM, "layers.%d.mlp.rstd", N * sizeof(float), &p->rstd);
+            ACT(0, "layers.%d.mlp.dw_part", P * d * sizeof(float), &p->dw_part);
+            ACT(r & GT_RC_MLP, "layers.%d.mlp.gu", N * 2 * dm->f * ae, &p->gu);
+            ACT(r & GT_RC_MLP, "layers.%d.mlp.h", N * dm->f * ae, &p->h);
             if (N * dm->f > sc_a) sc_a = N * dm->f;
             if (N * 2 * dm->f > sc_b) sc_b = N * 2 * dm->f;
         }
         if (L->has_moe) {
             gt_moe_block *e = &L->moe;
             size_t E = (size_t)dm->E, k = (size_t)dm->k;
-            ACT("layers.%d.moe.ln", N * d * ae, &e->ln);
-            ACT("layers.%d.moe.rstd", N * sizeof(float), &e->rstd);
-            ACT("layers.%d.moe.dw_part", P * d * sizeof(float), &e->dw_part);
-            ACT("layers.%d.moe.probs", N * E * sizeof(float), &e->probs);
-            ACT("layers.%d.moe.topk_idx", N * k * sizeof(int32_t), &e->topk_idx);
-            ACT("layers.%d.moe.topk_w", N * k * sizeof(float), &e->topk_w);
-            ACT("layers.%d.moe.counts", E * sizeof(int32_t), &e->counts);
-            ACT("layers.%d.moe.slot_token", R * sizeof(int32_t), &e->slot_token);
-            ACT("layers.%d.moe.token_slot", N * k * sizeof(int32_t), &e->token_slot);
-            ACT("layers.%d.moe.offsets", (E + 1) * sizeof(int32_t), &e->offsets);
-            ACT("layers.%d.moe.xe", R * d * ae, &e->xe);
-            ACT("layers.%d.moe.gue", R * 2 * dm->fe * ae, &e->gue);
-            ACT("layers.%d.moe.he", R * dm->fe * ae, &e->he);
-            ACT("layers.%d.moe.ye", R * d * ae, &e->ye);
+            unsigned all = r & GT_RC_MOE, act = r & (GT_RC_MOE | GT_RC_MOE_ACT);
+            ACT(r & GT_RC_MOE_NORM, "layers.%d.moe.ln", N * d * ae, &e->ln);
+            ACT(r & GT_RC_MOE_NORM, "layers.%d.moe.rstd", N * sizeof(float), &e->rstd);
+            ACT(0, "layers.%d.moe.dw_part", P * d * sizeof(float), &e->dw_part);
+            ACT(all, "layers.%d.moe.probs", N * E * sizeof(float), &e->probs);
+            ACT(all, "layers.%d.moe.topk_idx", N * k * sizeof(int32_t), &e->topk_idx);
+            ACT(all, "layers.%d.moe.topk_w", N * k * sizeof(float), &e->topk_w);
+            ACT(all, "layers.%d.moe.counts", E * sizeof(int32_t), &e->counts);
+            ACT(all, "layers.%d.moe.slot_token", R * sizeof(int32_t), &e->slot_token);
+            ACT(all, "layers.%d.moe.token_slot", N * k * sizeof(int32_t), &e->token_slot);
+            ACT(all, "layers.%d.moe.offsets", (E + 1) * sizeof(int32_t), &e->offsets);
+            ACT(all, "layers.%d.moe.xe", R * d * ae, &e->xe);
+            ACT(all, "layers.%d.moe.gue", R * 2 * dm->fe * ae, &e->gue);
+            ACT(act, "layers.%d.moe.he", R * dm->fe * ae, &e->he);
+            ACT(all, "layers.%d.moe.ye", R * d * ae, &e->ye);
             if (R * dm->fe > sc_a) sc_a = R * dm->fe;
             if (R * 2 * dm->fe > sc_b) sc_b = R * 2 * dm->fe;
         }
@@ -406,6 +415,7 @@ int gt_model_build(gt_model *m, const gt_config *cfg, size_t act_elem, gt_error 
                             act_elem);
     int rc = build_layers(m, err);
     if (!rc) rc = check_dims(m, err);
+    if (!rc) rc = gt_model_plan_recompute(m, err);
     if (!rc) plan_deferred_wgrads(m);
     if (!rc) rc = build_tensors(m, err);
     if (!rc) rc = plan_arenas(m, err);
@@ -429,6 +439,9 @@ void gt_model_release(gt_model *m) {
     free(m->layers);
     free(m->res);
     free(m->tensors);
+    free(m->rc_alias);
+    m->rc_alias = NULL;
+    m->n_rc_alias = 0;
     m->layers = NULL;
     m->res = NULL;
     m->tensors = NULL;

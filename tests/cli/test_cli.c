@@ -257,9 +257,7 @@ static void test_validate_train_bench_refuse_what_this_engine_cannot_run(void **
     assert_non_null(strstr(out, "error [engine_no_pipeline_parallel]"));
     assert_non_null(strstr(out, "error [engine_no_context_parallel]"));
     assert_non_null(strstr(out, "error [engine_single_gpu]"));
-    const char *settings[] = {"-c fp8_cs", "model.recompute_granularity=selective",
-                              "model.recompute_granularity=full model.recompute_method=uniform "
-                              "model.recompute_num_layers=1",
+    const char *settings[] = {"-c fp8_cs",
                               "dataset.packed_sequence=true dataset.pad_to_max_length=true "
                               "dataset.pad_cu_seqlens=true",
                               "model.num_layers=2 model.hybrid_override_pattern=*M"};
@@ -275,6 +273,28 @@ static void test_validate_train_bench_refuse_what_this_engine_cannot_run(void **
                 fail_msg("`%s` exited %d without refusing:\n%s", args, rc, out);
         }
     }
+}
+
+/* Recompute trains, and validate shows the activations it saves */
+static void test_recompute_trains_and_validate_shows_the_saving(void **state) {
+    char *out = *state;
+    const char *rc_full = "model.recompute_granularity=full model.recompute_method=uniform "
+                          "model.recompute_num_layers=1";
+    char args[512];
+    snprintf(args, sizeof args, "validate --recipe llama1b %s", rc_full);
+    assert_int_equal(gt_test_run(args, out, OUT_MAX), 0);
+    assert_non_null(strstr(out, "(recompute; "));
+    assert_non_null(strstr(out, " MiB without it)"));
+    assert_int_equal(gt_test_run("validate --recipe llama1b", out, OUT_MAX), 0);
+    assert_null(strstr(out, "without it)"));
+    /* tiny cut down to seconds on the CPU */
+    snprintf(args, sizeof args,
+             "train --recipe tiny runtime.device=cpu train.train_iters=4 "
+             "model.cuda_graph_warmup_steps=2 model.num_layers=2 model.hidden_size=64 "
+             "model.ffn_hidden_size=128 model.vocab_size=256 model.seq_length=16 %s",
+             rc_full);
+    int rc = gt_test_run(args, out, OUT_MAX);
+    if (rc != 0) fail_msg("`%s` exited %d:\n%s", args, rc, out);
 }
 
 static void test_recipes_lists_each_with_a_description(void **state) {
@@ -345,6 +365,7 @@ int main(void) {
         cmocka_unit_test(test_validate_accepts_bridge_harness_flags),
         cmocka_unit_test(test_validate_train_bench_refuse_what_this_engine_cannot_run),
         cmocka_unit_test(test_validate_json_to_a_full_stdout_fails),
+        cmocka_unit_test(test_recompute_trains_and_validate_shows_the_saving),
         cmocka_unit_test(test_recipes_lists_each_with_a_description),
         cmocka_unit_test(test_readme_and_docs_reference_match_the_generated_one),
     };

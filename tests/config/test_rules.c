@@ -74,16 +74,9 @@ static const rule_case k_cases[] = {
             "model.recompute_modules=moe",
      TE MOE "model.cuda_graph_scope=attn,moe_router model.recompute_granularity=selective "
             "model.recompute_modules=core_attn"},
-    {"attention_dropout_with_graphed_attn_recompute", GT_SEVERITY_ERROR,
-     TE "model.cuda_graph_scope=attn model.recompute_granularity=selective "
-        "model.recompute_modules=core_attn model.attention_dropout=0.1",
-     TE "model.cuda_graph_scope=attn model.recompute_granularity=selective "
-        "model.recompute_modules=core_attn model.attention_dropout=0"},
-    {"hidden_dropout_with_graphed_mlp_recompute", GT_SEVERITY_ERROR,
-     TE "model.cuda_graph_scope=attn,mlp model.recompute_granularity=selective "
-        "model.recompute_modules=mlp model.hidden_dropout=0.1",
-     TE "model.cuda_graph_scope=attn model.recompute_granularity=selective "
-        "model.recompute_modules=mlp model.hidden_dropout=0.1"},
+    {"recompute_module_not_in_model", GT_SEVERITY_ERROR,
+     "model.recompute_granularity=selective model.recompute_modules=core_attn,moe_act",
+     MOE "model.recompute_granularity=selective model.recompute_modules=core_attn,moe_act"},
     {"cpu_offloading_with_graphs", GT_SEVERITY_ERROR,
      TE "model.cuda_graph_scope=attn model.cpu_offloading=true",
      "model.cuda_graph_impl=none model.cpu_offloading=true"},
@@ -216,6 +209,10 @@ static const rule_case k_cases[] = {
      "runtime.num_gpus=2 model.pipeline_model_parallel_size=2 model.recompute_num_layers=5",
      "model.recompute_granularity=full model.recompute_method=block "
      "runtime.num_gpus=2 model.pipeline_model_parallel_size=2 model.recompute_num_layers=4"},
+    {"recompute_layers_need_full", GT_SEVERITY_ERROR,
+     "model.recompute_method=uniform model.recompute_num_layers=1",
+     "model.recompute_granularity=full model.recompute_method=uniform "
+     "model.recompute_num_layers=1"},
     {"selective_recompute_forbids_num_layers", GT_SEVERITY_ERROR,
      "model.recompute_granularity=selective model.recompute_num_layers=2",
      "model.recompute_granularity=selective model.recompute_num_layers=null"},
@@ -235,8 +232,6 @@ static const rule_case k_cases[] = {
      MOE "model.expert_model_parallel_size=1"},
     {"engine_no_cpu_offloading", GT_SEVERITY_ERROR, "model.cpu_offloading=true",
      "model.cpu_offloading=false"},
-    {"engine_no_recompute", GT_SEVERITY_ERROR, "model.recompute_granularity=selective",
-     "model.recompute_granularity=none"},
     {"engine_no_packed_sequences", GT_SEVERITY_ERROR, "dataset.packed_sequence=true",
      "dataset.packed_sequence=false"},
     {"engine_single_gpu", GT_SEVERITY_ERROR, "runtime.num_gpus=8", "runtime.num_gpus=1"},
