@@ -260,7 +260,6 @@ static const bridge_key k_bridge[] = {
     {"ddp.align_param_gather", "*", ONE_GPU},
     {"ddp.use_distributed_optimizer", "*", "on one GPU the distributed optimizer's single shard is the whole state; " ONE_GPU},
     {"ddp.num_distributed_optimizer_instances", "1", "needs data parallelism; " MULTI},
-    {"ddp.bucket_size", "*", ONE_GPU},
     {"ddp.pad_buckets_for_high_nccl_busbw", "*", ONE_GPU},
     {"ddp.average_in_collective", "*", ONE_GPU},
     {"ddp.gradient_reduce_div_fusion", "*", ONE_GPU},

@@ -151,6 +151,7 @@ typedef struct gt_rng_config {
 typedef struct gt_ddp_config {
     bool check_for_nan_in_grad;
     int data_parallel_size; /* 0 = derived from num_gpus / (tp * pp * cp) */
+    int bucket_size;        /* gradient elements per reduction bucket; 0 = Megatron's default */
 } gt_ddp_config;
 
 typedef struct gt_rerun_config {

@@ -106,6 +106,7 @@ static const gt_key k_keys[] = {
     {"train.exit_duration_in_mins", GT_KEY_DOUBLE, F(train.exit_duration_in_mins), "0", NULL, 0, 1e9, "Stop (saving a checkpoint when checkpoint.save is set) after the first step that ends this many minutes after training started; 0 = never.", "0"},
     /* ---- checks ---- */
     {"rerun_state_machine.check_for_nan_in_loss", GT_KEY_BOOL, F(rerun_state_machine.check_for_nan_in_loss), "true", NULL, 0, 0, "Stop on a NaN/Inf loss (a device-side check here, so it survives graph capture).", NULL},
+    {"ddp.bucket_size", GT_KEY_INT, F(ddp.bucket_size), "0", NULL, 0, 1000000000, "Gradient elements per data-parallel reduction bucket; 0 (null) = Megatron's max(40M, 1M x data-parallel size).", "0"},
     {"ddp.check_for_nan_in_grad", GT_KEY_BOOL, F(ddp.check_for_nan_in_grad), "true", NULL, 0, 0, "Skip the update and stop on NaN/Inf gradients (device-side).", NULL},
     /* ---- optimizer and schedule ---- */
     {"optimizer.lr", GT_KEY_DOUBLE, F(optimizer.lr), "0.0003", NULL, 0, 100, "Peak learning rate (AdamW).", NULL},
