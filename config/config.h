@@ -168,6 +168,7 @@ typedef struct gt_optimizer_config {
     double clip_grad; /* <= 0: no clipping */
     /* Megatron's precision-aware optimizer: the Adam moments may be stored in bf16 */
     bool use_precision_aware_optimizer;
+    bool use_distributed_optimizer; /* data-parallel ranks step shards of the state */
     gt_state_dtype exp_avg_dtype;
     gt_state_dtype exp_avg_sq_dtype;
     gt_lazy_rows_setting lazy_embedding_rows; /* optimizer.lazy_embedding_rows */

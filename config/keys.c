@@ -116,6 +116,7 @@ static const gt_key k_keys[] = {
     {"optimizer.adam_beta2", GT_KEY_DOUBLE, F(optimizer.adam_beta2), "0.95", NULL, 0, 0.999999999, "Adam beta2.", NULL},
     {"optimizer.adam_eps", GT_KEY_DOUBLE, F(optimizer.adam_eps), "1e-08", NULL, 1e-30, 1, "Adam epsilon.", NULL},
     {"optimizer.clip_grad", GT_KEY_DOUBLE, F(optimizer.clip_grad), "1", NULL, -1, 1e9, "Global gradient-norm clip; <= 0 = no clipping.", "0"},
+    {"optimizer.use_distributed_optimizer", GT_KEY_BOOL, F(optimizer.use_distributed_optimizer), "false", NULL, 0, 0, "Data parallelism: each rank steps its shard of every gradient bucket, then the parameters are all-gathered (README, \"Data parallelism\"); one process: the whole state is its shard.", NULL},
     {"optimizer.use_precision_aware_optimizer", GT_KEY_BOOL, F(optimizer.use_precision_aware_optimizer), "false", NULL, 0, 0, "Allow the Adam moments in a lower precision (exp_avg_dtype, exp_avg_sq_dtype); the update math stays fp32.", NULL},
     {"optimizer.exp_avg_dtype", GT_KEY_ENUM, F(optimizer.exp_avg_dtype), "fp32", k_state_dtype, 0, 0, "Storage of Adam's first moment: fp32, or bf16 with use_precision_aware_optimizer (2 bytes a parameter less to keep and to stream each step).", NULL},
     {"optimizer.exp_avg_sq_dtype", GT_KEY_ENUM, F(optimizer.exp_avg_sq_dtype), "fp32", k_state_dtype, 0, 0, "Storage of Adam's second moment: fp32, or bf16 with use_precision_aware_optimizer.", NULL},

@@ -111,6 +111,13 @@ void gt_grad_sync_all_reduce(gt_grad_sync *g, gt_stream *s, float *grads) {
     }
 }
 
+void gt_grad_sync_gather(gt_grad_sync *g, gt_stream *s, void *buf, size_t elem_bytes) {
+    for (int i = 0; i < g->n_buckets; i++) {
+        const gt_grad_bucket *k = &g->buckets[i];
+        gt_comm_all_gather(g->c, s, (char *)buf + k->first * elem_bytes, k->n, elem_bytes);
+    }
+}
+
 typedef struct loss_args {
     gt_step_state *st;
     const float *slots;

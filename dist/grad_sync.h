@@ -44,6 +44,11 @@ void gt_grad_sync_finish(gt_grad_sync *g, gt_stream *s, float *grads);
 /* Library order: grads = the sum over ranks of every rank's grads, bucket by bucket. */
 void gt_grad_sync_all_reduce(gt_grad_sync *g, gt_stream *s, float *grads);
 
+/* The distributed optimizer: buf[0..n) of elem_bytes elements, each rank's shards of every
+ * bucket copied to every rank (the parameters after each rank stepped its shards; the master
+ * weights and moments before a checkpoint reads them). */
+void gt_grad_sync_gather(gt_grad_sync *g, gt_stream *s, void *buf, size_t elem_bytes);
+
 /* The step's loss and auxiliary loss from every micro-batch's pair in slots[n_micro][2]
  * (zero where another rank computed it): summed over ranks, then st->loss and st->aux_loss
  * set to the pairs added one after another in micro-batch order, as one process accumulates

@@ -69,9 +69,12 @@ static int log_step(FILE *out, gt_metrics *m, const gt_step_stats *s, double avg
 
 /* One checkpoint: save/iter_NNNNNNN/checkpoint.bin, then its configuration, the latest
  * file and the retention of checkpoint.most_recent_k (ckpt_dir.h). */
-static int save(gt_trainer *t, gt_ckpt_dir *d, const gt_config *cfg, FILE *out,
+static int save(gt_trainer *t, gt_ckpt_dir *d, const gt_config *cfg, FILE *out, int lead,
                 gt_train_result *res, gt_error *err) {
     long long iter = (long long)gt_trainer_step_count(t);
+    /* every rank takes part in gathering the distributed optimizer's shards; rank 0 writes */
+    int grc = gt_trainer_dp_gather_state(t, err);
+    if (grc || !lead) return grc;
     char dir[GT_PATH_MAX + 32], path[GT_PATH_MAX + 64];
     gt_ckpt_iter_path(d->save, iter, dir, sizeof dir);
     int rc = gt_trainer_save(t, dir, err);
@@ -192,7 +195,7 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
         return rc;
     }
     cfg = run_cfg;
-    const char *save_dir = lead ? cfg->checkpoint.save : "";
+    const char *save_dir = cfg->checkpoint.save;
     int saving = cfg->checkpoint.save[0] != '\0';
     long long total = cfg->train.train_iters;
     gt_trainer_print_summary(t, out);
@@ -256,7 +259,7 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
             rc = eval(t, out, metrics, res, err);
         if (!rc && save_dir[0] && cfg->checkpoint.save_interval > 0 &&
             s.step % cfg->checkpoint.save_interval == 0) {
-            rc = save(t, &ckd, cfg, out, res, err);
+            rc = save(t, &ckd, cfg, out, lead, res, err);
             last_saved = s.step;
         }
         /* the final save below writes the checkpoint these exits leave */
@@ -269,7 +272,7 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     /* a final checkpoint on normal completion, the exit rules and Ctrl-C (not after errors:
      * the state that failed is not worth resuming) */
     if (rc == GT_OK && save_dir[0] && last_saved != gt_trainer_step_count(t) && run > 0)
-        rc = save(t, &ckd, cfg, out, res, err);
+        rc = save(t, &ckd, cfg, out, lead, res, err);
     if (run > 0) {
         fprintf(out, "trained steps %lld-%lld in %.1f s (%.0f tokens/s): loss %.4f -> %.4f",
                 res->first_step, res->last_step, step_ms / 1e3,

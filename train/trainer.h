@@ -24,6 +24,11 @@
  * it after the trainer). comm NULL: gt_trainer_create. */
 int gt_trainer_create_dp(gt_trainer **out, const gt_config *cfg, gt_comm *comm, gt_error *err);
 
+/* Collective over the data-parallel ranks: the distributed optimizer's master weights and
+ * moments gathered, so every rank holds the whole state (a checkpoint reads it). Nothing for
+ * one process or the replicated optimizer. */
+int gt_trainer_dp_gather_state(gt_trainer *t, gt_error *err);
+
 /* Prints every arena (model, optimizer, step state, batch) and the pinned host buffers. */
 void gt_trainer_print_memory(const gt_trainer *t, FILE *f);
 /* One line: backend, parameters, micro-batches, data. */

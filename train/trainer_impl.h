@@ -100,6 +100,9 @@ int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err);
 /* After the model is built: the gradient buckets over its parameters (nothing without comm). */
 int gt_trainer_dp_buckets(gt_trainer *t, gt_error *err);
 void gt_trainer_dp_release(gt_trainer *t);
+/* The distributed optimizer's AdamW: this rank's shard of every bucket, then the parameters
+ * gathered from every rank. */
+void gt_trainer_enqueue_dp_adamw(gt_trainer *t, gt_stream *s);
 /* The micro-batches of a data-parallel step with their reductions (inside enqueue_step). */
 void gt_trainer_enqueue_dp_micro_batches(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec);
 

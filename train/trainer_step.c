@@ -50,8 +50,11 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
     if (t->inject_nan >= 0) o->inject_nan(b, s, t->st, t->mi->grads, rows);
     o->grad_norm(b, s, t->st, t->mi->grads, t->n_params, rows, t->check_loss, t->check_grad,
                  t->hp.clip_grad);
-    o->adamw(b, s, t->mi->params, t->master, t->mi->grads, rows, t->adam_m, t->adam_v, t->n_params,
-             t->n_decay, t->hp, t->st);
+    if (t->sync && t->cfg.optimizer.use_distributed_optimizer)
+        gt_trainer_enqueue_dp_adamw(t, s); /* each rank its shards, then the gather */
+    else
+        o->adamw(b, s, t->mi->params, t->master, t->mi->grads, rows, t->adam_m, t->adam_v,
+                 t->n_params, t->n_decay, t->hp, t->st);
     o->step_end(b, s, t->st);
 }
 

@@ -189,6 +189,29 @@ static void test_library_order_agrees_with_rank_order_within_rounding(void **sta
         assert_float_equal(a[i], b[i], 1e-5f * fabsf(a[i]));
 }
 
+/* each rank steps its shards and the parameters are gathered: elementwise the same AdamW */
+static void test_distributed_optimizer_gives_the_bits_of_the_replicated_one(void **state) {
+    (void)state;
+    gt_config replicated, sharded, sharded_graph;
+    dp_config(&replicated);
+    set(&replicated, "ddp.bucket_size=1000");
+    gt_config_finalize(&replicated);
+    sharded = replicated;
+    set(&sharded, "optimizer.use_distributed_optimizer=true");
+    gt_config_finalize(&sharded);
+    sharded_graph = sharded;
+    set(&sharded_graph, "model.cuda_graph_impl=local");
+    set(&sharded_graph, "model.cuda_graph_scope=full_iteration");
+    set(&sharded_graph, "model.cuda_graph_warmup_steps=2");
+    gt_config_finalize(&sharded_graph);
+    float a[STEPS], b[STEPS], g[STEPS];
+    run_losses(&replicated, C, STEPS, a);
+    run_losses(&sharded, C, STEPS, b);
+    run_losses(&sharded_graph, C, STEPS, g);
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_equal(a, g, sizeof a);
+}
+
 static void test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused_by_key(void **state) {
     (void)state;
     gt_config c;
@@ -241,10 +264,15 @@ static gt_train_result train_run(const gt_config *base, gt_comm *comm, const cha
     return res;
 }
 
+/* the distributed optimizer's checkpoint holds the whole state (its shards gathered), so one
+ * rank resumes it, with or without the distributed optimizer */
 static void test_checkpoint_of_n_ranks_resumes_at_one_and_then_at_n_bitwise(void **state) {
     (void)state;
     gt_config c;
     dp_config(&c);
+    set(&c, "optimizer.use_distributed_optimizer=true");
+    set(&c, "ddp.bucket_size=1000");
+    gt_config_finalize(&c);
     float whole[6];
     run_losses(&c, C, 6, whole);
     char dir[256];
@@ -252,8 +280,11 @@ static void test_checkpoint_of_n_ranks_resumes_at_one_and_then_at_n_bitwise(void
     gt_train_result r = train_run(&c, C, dir, 2, NULL, NULL); /* steps 1-2 at N ranks */
     assert_memory_equal(&r.last_loss, &whole[1], sizeof whole[1]);
     gt_error err = {0};
-    if (RANK == 0) { /* steps 3-4 alone */
-        r = train_run(&c, ONE, dir, 4, NULL, NULL);
+    if (RANK == 0) { /* steps 3-4 alone, the replicated optimizer */
+        gt_config alone = c;
+        set(&alone, "optimizer.use_distributed_optimizer=false");
+        gt_config_finalize(&alone);
+        r = train_run(&alone, ONE, dir, 4, NULL, NULL);
         assert_int_equal(r.first_step, 3);
         assert_memory_equal(&r.first_loss, &whole[2], sizeof whole[2]);
         assert_memory_equal(&r.last_loss, &whole[3], sizeof whole[3]);
@@ -315,6 +346,7 @@ int main(void) {
         cmocka_unit_test(test_eager_scoped_and_full_iteration_are_bitwise_equal_at_n_ranks),
         cmocka_unit_test(test_small_buckets_give_the_bits_of_one_bucket),
         cmocka_unit_test(test_library_order_agrees_with_rank_order_within_rounding),
+        cmocka_unit_test(test_distributed_optimizer_gives_the_bits_of_the_replicated_one),
         cmocka_unit_test(test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused_by_key),
         cmocka_unit_test(test_checkpoint_of_n_ranks_resumes_at_one_and_then_at_n_bitwise),
         cmocka_unit_test(
