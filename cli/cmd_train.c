@@ -36,8 +36,8 @@ static const char *env_get(void *ctx, const char *name) {
 /* The launcher's world decides the data-parallel size: runtime.num_gpus left at 1 takes it,
  * a value set to another number is an error (as is a world of one asked for more). */
 static int reconcile_world(gt_config *cfg, const gt_world *w, gt_error *err) {
-    int asked = cfg->ddp.data_parallel_size > 0 ? cfg->ddp.data_parallel_size
-                                                : cfg->runtime.num_gpus;
+    int asked =
+        cfg->ddp.data_parallel_size > 0 ? cfg->ddp.data_parallel_size : cfg->runtime.num_gpus;
     if (w->size > 1 && cfg->runtime.num_gpus == 1 && cfg->ddp.data_parallel_size != 1) {
         cfg->runtime.num_gpus = w->size;
         return GT_OK;
@@ -77,9 +77,9 @@ static void usage(FILE *out) {
             "restarted job by itself).\n"
             "exit status: 0 done, 1 failed (e.g. NaN loss), 2 bad configuration, 130 interrupted\n"
             "by SIGINT, 143 by SIGTERM\n\n"
-            "Data parallelism (CPU backend): mpirun -np N graphtrain train ... runtime.device=cpu\n"
-            "(srun works too); each rank trains its slice of every global batch, rank 0 prints\n"
-            "and writes the files, a rank that fails ends the job (README, \"Data parallelism\").\n");
+            "Data parallelism on the CPU backend: mpirun -np N graphtrain train ...\n"
+            "  runtime.device=cpu (or srun); each rank trains its slice of every global batch,\n"
+            "  rank 0 prints and writes the files (README, Data parallelism).\n");
 }
 
 int gt_cmd_train(int argc, char **argv) {

@@ -23,7 +23,8 @@ static void k_self_acc(const void *p) {
         a->acc[i] += a->in[i];
 }
 
-void gt_comm_acc_submit(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n, int first) {
+void gt_comm_acc_submit(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
+                        int first) {
     if (!c->b || c->b->kind != GT_BACKEND_CPU) {
         if (c->b)
             gt_backend_fail(c->b, GT_ERR_UNSUPPORTED,

@@ -62,7 +62,8 @@ int gt_comm_mpi_barrier(gt_comm *c, gt_error *err) {
 
 int gt_comm_mpi_broadcast(gt_comm *c, void *buf, size_t n, int root, gt_error *err) {
     (void)c;
-    if (n > INT_MAX) return gt_error_set(err, GT_ERR_INVALID, "broadcast of %zu bytes: too large", n);
+    if (n > INT_MAX)
+        return gt_error_set(err, GT_ERR_INVALID, "broadcast of %zu bytes: too large", n);
     if (MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD) != MPI_SUCCESS)
         return gt_error_set(err, GT_ERR_DEVICE, "MPI_Bcast failed");
     return GT_OK;
@@ -215,8 +216,8 @@ static void k_reduce_scatter_acc(const void *p) {
     }
 }
 
-void gt_comm_mpi_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in,
-                                    size_t n, int first) {
+void gt_comm_mpi_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
+                                    int first) {
     acc_args x = {{c, NULL, acc, in, n, sizeof(float), GT_REDUCE_RANK_ORDER}, first};
     gt_cpu_submit(c->b, s, k_reduce_scatter_acc, &x, sizeof x);
 }
@@ -274,8 +275,8 @@ void gt_comm_mpi_reduce_scatter(gt_comm *c, gt_stream *s, float *out, const floa
     (void)s, (void)out, (void)in, (void)n, (void)o;
     gt_backend_fail(c->b, GT_ERR_UNSUPPORTED, "no MPI in this build");
 }
-void gt_comm_mpi_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in,
-                                    size_t n, int first) {
+void gt_comm_mpi_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
+                                    int first) {
     (void)s, (void)acc, (void)in, (void)n, (void)first;
     gt_backend_fail(c->b, GT_ERR_UNSUPPORTED, "no MPI in this build");
 }

@@ -105,9 +105,11 @@ static int stop_requested(const gt_train_run_opts *o) {
 /* The signal that asks to stop, agreed over the ranks: each rank may get it at another step
  * (or alone, from kill), and all must stop after the same one. 0: go on. */
 static int agreed_stop(const gt_train_run_opts *o, int *sig, gt_error *err) {
+    *sig = 0;
+    if (!o) return GT_OK;
     int mine = stop_requested(o) ? (int)*o->stop : 0;
     *sig = mine;
-    if (!o || !o->comm) return GT_OK;
+    if (!o->comm) return GT_OK;
     return gt_comm_agree_max(o->comm, mine, sig, err);
 }
 

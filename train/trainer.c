@@ -239,7 +239,8 @@ int gt_trainer_create_dp(gt_trainer **out, const gt_config *cfg, gt_comm *comm, 
     gt_trainer *t = calloc(1, sizeof *t);
     if (!t) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory creating the trainer");
     t->cfg = *cfg;
-    int rc = check_shapes(t, err);
+    int rc = gt_trainer_dp_check_world(cfg, comm, err);
+    if (!rc) rc = check_shapes(t, err);
     if (!rc) rc = make_backend(t, err);
     if (!rc) rc = set_gemm_table(t, err);
     if (!rc) rc = t->b->ops->stream_create(t->b, &t->s, err);

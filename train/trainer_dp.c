@@ -17,6 +17,17 @@
 _Static_assert(offsetof(gt_step_state, aux_loss) == offsetof(gt_step_state, loss) + sizeof(float),
                "a micro-batch's loss pair is copied as two adjacent floats");
 
+int gt_trainer_dp_check_world(const gt_config *cfg, const gt_comm *comm, gt_error *err) {
+    int ranks = comm ? gt_comm_size(comm) : 1;
+    int gpus = cfg->runtime.num_gpus, dp = cfg->ddp.data_parallel_size;
+    if ((gpus == 1 || gpus == ranks) && (dp == 0 || dp == ranks)) return GT_OK;
+    return gt_error_set(err, GT_ERR_INVALID,
+                        "runtime.num_gpus=%d / ddp.data_parallel_size=%d, but the trainer has %d "
+                        "data-parallel rank%s; launch one process per rank (mpirun -np N "
+                        "graphtrain train ... runtime.device=cpu), or set runtime.num_gpus=1",
+                        gpus, dp, ranks, ranks == 1 ? "" : "s");
+}
+
 int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err) {
     int rc = gt_comm_bind(comm, t->b, err);
     if (rc) return rc;
@@ -30,17 +41,17 @@ int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err) {
                             "ranks of train.micro_batch_size=%d (each rank trains whole "
                             "micro-batches, global / (micro x ranks) of them); set "
                             "train.global_batch_size=%d, or change the number of ranks",
-                            tr->global_batch_size, size, tr->micro_batch_size,
-                            lo > 0 ? lo : per);
+                            tr->global_batch_size, size, tr->micro_batch_size, lo > 0 ? lo : per);
     }
     t->comm = comm;
     t->dp_size = size;
     t->dp_rank = gt_comm_rank(comm);
     t->n_micro = t->n_micro_global / size;
     if (t->cfg.optimizer.use_distributed_optimizer && t->dp_rank == 0 && size > 1)
-        fprintf(stderr, "graphtrain: note: optimizer.use_distributed_optimizer: each rank steps "
-                        "its 1/%d of the optimizer state, but every rank still allocates the "
-                        "whole state (the memory saving is not built yet)\n",
+        fprintf(stderr,
+                "graphtrain: note: optimizer.use_distributed_optimizer: each rank steps "
+                "its 1/%d of the optimizer state, but every rank still allocates the "
+                "whole state (the memory saving is not built yet)\n",
                 size);
     if (!(t->h_skip = malloc(2 * (size_t)t->N * sizeof(int32_t))))
         return gt_error_set(err, GT_ERR_NOMEM, "out of host memory for the data-parallel batch");
@@ -59,8 +70,8 @@ static int make_sync(gt_trainer *t, gt_error *err) {
         bucket = (size_t)DP_BUCKET_PER_RANK * (size_t)t->dp_size;
         if (bucket < DP_BUCKET_MIN) bucket = DP_BUCKET_MIN;
     }
-    gt_grad_sync_opts o = {bucket, t->cfg.runtime.deterministic ? GT_REDUCE_RANK_ORDER
-                                                                : GT_REDUCE_LIBRARY};
+    gt_grad_sync_opts o = {bucket,
+                           t->cfg.runtime.deterministic ? GT_REDUCE_RANK_ORDER : GT_REDUCE_LIBRARY};
     return gt_grad_sync_create(&t->sync, t->comm, t->b, t->n_params, &o, err);
 }
 

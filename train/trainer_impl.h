@@ -66,9 +66,9 @@ struct gt_trainer {
     gt_comm *comm;      /* NULL: one process, nothing reduced (not owned) */
     gt_grad_sync *sync; /* the gradient buckets, when comm is set */
     int dp_rank, dp_size, n_micro_global;
-    gt_arena dp;        /* the step's per-micro-batch losses */
-    float *loss_slots;  /* [n_micro_global][2]: loss and aux_loss of each micro-batch */
-    int32_t *h_skip;    /* [2][N] host: another rank's micro-batch, read and dropped */
+    gt_arena dp;       /* the step's per-micro-batch losses */
+    float *loss_slots; /* [n_micro_global][2]: loss and aux_loss of each micro-batch */
+    int32_t *h_skip;   /* [2][N] host: another rank's micro-batch, read and dropped */
     int resumed;       /* started from checkpoint.load */
     /* the schedule record saved checkpoints carry: the configuration's, or the checkpoint's
      * when use_checkpoint_opt_param_scheduler took it (sched_adopted) */
@@ -94,6 +94,9 @@ int gt_trainer_write_moments(gt_trainer *t, const float *m, const float *v, gt_e
  * steps default to train_iters, a warmup fraction becomes whole steps); trainer.c. */
 gt_lr_schedule gt_trainer_lr_schedule(const gt_config *cfg);
 
+/* trainer_dp.c: runtime.num_gpus and ddp.data_parallel_size against the ranks of comm (NULL:
+ * one process), so no run trains with another world than its configuration names. */
+int gt_trainer_dp_check_world(const gt_config *cfg, const gt_comm *comm, gt_error *err);
 /* trainer_dp.c: binds the communicator, divides the global batch over the ranks (refusing
  * what does not divide, by key), builds the gradient buckets and the loss slots. */
 int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err);

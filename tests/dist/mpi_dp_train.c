@@ -36,14 +36,12 @@ static void set(gt_config *c, const char *kv) {
  * the micro-batch index each rank counts matters too */
 static void dp_config(gt_config *c) {
     gt_config_defaults(c);
-    static const char *kv[] = {"runtime.device=cpu",         "model.num_layers=1",
-                               "model.hidden_size=32",       "model.num_attention_heads=2",
-                               "model.num_query_groups=2",   "model.ffn_hidden_size=64",
-                               "model.vocab_size=64",        "model.seq_length=16",
-                               "train.micro_batch_size=2",   "train.global_batch_size=8",
-                               "model.cuda_graph_impl=none", "model.hidden_dropout=0.1",
-                               "logger.log_interval=1000",   "train.train_iters=20",
-                               NULL};
+    static const char *kv[] = {
+        "runtime.device=cpu",          "model.num_layers=1",         "model.hidden_size=32",
+        "model.num_attention_heads=2", "model.num_query_groups=2",   "model.ffn_hidden_size=64",
+        "model.vocab_size=64",         "model.seq_length=16",        "train.micro_batch_size=2",
+        "train.global_batch_size=8",   "model.cuda_graph_impl=none", "model.hidden_dropout=0.1",
+        "logger.log_interval=1000",    "train.train_iters=20",       NULL};
     for (int i = 0; kv[i]; i++)
         set(c, kv[i]);
     gt_config_finalize(c);
@@ -212,7 +210,8 @@ static void test_distributed_optimizer_gives_the_bits_of_the_replicated_one(void
     assert_memory_equal(a, g, sizeof a);
 }
 
-static void test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused_by_key(void **state) {
+static void
+test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused_by_key(void **state) {
     (void)state;
     gt_config c;
     dp_config(&c);
@@ -225,6 +224,27 @@ static void test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused_b
     assert_null(t);
     assert_non_null(strstr(err.msg, "train.global_batch_size=6"));
     assert_non_null(strstr(err.msg, "train.micro_batch_size=2"));
+}
+
+static void test_a_configuration_naming_another_world_size_is_refused(void **state) {
+    (void)state;
+    gt_config c;
+    dp_config(&c);
+    char kv[64];
+    snprintf(kv, sizeof kv, "runtime.num_gpus=%d", SIZE + 1);
+    set(&c, kv);
+    gt_config_finalize(&c);
+    gt_trainer *t = NULL;
+    gt_error err = {0};
+    assert_int_equal(gt_trainer_create_dp(&t, &c, C, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, kv));
+    /* and one process that names several ranks */
+    snprintf(kv, sizeof kv, "runtime.num_gpus=%d", SIZE);
+    set(&c, kv);
+    gt_config_finalize(&c);
+    assert_int_equal(gt_trainer_create_dp(&t, &c, NULL, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "mpirun -np N"));
+    assert_null(t);
 }
 
 /* rank 0's fresh temporary folder, known to every rank */
@@ -308,8 +328,8 @@ static double clock_that_stops(void *ctx) {
     return 0;
 }
 
-static void test_a_stop_on_one_rank_stops_every_rank_after_the_same_step_with_one_checkpoint(
-    void **state) {
+static void
+test_a_stop_on_one_rank_stops_every_rank_after_the_same_step_with_one_checkpoint(void **state) {
     (void)state;
     gt_config c;
     dp_config(&c);
@@ -348,6 +368,7 @@ int main(void) {
         cmocka_unit_test(test_library_order_agrees_with_rank_order_within_rounding),
         cmocka_unit_test(test_distributed_optimizer_gives_the_bits_of_the_replicated_one),
         cmocka_unit_test(test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused_by_key),
+        cmocka_unit_test(test_a_configuration_naming_another_world_size_is_refused),
         cmocka_unit_test(test_checkpoint_of_n_ranks_resumes_at_one_and_then_at_n_bitwise),
         cmocka_unit_test(
             test_a_stop_on_one_rank_stops_every_rank_after_the_same_step_with_one_checkpoint),
