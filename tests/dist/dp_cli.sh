@@ -2,7 +2,8 @@
 # `mpirun -np N graphtrain train` as a user runs it (ctest, with MPIEXEC and GT_BINARY set):
 # rank 0 alone prints; a checkpoint of 2 ranks resumes at 1 and then at 4 with the losses of
 # an uninterrupted run, bit for bit (the metrics file keeps every float's digits); SIGTERM
-# to one rank stops every rank after the same step with one checkpoint; a rank killed
+# to one rank, or Ctrl-C to mpirun, stops every rank after the same step with one checkpoint;
+# a rank killed
 # outright ends the job with an error, not a hang.
 set -u
 MPI="${MPIEXEC:?set MPIEXEC} --oversubscribe"
@@ -72,6 +73,16 @@ grep -q "interrupted by SIGTERM: stopped after step [0-9]*, checkpoint saved" "$
     fail "SIGTERM: $(tail -5 "$DIR/term.out")"
 step=$(sed -n 's/.*stopped after step \([0-9]*\).*/\1/p' "$DIR/term.out")
 [ "$(cat "$DIR/term/latest_checkpointed_iteration.txt")" = "$step" ] || fail "no checkpoint of step $step"
+
+# Ctrl-C to mpirun (Open MPI sends SIGTERM to every rank): one checkpoint, of the last step
+start_long_job ctrlc "$DIR/ctrlc.out"
+kill -INT $JOB
+timeout 60 tail --pid=$JOB -f /dev/null || fail "Ctrl-C to mpirun: the job did not end in 60 s"
+wait $JOB
+grep -q "stopped after step [0-9]*, checkpoint saved" "$DIR/ctrlc.out" ||
+    fail "Ctrl-C: $(tail -5 "$DIR/ctrlc.out")"
+step=$(sed -n 's/.*stopped after step \([0-9]*\).*/\1/p' "$DIR/ctrlc.out")
+[ "$(cat "$DIR/ctrlc/latest_checkpointed_iteration.txt")" = "$step" ] || fail "Ctrl-C: no checkpoint of step $step"
 
 # a rank killed outright: the job ends with an error within 60 s
 start_long_job kill "$DIR/kill.out"
