@@ -25,8 +25,9 @@
 int gt_trainer_create_dp(gt_trainer **out, const gt_config *cfg, gt_comm *comm, gt_error *err);
 
 /* Collective over the data-parallel ranks: the distributed optimizer's master weights and
- * moments gathered, so every rank holds the whole state (a checkpoint reads it). Nothing for
- * one process or the replicated optimizer. */
+ * moments gathered, so every rank holds the whole state (a checkpoint reads it; gt_trainer_save
+ * refuses a stepped distributed optimizer without it). Nothing for one process or the
+ * replicated optimizer. */
 int gt_trainer_dp_gather_state(gt_trainer *t, gt_error *err);
 
 /* Prints every arena (model, optimizer, step state, batch) and the pinned host buffers. */

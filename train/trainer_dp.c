@@ -144,5 +144,6 @@ int gt_trainer_dp_gather_state(gt_trainer *t, gt_error *err) {
     gt_grad_sync_gather(t->sync, t->s, t->adam_v, t->v_elem);
     int rc = t->b->ops->stream_sync(t->b, t->s, err);
     if (!rc) rc = gt_backend_check(t->b, err);
+    if (!rc) t->dp_stale = 0;
     return rc;
 }

@@ -69,6 +69,7 @@ struct gt_trainer {
     gt_arena dp;       /* the step's per-micro-batch losses */
     float *loss_slots; /* [n_micro_global][2]: loss and aux_loss of each micro-batch */
     int32_t *h_skip;   /* [2][N] host: another rank's micro-batch, read and dropped */
+    int dp_stale;      /* the distributed optimizer stepped: other ranks' shards are old here */
     int resumed;       /* started from checkpoint.load */
     /* the schedule record saved checkpoints carry: the configuration's, or the checkpoint's
      * when use_checkpoint_opt_param_scheduler took it (sched_adopted) */

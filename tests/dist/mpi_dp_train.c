@@ -210,6 +210,26 @@ static void test_distributed_optimizer_gives_the_bits_of_the_replicated_one(void
     assert_memory_equal(a, g, sizeof a);
 }
 
+static void test_a_distributed_optimizer_saves_only_after_its_shards_are_gathered(void **state) {
+    (void)state;
+    gt_config c;
+    dp_config(&c);
+    set(&c, "optimizer.use_distributed_optimizer=true");
+    gt_config_finalize(&c);
+    gt_trainer *t = NULL;
+    gt_error err = {0};
+    gt_step_stats s;
+    if (gt_trainer_create_dp(&t, &c, C, &err) || gt_trainer_step(t, &s, &err))
+        fail_msg("rank %d: %s", RANK, err.msg);
+    char dir[256];
+    gt_test_tmpdir(dir, sizeof dir);
+    assert_int_equal(gt_trainer_save(t, dir, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "gt_trainer_dp_gather_state"));
+    assert_int_equal(gt_trainer_dp_gather_state(t, &err), GT_OK);
+    assert_int_equal(gt_trainer_save(t, dir, &err), GT_OK);
+    gt_trainer_destroy(t);
+}
+
 static void
 test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused_by_key(void **state) {
     (void)state;
@@ -367,6 +387,7 @@ int main(void) {
         cmocka_unit_test(test_small_buckets_give_the_bits_of_one_bucket),
         cmocka_unit_test(test_library_order_agrees_with_rank_order_within_rounding),
         cmocka_unit_test(test_distributed_optimizer_gives_the_bits_of_the_replicated_one),
+        cmocka_unit_test(test_a_distributed_optimizer_saves_only_after_its_shards_are_gathered),
         cmocka_unit_test(test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused_by_key),
         cmocka_unit_test(test_a_configuration_naming_another_world_size_is_refused),
         cmocka_unit_test(test_checkpoint_of_n_ranks_resumes_at_one_and_then_at_n_bitwise),
