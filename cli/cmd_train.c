@@ -4,11 +4,14 @@
  * checkpoint.save is set, and exits 128 + the signal (130, 143), as a shell reports it. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "config/rules.h"
+#include "dist/comm.h"
+#include "dist/world.h"
 #include "train/train_loop.h"
 
 #define TRAIN_EXIT_FAILED 1
@@ -23,6 +26,36 @@ static volatile sig_atomic_t g_stop_requested;
 /* records which signal asked to stop (the loop names it, the exit status carries it) */
 static void on_stop_signal(int sig) {
     g_stop_requested = sig;
+}
+
+static const char *env_get(void *ctx, const char *name) {
+    (void)ctx;
+    return getenv(name);
+}
+
+/* The launcher's world decides the data-parallel size: runtime.num_gpus left at 1 takes it,
+ * a value set to another number is an error (as is a world of one asked for more). */
+static int reconcile_world(gt_config *cfg, const gt_world *w, gt_error *err) {
+    int asked =
+        cfg->ddp.data_parallel_size > 0 ? cfg->ddp.data_parallel_size : cfg->runtime.num_gpus;
+    if (w->size > 1 && cfg->runtime.num_gpus == 1 && cfg->ddp.data_parallel_size != 1) {
+        cfg->runtime.num_gpus = w->size;
+        return GT_OK;
+    }
+    if (asked == w->size && cfg->runtime.num_gpus == w->size) return GT_OK;
+    if (w->size == 1)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "runtime.num_gpus=%d / ddp.data_parallel_size=%d asks for %d "
+                            "data-parallel ranks, but this process was started alone; launch "
+                            "one process per rank (mpirun -np %d graphtrain train ... "
+                            "runtime.device=cpu), or set runtime.num_gpus=1",
+                            cfg->runtime.num_gpus, cfg->ddp.data_parallel_size, asked, asked);
+    return gt_error_set(err, GT_ERR_INVALID,
+                        "runtime.num_gpus=%d / ddp.data_parallel_size=%d disagree with the %d "
+                        "ranks %s started; set runtime.num_gpus=%d (or leave it at 1 and "
+                        "ddp.data_parallel_size at 0: the launcher decides)",
+                        cfg->runtime.num_gpus, cfg->ddp.data_parallel_size, w->size,
+                        gt_launcher_name(w->launcher), w->size);
 }
 
 static void usage(FILE *out) {
@@ -43,7 +76,10 @@ static void usage(FILE *out) {
             "143; resume with checkpoint.load=DIR (checkpoint.load=checkpoint.save resumes a\n"
             "restarted job by itself).\n"
             "exit status: 0 done, 1 failed (e.g. NaN loss), 2 bad configuration, 130 interrupted\n"
-            "by SIGINT, 143 by SIGTERM\n");
+            "by SIGINT, 143 by SIGTERM\n\n"
+            "Data parallelism on the CPU backend: mpirun -np N graphtrain train ...\n"
+            "  runtime.device=cpu (or srun); each rank trains its slice of every global batch,\n"
+            "  rank 0 prints and writes the files (README, Data parallelism).\n");
 }
 
 int gt_cmd_train(int argc, char **argv) {
@@ -72,6 +108,13 @@ int gt_cmd_train(int argc, char **argv) {
         }
         return TRAIN_EXIT_INVALID;
     }
+    gt_world world;
+    rc = gt_world_from_env(env_get, NULL, &world, &err);
+    if (!rc) rc = reconcile_world(&cfg, &world, &err);
+    if (rc != GT_OK) {
+        fprintf(stderr, "graphtrain train: %s\n", err.msg);
+        return TRAIN_EXIT_INVALID;
+    }
     gt_report report;
     if (gt_config_validate(&cfg, &report) > 0) {
         gt_report_print(&report, stderr);
@@ -90,9 +133,32 @@ int gt_cmd_train(int argc, char **argv) {
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     gt_train_run_opts opts = {.stop = &g_stop_requested, .out = stdout};
+    /* a launcher on the CPU backend: a communicator, even for one rank (its reductions give
+     * the bits of every world size); a GPU run under a launcher trains alone */
+    gt_comm *comm = NULL;
+    FILE *sink = NULL;
+    if (world.launcher != GT_LAUNCH_NONE && cfg.runtime.device == GT_DEVICE_CPU) {
+        rc = gt_comm_create(&comm, &world, NULL, &err);
+        if (rc != GT_OK) {
+            fprintf(stderr, "graphtrain train: rank %d: %s\n", world.rank, err.msg);
+            return TRAIN_EXIT_FAILED;
+        }
+        opts.comm = comm;
+        if (world.rank == 0) gt_world_print(&world, stdout);
+        if (world.rank != 0 && !(opts.out = sink = fopen("/dev/null", "w"))) opts.out = stdout;
+    }
     rc = gt_train_run(&cfg, &opts, NULL, &err);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    if (sink) fclose(sink);
+    if (rc != GT_OK && rc != GT_ERR_INTERRUPTED && world.size > 1) {
+        /* the other ranks may wait in a collective this rank will never join */
+        fprintf(stderr, "graphtrain train: rank %d of %d: %s; stopping every rank\n", world.rank,
+                world.size, err.msg);
+        fflush(stderr);
+        gt_comm_abort(comm, rc == GT_ERR_INVALID ? TRAIN_EXIT_INVALID : TRAIN_EXIT_FAILED);
+    }
+    gt_comm_destroy(comm);
     if (rc == GT_ERR_INTERRUPTED) {
         fprintf(stderr, "graphtrain train: %s\n", err.msg);
         return TRAIN_EXIT_SIGNAL_BASE + (g_stop_requested == SIGTERM ? SIGTERM : SIGINT);

@@ -152,7 +152,6 @@ static const bridge_key k_bridge[] = {
     {"train.iterations_to_skip", "null", "skipping iterations is not implemented"},
     /* ---- optimizer: OptimizerConfig ---- */
     {"optimizer.optimizer", "adam", "graphtrain's optimizer is AdamW (Megatron's adam with decoupled weight decay)"},
-    {"optimizer.use_distributed_optimizer", "*", "on one GPU the distributed optimizer's single shard is the whole state; " ONE_GPU},
     {"optimizer.overlap_param_gather_with_optimizer_step", "*", ONE_GPU},
     {"optimizer.bf16", "true", "graphtrain computes in bf16 (model.compute_dtype)"},
     {"optimizer.fp16", "false", "fp16 with loss scaling is not implemented; use bf16"},
@@ -258,9 +257,8 @@ static const bridge_key k_bridge[] = {
     {"ddp.overlap_grad_reduce", "*", ONE_GPU},
     {"ddp.overlap_param_gather", "*", ONE_GPU},
     {"ddp.align_param_gather", "*", ONE_GPU},
-    {"ddp.use_distributed_optimizer", "*", "on one GPU the distributed optimizer's single shard is the whole state; " ONE_GPU},
+    {"ddp.use_distributed_optimizer", "*", "graphtrain reads optimizer.use_distributed_optimizer (Bridge sets both alike)"},
     {"ddp.num_distributed_optimizer_instances", "1", "needs data parallelism; " MULTI},
-    {"ddp.bucket_size", "*", ONE_GPU},
     {"ddp.pad_buckets_for_high_nccl_busbw", "*", ONE_GPU},
     {"ddp.average_in_collective", "*", ONE_GPU},
     {"ddp.gradient_reduce_div_fusion", "*", ONE_GPU},

@@ -151,6 +151,7 @@ typedef struct gt_rng_config {
 typedef struct gt_ddp_config {
     bool check_for_nan_in_grad;
     int data_parallel_size; /* 0 = derived from num_gpus / (tp * pp * cp) */
+    int bucket_size;        /* gradient elements per reduction bucket; 0 = Megatron's default */
 } gt_ddp_config;
 
 typedef struct gt_rerun_config {
@@ -167,6 +168,7 @@ typedef struct gt_optimizer_config {
     double clip_grad; /* <= 0: no clipping */
     /* Megatron's precision-aware optimizer: the Adam moments may be stored in bf16 */
     bool use_precision_aware_optimizer;
+    bool use_distributed_optimizer; /* data-parallel ranks step shards of the state */
     gt_state_dtype exp_avg_dtype;
     gt_state_dtype exp_avg_sq_dtype;
     gt_lazy_rows_setting lazy_embedding_rows; /* optimizer.lazy_embedding_rows */

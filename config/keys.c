@@ -106,6 +106,7 @@ static const gt_key k_keys[] = {
     {"train.exit_duration_in_mins", GT_KEY_DOUBLE, F(train.exit_duration_in_mins), "0", NULL, 0, 1e9, "Stop (saving a checkpoint when checkpoint.save is set) after the first step that ends this many minutes after training started; 0 = never.", "0"},
     /* ---- checks ---- */
     {"rerun_state_machine.check_for_nan_in_loss", GT_KEY_BOOL, F(rerun_state_machine.check_for_nan_in_loss), "true", NULL, 0, 0, "Stop on a NaN/Inf loss (a device-side check here, so it survives graph capture).", NULL},
+    {"ddp.bucket_size", GT_KEY_INT, F(ddp.bucket_size), "0", NULL, 0, 1000000000, "Gradient elements per data-parallel reduction bucket; 0 (null) = Megatron's max(40M, 1M x data-parallel size).", "0"},
     {"ddp.check_for_nan_in_grad", GT_KEY_BOOL, F(ddp.check_for_nan_in_grad), "true", NULL, 0, 0, "Skip the update and stop on NaN/Inf gradients (device-side).", NULL},
     /* ---- optimizer and schedule ---- */
     {"optimizer.lr", GT_KEY_DOUBLE, F(optimizer.lr), "0.0003", NULL, 0, 100, "Peak learning rate (AdamW).", NULL},
@@ -115,6 +116,7 @@ static const gt_key k_keys[] = {
     {"optimizer.adam_beta2", GT_KEY_DOUBLE, F(optimizer.adam_beta2), "0.95", NULL, 0, 0.999999999, "Adam beta2.", NULL},
     {"optimizer.adam_eps", GT_KEY_DOUBLE, F(optimizer.adam_eps), "1e-08", NULL, 1e-30, 1, "Adam epsilon.", NULL},
     {"optimizer.clip_grad", GT_KEY_DOUBLE, F(optimizer.clip_grad), "1", NULL, -1, 1e9, "Global gradient-norm clip; <= 0 = no clipping.", "0"},
+    {"optimizer.use_distributed_optimizer", GT_KEY_BOOL, F(optimizer.use_distributed_optimizer), "false", NULL, 0, 0, "Data parallelism: each rank steps its shard of every gradient bucket, then the parameters are all-gathered (README, \"Data parallelism\"); one process: the whole state is its shard.", NULL},
     {"optimizer.use_precision_aware_optimizer", GT_KEY_BOOL, F(optimizer.use_precision_aware_optimizer), "false", NULL, 0, 0, "Allow the Adam moments in a lower precision (exp_avg_dtype, exp_avg_sq_dtype); the update math stays fp32.", NULL},
     {"optimizer.exp_avg_dtype", GT_KEY_ENUM, F(optimizer.exp_avg_dtype), "fp32", k_state_dtype, 0, 0, "Storage of Adam's first moment: fp32, or bf16 with use_precision_aware_optimizer (2 bytes a parameter less to keep and to stream each step).", NULL},
     {"optimizer.exp_avg_sq_dtype", GT_KEY_ENUM, F(optimizer.exp_avg_sq_dtype), "fp32", k_state_dtype, 0, 0, "Storage of Adam's second moment: fp32, or bf16 with use_precision_aware_optimizer.", NULL},

@@ -36,8 +36,10 @@ static bool cp(const gt_config *c) {
 static bool ep(const gt_config *c) {
     return c->model.expert_model_parallel_size > 1;
 }
+/* data parallelism runs between CPU-backend processes (dist/); GPUs need NCCL, not built yet */
 static bool dp(const gt_config *c) {
-    return c->runtime.num_gpus > 1 || c->ddp.data_parallel_size > 1;
+    return (c->runtime.num_gpus > 1 || c->ddp.data_parallel_size > 1) &&
+           c->runtime.device != GT_DEVICE_CPU;
 }
 static bool offload(const gt_config *c) {
     return c->model.cpu_offloading;
@@ -74,8 +76,8 @@ static const unsupported k_unsupported[] = {
      "expert parallelism is not implemented (also no all-to-all token dispatch)" MULTI_GPU,
      "set model.expert_model_parallel_size=1 (-ep 1), e.g. with a *_1gpu recipe"},
     {"engine_single_gpu", {"runtime.num_gpus", "ddp.data_parallel_size"}, dp,
-     "data parallelism over several GPUs is not implemented (no gradient all-reduce); a run would use one GPU and train on a fraction of the batches asked for" MULTI_GPU,
-     "set runtime.num_gpus=1 (-ng 1) and ddp.data_parallel_size=0 or 1"},
+     "data parallelism over several GPUs needs NCCL communicators, which are not built yet (data parallelism runs between CPU-backend processes under mpirun); a run would use one GPU and train on a fraction of the batches asked for",
+     "set runtime.num_gpus=1 (-ng 1) and ddp.data_parallel_size=0 or 1, or runtime.device=cpu and launch with mpirun -np N"},
     {"engine_no_cpu_offloading", {"model.cpu_offloading"}, offload,
      "offloading activations or weights to host memory is not implemented: everything stays in device memory",
      "set model.cpu_offloading=false"},

@@ -13,14 +13,20 @@ void gt_comm_shard(size_t n, int size, int r, size_t *first, size_t *count) {
     *first = ur * base + (ur < extra ? ur : extra);
 }
 
+/* collectives of a world of more than one run on the CPU backend only (comm_mpi.c) */
+static int check_backend(const gt_world *w, const gt_backend *b, gt_error *err) {
+    if (!b || w->size == 1 || b->kind == GT_BACKEND_CPU) return GT_OK;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                        "data parallelism over %d GPUs needs NCCL communicators, which this "
+                        "build does not have yet; run on one GPU (launch without mpirun, "
+                        "srun or torchrun), or use runtime.device=cpu with mpirun",
+                        w->size);
+}
+
 int gt_comm_create(gt_comm **out, const gt_world *w, gt_backend *b, gt_error *err) {
     *out = NULL;
-    if (w->size > 1 && b->kind != GT_BACKEND_CPU)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "data parallelism over %d GPUs needs NCCL communicators, which this "
-                            "build does not have yet; run on one GPU (launch without mpirun, "
-                            "srun or torchrun), or use runtime.device=cpu with mpirun",
-                            w->size);
+    int brc = check_backend(w, b, err);
+    if (brc) return brc;
     gt_comm *c = calloc(1, sizeof *c);
     if (!c) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory creating a communicator");
     c->world = *w;
@@ -34,6 +40,12 @@ int gt_comm_create(gt_comm **out, const gt_world *w, gt_backend *b, gt_error *er
     }
     *out = c;
     return GT_OK;
+}
+
+int gt_comm_bind(gt_comm *c, gt_backend *b, gt_error *err) {
+    int rc = check_backend(&c->world, b, err);
+    if (!rc) c->b = b;
+    return rc;
 }
 
 void gt_comm_destroy(gt_comm *c) {
@@ -84,6 +96,24 @@ void gt_comm_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t el
     if (c->world.size > 1) gt_comm_mpi_all_gather(c, s, buf, n, elem_bytes);
 }
 
+void gt_comm_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
+                                int first) {
+    gt_comm_acc_submit(c, s, acc, in, n, first);
+}
+
 int gt_comm_barrier(gt_comm *c, gt_error *err) {
     return c->world.size > 1 ? gt_comm_mpi_barrier(c, err) : GT_OK;
+}
+
+int gt_comm_broadcast(gt_comm *c, void *buf, size_t n, int root, gt_error *err) {
+    return c->world.size > 1 ? gt_comm_mpi_broadcast(c, buf, n, root, err) : GT_OK;
+}
+
+int gt_comm_agree_max(gt_comm *c, int value, int *max, gt_error *err) {
+    *max = value;
+    return c->world.size > 1 ? gt_comm_mpi_agree_max(c, value, max, err) : GT_OK;
+}
+
+void gt_comm_abort(gt_comm *c, int code) {
+    if (c && c->world.size > 1) gt_comm_mpi_abort(c, code);
 }

@@ -21,6 +21,9 @@ typedef struct gt_comm gt_comm;
  * backend and a build with MPI (the error says how to get one); NCCL for the CUDA backend is
  * not built yet and is refused by name. */
 int gt_comm_create(gt_comm **c, const gt_world *w, gt_backend *b, gt_error *err);
+/* b may be NULL: the communicator then only serves the host-side calls (barrier, broadcast,
+ * agree, abort) until gt_comm_bind gives it the backend its collectives run on. */
+int gt_comm_bind(gt_comm *c, gt_backend *b, gt_error *err);
 /* Accepts NULL. Finalizes MPI when this communicator initialized it. */
 void gt_comm_destroy(gt_comm *c);
 int gt_comm_rank(const gt_comm *c);
@@ -44,7 +47,23 @@ void gt_comm_reduce_scatter_sum(gt_comm *c, gt_stream *s, float *out, const floa
  * this rank's own shard must already be in place. */
 void gt_comm_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t elem_bytes);
 
+/* acc[0..count) (this rank's shard of n, gt_comm_shard) = acc + in_0 + in_1 + ... added one
+ * rank at a time in rank order (first: in_0 + in_1 + ..., acc's old values unread), where in_q
+ * is rank q's in[first..first+count). Called once per micro-batch round, it sums every
+ * micro-batch's gradient in one global order whatever the world size. Needs the reserve of
+ * gt_comm_reserve; CPU backend only. */
+void gt_comm_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
+                                int first);
+
 /* Waits for every rank (outside a step: set-up and teardown). */
 int gt_comm_barrier(gt_comm *c, gt_error *err);
+
+/* Host-side, outside steps: root's bytes [0..n) copied to every rank's buf. */
+int gt_comm_broadcast(gt_comm *c, void *buf, size_t n, int root, gt_error *err);
+/* Host-side: *max = the largest value any rank passes (a stop request's signal, an exit). */
+int gt_comm_agree_max(gt_comm *c, int value, int *max, gt_error *err);
+/* Ends every rank of the job with exit status code (MPI_Abort); a world of one returns. For the
+ * CLI, after a rank failed: the others may wait in a collective that never comes. */
+void gt_comm_abort(gt_comm *c, int code);
 
 #endif

@@ -22,5 +22,12 @@ void gt_comm_mpi_reduce_scatter(gt_comm *c, gt_stream *s, float *out, const floa
                                 gt_reduce_order o);
 void gt_comm_mpi_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t elem_bytes);
 int gt_comm_mpi_barrier(gt_comm *c, gt_error *err);
+int gt_comm_mpi_broadcast(gt_comm *c, void *buf, size_t n, int root, gt_error *err);
+int gt_comm_mpi_agree_max(gt_comm *c, int value, int *max, gt_error *err);
+void gt_comm_mpi_abort(gt_comm *c, int code);
+void gt_comm_mpi_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
+                                    int first);
+/* comm_acc.c: the rank-order accumulation; a world of one adds on the CPU backend itself */
+void gt_comm_acc_submit(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n, int first);
 
 #endif

@@ -60,6 +60,29 @@ int gt_comm_mpi_barrier(gt_comm *c, gt_error *err) {
     return GT_OK;
 }
 
+int gt_comm_mpi_broadcast(gt_comm *c, void *buf, size_t n, int root, gt_error *err) {
+    (void)c;
+    if (n > INT_MAX)
+        return gt_error_set(err, GT_ERR_INVALID, "broadcast of %zu bytes: too large", n);
+    if (MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return gt_error_set(err, GT_ERR_DEVICE, "MPI_Bcast failed");
+    return GT_OK;
+}
+
+int gt_comm_mpi_agree_max(gt_comm *c, int value, int *max, gt_error *err) {
+    (void)c;
+    int out = 0;
+    if (MPI_Allreduce(&value, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return gt_error_set(err, GT_ERR_DEVICE, "MPI_Allreduce (agreeing on a stop) failed");
+    *max = out;
+    return GT_OK;
+}
+
+void gt_comm_mpi_abort(gt_comm *c, int code) {
+    (void)c;
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 typedef struct coll_args {
     gt_comm *c;
     void *buf;       /* all-reduce: in and out; all-gather: in and out */
@@ -164,6 +187,41 @@ static void k_all_gather(const void *p) {
     MPI_Type_free(&t);
 }
 
+typedef struct acc_args {
+    coll_args a;
+    int first;
+} acc_args;
+
+/* acc = (acc +) the ranks' shards in rank order, one addition after another */
+static void k_reduce_scatter_acc(const void *p) {
+    const acc_args *x = p;
+    const coll_args *a = &x->a;
+    if (!fits(a, "reduce-scatter-accumulate")) return;
+    gt_comm *c = a->c;
+    int size = c->world.size, me = c->world.rank;
+    int *counts = c->counts, *displs = c->displs, *rcounts = c->rcounts, *rdispls = c->rdispls;
+    shard_table(a->n, size, counts, displs);
+    for (int q = 0; q < size; q++) {
+        rcounts[q] = counts[me];
+        rdispls[q] = q * counts[me];
+    }
+    MPI_Alltoallv(a->in, counts, displs, MPI_FLOAT, c->scratch, rcounts, rdispls, MPI_FLOAT,
+                  MPI_COMM_WORLD);
+    size_t cnt = (size_t)counts[me];
+    if (x->first) memcpy(a->out, c->scratch, cnt * sizeof *a->out);
+    for (int q = x->first ? 1 : 0; q < size; q++) {
+        const float *part = c->scratch + (size_t)q * cnt;
+        for (size_t i = 0; i < cnt; i++)
+            a->out[i] += part[i];
+    }
+}
+
+void gt_comm_mpi_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
+                                    int first) {
+    acc_args x = {{c, NULL, acc, in, n, sizeof(float), GT_REDUCE_RANK_ORDER}, first};
+    gt_cpu_submit(c->b, s, k_reduce_scatter_acc, &x, sizeof x);
+}
+
 void gt_comm_mpi_all_reduce(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_reduce_order o) {
     coll_args a = {c, buf, NULL, NULL, n, sizeof(float), o};
     if (o == GT_REDUCE_RANK_ORDER) a.out = buf; /* marks the scratch check */
@@ -197,6 +255,17 @@ int gt_comm_mpi_barrier(gt_comm *c, gt_error *err) {
     (void)c;
     return gt_error_set(err, GT_ERR_UNSUPPORTED, "no MPI in this build");
 }
+int gt_comm_mpi_broadcast(gt_comm *c, void *buf, size_t n, int root, gt_error *err) {
+    (void)c, (void)buf, (void)n, (void)root;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED, "no MPI in this build");
+}
+int gt_comm_mpi_agree_max(gt_comm *c, int value, int *max, gt_error *err) {
+    (void)c, (void)value, (void)max;
+    return gt_error_set(err, GT_ERR_UNSUPPORTED, "no MPI in this build");
+}
+void gt_comm_mpi_abort(gt_comm *c, int code) {
+    (void)c, (void)code;
+}
 void gt_comm_mpi_all_reduce(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_reduce_order o) {
     (void)s, (void)buf, (void)n, (void)o;
     gt_backend_fail(c->b, GT_ERR_UNSUPPORTED, "no MPI in this build");
@@ -204,6 +273,11 @@ void gt_comm_mpi_all_reduce(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_r
 void gt_comm_mpi_reduce_scatter(gt_comm *c, gt_stream *s, float *out, const float *in, size_t n,
                                 gt_reduce_order o) {
     (void)s, (void)out, (void)in, (void)n, (void)o;
+    gt_backend_fail(c->b, GT_ERR_UNSUPPORTED, "no MPI in this build");
+}
+void gt_comm_mpi_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
+                                    int first) {
+    (void)s, (void)acc, (void)in, (void)n, (void)first;
     gt_backend_fail(c->b, GT_ERR_UNSUPPORTED, "no MPI in this build");
 }
 void gt_comm_mpi_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t elem_bytes) {

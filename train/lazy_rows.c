@@ -15,8 +15,9 @@ void gt_lazy_rows_start(gt_lazy_rows *lr, int grad_hook, gt_adamw_state os) {
     if (grad_hook) {
         lr->state = GT_LAZY_ROWS_HOOK_OFF;
         if (lr->setting == GT_LAZY_ROWS_AUTO)
-            fprintf(stderr, "graphtrain: note: lazy embedding rows are off: a gradient-reduction "
-                            "hook is set, so the rows other ranks touched are unknown here and "
+            fprintf(stderr, "graphtrain: note: lazy embedding rows are off: gradients are reduced "
+                            "over ranks (a hook or data parallelism), so the rows other ranks "
+                            "touched are unknown here and "
                             "AdamW updates every row (optimizer.lazy_embedding_rows=auto; README, "
                             "\"Optimizer\")\n");
         return;

@@ -69,9 +69,12 @@ static int log_step(FILE *out, gt_metrics *m, const gt_step_stats *s, double avg
 
 /* One checkpoint: save/iter_NNNNNNN/checkpoint.bin, then its configuration, the latest
  * file and the retention of checkpoint.most_recent_k (ckpt_dir.h). */
-static int save(gt_trainer *t, gt_ckpt_dir *d, const gt_config *cfg, FILE *out,
+static int save(gt_trainer *t, gt_ckpt_dir *d, const gt_config *cfg, FILE *out, int lead,
                 gt_train_result *res, gt_error *err) {
     long long iter = (long long)gt_trainer_step_count(t);
+    /* every rank takes part in gathering the distributed optimizer's shards; rank 0 writes */
+    int grc = gt_trainer_dp_gather_state(t, err);
+    if (grc || !lead) return grc;
     char dir[GT_PATH_MAX + 32], path[GT_PATH_MAX + 64];
     gt_ckpt_iter_path(d->save, iter, dir, sizeof dir);
     int rc = gt_trainer_save(t, dir, err);
@@ -97,6 +100,44 @@ static int eval(gt_trainer *t, FILE *out, gt_metrics *m, gt_train_result *res, g
 
 static int stop_requested(const gt_train_run_opts *o) {
     return o && o->stop && *o->stop;
+}
+
+/* The signal that asks to stop, agreed over the ranks: each rank may get it at another step
+ * (or alone, from kill), and all must stop after the same one. 0: go on. */
+static int agreed_stop(const gt_train_run_opts *o, int *sig, gt_error *err) {
+    *sig = 0;
+    if (!o) return GT_OK;
+    int mine = stop_requested(o) ? (int)*o->stop : 0;
+    *sig = mine;
+    if (!o->comm) return GT_OK;
+    return gt_comm_agree_max(o->comm, mine, sig, err);
+}
+
+/* rank 0 prepares checkpoint.save (the lock is one writer's) and tells the others what to
+ * resume from, or that it failed */
+static int open_ckpt_dir(gt_ckpt_dir *d, const gt_config *cfg, char *resume, size_t n, FILE *out,
+                         gt_comm *comm, gt_error *err) {
+    int lead = !comm || gt_comm_rank(comm) == 0;
+    int rc = GT_OK;
+    if (lead) {
+        rc = gt_ckpt_dir_open(d, cfg, resume, n, out, err);
+    } else {
+        memset(d, 0, sizeof *d);
+        d->lock_fd = -1;
+    }
+    if (!comm || gt_comm_size(comm) == 1) return rc;
+    int status = rc;
+    gt_error berr = {0};
+    if (gt_comm_broadcast(comm, &status, sizeof status, 0, &berr) ||
+        gt_comm_broadcast(comm, resume, n, 0, &berr)) {
+        if (!rc) *err = berr;
+        return rc ? rc : berr.code;
+    }
+    if (!lead && status)
+        return gt_error_set(err, status,
+                            "rank 0 could not prepare checkpoint.save=%s (its message says why)",
+                            cfg->checkpoint.save);
+    return rc;
 }
 
 static double monotonic_ms(void *ctx) {
@@ -140,10 +181,16 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     gt_config *run_cfg = malloc(sizeof *run_cfg);
     if (!run_cfg) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
     *run_cfg = *cfg;
-    int rc = gt_ckpt_dir_open(&ckd, cfg, run_cfg->checkpoint.load, sizeof run_cfg->checkpoint.load,
-                              out, err);
+    gt_comm *comm = opts ? opts->comm : NULL;
+    int lead = !comm || gt_comm_rank(comm) == 0;
+    if (!lead) { /* one writer of the run's files */
+        run_cfg->logger.metrics_file[0] = '\0';
+        run_cfg->logger.tensorboard_dir[0] = '\0';
+    }
+    int rc = open_ckpt_dir(&ckd, cfg, run_cfg->checkpoint.load, sizeof run_cfg->checkpoint.load,
+                           out, comm, err);
     gt_trainer *t = NULL;
-    if (!rc) rc = gt_trainer_create(&t, run_cfg, err);
+    if (!rc) rc = gt_trainer_create_dp(&t, run_cfg, comm, err);
     if (rc) {
         gt_ckpt_dir_close(&ckd);
         free(run_cfg);
@@ -151,7 +198,7 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     }
     cfg = run_cfg;
     const char *save_dir = cfg->checkpoint.save;
-    int saving = save_dir[0] != '\0';
+    int saving = cfg->checkpoint.save[0] != '\0';
     long long total = cfg->train.train_iters;
     gt_trainer_print_summary(t, out);
     if (!quiet) gt_trainer_print_memory(t, out);
@@ -178,8 +225,10 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     long long run = 0, last_saved = -1, loss_n = 0;
     double loss_sum = 0, tokens = 0, step_ms = 0;
     int log_every = cfg->logger.log_interval > 0 ? cfg->logger.log_interval : 1;
+    int stop_sig = 0;
     while (!rc && gt_trainer_step_count(t) < total) {
-        if (stop_requested(opts)) break;
+        rc = agreed_stop(opts, &stop_sig, err);
+        if (rc || stop_sig) break;
         gt_step_stats s;
         rc = gt_trainer_step(t, &s, err);
         if (rc) {
@@ -212,19 +261,20 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
             rc = eval(t, out, metrics, res, err);
         if (!rc && save_dir[0] && cfg->checkpoint.save_interval > 0 &&
             s.step % cfg->checkpoint.save_interval == 0) {
-            rc = save(t, &ckd, cfg, out, res, err);
+            rc = save(t, &ckd, cfg, out, lead, res, err);
             last_saved = s.step;
         }
         /* the final save below writes the checkpoint these exits leave */
-        if (!rc && s.step < total &&
-            exit_rule_met(cfg, s.step, clock_ms(clock_ctx) - started_ms, out))
-            break;
+        int exit_now = !rc && s.step < total &&
+                       exit_rule_met(cfg, s.step, clock_ms(clock_ctx) - started_ms, out);
+        if (!rc && comm) rc = gt_comm_agree_max(comm, exit_now, &exit_now, err);
+        if (exit_now) break;
     }
-    int interrupted = rc == GT_OK && stop_requested(opts);
+    int interrupted = rc == GT_OK && stop_sig;
     /* a final checkpoint on normal completion, the exit rules and Ctrl-C (not after errors:
      * the state that failed is not worth resuming) */
     if (rc == GT_OK && save_dir[0] && last_saved != gt_trainer_step_count(t) && run > 0)
-        rc = save(t, &ckd, cfg, out, res, err);
+        rc = save(t, &ckd, cfg, out, lead, res, err);
     if (run > 0) {
         fprintf(out, "trained steps %lld-%lld in %.1f s (%.0f tokens/s): loss %.4f -> %.4f",
                 res->first_step, res->last_step, step_ms / 1e3,
@@ -248,7 +298,7 @@ int gt_train_run(const gt_config *cfg, const gt_train_run_opts *opts, gt_train_r
     gt_ckpt_dir_close(&ckd);
     free(run_cfg);
     if (rc == GT_OK && interrupted) {
-        int sig = (int)*opts->stop;
+        int sig = stop_sig;
         const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT (Ctrl-C)";
         fprintf(out, "interrupted by %s: stopped after step %lld%s\n", name,
                 res->last_step ? res->last_step : start,

@@ -10,6 +10,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
+#include "dist/comm.h"
 
 typedef struct gt_train_run_opts {
     /* Set (by a signal handler) to ask the loop to finish the current step, save a
@@ -21,6 +22,10 @@ typedef struct gt_train_run_opts {
      * pass their own) */
     double (*clock_ms)(void *ctx);
     void *clock_ctx;
+    /* data parallelism: this process is rank gt_comm_rank(comm) of a world (not owned; NULL:
+     * one process). Rank 0 alone writes checkpoints, metrics and TensorBoard files (the
+     * caller gives the other ranks an out that discards); stops and exits are agreed by all. */
+    gt_comm *comm;
 } gt_train_run_opts;
 
 /* Summary of a run, for callers and tests. */

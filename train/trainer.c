@@ -106,6 +106,8 @@ static int check_shapes(gt_trainer *t, gt_error *err) {
                             "evaluation); set train.eval_iters=10, or train.eval_interval=0",
                             tr->eval_interval);
     t->n_micro = tr->global_batch_size / tr->micro_batch_size;
+    t->n_micro_global = t->n_micro;
+    t->dp_size = 1;
     t->B = tr->micro_batch_size;
     t->T = t->cfg.model.seq_length;
     t->N = t->B * t->T;
@@ -229,14 +231,20 @@ static int make_runner(gt_trainer *t, gt_error *err) {
 }
 
 int gt_trainer_create(gt_trainer **out, const gt_config *cfg, gt_error *err) {
+    return gt_trainer_create_dp(out, cfg, NULL, err);
+}
+
+int gt_trainer_create_dp(gt_trainer **out, const gt_config *cfg, gt_comm *comm, gt_error *err) {
     *out = NULL;
     gt_trainer *t = calloc(1, sizeof *t);
     if (!t) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory creating the trainer");
     t->cfg = *cfg;
-    int rc = check_shapes(t, err);
+    int rc = gt_trainer_dp_check_world(cfg, comm, err);
+    if (!rc) rc = check_shapes(t, err);
     if (!rc) rc = make_backend(t, err);
     if (!rc) rc = set_gemm_table(t, err);
     if (!rc) rc = t->b->ops->stream_create(t->b, &t->s, err);
+    if (!rc && comm) rc = gt_trainer_dp_init(t, comm, err);
     if (!rc) rc = check_fit(t, err);
     if (!rc) rc = gt_model_create(&t->m, &t->cfg, t->b, err);
     if (!rc) {
@@ -250,6 +258,7 @@ int gt_trainer_create(gt_trainer **out, const gt_config *cfg, gt_error *err) {
                               t->mi->tokens, t->N, t->B, t->T);
     }
     set_hyper(t);
+    if (!rc) rc = gt_trainer_dp_buckets(t, err);
     if (!rc) rc = alloc_state(t, err);
     if (!rc)
         gt_lazy_rows_init(&t->lazy, t->cfg.optimizer.lazy_embedding_rows, t->b, t->s, t->m, t->st);
@@ -284,6 +293,7 @@ void gt_trainer_destroy(gt_trainer *t) {
     gt_arena_release(&t->opt);
     gt_arena_release(&t->state);
     gt_arena_release(&t->batch);
+    gt_trainer_dp_release(t);
     gt_model_destroy(t->m);
     if (t->b && t->s) t->b->ops->stream_destroy(t->b, t->s);
     gt_backend_destroy(t->b);

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "data/data.h"
+#include "dist/comm.h"
 #include "graphs/graphs.h"
 #include "graphtrain.h"
 #include "model/model.h"
@@ -17,6 +18,17 @@
 /* The public half (gt_trainer, gt_step_stats, create / destroy / step / eval / save /
  * step_count) is declared in include/graphtrain.h; what follows is for the rest of the engine
  * (train loop, bench/, cli/) and tests. */
+
+/* gt_trainer_create for rank gt_comm_rank(comm) of a data-parallel world (CPU backend): it
+ * trains its slice of every global batch and reduces gradients over comm (not owned: destroy
+ * it after the trainer). comm NULL: gt_trainer_create. */
+int gt_trainer_create_dp(gt_trainer **out, const gt_config *cfg, gt_comm *comm, gt_error *err);
+
+/* Collective over the data-parallel ranks: the distributed optimizer's master weights and
+ * moments gathered, so every rank holds the whole state (a checkpoint reads it; gt_trainer_save
+ * refuses a stepped distributed optimizer without it). Nothing for one process or the
+ * replicated optimizer. */
+int gt_trainer_dp_gather_state(gt_trainer *t, gt_error *err);
 
 /* Prints every arena (model, optimizer, step state, batch) and the pinned host buffers. */
 void gt_trainer_print_memory(const gt_trainer *t, FILE *f);

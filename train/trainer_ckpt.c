@@ -14,6 +14,12 @@ int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
         return gt_error_set(err, GT_ERR_INVALID,
                             "no checkpoint directory given; set "
                             "checkpoint.save=DIR");
+    if (t->dp_stale)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "saving a checkpoint of the distributed optimizer at step %lld: "
+                            "each rank holds only its shards; call gt_trainer_dp_gather_state "
+                            "on every rank first (the training loop does)",
+                            (long long)t->steps);
     size_t n = t->n_params;
     float *buf = malloc(3 * n * sizeof(float));
     if (!buf) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory saving a checkpoint");

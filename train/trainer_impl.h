@@ -8,6 +8,7 @@
 
 #include "core/arena.h"
 #include "data/data.h"
+#include "dist/grad_sync.h"
 #include "train/checkpoint.h"
 #include "train/lazy_rows.h"
 #include "train/trainer.h"
@@ -19,7 +20,7 @@ struct gt_trainer {
     gt_model *m;
     const gt_model_info *mi;
     size_t n_params, n_decay;
-    int n_micro; /* micro-batches per step = global_batch_size / micro_batch_size */
+    int n_micro; /* this rank's micro-batches per step = global_batch_size / (micro x dp) */
     int B, T, N; /* micro_batch_size, seq_length, tokens per micro-batch */
 
     gt_arena opt;          /* optimizer state */
@@ -60,6 +61,15 @@ struct gt_trainer {
     int stepped;   /* gt_trainer_step has run in this process (the hook is fixed from then on) */
     int64_t steps; /* optimizer steps completed (host copy after each step) */
     gt_lazy_rows lazy; /* the embedding's lazy rows (lazy_rows.h) */
+    /* data parallelism (trainer_dp.c): rank dp_rank of dp_size trains the micro-batches
+     * i = j * dp_size + dp_rank (j < n_micro) of the n_micro_global of each global batch */
+    gt_comm *comm;      /* NULL: one process, nothing reduced (not owned) */
+    gt_grad_sync *sync; /* the gradient buckets, when comm is set */
+    int dp_rank, dp_size, n_micro_global;
+    gt_arena dp;       /* the step's per-micro-batch losses */
+    float *loss_slots; /* [n_micro_global][2]: loss and aux_loss of each micro-batch */
+    int32_t *h_skip;   /* [2][N] host: another rank's micro-batch, read and dropped */
+    int dp_stale;      /* the distributed optimizer stepped: other ranks' shards are old here */
     int resumed;       /* started from checkpoint.load */
     /* the schedule record saved checkpoints carry: the configuration's, or the checkpoint's
      * when use_checkpoint_opt_param_scheduler took it (sched_adopted) */
@@ -84,6 +94,21 @@ int gt_trainer_write_moments(gt_trainer *t, const float *m, const float *v, gt_e
 /* The schedule step_begin computes the rate from, resolved from the configuration (decay
  * steps default to train_iters, a warmup fraction becomes whole steps); trainer.c. */
 gt_lr_schedule gt_trainer_lr_schedule(const gt_config *cfg);
+
+/* trainer_dp.c: runtime.num_gpus and ddp.data_parallel_size against the ranks of comm (NULL:
+ * one process), so no run trains with another world than its configuration names. */
+int gt_trainer_dp_check_world(const gt_config *cfg, const gt_comm *comm, gt_error *err);
+/* trainer_dp.c: binds the communicator, divides the global batch over the ranks (refusing
+ * what does not divide, by key), builds the gradient buckets and the loss slots. */
+int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err);
+/* After the model is built: the gradient buckets over its parameters (nothing without comm). */
+int gt_trainer_dp_buckets(gt_trainer *t, gt_error *err);
+void gt_trainer_dp_release(gt_trainer *t);
+/* The distributed optimizer's AdamW: this rank's shard of every bucket, then the parameters
+ * gathered from every rank. */
+void gt_trainer_enqueue_dp_adamw(gt_trainer *t, gt_stream *s);
+/* The micro-batches of a data-parallel step with their reductions (inside enqueue_step). */
+void gt_trainer_enqueue_dp_micro_batches(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec);
 
 /* Resume from checkpoint.load (trainer_ckpt.c): weights, moments, step state, data position. */
 int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err);

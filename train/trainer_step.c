@@ -32,24 +32,29 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
      * with, so there every micro-batch accumulates into zeroed gradients. The padding
      * between tensors is zero from allocation and nothing writes it. */
     int overwrite = t->n_micro == 1 || t->cfg.model.cuda_graph_impl != GT_GRAPH_IMPL_TE;
-    if (!overwrite) o->memset0(b, s, t->mi->grads, t->n_params * sizeof(float));
+    if (!overwrite && !t->sync) o->memset0(b, s, t->mi->grads, t->n_params * sizeof(float));
     o->step_begin(b, s, t->st, t->sched);
     /* the embedding rows the step reads get the updates they missed (lazy rows) */
     gt_grad_rows rows = gt_lazy_rows_marks(&t->lazy);
     gt_lazy_rows_catchup(&t->lazy, s, gt_trainer_adamw_state(t), t->d_batch, t->n_micro, t->N);
     float dscale = 1.0f / (float)t->n_micro;
-    for (int i = 0; i < t->n_micro; i++) {
+    for (int i = 0; !t->sync && i < t->n_micro; i++) {
         const int32_t *tok = t->d_batch + (size_t)i * 2 * (size_t)t->N;
         gt_model_forward_backward(t->m, s, tok, tok + t->N, dscale, !(overwrite && i == 0), t->st,
                                   exec);
         if (i + 1 < t->n_micro) o->micro_next(b, s, t->st); /* step_begin resets it */
     }
+    /* data parallelism: this rank's micro-batches and the reductions (trainer_dp.c) */
+    if (t->sync) gt_trainer_enqueue_dp_micro_batches(t, s, exec);
     if (t->grad_reduce) t->grad_reduce(t->grad_reduce_ctx, b, s, t->mi->grads, t->n_params);
     if (t->inject_nan >= 0) o->inject_nan(b, s, t->st, t->mi->grads, rows);
     o->grad_norm(b, s, t->st, t->mi->grads, t->n_params, rows, t->check_loss, t->check_grad,
                  t->hp.clip_grad);
-    o->adamw(b, s, t->mi->params, t->master, t->mi->grads, rows, t->adam_m, t->adam_v, t->n_params,
-             t->n_decay, t->hp, t->st);
+    if (t->sync && t->cfg.optimizer.use_distributed_optimizer)
+        gt_trainer_enqueue_dp_adamw(t, s); /* each rank its shards, then the gather */
+    else
+        o->adamw(b, s, t->mi->params, t->master, t->mi->grads, rows, t->adam_m, t->adam_v,
+                 t->n_params, t->n_decay, t->hp, t->st);
     o->step_end(b, s, t->st);
 }
 
@@ -76,8 +81,11 @@ int gt_trainer_set_grad_reduce(gt_trainer *t, gt_grad_reduce_fn fn, void *ctx, g
 
 /* The batch of (1-based) step `step` into `into`. */
 static int load_batch(gt_trainer *t, int32_t *into, int64_t step, gt_error *err) {
-    for (int i = 0; i < t->n_micro; i++) {
-        int32_t *tok = into + (size_t)i * 2 * (size_t)t->N;
+    /* every rank reads the whole global batch and keeps its micro-batches, so the sample
+     * sequence and the data position are the same whatever the world size */
+    for (int i = 0; i < t->n_micro_global; i++) {
+        int mine = i % t->dp_size == t->dp_rank;
+        int32_t *tok = mine ? into + (size_t)(i / t->dp_size) * 2 * (size_t)t->N : t->h_skip;
         int rc = gt_data_next(t->train, tok, tok + t->N, t->B, err);
         if (rc) return gt_error_wrap(err, "loading the batch of step %lld: ", (long long)step);
     }
@@ -109,8 +117,10 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     memset(stats, 0, sizeof *stats);
     /* the first step fixes the hook, and with it whether the rows can be lazy */
     if (!t->stepped)
-        gt_lazy_rows_start(&t->lazy, t->grad_reduce != NULL, gt_trainer_adamw_state(t));
+        gt_lazy_rows_start(&t->lazy, t->grad_reduce != NULL || t->sync != NULL,
+                           gt_trainer_adamw_state(t));
     t->stepped = 1;
+    t->dp_stale = t->sync && t->cfg.optimizer.use_distributed_optimizer;
     double t0 = gt_now_ms();
     int rc = GT_OK;
     if (t->prefetch_rc) { /* the load of this step's batch, done during the last step, failed */
@@ -153,7 +163,7 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
     stats->skipped = (int)h->skipped;
     stats->nan_flags = h->nan_flags;
     stats->ms = ms;
-    stats->tokens_per_s = ms > 0 ? (double)t->n_micro * t->N / (ms / 1e3) : 0;
+    stats->tokens_per_s = ms > 0 ? (double)t->n_micro_global * t->N / (ms / 1e3) : 0;
     stats->mode = mode;
     /* a skipped step changed no row: the lazy rows must not replay it later */
     if (h->skipped) (void)gt_trainer_opt_state(t);

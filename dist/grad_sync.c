@@ -1,0 +1,145 @@
+/* Gradient buckets and their reduction (grad_sync.h). The accumulators are one host block:
+ * data parallelism between processes runs on the CPU backend, whose device memory is host
+ * memory; a CUDA build refuses worlds of more than one in gt_comm_create. */
+#include "dist/grad_sync.h"
+
+#include <stdlib.h>
+
+#include "backend/cpu/cpu_backend.h"
+
+struct gt_grad_sync {
+    gt_comm *c;
+    gt_backend *b;
+    size_t n;
+    gt_grad_sync_opts opts;
+    int n_buckets;
+    gt_grad_bucket *buckets; /* [n_buckets], the last parameters first */
+    float *acc;              /* every bucket's shard, one block */
+};
+
+int gt_grad_sync_create(gt_grad_sync **out, gt_comm *c, gt_backend *b, size_t n,
+                        const gt_grad_sync_opts *o, gt_error *err) {
+    *out = NULL;
+    if (b->kind != GT_BACKEND_CPU)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "data-parallel gradient reduction runs on the CPU backend only "
+                            "(NCCL is not built yet); use runtime.device=cpu");
+    gt_grad_sync *g = calloc(1, sizeof *g);
+    if (!g) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory for gradient buckets");
+    g->c = c;
+    g->b = b;
+    g->n = n;
+    g->opts = *o;
+    size_t per = o->bucket_elems && o->bucket_elems < n ? o->bucket_elems : (n ? n : 1);
+    g->n_buckets = (int)((n + per - 1) / per);
+    if (g->n_buckets == 0) g->n_buckets = 1;
+    g->buckets = calloc((size_t)g->n_buckets, sizeof *g->buckets);
+    int size = gt_comm_size(c), rank = gt_comm_rank(c);
+    size_t shard_total = 0;
+    for (int i = 0; g->buckets && i < g->n_buckets; i++) {
+        gt_grad_bucket *k = &g->buckets[i];
+        /* bucket 0 holds the last parameters: the backward produces them first */
+        size_t end = n - (size_t)i * per;
+        k->n = end < per ? end : per;
+        k->first = end - k->n;
+        size_t f = 0, cnt = 0;
+        gt_comm_shard(k->n, size, rank, &f, &cnt);
+        k->shard_first = k->first + f;
+        k->shard_n = cnt;
+        shard_total += cnt;
+    }
+    g->acc = g->buckets ? malloc((shard_total ? shard_total : 1) * sizeof *g->acc) : NULL;
+    if (!g->acc) {
+        gt_grad_sync_destroy(g);
+        return gt_error_set(err, GT_ERR_NOMEM,
+                            "out of host memory for the gradient shards (%zu floats)", shard_total);
+    }
+    float *p = g->acc;
+    for (int i = 0; i < g->n_buckets; i++) {
+        g->buckets[i].acc = p;
+        p += g->buckets[i].shard_n;
+    }
+    int rc = gt_comm_reserve(c, per < n ? per : n, err);
+    if (rc) {
+        gt_grad_sync_destroy(g);
+        return rc;
+    }
+    *out = g;
+    return GT_OK;
+}
+
+void gt_grad_sync_destroy(gt_grad_sync *g) {
+    if (!g) return;
+    free(g->acc);
+    free(g->buckets);
+    free(g);
+}
+
+int gt_grad_sync_bucket_count(const gt_grad_sync *g) {
+    return g->n_buckets;
+}
+
+const gt_grad_bucket *gt_grad_sync_bucket(const gt_grad_sync *g, int i) {
+    return &g->buckets[i];
+}
+
+gt_reduce_order gt_grad_sync_order(const gt_grad_sync *g) {
+    return g->opts.order;
+}
+
+void gt_grad_sync_round(gt_grad_sync *g, gt_stream *s, const float *grads, int first) {
+    for (int i = 0; i < g->n_buckets; i++) {
+        const gt_grad_bucket *k = &g->buckets[i];
+        gt_comm_reduce_scatter_acc(g->c, s, k->acc, grads + k->first, k->n, first);
+    }
+}
+
+void gt_grad_sync_finish(gt_grad_sync *g, gt_stream *s, float *grads) {
+    const gt_backend_ops *o = g->b->ops;
+    for (int i = 0; i < g->n_buckets; i++) {
+        const gt_grad_bucket *k = &g->buckets[i];
+        if (k->shard_n)
+            o->memcpy_d2d(g->b, s, grads + k->shard_first, k->acc, k->shard_n * sizeof(float));
+        gt_comm_all_gather(g->c, s, grads + k->first, k->n, sizeof(float));
+    }
+}
+
+void gt_grad_sync_all_reduce(gt_grad_sync *g, gt_stream *s, float *grads) {
+    for (int i = 0; i < g->n_buckets; i++) {
+        const gt_grad_bucket *k = &g->buckets[i];
+        gt_comm_all_reduce_sum(g->c, s, grads + k->first, k->n, GT_REDUCE_LIBRARY);
+    }
+}
+
+void gt_grad_sync_gather(gt_grad_sync *g, gt_stream *s, void *buf, size_t elem_bytes) {
+    for (int i = 0; i < g->n_buckets; i++) {
+        const gt_grad_bucket *k = &g->buckets[i];
+        gt_comm_all_gather(g->c, s, (char *)buf + k->first * elem_bytes, k->n, elem_bytes);
+    }
+}
+
+typedef struct loss_args {
+    gt_step_state *st;
+    const float *slots;
+    int n_micro;
+} loss_args;
+
+/* one addition per micro-batch, in order: the float sums a single process forms */
+static void k_losses(const void *p) {
+    const loss_args *a = p;
+    float loss = 0, aux = 0;
+    for (int i = 0; i < a->n_micro; i++) {
+        loss += a->slots[2 * i];
+        aux += a->slots[2 * i + 1];
+    }
+    a->st->loss = loss;
+    a->st->aux_loss = aux;
+}
+
+void gt_grad_sync_losses(gt_grad_sync *g, gt_stream *s, gt_step_state *st, float *slots,
+                         int n_micro) {
+    /* each slot is nonzero on one rank at most, so the rank-order sum moves it exactly */
+    gt_comm_all_reduce_sum(g->c, s, slots, 2 * (size_t)n_micro, GT_REDUCE_RANK_ORDER);
+    loss_args a = {st, slots, n_micro};
+    gt_cpu_submit(g->b, s, k_losses, &a, sizeof a);
+}

@@ -1,0 +1,149 @@
+/* The trainer's data parallelism: the slice of every global batch a rank trains (micro-batches
+ * i = j * dp + rank, read from the one sample sequence every world size sees), the gradient
+ * buckets (dist/grad_sync.h) and each micro-batch's loss, reduced so that the step's gradient
+ * and loss are the same sums whatever the number of ranks (runtime.deterministic), or reduced
+ * once a step in the library's order. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/memory_plan.h"
+#include "train/trainer_impl.h"
+
+/* Megatron's bucket when ddp.bucket_size is unset: max(40M, 1M x data-parallel size) */
+#define DP_BUCKET_MIN 40000000u
+#define DP_BUCKET_PER_RANK 1000000u
+
+_Static_assert(offsetof(gt_step_state, aux_loss) == offsetof(gt_step_state, loss) + sizeof(float),
+               "a micro-batch's loss pair is copied as two adjacent floats");
+
+int gt_trainer_dp_check_world(const gt_config *cfg, const gt_comm *comm, gt_error *err) {
+    int ranks = comm ? gt_comm_size(comm) : 1;
+    int gpus = cfg->runtime.num_gpus, dp = cfg->ddp.data_parallel_size;
+    if ((gpus == 1 || gpus == ranks) && (dp == 0 || dp == ranks)) return GT_OK;
+    return gt_error_set(err, GT_ERR_INVALID,
+                        "runtime.num_gpus=%d / ddp.data_parallel_size=%d, but the trainer has %d "
+                        "data-parallel rank%s; launch one process per rank (mpirun -np N "
+                        "graphtrain train ... runtime.device=cpu), or set runtime.num_gpus=1",
+                        gpus, dp, ranks, ranks == 1 ? "" : "s");
+}
+
+int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err) {
+    int rc = gt_comm_bind(comm, t->b, err);
+    if (rc) return rc;
+    int size = gt_comm_size(comm);
+    const gt_train_config *tr = &t->cfg.train;
+    if (t->n_micro_global % size) {
+        int per = tr->micro_batch_size * size;
+        int lo = tr->global_batch_size / per * per;
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "train.global_batch_size=%d does not divide over %d data-parallel "
+                            "ranks of train.micro_batch_size=%d (each rank trains whole "
+                            "micro-batches, global / (micro x ranks) of them); set "
+                            "train.global_batch_size=%d, or change the number of ranks",
+                            tr->global_batch_size, size, tr->micro_batch_size, lo > 0 ? lo : per);
+    }
+    t->comm = comm;
+    t->dp_size = size;
+    t->dp_rank = gt_comm_rank(comm);
+    t->n_micro = t->n_micro_global / size;
+    if (t->cfg.optimizer.use_distributed_optimizer && t->dp_rank == 0 && size > 1)
+        fprintf(stderr,
+                "graphtrain: note: optimizer.use_distributed_optimizer: each rank steps "
+                "its 1/%d of the optimizer state, but every rank still allocates the "
+                "whole state (the memory saving is not built yet)\n",
+                size);
+    if (!(t->h_skip = malloc(2 * (size_t)t->N * sizeof(int32_t))))
+        return gt_error_set(err, GT_ERR_NOMEM, "out of host memory for the data-parallel batch");
+    gt_arena_init(&t->dp, "data_parallel");
+    rc = gt_arena_add(&t->dp, "micro_losses", 2 * (size_t)t->n_micro_global * sizeof(float),
+                      (void **)&t->loss_slots, err);
+    if (!rc) rc = gt_backend_alloc_arena(t->b, &t->dp, err);
+    if (!rc) rc = gt_comm_reserve(comm, 2 * (size_t)t->n_micro_global, err);
+    return rc;
+}
+
+/* After the model: the buckets cover its parameters. */
+static int make_sync(gt_trainer *t, gt_error *err) {
+    size_t bucket = (size_t)t->cfg.ddp.bucket_size;
+    if (bucket == 0) {
+        bucket = (size_t)DP_BUCKET_PER_RANK * (size_t)t->dp_size;
+        if (bucket < DP_BUCKET_MIN) bucket = DP_BUCKET_MIN;
+    }
+    gt_grad_sync_opts o = {bucket,
+                           t->cfg.runtime.deterministic ? GT_REDUCE_RANK_ORDER : GT_REDUCE_LIBRARY};
+    return gt_grad_sync_create(&t->sync, t->comm, t->b, t->n_params, &o, err);
+}
+
+int gt_trainer_dp_buckets(gt_trainer *t, gt_error *err) {
+    return t->comm && !t->sync ? make_sync(t, err) : GT_OK;
+}
+
+void gt_trainer_dp_release(gt_trainer *t) {
+    gt_grad_sync_destroy(t->sync);
+    t->sync = NULL;
+    if (t->comm) gt_arena_release(&t->dp);
+    free(t->h_skip);
+    t->h_skip = NULL;
+}
+
+void gt_trainer_enqueue_dp_micro_batches(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec) {
+    gt_backend *b = t->b;
+    const gt_backend_ops *o = b->ops;
+    const int P = t->dp_size, r = t->dp_rank, k = t->n_micro;
+    const int rank_order = gt_grad_sync_order(t->sync) == GT_REDUCE_RANK_ORDER;
+    /* rank order: every micro-batch overwrites the gradients and is reduced at once; the
+     * library's order: accumulated here as on one process, reduced after the last */
+    int overwrite = k == 1 || t->cfg.model.cuda_graph_impl != GT_GRAPH_IMPL_TE;
+    if (!rank_order && !overwrite) o->memset0(b, s, t->mi->grads, t->n_params * sizeof(float));
+    o->memset0(b, s, t->loss_slots, 2 * (size_t)t->n_micro_global * sizeof(float));
+    /* st->micro is the global micro-batch index (dropout's counters read it) */
+    for (int q = 0; q < r; q++)
+        o->micro_next(b, s, t->st);
+    float dscale = 1.0f / (float)t->n_micro_global;
+    for (int j = 0; j < k; j++) {
+        const int32_t *tok = t->d_batch + (size_t)j * 2 * (size_t)t->N;
+        o->memset0(b, s, &t->st->loss, 2 * sizeof(float)); /* this micro-batch's pair alone */
+        int accumulate = rank_order ? 0 : !(overwrite && j == 0);
+        gt_model_forward_backward(t->m, s, tok, tok + t->N, dscale, accumulate, t->st, exec);
+        o->memcpy_d2d(b, s, t->loss_slots + 2 * ((size_t)j * (size_t)P + (size_t)r), &t->st->loss,
+                      2 * sizeof(float));
+        if (rank_order) gt_grad_sync_round(t->sync, s, t->mi->grads, j == 0);
+        for (int q = 0; j + 1 < k && q < P; q++)
+            o->micro_next(b, s, t->st);
+    }
+    if (rank_order)
+        gt_grad_sync_finish(t->sync, s, t->mi->grads);
+    else
+        gt_grad_sync_all_reduce(t->sync, s, t->mi->grads);
+    gt_grad_sync_losses(t->sync, s, t->st, t->loss_slots, t->n_micro_global);
+}
+
+void gt_trainer_enqueue_dp_adamw(gt_trainer *t, gt_stream *s) {
+    gt_backend *b = t->b;
+    size_t act = b->act_bytes, master = gt_master_elem_bytes(act);
+    gt_grad_rows none = GT_NO_GRAD_ROWS; /* the rows are never lazy with data parallelism */
+    for (int i = 0; i < gt_grad_sync_bucket_count(t->sync); i++) {
+        const gt_grad_bucket *k = gt_grad_sync_bucket(t->sync, i);
+        size_t f = k->shard_first, n = k->shard_n;
+        if (!n) continue;
+        /* the decayed parameters are the first n_decay: how many of them this shard holds */
+        size_t decay = t->n_decay > f ? t->n_decay - f : 0;
+        b->ops->adamw(b, s, (char *)t->mi->params + f * act, (char *)t->master + f * master,
+                      t->mi->grads + f, none, (char *)t->adam_m + f * t->m_elem,
+                      (char *)t->adam_v + f * t->v_elem, n, decay < n ? decay : n, t->hp, t->st);
+    }
+    gt_grad_sync_gather(t->sync, s, t->mi->params, act);
+}
+
+int gt_trainer_dp_gather_state(gt_trainer *t, gt_error *err) {
+    if (!t->sync || !t->cfg.optimizer.use_distributed_optimizer) return GT_OK;
+    size_t master = gt_master_elem_bytes(t->b->act_bytes);
+    gt_grad_sync_gather(t->sync, t->s, t->master, master);
+    gt_grad_sync_gather(t->sync, t->s, t->adam_m, t->m_elem);
+    gt_grad_sync_gather(t->sync, t->s, t->adam_v, t->v_elem);
+    int rc = t->b->ops->stream_sync(t->b, t->s, err);
+    if (!rc) rc = gt_backend_check(t->b, err);
+    if (!rc) t->dp_stale = 0;
+    return rc;
+}
