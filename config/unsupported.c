@@ -15,8 +15,23 @@ typedef struct unsupported {
     const char *fix;                    /* what to set instead */
 } unsupported;
 
+/* an fp8 recipe the CPU backend emulates (tensorwise, delayed, blockwise) */
+static bool fp8_hopper(const gt_config *c) {
+    gt_fp8_recipe r = gt_compute_dtype_fp8_recipe(c->model.compute_dtype);
+    return r == GT_FP8_RECIPE_TENSORWISE || r == GT_FP8_RECIPE_DELAYED ||
+           r == GT_FP8_RECIPE_BLOCKWISE;
+}
 static bool fp8(const gt_config *c) {
-    return c->model.compute_dtype != GT_DTYPE_BF16 && c->model.compute_dtype != GT_DTYPE_FP32;
+    return fp8_hopper(c); /* the CPU emulation lands next */
+}
+static bool fp8_blackwell(const gt_config *c) {
+    return c->model.compute_dtype == GT_DTYPE_FP8_MX || c->model.compute_dtype == GT_DTYPE_NVFP4;
+}
+static bool fp8_moe(const gt_config *c) {
+    return fp8_hopper(c) && c->model.num_moe_experts > 0;
+}
+static bool fp8_bias(const gt_config *c) {
+    return fp8_hopper(c) && (c->model.add_bias_linear || c->model.add_qkv_bias);
 }
 static bool recompute(const gt_config *c) {
     return c->model.recompute_granularity != GT_RECOMPUTE_NONE;
@@ -55,9 +70,18 @@ static bool pad_vocab(const gt_config *c) {
 
 /* clang-format off */
 static const unsupported k_unsupported[] = {
-    {"engine_no_fp8", {"model.compute_dtype"}, fp8,
-     "fp8 and fp4 compute (Bridge's -c fp8_cs, fp8_mx, fp8_ds, nvfp4) are not implemented: graphtrain computes in bf16 on the GPU and fp32 on the CPU, so the run would not be the fp8 run asked for",
-     "set model.compute_dtype=bf16 (-c bf16)"},
+    {"engine_no_fp8", {"model.compute_dtype", "runtime.device"}, fp8,
+     "the CUDA backend's fp8 kernels (casts with amax and scales, cuBLASLt fp8 GEMMs) are not built yet: fp8 runs only on the CPU backend, which emulates it exactly, and on a GPU the run would compute in bf16",
+     "set runtime.device=cpu for the fp8 emulation, or model.compute_dtype=bf16 (-c bf16) on the GPU"},
+    {"engine_fp8_blackwell_format", {"model.compute_dtype"}, fp8_blackwell,
+     "MXFP8 (-c fp8_mx) and NVFP4 (-c nvfp4) are Blackwell (sm_100) tensor-core formats: Hopper (sm_90) has no such GEMMs and the CPU backend does not emulate them",
+     "use an fp8 recipe Hopper runs: -c fp8_cs (current scaling), fp8_ds (delayed scaling) or fp8_sc (blockwise, 1x128 / 128x128 scales)"},
+    {"engine_no_fp8_moe", {"model.compute_dtype", "model.num_moe_experts"}, fp8_moe,
+     "fp8 expert GEMMs (the grouped gate/up and down GEMMs) are not implemented: the experts would compute in bf16",
+     "set model.compute_dtype=bf16 (-c bf16) for MoE models"},
+    {"engine_no_fp8_bias", {"model.compute_dtype", "model.add_bias_linear", "model.add_qkv_bias"}, fp8_bias,
+     "fp8 linear layers with biases are not implemented (the bias gradient is not taken from the fp8 casts yet)",
+     "set model.add_bias_linear=false and model.add_qkv_bias=false, or model.compute_dtype=bf16"},
     {"engine_no_recompute", {"model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers"}, recompute,
      "activation recompute (full or selective) is not implemented: graphtrain keeps every activation in its static arena, so the memory this setting saves would not be saved",
      "set model.recompute_granularity=none; if memory is short, lower train.micro_batch_size or model.seq_length"},
