@@ -22,7 +22,7 @@ static bool fp8_hopper(const gt_config *c) {
            r == GT_FP8_RECIPE_BLOCKWISE;
 }
 static bool fp8(const gt_config *c) {
-    return fp8_hopper(c); /* the CPU emulation lands next */
+    return fp8_hopper(c) && c->runtime.device != GT_DEVICE_CPU;
 }
 static bool fp8_blackwell(const gt_config *c) {
     return c->model.compute_dtype == GT_DTYPE_FP8_MX || c->model.compute_dtype == GT_DTYPE_NVFP4;
