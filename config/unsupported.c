@@ -30,6 +30,9 @@ static bool fp8_blackwell(const gt_config *c) {
 static bool fp8_moe(const gt_config *c) {
     return fp8_hopper(c) && c->model.num_moe_experts > 0;
 }
+static bool fp8_ds_resume(const gt_config *c) {
+    return c->model.compute_dtype == GT_DTYPE_FP8_DS && c->checkpoint.load[0];
+}
 static bool fp8_bias(const gt_config *c) {
     return fp8_hopper(c) && (c->model.add_bias_linear || c->model.add_qkv_bias);
 }
@@ -82,6 +85,9 @@ static const unsupported k_unsupported[] = {
     {"engine_no_fp8_bias", {"model.compute_dtype", "model.add_bias_linear", "model.add_qkv_bias"}, fp8_bias,
      "fp8 linear layers with biases are not implemented (the bias gradient is not taken from the fp8 casts yet)",
      "set model.add_bias_linear=false and model.add_qkv_bias=false, or model.compute_dtype=bf16"},
+    {"engine_no_fp8_delayed_resume", {"model.compute_dtype", "checkpoint.load"}, fp8_ds_resume,
+     "checkpoints do not hold delayed scaling's amax history and scales yet: a resumed fp8_ds run would restart them and not match the uninterrupted run",
+     "resume with -c fp8_cs or fp8_sc (their scales come from each step's tensors), or start fresh without checkpoint.load"},
     {"engine_no_recompute", {"model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers"}, recompute,
      "activation recompute (full or selective) is not implemented: graphtrain keeps every activation in its static arena, so the memory this setting saves would not be saved",
      "set model.recompute_granularity=none; if memory is short, lower train.micro_batch_size or model.seq_length"},
