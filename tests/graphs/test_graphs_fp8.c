@@ -160,6 +160,42 @@ static void test_first_and_last_layers_stay_in_bf16(void **state) {
     gt_trainer_destroy(t);
 }
 
+/* Evaluation casts with the scales but records nothing: a delayed-scaling run that evaluates
+ * after every step trains bitwise like one that never evaluates (and reports eval losses). */
+static void train_evaluating(const gt_config *c, int evaluate, gtf_run *out) {
+    memset(out, 0, sizeof *out);
+    gt_error err = {0};
+    gt_trainer *t = NULL;
+    if (gt_trainer_create(&t, c, &err) != GT_OK) fail_msg("gt_trainer_create: %s", err.msg);
+    for (int i = 0; i < STEPS; i++) {
+        gt_step_stats st;
+        if (gt_trainer_step(t, &st, &err) != GT_OK) fail_msg("step %d: %s", i + 1, err.msg);
+        out->loss[i] = st.loss;
+        out->steps++;
+        float eval_loss = 0;
+        if (evaluate && gt_trainer_eval(t, &eval_loss, &err) != GT_OK) fail_msg("%s", err.msg);
+        if (evaluate) assert_true(isfinite(eval_loss) && eval_loss > 0);
+    }
+    out->n_master = gt_model_get_info(gt_trainer_model(t))->n_params;
+    out->master = calloc(out->n_master, sizeof(float));
+    assert_int_equal(gt_trainer_read_master(t, out->master, &err), GT_OK);
+    gt_trainer_destroy(t);
+}
+
+static void test_evaluation_leaves_delayed_scaling_alone(void **state) {
+    (void)state;
+    gt_config c;
+    with_recipe(&c, GT_DTYPE_FP8_DS);
+    c.train.eval_interval = 1000;
+    c.train.eval_iters = 2;
+    gtf_assert_valid(&c);
+    gtf_run plain, evaluated;
+    train_evaluating(&c, 0, &plain);
+    train_evaluating(&c, 1, &evaluated);
+    gtf_assert_same(&plain, &evaluated);
+    gtf_free(&plain), gtf_free(&evaluated);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_current_scaling_replays_bitwise_like_eager),
@@ -168,6 +204,7 @@ int main(void) {
         cmocka_unit_test(test_every_recipe_trains_like_fp32),
         cmocka_unit_test(test_nonfinite_amax_skips_the_step_and_names_fp8),
         cmocka_unit_test(test_first_and_last_layers_stay_in_bf16),
+        cmocka_unit_test(test_evaluation_leaves_delayed_scaling_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
