@@ -121,7 +121,6 @@ static inline int gt_grad_rows_fit(const gt_grad_rows *r, size_t n) {
            (r->d > 0 && r->offset <= n && r->rows <= (n - r->offset) / (size_t)r->d);
 }
 
-
 /* FP8 linear layers (model.compute_dtype fp8_cs / fp8_ds / fp8_sc). An FP8 tensor holds FP8
  * elements: one byte each on a GPU; on the cpu backend the float value of each code, so the
  * emulation's GEMMs read exact FP8 values (b->fp8_bytes says which). Every FP8 GEMM is "TN":
@@ -146,12 +145,13 @@ typedef struct gt_fp8_cast_spec {
     int tile_rows;
     int record; /* 0 (evaluation): the cast leaves meta as it is */
 } gt_fp8_cast_spec;
-/* An FP8 GEMM operand: K-contiguous [rows, K] elements and their inverse scales (one float,
- * or blockwise [ceil(rows / tile_rows)][ceil(K / GT_FP8_TILE)]). */
+/* An FP8 GEMM operand: K-contiguous [rows, K] elements of `format` and their inverse scales
+ * (one float, or blockwise [ceil(rows / tile_rows)][ceil(K / GT_FP8_TILE)]). */
 typedef struct gt_fp8_operand {
     const void *q;
     const float *scale_inv;
     int tile_rows;
+    gt_fp8_format format;
 } gt_fp8_operand;
 /* Inverse scales a blockwise cast of [rows, cols] with tile_rows writes */
 static inline size_t gt_fp8_scale_count(int rows, int cols, int tile_rows) {

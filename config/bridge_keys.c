@@ -17,7 +17,9 @@ typedef struct bridge_key {
 } bridge_key;
 
 #define MULTI "it needs the multi-GPU runtime, which graphtrain does not have yet"
-#define FP8 "not implemented: graphtrain's fp8 is model.compute_dtype fp8_cs, fp8_ds or fp8_sc with fp8 GEMMs only"
+#define FP8                                                                                        \
+    "not implemented: graphtrain's fp8 is model.compute_dtype fp8_cs, fp8_ds or fp8_sc with fp8 "  \
+    "GEMMs only"
 #define NO_EFFECT "a performance or host-side setting with no counterpart here; it changes nothing"
 #define FUSED "graphtrain picks its own kernels (runtime.*); results do not depend on this"
 #define ONE_GPU "on one GPU there is nothing to communicate; it changes nothing"

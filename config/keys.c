@@ -23,7 +23,7 @@ static const char *const k_recompute_method[] = {"uniform", "block", "none", NUL
 static const char *const k_recompute_modules[] = {
     "core_attn", "mlp", "moe", "moe_act", "layernorm", "shared_experts", NULL};
 static const char *const k_dispatcher[] = {"allgather", "alltoall", "flex", NULL};
-static const char *const k_dtype[] = {"bf16",  "fp32",   "fp8_cs", "fp8_mx",
+static const char *const k_dtype[] = {"bf16",   "fp32",  "fp8_cs", "fp8_mx",
                                       "fp8_ds", "nvfp4", "fp8_sc", NULL};
 /* order = gt_fp8_format_setting, gt_fp8_recipe, gt_amax_algo */
 static const char *const k_fp8_format[] = {"none", "e4m3", "hybrid", NULL};

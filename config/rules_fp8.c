@@ -3,8 +3,7 @@
  * them is run as written or refused, never half applied. */
 #include "config/rules.h"
 
-static const char *const k_recipe_name[] = {"none", "tensorwise", "delayed", "blockwise",
-                                            "mxfp8"};
+static const char *const k_recipe_name[] = {"none", "tensorwise", "delayed", "blockwise", "mxfp8"};
 
 void gt_check_fp8_rules(const gt_config *cfg, gt_report *r) {
     const gt_model_config *m = &cfg->model;

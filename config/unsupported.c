@@ -74,7 +74,7 @@ static bool pad_vocab(const gt_config *c) {
 /* clang-format off */
 static const unsupported k_unsupported[] = {
     {"engine_no_fp8", {"model.compute_dtype", "runtime.device"}, fp8,
-     "the CUDA backend's fp8 kernels (casts with amax and scales, cuBLASLt fp8 GEMMs) are not built yet: fp8 runs only on the CPU backend, which emulates it exactly, and on a GPU the run would compute in bf16",
+     "fp8 training runs only on the CPU backend, which emulates it exactly: the CUDA backend's per-tensor fp8 ops (backend/cuda/k_fp8.cu, cuBLASLt fp8 GEMMs) are not yet verified on a GPU against it (tests/gpu/test_cuda_fp8.c), and its blockwise ops are not built",
      "set runtime.device=cpu for the fp8 emulation, or model.compute_dtype=bf16 (-c bf16) on the GPU"},
     {"engine_fp8_blackwell_format", {"model.compute_dtype"}, fp8_blackwell,
      "MXFP8 (-c fp8_mx) and NVFP4 (-c nvfp4) are Blackwell (sm_100) tensor-core formats: Hopper (sm_90) has no such GEMMs and the CPU backend does not emulate them",

@@ -104,7 +104,8 @@ void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_linear_bwd_data(m, s, layer, GT_LIN_DOWN, m->sc.a, dy, p->down_w, 0, st);
     /* the gate/up gradient over the gate/up activations, which only this reads */
     b->ops->swiglu_bwd(b, s, p->gu, m->sc.a, p->gu, dm->N, dm->f);
-    if (!p->defer_gu) gt_linear_bwd_weight(m, s, layer, GT_LIN_GU, p->gu_w, p->gu_b, p->gu, p->ln, st);
+    if (!p->defer_gu)
+        gt_linear_bwd_weight(m, s, layer, GT_LIN_GU, p->gu_w, p->gu_b, p->gu, p->ln, st);
     gt_linear_bwd_data(m, s, layer, GT_LIN_GU, m->sc.dln, p->gu, p->gu_w, 0, st);
     gt_model_norm_bwd(m, s, p->res_in, p->res_out, p->norm_w, p->dw_part, p->rstd);
 }

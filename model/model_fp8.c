@@ -15,9 +15,8 @@ int gt_model_fp8_configured(const gt_config *cfg) {
 
 static int layer_in_bf16(const gt_config *cfg, int l) {
     const gt_model_config *mc = &cfg->model;
-    return mc->first_last_layers_bf16 &&
-           (l < mc->num_layers_at_start_in_bf16 ||
-            l >= mc->num_layers - mc->num_layers_at_end_in_bf16);
+    return mc->first_last_layers_bf16 && (l < mc->num_layers_at_start_in_bf16 ||
+                                          l >= mc->num_layers - mc->num_layers_at_end_in_bf16);
 }
 
 static gt_fp8_linear *lin_of(const gt_model *m, int layer, int lin) {
@@ -167,8 +166,8 @@ void gt_model_fp8_cast_weights(gt_model *m, gt_stream *s, int record, gt_step_st
 void gt_model_fp8_step_end(gt_model *m, gt_stream *s, gt_step_state *st) {
     gt_model_fp8 *f = &m->fp8;
     if (!f->enabled || f->n_meta == 0 || f->scaling != GT_FP8_DELAYED) return;
-    m->b->ops->fp8_amax_update(m->b, s, f->meta, f->history, f->n_meta, f->history_len,
-                               f->use_max, f->margin, st);
+    m->b->ops->fp8_amax_update(m->b, s, f->meta, f->history, f->n_meta, f->history_len, f->use_max,
+                               f->margin, st);
 }
 
 static const gt_fp8_linear *fp8_on(const gt_model *m, int layer, int lin) {
@@ -189,11 +188,10 @@ void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, con
     gt_model_fp8 *f = &m->fp8;
     int wtile = f->scaling == GT_FP8_BLOCKWISE ? GT_FP8_TILE : 1;
     b->ops->fp8_cast(b, s, f->qa, f->sa, x, m->dm.N, li->in, 0,
-                     spec_rec(f, f->fwd_format, 1, record), &f->meta[li->slot + GT_FP8_SLOT_X],
-                     st);
-    b->ops->fp8_gemm(b, s, out, 0, 0, (gt_fp8_operand){f->qa, f->sa, 1},
-                     (gt_fp8_operand){li->qw, li->sw, wtile}, f->scaling, gt_model_param(m, bias),
-                     res, m->dm.N, li->out, li->in);
+                     spec_rec(f, f->fwd_format, 1, record), &f->meta[li->slot + GT_FP8_SLOT_X], st);
+    b->ops->fp8_gemm(b, s, out, 0, 0, (gt_fp8_operand){f->qa, f->sa, 1, f->fwd_format},
+                     (gt_fp8_operand){li->qw, li->sw, wtile, f->fwd_format}, f->scaling,
+                     gt_model_param(m, bias), res, m->dm.N, li->out, li->in);
 }
 
 void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
@@ -210,9 +208,9 @@ void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx,
     int wtile = f->scaling == GT_FP8_BLOCKWISE ? GT_FP8_TILE : 1;
     b->ops->fp8_cast(b, s, f->qa, f->sa, dout, m->dm.N, li->out, 0, spec_of(f, f->grad_format, 1),
                      &f->meta[li->slot + GT_FP8_SLOT_G], st);
-    b->ops->fp8_gemm(b, s, dx, 0, accumulate, (gt_fp8_operand){f->qa, f->sa, 1},
-                     (gt_fp8_operand){li->qwt, li->swt, wtile}, f->scaling, NULL, NULL, m->dm.N,
-                     li->in, li->out);
+    b->ops->fp8_gemm(b, s, dx, 0, accumulate, (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
+                     (gt_fp8_operand){li->qwt, li->swt, wtile, f->fwd_format}, f->scaling, NULL,
+                     NULL, m->dm.N, li->in, li->out);
 }
 
 void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, int bias,
@@ -230,7 +228,8 @@ void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, 
                      &f->meta[li->slot + GT_FP8_SLOT_G], st);
     b->ops->fp8_cast(b, s, f->qb, f->sb, x, m->dm.N, li->in, 1, spec_of(f, f->fwd_format, 1),
                      &f->meta[li->slot + GT_FP8_SLOT_X], st);
-    b->ops->fp8_gemm(b, s, gt_model_grad(m, w), 1, m->grad_acc, (gt_fp8_operand){f->qa, f->sa, 1},
-                     (gt_fp8_operand){f->qb, f->sb, 1}, f->scaling, NULL, NULL, li->out, li->in,
-                     m->dm.N);
+    b->ops->fp8_gemm(b, s, gt_model_grad(m, w), 1, m->grad_acc,
+                     (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
+                     (gt_fp8_operand){f->qb, f->sb, 1, f->fwd_format}, f->scaling, NULL, NULL,
+                     li->out, li->in, m->dm.N);
 }

@@ -15,11 +15,11 @@ enum { GT_LIN_QKV, GT_LIN_O, GT_LIN_GU, GT_LIN_DOWN, GT_LINEARS };
 enum { GT_FP8_SLOT_X, GT_FP8_SLOT_W, GT_FP8_SLOT_G, GT_FP8_SLOTS };
 
 typedef struct gt_fp8_linear {
-    int on;         /* this linear's GEMMs run in fp8 */
-    int weight;     /* parameter tensor index */
-    int in, out;    /* weight [out, in] */
-    int slot;       /* meta[slot + GT_FP8_SLOT_*] */
-    void *qw, *qwt; /* [out, in] and [in, out] fp8 copies of the weight */
+    int on;          /* this linear's GEMMs run in fp8 */
+    int weight;      /* parameter tensor index */
+    int in, out;     /* weight [out, in] */
+    int slot;        /* meta[slot + GT_FP8_SLOT_*] */
+    void *qw, *qwt;  /* [out, in] and [in, out] fp8 copies of the weight */
     float *sw, *swt; /* their inverse scales */
 } gt_fp8_linear;
 
@@ -28,13 +28,13 @@ typedef struct gt_model_fp8 {
     gt_fp8_scaling scaling;
     gt_fp8_format fwd_format, grad_format;
     int history_len, use_max, margin;
-    size_t elem;         /* bytes per fp8 element */
-    gt_fp8_linear *lin;  /* [num_layers * GT_LINEARS] */
-    int n_meta;          /* GT_FP8_SLOTS per linear that is on */
-    gt_fp8_meta *meta;   /* [n_meta] device */
-    float *history;      /* [n_meta * history_len] device (delayed scaling) */
-    void *qa, *qb;       /* scratch: a GEMM's two casts of activations or gradients */
-    float *sa, *sb;      /* their inverse scales */
+    size_t elem;        /* bytes per fp8 element */
+    gt_fp8_linear *lin; /* [num_layers * GT_LINEARS] */
+    int n_meta;         /* GT_FP8_SLOTS per linear that is on */
+    gt_fp8_meta *meta;  /* [n_meta] device */
+    float *history;     /* [n_meta * history_len] device (delayed scaling) */
+    void *qa, *qb;      /* scratch: a GEMM's two casts of activations or gradients */
+    float *sa, *sb;     /* their inverse scales */
 } gt_model_fp8;
 
 /* 1 when the configuration runs its linear layers in fp8 */

@@ -138,9 +138,9 @@ struct gt_model {
     int emb_track;      /* the marks are kept (gt_model_track_embedding_rows) */
     size_t act_elem;    /* bytes per act element */
     gt_model_info info;
-    float dscale;  /* of the running forward_backward (constant over a run) */
-    int grad_acc;  /* of the running forward_backward: weight gradients += (1) or = (0) */
-    size_t n_real; /* parameters without alignment padding */
+    float dscale;     /* of the running forward_backward (constant over a run) */
+    int grad_acc;     /* of the running forward_backward: weight gradients += (1) or = (0) */
+    size_t n_real;    /* parameters without alignment padding */
     gt_model_fp8 fp8; /* the linear layers' fp8 state (model_fp8.c); enabled 0 under bf16 */
 };
 

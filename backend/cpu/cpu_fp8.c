@@ -102,10 +102,9 @@ static void cpu_fp8_cast(gt_backend *b, gt_stream *s, void *q, float *scale_inv,
     CPU_REQUIRE(b, q && scale_inv && x && st, "fp8_cast: NULL tensor");
     CPU_REQUIRE(b, spec.scaling == GT_FP8_BLOCKWISE || meta,
                 "fp8_cast: tensorwise and delayed scaling need the tensor's gt_fp8_meta");
-    CPU_REQUIRE(b, spec.scaling != GT_FP8_BLOCKWISE || spec.tile_rows == 1 ||
-                       spec.tile_rows == GT_FP8_TILE,
-                "fp8_cast: blockwise tiles are 1 or %d rows (got %d)", GT_FP8_TILE,
-                spec.tile_rows);
+    CPU_REQUIRE(
+        b, spec.scaling != GT_FP8_BLOCKWISE || spec.tile_rows == 1 || spec.tile_rows == GT_FP8_TILE,
+        "fp8_cast: blockwise tiles are 1 or %d rows (got %d)", GT_FP8_TILE, spec.tile_rows);
     cast_args a = {q, scale_inv, x, rows, cols, transpose != 0, spec, meta, st};
     if (spec.scaling != GT_FP8_BLOCKWISE) a.spec.tile_rows = 1;
     gt_cpu_submit(b, s, k_fp8_cast, &a, sizeof a);

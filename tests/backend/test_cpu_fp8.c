@@ -189,11 +189,11 @@ static void test_all_zero_tensor_keeps_scale_one(void **state) {
     fixture *f = *state;
     float x[8] = {0}, q[8], sinv = 0, bs[1] = {0};
     gt_fp8_meta m = meta_of(5.0f, GT_FP8_E4M3);
-    f->b->ops->fp8_cast(f->b, f->s, q, &sinv, x, 1, 8, 0,
-                        spec(GT_FP8_TENSORWISE, GT_FP8_E4M3, 1), &m, &f->st);
+    f->b->ops->fp8_cast(f->b, f->s, q, &sinv, x, 1, 8, 0, spec(GT_FP8_TENSORWISE, GT_FP8_E4M3, 1),
+                        &m, &f->st);
     assert_true(m.scale == 1.0f && sinv == 1.0f);
-    f->b->ops->fp8_cast(f->b, f->s, q, bs, x, 1, 8, 0, spec(GT_FP8_BLOCKWISE, GT_FP8_E4M3, 1),
-                        NULL, &f->st);
+    f->b->ops->fp8_cast(f->b, f->s, q, bs, x, 1, 8, 0, spec(GT_FP8_BLOCKWISE, GT_FP8_E4M3, 1), NULL,
+                        &f->st);
     assert_true(bs[0] == 1.0f);
     assert_int_equal(f->st.nan_flags, 0);
 }
@@ -223,8 +223,8 @@ static void test_scale_overflow_sets_the_fp8_nan_flag(void **state) {
     float x[2] = {1e-39f, 0}, q[2], sinv = 0; /* 448 / 1e-39 is past FLT_MAX */
     gt_fp8_meta m = meta_of(1, GT_FP8_E4M3);
     f->st.nan_flags = 0;
-    f->b->ops->fp8_cast(f->b, f->s, q, &sinv, x, 1, 2, 0,
-                        spec(GT_FP8_TENSORWISE, GT_FP8_E4M3, 1), &m, &f->st);
+    f->b->ops->fp8_cast(f->b, f->s, q, &sinv, x, 1, 2, 0, spec(GT_FP8_TENSORWISE, GT_FP8_E4M3, 1),
+                        &m, &f->st);
     assert_int_equal(f->st.nan_flags, GT_NAN_FP8);
     f->st.nan_flags = 0;
 }
@@ -251,8 +251,9 @@ static void test_tensorwise_gemm_scales_the_fp32_sum_back(void **state) {
     float *a = fp8_values(f, (size_t)M * K), *w = fp8_values(f, (size_t)N * K);
     float *bias = rand_buf(f, (size_t)N, 1.0f), *res = rand_buf(f, (size_t)M * N, 1.0f);
     float *out = zeros((size_t)M * N), sa = 0.01f, sw = 0.003f;
-    f->b->ops->fp8_gemm(f->b, f->s, out, 0, 0, (gt_fp8_operand){a, &sa, 1},
-                        (gt_fp8_operand){w, &sw, 1}, GT_FP8_TENSORWISE, bias, res, M, N, K);
+    f->b->ops->fp8_gemm(f->b, f->s, out, 0, 0, (gt_fp8_operand){a, &sa, 1, GT_FP8_E4M3},
+                        (gt_fp8_operand){w, &sw, 1, GT_FP8_E4M3}, GT_FP8_TENSORWISE, bias, res, M,
+                        N, K);
     double want[30], mag[30];
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -281,9 +282,9 @@ static void test_blockwise_gemm_scales_each_k_tile_and_accumulates(void **state)
         sw[i] = ldexpf(1.0f, -3 - (i % 4));
     float *out = rand_buf(f, (size_t)M * N, 1.0f), *before = malloc((size_t)M * N * sizeof *out);
     memcpy(before, out, (size_t)M * N * sizeof *out);
-    f->b->ops->fp8_gemm(f->b, f->s, out, 1, 1, (gt_fp8_operand){a, sa, 1},
-                        (gt_fp8_operand){w, sw, GT_FP8_TILE}, GT_FP8_BLOCKWISE, NULL, NULL, M, N,
-                        K);
+    f->b->ops->fp8_gemm(f->b, f->s, out, 1, 1, (gt_fp8_operand){a, sa, 1, GT_FP8_E4M3},
+                        (gt_fp8_operand){w, sw, GT_FP8_TILE, GT_FP8_E4M3}, GT_FP8_BLOCKWISE, NULL,
+                        NULL, M, N, K);
     double *want = calloc((size_t)M * N, sizeof *want), *mag = calloc((size_t)M * N, sizeof *mag);
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -303,8 +304,8 @@ static void test_blockwise_gemm_scales_each_k_tile_and_accumulates(void **state)
 
 /* TE's amax_and_scale_update, written out: history[0] holds the step's amax; the scale comes
  * from the history's max (or its most recent entry); then the history rolls by one. */
-static void ref_update(float *h, int len, float step_amax, float *scale, int use_max,
-                       int margin, gt_fp8_format f) {
+static void ref_update(float *h, int len, float step_amax, float *scale, int use_max, int margin,
+                       gt_fp8_format f) {
     h[0] = step_amax;
     float amax = h[0];
     for (int j = 1; use_max && j < len; j++)
@@ -361,12 +362,12 @@ static void test_bad_fp8_arguments_are_reported_not_run(void **state) {
     fixture *f = *state;
     float x[4] = {1, 2, 3, 4}, q[4], s[1];
     gt_error err = {0};
-    f->b->ops->fp8_cast(f->b, f->s, q, s, x, 2, 2, 0, spec(GT_FP8_TENSORWISE, GT_FP8_E4M3, 1),
-                        NULL, &f->st);
+    f->b->ops->fp8_cast(f->b, f->s, q, s, x, 2, 2, 0, spec(GT_FP8_TENSORWISE, GT_FP8_E4M3, 1), NULL,
+                        &f->st);
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "gt_fp8_meta"));
-    f->b->ops->fp8_cast(f->b, f->s, q, s, x, 2, 2, 0, spec(GT_FP8_BLOCKWISE, GT_FP8_E4M3, 7),
-                        NULL, &f->st);
+    f->b->ops->fp8_cast(f->b, f->s, q, s, x, 2, 2, 0, spec(GT_FP8_BLOCKWISE, GT_FP8_E4M3, 7), NULL,
+                        &f->st);
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "tiles"));
     f->b->ops->fp8_amax_update(f->b, f->s, NULL, NULL, 1, 0, 0, 0, &f->st);

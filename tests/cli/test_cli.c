@@ -257,7 +257,8 @@ static void test_validate_train_bench_refuse_what_this_engine_cannot_run(void **
     assert_non_null(strstr(out, "error [engine_no_pipeline_parallel]"));
     assert_non_null(strstr(out, "error [engine_no_context_parallel]"));
     assert_non_null(strstr(out, "error [engine_single_gpu]"));
-    const char *settings[] = {"-c fp8_cs runtime.device=cuda", "model.recompute_granularity=selective",
+    const char *settings[] = {"-c fp8_cs runtime.device=cuda",
+                              "model.recompute_granularity=selective",
                               "model.recompute_granularity=full model.recompute_method=uniform "
                               "model.recompute_num_layers=1",
                               "dataset.packed_sequence=true dataset.pad_to_max_length=true "
