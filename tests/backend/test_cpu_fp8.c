@@ -44,10 +44,16 @@ static float ref_pow2_scale(float amax, gt_fp8_format f) {
     return (float)s;
 }
 
+/* bitwise on purpose: the emulation must give the very same codes (memcmp, not ==, so that
+ * -0 against +0 and NaN payloads count) */
+static int same_bits(float a, float b) {
+    // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
 static void assert_bits(const float *got, const float *want, size_t n, const char *what) {
     for (size_t i = 0; i < n; i++)
-        // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
-        if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+        if (!same_bits(got[i], want[i]))
             fail_msg("%s[%zu]: %.9g != %.9g", what, i, (double)got[i], (double)want[i]);
 }
 
@@ -122,7 +128,7 @@ static void test_blockwise_cast_gives_each_1x128_tile_a_power_of_two_scale(void 
             assert_true(sinv[r * ntc + t] == 1.0f / scale);
             for (int c = c0; c < c1; c++) {
                 float want = ref_q(x[(size_t)r * C + c], scale, GT_FP8_E4M3);
-                if (memcmp(&q[(size_t)r * C + c], &want, sizeof want) != 0)
+                if (!same_bits(q[(size_t)r * C + c], want))
                     fail_msg("tile (%d, %d) element %d: %.9g != %.9g", r, t, c,
                              (double)q[(size_t)r * C + c], (double)want);
             }
@@ -152,7 +158,7 @@ static void test_blockwise_weight_cast_scales_128x128_blocks(void **state) {
             for (int i = bi * 128; i < R && i < bi * 128 + 128; i++)
                 for (int j = bj * 128; j < C && j < bj * 128 + 128; j++) {
                     float want = ref_q(x[(size_t)i * C + j], scale, GT_FP8_E4M3);
-                    assert_true(memcmp(&q[(size_t)i * C + j], &want, sizeof want) == 0);
+                    assert_true(same_bits(q[(size_t)i * C + j], want));
                 }
         }
     free(x), free(q);
@@ -167,7 +173,7 @@ static void test_delayed_cast_uses_the_stored_scale_and_keeps_the_step_amax(void
     f->b->ops->fp8_cast(f->b, f->s, q, &sinv, x, 1, n, 0, sp, &m, &f->st);
     for (int i = 0; i < n; i++) {
         float want = ref_q(x[i], 96.0f, GT_FP8_E5M2);
-        assert_true(memcmp(&q[i], &want, sizeof want) == 0);
+        assert_true(same_bits(q[i], want));
     }
     float amax = ref_amax(x, (size_t)n);
     assert_true(m.amax == amax && m.scale == 96.0f && sinv == 1.0f / 96.0f);
