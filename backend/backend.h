@@ -30,6 +30,7 @@
 #include "config/config.h"
 #include "core/arena.h"
 #include "core/error.h"
+#include "core/fp8.h"
 #include "core/step_state.h"
 
 typedef struct gt_backend gt_backend;
@@ -118,6 +119,44 @@ static inline int gt_grad_rows_zero(const gt_grad_rows *r, size_t i) {
 static inline int gt_grad_rows_fit(const gt_grad_rows *r, size_t n) {
     return (!r->dirty && !r->lag) ||
            (r->d > 0 && r->offset <= n && r->rows <= (n - r->offset) / (size_t)r->d);
+}
+
+/* FP8 linear layers (model.compute_dtype fp8_cs / fp8_ds / fp8_sc). An FP8 tensor holds FP8
+ * elements: one byte each on a GPU; on the cpu backend the float value of each code, so the
+ * emulation's GEMMs read exact FP8 values (b->fp8_bytes says which). Every FP8 GEMM is "TN":
+ * both operands are K-contiguous, as Hopper's FP8 tensor cores need, so the operands of the
+ * gradients come from casts that transpose. */
+typedef enum { GT_FP8_TENSORWISE, GT_FP8_DELAYED, GT_FP8_BLOCKWISE } gt_fp8_scaling;
+#define GT_FP8_TILE 128 /* blockwise: 1 x 128 tiles (activations, gradients), 128 x 128 blocks */
+/* The scaling state of one quantized tensor, in device memory. Tensorwise: the cast writes
+ * amax, scale and scale_inv from this tensor. Delayed: the cast quantizes with scale and adds
+ * its amax into amax (a max over the step's micro-batches); fp8_amax_update turns that into the
+ * next step's scale. history: the delayed-scaling amax history ([history_len] floats, element
+ * 0 the running step's slot), NULL otherwise. */
+typedef struct gt_fp8_meta {
+    float scale, scale_inv, amax;
+    int32_t format; /* gt_fp8_format of the tensor, fixed when the model is built */
+} gt_fp8_meta;
+/* How one cast quantizes. tile_rows (blockwise): 1 for 1 x GT_FP8_TILE tiles, GT_FP8_TILE for
+ * square blocks (weights); each tile gets a power-of-two scale from its own amax. */
+typedef struct gt_fp8_cast_spec {
+    gt_fp8_scaling scaling;
+    gt_fp8_format format;
+    int tile_rows;
+    int record; /* 0 (evaluation): the cast leaves meta as it is */
+} gt_fp8_cast_spec;
+/* An FP8 GEMM operand: K-contiguous [rows, K] elements of `format` and their inverse scales
+ * (one float, or blockwise [ceil(rows / tile_rows)][ceil(K / GT_FP8_TILE)]). */
+typedef struct gt_fp8_operand {
+    const void *q;
+    const float *scale_inv;
+    int tile_rows;
+    gt_fp8_format format;
+} gt_fp8_operand;
+/* Inverse scales a blockwise cast of [rows, cols] with tile_rows writes */
+static inline size_t gt_fp8_scale_count(int rows, int cols, int tile_rows) {
+    return (size_t)((rows + tile_rows - 1) / tile_rows) *
+           (size_t)((cols + GT_FP8_TILE - 1) / GT_FP8_TILE);
 }
 
 typedef struct gt_backend_ops {
@@ -357,6 +396,34 @@ typedef struct gt_backend_ops {
                             const void *ye, const float *topk_w, const int32_t *token_slot,
                             const int32_t *slot_token, int N, int R, int k, int d);
 
+    /* ---- FP8 linear layers (optional: NULL on a backend without them) ---- */
+    /* q = fp8(x * scale) of x [rows, cols] (act), or of x^T ([cols, rows]) when transpose;
+     * scale_inv gets the inverse scale(s) the GEMM reads (one float, or blockwise one per tile
+     * of q, gt_fp8_scale_count(q's rows, q's cols, tile_rows)). meta: the tensor's state
+     * (gt_fp8_meta; unused by blockwise, may be NULL there). Sets GT_NAN_FP8 in st->nan_flags
+     * when an amax is NaN/Inf or a scale overflows (fp8_max / amax past FLT_MAX): the
+     * optimizer then skips the step, as for a NaN loss. Current scaling where amax is 0 keeps
+     * scale 1 (Transformer Engine's rule); blockwise scales are powers of two. */
+    void (*fp8_cast)(gt_backend *b, gt_stream *s, void *q, float *scale_inv, const void *x,
+                     int rows, int cols, int transpose, gt_fp8_cast_spec spec, gt_fp8_meta *meta,
+                     gt_step_state *st);
+    /* out[M,N] = sum_k a[m,k] w[n,k] scaled back by the operands' inverse scales, in fp32:
+     * tensorwise / delayed, one product (sa * sw) times the whole sum; blockwise, each K tile
+     * of GT_FP8_TILE summed on its own, times its tiles' inverse scales, added in K order.
+     * Then + bias[n] (if bias) + res[m,n] (if res; not aliasing out). out_fp32: out is fp32
+     * (weight gradients), else act; accumulate adds into out, else out is overwritten. */
+    void (*fp8_gemm)(gt_backend *b, gt_stream *s, void *out, int out_fp32, int accumulate,
+                     gt_fp8_operand a, gt_fp8_operand w, gt_fp8_scaling scaling, const void *bias,
+                     const void *res, int M, int N, int K);
+    /* Delayed scaling, once per step for n tensors (meta[i], history + i * history_len): the
+     * step's amax goes into history[0]; amax = the history's max (use_max) or history[0];
+     * scale = gt_fp8_scale_from_amax(amax, scale, format of tensor i, margin), scale_inv =
+     * 1 / scale; then the history rolls (history[j] = history[j + 1], the step's amax to the
+     * end, history[0] = 0), as Transformer Engine's amax_and_scale_update; meta amax = 0.
+     * Sets GT_NAN_FP8 when a scale overflows. */
+    void (*fp8_amax_update)(gt_backend *b, gt_stream *s, gt_fp8_meta *meta, float *history, int n,
+                            int history_len, int use_max, int margin, gt_step_state *st);
+
     void (*destroy)(gt_backend *b);
 } gt_backend_ops;
 
@@ -365,6 +432,7 @@ struct gt_backend {
     gt_backend_kind kind;
     const char *name;
     size_t act_bytes; /* bytes per element of act tensors */
+    size_t fp8_bytes; /* bytes per element of FP8 tensors (0: no FP8 ops) */
     int planning;     /* see the planning note above */
     gt_error sticky;  /* first error raised by an op inside a step */
     void *impl;

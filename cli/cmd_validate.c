@@ -33,7 +33,7 @@ static void usage(FILE *out) {
         "  --quiet      findings only, not the resolved configuration\n"
         "  --reference  print the configuration reference (Markdown) and exit\n"
         "harness flags: -m -mr (any case) --task -g (h100 h200 b200 gb200 gb300)\n"
-        "  -c (bf16 fp8_cs fp8_mx fp8_ds nvfp4) -ng -tp -pp -cp -ep -et -vp -gb -mb -sl\n"
+        "  -c (bf16 fp8_cs fp8_ds fp8_sc fp8_mx nvfp4) -ng -tp -pp -cp -ep -et -vp -gb -mb -sl\n"
         "  --cuda_graph_impl --cuda_graph_scope a,b,c; -d/--dryrun is refused (use validate)\n");
 }
 

@@ -17,7 +17,9 @@ typedef struct bridge_key {
 } bridge_key;
 
 #define MULTI "it needs the multi-GPU runtime, which graphtrain does not have yet"
-#define FP8 "fp8/fp4 training is not implemented (model.compute_dtype is bf16 or fp32)"
+#define FP8                                                                                        \
+    "not implemented: graphtrain's fp8 is model.compute_dtype fp8_cs, fp8_ds or fp8_sc with fp8 "  \
+    "GEMMs only"
 #define NO_EFFECT "a performance or host-side setting with no counterpart here; it changes nothing"
 #define FUSED "graphtrain picks its own kernels (runtime.*); results do not depend on this"
 #define ONE_GPU "on one GPU there is nothing to communicate; it changes nothing"
@@ -41,20 +43,12 @@ static const bridge_key k_bridge[] = {
     {"model.params_dtype", "*", "graphtrain keeps fp32 master weights and bf16 copies whatever this says"},
     {"model.pipeline_dtype", "*", "pipeline parallelism is not implemented, so this changes nothing"},
     {"model.autocast_dtype", "null", "mixed precision is set by model.compute_dtype"},
-    {"model.fp8", "null", FP8},
-    {"model.fp8_recipe", "*", "only read with model.fp8; " FP8},
     {"model.fp8_param", "false", FP8},
-    {"model.fp8_margin", "*", "only read with model.fp8; " FP8},
-    {"model.fp8_amax_history_len", "*", "only read with model.fp8; " FP8},
-    {"model.fp8_amax_compute_algo", "*", "only read with model.fp8; " FP8},
-    {"model.fp8_wgrad", "*", "only read with model.fp8; " FP8},
+    {"model.fp8_wgrad", "true", "graphtrain's fp8 recipes compute the weight gradients in fp8; weight gradients in bf16 under fp8 are not implemented"},
     {"model.fp8_dot_product_attention", "false", FP8},
     {"model.fp8_multi_head_attention", "false", FP8},
     {"model.fp4", "null", FP8},
     {"model.fp4_recipe", "*", "only read with model.fp4; " FP8},
-    {"model.first_last_layers_bf16", "false", FP8},
-    {"model.num_layers_at_start_in_bf16", "*", "only read with first_last_layers_bf16; " FP8},
-    {"model.num_layers_at_end_in_bf16", "*", "only read with first_last_layers_bf16; " FP8},
     {"model.sequence_parallel", "false", "sequence parallelism splits activations over tensor-parallel ranks; " MULTI},
     {"model.virtual_pipeline_model_parallel_size", "null", "interleaved (virtual) pipeline stages are not implemented; " MULTI},
     {"model.pipeline_model_parallel_layout", "null", "custom pipeline layouts are not implemented; " MULTI},

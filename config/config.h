@@ -55,7 +55,20 @@ typedef enum {
     GT_DTYPE_FP8_MX, /* fp8 MX block scaling */
     GT_DTYPE_FP8_DS, /* fp8 delayed scaling */
     GT_DTYPE_NVFP4,  /* NVIDIA fp4 (Bridge's -c nvfp4) */
+    GT_DTYPE_FP8_SC, /* fp8 blockwise ("subchannel") scaling, DeepSeek-V3 style */
 } gt_compute_dtype;
+/* model.fp8: Megatron's FP8 format (none = unset: hybrid under an fp8 compute_dtype) */
+typedef enum { GT_FP8_FORMAT_NONE, GT_FP8_FORMAT_E4M3, GT_FP8_FORMAT_HYBRID } gt_fp8_format_setting;
+/* model.fp8_recipe, in Megatron's names (none = unset: model.compute_dtype decides) */
+typedef enum {
+    GT_FP8_RECIPE_NONE,
+    GT_FP8_RECIPE_TENSORWISE,
+    GT_FP8_RECIPE_DELAYED,
+    GT_FP8_RECIPE_BLOCKWISE,
+    GT_FP8_RECIPE_MXFP8,
+} gt_fp8_recipe;
+/* model.fp8_amax_compute_algo */
+typedef enum { GT_AMAX_MOST_RECENT, GT_AMAX_MAX } gt_amax_algo;
 /* scheduler.lr_decay_style, in Megatron's spelling order */
 typedef enum {
     GT_LR_CONSTANT,
@@ -78,6 +91,22 @@ typedef enum { GT_DEVICE_AUTO, GT_DEVICE_CPU, GT_DEVICE_CUDA } gt_device_kind;
 typedef enum { GT_CAPTURE_FAIL_STOP, GT_CAPTURE_FAIL_EAGER } gt_capture_failure;
 typedef enum { GT_DATA_MOCK, GT_DATA_SHARDS } gt_data_source;
 
+/* The FP8 recipe a compute dtype names (GT_FP8_RECIPE_NONE: bf16, fp32, nvfp4) */
+static inline gt_fp8_recipe gt_compute_dtype_fp8_recipe(gt_compute_dtype d) {
+    switch (d) {
+    case GT_DTYPE_FP8_CS:
+        return GT_FP8_RECIPE_TENSORWISE;
+    case GT_DTYPE_FP8_DS:
+        return GT_FP8_RECIPE_DELAYED;
+    case GT_DTYPE_FP8_SC:
+        return GT_FP8_RECIPE_BLOCKWISE;
+    case GT_DTYPE_FP8_MX:
+        return GT_FP8_RECIPE_MXFP8;
+    default:
+        return GT_FP8_RECIPE_NONE;
+    }
+}
+
 typedef struct gt_model_config {
     /* shape */
     int num_layers;
@@ -98,6 +127,15 @@ typedef struct gt_model_config {
     bool add_bias_linear;
     bool add_qkv_bias;
     gt_compute_dtype compute_dtype;
+    /* FP8 (Megatron's keys; compute_dtype names the recipe) */
+    gt_fp8_format_setting fp8;
+    gt_fp8_recipe fp8_recipe;
+    int fp8_margin;
+    int fp8_amax_history_len;
+    gt_amax_algo fp8_amax_compute_algo;
+    bool first_last_layers_bf16;
+    int num_layers_at_start_in_bf16;
+    int num_layers_at_end_in_bf16;
     /* MoE */
     int num_moe_experts; /* 0 = dense model */
     int moe_router_topk;

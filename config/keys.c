@@ -23,7 +23,13 @@ static const char *const k_recompute_method[] = {"uniform", "block", "none", NUL
 static const char *const k_recompute_modules[] = {
     "core_attn", "mlp", "moe", "moe_act", "layernorm", "shared_experts", NULL};
 static const char *const k_dispatcher[] = {"allgather", "alltoall", "flex", NULL};
-static const char *const k_dtype[] = {"bf16", "fp32", "fp8_cs", "fp8_mx", "fp8_ds", "nvfp4", NULL};
+static const char *const k_dtype[] = {"bf16",   "fp32",  "fp8_cs", "fp8_mx",
+                                      "fp8_ds", "nvfp4", "fp8_sc", NULL};
+/* order = gt_fp8_format_setting, gt_fp8_recipe, gt_amax_algo */
+static const char *const k_fp8_format[] = {"none", "e4m3", "hybrid", NULL};
+static const char *const k_fp8_recipe[] = {"none",      "tensorwise", "delayed",
+                                           "blockwise", "mxfp8",      NULL};
+static const char *const k_amax_algo[] = {"most_recent", "max", NULL};
 static const char *const k_state_dtype[] = {"fp32", "bf16", NULL};
 static const char *const k_lazy_rows[] = {"auto", "off", NULL};
 /* order = gt_lr_style, gt_wsd_style; Megatron's spellings */
@@ -59,7 +65,15 @@ static const gt_key k_keys[] = {
     {"model.hidden_dropout", GT_KEY_DOUBLE, F(model.hidden_dropout), "0", NULL, 0, 1, "Dropout probability on attention and MLP outputs.", "0"},
     {"model.add_bias_linear", GT_KEY_BOOL, F(model.add_bias_linear), "false", NULL, 0, 0, "Biases on the linear layers.", NULL},
     {"model.add_qkv_bias", GT_KEY_BOOL, F(model.add_qkv_bias), "false", NULL, 0, 0, "Bias on the QKV projection only.", NULL},
-    {"model.compute_dtype", GT_KEY_ENUM, F(model.compute_dtype), "bf16", k_dtype, 0, 0, "Compute precision (Bridge's -c): bf16, fp32, or an fp8 recipe (current, MX, delayed scaling).", NULL},
+    {"model.compute_dtype", GT_KEY_ENUM, F(model.compute_dtype), "bf16", k_dtype, 0, 0, "Compute precision (Bridge's -c): bf16, fp32, or an fp8 recipe: fp8_cs current (tensorwise) scaling, fp8_ds delayed scaling, fp8_sc blockwise (1x128 / 128x128), fp8_mx and nvfp4 (Blackwell formats).", NULL},
+    {"model.fp8", GT_KEY_ENUM, F(model.fp8), "none", k_fp8_format, 0, 0, "FP8 format (Megatron's fp8): e4m3 everywhere, or hybrid (E4M3 forward, E5M2 gradients); none = hybrid under an fp8 compute_dtype, as Bridge's fp8 recipes set.", "none"},
+    {"model.fp8_recipe", GT_KEY_ENUM, F(model.fp8_recipe), "none", k_fp8_recipe, 0, 0, "FP8 scaling recipe (Megatron's fp8_recipe); none = the one model.compute_dtype names (fp8_cs tensorwise, fp8_ds delayed, fp8_sc blockwise, fp8_mx mxfp8).", "none"},
+    {"model.fp8_margin", GT_KEY_INT, F(model.fp8_margin), "0", NULL, 0, 64, "Delayed scaling: scale = (fp8_max / amax) / 2^margin.", "0"},
+    {"model.fp8_amax_history_len", GT_KEY_INT, F(model.fp8_amax_history_len), "1", NULL, 1, 65536, "Delayed scaling: steps of amax history kept per tensor (on the device).", NULL},
+    {"model.fp8_amax_compute_algo", GT_KEY_ENUM, F(model.fp8_amax_compute_algo), "most_recent", k_amax_algo, 0, 0, "Delayed scaling: the amax a scale comes from, max of the history or its most recent entry.", NULL},
+    {"model.first_last_layers_bf16", GT_KEY_BOOL, F(model.first_last_layers_bf16), "false", NULL, 0, 0, "Keep the first and last layers' linear GEMMs in bf16 under fp8 (Megatron's first_last_layers_bf16).", NULL},
+    {"model.num_layers_at_start_in_bf16", GT_KEY_INT, F(model.num_layers_at_start_in_bf16), "1", NULL, 0, 100000, "With first_last_layers_bf16: leading layers kept in bf16.", NULL},
+    {"model.num_layers_at_end_in_bf16", GT_KEY_INT, F(model.num_layers_at_end_in_bf16), "1", NULL, 0, 100000, "With first_last_layers_bf16: trailing layers kept in bf16.", NULL},
     /* ---- MoE ---- */
     {"model.num_moe_experts", GT_KEY_INT, F(model.num_moe_experts), "0", NULL, 0, 100000, "Experts per MoE layer; 0 = dense model.", NULL},
     {"model.moe_router_topk", GT_KEY_INT, F(model.moe_router_topk), "2", NULL, 1, 1024, "Experts each token is routed to.", NULL},

@@ -461,6 +461,7 @@ int gt_config_validate(const gt_config *cfg, gt_report *report) {
     check_schedule_rules(cfg, report);
     check_engine_notes(cfg, report);
     gt_config_check_cuda(cfg, report); /* the kernel choices: config/cuda_keys.c */
+    gt_check_fp8_rules(cfg, report);
     gt_check_unsupported(cfg, report);
     return report->errors;
 }

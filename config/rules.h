@@ -50,6 +50,8 @@ gt_finding *gt_report_add(gt_report *r, gt_severity sev, const char *rule, const
 void gt_check_megatron_rules(const gt_config *cfg, gt_report *r);
 /* Valid settings graphtrain cannot run yet, from one table (config/unsupported.c). */
 void gt_check_unsupported(const gt_config *cfg, gt_report *r);
+/* The fp8 keys against model.compute_dtype (config/rules_fp8.c) */
+void gt_check_fp8_rules(const gt_config *cfg, gt_report *r);
 
 /* Checks every rule; fills report (cleared first) and returns the number of errors. */
 int gt_config_validate(const gt_config *cfg, gt_report *report);

@@ -15,8 +15,37 @@ typedef struct unsupported {
     const char *fix;                    /* what to set instead */
 } unsupported;
 
+/* an fp8 recipe the CPU backend emulates (tensorwise, delayed, blockwise) */
+static bool fp8_hopper(const gt_config *c) {
+    gt_fp8_recipe r = gt_compute_dtype_fp8_recipe(c->model.compute_dtype);
+    return r == GT_FP8_RECIPE_TENSORWISE || r == GT_FP8_RECIPE_DELAYED ||
+           r == GT_FP8_RECIPE_BLOCKWISE;
+}
 static bool fp8(const gt_config *c) {
-    return c->model.compute_dtype != GT_DTYPE_BF16 && c->model.compute_dtype != GT_DTYPE_FP32;
+    return fp8_hopper(c) && c->runtime.device != GT_DEVICE_CPU;
+}
+static bool fp8_blackwell(const gt_config *c) {
+    return c->model.compute_dtype == GT_DTYPE_FP8_MX || c->model.compute_dtype == GT_DTYPE_NVFP4;
+}
+static bool fp8_moe(const gt_config *c) {
+    return fp8_hopper(c) && c->model.num_moe_experts > 0;
+}
+static bool fp8_ds_resume(const gt_config *c) {
+    return c->model.compute_dtype == GT_DTYPE_FP8_DS && c->checkpoint.load[0];
+}
+static bool fp8_bias(const gt_config *c) {
+    return fp8_hopper(c) && (c->model.add_bias_linear || c->model.add_qkv_bias);
+}
+/* the recomputed forward of a linear layer (model/recompute.c) issues bf16 GEMMs */
+static bool fp8_recompute(const gt_config *c) {
+    uint32_t gemm_modules = GT_RECOMPUTE_MLP | GT_RECOMPUTE_MOE;
+    return fp8_hopper(c) && (c->model.recompute_granularity == GT_RECOMPUTE_FULL ||
+                             (c->model.recompute_granularity == GT_RECOMPUTE_SELECTIVE &&
+                              (c->model.recompute_modules & gemm_modules)));
+}
+/* each rank's amaxes are its own: Megatron reduces them over the data-parallel group */
+static bool fp8_dp(const gt_config *c) {
+    return fp8_hopper(c) && (c->runtime.num_gpus > 1 || c->ddp.data_parallel_size > 1);
 }
 static bool packed(const gt_config *c) {
     return c->dataset.packed_sequence;
@@ -54,9 +83,27 @@ static bool pad_vocab(const gt_config *c) {
 
 /* clang-format off */
 static const unsupported k_unsupported[] = {
-    {"engine_no_fp8", {"model.compute_dtype"}, fp8,
-     "fp8 and fp4 compute (Bridge's -c fp8_cs, fp8_mx, fp8_ds, nvfp4) are not implemented: graphtrain computes in bf16 on the GPU and fp32 on the CPU, so the run would not be the fp8 run asked for",
-     "set model.compute_dtype=bf16 (-c bf16)"},
+    {"engine_no_fp8", {"model.compute_dtype", "runtime.device"}, fp8,
+     "fp8 training runs only on the CPU backend, which emulates it exactly: the CUDA backend's per-tensor fp8 ops (backend/cuda/k_fp8.cu, cuBLASLt fp8 GEMMs) are not yet verified on a GPU against it (tests/gpu/test_cuda_fp8.c), and its blockwise ops are not built",
+     "set runtime.device=cpu for the fp8 emulation, or model.compute_dtype=bf16 (-c bf16) on the GPU"},
+    {"engine_fp8_blackwell_format", {"model.compute_dtype"}, fp8_blackwell,
+     "MXFP8 (-c fp8_mx) and NVFP4 (-c nvfp4) are Blackwell (sm_100) tensor-core formats: Hopper (sm_90) has no such GEMMs and the CPU backend does not emulate them",
+     "use an fp8 recipe Hopper runs: -c fp8_cs (current scaling), fp8_ds (delayed scaling) or fp8_sc (blockwise, 1x128 / 128x128 scales)"},
+    {"engine_no_fp8_moe", {"model.compute_dtype", "model.num_moe_experts"}, fp8_moe,
+     "fp8 expert GEMMs (the grouped gate/up and down GEMMs) are not implemented: the experts would compute in bf16",
+     "set model.compute_dtype=bf16 (-c bf16) for MoE models"},
+    {"engine_no_fp8_bias", {"model.compute_dtype", "model.add_bias_linear", "model.add_qkv_bias"}, fp8_bias,
+     "fp8 linear layers with biases are not implemented (the bias gradient is not taken from the fp8 casts yet)",
+     "set model.add_bias_linear=false and model.add_qkv_bias=false, or model.compute_dtype=bf16"},
+    {"engine_no_fp8_recompute", {"model.compute_dtype", "model.recompute_granularity", "model.recompute_modules"}, fp8_recompute,
+     "recomputing a linear layer under fp8 is not implemented: the recomputed forward would run its GEMM in bf16, not the fp8 the run computed with",
+     "with fp8, recompute only core_attn and layernorm (model.recompute_granularity=selective model.recompute_modules=core_attn,layernorm) or none, or use -c bf16"},
+    {"engine_no_fp8_data_parallel", {"model.compute_dtype", "runtime.num_gpus", "ddp.data_parallel_size"}, fp8_dp,
+     "fp8 with data parallelism is not implemented: the amaxes (and so the scales) are not reduced over the ranks, so each rank would quantize with scales of its own",
+     "train fp8 in one process, or use -c bf16 with data parallelism"},
+    {"engine_no_fp8_delayed_resume", {"model.compute_dtype", "checkpoint.load"}, fp8_ds_resume,
+     "checkpoints do not hold delayed scaling's amax history and scales yet: a resumed fp8_ds run would restart them and not match the uninterrupted run",
+     "resume with -c fp8_cs or fp8_sc (their scales come from each step's tensors), or start fresh without checkpoint.load"},
     {"engine_no_packed_sequences", {"dataset.packed_sequence"}, packed,
      "packed sequences (several documents per sequence, cu_seqlens) are not implemented: the loader feeds fixed-length sequences and attention would cross document boundaries",
      "set dataset.packed_sequence=false"},

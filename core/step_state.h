@@ -10,6 +10,7 @@
 enum {
     GT_NAN_LOSS = 1u << 0, /* loss was NaN/Inf (rerun_state_machine.check_for_nan_in_loss) */
     GT_NAN_GRAD = 1u << 1, /* gradient norm was NaN/Inf (ddp.check_for_nan_in_grad) */
+    GT_NAN_FP8 = 1u << 2,  /* an fp8 amax was NaN/Inf or its scale overflowed (always on) */
 };
 
 typedef struct gt_step_state {

@@ -74,7 +74,7 @@ typedef struct gt_step_stats {
     int64_t step; /* step number just completed (1-based) */
     float loss, lr, grad_norm, aux_loss;
     int skipped;        /* update skipped (NaN) */
-    uint32_t nan_flags; /* which NaN check fired: 1 loss, 2 gradient norm */
+    uint32_t nan_flags; /* which NaN check fired: 1 loss, 2 gradient norm, 4 an fp8 amax/scale */
     double ms;          /* wall time of the step, host view, including the final sync */
     double tokens_per_s;
     gt_step_mode mode;

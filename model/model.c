@@ -27,6 +27,7 @@ int gt_model_create(gt_model **out, const gt_config *cfg, gt_backend *b, gt_erro
     if (!rc) rc = gt_backend_alloc_arena(b, &m->acts, err);
     if (!rc) gt_model_bind_recompute(m);
     if (!rc) rc = gt_backend_alloc_arena(b, &m->scratch, err);
+    if (!rc) rc = gt_model_fp8_init(m, err);
     if (rc) {
         gt_model_destroy(m);
         return rc;

@@ -19,15 +19,14 @@ void gt_model_residual_out(gt_model *m, gt_stream *s, void *out, const void *x, 
 void gt_model_proj_residual(gt_model *m, gt_stream *s, void *out, const void *x, const void *inp,
                             int w, int bias, int K, int layer, int site, int train,
                             gt_step_state *st) {
-    gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
+    int lin = site == GT_SITE_ATTN_OUT ? GT_LIN_O : GT_LIN_DOWN;
+    (void)K; /* the weight's own shape: [d, K] */
     if (!(train && dm->p_hidden > 0)) {
-        b->ops->matmul_fwd(b, s, out, inp, gt_model_param(m, w), gt_model_param(m, bias), x, dm->N,
-                           dm->d, K);
+        gt_linear_fwd(m, s, layer, lin, out, inp, w, bias, x, train, st);
         return;
     }
-    b->ops->matmul_fwd(b, s, m->sc.y, inp, gt_model_param(m, w), gt_model_param(m, bias), NULL,
-                       dm->N, dm->d, K);
+    gt_linear_fwd(m, s, layer, lin, m->sc.y, inp, w, bias, NULL, train, st);
     gt_model_residual_out(m, s, out, x, m->sc.y, layer, site, train, st);
 }
 
@@ -56,8 +55,7 @@ void gt_attn_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state 
     float p = train ? dm->p_attn : 0.0f;
     b->ops->rmsnorm_fwd(b, s, a->ln, a->rstd, x, gt_model_param(m, a->norm_w), dm->N, dm->d,
                         dm->eps);
-    b->ops->matmul_fwd(b, s, a->qkv, a->ln, gt_model_param(m, a->qkv_w),
-                       gt_model_param(m, a->qkv_b), NULL, dm->N, dm->qkv, dm->d);
+    gt_linear_fwd(m, s, layer, GT_LIN_QKV, a->qkv, a->ln, a->qkv_w, a->qkv_b, NULL, train, st);
     b->ops->rope_fwd(b, s, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
     b->ops->attention_fwd(b, s, a->att, a->lse, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, p,
                           gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
@@ -69,22 +67,17 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     gt_attn_block *a = &m->layers[layer].attn;
-    int hh = dm->H * dm->hd;
     gt_attn_recompute(m, s, layer, st);
     const void *dy = gt_model_branch_grad(m, s, a->res_out, layer, GT_SITE_ATTN_OUT, st);
-    if (!a->defer_o)
-        b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->o_w), gt_model_grad(m, a->o_b), dy,
-                                  a->att, dm->N, dm->d, hh, m->grad_acc);
-    b->ops->matmul_bwd_data(b, s, m->sc.a, dy, gt_model_param(m, a->o_w), dm->N, dm->d, hh, 0);
+    if (!a->defer_o) gt_linear_bwd_weight(m, s, layer, GT_LIN_O, a->o_w, a->o_b, dy, a->att, st);
+    gt_linear_bwd_data(m, s, layer, GT_LIN_O, m->sc.a, dy, a->o_w, 0, st);
     void *dqkv = gt_attn_dqkv(m, layer);
     b->ops->attention_bwd(b, s, dqkv, m->sc.a, a->qkv, a->att, a->lse, dm->B, dm->T, dm->H, dm->KV,
                           dm->hd, dm->p_attn, gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
     b->ops->rope_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
     if (!a->defer_qkv)
-        b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->qkv_w), gt_model_grad(m, a->qkv_b),
-                                  dqkv, a->ln, dm->N, dm->qkv, dm->d, m->grad_acc);
-    b->ops->matmul_bwd_data(b, s, m->sc.dln, dqkv, gt_model_param(m, a->qkv_w), dm->N, dm->qkv,
-                            dm->d, 0);
+        gt_linear_bwd_weight(m, s, layer, GT_LIN_QKV, a->qkv_w, a->qkv_b, dqkv, a->ln, st);
+    gt_linear_bwd_data(m, s, layer, GT_LIN_QKV, m->sc.dln, dqkv, a->qkv_w, 0, st);
     /* the norm weight's gradient is summed from a->dw_part at the end of the backward */
     gt_model_norm_bwd(m, s, a->res_in, a->res_out, a->norm_w, a->dw_part, a->rstd);
 }
@@ -96,8 +89,7 @@ void gt_mlp_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *
     const void *x = m->res[p->res_in];
     b->ops->rmsnorm_fwd(b, s, p->ln, p->rstd, x, gt_model_param(m, p->norm_w), dm->N, dm->d,
                         dm->eps);
-    b->ops->matmul_fwd(b, s, p->gu, p->ln, gt_model_param(m, p->gu_w), gt_model_param(m, p->gu_b),
-                       NULL, dm->N, 2 * dm->f, dm->d);
+    gt_linear_fwd(m, s, layer, GT_LIN_GU, p->gu, p->ln, p->gu_w, p->gu_b, NULL, train, st);
     b->ops->swiglu_fwd(b, s, p->h, p->gu, dm->N, dm->f);
     gt_model_proj_residual(m, s, m->res[p->res_out], x, p->h, p->down_w, p->down_b, dm->f, layer,
                            GT_SITE_MLP_OUT, train, st);
@@ -110,16 +102,12 @@ void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_mlp_recompute(m, s, layer, st);
     const void *dy = gt_model_branch_grad(m, s, p->res_out, layer, GT_SITE_MLP_OUT, st);
     if (!p->defer_down)
-        b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, p->down_w), gt_model_grad(m, p->down_b),
-                                  dy, p->h, dm->N, dm->d, dm->f, m->grad_acc);
-    b->ops->matmul_bwd_data(b, s, m->sc.a, dy, gt_model_param(m, p->down_w), dm->N, dm->d, dm->f,
-                            0);
+        gt_linear_bwd_weight(m, s, layer, GT_LIN_DOWN, p->down_w, p->down_b, dy, p->h, st);
+    gt_linear_bwd_data(m, s, layer, GT_LIN_DOWN, m->sc.a, dy, p->down_w, 0, st);
     /* the gate/up gradient over the gate/up activations, which only this reads */
     b->ops->swiglu_bwd(b, s, p->gu, m->sc.a, p->gu, dm->N, dm->f);
     if (!p->defer_gu)
-        b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, p->gu_w), gt_model_grad(m, p->gu_b), p->gu,
-                                  p->ln, dm->N, 2 * dm->f, dm->d, m->grad_acc);
-    b->ops->matmul_bwd_data(b, s, m->sc.dln, p->gu, gt_model_param(m, p->gu_w), dm->N, 2 * dm->f,
-                            dm->d, 0);
+        gt_linear_bwd_weight(m, s, layer, GT_LIN_GU, p->gu_w, p->gu_b, p->gu, p->ln, st);
+    gt_linear_bwd_data(m, s, layer, GT_LIN_GU, m->sc.dln, p->gu, p->gu_w, 0, st);
     gt_model_norm_bwd(m, s, p->res_in, p->res_out, p->norm_w, p->dw_part, p->rstd);
 }

@@ -6,6 +6,7 @@
 
 #include "core/arena.h"
 #include "model/model.h"
+#include "model/model_fp8.h"
 
 #define GT_MODEL_NAME_MAX 48
 /* Every tensor starts at a multiple of this many elements of the flat parameter array, so
@@ -166,6 +167,7 @@ struct gt_model {
     float dscale;  /* of the running forward_backward (constant over a run) */
     int grad_acc;  /* of the running forward_backward: weight gradients += (1) or = (0) */
     size_t n_real; /* parameters without alignment padding */
+    gt_model_fp8 fp8; /* the linear layers' fp8 state (model_fp8.c); enabled 0 under bf16 */
     /* [n_rc_alias] the layer fields that take a shared recompute buffer */
     gt_rc_alias *rc_alias;
     int n_rc_alias;

@@ -218,6 +218,7 @@ static int check_dims(gt_model *m, gt_error *err) {
 static void plan_deferred_wgrads(gt_model *m) {
     const gt_model_dims *dm = &m->dm;
     int dropout = dm->p_hidden > 0;
+    if (gt_model_fp8_configured(&m->cfg)) return; /* fp8 weight gradients run per layer */
     for (int l = 0; l < m->num_layers; l++) {
         gt_layer *L = &m->layers[l];
         int next_attn = l + 1 < m->num_layers && m->layers[l + 1].has_attn;
@@ -398,7 +399,7 @@ static int plan_arenas(gt_model *m, gt_error *err) {
     }
     PLAN(&m->scratch, "logits", N * dm->V * ae, &sc->logits);
     PLAN(&m->scratch, "losses", N * sizeof(float), &sc->losses);
-    return GT_OK;
+    return gt_model_fp8_plan(m, err);
 }
 
 int gt_model_build(gt_model *m, const gt_config *cfg, size_t act_elem, gt_error *err) {
@@ -436,6 +437,7 @@ void gt_model_release(gt_model *m) {
     gt_arena_release(&m->grads);
     gt_arena_release(&m->acts);
     gt_arena_release(&m->scratch);
+    gt_model_fp8_release(m);
     free(m->layers);
     free(m->res);
     free(m->tensors);

@@ -226,6 +226,7 @@ void gt_model_forward_loss(gt_model *m, gt_stream *s, const int32_t *tokens, con
                            float scale, gt_step_state *st) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
+    gt_model_fp8_cast_weights(m, s, 0, st); /* the weights as the last optimizer step left them */
     b->ops->embedding_fwd(b, s, m->res[0], tokens, gt_model_param(m, m->wte), dm->N, dm->d);
     for (int l = 0; l < m->num_layers; l++)
         for (int u = 0; u < m->layers[l].n_units; u++)

@@ -123,7 +123,7 @@ static int check_header(const ckpt_header *h, const char *path, uint64_t file_by
         bad = "the first NaN step";
     else if (st->micro < 0 || st->skipped > 1)
         bad = "the micro-batch index or skip flag";
-    else if ((st->nan_flags | st->nan_first) & ~(uint32_t)(GT_NAN_LOSS | GT_NAN_GRAD))
+    else if ((st->nan_flags | st->nan_first) & ~(uint32_t)(GT_NAN_LOSS | GT_NAN_GRAD | GT_NAN_FP8))
         bad = "the NaN flags";
     else if (m->data.cursor > GT_CKPT_MAX_SAMPLES || m->data.epoch > GT_CKPT_MAX_SAMPLES)
         bad = "the data position";

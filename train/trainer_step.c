@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "graphs/graphs.h"
+#include "model/model_fp8.h"
 #include "train/trainer_impl.h"
 
 gt_adamw_state gt_trainer_adamw_state(const gt_trainer *t) {
@@ -37,6 +38,8 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
     /* the embedding rows the step reads get the updates they missed (lazy rows) */
     gt_grad_rows rows = gt_lazy_rows_marks(&t->lazy);
     gt_lazy_rows_catchup(&t->lazy, s, gt_trainer_adamw_state(t), t->d_batch, t->n_micro, t->N);
+    /* the fp8 weight copies, once for the step's micro-batches (a no-op under bf16) */
+    gt_model_fp8_cast_weights(t->m, s, 1, t->st);
     float dscale = 1.0f / (float)t->n_micro;
     for (int i = 0; !t->sync && i < t->n_micro; i++) {
         const int32_t *tok = t->d_batch + (size_t)i * 2 * (size_t)t->N;
@@ -55,6 +58,7 @@ void gt_trainer_enqueue_step(gt_trainer *t, gt_stream *s, const gt_unit_exec *ex
     else
         o->adamw(b, s, t->mi->params, t->master, t->mi->grads, rows, t->adam_m, t->adam_v,
                  t->n_params, t->n_decay, t->hp, t->st);
+    gt_model_fp8_step_end(t->m, s, t->st); /* delayed scaling: amax history, next scales */
     o->step_end(b, s, t->st);
 }
 
@@ -93,6 +97,14 @@ static int load_batch(gt_trainer *t, int32_t *into, int64_t step, gt_error *err)
 }
 
 static int numeric_error(const gt_trainer *t, const gt_step_state *h, gt_error *err) {
+    if ((h->nan_flags & (GT_NAN_LOSS | GT_NAN_GRAD)) == 0 && (h->nan_flags & GT_NAN_FP8))
+        return gt_error_set(err, GT_ERR_NUMERIC,
+                            "step %lld: an fp8 amax was NaN or Inf, or its scale overflowed "
+                            "(model.compute_dtype=fp8_*: checked in every fp8 cast); the update "
+                            "of this step was skipped, so the weights are those of step %lld. "
+                            "Lower optimizer.lr, set optimizer.clip_grad, or resume from an "
+                            "earlier checkpoint",
+                            (long long)h->step, (long long)h->step - 1);
     int both = (h->nan_flags & GT_NAN_LOSS) && (h->nan_flags & GT_NAN_GRAD);
     const char *which = both                           ? "the loss and the gradient norm are"
                         : (h->nan_flags & GT_NAN_LOSS) ? "the loss is"

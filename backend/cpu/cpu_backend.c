@@ -295,10 +295,12 @@ int gt_backend_create_cpu(gt_backend **out, gt_error *err) {
     gt_cpu_register_dense_ops(ops);
     gt_cpu_register_optim_ops(ops);
     gt_cpu_register_moe_ops(ops);
+    gt_cpu_register_fp8_ops(ops);
     b->ops = ops;
     b->kind = GT_BACKEND_CPU;
     b->name = "cpu";
     b->act_bytes = sizeof(float);
+    b->fp8_bytes = sizeof(float); /* each FP8 element as its code's value */
     b->impl = im;
     *out = b;
     return GT_OK;

@@ -474,10 +474,12 @@ int gt_backend_create_cuda(gt_backend **out, int device, const gt_cuda_config *o
     gt_cuda_register_attention_ops(ops);
     gt_cuda_register_optim_ops(ops);
     gt_cuda_register_moe_ops(ops);
+    gt_cuda_register_fp8_ops(ops);
     b->ops = ops;
     b->kind = GT_BACKEND_CUDA;
     b->name = "cuda";
     b->act_bytes = 2; /* bf16 */
+    b->fp8_bytes = 1; /* one fp8 code */
     b->impl = im;
     rc = gt_cuda_matmul_init(b, err);
     if (!rc) rc = gt_cuda_attention_init(sm90, err);

@@ -31,6 +31,7 @@ typedef enum {
     GT_SCRATCH_DBIAS,       /* per-block dbias partials */
     GT_SCRATCH_CUDNN,       /* cuDNN attention workspace (forward and backward share it) */
     GT_SCRATCH_PERMUTE,     /* tokens routed per expert [E] (moe_permute) */
+    GT_SCRATCH_FP8,         /* an fp8 cast's amax and scale (k_fp8.cu) */
     GT_SCRATCH_COUNT
 } gt_scratch_kind;
 
@@ -141,6 +142,7 @@ void gt_cuda_register_loss_ops(gt_backend_ops *ops);
 void gt_cuda_register_attention_ops(gt_backend_ops *ops);
 void gt_cuda_register_optim_ops(gt_backend_ops *ops);
 void gt_cuda_register_moe_ops(gt_backend_ops *ops);
+void gt_cuda_register_fp8_ops(gt_backend_ops *ops); /* k_fp8.cu (the fp8 GEMM: cuda_matmul.c) */
 
 /* One-time kernel attributes (large dynamic shared memory); at backend creation.
  * sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */

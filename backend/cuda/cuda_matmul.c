@@ -24,12 +24,23 @@ typedef enum {
     GEMM_BWD_DATA,     /* da bf16 = dout @ w */
     GEMM_BWD_DATA_ACC, /* da += dout @ w (beta 1) */
     GEMM_BWD_WEIGHT,   /* dw fp32 (+)= dout^T @ a (beta 1 or 0) */
+    /* fp8_gemm, every one "TN" like GEMM_FWD (A = w, B = a, both K-contiguous, as Hopper's fp8
+     * tensor cores need), scaled by device-side scale pointers */
+    GEMM_FP8,            /* out bf16 (+ C) = sw sa w @ a, E4M3 x E4M3 */
+    GEMM_FP8_B_E5M2,     /* the same, a in E5M2 (gradients under hybrid) */
+    GEMM_FP8_F32,        /* out fp32 (+)= ..., E4M3 x E4M3 (weight gradients) */
+    GEMM_FP8_F32_B_E5M2, /* the same, a in E5M2 */
     GEMM_KINDS
 } gemm_kind;
 
-static const char *const gemm_names[GEMM_KINDS] = {"matmul_fwd", "matmul_fwd(bias)",
-                                                   "matmul_bwd_data", "matmul_bwd_data(accumulate)",
-                                                   "matmul_bwd_weight"};
+static const char *const gemm_names[GEMM_KINDS] = {
+    "matmul_fwd",         "matmul_fwd(bias)", "matmul_bwd_data", "matmul_bwd_data(accumulate)",
+    "matmul_bwd_weight",  "fp8_gemm",         "fp8_gemm(e5m2)",  "fp8_gemm(fp32)",
+    "fp8_gemm(fp32,e5m2)"};
+
+static int is_fp8(int kind) {
+    return kind >= GEMM_FP8;
+}
 
 struct gt_cuda_gemm_plan {
     int kind, M, N, K;
@@ -210,10 +221,20 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
     int M = p->M, N = p->N, K = p->K;
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
     uint64_t arows, acols, lda, brows, bcols, ldb, crows, ccols, ldc;
-    cudaDataType_t ctype = CUDA_R_16BF;
+    cudaDataType_t atype = CUDA_R_16BF, btype = CUDA_R_16BF, ctype = CUDA_R_16BF;
+    if (is_fp8(p->kind)) {
+        atype = CUDA_R_8F_E4M3;
+        btype = p->kind == GEMM_FP8_B_E5M2 || p->kind == GEMM_FP8_F32_B_E5M2 ? CUDA_R_8F_E5M2
+                                                                             : CUDA_R_8F_E4M3;
+        if (p->kind == GEMM_FP8_F32 || p->kind == GEMM_FP8_F32_B_E5M2) ctype = CUDA_R_32F;
+    }
     switch (p->kind) {
     case GEMM_FWD:
     case GEMM_FWD_BIAS:
+    case GEMM_FP8:
+    case GEMM_FP8_B_E5M2:
+    case GEMM_FP8_F32:
+    case GEMM_FP8_F32_B_E5M2:
         /* out^T[N,M] = (w stored K x N)^T @ (a stored K x M) */
         ta = CUBLAS_OP_T;
         arows = K, acols = N, lda = K;
@@ -247,8 +268,8 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
                                        sizeof bt);
     }
-    if (cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, arows, acols, (int64_t)lda) ||
-        cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, brows, bcols, (int64_t)ldb) ||
+    if (cublasLtMatrixLayoutCreate(&p->la, atype, arows, acols, (int64_t)lda) ||
+        cublasLtMatrixLayoutCreate(&p->lb, btype, brows, bcols, (int64_t)ldb) ||
         cublasLtMatrixLayoutCreate(&p->lc, ctype, crows, ccols, (int64_t)ldc))
         return 0;
     if (p->count > 1) {
@@ -411,6 +432,39 @@ static void cuda_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, float
      * algorithm, so a step's first micro-batch sums exactly like the others */
     gemm_run(b, s, GEMM_BWD_WEIGHT, M, N, K, a, dout, dw, dw, NULL, accumulate ? 1.0f : 0.0f);
     if (dbias) gt_cuda_dbias(b, s, dbias, dout, M, N, accumulate);
+}
+
+/* out[M,N] (+)= (sa sw) a[M,K] w[N,K]^T (+ res), a and w fp8 with their inverse scales in
+ * device memory: cuBLASLt's D = alpha scaleA scaleB (A B) + beta C with A = w, B = a. The scale
+ * pointers are set on the plan's descriptor right before each launch (the launch, or the
+ * graph capturing it, takes them then). Per-tensor scales only here. */
+static void cuda_fp8_gemm(gt_backend *b, gt_stream *s, void *out, int out_fp32, int accumulate,
+                          gt_fp8_operand a, gt_fp8_operand w, gt_fp8_scaling scaling,
+                          const void *bias, const void *res, int M, int N, int K) {
+    if (scaling == GT_FP8_BLOCKWISE || bias || w.format != GT_FP8_E4M3 ||
+        (res && (res == out || accumulate))) {
+        gt_backend_fail(b, GT_ERR_UNSUPPORTED,
+                        "fp8_gemm M=%d N=%d K=%d: the CUDA backend runs per-tensor scales, an "
+                        "E4M3 weight operand, no bias, and res (not aliasing out) without "
+                        "accumulate",
+                        M, N, K);
+        return;
+    }
+    if (M == 0) return;
+    int e5 = a.format == GT_FP8_E5M2;
+    int kind =
+        out_fp32 ? (e5 ? GEMM_FP8_F32_B_E5M2 : GEMM_FP8_F32) : (e5 ? GEMM_FP8_B_E5M2 : GEMM_FP8);
+    gemm_shape g = {kind, M, N, K, 1, 0, 0, 0};
+    if (M > 0 && N > 0 && K > 0 && !b->planning) {
+        gt_cuda_gemm_plan *p = plan_get(b, &g);
+        if (!p) return;
+        const void *sa = w.scale_inv, *sb = a.scale_inv;
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa,
+                                       sizeof sa);
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb,
+                                       sizeof sb);
+    }
+    gemm_launch(b, s, &g, w.q, a.q, res ? res : out, out, NULL, res || accumulate ? 1.0f : 0.0f);
 }
 
 /* One batched GEMM where a single weight gradient leaves much of the GPU idle: fewer 128 x 128
@@ -597,6 +651,7 @@ void gt_cuda_gemm_table_describe(gt_backend *b, char *buf, size_t n) {
 }
 
 void gt_cuda_register_matmul_ops(gt_backend_ops *ops) {
+    ops->fp8_gemm = cuda_fp8_gemm;
     ops->gemm_table_set = cuda_gemm_table_set;
     ops->gemm_table_header = table_header;
     ops->gemm_plans = cuda_gemm_plans;

@@ -257,7 +257,7 @@ static void test_validate_train_bench_refuse_what_this_engine_cannot_run(void **
     assert_non_null(strstr(out, "error [engine_no_pipeline_parallel]"));
     assert_non_null(strstr(out, "error [engine_no_context_parallel]"));
     assert_non_null(strstr(out, "error [engine_single_gpu]"));
-    const char *settings[] = {"-c fp8_cs",
+    const char *settings[] = {"-c fp8_cs runtime.device=cuda",
                               "dataset.packed_sequence=true dataset.pad_to_max_length=true "
                               "dataset.pad_cu_seqlens=true",
                               "model.num_layers=2 model.hybrid_override_pattern=*M"};

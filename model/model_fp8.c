@@ -1,0 +1,235 @@
+/* The linear layers' GEMMs in bf16 or fp8 (model_fp8.h). Under fp8 each GEMM is two casts and
+ * one fp8 GEMM: forward x @ w^T (E4M3 x E4M3), data gradient dout @ w (the gradient's format x
+ * the transposed weight copy), weight gradient dout^T @ x (both cast transposed, so every fp8
+ * GEMM is K-contiguous on both sides, as Hopper needs). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+int gt_model_fp8_configured(const gt_config *cfg) {
+    gt_fp8_recipe r = gt_compute_dtype_fp8_recipe(cfg->model.compute_dtype);
+    return r == GT_FP8_RECIPE_TENSORWISE || r == GT_FP8_RECIPE_DELAYED ||
+           r == GT_FP8_RECIPE_BLOCKWISE;
+}
+
+static int layer_in_bf16(const gt_config *cfg, int l) {
+    const gt_model_config *mc = &cfg->model;
+    return mc->first_last_layers_bf16 && (l < mc->num_layers_at_start_in_bf16 ||
+                                          l >= mc->num_layers - mc->num_layers_at_end_in_bf16);
+}
+
+static gt_fp8_linear *lin_of(const gt_model *m, int layer, int lin) {
+    return m->fp8.lin ? &m->fp8.lin[(size_t)layer * GT_LINEARS + lin] : NULL;
+}
+
+static size_t max_sz(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+#define PLAN(arena, name, bytes, ptr)                                                              \
+    do {                                                                                           \
+        if ((rc = gt_arena_add(arena, name, bytes, (void **)(ptr), err))) return rc;               \
+    } while (0)
+
+int gt_model_fp8_plan(gt_model *m, gt_error *err) {
+    gt_model_fp8 *f = &m->fp8;
+    const gt_model_config *mc = &m->cfg.model;
+    const gt_model_dims *dm = &m->dm;
+    memset(f, 0, sizeof *f);
+    if (!gt_model_fp8_configured(&m->cfg)) return GT_OK;
+    gt_fp8_recipe r = gt_compute_dtype_fp8_recipe(mc->compute_dtype);
+    f->enabled = 1;
+    f->scaling = r == GT_FP8_RECIPE_TENSORWISE ? GT_FP8_TENSORWISE
+                 : r == GT_FP8_RECIPE_DELAYED  ? GT_FP8_DELAYED
+                                               : GT_FP8_BLOCKWISE;
+    f->fwd_format = GT_FP8_E4M3;
+    f->grad_format = mc->fp8 == GT_FP8_FORMAT_E4M3 ? GT_FP8_E4M3 : GT_FP8_E5M2;
+    f->history_len = mc->fp8_amax_history_len > 0 ? mc->fp8_amax_history_len : 1;
+    f->use_max = mc->fp8_amax_compute_algo == GT_AMAX_MAX;
+    f->margin = mc->fp8_margin;
+    /* the CPU backend (fp32 activations) keeps each fp8 element as its value in a float */
+    f->elem = m->act_elem == sizeof(float) ? sizeof(float) : 1;
+    f->lin = calloc((size_t)m->num_layers * GT_LINEARS, sizeof *f->lin);
+    if (!f->lin) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory planning fp8");
+    int blockwise = f->scaling == GT_FP8_BLOCKWISE, rc;
+    size_t N = (size_t)dm->N, qa = 0, qb = 0, sa = 1, sb = 1;
+    char nm[GT_ARENA_NAME_MAX];
+    static const char *const names[GT_LINEARS] = {"qkv", "o", "gate_up", "down"};
+    for (int l = 0; l < m->num_layers; l++) {
+        const gt_layer *L = &m->layers[l];
+        int dims[GT_LINEARS][3] = {{L->has_attn, dm->d, dm->qkv},
+                                   {L->has_attn, dm->H * dm->hd, dm->d},
+                                   {L->has_mlp, dm->d, 2 * dm->f},
+                                   {L->has_mlp, dm->f, dm->d}};
+        int weights[GT_LINEARS] = {L->attn.qkv_w, L->attn.o_w, L->mlp.gu_w, L->mlp.down_w};
+        for (int i = 0; i < GT_LINEARS; i++) {
+            gt_fp8_linear *li = lin_of(m, l, i);
+            if (!dims[i][0] || layer_in_bf16(&m->cfg, l)) continue;
+            int in = dims[i][1], out = dims[i][2];
+            *li = (gt_fp8_linear){1, weights[i], in, out, f->n_meta, NULL, NULL, NULL, NULL};
+            f->n_meta += GT_FP8_SLOTS;
+            size_t wbytes = (size_t)in * out * f->elem;
+            size_t ws = blockwise ? gt_fp8_scale_count(out, in, GT_FP8_TILE) : 1;
+            size_t wts = blockwise ? gt_fp8_scale_count(in, out, GT_FP8_TILE) : 1;
+            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w", l, names[i]);
+            PLAN(&m->params, nm, wbytes, &li->qw);
+            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t", l, names[i]);
+            PLAN(&m->params, nm, wbytes, &li->qwt);
+            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_scales", l, names[i]);
+            PLAN(&m->params, nm, ws * sizeof(float), &li->sw);
+            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t_scales", l, names[i]);
+            PLAN(&m->params, nm, wts * sizeof(float), &li->swt);
+            qa = max_sz(qa, N * (size_t)(in > out ? in : out));
+            qb = max_sz(qb, N * (size_t)in);
+            if (blockwise) {
+                sa = max_sz(sa, gt_fp8_scale_count(dm->N, in, 1));
+                sa = max_sz(sa, gt_fp8_scale_count(dm->N, out, 1));
+                sa = max_sz(sa, gt_fp8_scale_count(out, dm->N, 1));
+                sb = max_sz(sb, gt_fp8_scale_count(in, dm->N, 1));
+            }
+        }
+    }
+    if (f->n_meta == 0) return GT_OK;
+    PLAN(&m->params, "fp8.scaling", (size_t)f->n_meta * sizeof(gt_fp8_meta), &f->meta);
+    if (f->scaling == GT_FP8_DELAYED)
+        PLAN(&m->params, "fp8.amax_history",
+             (size_t)f->n_meta * (size_t)f->history_len * sizeof(float), &f->history);
+    PLAN(&m->scratch, "fp8.cast_a", qa * f->elem, &f->qa);
+    PLAN(&m->scratch, "fp8.cast_b", qb * f->elem, &f->qb);
+    PLAN(&m->scratch, "fp8.cast_a_scales", sa * sizeof(float), &f->sa);
+    PLAN(&m->scratch, "fp8.cast_b_scales", sb * sizeof(float), &f->sb);
+    return GT_OK;
+}
+
+void gt_model_fp8_release(gt_model *m) {
+    free(m->fp8.lin);
+    m->fp8.lin = NULL;
+}
+
+int gt_model_fp8_init(gt_model *m, gt_error *err) {
+    gt_model_fp8 *f = &m->fp8;
+    gt_backend *b = m->b;
+    if (!f->enabled || f->n_meta == 0) return GT_OK;
+    if (!b->ops->fp8_cast || !b->ops->fp8_gemm || !b->ops->fp8_amax_update || !b->fp8_bytes)
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "model.compute_dtype: the %s backend has no fp8 ops yet; set "
+                            "runtime.device=cpu (the fp8 emulation) or model.compute_dtype=bf16",
+                            b->name);
+    if (b->fp8_bytes != f->elem)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "the %s backend stores fp8 elements in %zu bytes, the plan in %zu",
+                            b->name, b->fp8_bytes, f->elem);
+    gt_fp8_meta *h = malloc((size_t)f->n_meta * sizeof *h);
+    if (!h) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory initializing fp8");
+    for (int i = 0; i < f->n_meta; i++) {
+        gt_fp8_format fmt = i % GT_FP8_SLOTS == GT_FP8_SLOT_G ? f->grad_format : f->fwd_format;
+        h[i] = (gt_fp8_meta){1.0f, 1.0f, 0.0f, (int32_t)fmt};
+    }
+    b->ops->memcpy_h2d(b, NULL, f->meta, h, (size_t)f->n_meta * sizeof *h);
+    if (f->history)
+        b->ops->memset0(b, NULL, f->history,
+                        (size_t)f->n_meta * (size_t)f->history_len * sizeof(float));
+    int rc = b->ops->stream_sync(b, NULL, err);
+    free(h);
+    return rc;
+}
+
+/* Casts of an evaluation (record 0) leave the scaling state alone, so evaluating changes no
+ * later training step: delayed scaling reads its scales but adds nothing to the step's amax. */
+static gt_fp8_cast_spec spec_rec(const gt_model_fp8 *f, gt_fp8_format fmt, int tile_rows,
+                                 int record) {
+    return (gt_fp8_cast_spec){f->scaling, fmt, tile_rows, record};
+}
+
+static gt_fp8_cast_spec spec_of(const gt_model_fp8 *f, gt_fp8_format fmt, int tile_rows) {
+    return spec_rec(f, fmt, tile_rows, 1);
+}
+
+void gt_model_fp8_cast_weights(gt_model *m, gt_stream *s, int record, gt_step_state *st) {
+    gt_model_fp8 *f = &m->fp8;
+    gt_backend *b = m->b;
+    if (!f->enabled || f->n_meta == 0) return;
+    int tile = f->scaling == GT_FP8_BLOCKWISE ? GT_FP8_TILE : 1;
+    for (int l = 0; l < m->num_layers; l++)
+        for (int i = 0; i < GT_LINEARS; i++) {
+            const gt_fp8_linear *li = lin_of(m, l, i);
+            if (!li->on) continue;
+            gt_fp8_meta *meta = &f->meta[li->slot + GT_FP8_SLOT_W];
+            const void *w = gt_model_param(m, li->weight);
+            gt_fp8_cast_spec sp = spec_rec(f, f->fwd_format, tile, record);
+            b->ops->fp8_cast(b, s, li->qw, li->sw, w, li->out, li->in, 0, sp, meta, st);
+            b->ops->fp8_cast(b, s, li->qwt, li->swt, w, li->out, li->in, 1, sp, meta, st);
+        }
+}
+
+void gt_model_fp8_step_end(gt_model *m, gt_stream *s, gt_step_state *st) {
+    gt_model_fp8 *f = &m->fp8;
+    if (!f->enabled || f->n_meta == 0 || f->scaling != GT_FP8_DELAYED) return;
+    m->b->ops->fp8_amax_update(m->b, s, f->meta, f->history, f->n_meta, f->history_len, f->use_max,
+                               f->margin, st);
+}
+
+static const gt_fp8_linear *fp8_on(const gt_model *m, int layer, int lin) {
+    const gt_fp8_linear *li = lin_of(m, layer, lin);
+    return li && li->on ? li : NULL;
+}
+
+void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, const void *x, int w,
+                   int bias, const void *res, int record, gt_step_state *st) {
+    gt_backend *b = m->b;
+    const gt_fp8_linear *li = fp8_on(m, layer, lin);
+    if (!li) {
+        const gt_model_tensor_desc *t = &m->tensors[w];
+        b->ops->matmul_fwd(b, s, out, x, gt_model_param(m, w), gt_model_param(m, bias), res,
+                           m->dm.N, t->shape[0], t->shape[1]);
+        return;
+    }
+    gt_model_fp8 *f = &m->fp8;
+    int wtile = f->scaling == GT_FP8_BLOCKWISE ? GT_FP8_TILE : 1;
+    b->ops->fp8_cast(b, s, f->qa, f->sa, x, m->dm.N, li->in, 0,
+                     spec_rec(f, f->fwd_format, 1, record), &f->meta[li->slot + GT_FP8_SLOT_X], st);
+    b->ops->fp8_gemm(b, s, out, 0, 0, (gt_fp8_operand){f->qa, f->sa, 1, f->fwd_format},
+                     (gt_fp8_operand){li->qw, li->sw, wtile, f->fwd_format}, f->scaling,
+                     gt_model_param(m, bias), res, m->dm.N, li->out, li->in);
+}
+
+void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
+                        int w, int accumulate, gt_step_state *st) {
+    gt_backend *b = m->b;
+    const gt_fp8_linear *li = fp8_on(m, layer, lin);
+    if (!li) {
+        const gt_model_tensor_desc *t = &m->tensors[w];
+        b->ops->matmul_bwd_data(b, s, dx, dout, gt_model_param(m, w), m->dm.N, t->shape[0],
+                                t->shape[1], accumulate);
+        return;
+    }
+    gt_model_fp8 *f = &m->fp8;
+    int wtile = f->scaling == GT_FP8_BLOCKWISE ? GT_FP8_TILE : 1;
+    b->ops->fp8_cast(b, s, f->qa, f->sa, dout, m->dm.N, li->out, 0, spec_of(f, f->grad_format, 1),
+                     &f->meta[li->slot + GT_FP8_SLOT_G], st);
+    b->ops->fp8_gemm(b, s, dx, 0, accumulate, (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
+                     (gt_fp8_operand){li->qwt, li->swt, wtile, f->fwd_format}, f->scaling, NULL,
+                     NULL, m->dm.N, li->in, li->out);
+}
+
+void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, int bias,
+                          const void *dout, const void *x, gt_step_state *st) {
+    gt_backend *b = m->b;
+    const gt_fp8_linear *li = fp8_on(m, layer, lin);
+    if (!li) {
+        const gt_model_tensor_desc *t = &m->tensors[w];
+        b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, w), gt_model_grad(m, bias), dout, x,
+                                  m->dm.N, t->shape[0], t->shape[1], m->grad_acc);
+        return;
+    }
+    gt_model_fp8 *f = &m->fp8;
+    b->ops->fp8_cast(b, s, f->qa, f->sa, dout, m->dm.N, li->out, 1, spec_of(f, f->grad_format, 1),
+                     &f->meta[li->slot + GT_FP8_SLOT_G], st);
+    b->ops->fp8_cast(b, s, f->qb, f->sb, x, m->dm.N, li->in, 1, spec_of(f, f->fwd_format, 1),
+                     &f->meta[li->slot + GT_FP8_SLOT_X], st);
+    b->ops->fp8_gemm(b, s, gt_model_grad(m, w), 1, m->grad_acc,
+                     (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
+                     (gt_fp8_operand){f->qb, f->sb, 1, f->fwd_format}, f->scaling, NULL, NULL,
+                     li->out, li->in, m->dm.N);
+}

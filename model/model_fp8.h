@@ -1,0 +1,65 @@
+/* The linear layers' GEMMs in bf16 or fp8 (model.compute_dtype fp8_cs / fp8_ds / fp8_sc): one
+ * helper per GEMM of a linear layer, the fp8 state of every linear (scaling slots, the fp8
+ * weight copies made once per step) and its place in the arenas. Embedding, norms, attention,
+ * router and the output head keep the backend's plain matmuls. */
+#ifndef GT_MODEL_MODEL_FP8_H
+#define GT_MODEL_MODEL_FP8_H
+
+#include "backend/backend.h"
+
+typedef struct gt_model gt_model;
+
+/* The linear layers of a layer, in the order of their fp8 state */
+enum { GT_LIN_QKV, GT_LIN_O, GT_LIN_GU, GT_LIN_DOWN, GT_LINEARS };
+/* Scaling slots of one linear: its input, its weight, the gradient of its output */
+enum { GT_FP8_SLOT_X, GT_FP8_SLOT_W, GT_FP8_SLOT_G, GT_FP8_SLOTS };
+
+typedef struct gt_fp8_linear {
+    int on;          /* this linear's GEMMs run in fp8 */
+    int weight;      /* parameter tensor index */
+    int in, out;     /* weight [out, in] */
+    int slot;        /* meta[slot + GT_FP8_SLOT_*] */
+    void *qw, *qwt;  /* [out, in] and [in, out] fp8 copies of the weight */
+    float *sw, *swt; /* their inverse scales */
+} gt_fp8_linear;
+
+typedef struct gt_model_fp8 {
+    int enabled;
+    gt_fp8_scaling scaling;
+    gt_fp8_format fwd_format, grad_format;
+    int history_len, use_max, margin;
+    size_t elem;        /* bytes per fp8 element */
+    gt_fp8_linear *lin; /* [num_layers * GT_LINEARS] */
+    int n_meta;         /* GT_FP8_SLOTS per linear that is on */
+    gt_fp8_meta *meta;  /* [n_meta] device */
+    float *history;     /* [n_meta * history_len] device (delayed scaling) */
+    void *qa, *qb;      /* scratch: a GEMM's two casts of activations or gradients */
+    float *sa, *sb;     /* their inverse scales */
+} gt_model_fp8;
+
+/* 1 when the configuration runs its linear layers in fp8 */
+int gt_model_fp8_configured(const gt_config *cfg);
+/* Fills m->fp8 and plans its tensors (model_plan.c calls it last); releases with the model. */
+int gt_model_fp8_plan(gt_model *m, gt_error *err);
+void gt_model_fp8_release(gt_model *m);
+/* After allocation: the initial scaling state (scale 1), written to the device. */
+int gt_model_fp8_init(gt_model *m, gt_error *err);
+
+/* Once per step before the first micro-batch (and before an evaluation, record 0): the fp8
+ * copies of every fp8 weight from the bf16 parameters the last optimizer step wrote. */
+void gt_model_fp8_cast_weights(gt_model *m, gt_stream *s, int record, gt_step_state *st);
+/* Once per step after the optimizer: delayed scaling's amax history and next scales. */
+void gt_model_fp8_step_end(gt_model *m, gt_stream *s, gt_step_state *st);
+
+/* out[N, out] = x[N, in] @ w^T (+ bias) (+ res), linear `lin` of `layer`; record 0 (eval)
+ * leaves the scaling state alone */
+void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, const void *x, int w,
+                   int bias, const void *res, int record, gt_step_state *st);
+/* dx[N, in] = dout[N, out] @ w */
+void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
+                        int w, int accumulate, gt_step_state *st);
+/* grad(w) (+)= dout^T @ x, grad(bias) (+)= column sums of dout (bf16 path only) */
+void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, int bias,
+                          const void *dout, const void *x, gt_step_state *st);
+
+#endif
