@@ -21,8 +21,9 @@ static bool fp8_hopper(const gt_config *c) {
     return r == GT_FP8_RECIPE_TENSORWISE || r == GT_FP8_RECIPE_DELAYED ||
            r == GT_FP8_RECIPE_BLOCKWISE;
 }
+/* blockwise scaling's tile and block casts exist only in the CPU backend */
 static bool fp8(const gt_config *c) {
-    return fp8_hopper(c) && c->runtime.device != GT_DEVICE_CPU;
+    return c->model.compute_dtype == GT_DTYPE_FP8_SC && c->runtime.device != GT_DEVICE_CPU;
 }
 static bool fp8_blackwell(const gt_config *c) {
     return c->model.compute_dtype == GT_DTYPE_FP8_MX || c->model.compute_dtype == GT_DTYPE_NVFP4;
@@ -84,8 +85,8 @@ static bool pad_vocab(const gt_config *c) {
 /* clang-format off */
 static const unsupported k_unsupported[] = {
     {"engine_no_fp8", {"model.compute_dtype", "runtime.device"}, fp8,
-     "fp8 training runs only on the CPU backend, which emulates it exactly: the CUDA backend's per-tensor fp8 ops (backend/cuda/k_fp8.cu, cuBLASLt fp8 GEMMs) are not yet verified on a GPU against it (tests/gpu/test_cuda_fp8.c), and its blockwise ops are not built",
-     "set runtime.device=cpu for the fp8 emulation, or model.compute_dtype=bf16 (-c bf16) on the GPU"},
+     "blockwise fp8 (1x128 activation tiles, 128x128 weight blocks) runs only on the CPU backend, which emulates it exactly: the CUDA backend has the per-tensor casts and GEMMs (fp8_cs, fp8_ds), not the tile- and block-scaled ones",
+     "set model.compute_dtype=fp8_cs (-c fp8_cs) or fp8_ds on the GPU, or runtime.device=cpu for the blockwise emulation"},
     {"engine_fp8_blackwell_format", {"model.compute_dtype"}, fp8_blackwell,
      "MXFP8 (-c fp8_mx) and NVFP4 (-c nvfp4) are Blackwell (sm_100) tensor-core formats: Hopper (sm_90) has no such GEMMs and the CPU backend does not emulate them",
      "use an fp8 recipe Hopper runs: -c fp8_cs (current scaling), fp8_ds (delayed scaling) or fp8_sc (blockwise, 1x128 / 128x128 scales)"},

@@ -219,7 +219,7 @@ static const rule_case k_cases[] = {
     /* valid settings this engine cannot run yet (config/unsupported.c): errors, not notes */
     {"engine_no_mamba", GT_SEVERITY_ERROR, "model.num_layers=2 model.hybrid_override_pattern=*M",
      "model.num_layers=2 model.hybrid_override_pattern=*-"},
-    {"engine_no_fp8", GT_SEVERITY_ERROR, "model.compute_dtype=fp8_cs", "model.compute_dtype=bf16"},
+    {"engine_no_fp8", GT_SEVERITY_ERROR, "model.compute_dtype=fp8_sc", "model.compute_dtype=fp8_cs"},
     {"engine_no_fp8", GT_SEVERITY_ERROR, "model.compute_dtype=fp8_sc runtime.device=cuda",
      "model.compute_dtype=fp8_sc runtime.device=cpu"},
     {"engine_fp8_blackwell_format", GT_SEVERITY_ERROR, "model.compute_dtype=nvfp4",
@@ -379,7 +379,7 @@ static void test_one_gpu_cannot_hold_tensor_parallel_2(void **state) {
 static void test_unsupported_settings_are_errors_counted_apart(void **state) {
     (void)state;
     gt_config cfg;
-    config_with(&cfg, "model.compute_dtype=fp8_cs dataset.packed_sequence=true "
+    config_with(&cfg, "model.compute_dtype=fp8_sc dataset.packed_sequence=true "
                       "dataset.pad_to_max_length=true dataset.pad_cu_seqlens=true "
                       "train.global_batch_size=6");
     gt_report r;
@@ -389,8 +389,8 @@ static void test_unsupported_settings_are_errors_counted_apart(void **state) {
     assert_non_null(f);
     assert_true(f->unsupported);
     assert_string_equal(f->keys[0], "model.compute_dtype");
-    assert_non_null(strstr(f->message, "model.compute_dtype=fp8_cs"));
-    assert_non_null(strstr(f->fix, "model.compute_dtype=bf16"));
+    assert_non_null(strstr(f->message, "model.compute_dtype=fp8_sc"));
+    assert_non_null(strstr(f->fix, "model.compute_dtype=fp8_cs"));
     assert_false(find(&r, "global_batch_divisible")->unsupported);
     char *text = NULL;
     size_t tn = 0;
