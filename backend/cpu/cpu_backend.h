@@ -18,6 +18,7 @@ void gt_cpu_submit(gt_backend *b, gt_stream *s, gt_cpu_kernel fn, const void *ar
 void gt_cpu_register_dense_ops(gt_backend_ops *ops);
 void gt_cpu_register_optim_ops(gt_backend_ops *ops);
 void gt_cpu_register_moe_ops(gt_backend_ops *ops);
+void gt_cpu_register_mamba_ops(gt_backend_ops *ops);
 /* called by gt_cpu_register_dense_ops: rope and attention (cpu_attention.c), cross entropy
  * and loss_accumulate (cpu_loss.c) */
 void gt_cpu_register_attention_ops(gt_backend_ops *ops);
