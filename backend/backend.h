@@ -397,25 +397,23 @@ typedef struct gt_backend_ops {
     /* y[N, di] = the SSD scan per sequence from zero state over x, B, C of xbc, with
      * dt = softplus(zxbcdt's dt + dt_bias), A = -exp(A_log) and the skip D (all [H]):
      * S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t + D x_t (cpu_mamba.h) */
-    void (*mamba_ssd_fwd)(gt_backend *b, gt_stream *s, void *y, const void *xbc,
-                          const void *zxbcdt, const void *dt_bias, const void *A_log,
-                          const void *D, float *ws, gt_mamba_shape sh);
+    void (*mamba_ssd_fwd)(gt_backend *b, gt_stream *s, void *y, const void *xbc, const void *zxbcdt,
+                          const void *dt_bias, const void *A_log, const void *D, float *ws,
+                          gt_mamba_shape sh);
     /* dxbc[N, conv] (overwritten), the dt slice of dzxbcdt (overwritten), ddt_bias, dA_log, dD
      * [H] (+)= from dy[N, di]; ws as the forward's */
     void (*mamba_ssd_bwd)(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt, float *ddt_bias,
                           float *dA_log, float *dD, const void *dy, const void *xbc,
-                          const void *zxbcdt, const void *dt_bias, const void *A_log,
-                          const void *D, float *ws, gt_mamba_shape sh, int accumulate);
+                          const void *zxbcdt, const void *dt_bias, const void *A_log, const void *D,
+                          float *ws, gt_mamba_shape sh, int accumulate);
     /* out[N, di] = rmsnorm(y * silu(z)) * w over G groups of di/G channels (z: zxbcdt's z
      * slice; mamba_ssm's RMSNormGated, norm after the gate); rstd[N, G] kept */
-    void (*mamba_gated_norm_fwd)(gt_backend *b, gt_stream *s, void *out, float *rstd,
-                                 const void *y, const void *zxbcdt, const void *w, float eps,
-                                 gt_mamba_shape sh);
+    void (*mamba_gated_norm_fwd)(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *y,
+                                 const void *zxbcdt, const void *w, float eps, gt_mamba_shape sh);
     /* dy[N, di] and the z slice of dzxbcdt (overwritten) from dout; dw[di] (+)= */
     void (*mamba_gated_norm_bwd)(gt_backend *b, gt_stream *s, void *dy, void *dzxbcdt, float *dw,
-                                 const void *dout, const void *y, const void *zxbcdt,
-                                 const void *w, const float *rstd, gt_mamba_shape sh,
-                                 int accumulate);
+                                 const void *dout, const void *y, const void *zxbcdt, const void *w,
+                                 const float *rstd, gt_mamba_shape sh, int accumulate);
 
     void (*destroy)(gt_backend *b);
 } gt_backend_ops;

@@ -15,7 +15,7 @@
 #define MAMBA_DT_MAX 0.1
 #define MAMBA_DT_FLOOR 1e-4
 /* Philox counter words of the uniform draws (the normal ones use "INIT" alone) */
-#define MAMBA_INIT_STREAM 0x494E4954u /* "INIT" */
+#define MAMBA_INIT_STREAM 0x494E4954u  /* "INIT" */
 #define MAMBA_UNIFORM_WORD 0x4D414D42u /* "MAMB" */
 
 int gt_mamba_check_dims(gt_model *m, gt_error *err) {
@@ -55,15 +55,21 @@ int gt_mamba_check_dims(gt_model *m, gt_error *err) {
          "the Mamba heads (%d, model.mamba_num_heads or expand x hidden_size / head_dim) are not "
          "divisible by model.mamba_num_groups %d",
          heads, mc->mamba_num_groups);
-    double in = 2.0 * heads * mc->mamba_head_dim +
-                2.0 * mc->mamba_num_groups * mc->mamba_state_dim + heads;
+    double in =
+        2.0 * heads * mc->mamba_head_dim + 2.0 * mc->mamba_num_groups * mc->mamba_state_dim + heads;
     NEED(in * dm->N < 2147483647.0,
          "a Mamba layer's input projection (%.0f columns) x %d tokens is too large; lower "
          "train.micro_batch_size or the mamba_* sizes",
          in, dm->N);
 #undef NEED
-    dm->ms = (gt_mamba_shape){dm->B,           dm->T, heads, mc->mamba_head_dim, mc->mamba_num_groups,
-                              mc->mamba_state_dim, mc->mamba_d_conv, mc->mamba_chunk_size};
+    dm->ms = (gt_mamba_shape){dm->B,
+                              dm->T,
+                              heads,
+                              mc->mamba_head_dim,
+                              mc->mamba_num_groups,
+                              mc->mamba_state_dim,
+                              mc->mamba_d_conv,
+                              mc->mamba_chunk_size};
     return GT_OK;
 }
 

@@ -413,8 +413,8 @@ static int plan_arenas(gt_model *m, gt_error *err) {
             ACT("layers.%d.mamba.y", N * di * ae, &mb->y);
             ACT("layers.%d.mamba.g", N * di * ae, &mb->g);
             ACT("layers.%d.mamba.gate_rstd", N * (size_t)ms.G * sizeof(float), &mb->grstd);
-            if (N * di > sc_a) sc_a = N * di;     /* out_proj's input gradient */
-            if (N * in > sc_b) sc_b = N * in;     /* in_proj's output gradient */
+            if (N * di > sc_a) sc_a = N * di; /* out_proj's input gradient */
+            if (N * in > sc_b) sc_b = N * in; /* in_proj's output gradient */
         }
     }
 #undef ACT

@@ -26,7 +26,7 @@ static int shape_ok(gt_mamba_shape m) {
 
 #define REQUIRE_SHAPE(b, op, m)                                                                    \
     CPU_REQUIRE(b, shape_ok(m),                                                                    \
-                op ": bad shape B=%d T=%d H=%d P=%d G=%d S=%d K=%d chunk=%d (all > 0, H a "      \
+                op ": bad shape B=%d T=%d H=%d P=%d G=%d S=%d K=%d chunk=%d (all > 0, H a "        \
                    "multiple of G)",                                                               \
                 (m).B, (m).T, (m).H, (m).P, (m).G, (m).S, (m).K, (m).chunk)
 
@@ -55,12 +55,19 @@ static void k_conv_bwd(const void *p) {
                               a->p1, a->p2, m.B, m.T, C, m.K, a->accumulate);
 }
 
-static void cpu_mamba_conv_bwd(gt_backend *b, gt_stream *s, void *dzxbcdt, float *dw,
-                               float *dbias, const void *dxbc, const void *zxbcdt, const void *w,
+static void cpu_mamba_conv_bwd(gt_backend *b, gt_stream *s, void *dzxbcdt, float *dw, float *dbias,
+                               const void *dxbc, const void *zxbcdt, const void *w,
                                const void *bias, gt_mamba_shape sh, int accumulate) {
     REQUIRE_SHAPE(b, "mamba_conv_bwd", sh);
-    mamba_args a = {.out = dzxbcdt, .g1 = dw, .g2 = dbias, .zx = zxbcdt, .dout = dxbc,
-                    .p1 = w, .p2 = bias, .accumulate = accumulate != 0, .sh = sh};
+    mamba_args a = {.out = dzxbcdt,
+                    .g1 = dw,
+                    .g2 = dbias,
+                    .zx = zxbcdt,
+                    .dout = dxbc,
+                    .p1 = w,
+                    .p2 = bias,
+                    .accumulate = accumulate != 0,
+                    .sh = sh};
     gt_cpu_submit(b, s, k_conv_bwd, &a, sizeof a);
 }
 
@@ -99,8 +106,8 @@ static void cpu_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void *
                               const void *zxbcdt, const void *dt_bias, const void *A_log,
                               const void *D, float *ws, gt_mamba_shape sh) {
     REQUIRE_SHAPE(b, "mamba_ssd_fwd", sh);
-    mamba_args a = {.out = y, .in = xbc, .zx = zxbcdt, .p1 = dt_bias, .p2 = A_log, .p3 = D,
-                    .ws = ws, .sh = sh};
+    mamba_args a = {
+        .out = y, .in = xbc, .zx = zxbcdt, .p1 = dt_bias, .p2 = A_log, .p3 = D, .ws = ws, .sh = sh};
     gt_cpu_submit(b, s, k_ssd_fwd, &a, sizeof a);
 }
 
@@ -120,8 +127,8 @@ static void k_ssd_bwd(const void *p) {
     const float *raw = a->zx + (in - H);
     float *draw = a->out2 + (in - H), *db = dt;
     for (int n = 0; n < N; n++)
-        gt_cpu_dt_softplus_bwd(draw + (size_t)n * in, db, ddt + (size_t)n * H,
-                               raw + (size_t)n * in, a->p1, 1, H, n > 0);
+        gt_cpu_dt_softplus_bwd(draw + (size_t)n * in, db, ddt + (size_t)n * H, raw + (size_t)n * in,
+                               a->p1, 1, H, n > 0);
     for (int h = 0; h < H; h++) {
         a->g1[h] = a->accumulate ? a->g1[h] + db[h] : db[h];
         a->g2[h] = a->accumulate ? a->g2[h] + dA[h] * A[h] : dA[h] * A[h];
@@ -135,9 +142,20 @@ static void cpu_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzx
                               const void *A_log, const void *D, float *ws, gt_mamba_shape sh,
                               int accumulate) {
     REQUIRE_SHAPE(b, "mamba_ssd_bwd", sh);
-    mamba_args a = {.out = dxbc, .out2 = dzxbcdt, .g1 = ddt_bias, .g2 = dA_log, .g3 = dD,
-                    .in = xbc, .zx = zxbcdt, .dout = dy, .p1 = dt_bias, .p2 = A_log, .p3 = D,
-                    .ws = ws, .accumulate = accumulate != 0, .sh = sh};
+    mamba_args a = {.out = dxbc,
+                    .out2 = dzxbcdt,
+                    .g1 = ddt_bias,
+                    .g2 = dA_log,
+                    .g3 = dD,
+                    .in = xbc,
+                    .zx = zxbcdt,
+                    .dout = dy,
+                    .p1 = dt_bias,
+                    .p2 = A_log,
+                    .p3 = D,
+                    .ws = ws,
+                    .accumulate = accumulate != 0,
+                    .sh = sh};
     gt_cpu_submit(b, s, k_ssd_bwd, &a, sizeof a);
 }
 
@@ -146,8 +164,8 @@ static void cpu_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzx
 static void k_gnorm_fwd(const void *p) {
     const mamba_args *a = p;
     gt_mamba_shape m = a->sh;
-    gt_cpu_gated_rmsnorm_fwd_ld(a->out, a->out2, a->in, a->zx, gt_mamba_in(m), a->p1,
-                                m.B * m.T, gt_mamba_inner(m), m.G, a->eps);
+    gt_cpu_gated_rmsnorm_fwd_ld(a->out, a->out2, a->in, a->zx, gt_mamba_in(m), a->p1, m.B * m.T,
+                                gt_mamba_inner(m), m.G, a->eps);
 }
 
 static void cpu_mamba_gated_norm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd,
@@ -155,8 +173,7 @@ static void cpu_mamba_gated_norm_fwd(gt_backend *b, gt_stream *s, void *out, flo
                                      gt_mamba_shape sh) {
     REQUIRE_SHAPE(b, "mamba_gated_norm_fwd", sh);
     CPU_REQUIRE(b, eps > 0, "mamba_gated_norm_fwd: eps is %g; it must be > 0", eps);
-    mamba_args a = {.out = out, .out2 = rstd, .in = y, .zx = zxbcdt, .p1 = w, .eps = eps,
-                    .sh = sh};
+    mamba_args a = {.out = out, .out2 = rstd, .in = y, .zx = zxbcdt, .p1 = w, .eps = eps, .sh = sh};
     gt_cpu_submit(b, s, k_gnorm_fwd, &a, sizeof a);
 }
 
@@ -169,12 +186,20 @@ static void k_gnorm_bwd(const void *p) {
 }
 
 static void cpu_mamba_gated_norm_bwd(gt_backend *b, gt_stream *s, void *dy, void *dzxbcdt,
-                                     float *dw, const void *dout, const void *y,
-                                     const void *zxbcdt, const void *w, const float *rstd,
-                                     gt_mamba_shape sh, int accumulate) {
+                                     float *dw, const void *dout, const void *y, const void *zxbcdt,
+                                     const void *w, const float *rstd, gt_mamba_shape sh,
+                                     int accumulate) {
     REQUIRE_SHAPE(b, "mamba_gated_norm_bwd", sh);
-    mamba_args a = {.out = dy, .out2 = dzxbcdt, .g1 = dw, .in = y, .zx = zxbcdt, .dout = dout,
-                    .p1 = w, .stat = rstd, .accumulate = accumulate != 0, .sh = sh};
+    mamba_args a = {.out = dy,
+                    .out2 = dzxbcdt,
+                    .g1 = dw,
+                    .in = y,
+                    .zx = zxbcdt,
+                    .dout = dout,
+                    .p1 = w,
+                    .stat = rstd,
+                    .accumulate = accumulate != 0,
+                    .sh = sh};
     gt_cpu_submit(b, s, k_gnorm_bwd, &a, sizeof a);
 }
 

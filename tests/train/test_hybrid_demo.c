@@ -13,8 +13,8 @@
 #include "shard_fixture.h"
 #include "train/train_loop.h"
 
-#define PERIOD 7   /* the repeating pattern of the learnable shard */
-#define VOCAB 512  /* the recipe's model.vocab_size */
+#define PERIOD 7  /* the repeating pattern of the learnable shard */
+#define VOCAB 512 /* the recipe's model.vocab_size */
 #define STEPS 30
 
 static void test_hybrid_demo_recipe_trains_with_the_loss_falling(void **state) {
