@@ -157,6 +157,31 @@ typedef struct gt_fp8_operand {
 static inline size_t gt_fp8_scale_count(int rows, int cols, int tile_rows) {
     return (size_t)((rows + tile_rows - 1) / tile_rows) *
            (size_t)((cols + GT_FP8_TILE - 1) / GT_FP8_TILE);
+/* The Mamba-2 mixer's shapes (model/model_mamba.c). Its input projection zxbcdt [N, in] holds,
+ * per token, z [di] | x [di] | B [G*S] | C [G*S] | dt [H] (Megatron's MambaMixer split), with
+ * di = H*P; the convolution runs over the xBC slice, conv = di + 2*G*S channels, and its
+ * output xbc [N, conv] holds x | B | C. The ops read their slices in place. */
+typedef struct gt_mamba_shape {
+    int B, T;       /* sequences and their length: N = B*T tokens */
+    int H, P, G, S; /* heads, head dim, groups (of B and C), state size */
+    int K;          /* causal convolution width */
+    int chunk;      /* SSD chunk length of chunked kernels (the result does not depend on it) */
+} gt_mamba_shape;
+static inline int gt_mamba_inner(gt_mamba_shape m) {
+    return m.H * m.P;
+}
+static inline int gt_mamba_conv(gt_mamba_shape m) {
+    return m.H * m.P + 2 * m.G * m.S;
+}
+static inline int gt_mamba_in(gt_mamba_shape m) {
+    return 2 * m.H * m.P + 2 * m.G * m.S + m.H;
+}
+/* fp32 workspace the SSD scan ops take (forward and backward), no value kept between them:
+ * enough for every backend (the CPU's: dt and its gradient, A, dA, dD and one head's states
+ * over time). */
+static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
+    size_t N = (size_t)m.B * m.T, H = (size_t)m.H;
+    return 2 * N * H + 3 * H + ((size_t)m.T + 1) * (size_t)m.P * (size_t)m.S;
 }
 
 typedef struct gt_backend_ops {
@@ -423,6 +448,36 @@ typedef struct gt_backend_ops {
      * Sets GT_NAN_FP8 when a scale overflows. */
     void (*fp8_amax_update)(gt_backend *b, gt_stream *s, gt_fp8_meta *meta, float *history, int n,
                             int history_len, int use_max, int margin, gt_step_state *st);
+    /* ---- Mamba-2 mixer (gt_mamba_shape; act tensors, parameters in act dtype) ---- */
+    /* xbc[N, conv] = silu(bias + causal depthwise conv of zxbcdt's xBC slice with w[conv, K]),
+     * x = 0 before each sequence's first token */
+    void (*mamba_conv_fwd)(gt_backend *b, gt_stream *s, void *xbc, const void *zxbcdt,
+                           const void *w, const void *bias, gt_mamba_shape sh);
+    /* the xBC slice of dzxbcdt (overwritten; the other columns untouched) from dxbc[N, conv];
+     * dw[conv, K], dbias[conv] (+)= */
+    void (*mamba_conv_bwd)(gt_backend *b, gt_stream *s, void *dzxbcdt, float *dw, float *dbias,
+                           const void *dxbc, const void *zxbcdt, const void *w, const void *bias,
+                           gt_mamba_shape sh, int accumulate);
+    /* y[N, di] = the SSD scan per sequence from zero state over x, B, C of xbc, with
+     * dt = softplus(zxbcdt's dt + dt_bias), A = -exp(A_log) and the skip D (all [H]):
+     * S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t + D x_t (cpu_mamba.h) */
+    void (*mamba_ssd_fwd)(gt_backend *b, gt_stream *s, void *y, const void *xbc, const void *zxbcdt,
+                          const void *dt_bias, const void *A_log, const void *D, float *ws,
+                          gt_mamba_shape sh);
+    /* dxbc[N, conv] (overwritten), the dt slice of dzxbcdt (overwritten), ddt_bias, dA_log, dD
+     * [H] (+)= from dy[N, di]; ws as the forward's */
+    void (*mamba_ssd_bwd)(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt, float *ddt_bias,
+                          float *dA_log, float *dD, const void *dy, const void *xbc,
+                          const void *zxbcdt, const void *dt_bias, const void *A_log, const void *D,
+                          float *ws, gt_mamba_shape sh, int accumulate);
+    /* out[N, di] = rmsnorm(y * silu(z)) * w over G groups of di/G channels (z: zxbcdt's z
+     * slice; mamba_ssm's RMSNormGated, norm after the gate); rstd[N, G] kept */
+    void (*mamba_gated_norm_fwd)(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *y,
+                                 const void *zxbcdt, const void *w, float eps, gt_mamba_shape sh);
+    /* dy[N, di] and the z slice of dzxbcdt (overwritten) from dout; dw[di] (+)= */
+    void (*mamba_gated_norm_bwd)(gt_backend *b, gt_stream *s, void *dy, void *dzxbcdt, float *dw,
+                                 const void *dout, const void *y, const void *zxbcdt, const void *w,
+                                 const float *rstd, gt_mamba_shape sh, int accumulate);
 
     void (*destroy)(gt_backend *b);
 } gt_backend_ops;

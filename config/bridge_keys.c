@@ -26,7 +26,6 @@ typedef struct bridge_key {
 #define OWN_CKPT "graphtrain writes its own checkpoint format (train/checkpoint.c)"
 #define TB "graphtrain writes its own fixed set of TensorBoard scalars (README, \"Metrics\")"
 #define WANDB "Weights & Biases logging is not implemented; metrics go to logger.metrics_file"
-#define MAMBA "Mamba layers are not implemented"
 #define MLA "multi-latent attention is not implemented (graphtrain's attention is GQA)"
 
 /* clang-format off */
@@ -81,10 +80,6 @@ static const bridge_key k_bridge[] = {
     {"model.v_head_dim", NULL, MLA},
     {"model.mtp_num_layers", "null|0", "multi-token prediction is not implemented"},
     {"model.mtp_loss_scaling_factor", "*", "only read with mtp_num_layers, which must be unset here"},
-    {"model.mamba_state_dim", NULL, MAMBA},
-    {"model.mamba_head_dim", NULL, MAMBA},
-    {"model.mamba_num_groups", NULL, MAMBA},
-    {"model.mamba_num_heads", NULL, MAMBA},
     {"model.hybrid_attention_ratio", "0|0.0", "write the layers out with model.hybrid_override_pattern"},
     {"model.hybrid_mlp_ratio", "0|0.0", "write the layers out with model.hybrid_override_pattern"},
     {"model.moe_router_load_balancing_type", "aux_loss", "graphtrain's router has the auxiliary load-balancing loss (model.moe_aux_loss_coeff)"},

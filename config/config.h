@@ -146,6 +146,15 @@ typedef struct gt_model_config {
     bool moe_pad_expert_input_to_capacity;
     double moe_aux_loss_coeff;
     bool moe_router_padding_for_fp8; /* pad routing maps for fp8 GEMMs (a host sync) */
+    /* Mamba-2 mixers ('M' layers): Megatron's TransformerConfig keys, and MambaMixer's
+     * constructor arguments (d_conv, expand, chunk_size) under mamba_* names */
+    int mamba_state_dim;
+    int mamba_head_dim;
+    int mamba_num_groups;
+    int mamba_num_heads; /* 0 = mamba_expand * hidden_size / mamba_head_dim */
+    int mamba_d_conv;
+    int mamba_expand;
+    int mamba_chunk_size;
     /* recompute */
     gt_recompute_granularity recompute_granularity;
     gt_recompute_method recompute_method;

@@ -84,6 +84,14 @@ static const gt_key k_keys[] = {
     {"model.moe_pad_expert_input_to_capacity", GT_KEY_BOOL, F(model.moe_pad_expert_input_to_capacity), "false", NULL, 0, 0, "Pad every expert's input to its capacity (static shapes).", NULL},
     {"model.moe_aux_loss_coeff", GT_KEY_DOUBLE, F(model.moe_aux_loss_coeff), "0", NULL, 0, 1000, "Load-balancing auxiliary loss coefficient.", "0"},
     {"model.moe_router_padding_for_fp8", GT_KEY_BOOL, F(model.moe_router_padding_for_fp8), "false", NULL, 0, 0, "Pad the routing map for fp8 expert GEMMs (syncs with the host).", NULL},
+    /* ---- Mamba-2 ---- */
+    {"model.mamba_state_dim", GT_KEY_INT, F(model.mamba_state_dim), "128", NULL, 1, 4096, "Mamba SSM state size per head (d_state).", NULL},
+    {"model.mamba_head_dim", GT_KEY_INT, F(model.mamba_head_dim), "64", NULL, 1, 4096, "Mamba head size P.", NULL},
+    {"model.mamba_num_groups", GT_KEY_INT, F(model.mamba_num_groups), "8", NULL, 1, 4096, "Groups sharing one B and C projection; must divide the Mamba heads.", NULL},
+    {"model.mamba_num_heads", GT_KEY_INT, F(model.mamba_num_heads), "0", NULL, 0, 100000, "Mamba heads; 0 = mamba_expand * hidden_size / mamba_head_dim.", "0"},
+    {"model.mamba_d_conv", GT_KEY_INT, F(model.mamba_d_conv), "4", NULL, 1, 64, "Width of the Mamba causal convolution (MambaMixer's d_conv).", NULL},
+    {"model.mamba_expand", GT_KEY_INT, F(model.mamba_expand), "2", NULL, 1, 64, "Mamba inner width over hidden_size, when mamba_num_heads is derived (MambaMixer's expand).", NULL},
+    {"model.mamba_chunk_size", GT_KEY_INT, F(model.mamba_chunk_size), "128", NULL, 1, 65536, "SSD chunk length of chunked scan kernels (MambaMixer's chunk_size); results do not depend on it.", NULL},
     /* ---- recompute, offloading, wgrad ---- */
     {"model.recompute_granularity", GT_KEY_ENUM, F(model.recompute_granularity), "none", k_recompute_gran, 0, 0, "Activation recompute: none, full (whole layers) or selective (recompute_modules).", NULL},
     {"model.recompute_method", GT_KEY_ENUM, F(model.recompute_method), "none", k_recompute_method, 0, 0, "How full recompute picks layers: uniform (chunks of recompute_num_layers) or block (the first recompute_num_layers of each stage); none = unset.", NULL},

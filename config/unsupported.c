@@ -51,8 +51,9 @@ static bool fp8_dp(const gt_config *c) {
 static bool packed(const gt_config *c) {
     return c->dataset.packed_sequence;
 }
+/* Mamba layers on a backend without their kernels: the CUDA backend has none yet */
 static bool mamba(const gt_config *c) {
-    return strchr(c->model.layer_pattern, 'M') != NULL;
+    return strchr(c->model.layer_pattern, 'M') != NULL && c->runtime.device != GT_DEVICE_CPU;
 }
 static bool tp(const gt_config *c) {
     return c->model.tensor_model_parallel_size > 1;
@@ -108,9 +109,9 @@ static const unsupported k_unsupported[] = {
     {"engine_no_packed_sequences", {"dataset.packed_sequence"}, packed,
      "packed sequences (several documents per sequence, cu_seqlens) are not implemented: the loader feeds fixed-length sequences and attention would cross document boundaries",
      "set dataset.packed_sequence=false"},
-    {"engine_no_mamba", {"model.hybrid_override_pattern"}, mamba,
-     "Mamba layers (M in the hybrid pattern) are not implemented: the trainer would refuse the model when it is built",
-     "use a pattern of * (attention), - (dense MLP) and E (MoE) layers"},
+    {"engine_no_mamba", {"model.hybrid_override_pattern", "runtime.device"}, mamba,
+     "Mamba layers (M in the hybrid pattern) run on the CPU backend only: the CUDA backend has no Mamba kernels yet, so the trainer would refuse the model on a GPU",
+     "set runtime.device=cpu, or use a pattern of * (attention), - (dense MLP) and E (MoE) layers"},
     {"engine_no_tensor_parallel", {"model.tensor_model_parallel_size"}, tp,
      "tensor parallelism is not implemented" MULTI_GPU,
      "set model.tensor_model_parallel_size=1 (-tp 1), e.g. with a *_1gpu recipe"},

@@ -19,6 +19,7 @@ static const scope_entry k_scopes[] = {
      UNIT(GT_UNIT_MOE_ROUTER) | UNIT(GT_UNIT_MOE_PREPROCESS) | UNIT(GT_UNIT_MOE)},
     {"moe_router", GT_SCOPE_MOE_ROUTER, UNIT(GT_UNIT_MOE_ROUTER)},
     {"moe_preprocess", GT_SCOPE_MOE_PREPROCESS, UNIT(GT_UNIT_MOE_PREPROCESS)},
+    {"mamba", GT_SCOPE_MAMBA, UNIT(GT_UNIT_MAMBA)},
 };
 #define N_SCOPES (sizeof k_scopes / sizeof k_scopes[0])
 
@@ -58,6 +59,38 @@ static const char *const k_mode_names[1u << N_SCOPES] = {
     "scoped(attn,moe,moe_router,moe_preprocess)",
     "scoped(mlp,moe,moe_router,moe_preprocess)",
     "scoped(attn,mlp,moe,moe_router,moe_preprocess)",
+    "scoped(mamba)",
+    "scoped(attn,mamba)",
+    "scoped(mlp,mamba)",
+    "scoped(attn,mlp,mamba)",
+    "scoped(moe,mamba)",
+    "scoped(attn,moe,mamba)",
+    "scoped(mlp,moe,mamba)",
+    "scoped(attn,mlp,moe,mamba)",
+    "scoped(moe_router,mamba)",
+    "scoped(attn,moe_router,mamba)",
+    "scoped(mlp,moe_router,mamba)",
+    "scoped(attn,mlp,moe_router,mamba)",
+    "scoped(moe,moe_router,mamba)",
+    "scoped(attn,moe,moe_router,mamba)",
+    "scoped(mlp,moe,moe_router,mamba)",
+    "scoped(attn,mlp,moe,moe_router,mamba)",
+    "scoped(moe_preprocess,mamba)",
+    "scoped(attn,moe_preprocess,mamba)",
+    "scoped(mlp,moe_preprocess,mamba)",
+    "scoped(attn,mlp,moe_preprocess,mamba)",
+    "scoped(moe,moe_preprocess,mamba)",
+    "scoped(attn,moe,moe_preprocess,mamba)",
+    "scoped(mlp,moe,moe_preprocess,mamba)",
+    "scoped(attn,mlp,moe,moe_preprocess,mamba)",
+    "scoped(moe_router,moe_preprocess,mamba)",
+    "scoped(attn,moe_router,moe_preprocess,mamba)",
+    "scoped(mlp,moe_router,moe_preprocess,mamba)",
+    "scoped(attn,mlp,moe_router,moe_preprocess,mamba)",
+    "scoped(moe,moe_router,moe_preprocess,mamba)",
+    "scoped(attn,moe,moe_router,moe_preprocess,mamba)",
+    "scoped(mlp,moe,moe_router,moe_preprocess,mamba)",
+    "scoped(attn,mlp,moe,moe_router,moe_preprocess,mamba)",
 };
 
 unsigned gt_graph_scope_units(uint32_t scope_bit) {
@@ -83,11 +116,7 @@ static int policy_scoped(const gt_config *cfg, gt_graph_policy *p, gt_error *err
         return gt_error_set(err, GT_ERR_INVALID,
                             "model.cuda_graph_scope=full_iteration needs "
                             "model.cuda_graph_impl=local (transformer_engine captures per-layer "
-                            "scopes: attn, mlp, moe, moe_router, moe_preprocess)");
-    if (scope & GT_SCOPE_MAMBA)
-        return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "model.cuda_graph_scope=mamba: this model has no mamba units to "
-                            "capture; remove mamba from model.cuda_graph_scope");
+                            "scopes: attn, mlp, moe, moe_router, moe_preprocess, mamba)");
     if ((scope & GT_SCOPE_MOE) && (scope & GT_SCOPE_MOE_ROUTER))
         return gt_error_set(err, GT_ERR_INVALID,
                             "model.cuda_graph_scope: moe and moe_router cannot be combined "
@@ -100,8 +129,8 @@ static int policy_scoped(const gt_config *cfg, gt_graph_policy *p, gt_error *err
     if (scope == 0)
         return gt_error_set(err, GT_ERR_INVALID,
                             "model.cuda_graph_impl=transformer_engine needs a "
-                            "model.cuda_graph_scope: attn, mlp, moe, moe_router and/or "
-                            "moe_preprocess (e.g. attn,mlp for a dense model)");
+                            "model.cuda_graph_scope: attn, mlp, moe, moe_router, "
+                            "moe_preprocess and/or mamba (e.g. attn,mlp for a dense model)");
     unsigned name_index = 0;
     for (size_t i = 0; i < N_SCOPES; i++) {
         if (!(scope & k_scopes[i].bit)) continue;

@@ -29,7 +29,7 @@ int gt_runner_units_init(gt_graph_runner *r, gt_error *err) {
         for (int u = 0; u < gt_model_num_units(r->m, l); u++)
             present |= 1u << gt_model_unit_kind(r->m, l, u);
     uint32_t scope = r->pol.scopes;
-    for (uint32_t bit = 1; bit && bit <= GT_SCOPE_MOE_PREPROCESS; bit <<= 1) {
+    for (uint32_t bit = 1; bit && bit <= GT_SCOPE_MAMBA; bit <<= 1) {
         if (!(scope & bit)) continue;
         unsigned want = gt_graph_scope_units(bit);
         if (want && !(want & present))

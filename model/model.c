@@ -22,6 +22,12 @@ int gt_model_create(gt_model **out, const gt_config *cfg, gt_backend *b, gt_erro
     if (!m) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory creating the model");
     int rc = gt_model_build(m, cfg, b->act_bytes, err);
     m->b = b;
+    if (!rc && m->dm.ms.H > 0 && !b->ops->mamba_ssd_fwd)
+        rc = gt_error_set(err, GT_ERR_UNSUPPORTED,
+                          "model.hybrid_override_pattern has Mamba layers ('M'), which the %s "
+                          "backend cannot run (it has no Mamba kernels yet); set "
+                          "runtime.device=cpu",
+                          b->name);
     if (!rc) rc = gt_backend_alloc_arena(b, &m->params, err);
     if (!rc) rc = gt_backend_alloc_arena(b, &m->grads, err);
     if (!rc) rc = gt_backend_alloc_arena(b, &m->acts, err);
@@ -118,6 +124,8 @@ const char *gt_unit_kind_name(gt_unit_kind k) {
         return "moe_preprocess";
     case GT_UNIT_MOE:
         return "moe";
+    case GT_UNIT_MAMBA:
+        return "mamba";
     default:
         return "unknown";
     }
@@ -164,6 +172,7 @@ static void *init_part(void *arg) {
         int is_norm = strstr(t->name, "norm") != NULL;
         size_t lo = t->numel * (size_t)job->part / (size_t)job->parts;
         size_t hi = t->numel * (size_t)(job->part + 1) / (size_t)job->parts;
+        if (gt_mamba_init_tensor(m, i, job->seed, p, lo, hi)) continue;
         if (t->ndim == 1) {
             for (size_t j = lo; j < hi; j++)
                 p[j] = is_norm ? 1.0f : 0.0f;

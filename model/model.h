@@ -1,6 +1,7 @@
 /* The transformer (Llama-style decoder, optionally MoE) as graphable units over arena
  * buffers. A layer is a list of units matching Bridge's scopes:
  *   dense layer: ATTN, MLP                MoE layer: ATTN, MOE_ROUTER, MOE_PREPROCESS, MOE
+ *   hybrid layers (model.hybrid_override_pattern): one of ATTN, MLP, MAMBA, or the MoE units
  * Each unit has a forward and a backward that only touch arena buffers and the step state,
  * so graphs/ can run it eagerly or capture it. The parts outside every unit (embedding,
  * final norm + output head + loss) always belong to the full-iteration scope only.
@@ -24,7 +25,8 @@ typedef enum {
     GT_UNIT_MLP,
     GT_UNIT_MOE_ROUTER,
     GT_UNIT_MOE_PREPROCESS,
-    GT_UNIT_MOE, /* expert GEMMs + combine + residual */
+    GT_UNIT_MOE,   /* expert GEMMs + combine + residual */
+    GT_UNIT_MAMBA, /* norm + Mamba-2 mixer + residual (an 'M' layer) */
     GT_UNIT_KINDS
 } gt_unit_kind;
 

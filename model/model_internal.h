@@ -19,6 +19,7 @@ enum {
     GT_SITE_ATTN_OUT = 1,   /* attention block output (model.hidden_dropout) */
     GT_SITE_MLP_OUT = 2,    /* MLP block output */
     GT_SITE_MOE_OUT = 3,    /* MoE block output */
+    GT_SITE_MAMBA_OUT = 4,  /* Mamba block output */
     GT_SITES_PER_LAYER = 16,
 };
 
@@ -106,15 +107,30 @@ typedef struct gt_rc_alias {
     void **dst;
     void **src;
 } gt_rc_alias;
+/* Mamba block (model_mamba.c): rmsnorm -> in_proj -> conv1d + SiLU over xBC -> SSD scan ->
+ * RMSNorm gated by z -> out_proj -> dropout -> residual add. Shapes: gt_mamba_shape. */
+typedef struct gt_mamba_block {
+    int res_in, res_out;
+    int norm_w, in_w, conv_w, conv_b, dt_bias, A_log, D, gnorm_w, out_w;
+    void *ln;       /* [N, d] */
+    float *rstd;    /* [N] */
+    float *dw_part; /* [gt_rmsnorm_parts_bound(N), d] */
+    void *zxbcdt;   /* [N, in] the input projection: z | x | B | C | dt */
+    void *xbc;      /* [N, conv] x | B | C after the convolution and SiLU */
+    void *y;        /* [N, di] the scan's output */
+    void *g;        /* [N, di] the gated norm's output, out_proj's input */
+    float *grstd;   /* [N, G] the gated norm's statistics */
+} gt_mamba_block;
 
 typedef struct gt_layer {
     unsigned rc; /* GT_RC_* bits */
     int n_units;
     gt_unit_kind kinds[GT_MAX_UNITS_PER_LAYER];
-    int has_attn, has_mlp, has_moe;
+    int has_attn, has_mlp, has_moe, has_mamba;
     gt_attn_block attn;
     gt_mlp_block mlp;
     gt_moe_block moe;
+    gt_mamba_block mamba;
 } gt_layer;
 
 /* Buffers shared by every unit; none of them carries a value from forward to backward. The
@@ -129,6 +145,9 @@ typedef struct gt_model_scratch {
     void *r;        /* [R, d] dye, then dxe */
     void *e;        /* [N, E] router logits / their gradient */
     float *dtopk_w; /* [N, k] */
+    void *mdy;      /* [N, di] Mamba: the scan output's gradient */
+    void *mdxbc;    /* [N, conv] Mamba: the convolution output's gradient */
+    float *mws;     /* [gt_mamba_ssd_ws_floats] the SSD scan's workspace */
     void *logits;   /* [N, V] logits, then their gradient */
     float *losses;  /* [N] */
 } gt_model_scratch;
@@ -139,6 +158,7 @@ typedef struct gt_model_dims {
     int E, k, fe, capacity, R; /* MoE: R rows of the permuted tokens */
     float eps, theta, p_attn, p_hidden, aux_coeff;
     int qkv_bias, lin_bias;
+    gt_mamba_shape ms; /* Mamba layers (all zero without) */
 } gt_model_dims;
 
 struct gt_model {
@@ -208,6 +228,15 @@ void gt_moe_preprocess_fwd(gt_model *m, gt_stream *s, int layer, gt_step_state *
 void gt_moe_preprocess_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
 void gt_moe_experts_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st);
 void gt_moe_experts_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+
+void gt_mamba_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st);
+void gt_mamba_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
+
+/* Mamba planning and initialization (model_mamba.c): dm->ms from the mamba_* keys (checked);
+ * the initial values of tensor i's elements [lo, hi) when it is a Mamba tensor (returns 1,
+ * else 0), as Megatron's MambaMixer initializes them. */
+int gt_mamba_check_dims(gt_model *m, gt_error *err);
+int gt_mamba_init_tensor(const gt_model *m, int i, uint64_t seed, float *p, size_t lo, size_t hi);
 
 /* Block output (model_dense.c): y = dropout(y) in training; out = x + y. */
 void gt_model_residual_out(gt_model *m, gt_stream *s, void *out, const void *x, void *y, int layer,

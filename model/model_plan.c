@@ -43,13 +43,6 @@ static int add_tensor(gt_model *m, size_t *cursor, int decay, int ndim, int s0, 
 static int build_layers(gt_model *m, gt_error *err) {
     const gt_model_config *mc = &m->cfg.model;
     size_t plen = strnlen(mc->layer_pattern, GT_PATTERN_MAX);
-    for (size_t i = 0; i < plen; i++)
-        if (mc->layer_pattern[i] == 'M')
-            return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                                "model.layer_pattern '%s' has a Mamba layer ('M' at layer %zu): "
-                                "Mamba mixers are not implemented in this engine yet; use only "
-                                "'*' (attention), '-' (MLP) and 'E' (MoE) layers",
-                                mc->layer_pattern, i);
     if (plen > 0 && (size_t)mc->num_layers != plen)
         return gt_error_set(err, GT_ERR_INVALID,
                             "model.layer_pattern '%s' describes %zu layers but model.num_layers "
@@ -88,7 +81,9 @@ static int build_layers(gt_model *m, gt_error *err) {
                                     "dense MLP",
                                     l, mc->num_moe_experts);
             L->has_moe = 1;
-        } else
+        } else if (c == 'M')
+            L->has_mamba = 1;
+        else
             return gt_error_set(err, GT_ERR_INVALID,
                                 "model.layer_pattern has '%c' at layer %d; allowed are '*' "
                                 "(attention), '-' (MLP), 'E' (MoE) and 'M' (Mamba)",
@@ -114,6 +109,11 @@ static int build_layers(gt_model *m, gt_error *err) {
             L->kinds[L->n_units++] = GT_UNIT_MOE;
             L->moe.res_in = res++;
             L->moe.res_out = res;
+        }
+        if (L->has_mamba) {
+            L->kinds[L->n_units++] = GT_UNIT_MAMBA;
+            L->mamba.res_in = res++;
+            L->mamba.res_out = res;
         }
     }
     m->n_res = res + 1;
@@ -210,7 +210,7 @@ static int check_dims(gt_model *m, gt_error *err) {
         }
     }
 #undef NEED
-    return GT_OK;
+    return gt_mamba_check_dims(m, err);
 }
 
 /* Which weight gradients wait for the batched flush at the end of the backward
@@ -248,7 +248,12 @@ static int build_tensors(gt_model *m, gt_error *err) {
         L->attn.norm_w = L->attn.qkv_w = L->attn.qkv_b = L->attn.o_w = L->attn.o_b = -1;
         L->mlp.norm_w = L->mlp.gu_w = L->mlp.gu_b = L->mlp.down_w = L->mlp.down_b = -1;
         L->moe.norm_w = L->moe.router_w = L->moe.gu_w = L->moe.down_w = -1;
+        gt_mamba_block *mb = &L->mamba;
+        mb->norm_w = mb->in_w = mb->conv_w = mb->conv_b = mb->dt_bias = mb->A_log = mb->D = -1;
+        mb->gnorm_w = mb->out_w = -1;
     }
+    const gt_mamba_shape ms = dm->ms;
+    int m_di = gt_mamba_inner(ms), m_conv = gt_mamba_conv(ms), m_in = gt_mamba_in(ms);
     T(m->wte, 1, 2, dm->V, dm->d, 0, "embedding.wte", 0);
     for (int l = 0; l < m->num_layers; l++) {
         gt_layer *L = &m->layers[l];
@@ -264,6 +269,12 @@ static int build_tensors(gt_model *m, gt_error *err) {
             T(L->moe.router_w, 1, 2, dm->E, dm->d, 0, "layers.%d.moe.router_w", l);
             T(L->moe.gu_w, 1, 3, dm->E, 2 * dm->fe, dm->d, "layers.%d.moe.gu_w", l);
             T(L->moe.down_w, 1, 3, dm->E, dm->d, dm->fe, "layers.%d.moe.down_w", l);
+        }
+        if (L->has_mamba) {
+            gt_mamba_block *mb = &L->mamba;
+            T(mb->in_w, 1, 2, m_in, dm->d, 0, "layers.%d.mamba.in_proj_w", l);
+            T(mb->conv_w, 1, 2, m_conv, ms.K, 0, "layers.%d.mamba.conv1d_w", l);
+            T(mb->out_w, 1, 2, dm->d, m_di, 0, "layers.%d.mamba.out_proj_w", l);
         }
     }
     T(m->lm_w, 1, 2, dm->V, dm->d, 0, "lm_head.w", 0);
@@ -283,6 +294,15 @@ static int build_tensors(gt_model *m, gt_error *err) {
             }
         }
         if (L->has_moe) T(L->moe.norm_w, 0, 1, dm->d, 0, 0, "layers.%d.moe.norm_w", l);
+        if (L->has_mamba) {
+            gt_mamba_block *mb = &L->mamba;
+            T(mb->norm_w, 0, 1, dm->d, 0, 0, "layers.%d.mamba.norm_w", l);
+            T(mb->conv_b, 0, 1, m_conv, 0, 0, "layers.%d.mamba.conv1d_b", l);
+            T(mb->dt_bias, 0, 1, ms.H, 0, 0, "layers.%d.mamba.dt_bias", l);
+            T(mb->A_log, 0, 1, ms.H, 0, 0, "layers.%d.mamba.A_log", l);
+            T(mb->D, 0, 1, ms.H, 0, 0, "layers.%d.mamba.D", l);
+            T(mb->gnorm_w, 0, 1, m_di, 0, 0, "layers.%d.mamba.gate_norm_w", l);
+        }
     }
     T(m->final_w, 0, 1, dm->d, 0, 0, "final_norm.w", 0);
 #undef T
@@ -292,11 +312,13 @@ static int build_tensors(gt_model *m, gt_error *err) {
 }
 
 /* FLOPs per token, WORKLOADS.md: 6 x (parameters a token passes through, without the
- * embedding lookup) + 6 x attention layers x seq x d_model for the score and value products. */
+ * embedding lookup) + 6 x attention layers x seq x d_model for the score and value products
+ * + the Mamba layers' scans (3 x the forward's 4 x di x state size). */
 static double flops_per_token(const gt_model *m) {
     const gt_model_dims *dm = &m->dm;
     double n_active = (double)dm->V * dm->d; /* output head */
     int attn_layers = 0;
+    double scan_flops = 0; /* Mamba layers: the SSD scan, forward and backward */
     for (int l = 0; l < m->num_layers; l++) {
         const gt_layer *L = &m->layers[l];
         if (L->has_attn) {
@@ -305,8 +327,15 @@ static double flops_per_token(const gt_model *m) {
         }
         if (L->has_mlp) n_active += 3.0 * dm->f * dm->d;
         if (L->has_moe) n_active += (double)dm->E * dm->d + dm->k * 3.0 * dm->fe * dm->d;
+        if (L->has_mamba) {
+            gt_mamba_shape ms = dm->ms;
+            n_active += (double)gt_mamba_in(ms) * dm->d + (double)gt_mamba_conv(ms) * ms.K +
+                        (double)dm->d * gt_mamba_inner(ms);
+            /* the scan: a state update and a readout, 2 x di x S multiply-adds forward */
+            scan_flops += 3.0 * 4.0 * gt_mamba_inner(ms) * ms.S;
+        }
     }
-    return 6.0 * n_active + 6.0 * attn_layers * (double)dm->T * dm->d;
+    return 6.0 * n_active + 6.0 * attn_layers * (double)dm->T * dm->d + scan_flops;
 }
 
 #define PLAN(arena, name, bytes, ptr)                                                              \
@@ -382,6 +411,21 @@ static int plan_arenas(gt_model *m, gt_error *err) {
             if (R * dm->fe > sc_a) sc_a = R * dm->fe;
             if (R * 2 * dm->fe > sc_b) sc_b = R * 2 * dm->fe;
         }
+        if (L->has_mamba) {
+            gt_mamba_block *mb = &L->mamba;
+            gt_mamba_shape ms = dm->ms;
+            size_t di = (size_t)gt_mamba_inner(ms), in = (size_t)gt_mamba_in(ms);
+            ACT("layers.%d.mamba.ln", N * d * ae, &mb->ln);
+            ACT("layers.%d.mamba.rstd", N * sizeof(float), &mb->rstd);
+            ACT("layers.%d.mamba.dw_part", P * d * sizeof(float), &mb->dw_part);
+            ACT("layers.%d.mamba.zxbcdt", N * in * ae, &mb->zxbcdt);
+            ACT("layers.%d.mamba.xbc", N * (size_t)gt_mamba_conv(ms) * ae, &mb->xbc);
+            ACT("layers.%d.mamba.y", N * di * ae, &mb->y);
+            ACT("layers.%d.mamba.g", N * di * ae, &mb->g);
+            ACT("layers.%d.mamba.gate_rstd", N * (size_t)ms.G * sizeof(float), &mb->grstd);
+            if (N * di > sc_a) sc_a = N * di; /* out_proj's input gradient */
+            if (N * in > sc_b) sc_b = N * in; /* in_proj's output gradient */
+        }
     }
 #undef ACT
     PLAN(&m->acts, "final_norm.ln", N * d * ae, &m->lnf);
@@ -396,6 +440,12 @@ static int plan_arenas(gt_model *m, gt_error *err) {
         PLAN(&m->scratch, "moe.rows", R * d * ae, &sc->r);
         PLAN(&m->scratch, "moe.logits", N * dm->E * ae, &sc->e);
         PLAN(&m->scratch, "moe.dtopk_w", N * dm->k * sizeof(float), &sc->dtopk_w);
+    }
+    if (dm->ms.H > 0) {
+        gt_mamba_shape ms = dm->ms;
+        PLAN(&m->scratch, "mamba.dy", N * (size_t)gt_mamba_inner(ms) * ae, &sc->mdy);
+        PLAN(&m->scratch, "mamba.dxbc", N * (size_t)gt_mamba_conv(ms) * ae, &sc->mdxbc);
+        PLAN(&m->scratch, "mamba.ssd_ws", gt_mamba_ssd_ws_floats(ms) * sizeof(float), &sc->mws);
     }
     PLAN(&m->scratch, "logits", N * dm->V * ae, &sc->logits);
     PLAN(&m->scratch, "losses", N * sizeof(float), &sc->losses);

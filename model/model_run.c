@@ -36,6 +36,12 @@ static void unit_fwd_bwd(gt_model *m, gt_stream *s, int layer, int unit, int bac
         else
             gt_moe_experts_fwd(m, s, layer, train, st);
         break;
+    case GT_UNIT_MAMBA:
+        if (backward)
+            gt_mamba_bwd(m, s, layer, st);
+        else
+            gt_mamba_fwd(m, s, layer, train, st);
+        break;
     default:
         gt_backend_fail(m->b, GT_ERR_INVALID, "layer %d unit %d has an unknown kind", layer, unit);
     }
@@ -174,6 +180,7 @@ static void norm_grads(gt_model *m, gt_stream *s) {
             if (L->has_attn) w[nw] = L->attn.norm_w, part[nw++] = L->attn.dw_part;
             if (L->has_mlp) w[nw] = L->mlp.norm_w, part[nw++] = L->mlp.dw_part;
             if (L->has_moe) w[nw] = L->moe.norm_w, part[nw++] = L->moe.dw_part;
+            if (L->has_mamba) w[nw] = L->mamba.norm_w, part[nw++] = L->mamba.dw_part;
         }
         for (int i = 0; i < nw; i++) {
             if (n == GT_COLSUM_MAX_JOBS) {

@@ -296,6 +296,7 @@ int gt_backend_create_cpu(gt_backend **out, gt_error *err) {
     gt_cpu_register_optim_ops(ops);
     gt_cpu_register_moe_ops(ops);
     gt_cpu_register_fp8_ops(ops);
+    gt_cpu_register_mamba_ops(ops);
     b->ops = ops;
     b->kind = GT_BACKEND_CPU;
     b->name = "cpu";

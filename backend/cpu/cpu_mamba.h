@@ -17,6 +17,14 @@ void gt_cpu_conv1d_silu_fwd(float *y, float *pre, const float *x, const float *w
 void gt_cpu_conv1d_silu_bwd(float *dx, float *dw, float *dbias, const float *dy, const float *pre,
                             const float *x, const float *w, int B, int T, int C, int K,
                             int accumulate);
+/* The same with row strides (elements per token) for y / pre, x, dx and dy, so the mixer reads
+ * its slice of the in_proj output in place; pre may be NULL: the backward then recomputes it
+ * from x, w and bias. */
+void gt_cpu_conv1d_silu_fwd_ld(float *y, int ldy, float *pre, const float *x, int ldx,
+                               const float *w, const float *bias, int B, int T, int C, int K);
+void gt_cpu_conv1d_silu_bwd_ld(float *dx, int lddx, float *dw, float *dbias, const float *dy,
+                               int ldy, const float *pre, const float *x, int ldx, const float *w,
+                               const float *bias, int B, int T, int C, int K, int accumulate);
 
 /* dt[n,h] = softplus(raw[n,h] + bias[h]) over [N][H] (PyTorch's softplus: x past 20 is x). */
 void gt_cpu_dt_softplus_fwd(float *dt, const float *raw, const float *bias, int N, int H);
@@ -32,6 +40,11 @@ void gt_cpu_dt_softplus_bwd(float *draw, float *dbias, const float *ddt, const f
 typedef struct gt_ssd_shape {
     int B, T, H, P, G, S; /* batch, time, heads, head dim, groups, state size */
 } gt_ssd_shape;
+/* Row strides per token (0: packed) of x and dx, of y and dy, of Bm, Cm, dBm and dCm: the
+ * mixer's x, B and C are slices of one convolution output. */
+typedef struct gt_ssd_ld {
+    int x, y, bc;
+} gt_ssd_ld;
 /* state: P*S floats of scratch (one head's state at a time). */
 void gt_cpu_ssd_scan_fwd(float *y, const float *x, const float *dt, const float *A, const float *Bm,
                          const float *Cm, const float *D, gt_ssd_shape sh, float *state);
@@ -43,6 +56,14 @@ void gt_cpu_ssd_scan_bwd(float *dx, float *ddt, float *dA, float *dBm, float *dC
                          const float *dy, const float *x, const float *dt, const float *A,
                          const float *Bm, const float *Cm, const float *D, gt_ssd_shape sh,
                          float *scratch, int accumulate);
+/* The same with row strides. */
+void gt_cpu_ssd_scan_fwd_ld(float *y, const float *x, const float *dt, const float *A,
+                            const float *Bm, const float *Cm, const float *D, gt_ssd_shape sh,
+                            gt_ssd_ld ld, float *state);
+void gt_cpu_ssd_scan_bwd_ld(float *dx, float *ddt, float *dA, float *dBm, float *dCm, float *dD,
+                            const float *dy, const float *x, const float *dt, const float *A,
+                            const float *Bm, const float *Cm, const float *D, gt_ssd_shape sh,
+                            gt_ssd_ld ld, float *scratch, int accumulate);
 
 /* out = rmsnorm(y * silu(z)) * w, the norm taken over groups of gs = C / G channels (mamba_ssm's
  * RMSNormGated, norm_before_gate=False). y, z, out: [N][C]; w: [C]; rstd [N][G] kept. */
@@ -52,5 +73,12 @@ void gt_cpu_gated_rmsnorm_fwd(float *out, float *rstd, const float *y, const flo
 void gt_cpu_gated_rmsnorm_bwd(float *dy, float *dz, float *dw, const float *dout, const float *y,
                               const float *z, const float *w, const float *rstd, int N, int C,
                               int G, int accumulate);
+/* The same with z and dz at row stride ldz / lddz (slices of the in_proj output and its
+ * gradient); dy may alias y. */
+void gt_cpu_gated_rmsnorm_fwd_ld(float *out, float *rstd, const float *y, const float *z, int ldz,
+                                 const float *w, int N, int C, int G, float eps);
+void gt_cpu_gated_rmsnorm_bwd_ld(float *dy, float *dz, int lddz, float *dw, const float *dout,
+                                 const float *y, const float *z, int ldz, const float *w,
+                                 const float *rstd, int N, int C, int G, int accumulate);
 
 #endif

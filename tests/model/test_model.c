@@ -1,6 +1,6 @@
 /* The dense transformer on the CPU reference: gradients against finite differences, the
  * evaluation loss against the training loss, unit-by-unit execution against the plain
- * path, dropout reproducibility, parameter layout and the refusal of Mamba layers. */
+ * path, dropout reproducibility and parameter layout (Mamba layers: test_model_mamba.c). */
 #include "model_fixture.h"
 
 static void test_dense_gradients_match_finite_differences(void **state) {
@@ -252,25 +252,6 @@ static void test_dropout_is_reproducible_per_step_and_changes_with_step(void **s
     tm_fixture_create(&fx, &c);
     assert_true(tm_train_loss(&fx, 3, NULL) == tm_train_loss(&fx, 4, NULL));
     tm_fixture_destroy(&fx);
-}
-
-static void test_mamba_layer_is_refused_with_a_clear_message(void **state) {
-    (void)state;
-    gt_config c;
-    tm_tiny_config(&c);
-    c.model.num_layers = 3;
-    snprintf(c.model.layer_pattern, sizeof c.model.layer_pattern, "*M-");
-    gt_error err = {0};
-    gt_backend *b = NULL;
-    assert_int_equal(gt_backend_create_cpu(&b, &err), GT_OK);
-    gt_model *m = (gt_model *)(uintptr_t)1; /* must come back NULL */
-    assert_int_equal(gt_model_create(&m, &c, b, &err), GT_ERR_UNSUPPORTED);
-    assert_null(m);
-    assert_non_null(strstr(err.msg, "Mamba mixers are not implemented"));
-    assert_non_null(strstr(err.msg, "model.layer_pattern"));
-    gt_model_info info;
-    assert_int_equal(gt_model_plan(&c, 4, &info, &err), GT_ERR_UNSUPPORTED);
-    gt_backend_destroy(b);
 }
 
 static void test_layer_pattern_gives_one_unit_kind_per_character(void **state) {
@@ -565,7 +546,6 @@ int main(void) {
         cmocka_unit_test(test_unit_by_unit_runs_equal_plain_path_bitwise),
         cmocka_unit_test(test_units_captured_once_replay_like_eager),
         cmocka_unit_test(test_dropout_is_reproducible_per_step_and_changes_with_step),
-        cmocka_unit_test(test_mamba_layer_is_refused_with_a_clear_message),
         cmocka_unit_test(test_layer_pattern_gives_one_unit_kind_per_character),
         cmocka_unit_test(test_deferred_weight_gradients_of_broken_runs_match_finite_differences),
         cmocka_unit_test(test_parameters_put_decayed_matrices_first),
