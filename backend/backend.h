@@ -157,6 +157,8 @@ typedef struct gt_fp8_operand {
 static inline size_t gt_fp8_scale_count(int rows, int cols, int tile_rows) {
     return (size_t)((rows + tile_rows - 1) / tile_rows) *
            (size_t)((cols + GT_FP8_TILE - 1) / GT_FP8_TILE);
+}
+
 /* The Mamba-2 mixer's shapes (model/model_mamba.c). Its input projection zxbcdt [N, in] holds,
  * per token, z [di] | x [di] | B [G*S] | C [G*S] | dt [H] (Megatron's MambaMixer split), with
  * di = H*P; the convolution runs over the xBC slice, conv = di + 2*G*S channels, and its

@@ -55,6 +55,17 @@ static bool packed(const gt_config *c) {
 static bool mamba(const gt_config *c) {
     return strchr(c->model.layer_pattern, 'M') != NULL && c->runtime.device != GT_DEVICE_CPU;
 }
+static bool has_mamba(const gt_config *c) {
+    return strchr(c->model.layer_pattern, 'M') != NULL;
+}
+/* full recompute plans the attention, MLP and MoE blocks (model/recompute.c), not Mamba's */
+static bool mamba_full_recompute(const gt_config *c) {
+    return has_mamba(c) && c->model.recompute_granularity == GT_RECOMPUTE_FULL;
+}
+/* the Mamba block's in_proj and out_proj are bf16 GEMMs, not fp8 linear layers */
+static bool mamba_fp8(const gt_config *c) {
+    return has_mamba(c) && fp8_hopper(c);
+}
 static bool tp(const gt_config *c) {
     return c->model.tensor_model_parallel_size > 1;
 }
@@ -112,6 +123,12 @@ static const unsupported k_unsupported[] = {
     {"engine_no_mamba", {"model.hybrid_override_pattern", "runtime.device"}, mamba,
      "Mamba layers (M in the hybrid pattern) run on the CPU backend only: the CUDA backend has no Mamba kernels yet, so the trainer would refuse the model on a GPU",
      "set runtime.device=cpu, or use a pattern of * (attention), - (dense MLP) and E (MoE) layers"},
+    {"engine_no_mamba_full_recompute", {"model.recompute_granularity", "model.hybrid_override_pattern"}, mamba_full_recompute,
+     "full recompute of Mamba layers is not implemented: their activations would be kept, so the memory full recompute saves on them would not be saved",
+     "use model.recompute_granularity=selective with the modules of the attention and MLP layers (core_attn, mlp, layernorm), or none"},
+    {"engine_no_fp8_mamba", {"model.compute_dtype", "model.hybrid_override_pattern"}, mamba_fp8,
+     "fp8 Mamba layers are not implemented: their in_proj and out_proj would compute in bf16, not fp8",
+     "set model.compute_dtype=bf16 (-c bf16) for hybrid models"},
     {"engine_no_tensor_parallel", {"model.tensor_model_parallel_size"}, tp,
      "tensor parallelism is not implemented" MULTI_GPU,
      "set model.tensor_model_parallel_size=1 (-tp 1), e.g. with a *_1gpu recipe"},

@@ -415,14 +415,14 @@ static int plan_arenas(gt_model *m, gt_error *err) {
             gt_mamba_block *mb = &L->mamba;
             gt_mamba_shape ms = dm->ms;
             size_t di = (size_t)gt_mamba_inner(ms), in = (size_t)gt_mamba_in(ms);
-            ACT("layers.%d.mamba.ln", N * d * ae, &mb->ln);
-            ACT("layers.%d.mamba.rstd", N * sizeof(float), &mb->rstd);
-            ACT("layers.%d.mamba.dw_part", P * d * sizeof(float), &mb->dw_part);
-            ACT("layers.%d.mamba.zxbcdt", N * in * ae, &mb->zxbcdt);
-            ACT("layers.%d.mamba.xbc", N * (size_t)gt_mamba_conv(ms) * ae, &mb->xbc);
-            ACT("layers.%d.mamba.y", N * di * ae, &mb->y);
-            ACT("layers.%d.mamba.g", N * di * ae, &mb->g);
-            ACT("layers.%d.mamba.gate_rstd", N * (size_t)ms.G * sizeof(float), &mb->grstd);
+            ACT(0, "layers.%d.mamba.ln", N * d * ae, &mb->ln);
+            ACT(0, "layers.%d.mamba.rstd", N * sizeof(float), &mb->rstd);
+            ACT(0, "layers.%d.mamba.dw_part", P * d * sizeof(float), &mb->dw_part);
+            ACT(0, "layers.%d.mamba.zxbcdt", N * in * ae, &mb->zxbcdt);
+            ACT(0, "layers.%d.mamba.xbc", N * (size_t)gt_mamba_conv(ms) * ae, &mb->xbc);
+            ACT(0, "layers.%d.mamba.y", N * di * ae, &mb->y);
+            ACT(0, "layers.%d.mamba.g", N * di * ae, &mb->g);
+            ACT(0, "layers.%d.mamba.gate_rstd", N * (size_t)ms.G * sizeof(float), &mb->grstd);
             if (N * di > sc_a) sc_a = N * di; /* out_proj's input gradient */
             if (N * in > sc_b) sc_b = N * in; /* in_proj's output gradient */
         }

@@ -240,6 +240,16 @@ static const rule_case k_cases[] = {
     {"engine_no_fp8_data_parallel", GT_SEVERITY_ERROR,
      "model.compute_dtype=fp8_ds runtime.device=cpu runtime.num_gpus=2",
      "model.compute_dtype=bf16 runtime.device=cpu runtime.num_gpus=2"},
+    {"engine_no_mamba_full_recompute", GT_SEVERITY_ERROR,
+     "model.num_layers=2 model.hybrid_override_pattern=*M runtime.device=cpu "
+     "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1",
+     "model.num_layers=2 model.hybrid_override_pattern=*M runtime.device=cpu "
+     "model.recompute_granularity=selective model.recompute_modules=core_attn"},
+    {"engine_no_fp8_mamba", GT_SEVERITY_ERROR,
+     "model.num_layers=2 model.hybrid_override_pattern=*M runtime.device=cpu "
+     "model.compute_dtype=fp8_cs",
+     "model.num_layers=2 model.hybrid_override_pattern=*M runtime.device=cpu "
+     "model.compute_dtype=bf16"},
     {"engine_no_fp8_delayed_resume", GT_SEVERITY_ERROR,
      "model.compute_dtype=fp8_ds runtime.device=cpu checkpoint.load=ckpt",
      "model.compute_dtype=fp8_cs runtime.device=cpu checkpoint.load=ckpt"},
