@@ -77,8 +77,6 @@ static const bridge_key k_bridge[] = {
     {"model.rotary_percent", "1|1.0", "partial rotary embeddings are not implemented (every head dimension rotates)"},
     {"model.rotary_interleaved", "false", "interleaved rotary embeddings are not implemented"},
     {"model.seq_len_interpolation_factor", "null", "rotary position interpolation is not implemented"},
-    {"model.rope_scaling", "false|null", "rotary scaling (Llama 3.1 style) is not implemented"},
-    {"model.rope_scaling_factor", "*", "only read with model.rope_scaling, which must be off here"},
     {"model.multi_latent_attention", "false", MLA},
     {"model.q_lora_rank", "null", MLA},
     {"model.kv_lora_rank", NULL, MLA},

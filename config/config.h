@@ -88,6 +88,8 @@ typedef struct gt_model_config {
     int vocab_size;
     int seq_length;
     double rotary_base;
+    bool rope_scaling;          /* Llama 3.1 frequency scaling of the rotary embedding */
+    double rope_scaling_factor; /* its factor (Megatron's rope_scaling_factor) */
     double norm_epsilon;
     double init_method_std;
     /* hybrid layer pattern, Megatron's hybrid_override_pattern alphabet: '*' attention,

@@ -52,6 +52,8 @@ static const gt_key k_keys[] = {
     {"model.vocab_size", GT_KEY_INT, F(model.vocab_size), "32768", NULL, 1, BIG, "Vocabulary size (embedding and output head rows).", NULL},
     {"model.seq_length", GT_KEY_INT, F(model.seq_length), "256", NULL, 1, 10000000, "Sequence length; fixed for the whole run (graphs need static shapes).", NULL},
     {"model.rotary_base", GT_KEY_DOUBLE, F(model.rotary_base), "10000", NULL, 1, 1e12, "Rotary embedding base (theta).", NULL},
+    {"model.rope_scaling", GT_KEY_BOOL, F(model.rope_scaling), "false", NULL, 0, 0, "Llama 3.1 rotary scaling (Megatron's apply_rope_scaling: low_freq_factor 1, high_freq_factor 4, original max position 8192).", "false"},
+    {"model.rope_scaling_factor", GT_KEY_DOUBLE, F(model.rope_scaling_factor), "8", NULL, 1, 1e6, "Llama 3.1 rotary scaling factor (read with model.rope_scaling).", NULL},
     {"model.layernorm_epsilon", GT_KEY_DOUBLE, F(model.norm_epsilon), "1e-05", NULL, 0, 1, "RMSNorm epsilon.", NULL},
     {"model.init_method_std", GT_KEY_DOUBLE, F(model.init_method_std), "0.02", NULL, 0, 10, "Standard deviation of the normal weight initialisation.", NULL},
     {"model.hybrid_override_pattern", GT_KEY_STRING, F(model.layer_pattern), "", NULL, 0, 0, "Hybrid layer pattern, one char per layer: * attention, - dense MLP, E MoE, M Mamba; empty = attention + MLP/MoE every layer.", NULL},

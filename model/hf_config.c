@@ -5,11 +5,23 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/json.h"
 #include "model/hf_names.h"
 
 static int head_dim(const gt_model_config *mc) {
     return mc->hidden_size / mc->num_attention_heads;
+}
+
+/* "rope_scaling": null, or Llama 3.1's with Megatron's fixed numbers */
+static int add_rope_scaling(cJSON *c, const gt_model_config *mc) {
+    if (!mc->rope_scaling) return cJSON_AddNullToObject(c, "rope_scaling") != NULL;
+    cJSON *o = cJSON_AddObjectToObject(c, "rope_scaling");
+    return o && cJSON_AddStringToObject(o, "rope_type", "llama3") &&
+           cJSON_AddNumberToObject(o, "factor", mc->rope_scaling_factor) &&
+           cJSON_AddNumberToObject(o, "low_freq_factor", GT_ROPE_LOW_FREQ_FACTOR) &&
+           cJSON_AddNumberToObject(o, "high_freq_factor", GT_ROPE_HIGH_FREQ_FACTOR) &&
+           cJSON_AddNumberToObject(o, "original_max_position_embeddings", GT_ROPE_ORIGINAL_MAX);
 }
 
 cJSON *gt_hf_config_json(const gt_config *cfg, const gt_hf_map *map) {
@@ -36,7 +48,7 @@ cJSON *gt_hf_config_json(const gt_config *cfg, const gt_hf_map *map) {
     ok &= cJSON_AddNumberToObject(c, "max_position_embeddings", mc->seq_length) != NULL;
     ok &= cJSON_AddNumberToObject(c, "rms_norm_eps", mc->norm_epsilon) != NULL;
     ok &= cJSON_AddNumberToObject(c, "rope_theta", mc->rotary_base) != NULL;
-    ok &= cJSON_AddNullToObject(c, "rope_scaling") != NULL;
+    ok &= add_rope_scaling(c, mc);
     ok &= cJSON_AddNumberToObject(c, "initializer_range", mc->init_method_std) != NULL;
     ok &= cJSON_AddNumberToObject(c, "attention_dropout", 0.0) != NULL;
     ok &= cJSON_AddBoolToObject(c, "tie_word_embeddings", 0) != NULL;
@@ -114,23 +126,54 @@ static int is_true(const cJSON *v) {
     return cJSON_IsTrue(v);
 }
 
-/* The rotary settings: plain rope with a base (rope_theta, or transformers 5's rope_parameters);
- * any scaling (llama3, yarn, linear, dynamic) is refused by its type. */
-static int read_rope(const reader *r, double *theta) {
+/* Llama 3.1's scaling as Megatron computes it: any factor, its three other numbers fixed. */
+static int read_llama3(const reader *r, const cJSON *o, const char *what, double *factor) {
+    static const struct {
+        const char *key;
+        double value;
+    } fixed[] = {{"low_freq_factor", GT_ROPE_LOW_FREQ_FACTOR},
+                 {"high_freq_factor", GT_ROPE_HIGH_FREQ_FACTOR},
+                 {"original_max_position_embeddings", GT_ROPE_ORIGINAL_MAX}};
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "factor");
+    if (!cJSON_IsNumber(f) || f->valuedouble < 1)
+        return refuse(r, what, "rope_type \"llama3\" needs a \"factor\" >= 1");
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, fixed[i].key);
+        if (!cJSON_IsNumber(v) || v->valuedouble != fixed[i].value) {
+            char why[256];
+            snprintf(why, sizeof why,
+                     "%s must be %g: model.rope_scaling takes Megatron's apply_rope_scaling, which "
+                     "fixes it (only the factor is a key, model.rope_scaling_factor)",
+                     fixed[i].key, fixed[i].value);
+            return refuse(r, what, why);
+        }
+    }
+    *factor = f->valuedouble;
+    return GT_OK;
+}
+
+/* The rotary settings: a base (rope_theta, or transformers 5's rope_parameters) and either no
+ * scaling or Llama 3.1's (rope_type "llama3"); any other scaling is refused by its type. */
+static int read_rope(const reader *r, double *theta, double *factor) {
     const cJSON *sc = get(r, "rope_scaling"), *rp = get(r, "rope_parameters");
     const cJSON *t = get(r, "rope_theta");
+    *factor = 0;
     for (int i = 0; i < 2; i++) {
         const cJSON *o = i ? rp : sc;
         if (!o || cJSON_IsNull(o)) continue;
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "rope_type");
         if (!type) type = cJSON_GetObjectItemCaseSensitive(o, "type");
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "default")) {
-            char what[128];
-            snprintf(what, sizeof what, "%s with rope_type \"%s\"", i ? "rope_parameters" : "rope_scaling",
-                     cJSON_IsString(type) ? type->valuestring : "?");
+        const char *name = cJSON_IsString(type) ? type->valuestring : "?";
+        char what[128];
+        snprintf(what, sizeof what, "%s with rope_type \"%s\"", i ? "rope_parameters" : "rope_scaling",
+                 name);
+        if (!strcmp(name, "llama3")) {
+            int rc = read_llama3(r, o, what, factor);
+            if (rc) return rc;
+        } else if (strcmp(name, "default")) {
             return refuse(r, what,
-                          "graphtrain's rotary embedding has no scaling (model.rope_scaling is not "
-                          "implemented yet); only rope_type \"default\" imports");
+                          "graphtrain's rotary embedding has no such scaling; rope_type "
+                          "\"default\" and \"llama3\" (model.rope_scaling) import");
         }
         const cJSON *th = cJSON_GetObjectItemCaseSensitive(o, "rope_theta");
         if (cJSON_IsNumber(th)) t = th;
@@ -188,8 +231,8 @@ int gt_hf_config_apply(gt_config *cfg, const cJSON *hf, const char *dir, gt_erro
     gt_hf_arch arch;
     int rc = read_arch(&r, &arch);
     if (!rc) rc = read_options(&r, arch);
-    double theta = 0;
-    if (!rc) rc = read_rope(&r, &theta);
+    double theta = 0, factor = 0;
+    if (!rc) rc = read_rope(&r, &theta, &factor);
     int heads = 0, hidden = 0, hd = 0;
     if (!rc) rc = set_int(&r, "hidden_size", "model.hidden_size", &hidden);
     if (!rc) rc = set_int(&r, "num_attention_heads", "model.num_attention_heads", &heads);
@@ -211,6 +254,10 @@ int gt_hf_config_apply(gt_config *cfg, const cJSON *hf, const char *dir, gt_erro
                         cJSON_IsNumber(eps) ? eps->valuedouble : 1e-6);
     }
     if (!rc) rc = set_double(&r, "rope_theta", "model.rotary_base", theta);
+    if (!rc)
+        rc = gt_config_apply_override(cfg, factor > 0 ? "model.rope_scaling=true" : "model.rope_scaling=false",
+                                      err);
+    if (!rc && factor > 0) rc = set_double(&r, "factor", "model.rope_scaling_factor", factor);
     if (!rc)
         rc = gt_config_apply_override(
             cfg, is_true(get(&r, "attention_bias")) ? "model.add_bias_linear=true" : "model.add_bias_linear=false",

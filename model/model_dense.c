@@ -58,7 +58,11 @@ void gt_attn_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state 
                         dm->eps);
     b->ops->matmul_fwd(b, s, a->qkv, a->ln, gt_model_param(m, a->qkv_w),
                        gt_model_param(m, a->qkv_b), NULL, dm->N, dm->qkv, dm->d);
-    b->ops->rope_fwd(b, s, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
+    if (dm->rope_factor > 0)
+        b->ops->rope_scaled_fwd(b, s, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta,
+                                dm->rope_factor);
+    else
+        b->ops->rope_fwd(b, s, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
     b->ops->attention_fwd(b, s, a->att, a->lse, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, p,
                           gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
     gt_model_proj_residual(m, s, m->res[a->res_out], x, a->att, a->o_w, a->o_b, dm->H * dm->hd,
@@ -78,7 +82,11 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     void *dqkv = gt_attn_dqkv(m, layer);
     b->ops->attention_bwd(b, s, dqkv, m->sc.a, a->qkv, a->att, a->lse, dm->B, dm->T, dm->H, dm->KV,
                           dm->hd, dm->p_attn, gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
-    b->ops->rope_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
+    if (dm->rope_factor > 0)
+        b->ops->rope_scaled_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta,
+                                dm->rope_factor);
+    else
+        b->ops->rope_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
     if (!a->defer_qkv)
         b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, a->qkv_w), gt_model_grad(m, a->qkv_b),
                                   dqkv, a->ln, dm->N, dm->qkv, dm->d, m->grad_acc);

@@ -111,6 +111,7 @@ typedef struct gt_model_dims {
     int B, T, N, d, H, KV, hd, qkv, f, V;
     int E, k, fe, capacity, R; /* MoE: R rows of the permuted tokens */
     float eps, theta, p_attn, p_hidden, aux_coeff;
+    float rope_factor; /* Llama 3.1 rotary scaling factor (model.rope_scaling); 0 = none */
     int qkv_bias, lin_bias;
 } gt_model_dims;
 

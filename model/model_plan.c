@@ -178,6 +178,7 @@ static int check_dims(gt_model *m, gt_error *err) {
     dm->V = mc->vocab_size;
     dm->eps = (float)mc->norm_epsilon;
     dm->theta = (float)mc->rotary_base;
+    dm->rope_factor = mc->rope_scaling ? (float)mc->rope_scaling_factor : 0.0f;
     dm->p_attn = (float)mc->attention_dropout;
     dm->p_hidden = (float)mc->hidden_dropout;
     dm->qkv_bias = mc->add_qkv_bias || mc->add_bias_linear;

@@ -7,6 +7,7 @@ installed; the output is committed, so CI needs neither.
     python3 tests/train/hf_fixture.py tests/train/fixtures
 
 llama/   LlamaForCausalLM, GQA, weights stored as bf16 (the logits are of those bf16 values)
+llama31/ LlamaForCausalLM with Llama 3.1's rotary scaling (rope_type llama3), fp32
 mixtral/ MixtralForCausalLM (every layer MoE, top-2 of 4), fp32, sharded into several files
 qwen3/   Qwen3ForCausalLM's config.json alone: import must refuse it by name (q_norm/k_norm)
 """
@@ -20,6 +21,7 @@ from transformers import (LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralF
                           Qwen3Config)
 
 TOKENS = [3, 17, 42, 5, 60, 9, 33, 1]
+LONG_TOKENS = [(7 * i + 3) % 64 for i in range(32)]
 NEW_TOKENS = 8
 COMMON = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-5, max_position_embeddings=64,
@@ -37,15 +39,15 @@ def randomize(model, seed):
                 p.copy_(0.3 * torch.randn(p.shape, generator=g))
 
 
-def expected(model):
+def expected(model, tokens=TOKENS):
     model.eval()
-    ids = torch.tensor([TOKENS])
+    ids = torch.tensor([tokens])
     with torch.no_grad():
         logits = model(ids).logits[0].float()
         out = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
-    return {"transformers_version": transformers.__version__, "tokens": TOKENS,
+    return {"transformers_version": transformers.__version__, "tokens": tokens,
             "logits": [[float(x) for x in row] for row in logits],
-            "greedy": [int(t) for t in out[0, len(TOKENS):]]}
+            "greedy": [int(t) for t in out[0, len(tokens):]]}
 
 
 def save(model, out, name, expect, **kw):
@@ -72,6 +74,17 @@ def main():
                                                router_jitter_noise=0.0, **COMMON))
     randomize(mixtral, 2)
     save(mixtral, out, "mixtral", expected(mixtral), max_shard_size="20KB")
+
+    # Llama 3.1's rotary scaling; a long base and 32 positions, so the scaled low
+    # frequencies turn far enough to move the logits
+    llama31 = LlamaForCausalLM(LlamaConfig(
+        intermediate_size=48, **dict(COMMON, head_dim=16, num_attention_heads=2,
+                                     num_key_value_heads=1, max_position_embeddings=131072),
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192}))
+    randomize(llama31, 3)
+    save(llama31, out, "llama31", expected(llama31, LONG_TOKENS))
 
     qwen3 = Qwen3Config(intermediate_size=48, **COMMON)
     d = os.path.join(out, "qwen3")

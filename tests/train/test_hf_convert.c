@@ -165,6 +165,26 @@ static void test_mixtral_sharded_import_gives_transformers_logits(void **state) 
     assert_true(d < LOGIT_TOL);
 }
 
+static void test_llama31_rope_scaling_import_gives_transformers_logits(void **state) {
+    (void)state;
+    double d = imported_logits_diff("llama31", NULL);
+    printf("llama31: max relative logit difference %.3g\n", d);
+    assert_true(d < LOGIT_TOL);
+}
+
+static void drop_rope_scaling(const gt_config *cfg, float *master) {
+    (void)master;
+    ((gt_config *)cfg)->model.rope_scaling = false;
+}
+
+/* the fixture's scaling moves the logits far beyond the tolerance: the check above sees it */
+static void test_llama31_logits_without_the_scaling_differ(void **state) {
+    (void)state;
+    double d = imported_logits_diff("llama31", drop_rope_scaling);
+    printf("llama31 without rope scaling: max relative logit difference %.3g\n", d);
+    assert_true(d > 20 * LOGIT_TOL);
+}
+
 /* The other rotary convention (Megatron's interleaved pairs (2i, 2i+1)) reached by reordering
  * the rows of every q and k head as a converter that got the pairing wrong would. */
 static void interleave_qk_rows(const gt_config *cfg, float *master) {
@@ -287,6 +307,9 @@ static void round_trip(gt_config *cfg, uint64_t shard_bytes, int want_shards) {
     assert_int_equal(gt_ckpt_fingerprint(cfg, n, s1, sizeof s1),
                      gt_ckpt_fingerprint(c2, n2, s2, sizeof s2));
     assert_memory_equal(w, w2, n * sizeof *w);
+    assert_int_equal(cfg->model.rope_scaling, c2->model.rope_scaling);
+    assert_true(cfg->model.rope_scaling_factor == c2->model.rope_scaling_factor);
+    assert_true(cfg->model.rotary_base == c2->model.rotary_base);
     free(w);
     free(w2);
     free(c2);
@@ -371,13 +394,30 @@ static void edited_llama(char *out, size_t n, const char *from, const char *to) 
     assert_int_equal(system(cmd), 0);
 }
 
-static void test_llama31_rope_scaling_is_refused(void **state) {
+static void test_llama3_scaling_with_other_fixed_numbers_is_refused(void **state) {
     (void)state;
     char d[256];
     edited_llama(d, sizeof d, "\"rope_type\": \"default\"",
-                 "\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
-                 "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192");
-    expect_import_refused(d, "rope_type \"llama3\"");
+                 "\"rope_type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0, "
+                 "\"high_freq_factor\": 2.0, \"original_max_position_embeddings\": 8192");
+    expect_import_refused(d, "high_freq_factor must be 4");
+}
+
+static void test_yarn_rope_scaling_is_refused(void **state) {
+    (void)state;
+    char d[256];
+    edited_llama(d, sizeof d, "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\", \"factor\": 4.0");
+    expect_import_refused(d, "rope_type \"yarn\"");
+}
+
+/* exported with scaling, the folder says so in transformers' words, and comes back equal */
+static void test_rope_scaling_exports_and_imports(void **state) {
+    (void)state;
+    gt_config cfg;
+    tiny_config(&cfg);
+    cfg.model.rope_scaling = true;
+    cfg.model.rope_scaling_factor = 16;
+    round_trip(&cfg, GT_HF_DEFAULT_SHARD_BYTES, 1);
 }
 
 static void test_tied_embeddings_are_refused(void **state) {
@@ -428,13 +468,17 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_bf16_import_gives_transformers_logits),
         cmocka_unit_test(test_mixtral_sharded_import_gives_transformers_logits),
+        cmocka_unit_test(test_llama31_rope_scaling_import_gives_transformers_logits),
+        cmocka_unit_test(test_llama31_logits_without_the_scaling_differ),
         cmocka_unit_test(test_wrong_rotary_pairing_fails_the_logits_check),
         cmocka_unit_test(test_export_writes_transformers_tensors_bytewise),
         cmocka_unit_test(test_export_then_import_is_bitwise),
         cmocka_unit_test(test_sharded_biased_export_then_import_is_bitwise),
         cmocka_unit_test(test_moe_export_then_import_is_bitwise),
         cmocka_unit_test(test_qwen3_is_refused_naming_qk_layernorm),
-        cmocka_unit_test(test_llama31_rope_scaling_is_refused),
+        cmocka_unit_test(test_llama3_scaling_with_other_fixed_numbers_is_refused),
+        cmocka_unit_test(test_yarn_rope_scaling_is_refused),
+        cmocka_unit_test(test_rope_scaling_exports_and_imports),
         cmocka_unit_test(test_tied_embeddings_are_refused),
         cmocka_unit_test(test_weights_of_another_shape_are_refused),
         cmocka_unit_test(test_export_refuses_qkv_only_biases),
