@@ -88,6 +88,7 @@ typedef struct gt_model_config {
     int vocab_size;
     int seq_length;
     double rotary_base;
+    bool share_embeddings_and_output_weights; /* the head is the embedding table */
     bool rope_scaling;          /* Llama 3.1 frequency scaling of the rotary embedding */
     double rope_scaling_factor; /* its factor (Megatron's rope_scaling_factor) */
     double norm_epsilon;

@@ -51,7 +51,8 @@ cJSON *gt_hf_config_json(const gt_config *cfg, const gt_hf_map *map) {
     ok &= add_rope_scaling(c, mc);
     ok &= cJSON_AddNumberToObject(c, "initializer_range", mc->init_method_std) != NULL;
     ok &= cJSON_AddNumberToObject(c, "attention_dropout", 0.0) != NULL;
-    ok &= cJSON_AddBoolToObject(c, "tie_word_embeddings", 0) != NULL;
+    ok &= cJSON_AddBoolToObject(c, "tie_word_embeddings", mc->share_embeddings_and_output_weights) !=
+          NULL;
     ok &= cJSON_AddBoolToObject(c, "use_cache", 1) != NULL;
     if (moe) {
         ok &= cJSON_AddNumberToObject(c, "num_local_experts", mc->num_moe_experts) != NULL;
@@ -206,10 +207,6 @@ static int read_options(const reader *r, gt_hf_arch arch) {
     const cJSON *act = get(r, "hidden_act");
     if (act && !(cJSON_IsString(act) && !strcmp(act->valuestring, "silu")))
         return refuse(r, "hidden_act", "graphtrain's MLP is SwiGLU; only \"silu\" imports");
-    if (is_true(get(r, "tie_word_embeddings")))
-        return refuse(r, "tie_word_embeddings=true",
-                      "tied embeddings need model.share_embeddings_and_output_weights, which "
-                      "graphtrain does not implement yet");
     const cJSON *tp = get(r, "pretraining_tp");
     if (tp && !(cJSON_IsNumber(tp) && tp->valuedouble == 1))
         return refuse(r, "pretraining_tp", "only 1 imports (it splits the linear layers' math)");
@@ -228,7 +225,7 @@ static int read_options(const reader *r, gt_hf_arch arch) {
 int gt_hf_config_apply(gt_config *cfg, const cJSON *hf, const char *dir, gt_error *err) {
     reader r = {hf, dir, cfg, err};
     if (!cJSON_IsObject(hf)) return refuse(&r, "the file", "it is not a JSON object");
-    gt_hf_arch arch;
+    gt_hf_arch arch = GT_HF_LLAMA;
     int rc = read_arch(&r, &arch);
     if (!rc) rc = read_options(&r, arch);
     double theta = 0, factor = 0;
@@ -263,6 +260,14 @@ int gt_hf_config_apply(gt_config *cfg, const cJSON *hf, const char *dir, gt_erro
             cfg, is_true(get(&r, "attention_bias")) ? "model.add_bias_linear=true" : "model.add_bias_linear=false",
             err);
     if (!rc) rc = gt_config_apply_override(cfg, "model.add_qkv_bias=false", err);
+    /* absent, LlamaConfig's and MixtralConfig's default: untied */
+    const cJSON *tie = get(&r, "tie_word_embeddings");
+    if (!rc)
+        rc = gt_config_apply_override(cfg,
+                                      is_true(tie)
+                                          ? "model.share_embeddings_and_output_weights=true"
+                                          : "model.share_embeddings_and_output_weights=false",
+                                      err);
     if (!rc) rc = gt_config_apply_override(cfg, "model.layer_pattern=", err);
     if (arch == GT_HF_LLAMA) {
         if (!rc) rc = set_int(&r, "intermediate_size", "model.ffn_hidden_size", NULL);

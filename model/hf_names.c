@@ -160,7 +160,8 @@ int gt_hf_map_create(gt_hf_map *map, const gt_config *cfg, gt_error *err) {
         for (int l = 0; l < m->num_layers; l++)
             add_layer(&mb, m, l);
         add(&mb, &T[m->final_w], 0, m->dm.d, 1, "model.norm.weight");
-        add(&mb, &T[m->lm_w], 0, m->dm.V, m->dm.d, "lm_head.weight");
+        if (!m->dm.tied) /* tied: transformers keeps the one table, embed_tokens */
+            add(&mb, &T[m->lm_w], 0, m->dm.V, m->dm.d, "lm_head.weight");
         if (!mb.ok) rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory mapping parameters");
     }
     if (!rc) rc = check_cover(m, map, err);

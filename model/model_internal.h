@@ -113,6 +113,7 @@ typedef struct gt_model_dims {
     float eps, theta, p_attn, p_hidden, aux_coeff;
     float rope_factor; /* Llama 3.1 rotary scaling factor (model.rope_scaling); 0 = none */
     int qkv_bias, lin_bias;
+    int tied; /* model.share_embeddings_and_output_weights: lm_w is wte */
 } gt_model_dims;
 
 struct gt_model {

@@ -183,6 +183,7 @@ static int check_dims(gt_model *m, gt_error *err) {
     dm->p_hidden = (float)mc->hidden_dropout;
     dm->qkv_bias = mc->add_qkv_bias || mc->add_bias_linear;
     dm->lin_bias = mc->add_bias_linear;
+    dm->tied = mc->share_embeddings_and_output_weights;
     if (any_moe) {
         int E = mc->num_moe_experts;
         NEED(mc->moe_router_topk >= 1 && mc->moe_router_topk <= E,
@@ -262,7 +263,10 @@ static int build_tensors(gt_model *m, gt_error *err) {
             T(L->moe.down_w, 1, 3, dm->E, dm->d, dm->fe, "layers.%d.moe.down_w", l);
         }
     }
-    T(m->lm_w, 1, 2, dm->V, dm->d, 0, "lm_head.w", 0);
+    if (dm->tied)
+        m->lm_w = m->wte; /* the head reads the embedding table and adds to its gradient */
+    else
+        T(m->lm_w, 1, 2, dm->V, dm->d, 0, "lm_head.w", 0);
     m->info.n_decay = cur;
     for (int l = 0; l < m->num_layers; l++) {
         gt_layer *L = &m->layers[l];

@@ -22,7 +22,9 @@
 static const char *const k_model_keys[] = {
     "model.num_layers",       "model.hidden_size",        "model.num_attention_heads",
     "model.num_query_groups", "model.ffn_hidden_size",    "model.vocab_size",
-    "model.layernorm_epsilon", "model.rotary_base",       "model.add_bias_linear",
+    "model.share_embeddings_and_output_weights",
+    "model.layernorm_epsilon", "model.rotary_base",       "model.rope_scaling",
+    "model.rope_scaling_factor", "model.add_bias_linear",
     "model.add_qkv_bias",     "model.num_moe_experts",    "model.moe_ffn_hidden_size",
     "model.moe_router_topk",  "model.moe_layer_freq",     "model.moe_aux_loss_coeff",
     NULL};

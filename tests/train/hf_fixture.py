@@ -8,6 +8,7 @@ installed; the output is committed, so CI needs neither.
 
 llama/   LlamaForCausalLM, GQA, weights stored as bf16 (the logits are of those bf16 values)
 llama31/ LlamaForCausalLM with Llama 3.1's rotary scaling (rope_type llama3), fp32
+llama32/ LlamaForCausalLM with tied embeddings and rotary scaling of factor 32, fp32
 mixtral/ MixtralForCausalLM (every layer MoE, top-2 of 4), fp32, sharded into several files
 qwen3/   Qwen3ForCausalLM's config.json alone: import must refuse it by name (q_norm/k_norm)
 """
@@ -85,6 +86,16 @@ def main():
                          "original_max_position_embeddings": 8192}))
     randomize(llama31, 3)
     save(llama31, out, "llama31", expected(llama31, LONG_TOKENS))
+
+    # Llama 3.2's shape of options: tied embeddings and rotary scaling of factor 32
+    llama32 = LlamaForCausalLM(LlamaConfig(
+        intermediate_size=48, **dict(COMMON, tie_word_embeddings=True,
+                                     max_position_embeddings=131072),
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192}))
+    randomize(llama32, 4)
+    save(llama32, out, "llama32", expected(llama32, LONG_TOKENS))
 
     qwen3 = Qwen3Config(intermediate_size=48, **COMMON)
     d = os.path.join(out, "qwen3")

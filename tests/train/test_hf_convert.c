@@ -172,6 +172,13 @@ static void test_llama31_rope_scaling_import_gives_transformers_logits(void **st
     assert_true(d < LOGIT_TOL);
 }
 
+static void test_llama32_tied_import_gives_transformers_logits(void **state) {
+    (void)state;
+    double d = imported_logits_diff("llama32", NULL);
+    printf("llama32 (tied): max relative logit difference %.3g\n", d);
+    assert_true(d < LOGIT_TOL);
+}
+
 static void drop_rope_scaling(const gt_config *cfg, float *master) {
     (void)master;
     ((gt_config *)cfg)->model.rope_scaling = false;
@@ -310,6 +317,8 @@ static void round_trip(gt_config *cfg, uint64_t shard_bytes, int want_shards) {
     assert_int_equal(cfg->model.rope_scaling, c2->model.rope_scaling);
     assert_true(cfg->model.rope_scaling_factor == c2->model.rope_scaling_factor);
     assert_true(cfg->model.rotary_base == c2->model.rotary_base);
+    assert_int_equal(cfg->model.share_embeddings_and_output_weights,
+                     c2->model.share_embeddings_and_output_weights);
     free(w);
     free(w2);
     free(c2);
@@ -420,11 +429,12 @@ static void test_rope_scaling_exports_and_imports(void **state) {
     round_trip(&cfg, GT_HF_DEFAULT_SHARD_BYTES, 1);
 }
 
-static void test_tied_embeddings_are_refused(void **state) {
+static void test_tied_export_then_import_is_bitwise(void **state) {
     (void)state;
-    char d[256];
-    edited_llama(d, sizeof d, "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
-    expect_import_refused(d, "model.share_embeddings_and_output_weights");
+    gt_config cfg;
+    tiny_config(&cfg);
+    cfg.model.share_embeddings_and_output_weights = true;
+    round_trip(&cfg, GT_HF_DEFAULT_SHARD_BYTES, 1);
 }
 
 static void test_weights_of_another_shape_are_refused(void **state) {
@@ -470,6 +480,7 @@ int main(void) {
         cmocka_unit_test(test_mixtral_sharded_import_gives_transformers_logits),
         cmocka_unit_test(test_llama31_rope_scaling_import_gives_transformers_logits),
         cmocka_unit_test(test_llama31_logits_without_the_scaling_differ),
+        cmocka_unit_test(test_llama32_tied_import_gives_transformers_logits),
         cmocka_unit_test(test_wrong_rotary_pairing_fails_the_logits_check),
         cmocka_unit_test(test_export_writes_transformers_tensors_bytewise),
         cmocka_unit_test(test_export_then_import_is_bitwise),
@@ -479,7 +490,7 @@ int main(void) {
         cmocka_unit_test(test_llama3_scaling_with_other_fixed_numbers_is_refused),
         cmocka_unit_test(test_yarn_rope_scaling_is_refused),
         cmocka_unit_test(test_rope_scaling_exports_and_imports),
-        cmocka_unit_test(test_tied_embeddings_are_refused),
+        cmocka_unit_test(test_tied_export_then_import_is_bitwise),
         cmocka_unit_test(test_weights_of_another_shape_are_refused),
         cmocka_unit_test(test_export_refuses_qkv_only_biases),
         cmocka_unit_test(test_train_starts_from_an_imported_checkpoint),
