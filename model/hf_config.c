@@ -45,7 +45,11 @@ cJSON *gt_hf_config_json(const gt_config *cfg, const gt_hf_map *map) {
     ok &= cJSON_AddNumberToObject(c, "num_key_value_heads", kv) != NULL;
     ok &= cJSON_AddNumberToObject(c, "head_dim", head_dim(mc)) != NULL;
     ok &= cJSON_AddStringToObject(c, "hidden_act", "silu") != NULL;
-    ok &= cJSON_AddNumberToObject(c, "max_position_embeddings", mc->seq_length) != NULL;
+    /* with scaling, the context the scaled frequencies were made for (Llama 3.1: 8192 x 16) */
+    double max_pos = mc->seq_length;
+    if (mc->rope_scaling && GT_ROPE_ORIGINAL_MAX * mc->rope_scaling_factor > max_pos)
+        max_pos = GT_ROPE_ORIGINAL_MAX * mc->rope_scaling_factor;
+    ok &= cJSON_AddNumberToObject(c, "max_position_embeddings", max_pos) != NULL;
     ok &= cJSON_AddNumberToObject(c, "rms_norm_eps", mc->norm_epsilon) != NULL;
     ok &= cJSON_AddNumberToObject(c, "rope_theta", mc->rotary_base) != NULL;
     ok &= add_rope_scaling(c, mc);
