@@ -20,8 +20,8 @@ typedef struct gt_hf_export_opts {
     uint64_t max_shard_bytes; /* one file up to this many bytes of tensor data */
 } gt_hf_export_opts;
 
-/* The configuration a checkpoint was trained with: the model and train keys of its
- * iteration's run_config.txt applied over the defaults. */
+/* The configuration a checkpoint was trained with: the model, train and rng keys and
+ * dataset.data_path of its iteration's run_config.txt applied over the defaults. */
 int gt_hf_checkpoint_config(const char *ckpt, gt_config *cfg, char *file, size_t n, gt_error *err);
 
 /* Exports checkpoint ckpt (a checkpoint.save folder, an iteration folder or a file) into the

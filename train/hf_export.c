@@ -59,7 +59,8 @@ int gt_hf_checkpoint_config(const char *ckpt, gt_config *cfg, char *file, size_t
         lineno++;
         char *key, *value;
         if (!parse_line(line, &key, &value)) continue;
-        if (strncmp(key, "model.", 6) && strncmp(key, "train.", 6) && strncmp(key, "rng.", 4))
+        if (strncmp(key, "model.", 6) && strncmp(key, "train.", 6) && strncmp(key, "rng.", 4) &&
+            strcmp(key, "dataset.data_path"))
             continue;
         rc = gt_config_set(cfg, key, value, err);
         if (rc) gt_error_wrap(err, "%s:%d: ", path, lineno);

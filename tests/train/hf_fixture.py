@@ -45,7 +45,9 @@ def expected(model, tokens=TOKENS):
     ids = torch.tensor([tokens])
     with torch.no_grad():
         logits = model(ids).logits[0].float()
-        out = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+        # every position attends: without the mask, generate would hide the pad id's positions
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                             do_sample=False, pad_token_id=0)
     return {"transformers_version": transformers.__version__, "tokens": tokens,
             "logits": [[float(x) for x in row] for row in logits],
             "greedy": [int(t) for t in out[0, len(tokens):]]}
