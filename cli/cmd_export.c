@@ -33,16 +33,21 @@ static unsigned long long parse_size(const char *s) {
     unsigned long long v = strtoull(s, &end, 10);
     if (end == s || errno || s[0] == '-') return 0;
     unsigned long long mul = 1;
-    if (*end == 'K' || *end == 'k') mul = 1ull << 10;
-    else if (*end == 'M' || *end == 'm') mul = 1ull << 20;
-    else if (*end == 'G' || *end == 'g') mul = 1ull << 30;
-    else if (*end) return 0;
+    if (*end == 'K' || *end == 'k')
+        mul = 1ull << 10;
+    else if (*end == 'M' || *end == 'm')
+        mul = 1ull << 20;
+    else if (*end == 'G' || *end == 'g')
+        mul = 1ull << 30;
+    else if (*end)
+        return 0;
     if (*end && end[1] && strcmp(end + 1, "B") && strcmp(end + 1, "iB")) return 0;
     return v * mul;
 }
 
 static int usage_error(const char *msg, const char *arg) {
-    fprintf(stderr, "graphtrain export: %s%s; see `graphtrain export --help`\n", msg, arg ? arg : "");
+    fprintf(stderr, "graphtrain export: %s%s; see `graphtrain export --help`\n", msg,
+            arg ? arg : "");
     return EXPORT_EXIT_USAGE;
 }
 
@@ -64,9 +69,12 @@ int gt_cmd_export(int argc, char **argv) {
             out = argv[++i];
         } else if (!strcmp(a, "--dtype")) {
             const char *d = argv[++i];
-            if (!strcmp(d, "fp32") || !strcmp(d, "float32")) o.dtype = GT_ST_F32;
-            else if (!strcmp(d, "bf16") || !strcmp(d, "bfloat16")) o.dtype = GT_ST_BF16;
-            else return usage_error("--dtype takes fp32 or bf16, not ", d);
+            if (!strcmp(d, "fp32") || !strcmp(d, "float32"))
+                o.dtype = GT_ST_F32;
+            else if (!strcmp(d, "bf16") || !strcmp(d, "bfloat16"))
+                o.dtype = GT_ST_BF16;
+            else
+                return usage_error("--dtype takes fp32 or bf16, not ", d);
         } else if (!strcmp(a, "--max-shard-size")) {
             o.max_shard_bytes = parse_size(argv[++i]);
             if (!o.max_shard_bytes)

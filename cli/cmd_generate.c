@@ -16,21 +16,22 @@
 #define GEN_MAX_PROMPT 65536
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: graphtrain generate --checkpoint DIR (--prompt TEXT | --prompt-ids 1,2,3)\n"
-            "                           [--max-new-tokens N] [--temperature T] [--top-k K]\n"
-            "                           [--top-p P] [--seed S] [--tokenizer FILE]\n\n"
-            "Continues the prompt with the checkpoint's model on the CPU backend.\n"
-            "  --checkpoint DIR     a checkpoint.save folder, an iter_ folder or a checkpoint.bin\n"
-            "  --prompt TEXT        text, encoded with the tokenizer (default: PREFIX.vocab of the\n"
-            "                       checkpoint's dataset.data_path, as prepare-data wrote it)\n"
-            "  --prompt-ids LIST    token ids instead of text; the output is ids too\n"
-            "  --tokenizer FILE     a vocabulary of prepare-data (.vocab) or a tokenizer.json\n"
-            "  --max-new-tokens N   default 32; generation also stops at the end-of-document token\n"
-            "  --temperature T      0 is greedy (default 0.8)\n"
-            "  --top-k K            sample among the K most likely tokens (default 0: all)\n"
-            "  --top-p P            and among the fewest whose probability reaches P (default 1)\n"
-            "  --seed S             the sampling generator's seed (default 1234)\n");
+    fprintf(
+        out,
+        "usage: graphtrain generate --checkpoint DIR (--prompt TEXT | --prompt-ids 1,2,3)\n"
+        "                           [--max-new-tokens N] [--temperature T] [--top-k K]\n"
+        "                           [--top-p P] [--seed S] [--tokenizer FILE]\n\n"
+        "Continues the prompt with the checkpoint's model on the CPU backend.\n"
+        "  --checkpoint DIR     a checkpoint.save folder, an iter_ folder or a checkpoint.bin\n"
+        "  --prompt TEXT        text, encoded with the tokenizer (default: PREFIX.vocab of the\n"
+        "                       checkpoint's dataset.data_path, as prepare-data wrote it)\n"
+        "  --prompt-ids LIST    token ids instead of text; the output is ids too\n"
+        "  --tokenizer FILE     a vocabulary of prepare-data (.vocab) or a tokenizer.json\n"
+        "  --max-new-tokens N   default 32; generation also stops at the end-of-document token\n"
+        "  --temperature T      0 is greedy (default 0.8)\n"
+        "  --top-k K            sample among the K most likely tokens (default 0: all)\n"
+        "  --top-p P            and among the fewest whose probability reaches P (default 1)\n"
+        "  --seed S             the sampling generator's seed (default 1234)\n");
 }
 
 static int usage_error(const char *msg, const char *arg) {
@@ -93,16 +94,26 @@ int gt_cmd_generate(int argc, char **argv) {
         }
         if (i + 1 >= argc) return usage_error("missing value after ", a);
         const char *val = argv[++i];
-        if (!strcmp(a, "--checkpoint")) ckpt = val;
-        else if (!strcmp(a, "--prompt")) text = val;
-        else if (!strcmp(a, "--prompt-ids")) ids_arg = val;
-        else if (!strcmp(a, "--tokenizer")) tok_path = val;
-        else if (!strcmp(a, "--max-new-tokens") && parse_num(val, 1, 1e6, &v)) o.max_new_tokens = (int)v;
-        else if (!strcmp(a, "--temperature") && parse_num(val, 0, 100, &v)) o.temperature = (float)v;
-        else if (!strcmp(a, "--top-k") && parse_num(val, 0, 1e9, &v)) o.top_k = (int)v;
-        else if (!strcmp(a, "--top-p") && parse_num(val, 1e-6, 1, &v)) o.top_p = (float)v;
-        else if (!strcmp(a, "--seed") && parse_num(val, 0, 1.8e19, &v)) o.seed = (uint64_t)v;
-        else return usage_error("unknown argument or bad value: ", a);
+        if (!strcmp(a, "--checkpoint"))
+            ckpt = val;
+        else if (!strcmp(a, "--prompt"))
+            text = val;
+        else if (!strcmp(a, "--prompt-ids"))
+            ids_arg = val;
+        else if (!strcmp(a, "--tokenizer"))
+            tok_path = val;
+        else if (!strcmp(a, "--max-new-tokens") && parse_num(val, 1, 1e6, &v))
+            o.max_new_tokens = (int)v;
+        else if (!strcmp(a, "--temperature") && parse_num(val, 0, 100, &v))
+            o.temperature = (float)v;
+        else if (!strcmp(a, "--top-k") && parse_num(val, 0, 1e9, &v))
+            o.top_k = (int)v;
+        else if (!strcmp(a, "--top-p") && parse_num(val, 1e-6, 1, &v))
+            o.top_p = (float)v;
+        else if (!strcmp(a, "--seed") && parse_num(val, 0, 1.8e19, &v))
+            o.seed = (uint64_t)v;
+        else
+            return usage_error("unknown argument or bad value: ", a);
     }
     if (!ckpt || (!text) == (!ids_arg))
         return usage_error("--checkpoint and one of --prompt or --prompt-ids are required", NULL);
@@ -118,7 +129,9 @@ int gt_cmd_generate(int argc, char **argv) {
         rc = load_tokenizer(tok_path, ckpt, &tk, &err);
         uint32_t *ids = NULL;
         size_t n = 0, cap = 0;
-        if (!rc) rc = gt_tokenizer_encode(tk, (const unsigned char *)text, strlen(text), &ids, &n, &cap, &err);
+        if (!rc)
+            rc = gt_tokenizer_encode(tk, (const unsigned char *)text, strlen(text), &ids, &n, &cap,
+                                     &err);
         if (!rc && (n == 0 || n > GEN_MAX_PROMPT))
             rc = gt_error_set(&err, GT_ERR_INVALID, "--prompt encodes to %zu tokens (1 to %d)", n,
                               GEN_MAX_PROMPT);

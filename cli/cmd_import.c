@@ -21,7 +21,8 @@ static void usage(FILE *out) {
 }
 
 static int usage_error(const char *msg, const char *arg) {
-    fprintf(stderr, "graphtrain import: %s%s; see `graphtrain import --help`\n", msg, arg ? arg : "");
+    fprintf(stderr, "graphtrain import: %s%s; see `graphtrain import --help`\n", msg,
+            arg ? arg : "");
     return IMPORT_EXIT_USAGE;
 }
 

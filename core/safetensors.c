@@ -30,10 +30,14 @@ const char *gt_st_dtype_name(gt_st_dtype d) {
 }
 
 static int parse_dtype(const char *s, gt_st_dtype *d) {
-    if (!strcmp(s, "F32")) *d = GT_ST_F32;
-    else if (!strcmp(s, "BF16")) *d = GT_ST_BF16;
-    else if (!strcmp(s, "F16")) *d = GT_ST_F16;
-    else return 0;
+    if (!strcmp(s, "F32"))
+        *d = GT_ST_F32;
+    else if (!strcmp(s, "BF16"))
+        *d = GT_ST_BF16;
+    else if (!strcmp(s, "F16"))
+        *d = GT_ST_F16;
+    else
+        return 0;
     return 1;
 }
 
@@ -69,14 +73,17 @@ static char *build_header(const gt_st_tensor *t, int n, size_t *len) {
         cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
         cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
         cJSON *range = e ? cJSON_CreateArray() : NULL;
-        ok = e && shape && range && cJSON_AddStringToObject(e, "dtype", gt_st_dtype_name(t[i].dtype));
+        ok = e && shape && range &&
+             cJSON_AddStringToObject(e, "dtype", gt_st_dtype_name(t[i].dtype));
         for (int d = 0; ok && d < t[i].ndim; d++)
             ok = cJSON_AddItemToArray(shape, gt_json_u64((unsigned long long)t[i].shape[d]));
         uint64_t bytes = (uint64_t)gt_st_numel(&t[i]) * gt_st_dtype_bytes(t[i].dtype);
         if (ok) ok = cJSON_AddItemToArray(range, gt_json_u64(off));
         if (ok) ok = cJSON_AddItemToArray(range, gt_json_u64(off + bytes));
-        if (ok) ok = cJSON_AddItemToObject(e, "data_offsets", range);
-        else cJSON_Delete(range);
+        if (ok)
+            ok = cJSON_AddItemToObject(e, "data_offsets", range);
+        else
+            cJSON_Delete(range);
         off += bytes;
     }
     char *text = ok ? gt_json_print(root, GT_JSON_LINE) : NULL;
@@ -112,8 +119,8 @@ static int write_data(gt_atomic_file *f, const gt_st_tensor *t, gt_error *err) {
 int gt_st_write(const char *path, const gt_st_tensor *t, int n, gt_error *err) {
     for (int i = 0; i < n; i++)
         if (t[i].dtype == GT_ST_F16)
-            return gt_error_set(err, GT_ERR_INVALID, "%s: writing F16 is not supported (use F32 or BF16)",
-                                path);
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "%s: writing F16 is not supported (use F32 or BF16)", path);
     size_t len = 0;
     char *header = build_header(t, n, &len);
     if (!header) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory writing %s", path);
@@ -199,8 +206,8 @@ int gt_st_open(gt_st_file *f, const char *path, gt_error *err) {
     uint64_t len = 0;
     if (fread(len_le, 1, 8, fp) != 8) {
         gt_st_close(f);
-        return gt_error_set(err, GT_ERR_INVALID, "%s is not a safetensors file (shorter than 8 bytes)",
-                            path);
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "%s is not a safetensors file (shorter than 8 bytes)", path);
     }
     for (int i = 0; i < 8; i++)
         len |= (uint64_t)len_le[i] << (8 * i);

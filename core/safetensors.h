@@ -22,7 +22,7 @@ typedef struct gt_st_tensor {
     gt_st_dtype dtype;
     int ndim;
     int64_t shape[GT_ST_MAX_DIMS];
-    const float *data; /* writer: [numel] fp32 host values, converted to dtype on write */
+    const float *data;   /* writer: [numel] fp32 host values, converted to dtype on write */
     uint64_t begin, end; /* reader: byte range inside the data section */
 } gt_st_tensor;
 

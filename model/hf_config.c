@@ -55,8 +55,8 @@ cJSON *gt_hf_config_json(const gt_config *cfg, const gt_hf_map *map) {
     ok &= add_rope_scaling(c, mc);
     ok &= cJSON_AddNumberToObject(c, "initializer_range", mc->init_method_std) != NULL;
     ok &= cJSON_AddNumberToObject(c, "attention_dropout", 0.0) != NULL;
-    ok &= cJSON_AddBoolToObject(c, "tie_word_embeddings", mc->share_embeddings_and_output_weights) !=
-          NULL;
+    ok &= cJSON_AddBoolToObject(c, "tie_word_embeddings",
+                                mc->share_embeddings_and_output_weights) != NULL;
     ok &= cJSON_AddBoolToObject(c, "use_cache", 1) != NULL;
     if (moe) {
         ok &= cJSON_AddNumberToObject(c, "num_local_experts", mc->num_moe_experts) != NULL;
@@ -170,8 +170,8 @@ static int read_rope(const reader *r, double *theta, double *factor) {
         if (!type) type = cJSON_GetObjectItemCaseSensitive(o, "type");
         const char *name = cJSON_IsString(type) ? type->valuestring : "?";
         char what[128];
-        snprintf(what, sizeof what, "%s with rope_type \"%s\"", i ? "rope_parameters" : "rope_scaling",
-                 name);
+        snprintf(what, sizeof what, "%s with rope_type \"%s\"",
+                 i ? "rope_parameters" : "rope_scaling", name);
         if (!strcmp(name, "llama3")) {
             int rc = read_llama3(r, o, what, factor);
             if (rc) return rc;
@@ -189,12 +189,15 @@ static int read_rope(const reader *r, double *theta, double *factor) {
 
 static int read_arch(const reader *r, gt_hf_arch *arch) {
     const cJSON *a = get(r, "architectures");
-    const cJSON *name = cJSON_IsArray(a) && cJSON_GetArraySize(a) == 1 ? cJSON_GetArrayItem(a, 0) : NULL;
+    const cJSON *name =
+        cJSON_IsArray(a) && cJSON_GetArraySize(a) == 1 ? cJSON_GetArrayItem(a, 0) : NULL;
     if (!cJSON_IsString(name))
         return refuse(r, "\"architectures\"", "it must list exactly one architecture");
     const char *n = name->valuestring;
-    if (!strcmp(n, "LlamaForCausalLM")) *arch = GT_HF_LLAMA;
-    else if (!strcmp(n, "MixtralForCausalLM")) *arch = GT_HF_MIXTRAL;
+    if (!strcmp(n, "LlamaForCausalLM"))
+        *arch = GT_HF_LLAMA;
+    else if (!strcmp(n, "MixtralForCausalLM"))
+        *arch = GT_HF_MIXTRAL;
     else if (!strcmp(n, "Qwen3ForCausalLM") || !strcmp(n, "Qwen3MoeForCausalLM"))
         return refuse(r, n,
                       "it normalizes q and k per head (q_norm, k_norm), which needs "
@@ -256,13 +259,15 @@ int gt_hf_config_apply(gt_config *cfg, const cJSON *hf, const char *dir, gt_erro
     }
     if (!rc) rc = set_double(&r, "rope_theta", "model.rotary_base", theta);
     if (!rc)
-        rc = gt_config_apply_override(cfg, factor > 0 ? "model.rope_scaling=true" : "model.rope_scaling=false",
-                                      err);
+        rc = gt_config_apply_override(
+            cfg, factor > 0 ? "model.rope_scaling=true" : "model.rope_scaling=false", err);
     if (!rc && factor > 0) rc = set_double(&r, "factor", "model.rope_scaling_factor", factor);
     if (!rc)
-        rc = gt_config_apply_override(
-            cfg, is_true(get(&r, "attention_bias")) ? "model.add_bias_linear=true" : "model.add_bias_linear=false",
-            err);
+        rc = gt_config_apply_override(cfg,
+                                      is_true(get(&r, "attention_bias"))
+                                          ? "model.add_bias_linear=true"
+                                          : "model.add_bias_linear=false",
+                                      err);
     if (!rc) rc = gt_config_apply_override(cfg, "model.add_qkv_bias=false", err);
     /* absent, LlamaConfig's and MixtralConfig's default: untied */
     const cJSON *tie = get(&r, "tie_word_embeddings");
@@ -284,7 +289,8 @@ int gt_hf_config_apply(gt_config *cfg, const cJSON *hf, const char *dir, gt_erro
         if (!rc) rc = gt_config_apply_override(cfg, "model.moe_layer_freq=1", err);
         const cJSON *aux = get(&r, "router_aux_loss_coef");
         if (!rc && cJSON_IsNumber(aux))
-            rc = set_double(&r, "router_aux_loss_coef", "model.moe_aux_loss_coeff", aux->valuedouble);
+            rc = set_double(&r, "router_aux_loss_coef", "model.moe_aux_loss_coeff",
+                            aux->valuedouble);
     }
     return rc;
 }

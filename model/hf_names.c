@@ -26,9 +26,9 @@ typedef struct map_builder {
 
 /* rows [row0, row0 + rows) of gt tensor desc (cols = its last dimension; 1 for vectors) */
 __attribute__((format(printf, 6, 7))) static void add(map_builder *mb,
-                                                      const gt_model_tensor_desc *desc,
-                                                      size_t row0, int64_t rows, int64_t cols,
-                                                      const char *fmt, ...) {
+                                                      const gt_model_tensor_desc *desc, size_t row0,
+                                                      int64_t rows, int64_t cols, const char *fmt,
+                                                      ...) {
     if (!mb->ok) return;
     gt_hf_map *map = mb->map;
     if (map->n == mb->cap) {
@@ -74,8 +74,9 @@ static int expressible(const gt_model *m, gt_hf_arch *arch, gt_error *err) {
                             "layer); set model.moe_layer_freq=1",
                             mc->moe_layer_freq);
     if (moe && mc->add_bias_linear)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "model.add_bias_linear=true with MoE: MixtralForCausalLM has no biases");
+        return gt_error_set(
+            err, GT_ERR_INVALID,
+            "model.add_bias_linear=true with MoE: MixtralForCausalLM has no biases");
     *arch = moe ? GT_HF_MIXTRAL : GT_HF_LLAMA;
     return GT_OK;
 }
@@ -95,7 +96,8 @@ static void add_layer(map_builder *mb, const gt_model *m, int l) {
         add(mb, &T[L->attn.qkv_b], q, kv, 1, "%s.%d.self_attn.k_proj.bias", p, l);
         add(mb, &T[L->attn.qkv_b], q + kv, kv, 1, "%s.%d.self_attn.v_proj.bias", p, l);
     }
-    if (L->attn.o_b >= 0) add(mb, &T[L->attn.o_b], 0, dm->d, 1, "%s.%d.self_attn.o_proj.bias", p, l);
+    if (L->attn.o_b >= 0)
+        add(mb, &T[L->attn.o_b], 0, dm->d, 1, "%s.%d.self_attn.o_proj.bias", p, l);
     add(mb, &T[L->attn.norm_w], 0, dm->d, 1, "%s.%d.input_layernorm.weight", p, l);
     if (L->has_mlp) {
         const gt_mlp_block *b = &L->mlp;

@@ -112,8 +112,9 @@ int gt_generate(const char *ckpt, const int32_t *prompt, int n_prompt, const gt_
     free(v);
     int V = cfg->model.vocab_size, L = n_prompt + o->max_new_tokens;
     if (!rc && (n_prompt < 1 || o->max_new_tokens < 1))
-        rc = gt_error_set(err, GT_ERR_INVALID,
-                          "generate needs a prompt of at least one token and --max-new-tokens >= 1");
+        rc =
+            gt_error_set(err, GT_ERR_INVALID,
+                         "generate needs a prompt of at least one token and --max-new-tokens >= 1");
     for (int i = 0; !rc && i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
             rc = gt_error_set(err, GT_ERR_INVALID,
@@ -147,8 +148,10 @@ int gt_generate(const char *ckpt, const int32_t *prompt, int n_prompt, const gt_
     if (!rc) {
         *n_out = len - n_prompt;
         *out = malloc((size_t)(*n_out ? *n_out : 1) * sizeof **out);
-        if (!*out) rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
-        else memcpy(*out, seq + n_prompt, (size_t)*n_out * sizeof **out);
+        if (!*out)
+            rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
+        else
+            memcpy(*out, seq + n_prompt, (size_t)*n_out * sizeof **out);
     }
     free(seq);
     free(row);

@@ -47,10 +47,11 @@ int gt_hf_checkpoint_config(const char *ckpt, gt_config *cfg, char *file, size_t
         snprintf(path, sizeof path, "%s", GT_CKPT_CONFIG_FILE);
     FILE *f = fopen(path, "r");
     if (!f)
-        return gt_error_set(err, GT_ERR_IO,
-                            "cannot open %s (%s): the checkpoint's configuration is needed to name "
-                            "its tensors; export a checkpoint written by graphtrain train or import",
-                            path, strerror(errno));
+        return gt_error_set(
+            err, GT_ERR_IO,
+            "cannot open %s (%s): the checkpoint's configuration is needed to name "
+            "its tensors; export a checkpoint written by graphtrain train or import",
+            path, strerror(errno));
     gt_config_defaults(cfg);
     char line[1200];
     int lineno = 0;

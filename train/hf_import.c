@@ -19,15 +19,25 @@
 #define HF_MAX_SHARDS 1024
 
 /* Keys import sets, written to model.yaml so a training run takes the same shapes. */
-static const char *const k_model_keys[] = {
-    "model.num_layers",       "model.hidden_size",        "model.num_attention_heads",
-    "model.num_query_groups", "model.ffn_hidden_size",    "model.vocab_size",
-    "model.share_embeddings_and_output_weights",
-    "model.layernorm_epsilon", "model.rotary_base",       "model.rope_scaling",
-    "model.rope_scaling_factor", "model.add_bias_linear",
-    "model.add_qkv_bias",     "model.num_moe_experts",    "model.moe_ffn_hidden_size",
-    "model.moe_router_topk",  "model.moe_layer_freq",     "model.moe_aux_loss_coeff",
-    NULL};
+static const char *const k_model_keys[] = {"model.num_layers",
+                                           "model.hidden_size",
+                                           "model.num_attention_heads",
+                                           "model.num_query_groups",
+                                           "model.ffn_hidden_size",
+                                           "model.vocab_size",
+                                           "model.share_embeddings_and_output_weights",
+                                           "model.layernorm_epsilon",
+                                           "model.rotary_base",
+                                           "model.rope_scaling",
+                                           "model.rope_scaling_factor",
+                                           "model.add_bias_linear",
+                                           "model.add_qkv_bias",
+                                           "model.num_moe_experts",
+                                           "model.moe_ffn_hidden_size",
+                                           "model.moe_router_topk",
+                                           "model.moe_layer_freq",
+                                           "model.moe_aux_loss_coeff",
+                                           NULL};
 
 typedef struct shard_set {
     gt_st_file files[HF_MAX_SHARDS];
@@ -163,14 +173,13 @@ static int load_weights(const gt_hf_map *map, const shard_set *s, const char *di
     return GT_OK;
 }
 
-static int write_model_yaml(const char *out, const gt_config *cfg, const char *dir,
-                            gt_error *err) {
+static int write_model_yaml(const char *out, const gt_config *cfg, const char *dir, gt_error *err) {
     char path[1100];
     snprintf(path, sizeof path, "%s/model.yaml", out);
     FILE *f = fopen(path, "w");
     if (!f) return gt_error_set(err, GT_ERR_IO, "cannot write %s", path);
-    fprintf(f, "# the model of %s (graphtrain import --from hf); train it with --config %s\n",
-            dir, path);
+    fprintf(f, "# the model of %s (graphtrain import --from hf); train it with --config %s\n", dir,
+            path);
     fprintf(f, "model:\n");
     for (int i = 0; k_model_keys[i]; i++) {
         const gt_key *k = gt_config_find_key(k_model_keys[i]);

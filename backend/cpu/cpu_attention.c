@@ -59,8 +59,7 @@ static void k_rope(const void *p) {
 
 static void submit_rope(gt_backend *b, gt_stream *s, const char *what, void *qkv, int B, int T,
                         int H, int KV, int hd, float theta, float factor, int inverse) {
-    if (B < 0 || T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 != 0 || theta <= 0 ||
-        factor < 0) {
+    if (B < 0 || T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 != 0 || theta <= 0 || factor < 0) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "%s: bad shape B=%d T=%d H=%d KV=%d hd=%d theta=%g (the head size must "
                         "be even and theta > 0)",
@@ -82,8 +81,8 @@ static void cpu_rope_bwd(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, 
     submit_rope(b, s, "rope_bwd", dqkv, B, T, H, KV, hd, theta, 0, 1);
 }
 
-static void cpu_rope_scaled_fwd(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H,
-                                int KV, int hd, float theta, float factor) {
+static void cpu_rope_scaled_fwd(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H, int KV,
+                                int hd, float theta, float factor) {
     submit_rope(b, s, "rope_scaled_fwd", qkv, B, T, H, KV, hd, theta, factor, 0);
 }
 

@@ -757,8 +757,8 @@ extern "C" int gt_cuda_rope_plan_finish(gt_backend *b, gt_error *err) {
             return gt_error_wrap(err, "allocating the rotary table of T=%d hd=%d: ", r->T, r->hd);
         /* outside steps: the legacy stream and a full synchronization are fine here (the
          * backend's own streams do not wait for the legacy one) */
-        k_rope_table<<<gt_grid(n, ATT_THREADS), ATT_THREADS>>>((float2 *)tab, r->T, r->hd,
-                                                               r->theta, r->factor);
+        k_rope_table<<<gt_grid(n, ATT_THREADS), ATT_THREADS>>>((float2 *)tab, r->T, r->hd, r->theta,
+                                                               r->factor);
         cudaError_t e = cudaGetLastError();
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
         if (e != cudaSuccess) {

@@ -27,7 +27,8 @@ static void test_scaled_rope_matches_cpu(void **state) {
                 e->gpu->ops->rope_scaled_fwd(e->gpu, e->gs, g, B, T, H, KV, hd, 500000.0f, 8.0f);
             }
             g_read_act(e, got, g, n);
-            snprintf(what, sizeof what, "%s hd %d", inv ? "rope_scaled_bwd" : "rope_scaled_fwd", hd);
+            snprintf(what, sizeof what, "%s hd %d", inv ? "rope_scaled_bwd" : "rope_scaled_fwd",
+                     hd);
             EXPECT_CLOSE(what, got, c, n, TOL_BF16);
         }
         free(x), free(got);

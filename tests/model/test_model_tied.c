@@ -29,7 +29,8 @@ static void test_tied_model_has_no_head_matrix(void **state) {
     tied_config(&c);
     assert_int_equal(gt_model_plan(&c, 4, &tied, &err), GT_OK);
     /* V x d = 32 x 16 is a multiple of the tensor alignment: exactly the head's elements */
-    assert_int_equal(untied.n_params - tied.n_params, (size_t)c.model.vocab_size * c.model.hidden_size);
+    assert_int_equal(untied.n_params - tied.n_params,
+                     (size_t)c.model.vocab_size * c.model.hidden_size);
     tm_fixture fx;
     tm_fixture_create(&fx, &c);
     for (int t = 0; t < gt_model_num_tensors(fx.m); t++) {

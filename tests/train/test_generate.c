@@ -7,9 +7,9 @@
 
 #include "core/json.h"
 #include "core/read_file.h"
+#include "testlib.h"
 #include "train/generate.h"
 #include "train/hf_convert.h"
-#include "testlib.h"
 
 static void imported(const char *name, char *ck, size_t n, char *dir, size_t dn) {
     char rel[256], tmp[256];

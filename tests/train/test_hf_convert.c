@@ -14,10 +14,10 @@
 #include "core/safetensors.h"
 #include "model/hf_names.h"
 #include "model/model.h"
+#include "testlib.h"
 #include "train/checkpoint.h"
 #include "train/ckpt_dir.h"
 #include "train/hf_convert.h"
-#include "testlib.h"
 
 /* transformers' fp32 and the CPU reference differ in summation order only */
 #define LOGIT_TOL 5e-5
@@ -415,7 +415,8 @@ static void test_llama3_scaling_with_other_fixed_numbers_is_refused(void **state
 static void test_yarn_rope_scaling_is_refused(void **state) {
     (void)state;
     char d[256];
-    edited_llama(d, sizeof d, "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\", \"factor\": 4.0");
+    edited_llama(d, sizeof d, "\"rope_type\": \"default\"",
+                 "\"rope_type\": \"yarn\", \"factor\": 4.0");
     expect_import_refused(d, "rope_type \"yarn\"");
 }
 
