@@ -220,6 +220,12 @@ static int read_options(const reader *r, gt_hf_arch arch) {
     const cJSON *sw = get(r, "sliding_window");
     if (sw && !cJSON_IsNull(sw))
         return refuse(r, "sliding_window", "graphtrain's attention is full causal; set it to null");
+    /* graphtrain's router renormalizes the top k (Megatron's default, softmax after top-k) */
+    const cJSON *norm = get(r, "norm_topk_prob");
+    if (norm && !is_true(norm))
+        return refuse(r, "norm_topk_prob=false",
+                      "graphtrain's router renormalizes the top-k weights; unnormalized weights "
+                      "(Megatron's model.moe_router_pre_softmax=true) are not implemented");
     const cJSON *jit = get(r, "router_jitter_noise");
     if (jit && !(cJSON_IsNumber(jit) && jit->valuedouble == 0))
         return refuse(r, "router_jitter_noise", "graphtrain's router has no jitter; set it to 0");

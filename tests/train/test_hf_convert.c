@@ -438,6 +438,14 @@ static void test_tied_export_then_import_is_bitwise(void **state) {
     round_trip(&cfg, GT_HF_DEFAULT_SHARD_BYTES, 1);
 }
 
+static void test_unnormalized_top_k_routing_is_refused(void **state) {
+    (void)state;
+    char d[256];
+    edited_llama(d, sizeof d, "\"attention_bias\": false",
+                 "\"attention_bias\": false, \"norm_topk_prob\": false");
+    expect_import_refused(d, "norm_topk_prob=false");
+}
+
 static void test_weights_of_another_shape_are_refused(void **state) {
     (void)state;
     char d[256];
@@ -492,6 +500,7 @@ int main(void) {
         cmocka_unit_test(test_yarn_rope_scaling_is_refused),
         cmocka_unit_test(test_rope_scaling_exports_and_imports),
         cmocka_unit_test(test_tied_export_then_import_is_bitwise),
+        cmocka_unit_test(test_unnormalized_top_k_routing_is_refused),
         cmocka_unit_test(test_weights_of_another_shape_are_refused),
         cmocka_unit_test(test_export_refuses_qkv_only_biases),
         cmocka_unit_test(test_train_starts_from_an_imported_checkpoint),
