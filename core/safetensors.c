@@ -4,6 +4,7 @@
 #include "core/safetensors.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,10 +154,13 @@ static const char *parse_entry(const cJSON *e, gt_st_tensor *t, uint64_t data_by
         return "its dtype is not F32, BF16 or F16 (convert the weights to one of them)";
     t->ndim = cJSON_GetArraySize(shape);
     if (t->ndim > GT_ST_MAX_DIMS) return "it has more than 4 dimensions";
+    double numel = 1; /* bounded by the file before any product could overflow */
     for (int d = 0; d < t->ndim; d++) {
         const cJSON *s = cJSON_GetArrayItem(shape, d);
-        if (!cJSON_IsNumber(s) || s->valuedouble < 0 || s->valuedouble > 1e12)
+        if (!cJSON_IsNumber(s) || s->valuedouble < 0 || s->valuedouble != floor(s->valuedouble))
             return "its shape is not a list of sizes";
+        numel *= s->valuedouble;
+        if (numel > (double)data_bytes) return "its shape holds more elements than the file";
         t->shape[d] = (int64_t)s->valuedouble;
     }
     const cJSON *b = cJSON_GetArrayItem(range, 0), *en = cJSON_GetArrayItem(range, 1);
