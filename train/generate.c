@@ -104,7 +104,7 @@ int gt_generate(const char *ckpt, const int32_t *prompt, int n_prompt, const gt_
     gt_config *cfg = malloc(sizeof *cfg);
     if (!cfg) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
     char file[1100];
-    gt_ckpt_meta meta;
+    gt_ckpt_meta meta = {0};
     float *master = NULL, *m = NULL, *v = NULL;
     int rc = gt_hf_checkpoint_config(ckpt, cfg, file, sizeof file, err);
     if (!rc) rc = gt_ckpt_read(file, &meta, &master, &m, &v, err);

@@ -167,7 +167,7 @@ int gt_hf_export(const char *ckpt, const char *out, const gt_hf_export_opts *o, 
     if (!cfg) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
     char file[1100];
     gt_hf_map map = {0};
-    gt_ckpt_meta meta;
+    gt_ckpt_meta meta = {0};
     float *master = NULL, *m = NULL, *v = NULL;
     int rc = gt_hf_checkpoint_config(ckpt, cfg, file, sizeof file, err);
     if (!rc) {
