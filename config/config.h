@@ -88,9 +88,7 @@ typedef struct gt_model_config {
     int vocab_size;
     int seq_length;
     double rotary_base;
-    bool share_embeddings_and_output_weights; /* the head is the embedding table */
-    bool rope_scaling;          /* Llama 3.1 frequency scaling of the rotary embedding */
-    double rope_scaling_factor; /* its factor (Megatron's rope_scaling_factor) */
+    double rope_scaling_factor; /* Llama 3.1 rotary scaling's factor (with rope_scaling) */
     double norm_epsilon;
     double init_method_std;
     /* hybrid layer pattern, Megatron's hybrid_override_pattern alphabet: '*' attention,
@@ -100,6 +98,8 @@ typedef struct gt_model_config {
     double hidden_dropout;
     bool add_bias_linear;
     bool add_qkv_bias;
+    bool share_embeddings_and_output_weights; /* the head is the embedding table */
+    bool rope_scaling; /* Llama 3.1 frequency scaling of the rotary embedding */
     gt_compute_dtype compute_dtype;
     /* MoE */
     int num_moe_experts; /* 0 = dense model */

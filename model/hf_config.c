@@ -191,7 +191,7 @@ static int read_arch(const reader *r, gt_hf_arch *arch) {
     const cJSON *a = get(r, "architectures");
     const cJSON *name =
         cJSON_IsArray(a) && cJSON_GetArraySize(a) == 1 ? cJSON_GetArrayItem(a, 0) : NULL;
-    if (!cJSON_IsString(name))
+    if (!name || !cJSON_IsString(name) || !name->valuestring)
         return refuse(r, "\"architectures\"", "it must list exactly one architecture");
     const char *n = name->valuestring;
     if (!strcmp(n, "LlamaForCausalLM"))
