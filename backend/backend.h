@@ -185,6 +185,11 @@ static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
     size_t N = (size_t)m.B * m.T, H = (size_t)m.H;
     return 2 * N * H + 3 * H + ((size_t)m.T + 1) * (size_t)m.P * (size_t)m.S;
 }
+/* Llama 3.1's rotary scaling constants, fixed in Megatron's apply_rope_scaling (and Llama
+ * 3.1's config: low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192) */
+#define GT_ROPE_ORIGINAL_MAX 8192.0
+#define GT_ROPE_LOW_FREQ_FACTOR 1.0
+#define GT_ROPE_HIGH_FREQ_FACTOR 4.0
 
 typedef struct gt_backend_ops {
     /* ---- memory (only outside steps) ---- */
@@ -306,6 +311,15 @@ typedef struct gt_backend_ops {
     /* inverse rotation of the q and k parts of dqkv, in place */
     void (*rope_bwd)(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV, int hd,
                      float theta);
+    /* rope_fwd / rope_bwd with Llama 3.1's frequency scaling (model.rope_scaling, Megatron's
+     * apply_rope_scaling): pair i's inverse frequency f = theta^(-2i/hd) becomes f / factor
+     * where its wavelength 2 pi / f exceeds ORIGINAL_MAX / LOW_FREQ_FACTOR, stays f
+     * below ORIGINAL_MAX / HIGH_FREQ_FACTOR, and between them is (1 - s) f / factor + s f with
+     * s = (ORIGINAL_MAX / wavelength - LOW_FREQ_FACTOR) / (HIGH_FREQ_FACTOR - LOW_FREQ_FACTOR) */
+    void (*rope_scaled_fwd)(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H, int KV,
+                            int hd, float theta, float factor);
+    void (*rope_scaled_bwd)(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
+                            int hd, float theta, float factor);
     /* causal grouped-query attention. out[B*T, H*hd]; lse[B,H,T] log-sum-exp of the scaled
      * scores (saved for backward); scale 1/sqrt(hd); query head h uses kv head h/(H/KV);
      * dropout p on the probabilities (site, step from st) */

@@ -8,5 +8,8 @@ int gt_cmd_train(int argc, char **argv);
 int gt_cmd_bench(int argc, char **argv);
 int gt_cmd_prepare_data(int argc, char **argv);
 int gt_cmd_tune_gemm(int argc, char **argv);
+int gt_cmd_export(int argc, char **argv);
+int gt_cmd_import(int argc, char **argv);
+int gt_cmd_generate(int argc, char **argv);
 
 #endif

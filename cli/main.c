@@ -31,6 +31,9 @@ static const command k_commands[] = {
     {"recipes", gt_cmd_recipes, "list the recipes with a one-line description each"},
     {"prepare-data", gt_cmd_prepare_data, "turn text files into token shards"},
     {"tune-gemm", gt_cmd_tune_gemm, "pick cuBLASLt's GEMM algorithms by step time (a table)"},
+    {"export", gt_cmd_export, "write a checkpoint as a Hugging Face folder (safetensors)"},
+    {"import", gt_cmd_import, "make an initial checkpoint from a Hugging Face folder"},
+    {"generate", gt_cmd_generate, "sample a continuation from a checkpoint (CPU)"},
     {"config-reference", cmd_config_reference, "print the configuration reference (Markdown)"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])

@@ -108,6 +108,15 @@ static inline gt_fp8_recipe gt_compute_dtype_fp8_recipe(gt_compute_dtype d) {
 }
 
 typedef struct gt_model_config {
+    /* by size (8-byte, 4-byte, the pattern, bools), so the struct carries no padding */
+    double rotary_base;
+    double rope_scaling_factor; /* Llama 3.1 rotary scaling's factor (with rope_scaling) */
+    double norm_epsilon;
+    double init_method_std;
+    double attention_dropout;
+    double hidden_dropout;
+    double moe_expert_capacity_factor; /* <= 0: unset (dropless) */
+    double moe_aux_loss_coeff;
     /* shape */
     int num_layers;
     int hidden_size;
@@ -116,16 +125,6 @@ typedef struct gt_model_config {
     int ffn_hidden_size;
     int vocab_size;
     int seq_length;
-    double rotary_base;
-    double norm_epsilon;
-    double init_method_std;
-    /* hybrid layer pattern, Megatron's hybrid_override_pattern alphabet: '*' attention,
-     * '-' dense MLP, 'E' MoE, 'M' Mamba; empty = every layer attention + (MLP or MoE). */
-    char layer_pattern[GT_PATTERN_MAX];
-    double attention_dropout;
-    double hidden_dropout;
-    bool add_bias_linear;
-    bool add_qkv_bias;
     gt_compute_dtype compute_dtype;
     /* FP8 (Megatron's keys; compute_dtype names the recipe) */
     gt_fp8_format_setting fp8;
@@ -133,7 +132,6 @@ typedef struct gt_model_config {
     int fp8_margin;
     int fp8_amax_history_len;
     gt_amax_algo fp8_amax_compute_algo;
-    bool first_last_layers_bf16;
     int num_layers_at_start_in_bf16;
     int num_layers_at_end_in_bf16;
     /* MoE */
@@ -142,10 +140,6 @@ typedef struct gt_model_config {
     int moe_ffn_hidden_size;
     int moe_layer_freq; /* every n-th layer is MoE (1 = all) */
     gt_dispatcher moe_token_dispatcher_type;
-    double moe_expert_capacity_factor; /* <= 0: unset (dropless) */
-    bool moe_pad_expert_input_to_capacity;
-    double moe_aux_loss_coeff;
-    bool moe_router_padding_for_fp8; /* pad routing maps for fp8 GEMMs (a host sync) */
     /* Mamba-2 mixers ('M' layers): Megatron's TransformerConfig keys, and MambaMixer's
      * constructor arguments (d_conv, expand, chunk_size) under mamba_* names */
     int mamba_state_dim;
@@ -160,9 +154,6 @@ typedef struct gt_model_config {
     gt_recompute_method recompute_method;
     uint32_t recompute_modules; /* GT_RECOMPUTE_* bits */
     int recompute_num_layers;
-    bool cpu_offloading;
-    bool delay_wgrad_compute;
-    bool gradient_accumulation_fusion;
     /* parallelism */
     int tensor_model_parallel_size;
     int pipeline_model_parallel_size;
@@ -170,13 +161,26 @@ typedef struct gt_model_config {
     int context_parallel_size;
     int num_layers_in_first_pipeline_stage; /* 0 = unset (even stages) */
     int num_layers_in_last_pipeline_stage;  /* 0 = unset */
-    /* vocabulary padding (Megatron: to a multiple of divisible_by x tp) */
-    bool should_pad_vocab;
     int make_vocab_size_divisible_by;
     /* CUDA graphs (Bridge's keys) */
     gt_graph_impl cuda_graph_impl;
     uint32_t cuda_graph_scope; /* GT_SCOPE_* bits */
     int cuda_graph_warmup_steps;
+    /* hybrid layer pattern, Megatron's hybrid_override_pattern alphabet: '*' attention,
+     * '-' dense MLP, 'E' MoE, 'M' Mamba; empty = every layer attention + (MLP or MoE). */
+    char layer_pattern[GT_PATTERN_MAX];
+    bool add_bias_linear;
+    bool add_qkv_bias;
+    bool share_embeddings_and_output_weights; /* the head is the embedding table */
+    bool rope_scaling; /* Llama 3.1 frequency scaling of the rotary embedding */
+    bool first_last_layers_bf16;
+    bool moe_pad_expert_input_to_capacity;
+    bool moe_router_padding_for_fp8; /* pad routing maps for fp8 GEMMs (a host sync) */
+    bool cpu_offloading;
+    bool delay_wgrad_compute;
+    bool gradient_accumulation_fusion;
+    /* vocabulary padding (Megatron: to a multiple of divisible_by x tp) */
+    bool should_pad_vocab;
     bool use_te_rng_tracker;
 } gt_model_config;
 

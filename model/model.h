@@ -112,4 +112,10 @@ gt_grad_rows gt_model_grad_rows(const gt_model *m);
 void gt_model_forward_loss(gt_model *m, gt_stream *s, const int32_t *tokens, const int32_t *targets,
                            float scale, gt_step_state *st);
 
+/* Forward only (no dropout, no loss) to the logits [N, V] (act dtype, in the model's scratch,
+ * valid until the next call that runs the model): for checks against other implementations
+ * and for sampling. tokens is a device array [N]. */
+const void *gt_model_forward_logits(gt_model *m, gt_stream *s, const int32_t *tokens,
+                                    gt_step_state *st);
+
 #endif

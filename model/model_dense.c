@@ -47,6 +47,16 @@ void gt_model_norm_bwd(gt_model *m, gt_stream *s, int res_in, int res_out, int n
                              m->dm.d);
 }
 
+void gt_model_rope_fwd(gt_model *m, gt_stream *s, void *qkv) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    if (dm->rope_factor > 0)
+        b->ops->rope_scaled_fwd(b, s, qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta,
+                                dm->rope_factor);
+    else
+        b->ops->rope_fwd(b, s, qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
+}
+
 void gt_attn_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
@@ -56,7 +66,7 @@ void gt_attn_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state 
     b->ops->rmsnorm_fwd(b, s, a->ln, a->rstd, x, gt_model_param(m, a->norm_w), dm->N, dm->d,
                         dm->eps);
     gt_linear_fwd(m, s, layer, GT_LIN_QKV, a->qkv, a->ln, a->qkv_w, a->qkv_b, NULL, train, st);
-    b->ops->rope_fwd(b, s, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
+    gt_model_rope_fwd(m, s, a->qkv);
     b->ops->attention_fwd(b, s, a->att, a->lse, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, p,
                           gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
     gt_model_proj_residual(m, s, m->res[a->res_out], x, a->att, a->o_w, a->o_b, dm->H * dm->hd,
@@ -74,7 +84,11 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     void *dqkv = gt_attn_dqkv(m, layer);
     b->ops->attention_bwd(b, s, dqkv, m->sc.a, a->qkv, a->att, a->lse, dm->B, dm->T, dm->H, dm->KV,
                           dm->hd, dm->p_attn, gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
-    b->ops->rope_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
+    if (dm->rope_factor > 0)
+        b->ops->rope_scaled_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta,
+                                dm->rope_factor);
+    else
+        b->ops->rope_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
     if (!a->defer_qkv)
         gt_linear_bwd_weight(m, s, layer, GT_LIN_QKV, a->qkv_w, a->qkv_b, dqkv, a->ln, st);
     gt_linear_bwd_data(m, s, layer, GT_LIN_QKV, m->sc.dln, dqkv, a->qkv_w, 0, st);

@@ -157,8 +157,10 @@ typedef struct gt_model_dims {
     int B, T, N, d, H, KV, hd, qkv, f, V;
     int E, k, fe, capacity, R; /* MoE: R rows of the permuted tokens */
     float eps, theta, p_attn, p_hidden, aux_coeff;
+    float rope_factor; /* Llama 3.1 rotary scaling factor (model.rope_scaling); 0 = none */
     int qkv_bias, lin_bias;
     gt_mamba_shape ms; /* Mamba layers (all zero without) */
+    int tied;          /* model.share_embeddings_and_output_weights: lm_w is wte */
 } gt_model_dims;
 
 struct gt_model {
@@ -184,9 +186,9 @@ struct gt_model {
     int emb_track;      /* the marks are kept (gt_model_track_embedding_rows) */
     size_t act_elem;    /* bytes per act element */
     gt_model_info info;
-    float dscale;  /* of the running forward_backward (constant over a run) */
-    int grad_acc;  /* of the running forward_backward: weight gradients += (1) or = (0) */
-    size_t n_real; /* parameters without alignment padding */
+    float dscale;     /* of the running forward_backward (constant over a run) */
+    int grad_acc;     /* of the running forward_backward: weight gradients += (1) or = (0) */
+    size_t n_real;    /* parameters without alignment padding */
     gt_model_fp8 fp8; /* the linear layers' fp8 state (model_fp8.c); enabled 0 under bf16 */
     /* [n_rc_alias] the layer fields that take a shared recompute buffer */
     gt_rc_alias *rc_alias;
@@ -237,6 +239,10 @@ void gt_mamba_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st);
  * else 0), as Megatron's MambaMixer initializes them. */
 int gt_mamba_check_dims(gt_model *m, gt_error *err);
 int gt_mamba_init_tensor(const gt_model *m, int i, uint64_t seed, float *p, size_t lo, size_t hi);
+
+/* Rotary embedding of the attention's q and k in qkv [N, qkv], with Llama 3.1's scaling when
+ * model.rope_scaling is set (model_dense.c); the forward and its recompute share it. */
+void gt_model_rope_fwd(gt_model *m, gt_stream *s, void *qkv);
 
 /* Block output (model_dense.c): y = dropout(y) in training; out = x + y. */
 void gt_model_residual_out(gt_model *m, gt_stream *s, void *out, const void *x, void *y, int layer,

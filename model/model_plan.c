@@ -178,10 +178,12 @@ static int check_dims(gt_model *m, gt_error *err) {
     dm->V = mc->vocab_size;
     dm->eps = (float)mc->norm_epsilon;
     dm->theta = (float)mc->rotary_base;
+    dm->rope_factor = mc->rope_scaling ? (float)mc->rope_scaling_factor : 0.0f;
     dm->p_attn = (float)mc->attention_dropout;
     dm->p_hidden = (float)mc->hidden_dropout;
     dm->qkv_bias = mc->add_qkv_bias || mc->add_bias_linear;
     dm->lin_bias = mc->add_bias_linear;
+    dm->tied = mc->share_embeddings_and_output_weights;
     if (any_moe) {
         int E = mc->num_moe_experts;
         NEED(mc->moe_router_topk >= 1 && mc->moe_router_topk <= E,
@@ -277,7 +279,10 @@ static int build_tensors(gt_model *m, gt_error *err) {
             T(mb->out_w, 1, 2, dm->d, m_di, 0, "layers.%d.mamba.out_proj_w", l);
         }
     }
-    T(m->lm_w, 1, 2, dm->V, dm->d, 0, "lm_head.w", 0);
+    if (dm->tied)
+        m->lm_w = m->wte; /* the head reads the embedding table and adds to its gradient */
+    else
+        T(m->lm_w, 1, 2, dm->V, dm->d, 0, "lm_head.w", 0);
     m->info.n_decay = cur;
     for (int l = 0; l < m->num_layers; l++) {
         gt_layer *L = &m->layers[l];

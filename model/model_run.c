@@ -214,13 +214,14 @@ void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
     flush_wgrads(m, s);
     norm_grads(m, s);
     /* the embedding gradient is a scatter-add: overwriting it zeroes it first, all of it or
-     * only the rows the marks say may be nonzero */
+     * only the rows the marks say may be nonzero; tied, the head has already written it */
     b->ops->embedding_bwd(b, s, gt_model_grad(m, m->wte), m->emb_track ? m->emb_dirty : NULL,
-                          m->res[0], tokens, dm->N, dm->V, dm->d, !accumulate);
+                          m->res[0], tokens, dm->N, dm->V, dm->d, !accumulate && !dm->tied);
 }
 
 void gt_model_track_embedding_rows(gt_model *m) {
-    m->emb_track = m->emb_dirty != NULL;
+    /* tied, the head's gradient reaches every row: no row is known to be zero */
+    m->emb_track = m->emb_dirty != NULL && !m->dm.tied;
 }
 
 gt_grad_rows gt_model_grad_rows(const gt_model *m) {

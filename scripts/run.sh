@@ -3,8 +3,8 @@
 # turns the fortunes corpus into token shards once (data/fortunes_*.bin, byte-level BPE with
 # 512 tokens learned from the text, the last one the end-of-document token; vocabulary in
 # data/fortunes.vocab, and data/fortunes.manifest, written last, saying the set is complete),
-# then trains the demo recipe on them and shows the loss falling. Extra key=value arguments
-# are passed to train.
+# then trains the demo recipe on them, shows the loss falling, and samples a few lines from
+# the trained model (graphtrain generate). Extra key=value arguments are passed to train.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh release

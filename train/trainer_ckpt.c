@@ -65,13 +65,17 @@ int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err) {
                           "%s\n  this run:   %s\nset the model keys to the checkpoint's, or "
                           "start fresh (checkpoint.load=)",
                           path, meta.shape, shape);
+    /* a step-0 checkpoint (graphtrain import) is weights alone: no step has drawn from the
+     * seed or taken a learning rate, so this run's seed and schedule start from it as set */
+    else if (meta.state.step == 0)
+        rc = GT_OK;
     else if (meta.seed != t->cfg.rng.seed)
         rc = gt_error_set(err, GT_ERR_INVALID,
                           "checkpoint.load=%s was trained with rng.seed=%llu, this run has "
                           "rng.seed=%llu; set rng.seed=%llu to resume it exactly",
                           path, (unsigned long long)meta.seed, (unsigned long long)t->cfg.rng.seed,
                           (unsigned long long)meta.seed);
-    if (!rc) rc = gt_trainer_resume_schedule(t, &meta.sched, path, err);
+    if (!rc && meta.state.step > 0) rc = gt_trainer_resume_schedule(t, &meta.sched, path, err);
     if (!rc) rc = gt_data_set_pos(t->train, meta.data, err);
     if (!rc) t->prefetched = 0; /* the next batch is the checkpoint's */
     if (!rc) {

@@ -21,7 +21,21 @@ typedef struct rope_args {
     float *qkv; /* [B*T, (H + 2*KV) * hd], q and k heads rotated in place */
     int B, T, H, KV, hd, inverse;
     float theta;
+    float factor; /* Llama 3.1 scaling factor; 0 = none */
 } rope_args;
+
+/* Pair i's inverse frequency, with Llama 3.1's scaling when factor > 0 (backend.h). */
+static double rope_inv_freq(const rope_args *a, int i) {
+    double f = pow((double)a->theta, -2.0 * i / a->hd);
+    if (a->factor <= 0) return f;
+    const double pi = 3.14159265358979323846;
+    double wavelen = 2 * pi / f, factor = a->factor;
+    if (wavelen < GT_ROPE_ORIGINAL_MAX / GT_ROPE_HIGH_FREQ_FACTOR) return f;
+    if (wavelen > GT_ROPE_ORIGINAL_MAX / GT_ROPE_LOW_FREQ_FACTOR) return f / factor;
+    double smooth = (GT_ROPE_ORIGINAL_MAX / wavelen - GT_ROPE_LOW_FREQ_FACTOR) /
+                    (GT_ROPE_HIGH_FREQ_FACTOR - GT_ROPE_LOW_FREQ_FACTOR);
+    return (1 - smooth) * f / factor + smooth * f;
+}
 
 /* The angle depends only on (t, i): computed once and applied to every sequence and head. */
 static void k_rope(const void *p) {
@@ -29,7 +43,7 @@ static void k_rope(const void *p) {
     int half = a->hd / 2, C = (a->H + 2 * a->KV) * a->hd;
     for (int t = 0; t < a->T; t++)
         for (int i = 0; i < half; i++) {
-            double ang = t * pow((double)a->theta, -2.0 * i / a->hd);
+            double ang = t * rope_inv_freq(a, i);
             double c = cos(ang), s = a->inverse ? -sin(ang) : sin(ang);
             for (int b = 0; b < a->B; b++) {
                 float *row = a->qkv + ((size_t)b * a->T + t) * C;
@@ -44,27 +58,37 @@ static void k_rope(const void *p) {
 }
 
 static void submit_rope(gt_backend *b, gt_stream *s, const char *what, void *qkv, int B, int T,
-                        int H, int KV, int hd, float theta, int inverse) {
-    if (B < 0 || T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 != 0 || theta <= 0) {
+                        int H, int KV, int hd, float theta, float factor, int inverse) {
+    if (B < 0 || T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 != 0 || theta <= 0 || factor < 0) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "%s: bad shape B=%d T=%d H=%d KV=%d hd=%d theta=%g (the head size must "
                         "be even and theta > 0)",
                         what, B, T, H, KV, hd, (double)theta);
         return;
     }
-    rope_args a = {qkv, B, T, H, KV, hd, inverse, theta};
+    rope_args a = {qkv, B, T, H, KV, hd, inverse, theta, factor};
     gt_cpu_submit(b, s, k_rope, &a, sizeof a);
 }
 
 static void cpu_rope_fwd(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H, int KV,
                          int hd, float theta) {
-    submit_rope(b, s, "rope_fwd", qkv, B, T, H, KV, hd, theta, 0);
+    submit_rope(b, s, "rope_fwd", qkv, B, T, H, KV, hd, theta, 0, 0);
 }
 
 /* The rotation is orthogonal, so its adjoint is the inverse rotation. */
 static void cpu_rope_bwd(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
                          int hd, float theta) {
-    submit_rope(b, s, "rope_bwd", dqkv, B, T, H, KV, hd, theta, 1);
+    submit_rope(b, s, "rope_bwd", dqkv, B, T, H, KV, hd, theta, 0, 1);
+}
+
+static void cpu_rope_scaled_fwd(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H, int KV,
+                                int hd, float theta, float factor) {
+    submit_rope(b, s, "rope_scaled_fwd", qkv, B, T, H, KV, hd, theta, factor, 0);
+}
+
+static void cpu_rope_scaled_bwd(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H,
+                                int KV, int hd, float theta, float factor) {
+    submit_rope(b, s, "rope_scaled_bwd", dqkv, B, T, H, KV, hd, theta, factor, 1);
 }
 
 /* ---- attention ---- */
@@ -300,6 +324,8 @@ static void cpu_attention_bwd(gt_backend *b, gt_stream *s, void *dqkv, const voi
 void gt_cpu_register_attention_ops(gt_backend_ops *ops) {
     ops->rope_fwd = cpu_rope_fwd;
     ops->rope_bwd = cpu_rope_bwd;
+    ops->rope_scaled_fwd = cpu_rope_scaled_fwd;
+    ops->rope_scaled_bwd = cpu_rope_scaled_bwd;
     ops->attention_fwd = cpu_attention_fwd;
     ops->attention_bwd = cpu_attention_bwd;
 }

@@ -52,7 +52,8 @@ typedef struct gt_cuda_attn_plan {
 typedef struct gt_cuda_rope_table {
     int T, hd;
     float theta;
-    void *tab; /* device memory; NULL until plan_finish fills it */
+    float factor; /* Llama 3.1 rotary scaling factor; 0 = none */
+    void *tab;    /* device memory; NULL until plan_finish fills it */
 } gt_cuda_rope_table;
 
 typedef struct gt_cuda_alloc_rec {

@@ -613,14 +613,26 @@ extern "C" void gt_cuda_attention_describe(gt_backend *b, char *buf, size_t n) {
  * memory time, 38 us against 25 us on llama1b). The table is filled with the expression the
  * kernels evaluated per element, in the same fp32 operation order, so it holds bitwise the cos
  * and sin they computed; rope_turn keeps their roundings of the rotation. */
-__global__ void k_rope_table(float2 *tab, int T, int hd, float theta) {
+/* Pair i's inverse frequency f under Llama 3.1's scaling (backend.h), in fp32 */
+static __device__ __forceinline__ float rope_scaled_freq(float f, float factor) {
+    const float pi = 3.14159265358979323846f, orig = (float)GT_ROPE_ORIGINAL_MAX;
+    const float lo = (float)GT_ROPE_LOW_FREQ_FACTOR, hi = (float)GT_ROPE_HIGH_FREQ_FACTOR;
+    float wavelen = 2.0f * pi / f;
+    if (wavelen < orig / hi) return f;
+    if (wavelen > orig / lo) return f / factor;
+    float smooth = (orig / wavelen - lo) / (hi - lo);
+    return (1.0f - smooth) * f / factor + smooth * f;
+}
+
+__global__ void k_rope_table(float2 *tab, int T, int hd, float theta, float factor) {
     GT_PDL_ENTRY();
     int half = hd / 2, total = T * half;
     float l2t = log2f(theta);
     for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < total; q += gridDim.x * blockDim.x) {
         int t = q / half, i = q - t * half;
         /* fp32 angle math: the angle error (< 3e-4 rad at t = 2048) is far below bf16's */
-        float ang = (float)t * exp2f(-2.0f * (float)i / (float)hd * l2t);
+        float f = exp2f(-2.0f * (float)i / (float)hd * l2t);
+        float ang = (float)t * (factor > 0.0f ? rope_scaled_freq(f, factor) : f);
         float sn, cs;
         sincosf(ang, &sn, &cs);
         tab[q] = make_float2(cs, sn);
@@ -694,18 +706,20 @@ __global__ void k_rope_odd(bf16 *qkv, const float2 *__restrict__ tab, int T, int
     }
 }
 
-static gt_cuda_rope_table *rope_table_find(gt_cuda_impl *im, int T, int hd, float theta) {
+static gt_cuda_rope_table *rope_table_find(gt_cuda_impl *im, int T, int hd, float theta,
+                                           float factor) {
     for (int k = 0; k < im->n_rope_tables; k++) {
         gt_cuda_rope_table *r = &im->rope_tables[k];
-        if (r->T == T && r->hd == hd && r->theta == theta) return r;
+        if (r->T == T && r->hd == hd && r->theta == theta && r->factor == factor) return r;
     }
     return NULL;
 }
 
 /* While planning: records (T, hd, theta) once; plan_finish builds its table. */
-static void rope_table_record(gt_backend *b, const char *what, int T, int hd, float theta) {
+static void rope_table_record(gt_backend *b, const char *what, int T, int hd, float theta,
+                              float factor) {
     gt_cuda_impl *im = (gt_cuda_impl *)b->impl;
-    if (rope_table_find(im, T, hd, theta)) return;
+    if (rope_table_find(im, T, hd, theta, factor)) return;
     if ((size_t)T * (size_t)(hd / 2) >= ((size_t)1 << 30)) {
         /* the kernels index the table with 32-bit math (grid strides included) */
         gt_backend_fail(b, GT_ERR_INVALID,
@@ -726,7 +740,7 @@ static void rope_table_record(gt_backend *b, const char *what, int T, int hd, fl
         im->cap_rope_tables = cap;
     }
     gt_cuda_rope_table *r = &im->rope_tables[im->n_rope_tables++];
-    r->T = T, r->hd = hd, r->theta = theta, r->tab = NULL;
+    r->T = T, r->hd = hd, r->theta = theta, r->factor = factor, r->tab = NULL;
 }
 
 /* Allocates and fills the tables recorded since the last call. Built tables stay where they
@@ -743,8 +757,8 @@ extern "C" int gt_cuda_rope_plan_finish(gt_backend *b, gt_error *err) {
             return gt_error_wrap(err, "allocating the rotary table of T=%d hd=%d: ", r->T, r->hd);
         /* outside steps: the legacy stream and a full synchronization are fine here (the
          * backend's own streams do not wait for the legacy one) */
-        k_rope_table<<<gt_grid(n, ATT_THREADS), ATT_THREADS>>>((float2 *)tab, r->T, r->hd,
-                                                               r->theta);
+        k_rope_table<<<gt_grid(n, ATT_THREADS), ATT_THREADS>>>((float2 *)tab, r->T, r->hd, r->theta,
+                                                               r->factor);
         cudaError_t e = cudaGetLastError();
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
         if (e != cudaSuccess) {
@@ -769,8 +783,9 @@ extern "C" void gt_cuda_rope_destroy(gt_backend *b) {
 }
 
 static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, int B, int T, int H,
-                     int KV, int hd, float theta, int inverse) {
-    if (B < 0 || T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 != 0 || !(theta > 0.0f)) {
+                     int KV, int hd, float theta, float factor, int inverse) {
+    if (B < 0 || T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 != 0 || !(theta > 0.0f) ||
+        !(factor >= 0.0f)) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "%s: bad shape B=%d T=%d H=%d KV=%d hd=%d theta=%g (the head size must "
                         "be even and theta > 0)",
@@ -779,10 +794,10 @@ static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, i
     }
     if (B == 0 || T == 0) return;
     if (b->planning) {
-        rope_table_record(b, what, T, hd, theta);
+        rope_table_record(b, what, T, hd, theta, factor);
         return;
     }
-    const gt_cuda_rope_table *r = rope_table_find((gt_cuda_impl *)b->impl, T, hd, theta);
+    const gt_cuda_rope_table *r = rope_table_find((gt_cuda_impl *)b->impl, T, hd, theta, factor);
     if (!r) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "%s with T=%d hd=%d theta=%g was not planned: run the op once while "
@@ -811,11 +826,19 @@ static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, i
 
 static void cuda_rope_fwd(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H, int KV,
                           int hd, float theta) {
-    rope_run(b, s, "rope_fwd", qkv, B, T, H, KV, hd, theta, 0);
+    rope_run(b, s, "rope_fwd", qkv, B, T, H, KV, hd, theta, 0.0f, 0);
 }
 static void cuda_rope_bwd(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
                           int hd, float theta) {
-    rope_run(b, s, "rope_bwd", dqkv, B, T, H, KV, hd, theta, 1);
+    rope_run(b, s, "rope_bwd", dqkv, B, T, H, KV, hd, theta, 0.0f, 1);
+}
+static void cuda_rope_scaled_fwd(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H,
+                                 int KV, int hd, float theta, float factor) {
+    rope_run(b, s, "rope_scaled_fwd", qkv, B, T, H, KV, hd, theta, factor, 0);
+}
+static void cuda_rope_scaled_bwd(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H,
+                                 int KV, int hd, float theta, float factor) {
+    rope_run(b, s, "rope_scaled_bwd", dqkv, B, T, H, KV, hd, theta, factor, 1);
 }
 
 template <typename K> static cudaError_t allow_smem(K kernel, size_t bytes) {
@@ -843,6 +866,8 @@ extern "C" int gt_cuda_attention_init(int sm90, gt_error *err) {
 extern "C" void gt_cuda_register_attention_ops(gt_backend_ops *ops) {
     ops->rope_fwd = cuda_rope_fwd;
     ops->rope_bwd = cuda_rope_bwd;
+    ops->rope_scaled_fwd = cuda_rope_scaled_fwd;
+    ops->rope_scaled_bwd = cuda_rope_scaled_bwd;
     ops->attention_fwd = cuda_attention_fwd;
     ops->attention_bwd = cuda_attention_bwd;
 }

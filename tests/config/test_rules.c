@@ -219,7 +219,8 @@ static const rule_case k_cases[] = {
     /* valid settings this engine cannot run yet (config/unsupported.c): errors, not notes */
     {"engine_no_mamba", GT_SEVERITY_ERROR, "model.num_layers=2 model.hybrid_override_pattern=*M",
      "model.num_layers=2 model.hybrid_override_pattern=*M runtime.device=cpu"},
-    {"engine_no_fp8", GT_SEVERITY_ERROR, "model.compute_dtype=fp8_sc", "model.compute_dtype=fp8_cs"},
+    {"engine_no_fp8", GT_SEVERITY_ERROR, "model.compute_dtype=fp8_sc",
+     "model.compute_dtype=fp8_cs"},
     {"engine_no_fp8", GT_SEVERITY_ERROR, "model.compute_dtype=fp8_sc runtime.device=cuda",
      "model.compute_dtype=fp8_sc runtime.device=cpu"},
     {"engine_fp8_blackwell_format", GT_SEVERITY_ERROR, "model.compute_dtype=nvfp4",

@@ -124,6 +124,18 @@ static void test_full_block_gives_the_same_bits(void **state) {
     assert_bitwise_like_base(&base, &c);
 }
 
+/* The recomputed rotary embedding is the forward's, Llama 3.1's scaling included. */
+static void test_full_uniform_with_rope_scaling_gives_the_same_bits(void **state) {
+    (void)state;
+    gt_config base, c;
+    dense_config(&base);
+    base.model.rope_scaling = true;
+    base.model.rope_scaling_factor = 8.0f;
+    c = base;
+    full(&c, GT_RECOMPUTE_METHOD_UNIFORM, 1);
+    assert_bitwise_like_base(&base, &c);
+}
+
 /* Biases turn the deferred weight gradients off: the other path through the backward. */
 static void test_full_uniform_with_biases_gives_the_same_bits(void **state) {
     (void)state;
@@ -294,6 +306,7 @@ int main(void) {
         cmocka_unit_test(test_full_uniform_gives_the_same_bits),
         cmocka_unit_test(test_full_block_gives_the_same_bits),
         cmocka_unit_test(test_full_uniform_with_biases_gives_the_same_bits),
+        cmocka_unit_test(test_full_uniform_with_rope_scaling_gives_the_same_bits),
         cmocka_unit_test(test_selective_moe_gives_the_same_bits_dropless_and_padded),
         cmocka_unit_test(test_selective_moe_act_gives_the_same_bits),
         cmocka_unit_test(test_selective_moe_layernorm_attention_mlp_gives_the_same_bits),
