@@ -85,15 +85,15 @@ static void conv_case(gpu_env *e, gt_mamba_shape sh, int accumulate) {
     float *c_zx = c_f32(e, m.zx, N * in), *c_w = c_f32(e, m.conv_w, C * K);
     float *c_b = c_f32(e, m.conv_b, C);
     e->cpu->ops->mamba_conv_fwd(e->cpu, e->cs, c_xbc, c_zx, c_w, c_b, sh);
-    e->cpu->ops->mamba_conv_bwd(e->cpu, e->cs, c_dz, c_dw, c_db, c_f32(e, m.dxbc, N * C), c_zx,
-                                c_w, c_b, sh, accumulate);
+    e->cpu->ops->mamba_conv_bwd(e->cpu, e->cs, c_dz, c_dw, c_db, c_f32(e, m.dxbc, N * C), c_zx, c_w,
+                                c_b, sh, accumulate);
     void *g_zx = g_act(e, m.zx, N * in), *g_w = g_act(e, m.conv_w, C * K);
     void *g_b = g_act(e, m.conv_b, C), *g_xbc = g_act(e, NULL, N * C);
     void *g_dz = g_act(e, m.dz0, N * in);
     float *g_dw = g_f32(e, dw0, C * K), *g_db = g_f32(e, db0, C);
     e->gpu->ops->mamba_conv_fwd(e->gpu, e->gs, g_xbc, g_zx, g_w, g_b, sh);
-    e->gpu->ops->mamba_conv_bwd(e->gpu, e->gs, g_dz, g_dw, g_db, g_act(e, m.dxbc, N * C), g_zx,
-                                g_w, g_b, sh, accumulate);
+    e->gpu->ops->mamba_conv_bwd(e->gpu, e->gs, g_dz, g_dw, g_db, g_act(e, m.dxbc, N * C), g_zx, g_w,
+                                g_b, sh, accumulate);
     float *got = malloc(N * in * sizeof *got);
     g_read_act(e, got, g_xbc, N * C);
     EXPECT_CLOSE("mamba_conv_fwd xbc", got, c_xbc, N * C, TOL_BF16);
@@ -107,8 +107,8 @@ static void conv_case(gpu_env *e, gt_mamba_shape sh, int accumulate) {
     assert_memory_equal(before, after, N * (in - di - C) * sizeof(float));
     free(before), free(after);
     g_read_f32(e, got, g_dw, C * K);
-    EXPECT_CLOSE(accumulate ? "mamba_conv_bwd dw (+=)" : "mamba_conv_bwd dw (=)", got, c_dw,
-                 C * K, TOL_GRAD);
+    EXPECT_CLOSE(accumulate ? "mamba_conv_bwd dw (+=)" : "mamba_conv_bwd dw (=)", got, c_dw, C * K,
+                 TOL_GRAD);
     g_read_f32(e, got, g_db, C);
     EXPECT_CLOSE(accumulate ? "mamba_conv_bwd dbias (+=)" : "mamba_conv_bwd dbias (=)", got, c_db,
                  C, TOL_GRAD);
@@ -229,8 +229,7 @@ static void test_gated_norm_matches_cpu(void **state) {
  * the backward chain norm -> scan -> conv, as model_mamba.c runs them. */
 typedef struct mamba_dev {
     gt_mamba_shape sh;
-    void *zx, *conv_w, *conv_b, *dt_bias, *A_log, *D, *gw, *xbc, *y, *out, *dout, *dy, *dxbc,
-        *dz;
+    void *zx, *conv_w, *conv_b, *dt_bias, *A_log, *D, *gw, *xbc, *y, *out, *dout, *dy, *dxbc, *dz;
     float *rstd, *ws, *g_cw, *g_cb, *g_db, *g_da, *g_dd, *g_gw;
 } mamba_dev;
 
@@ -268,8 +267,8 @@ static void run_all(gpu_env *e, const mamba_dev *d) {
     b->ops->mamba_conv_fwd(b, s, d->xbc, d->zx, d->conv_w, d->conv_b, d->sh);
     b->ops->mamba_ssd_fwd(b, s, d->y, d->xbc, d->zx, d->dt_bias, d->A_log, d->D, d->ws, d->sh);
     b->ops->mamba_gated_norm_fwd(b, s, d->out, d->rstd, d->y, d->zx, d->gw, 1e-5f, d->sh);
-    b->ops->mamba_gated_norm_bwd(b, s, d->dy, d->dz, d->g_gw, d->dout, d->y, d->zx, d->gw,
-                                 d->rstd, d->sh, 0);
+    b->ops->mamba_gated_norm_bwd(b, s, d->dy, d->dz, d->g_gw, d->dout, d->y, d->zx, d->gw, d->rstd,
+                                 d->sh, 0);
     b->ops->mamba_ssd_bwd(b, s, d->dxbc, d->dz, d->g_db, d->g_da, d->g_dd, d->dy, d->xbc, d->zx,
                           d->dt_bias, d->A_log, d->D, d->ws, d->sh, 0);
     b->ops->mamba_conv_bwd(b, s, d->dz, d->g_cw, d->g_cb, d->dxbc, d->zx, d->conv_w, d->conv_b,
@@ -279,9 +278,10 @@ static void run_all(gpu_env *e, const mamba_dev *d) {
 /* Every output of run_all, downloaded and concatenated (bf16 outputs as fp32). */
 static float *outputs(gpu_env *e, const mamba_in *m, const mamba_dev *d, size_t *n) {
     size_t N = m->N, H = (size_t)m->sh.H;
-    size_t sizes[] = {N * m->C, N * m->di, N * m->di, N * m->sh.G, N * m->di, N * m->C,
-                      N * m->in, m->di, H, H, H, m->C * m->sh.K, m->C};
-    const void *ptr[] = {d->xbc, d->y, d->out, d->rstd, d->dy, d->dxbc, d->dz,
+    size_t sizes[] = {N * m->C, N * m->di,      N * m->di, N * m->sh.G, N * m->di,
+                      N * m->C, N * m->in,      m->di,     H,           H,
+                      H,        m->C * m->sh.K, m->C};
+    const void *ptr[] = {d->xbc,  d->y,    d->out,  d->rstd, d->dy,   d->dxbc, d->dz,
                          d->g_gw, d->g_db, d->g_da, d->g_dd, d->g_cw, d->g_cb};
     int is_act[] = {1, 1, 1, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0};
     size_t total = 0;
