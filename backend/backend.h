@@ -178,12 +178,25 @@ static inline int gt_mamba_conv(gt_mamba_shape m) {
 static inline int gt_mamba_in(gt_mamba_shape m) {
     return 2 * m.H * m.P + 2 * m.G * m.S + m.H;
 }
+/* Steps between the saved states of the CUDA scan's backward: ceil(sqrt(T)), so the saved
+ * states and one segment's recomputed states take about 2 sqrt(T) states per head. */
+static inline int gt_mamba_ckpt_len(gt_mamba_shape m) {
+    int L = 1;
+    while (L * L < m.T)
+        L++;
+    return L;
+}
 /* fp32 workspace the SSD scan ops take (forward and backward), no value kept between them:
- * enough for every backend (the CPU's: dt and its gradient, A, dA, dD and one head's states
- * over time). */
+ * enough for every backend. The CPU's: dt and its gradient, A, dA, dD and one head's states
+ * over time. The CUDA backward's (k_mamba.cu): per (sequence, head) sums of the dt_bias, A and
+ * D gradients, per-head dB and dC [N][H][S] before the sum over a group's heads, and per
+ * (sequence, head) the states at every gt_mamba_ckpt_len-th step and one segment's states. */
 static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
-    size_t N = (size_t)m.B * m.T, H = (size_t)m.H;
-    return 2 * N * H + 3 * H + ((size_t)m.T + 1) * (size_t)m.P * (size_t)m.S;
+    size_t N = (size_t)m.B * m.T, H = (size_t)m.H, ps = (size_t)m.P * (size_t)m.S;
+    size_t L = (size_t)gt_mamba_ckpt_len(m), segs = ((size_t)m.T + L - 1) / L;
+    size_t cpu = 2 * N * H + 3 * H + ((size_t)m.T + 1) * ps;
+    size_t cuda = 3 * (size_t)m.B * H + 2 * N * H * (size_t)m.S + (size_t)m.B * H * (segs + L) * ps;
+    return cpu > cuda ? cpu : cuda;
 }
 /* Llama 3.1's rotary scaling constants, fixed in Megatron's apply_rope_scaling (and Llama
  * 3.1's config: low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192) */

@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "config/cuda_limits.h"
 #include "config/keys.h"
 #include "config/rules.h"
 
@@ -51,9 +52,12 @@ static bool fp8_dp(const gt_config *c) {
 static bool packed(const gt_config *c) {
     return c->dataset.packed_sequence;
 }
-/* Mamba layers on a backend without their kernels: the CUDA backend has none yet */
+/* Mamba layers past the CUDA kernels' shape limits (config/cuda_limits.h) off the CPU */
 static bool mamba(const gt_config *c) {
-    return strchr(c->model.layer_pattern, 'M') != NULL && c->runtime.device != GT_DEVICE_CPU;
+    const gt_model_config *m = &c->model;
+    return strchr(m->layer_pattern, 'M') != NULL && c->runtime.device != GT_DEVICE_CPU &&
+           (m->mamba_d_conv > GT_CUDA_MAMBA_MAX_CONV ||
+            (long)m->mamba_head_dim * m->mamba_state_dim > GT_CUDA_MAMBA_MAX_STATE);
 }
 static bool has_mamba(const gt_config *c) {
     return strchr(c->model.layer_pattern, 'M') != NULL;
@@ -120,9 +124,9 @@ static const unsupported k_unsupported[] = {
     {"engine_no_packed_sequences", {"dataset.packed_sequence"}, packed,
      "packed sequences (several documents per sequence, cu_seqlens) are not implemented: the loader feeds fixed-length sequences and attention would cross document boundaries",
      "set dataset.packed_sequence=false"},
-    {"engine_no_mamba", {"model.hybrid_override_pattern", "runtime.device"}, mamba,
-     "Mamba layers (M in the hybrid pattern) run on the CPU backend only: the CUDA backend has no Mamba kernels yet, so the trainer would refuse the model on a GPU",
-     "set runtime.device=cpu, or use a pattern of * (attention), - (dense MLP) and E (MoE) layers"},
+    {"engine_no_mamba", {"model.mamba_d_conv", "model.mamba_state_dim", "model.mamba_head_dim", "runtime.device"}, mamba,
+     "the CUDA Mamba kernels take mamba_d_conv up to 8 and mamba_head_dim x mamba_state_dim up to 32768 (a head's fp32 state lives in one block's shared memory), so the trainer would refuse these Mamba layers on a GPU",
+     "lower model.mamba_d_conv (Megatron's default 4) or model.mamba_head_dim / model.mamba_state_dim (64 x 128 by default), or set runtime.device=cpu"},
     {"engine_no_mamba_full_recompute", {"model.recompute_granularity", "model.hybrid_override_pattern"}, mamba_full_recompute,
      "full recompute of Mamba layers is not implemented: their activations would be kept, so the memory full recompute saves on them would not be saved",
      "use model.recompute_granularity=selective with the modules of the attention and MLP layers (core_attn, mlp, layernorm), or none"},

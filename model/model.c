@@ -25,8 +25,8 @@ int gt_model_create(gt_model **out, const gt_config *cfg, gt_backend *b, gt_erro
     if (!rc && m->dm.ms.H > 0 && !b->ops->mamba_ssd_fwd)
         rc = gt_error_set(err, GT_ERR_UNSUPPORTED,
                           "model.hybrid_override_pattern has Mamba layers ('M'), which the %s "
-                          "backend cannot run (it has no Mamba kernels yet); set "
-                          "runtime.device=cpu",
+                          "backend cannot run (it has no Mamba kernels); set "
+                          "runtime.device=cpu or cuda",
                           b->name);
     if (!rc) rc = gt_backend_alloc_arena(b, &m->params, err);
     if (!rc) rc = gt_backend_alloc_arena(b, &m->grads, err);

@@ -475,6 +475,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, const gt_cuda_config *o
     gt_cuda_register_optim_ops(ops);
     gt_cuda_register_moe_ops(ops);
     gt_cuda_register_fp8_ops(ops);
+    gt_cuda_register_mamba_ops(ops);
     b->ops = ops;
     b->kind = GT_BACKEND_CUDA;
     b->name = "cuda";
@@ -484,6 +485,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, const gt_cuda_config *o
     rc = gt_cuda_matmul_init(b, err);
     if (!rc) rc = gt_cuda_attention_init(sm90, err);
     if (!rc) rc = gt_cuda_moe_init(sm90, err);
+    if (!rc) rc = gt_cuda_mamba_init(err);
     if (!rc) rc = gt_cuda_loss_init(err);
     if (rc) {
         cuda_destroy(b);

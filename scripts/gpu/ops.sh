@@ -29,7 +29,7 @@ run() { # name timeout command...
 }
 
 # the CUDA backend's tests (GT_GPU_TESTS="..." to choose others from the run folder)
-for t in ${GT_GPU_TESTS:-gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture gpu_test_cuda_perf gpu_test_cuda_grad_rows}; do
+for t in ${GT_GPU_TESTS:-gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture gpu_test_cuda_perf gpu_test_cuda_grad_rows gpu_test_cuda_mamba}; do
   run "$t" "${TEST_LIMIT:-240}" "$BUILD/$t"
 done
 # The tests again with the other kernel choices, one line each: the fp32 SIMT attention (the
@@ -53,12 +53,12 @@ done <<<"${OPS_VARIANTS:-$OPS_VARIANTS_DEFAULT}"
 if [ "${1:-}" != quick ] && command -v compute-sanitizer >/dev/null; then
   run "memcheck_gpu_test_cuda_moe_mma" "${SAN_LIMIT:-150}" env GT_CUDA_MOE=mma \
     compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/gpu_test_cuda_moe"
-  for t in gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture gpu_test_cuda_grad_rows; do
+  for t in gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture gpu_test_cuda_grad_rows gpu_test_cuda_mamba; do
     run "memcheck_$t" "${SAN_LIMIT:-150}" compute-sanitizer --tool memcheck \
       --report-api-errors no --error-exitcode 9 "$BUILD/$t"
   done
   if [ "${RACECHECK:-1}" = 1 ]; then
-    for t in gpu_test_cuda_capture gpu_test_cuda_moe; do
+    for t in gpu_test_cuda_capture gpu_test_cuda_moe gpu_test_cuda_mamba; do
       run "racecheck_$t" "${RACE_LIMIT:-150}" compute-sanitizer --tool racecheck \
         --report-api-errors no --error-exitcode 9 "$BUILD/$t"
     done

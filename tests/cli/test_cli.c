@@ -261,7 +261,7 @@ static void test_validate_train_bench_refuse_what_this_engine_cannot_run(void **
                               "dataset.packed_sequence=true dataset.pad_to_max_length=true "
                               "dataset.pad_cu_seqlens=true",
                               "model.num_layers=2 model.hybrid_override_pattern=*M "
-                              "runtime.device=cuda"};
+                              "model.mamba_d_conv=16 runtime.device=cuda"};
     const char *cmds[] = {"validate --quiet", "train", "bench --same-process --steps 1"};
     for (size_t s = 0; s < sizeof settings / sizeof settings[0]; s++) {
         for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {

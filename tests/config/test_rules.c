@@ -217,8 +217,9 @@ static const rule_case k_cases[] = {
      "model.recompute_granularity=selective model.recompute_num_layers=2",
      "model.recompute_granularity=selective model.recompute_num_layers=null"},
     /* valid settings this engine cannot run yet (config/unsupported.c): errors, not notes */
-    {"engine_no_mamba", GT_SEVERITY_ERROR, "model.num_layers=2 model.hybrid_override_pattern=*M",
-     "model.num_layers=2 model.hybrid_override_pattern=*M runtime.device=cpu"},
+    {"engine_no_mamba", GT_SEVERITY_ERROR,
+     "model.num_layers=2 model.hybrid_override_pattern=*M model.mamba_d_conv=16",
+     "model.num_layers=2 model.hybrid_override_pattern=*M model.mamba_d_conv=4"},
     {"engine_no_fp8", GT_SEVERITY_ERROR, "model.compute_dtype=fp8_sc",
      "model.compute_dtype=fp8_cs"},
     {"engine_no_fp8", GT_SEVERITY_ERROR, "model.compute_dtype=fp8_sc runtime.device=cuda",

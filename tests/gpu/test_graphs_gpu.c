@@ -1,7 +1,8 @@
 /* The graph engine on a real GPU (run by developers on the GPU machine): real CUDA stream
  * capture gives bitwise the losses and master weights of eager bf16 steps with dropout on,
  * for per-unit graphs captured in the middle of an eager step (attn; attn+mlp; MoE attn +
- * moe_router + moe_preprocess; moe with drop-and-pad) and for the full-iteration graph; a
+ * moe_router + moe_preprocess; moe with drop-and-pad; hybrid_demo's Mamba model with
+ * attn,mamba,mlp) and for the full-iteration graph (dense and hybrid); a
  * forced capture failure leaves no graph alive and the run continues eagerly; capture costs
  * (almost) no device memory because everything lives in the static arenas; with
  * runtime.device=auto a mistyped GT_CUDA_* switch is an error, not a CPU run. Skips when no GPU
@@ -49,6 +50,26 @@ static void gpu_moe(gt_config *c) {
     c->model.moe_router_topk = 2;
     c->model.moe_ffn_hidden_size = 256;
     c->model.moe_aux_loss_coeff = 0.01;
+}
+
+/* hybrid_demo's model (M*M-: Mamba, attention, Mamba, MLP; 8 Mamba heads of 32 in 2 groups,
+ * state 32) at a test's batch */
+static void gpu_hybrid(gt_config *c) {
+    gpu_dense(c);
+    c->model.num_layers = 4;
+    snprintf(c->model.layer_pattern, sizeof c->model.layer_pattern, "M*M-");
+    c->model.hidden_size = 128;
+    c->model.num_attention_heads = 2;
+    c->model.num_query_groups = 2;
+    c->model.ffn_hidden_size = 384;
+    c->model.vocab_size = 512;
+    c->model.seq_length = 64;
+    c->model.mamba_state_dim = 32;
+    c->model.mamba_head_dim = 32;
+    c->model.mamba_num_groups = 2;
+    c->model.mamba_expand = 2;
+    c->model.mamba_d_conv = 4;
+    c->model.mamba_chunk_size = 64;
 }
 
 static double median_ms(const gtf_run *r, int from) {
@@ -107,6 +128,22 @@ static void test_gpu_full_iteration_graph_matches_eager_bitwise(void **state) {
     if (!g_have_gpu) skip();
     gt_config c;
     gpu_dense(&c);
+    compare(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 1);
+}
+
+static void test_gpu_hybrid_attn_mamba_mlp_graphs_match_eager_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_hybrid(&c);
+    compare(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MAMBA | GT_SCOPE_MLP, 4 * 2);
+}
+
+static void test_gpu_hybrid_full_iteration_graph_matches_eager_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_hybrid(&c);
     compare(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 1);
 }
 
@@ -275,6 +312,8 @@ int main(void) {
         cmocka_unit_test(test_gpu_attn_mlp_graphs_match_eager_bitwise),
         cmocka_unit_test(test_gpu_full_iteration_graph_matches_eager_bitwise),
         cmocka_unit_test(test_gpu_bf16_moments_full_iteration_matches_eager_bitwise),
+        cmocka_unit_test(test_gpu_hybrid_attn_mamba_mlp_graphs_match_eager_bitwise),
+        cmocka_unit_test(test_gpu_hybrid_full_iteration_graph_matches_eager_bitwise),
         cmocka_unit_test(test_gpu_dropless_moe_scopes_match_eager_bitwise),
         cmocka_unit_test(test_gpu_moe_scope_with_capacity_matches_eager_bitwise),
         cmocka_unit_test(test_gpu_failed_capture_falls_back_and_leaves_no_graph),

@@ -1,0 +1,373 @@
+/* GPU tests of the Mamba-2 ops (k_mamba.cu): conv1d, SSD scan and gated RMSNorm, forward and
+ * backward, against the CPU ops on the same bf16-rounded inputs (relative L2 error), with
+ * overwritten and accumulated gradients; two runs bitwise equal; a captured graph of all six
+ * replays bitwise like eager; a shape past the kernels' limits is an error. */
+#include "gpu_fixture.h"
+
+#define TOL_GRAD 1e-3 /* fp32 parameter gradients summed in another order */
+
+/* two shapes: a segment length that does not divide T, S not a multiple of 32, one head per
+ * group, P*S past the 48 KiB of shared memory a block gets without opting in */
+static const gt_mamba_shape k_shapes[] = {
+    {.B = 2, .T = 37, .H = 4, .P = 8, .G = 2, .S = 16, .K = 4, .chunk = 16},
+    {.B = 1, .T = 50, .H = 3, .P = 6, .G = 3, .S = 40, .K = 3, .chunk = 8},
+    {.B = 1, .T = 9, .H = 2, .P = 128, .G = 1, .S = 128, .K = 4, .chunk = 4},
+};
+#define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
+
+/* Host inputs of one shape (bf16-rounded) and their sizes. */
+typedef struct mamba_in {
+    gt_mamba_shape sh;
+    size_t N, in, C, di;
+    float *zx, *conv_w, *conv_b, *dt_bias, *A_log, *D, *gw, *xbc, *y, *dxbc, *dy, *dout, *dz0;
+} mamba_in;
+
+static mamba_in make_inputs(gpu_env *e, gt_mamba_shape sh) {
+    mamba_in m = {.sh = sh};
+    m.N = (size_t)sh.B * sh.T;
+    m.in = (size_t)gt_mamba_in(sh);
+    m.C = (size_t)gt_mamba_conv(sh);
+    m.di = (size_t)gt_mamba_inner(sh);
+    m.zx = rand_vec(e, m.N * m.in, 1.0f);
+    m.conv_w = rand_vec(e, m.C * sh.K, 0.5f);
+    m.conv_b = rand_vec(e, m.C, 0.5f);
+    m.dt_bias = rand_vec(e, sh.H, 1.0f);
+    m.A_log = rand_vec(e, sh.H, 1.0f);
+    m.D = rand_vec(e, sh.H, 1.0f);
+    m.gw = rand_vec(e, m.di, 0.2f);
+    for (size_t i = 0; i < m.di; i++)
+        m.gw[i] = bf16_round(1.0f + m.gw[i]);
+    m.xbc = rand_vec(e, m.N * m.C, 1.0f);
+    m.y = rand_vec(e, m.N * m.di, 1.0f);
+    m.dxbc = rand_vec(e, m.N * m.C, 1.0f);
+    m.dy = rand_vec(e, m.N * m.di, 1.0f);
+    m.dout = rand_vec(e, m.N * m.di, 1.0f);
+    m.dz0 = rand_vec(e, m.N * m.in, 1.0f);
+    return m;
+}
+
+static void free_inputs(mamba_in *m) {
+    free(m->zx), free(m->conv_w), free(m->conv_b), free(m->dt_bias), free(m->A_log), free(m->D);
+    free(m->gw), free(m->xbc), free(m->y), free(m->dxbc), free(m->dy), free(m->dout);
+    free(m->dz0);
+}
+
+/* The columns [lo, hi) of an [N][ld] matrix, packed. */
+static float *columns(const float *a, size_t N, size_t ld, size_t lo, size_t hi) {
+    float *o = malloc(N * (hi - lo) * sizeof *o);
+    for (size_t n = 0; n < N; n++)
+        memcpy(o + n * (hi - lo), a + n * ld + lo, (hi - lo) * sizeof *o);
+    return o;
+}
+
+static void expect_columns(const char *what, const float *got, const float *want, size_t N,
+                           size_t ld, size_t lo, size_t hi, double tol) {
+    float *g = columns(got, N, ld, lo, hi), *w = columns(want, N, ld, lo, hi);
+    EXPECT_CLOSE(what, g, w, N * (hi - lo), tol);
+    free(g), free(w);
+}
+
+/* Initial parameter gradients: g0 for accumulate = 1, NaN for accumulate = 0 (overwritten). */
+static float *grad_init(gpu_env *e, size_t n, int accumulate) {
+    float *g = rand_vec(e, n, 0.5f);
+    if (!accumulate)
+        for (size_t i = 0; i < n; i++)
+            g[i] = NAN;
+    return g;
+}
+
+static void conv_case(gpu_env *e, gt_mamba_shape sh, int accumulate) {
+    mamba_in m = make_inputs(e, sh);
+    size_t N = m.N, in = m.in, C = m.C, di = m.di, K = (size_t)sh.K;
+    float *dw0 = grad_init(e, C * K, accumulate), *db0 = grad_init(e, C, accumulate);
+    float *c_xbc = c_f32(e, NULL, N * C), *c_dz = c_f32(e, m.dz0, N * in);
+    float *c_dw = c_f32(e, dw0, C * K), *c_db = c_f32(e, db0, C);
+    float *c_zx = c_f32(e, m.zx, N * in), *c_w = c_f32(e, m.conv_w, C * K);
+    float *c_b = c_f32(e, m.conv_b, C);
+    e->cpu->ops->mamba_conv_fwd(e->cpu, e->cs, c_xbc, c_zx, c_w, c_b, sh);
+    e->cpu->ops->mamba_conv_bwd(e->cpu, e->cs, c_dz, c_dw, c_db, c_f32(e, m.dxbc, N * C), c_zx, c_w,
+                                c_b, sh, accumulate);
+    void *g_zx = g_act(e, m.zx, N * in), *g_w = g_act(e, m.conv_w, C * K);
+    void *g_b = g_act(e, m.conv_b, C), *g_xbc = g_act(e, NULL, N * C);
+    void *g_dz = g_act(e, m.dz0, N * in);
+    float *g_dw = g_f32(e, dw0, C * K), *g_db = g_f32(e, db0, C);
+    e->gpu->ops->mamba_conv_fwd(e->gpu, e->gs, g_xbc, g_zx, g_w, g_b, sh);
+    e->gpu->ops->mamba_conv_bwd(e->gpu, e->gs, g_dz, g_dw, g_db, g_act(e, m.dxbc, N * C), g_zx, g_w,
+                                g_b, sh, accumulate);
+    float *got = malloc(N * in * sizeof *got);
+    g_read_act(e, got, g_xbc, N * C);
+    EXPECT_CLOSE("mamba_conv_fwd xbc", got, c_xbc, N * C, TOL_BF16);
+    g_read_act(e, got, g_dz, N * in);
+    expect_columns("mamba_conv_bwd dxBC", got, c_dz, N, in, di, di + C, TOL_BF16);
+    /* the z and dt columns are not the convolution's: untouched */
+    float *before = columns(m.dz0, N, in, 0, di), *after = columns(got, N, in, 0, di);
+    assert_memory_equal(before, after, N * di * sizeof(float));
+    free(before), free(after);
+    before = columns(m.dz0, N, in, di + C, in), after = columns(got, N, in, di + C, in);
+    assert_memory_equal(before, after, N * (in - di - C) * sizeof(float));
+    free(before), free(after);
+    g_read_f32(e, got, g_dw, C * K);
+    EXPECT_CLOSE(accumulate ? "mamba_conv_bwd dw (+=)" : "mamba_conv_bwd dw (=)", got, c_dw, C * K,
+                 TOL_GRAD);
+    g_read_f32(e, got, g_db, C);
+    EXPECT_CLOSE(accumulate ? "mamba_conv_bwd dbias (+=)" : "mamba_conv_bwd dbias (=)", got, c_db,
+                 C, TOL_GRAD);
+    free(got), free(dw0), free(db0);
+    free_inputs(&m);
+}
+
+static void test_conv_matches_cpu(void **state) {
+    gpu_env *e = *state;
+    for (int i = 0; i < N_SHAPES; i++)
+        for (int acc = 0; acc <= 1; acc++)
+            conv_case(e, k_shapes[i], acc);
+}
+
+static void ssd_case(gpu_env *e, gt_mamba_shape sh, int accumulate) {
+    mamba_in m = make_inputs(e, sh);
+    size_t N = m.N, in = m.in, C = m.C, di = m.di, H = (size_t)sh.H;
+    size_t ws = gt_mamba_ssd_ws_floats(sh);
+    float *gb0 = grad_init(e, H, accumulate), *ga0 = grad_init(e, H, accumulate);
+    float *gd0 = grad_init(e, H, accumulate);
+    float *c_y = c_f32(e, NULL, N * di), *c_dxbc = c_f32(e, NULL, N * C);
+    float *c_dz = c_f32(e, m.dz0, N * in), *c_ws = c_f32(e, NULL, ws);
+    float *c_gb = c_f32(e, gb0, H), *c_ga = c_f32(e, ga0, H), *c_gd = c_f32(e, gd0, H);
+    float *c_xbc = c_f32(e, m.xbc, N * C), *c_zx = c_f32(e, m.zx, N * in);
+    float *c_bias = c_f32(e, m.dt_bias, H), *c_A = c_f32(e, m.A_log, H), *c_D = c_f32(e, m.D, H);
+    e->cpu->ops->mamba_ssd_fwd(e->cpu, e->cs, c_y, c_xbc, c_zx, c_bias, c_A, c_D, c_ws, sh);
+    e->cpu->ops->mamba_ssd_bwd(e->cpu, e->cs, c_dxbc, c_dz, c_gb, c_ga, c_gd,
+                               c_f32(e, m.dy, N * di), c_xbc, c_zx, c_bias, c_A, c_D, c_ws, sh,
+                               accumulate);
+    void *g_xbc = g_act(e, m.xbc, N * C), *g_zx = g_act(e, m.zx, N * in);
+    void *g_bias = g_act(e, m.dt_bias, H), *g_A = g_act(e, m.A_log, H), *g_D = g_act(e, m.D, H);
+    void *g_y = g_act(e, NULL, N * di), *g_dxbc = g_act(e, NULL, N * C);
+    void *g_dz = g_act(e, m.dz0, N * in);
+    float *g_ws = g_f32(e, NULL, ws);
+    float *g_gb = g_f32(e, gb0, H), *g_ga = g_f32(e, ga0, H), *g_gd = g_f32(e, gd0, H);
+    e->gpu->ops->mamba_ssd_fwd(e->gpu, e->gs, g_y, g_xbc, g_zx, g_bias, g_A, g_D, g_ws, sh);
+    e->gpu->ops->mamba_ssd_bwd(e->gpu, e->gs, g_dxbc, g_dz, g_gb, g_ga, g_gd,
+                               g_act(e, m.dy, N * di), g_xbc, g_zx, g_bias, g_A, g_D, g_ws, sh,
+                               accumulate);
+    float *got = malloc(N * in * sizeof *got);
+    g_read_act(e, got, g_y, N * di);
+    EXPECT_CLOSE("mamba_ssd_fwd y", got, c_y, N * di, TOL_BF16);
+    g_read_act(e, got, g_dxbc, N * C);
+    expect_columns("mamba_ssd_bwd dx", got, c_dxbc, N, C, 0, di, TOL_BF16);
+    expect_columns("mamba_ssd_bwd dB", got, c_dxbc, N, C, di, di + (C - di) / 2, TOL_BF16);
+    expect_columns("mamba_ssd_bwd dC", got, c_dxbc, N, C, di + (C - di) / 2, C, TOL_BF16);
+    g_read_act(e, got, g_dz, N * in);
+    expect_columns("mamba_ssd_bwd d(dt)", got, c_dz, N, in, in - H, in, TOL_BF16);
+    float *before = columns(m.dz0, N, in, 0, in - H), *after = columns(got, N, in, 0, in - H);
+    assert_memory_equal(before, after, N * (in - H) * sizeof(float)); /* only dt's columns */
+    free(before), free(after);
+    g_read_f32(e, got, g_gb, H);
+    EXPECT_CLOSE(accumulate ? "mamba_ssd_bwd ddt_bias (+=)" : "mamba_ssd_bwd ddt_bias (=)", got,
+                 c_gb, H, TOL_GRAD);
+    g_read_f32(e, got, g_ga, H);
+    EXPECT_CLOSE(accumulate ? "mamba_ssd_bwd dA_log (+=)" : "mamba_ssd_bwd dA_log (=)", got, c_ga,
+                 H, TOL_GRAD);
+    g_read_f32(e, got, g_gd, H);
+    EXPECT_CLOSE(accumulate ? "mamba_ssd_bwd dD (+=)" : "mamba_ssd_bwd dD (=)", got, c_gd, H,
+                 TOL_GRAD);
+    free(got), free(gb0), free(ga0), free(gd0);
+    free_inputs(&m);
+}
+
+static void test_ssd_scan_matches_cpu(void **state) {
+    gpu_env *e = *state;
+    for (int i = 0; i < N_SHAPES; i++)
+        for (int acc = 0; acc <= 1; acc++)
+            ssd_case(e, k_shapes[i], acc);
+}
+
+static void gnorm_case(gpu_env *e, gt_mamba_shape sh, int accumulate) {
+    mamba_in m = make_inputs(e, sh);
+    size_t N = m.N, in = m.in, di = m.di, G = (size_t)sh.G;
+    float eps = 1e-5f;
+    float *dw0 = grad_init(e, di, accumulate);
+    float *c_out = c_f32(e, NULL, N * di), *c_rstd = c_f32(e, NULL, N * G);
+    float *c_dy = c_f32(e, NULL, N * di), *c_dz = c_f32(e, m.dz0, N * in);
+    float *c_dw = c_f32(e, dw0, di), *c_y = c_f32(e, m.y, N * di);
+    float *c_zx = c_f32(e, m.zx, N * in), *c_w = c_f32(e, m.gw, di);
+    e->cpu->ops->mamba_gated_norm_fwd(e->cpu, e->cs, c_out, c_rstd, c_y, c_zx, c_w, eps, sh);
+    e->cpu->ops->mamba_gated_norm_bwd(e->cpu, e->cs, c_dy, c_dz, c_dw, c_f32(e, m.dout, N * di),
+                                      c_y, c_zx, c_w, c_rstd, sh, accumulate);
+    void *g_y = g_act(e, m.y, N * di), *g_zx = g_act(e, m.zx, N * in), *g_w = g_act(e, m.gw, di);
+    void *g_out = g_act(e, NULL, N * di), *g_dy = g_act(e, NULL, N * di);
+    void *g_dz = g_act(e, m.dz0, N * in);
+    float *g_rstd = g_f32(e, NULL, N * G), *g_dw = g_f32(e, dw0, di);
+    e->gpu->ops->mamba_gated_norm_fwd(e->gpu, e->gs, g_out, g_rstd, g_y, g_zx, g_w, eps, sh);
+    e->gpu->ops->mamba_gated_norm_bwd(e->gpu, e->gs, g_dy, g_dz, g_dw, g_act(e, m.dout, N * di),
+                                      g_y, g_zx, g_w, g_rstd, sh, accumulate);
+    float *got = malloc(N * in * sizeof *got);
+    g_read_act(e, got, g_out, N * di);
+    EXPECT_CLOSE("mamba_gated_norm_fwd out", got, c_out, N * di, TOL_BF16);
+    g_read_f32(e, got, g_rstd, N * G);
+    EXPECT_CLOSE("mamba_gated_norm_fwd rstd", got, c_rstd, N * G, TOL_F32);
+    g_read_act(e, got, g_dy, N * di);
+    EXPECT_CLOSE("mamba_gated_norm_bwd dy", got, c_dy, N * di, TOL_BF16);
+    g_read_act(e, got, g_dz, N * in);
+    expect_columns("mamba_gated_norm_bwd dz", got, c_dz, N, in, 0, di, TOL_BF16);
+    float *before = columns(m.dz0, N, in, di, in), *after = columns(got, N, in, di, in);
+    assert_memory_equal(before, after, N * (in - di) * sizeof(float)); /* only z's columns */
+    free(before), free(after);
+    g_read_f32(e, got, g_dw, di);
+    EXPECT_CLOSE(accumulate ? "mamba_gated_norm_bwd dw (+=)" : "mamba_gated_norm_bwd dw (=)", got,
+                 c_dw, di, TOL_GRAD);
+    free(got), free(dw0);
+    free_inputs(&m);
+}
+
+static void test_gated_norm_matches_cpu(void **state) {
+    gpu_env *e = *state;
+    for (int i = 0; i < N_SHAPES; i++)
+        for (int acc = 0; acc <= 1; acc++)
+            gnorm_case(e, k_shapes[i], acc);
+}
+
+/* Device buffers of all six ops on one shape: the forward chain conv -> scan -> norm, then
+ * the backward chain norm -> scan -> conv, as model_mamba.c runs them. */
+typedef struct mamba_dev {
+    gt_mamba_shape sh;
+    void *zx, *conv_w, *conv_b, *dt_bias, *A_log, *D, *gw, *xbc, *y, *out, *dout, *dy, *dxbc, *dz;
+    float *rstd, *ws, *g_cw, *g_cb, *g_db, *g_da, *g_dd, *g_gw;
+} mamba_dev;
+
+static mamba_dev upload(gpu_env *e, const mamba_in *m) {
+    mamba_dev d = {.sh = m->sh};
+    size_t N = m->N, H = (size_t)m->sh.H;
+    d.zx = g_act(e, m->zx, N * m->in);
+    d.conv_w = g_act(e, m->conv_w, m->C * m->sh.K);
+    d.conv_b = g_act(e, m->conv_b, m->C);
+    d.dt_bias = g_act(e, m->dt_bias, H);
+    d.A_log = g_act(e, m->A_log, H);
+    d.D = g_act(e, m->D, H);
+    d.gw = g_act(e, m->gw, m->di);
+    d.xbc = g_act(e, NULL, N * m->C);
+    d.y = g_act(e, NULL, N * m->di);
+    d.out = g_act(e, NULL, N * m->di);
+    d.dout = g_act(e, m->dout, N * m->di);
+    d.dy = g_act(e, NULL, N * m->di);
+    d.dxbc = g_act(e, NULL, N * m->C);
+    d.dz = g_act(e, NULL, N * m->in);
+    d.rstd = g_f32(e, NULL, N * m->sh.G);
+    d.ws = g_f32(e, NULL, gt_mamba_ssd_ws_floats(m->sh));
+    d.g_cw = g_f32(e, NULL, m->C * m->sh.K);
+    d.g_cb = g_f32(e, NULL, m->C);
+    d.g_db = g_f32(e, NULL, H);
+    d.g_da = g_f32(e, NULL, H);
+    d.g_dd = g_f32(e, NULL, H);
+    d.g_gw = g_f32(e, NULL, m->di);
+    return d;
+}
+
+static void run_all(gpu_env *e, const mamba_dev *d) {
+    gt_backend *b = e->gpu;
+    gt_stream *s = e->gs;
+    b->ops->mamba_conv_fwd(b, s, d->xbc, d->zx, d->conv_w, d->conv_b, d->sh);
+    b->ops->mamba_ssd_fwd(b, s, d->y, d->xbc, d->zx, d->dt_bias, d->A_log, d->D, d->ws, d->sh);
+    b->ops->mamba_gated_norm_fwd(b, s, d->out, d->rstd, d->y, d->zx, d->gw, 1e-5f, d->sh);
+    b->ops->mamba_gated_norm_bwd(b, s, d->dy, d->dz, d->g_gw, d->dout, d->y, d->zx, d->gw, d->rstd,
+                                 d->sh, 0);
+    b->ops->mamba_ssd_bwd(b, s, d->dxbc, d->dz, d->g_db, d->g_da, d->g_dd, d->dy, d->xbc, d->zx,
+                          d->dt_bias, d->A_log, d->D, d->ws, d->sh, 0);
+    b->ops->mamba_conv_bwd(b, s, d->dz, d->g_cw, d->g_cb, d->dxbc, d->zx, d->conv_w, d->conv_b,
+                           d->sh, 0);
+}
+
+/* Every output of run_all, downloaded and concatenated (bf16 outputs as fp32). */
+static float *outputs(gpu_env *e, const mamba_in *m, const mamba_dev *d, size_t *n) {
+    size_t N = m->N, H = (size_t)m->sh.H;
+    size_t sizes[] = {N * m->C, N * m->di,      N * m->di, N * m->sh.G, N * m->di,
+                      N * m->C, N * m->in,      m->di,     H,           H,
+                      H,        m->C * m->sh.K, m->C};
+    const void *ptr[] = {d->xbc,  d->y,    d->out,  d->rstd, d->dy,   d->dxbc, d->dz,
+                         d->g_gw, d->g_db, d->g_da, d->g_dd, d->g_cw, d->g_cb};
+    int is_act[] = {1, 1, 1, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += sizes[i];
+    float *o = malloc(total * sizeof *o), *p = o;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (is_act[i])
+            g_read_act(e, p, ptr[i], sizes[i]);
+        else
+            g_read_f32(e, p, ptr[i], sizes[i]);
+        p += sizes[i];
+    }
+    *n = total;
+    return o;
+}
+
+static void test_two_runs_are_bitwise_equal(void **state) {
+    gpu_env *e = *state;
+    for (int i = 0; i < N_SHAPES; i++) {
+        mamba_in m = make_inputs(e, k_shapes[i]);
+        mamba_dev d = upload(e, &m);
+        size_t n1, n2;
+        run_all(e, &d);
+        float *first = outputs(e, &m, &d, &n1);
+        run_all(e, &d);
+        float *second = outputs(e, &m, &d, &n2);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(first, second, n1 * sizeof(float));
+        free(first), free(second);
+        free_inputs(&m);
+        env_free_all(e);
+    }
+}
+
+static void test_captured_graph_replays_like_eager_bitwise(void **state) {
+    gpu_env *e = *state;
+    gt_backend *b = e->gpu;
+    gt_error err = {0};
+    for (int i = 0; i < N_SHAPES; i++) {
+        mamba_in m = make_inputs(e, k_shapes[i]);
+        mamba_dev d = upload(e, &m);
+        size_t n1, n2;
+        run_all(e, &d);
+        float *eager = outputs(e, &m, &d, &n1);
+        /* clear every output, so the replay has to write them all again */
+        mamba_dev fresh = upload(e, &m);
+        assert_int_equal(b->ops->begin_capture(b, e->gs, GT_CAPTURE_THREAD_LOCAL, &err), GT_OK);
+        run_all(e, &fresh);
+        gt_graph *g = NULL;
+        if (b->ops->end_capture(b, e->gs, &g, NULL, &err)) fail_msg("%s", err.msg);
+        assert_non_null(g);
+        if (b->ops->graph_launch(b, g, e->gs, &err)) fail_msg("%s", err.msg);
+        float *replay = outputs(e, &m, &fresh, &n2);
+        assert_int_equal(n1, n2);
+        assert_memory_equal(eager, replay, n1 * sizeof(float));
+        b->ops->graph_destroy(b, g);
+        free(eager), free(replay);
+        free_inputs(&m);
+        env_free_all(e);
+    }
+}
+
+static void test_conv_wider_than_the_kernels_is_an_error(void **state) {
+    gpu_env *e = *state;
+    gt_mamba_shape sh = k_shapes[0];
+    sh.K = 9;
+    mamba_in m = make_inputs(e, sh);
+    mamba_dev d = upload(e, &m);
+    e->gpu->ops->mamba_conv_fwd(e->gpu, e->gs, d.xbc, d.zx, d.conv_w, d.conv_b, sh);
+    gt_error err = {0};
+    assert_int_not_equal(gt_backend_check(e->gpu, &err), GT_OK);
+    printf("    %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "mamba_conv_fwd"));
+    assert_non_null(strstr(err.msg, "K=9"));
+    free_inputs(&m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_conv_matches_cpu, gpu_free_bufs),
+        cmocka_unit_test_teardown(test_ssd_scan_matches_cpu, gpu_free_bufs),
+        cmocka_unit_test_teardown(test_gated_norm_matches_cpu, gpu_free_bufs),
+        cmocka_unit_test_teardown(test_two_runs_are_bitwise_equal, gpu_free_bufs),
+        cmocka_unit_test_teardown(test_captured_graph_replays_like_eager_bitwise, gpu_free_bufs),
+        cmocka_unit_test_teardown(test_conv_wider_than_the_kernels_is_an_error, gpu_free_bufs),
+    };
+    return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
+}
