@@ -36,3 +36,11 @@ fi
   dataset.data_path="$PREFIX" \
   checkpoint.save=runs/demo checkpoint.overwrite=true logger.metrics_file=runs/demo/metrics.jsonl \
   "$@"
+
+# A few lines sampled from the model just trained (CPU; the prompt goes through the data's
+# tokenizer, data/fortunes.vocab, which the checkpoint's dataset.data_path names)
+echo "samples from runs/demo:"
+for seed in 1 2 3; do
+  ./build/graphtrain generate --checkpoint runs/demo --prompt "The " --max-new-tokens 40 \
+    --temperature 0.8 --top-k 40 --seed "$seed"
+done
