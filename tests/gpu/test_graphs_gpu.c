@@ -18,30 +18,13 @@ static int g_have_gpu;
 
 static int setup(void **state) {
     (void)state;
-    gt_backend *b = NULL;
-    gt_error err = {0};
-    g_have_gpu = gt_backend_create_cuda(&b, 0, NULL, &err) == GT_OK;
-    if (!g_have_gpu) fprintf(stderr, "skipping: %s\n", err.msg);
-    gt_backend_destroy(b);
+    g_have_gpu = gtf_cuda_available();
     return 0;
 }
 
 /* A small bf16 model with shapes the CUDA kernels like (hd 64, multiples of 64). */
 static void gpu_dense(gt_config *c) {
-    gtf_tiny_dense(c);
-    c->runtime.device = GT_DEVICE_CUDA;
-    c->model.compute_dtype = GT_DTYPE_BF16;
-    c->model.num_layers = 2;
-    c->model.hidden_size = 256;
-    c->model.num_attention_heads = 4;
-    c->model.num_query_groups = 2;
-    c->model.ffn_hidden_size = 512;
-    c->model.vocab_size = 1024;
-    c->model.seq_length = 128;
-    c->train.micro_batch_size = 2;
-    c->train.global_batch_size = 4;
-    c->model.cuda_graph_warmup_steps = WARMUP;
-    c->runtime.deterministic = true;
+    gtf_gpu_dense(c, 2, 256, 4, 2, 512, WARMUP);
 }
 
 static void gpu_moe(gt_config *c) {

@@ -14,11 +14,7 @@ static int g_have_gpu;
 
 static int setup(void **state) {
     (void)state;
-    gt_backend *b = NULL;
-    gt_error err = {0};
-    g_have_gpu = gt_backend_create_cuda(&b, 0, NULL, &err) == GT_OK;
-    if (!g_have_gpu) fprintf(stderr, "skipping: %s\n", err.msg);
-    gt_backend_destroy(b);
+    g_have_gpu = gtf_cuda_available();
     return 0;
 }
 
@@ -26,20 +22,7 @@ static int setup(void **state) {
  * 198 output tiles: cuda_matmul.c's batch_pays), so the GEMMs are the same with recompute
  * and without. */
 static void gpu_wide(gt_config *c) {
-    gtf_tiny_dense(c);
-    c->runtime.device = GT_DEVICE_CUDA;
-    c->model.compute_dtype = GT_DTYPE_BF16;
-    c->model.num_layers = 3;
-    c->model.hidden_size = 2048;
-    c->model.num_attention_heads = 32;
-    c->model.num_query_groups = 8;
-    c->model.ffn_hidden_size = 4096;
-    c->model.vocab_size = 1024;
-    c->model.seq_length = 128;
-    c->train.micro_batch_size = 2;
-    c->train.global_batch_size = 4;
-    c->model.cuda_graph_warmup_steps = WARMUP;
-    c->runtime.deterministic = true;
+    gtf_gpu_dense(c, 3, 2048, 32, 8, 4096, WARMUP);
 }
 
 /* test_graphs_gpu.c's small model: its weight gradients are batched over the layers */

@@ -58,16 +58,7 @@ static void test_full_iteration_hybrid_replays_bitwise_like_eager(void **state) 
     (void)state;
     gt_config c;
     tiny_hybrid(&c);
-    gtf_run eager, graphed;
-    gtf_train(&c, STEPS, &eager);
-    gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
-    gtf_train(&c, STEPS, &graphed);
-    assert_int_equal(graphed.rc, GT_OK);
-    gtf_assert_same(&eager, &graphed);
-    gtf_assert_progress(&graphed, WARMUP);
-    assert_int_equal(graphed.gs.graphs, 1);
-    gtf_free(&eager);
-    gtf_free(&graphed);
+    gtf_assert_full_iteration_like_eager(&c, STEPS, WARMUP);
 }
 
 static void test_mamba_scope_without_mamba_layers_is_rejected(void **state) {

@@ -55,16 +55,7 @@ static void test_full_iteration_moe_with_capacity_replays_bitwise_like_eager(voi
     gtf_tiny_moe(&c);
     c.model.moe_expert_capacity_factor = 1.0;
     c.model.moe_pad_expert_input_to_capacity = true;
-    gtf_run eager, graphed;
-    gtf_train(&c, STEPS, &eager);
-    gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
-    gtf_train(&c, STEPS, &graphed);
-    assert_int_equal(graphed.rc, GT_OK);
-    gtf_assert_same(&eager, &graphed);
-    gtf_assert_progress(&graphed, WARMUP);
-    assert_int_equal(graphed.gs.graphs, 1);
-    gtf_free(&eager);
-    gtf_free(&graphed);
+    gtf_assert_full_iteration_like_eager(&c, STEPS, WARMUP);
 }
 
 static void test_mlp_scope_on_an_all_moe_model_is_rejected(void **state) {

@@ -85,6 +85,37 @@ static inline void gtf_tiny_dense(gt_config *c) {
 }
 
 /* The dense model with every layer MoE: 4 experts, top-2, aux loss on. */
+/* For the GPU tests (tests/gpu/): 1 when a CUDA backend can be made; otherwise says why the
+ * tests skip. */
+static inline int gtf_cuda_available(void) {
+    gt_backend *b = NULL;
+    gt_error err = {0};
+    int ok = gt_backend_create_cuda(&b, 0, NULL, &err) == GT_OK;
+    if (!ok) fprintf(stderr, "skipping: %s\n", err.msg);
+    gt_backend_destroy(b);
+    return ok;
+}
+
+/* A bf16 model on the CUDA backend with shapes its kernels like (head dim 64, multiples of
+ * 64), deterministic, captured after `warmup` eager steps. */
+static inline void gtf_gpu_dense(gt_config *c, int layers, int d, int heads, int kv_heads, int ffn,
+                                 int warmup) {
+    gtf_tiny_dense(c);
+    c->runtime.device = GT_DEVICE_CUDA;
+    c->model.compute_dtype = GT_DTYPE_BF16;
+    c->model.num_layers = layers;
+    c->model.hidden_size = d;
+    c->model.num_attention_heads = heads;
+    c->model.num_query_groups = kv_heads;
+    c->model.ffn_hidden_size = ffn;
+    c->model.vocab_size = 1024;
+    c->model.seq_length = 128;
+    c->train.micro_batch_size = 2;
+    c->train.global_batch_size = 4;
+    c->model.cuda_graph_warmup_steps = warmup;
+    c->runtime.deterministic = true;
+}
+
 static inline void gtf_tiny_moe(gt_config *c) {
     gtf_tiny_dense(c);
     c->model.num_moe_experts = 4;
@@ -210,6 +241,23 @@ static inline void gtf_assert_progress(const gtf_run *r, int warmup) {
         if (r->mode[i] != want)
             fail_msg("step %d: mode %d, expected %d", i + 1, (int)r->mode[i], (int)want);
     }
+}
+
+/* cfg trained `steps` steps eagerly and in one full-iteration graph (captured after `warmup`
+ * eager steps): the same losses and master weights, bit for bit. */
+static inline void gtf_assert_full_iteration_like_eager(const gt_config *cfg, int steps,
+                                                        int warmup) {
+    gt_config c = *cfg;
+    gtf_run eager, graphed;
+    gtf_train(&c, steps, &eager);
+    gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
+    gtf_train(&c, steps, &graphed);
+    assert_int_equal(graphed.rc, GT_OK);
+    gtf_assert_same(&eager, &graphed);
+    gtf_assert_progress(&graphed, warmup);
+    assert_int_equal(graphed.gs.graphs, 1);
+    gtf_free(&eager);
+    gtf_free(&graphed);
 }
 
 /* Defines g_eager, an eager reference run of n_steps steps of gtf_tiny_dense trained once by
