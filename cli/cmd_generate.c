@@ -1,5 +1,6 @@
-/* graphtrain generate --checkpoint DIR --prompt TEXT: samples a continuation on the CPU
- * backend (train/generate.h), with the tokenizer of the checkpoint's data or a given one. */
+/* graphtrain generate --checkpoint DIR --prompt TEXT: samples a continuation with the KV-cache
+ * decoder (train/generate.h) on the CPU or CUDA backend, with the tokenizer of the checkpoint's
+ * data or a given one, and reports prefill and decode tokens/s on stderr. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +21,10 @@ static void usage(FILE *out) {
         out,
         "usage: graphtrain generate --checkpoint DIR (--prompt TEXT | --prompt-ids 1,2,3)\n"
         "                           [--max-new-tokens N] [--temperature T] [--top-k K]\n"
-        "                           [--top-p P] [--seed S] [--tokenizer FILE]\n\n"
-        "Continues the prompt with the checkpoint's model on the CPU backend.\n"
+        "                           [--top-p P] [--seed S] [--tokenizer FILE]\n"
+        "                           [--device auto|cpu|cuda] [--no-graph]\n\n"
+        "Continues the prompt with the checkpoint's model: one prefill over the prompt, then\n"
+        "one decode step per token over a KV cache (on cuda: a captured CUDA graph replayed).\n"
         "  --checkpoint DIR     a checkpoint.save folder, an iter_ folder or a checkpoint.bin\n"
         "  --prompt TEXT        text, encoded with the tokenizer (default: PREFIX.vocab of the\n"
         "                       checkpoint's dataset.data_path, as prepare-data wrote it)\n"
@@ -31,7 +34,9 @@ static void usage(FILE *out) {
         "  --temperature T      0 is greedy (default 0.8)\n"
         "  --top-k K            sample among the K most likely tokens (default 0: all)\n"
         "  --top-p P            and among the fewest whose probability reaches P (default 1)\n"
-        "  --seed S             the sampling generator's seed (default 1234)\n");
+        "  --seed S             the sampling generator's seed (default 1234)\n"
+        "  --device D           auto (default: a usable GPU, else the CPU), cpu or cuda\n"
+        "  --no-graph           run the decode steps eagerly instead of replaying a graph\n");
 }
 
 static int usage_error(const char *msg, const char *arg) {
@@ -82,15 +87,31 @@ static int load_tokenizer(const char *path, const char *ckpt, gt_tokenizer **tk,
     return gt_tokenizer_load(tk, path, err);
 }
 
+/* tokens/s of the prefill and of the decode steps, on stderr (stdout is the text) */
+static void report(const gt_generate_stats *st) {
+    fprintf(stderr, "graphtrain generate: %s backend: prefill %d tokens in %.1f ms (%.1f tokens/s)",
+            st->backend, st->prefill_tokens, st->prefill_ms,
+            st->prefill_ms > 0 ? 1e3 * st->prefill_tokens / st->prefill_ms : 0.0);
+    if (st->decode_steps > 0)
+        fprintf(stderr, "; decode %d tokens in %.1f ms (%.1f tokens/s, %s)", st->decode_steps,
+                st->decode_ms, st->decode_ms > 0 ? 1e3 * st->decode_steps / st->decode_ms : 0.0,
+                st->graph ? "graph replay" : "eager");
+    fprintf(stderr, "\n");
+}
+
 int gt_cmd_generate(int argc, char **argv) {
     const char *ckpt = NULL, *text = NULL, *ids_arg = NULL, *tok_path = NULL;
-    gt_generate_opts o = {32, 0.8f, 0, 1.0f, 1234, -1};
+    gt_generate_opts o = {32, 0.8f, 0, 1.0f, 1234, -1, "auto", 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--no-graph")) {
+            o.no_graph = 1;
+            continue;
         }
         if (i + 1 >= argc) return usage_error("missing value after ", a);
         const char *val = argv[++i];
@@ -112,6 +133,9 @@ int gt_cmd_generate(int argc, char **argv) {
             o.top_p = (float)v;
         else if (!strcmp(a, "--seed") && parse_num(val, 0, 1.8e19, &v))
             o.seed = (uint64_t)v;
+        else if (!strcmp(a, "--device") &&
+                 (!strcmp(val, "auto") || !strcmp(val, "cpu") || !strcmp(val, "cuda")))
+            o.device = val;
         else
             return usage_error("unknown argument or bad value: ", a);
     }
@@ -119,8 +143,9 @@ int gt_cmd_generate(int argc, char **argv) {
         return usage_error("--checkpoint and one of --prompt or --prompt-ids are required", NULL);
     gt_error err = {0};
     gt_tokenizer *tk = NULL;
-    int32_t *prompt = malloc(GEN_MAX_PROMPT * sizeof *prompt), *out = NULL;
-    int n_prompt = 0, n_out = 0, rc = prompt ? GT_OK : GT_ERR_NOMEM;
+    int32_t *prompt = malloc(GEN_MAX_PROMPT * sizeof *prompt);
+    gt_generate_result res = {0};
+    int n_prompt = 0, rc = prompt ? GT_OK : GT_ERR_NOMEM;
     if (!rc && ids_arg && !parse_ids(ids_arg, prompt, &n_prompt)) {
         free(prompt);
         return usage_error("--prompt-ids takes comma-separated token ids, not ", ids_arg);
@@ -141,7 +166,10 @@ int gt_cmd_generate(int argc, char **argv) {
         free(ids);
         if (!rc) o.stop_id = gt_tokenizer_eod(tk);
     }
-    if (!rc) rc = gt_generate(ckpt, prompt, n_prompt, &o, &out, &n_out, &err);
+    if (!rc) rc = gt_generate(ckpt, prompt, n_prompt, &o, &res, &err);
+    if (!rc) report(&res.stats);
+    const int32_t *out = res.ids;
+    int n_out = res.n;
     if (!rc && tk) {
         unsigned char *bytes = NULL;
         size_t nb = 0;
@@ -161,6 +189,6 @@ int gt_cmd_generate(int argc, char **argv) {
     if (rc) fprintf(stderr, "graphtrain generate: %s\n", err.msg[0] ? err.msg : "out of memory");
     gt_tokenizer_destroy(tk);
     free(prompt);
-    free(out);
+    gt_generate_result_free(&res);
     return rc ? GEN_EXIT_FAILED : 0;
 }

@@ -1,162 +1,274 @@
-/* graphtrain generate's sampling loop; see generate.h. */
+/* graphtrain generate's prefill and decode loop; see generate.h. */
 #include "train/generate.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
-#include "model/model.h"
+#include "config/cuda_keys.h"
+#include "core/clock.h"
+#include "model/model_decode.h"
 #include "train/checkpoint.h"
+#include "train/generate_testing.h"
 #include "train/hf_convert.h"
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+void gt_generate_result_free(gt_generate_result *r) {
+    if (!r) return;
+    free(r->ids);
+    free(r->logits);
+    r->ids = NULL;
+    r->logits = NULL;
+    r->n = 0;
 }
 
-typedef struct cand {
-    float logit;
-    int id;
-} cand;
-
-static int by_logit(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return x->id - y->id;
+int gt_generate_check(const gt_config *cfg, const int32_t *prompt, int n_prompt,
+                      const gt_generate_opts *o, gt_error *err) {
+    int V = cfg->model.vocab_size;
+    if (n_prompt < 1 || o->max_new_tokens < 1)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "generate needs a prompt of at least one token and --max-new-tokens "
+                            ">= 1");
+    if (!(o->temperature >= 0) || o->top_k < 0 || !(o->top_p > 0 && o->top_p <= 1))
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "--temperature %g, --top-k %d, --top-p %g: the temperature must be "
+                            ">= 0, top-k >= 0 and top-p in (0, 1]",
+                            (double)o->temperature, o->top_k, (double)o->top_p);
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "prompt token %d is %d, outside the model's vocabulary [0, %d)", i,
+                                prompt[i], V);
+    if ((long long)n_prompt + o->max_new_tokens > 1 << 24)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "a prompt of %d tokens and %d new ones exceed the KV cache's %d "
+                            "positions; ask for fewer tokens",
+                            n_prompt, o->max_new_tokens, 1 << 24);
+    return GT_OK;
 }
 
-/* One id from logits[V]: greedy, or softmax(logits / T) cut to the top k and to the smallest
- * set whose probability reaches top_p, drawn with the generator. */
-static int sample(const float *logits, int V, const gt_generate_opts *o, cand *c, uint64_t *rng) {
-    for (int i = 0; i < V; i++)
-        c[i] = (cand){logits[i], i};
-    if (o->temperature <= 0) {
-        int best = 0;
-        for (int i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
-    }
-    qsort(c, (size_t)V, sizeof *c, by_logit);
-    int n = o->top_k > 0 && o->top_k < V ? o->top_k : V;
-    double sum = 0;
-    for (int i = 0; i < n; i++)
-        sum += exp((double)(c[i].logit - c[0].logit) / o->temperature);
-    double keep = 0;
-    int m = 0;
-    while (m < n && (m == 0 || keep < o->top_p * sum)) {
-        keep += exp((double)(c[m].logit - c[0].logit) / o->temperature);
-        m++;
-    }
-    double u = (double)(splitmix64(rng) >> 11) * (1.0 / 9007199254740992.0) * keep, acc = 0;
-    for (int i = 0; i < m; i++) {
-        acc += exp((double)(c[i].logit - c[0].logit) / o->temperature);
-        if (u < acc) return c[i].id;
-    }
-    return c[m - 1].id;
+int gt_generate_config(const gt_config *in, int seq_len, gt_config **out, gt_error *err) {
+    gt_config *cfg = malloc(sizeof *cfg);
+    if (!cfg) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
+    *cfg = *in;
+    cfg->train.micro_batch_size = 1;
+    cfg->model.seq_length = seq_len;
+    cfg->model.attention_dropout = cfg->model.hidden_dropout = 0;
+    /* dropless: a token's experts never depend on the other tokens of the batch */
+    cfg->model.moe_expert_capacity_factor = -1;
+    cfg->model.recompute_granularity = GT_RECOMPUTE_NONE;
+    cfg->model.recompute_modules = 0;
+    /* sampling reads the bf16 weights: the fp8 copies and their scales belong to training */
+    cfg->model.compute_dtype = GT_DTYPE_BF16;
+    *out = cfg;
+    return GT_OK;
 }
 
-typedef struct runner {
+/* --device, as train's runtime.device: auto takes a usable GPU, else the CPU with a note */
+static int make_backend(const gt_config *cfg, const char *device, gt_backend **b, gt_error *err) {
+    const char *dev = device ? device : "auto";
+    if (!strcmp(dev, "cpu")) return gt_backend_create_cpu(b, err);
+    if (strcmp(dev, "cuda") && strcmp(dev, "auto"))
+        return gt_error_set(err, GT_ERR_INVALID, "--device %s: use cpu, cuda or auto", dev);
+    gt_cuda_config cuda;
+    int rc = gt_config_cuda_settings(cfg, &cuda, err);
+    if (rc) return gt_error_wrap(err, "--device %s: ", dev);
+    gt_error cuda_err = {0};
+    rc = gt_backend_create_cuda(b, 0, &cuda, &cuda_err);
+    if (rc == GT_OK) return GT_OK;
+    if (!strcmp(dev, "cuda") || rc == GT_ERR_INVALID) {
+        *err = cuda_err;
+        return gt_error_wrap(err, "--device %s: ", dev);
+    }
+    fprintf(stderr, "graphtrain generate: note: using the CPU backend (fp32 reference): %s\n",
+            cuda_err.msg);
+    return gt_backend_create_cpu(b, err);
+}
+
+/* Everything one generation holds on its backend */
+typedef struct gen {
     gt_backend *b;
     gt_stream *s;
     gt_model *m;
+    gt_decoder *d;
+    gt_graph *g;
     gt_step_state *st;
-    int32_t *tok; /* [L] device */
-} runner;
+    int32_t *tok;          /* [n_prompt] device */
+    float *lf;             /* [V] device: the logits in fp32 (keep_logits) */
+    gt_decode_state *host; /* pinned */
+    float *host_lf;        /* [V] pinned */
+} gen;
 
-static void runner_destroy(runner *r) {
-    if (!r->b) return;
-    if (r->st) r->b->ops->free(r->b, r->st);
-    if (r->tok) r->b->ops->free(r->b, r->tok);
-    gt_model_destroy(r->m);
-    if (r->s) r->b->ops->stream_destroy(r->b, r->s);
-    gt_backend_destroy(r->b);
+static void gen_destroy(gen *g) {
+    if (!g->b) return;
+    gt_backend *b = g->b;
+    if (g->g) b->ops->graph_destroy(b, g->g);
+    if (g->st) b->ops->free(b, g->st);
+    if (g->tok) b->ops->free(b, g->tok);
+    if (g->lf) b->ops->free(b, g->lf);
+    if (g->host) b->ops->host_free(b, g->host);
+    if (g->host_lf) b->ops->host_free(b, g->host_lf);
+    gt_decoder_destroy(g->d);
+    gt_model_destroy(g->m);
+    if (g->s) b->ops->stream_destroy(b, g->s);
+    gt_backend_destroy(b);
 }
 
-static int runner_create(runner *r, gt_config *cfg, const float *master, int L, gt_error *err) {
-    memset(r, 0, sizeof *r);
-    cfg->train.micro_batch_size = 1;
-    cfg->model.seq_length = L;
-    cfg->model.attention_dropout = cfg->model.hidden_dropout = 0;
-    /* dropless: the padding after the sequence must not take capacity from its tokens */
-    cfg->model.moe_expert_capacity_factor = -1;
-    int rc = gt_backend_create_cpu(&r->b, err);
-    if (!rc) rc = r->b->ops->stream_create(r->b, &r->s, err);
-    if (!rc) rc = gt_model_create(&r->m, cfg, r->b, err);
-    if (!rc) rc = r->b->ops->alloc(r->b, sizeof *r->st, (void **)&r->st, err);
-    if (!rc) rc = r->b->ops->alloc(r->b, (size_t)L * sizeof *r->tok, (void **)&r->tok, err);
+/* The model, decoder and buffers, a planning pass over the prefill and a decode step (the
+ * cuda backend plans every GEMM and scratch region there), the weights and the prompt */
+static int gen_create(gen *g, const gt_config *cfg, const float *master, size_t n_params,
+                      const int32_t *prompt, int n_prompt, const gt_generate_opts *o,
+                      int keep_logits, gt_error *err) {
+    memset(g, 0, sizeof *g);
+    int V = cfg->model.vocab_size, rc = make_backend(cfg, o->device, &g->b, err);
     if (rc) return rc;
+    gt_backend *b = g->b;
+    rc = b->ops->stream_create(b, &g->s, err);
+    if (!rc) rc = gt_model_create(&g->m, cfg, b, err);
+    if (!rc && gt_model_get_info(g->m)->n_params != n_params)
+        rc = gt_error_set(err, GT_ERR_INVALID,
+                          "the weights hold %zu parameters but the configuration describes %zu",
+                          n_params, gt_model_get_info(g->m)->n_params);
+    if (!rc) rc = gt_decoder_create(&g->d, g->m, n_prompt + o->max_new_tokens, err);
+    if (!rc) rc = b->ops->alloc(b, sizeof *g->st, (void **)&g->st, err);
+    if (!rc) rc = b->ops->alloc(b, (size_t)n_prompt * sizeof *g->tok, (void **)&g->tok, err);
+    if (!rc) rc = b->ops->host_alloc(b, sizeof *g->host, (void **)&g->host, err);
+    if (!rc && keep_logits) rc = b->ops->alloc(b, (size_t)V * sizeof *g->lf, (void **)&g->lf, err);
+    if (!rc && keep_logits)
+        rc = b->ops->host_alloc(b, (size_t)V * sizeof *g->host_lf, (void **)&g->host_lf, err);
+    if (rc) return rc;
+    gt_sample_params sp = {o->temperature, o->top_k, o->top_p, 0, o->seed};
+    b->planning = 1;
+    gt_decoder_prefill(g->d, g->s, g->tok, g->st);
+    gt_decoder_step(g->d, g->s);
+    gt_decoder_sample(g->d, g->s, sp);
+    rc = b->ops->plan_finish(b, err);
+    if (rc) return gt_error_wrap(err, "planning the prefill and the decode step: ");
     gt_step_state st;
     memset(&st, 0, sizeof st);
     st.nan_step = st.inject_nan = -1;
-    r->b->ops->memcpy_h2d(r->b, r->s, r->st, &st, sizeof st);
-    const gt_model_info *in = gt_model_get_info(r->m);
-    r->b->ops->from_float(r->b, r->s, in->params, master, in->n_params);
-    return r->b->ops->stream_sync(r->b, r->s, err);
+    b->ops->memcpy_h2d(b, g->s, g->st, &st, sizeof st);
+    b->ops->from_float(b, g->s, gt_model_get_info(g->m)->params, master, n_params);
+    b->ops->memcpy_h2d(b, g->s, g->tok, prompt, (size_t)n_prompt * sizeof *prompt);
+    /* the first draw follows the prompt's last token, at the position after it */
+    g->host->token = prompt[n_prompt - 1];
+    g->host->pos = n_prompt - 1;
+    g->host->draws = 0;
+    b->ops->memcpy_h2d(b, g->s, gt_decoder_state(g->d), g->host, sizeof *g->host);
+    return b->ops->stream_sync(b, g->s, err);
 }
 
-int gt_generate(const char *ckpt, const int32_t *prompt, int n_prompt, const gt_generate_opts *o,
-                int32_t **out, int *n_out, gt_error *err) {
-    *out = NULL;
-    *n_out = 0;
+/* After a draw: the id (and the logits it came from) on the host */
+static int read_draw(gen *g, gt_generate_result *r, int V, gt_error *err) {
+    gt_backend *b = g->b;
+    if (g->lf) {
+        b->ops->to_float(b, g->s, g->lf, gt_decoder_logits(g->d), (size_t)V);
+        b->ops->memcpy_d2h(b, g->s, g->host_lf, g->lf, (size_t)V * sizeof *g->lf);
+    }
+    b->ops->memcpy_d2h(b, g->s, g->host, gt_decoder_state(g->d), sizeof *g->host);
+    int rc = b->ops->stream_sync(b, g->s, err);
+    if (rc) return rc;
+    if (g->lf) memcpy(r->logits + (size_t)r->n * V, g->host_lf, (size_t)V * sizeof *g->host_lf);
+    r->ids[r->n++] = g->host->token;
+    return GT_OK;
+}
+
+static int run(gen *g, const gt_generate_opts *o, int n_prompt, int V, gt_generate_result *r,
+               gt_error *err) {
+    gt_backend *b = g->b;
+    gt_generate_stats *stt = &r->stats;
+    gt_sample_params sp = {o->temperature, o->top_k, o->top_p, 0, o->seed};
+    snprintf(stt->backend, sizeof stt->backend, "%s", b->kind == GT_BACKEND_CUDA ? "cuda" : "cpu");
+    stt->prefill_tokens = n_prompt;
+    double t0 = gt_now_ms();
+    gt_decoder_prefill(g->d, g->s, g->tok, g->st);
+    gt_decoder_sample(g->d, g->s, sp);
+    int rc = read_draw(g, r, V, err);
+    stt->prefill_ms = gt_now_ms() - t0;
+    if (rc || r->ids[0] == o->stop_id || o->max_new_tokens == 1) return rc;
+    if (!o->no_graph) {
+        gt_graph_info info;
+        rc = b->ops->begin_capture(b, g->s, GT_CAPTURE_THREAD_LOCAL, err);
+        if (rc) return gt_error_wrap(err, "capturing the decode step: ");
+        gt_decoder_step(g->d, g->s);
+        gt_decoder_sample(g->d, g->s, sp);
+        rc = b->ops->end_capture(b, g->s, &g->g, &info, err);
+        if (rc) return gt_error_wrap(err, "capturing the decode step: ");
+        stt->graph = 1;
+    }
+    b->ops->mem_info(b, &stt->free_before, NULL, &stt->peak_before);
+    t0 = gt_now_ms();
+    while (r->n < o->max_new_tokens) {
+        if (g->g) {
+            rc = b->ops->graph_launch(b, g->g, g->s, err);
+            if (rc) return rc;
+        } else {
+            gt_decoder_step(g->d, g->s);
+            gt_decoder_sample(g->d, g->s, sp);
+        }
+        rc = read_draw(g, r, V, err);
+        if (rc) return rc;
+        stt->decode_steps++;
+        if (r->ids[r->n - 1] == o->stop_id) break;
+    }
+    stt->decode_ms = gt_now_ms() - t0;
+    b->ops->mem_info(b, &stt->free_after, NULL, &stt->peak_after);
+    return GT_OK;
+}
+
+int gt_generate_model(const gt_config *cfg_in, const float *master, size_t n_params,
+                      const int32_t *prompt, int n_prompt, const gt_generate_opts *o,
+                      int keep_logits, gt_generate_result *r, gt_error *err) {
+    memset(r, 0, sizeof *r);
+    int rc = gt_generate_check(cfg_in, prompt, n_prompt, o, err);
+    gt_config *cfg = NULL;
+    if (!rc) rc = gt_generate_config(cfg_in, n_prompt, &cfg, err);
+    if (rc) return rc;
+    int V = cfg->model.vocab_size;
+    r->ids = malloc((size_t)o->max_new_tokens * sizeof *r->ids);
+    if (keep_logits) r->logits = malloc((size_t)o->max_new_tokens * V * sizeof *r->logits);
+    if (!r->ids || (keep_logits && !r->logits))
+        rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
+    gen g = {0};
+    if (!rc) rc = gen_create(&g, cfg, master, n_params, prompt, n_prompt, o, keep_logits, err);
+    if (!rc) rc = run(&g, o, n_prompt, V, r, err);
+    gen_destroy(&g);
+    free(cfg);
+    if (rc) gt_generate_result_free(r);
+    return rc;
+}
+
+int gt_generate_load(const char *ckpt, gt_config **cfg_out, float **master, size_t *n_params,
+                     gt_error *err) {
+    *cfg_out = NULL;
+    *master = NULL;
     gt_config *cfg = malloc(sizeof *cfg);
     if (!cfg) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
     char file[1100];
     gt_ckpt_meta meta = {0};
-    float *master = NULL, *m = NULL, *v = NULL;
+    float *m = NULL, *v = NULL;
     int rc = gt_hf_checkpoint_config(ckpt, cfg, file, sizeof file, err);
-    if (!rc) rc = gt_ckpt_read(file, &meta, &master, &m, &v, err);
+    if (!rc) rc = gt_ckpt_read(file, &meta, master, &m, &v, err);
     free(m);
     free(v);
-    int V = cfg->model.vocab_size, L = n_prompt + o->max_new_tokens;
-    if (!rc && (n_prompt < 1 || o->max_new_tokens < 1))
-        rc =
-            gt_error_set(err, GT_ERR_INVALID,
-                         "generate needs a prompt of at least one token and --max-new-tokens >= 1");
-    for (int i = 0; !rc && i < n_prompt; i++)
-        if (prompt[i] < 0 || prompt[i] >= V)
-            rc = gt_error_set(err, GT_ERR_INVALID,
-                              "prompt token %d is %d, outside the model's vocabulary [0, %d)", i,
-                              prompt[i], V);
-    runner r = {0};
-    if (!rc) rc = runner_create(&r, cfg, master, L, err);
-    const gt_model_info *in = rc ? NULL : gt_model_get_info(r.m);
-    if (!rc && in->n_params != meta.n_params)
-        rc = gt_error_set(err, GT_ERR_INVALID,
-                          "%s holds %llu parameters but its run_config.txt describes %zu", file,
-                          (unsigned long long)meta.n_params, in->n_params);
-    int32_t *seq = calloc((size_t)L, sizeof *seq);
-    float *row = malloc((size_t)V * sizeof *row);
-    cand *c = malloc((size_t)V * sizeof *c);
-    if (!rc && (!seq || !row || !c)) rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
-    uint64_t rng = o->seed;
-    int len = n_prompt;
-    if (!rc) memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
-    while (!rc && len < L) {
-        memcpy(r.tok, seq, (size_t)L * sizeof *seq); /* CPU backend: host memory */
-        const void *lg = gt_model_forward_logits(r.m, r.s, r.tok, r.st);
-        const char *last = (const char *)lg + (size_t)(len - 1) * V * r.b->act_bytes;
-        r.b->ops->to_float(r.b, r.s, row, last, (size_t)V);
-        rc = r.b->ops->stream_sync(r.b, r.s, err);
-        if (rc) break;
-        int id = sample(row, V, o, c, &rng);
-        seq[len++] = id;
-        if (id == o->stop_id) break;
+    if (rc) {
+        free(cfg);
+        free(*master);
+        *master = NULL;
+        return rc;
     }
-    if (!rc) {
-        *n_out = len - n_prompt;
-        *out = malloc((size_t)(*n_out ? *n_out : 1) * sizeof **out);
-        if (!*out)
-            rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
-        else
-            memcpy(*out, seq + n_prompt, (size_t)*n_out * sizeof **out);
-    }
-    free(seq);
-    free(row);
-    free(c);
-    runner_destroy(&r);
+    *n_params = (size_t)meta.n_params;
+    *cfg_out = cfg;
+    return GT_OK;
+}
+
+int gt_generate(const char *ckpt, const int32_t *prompt, int n_prompt, const gt_generate_opts *o,
+                gt_generate_result *r, gt_error *err) {
+    memset(r, 0, sizeof *r);
+    gt_config *cfg;
+    float *master;
+    size_t n;
+    int rc = gt_generate_load(ckpt, &cfg, &master, &n, err);
+    if (!rc) rc = gt_generate_model(cfg, master, n, prompt, n_prompt, o, 0, r, err);
     free(master);
     free(cfg);
     if (rc) gt_error_wrap(err, "generate --checkpoint %s: ", ckpt);

@@ -1,6 +1,9 @@
 /* Sampling from a checkpoint (train/generate.h): the greedy continuation of the Hugging Face
- * fixtures equals transformers' own greedy generate, sampling repeats per seed, top-k 1 is
- * greedy, and bad prompts are refused. */
+ * fixtures equals transformers' own greedy generate; the KV-cache decoder gives the logits and
+ * tokens of the full-recompute oracle (generate_testing.h) on the dense, GQA, tied, rope-scaled
+ * and MoE fixtures, and a replayed decode graph the bits of the eager steps; sampling repeats
+ * per seed, top-k 1 and a tiny top-p are greedy, and bad input is refused by name. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +12,7 @@
 #include "core/read_file.h"
 #include "testlib.h"
 #include "train/generate.h"
+#include "train/generate_testing.h"
 #include "train/hf_convert.h"
 
 static void imported(const char *name, char *ck, size_t n, char *dir, size_t dn) {
@@ -41,21 +45,25 @@ static void read_expected(const char *dir, int32_t *tok, int *nt, int32_t *greed
     cJSON_Delete(j);
 }
 
-static const gt_generate_opts k_greedy = {8, 0.0f, 0, 1.0f, 1, -1};
+static const gt_generate_opts k_greedy = {8, 0.0f, 0, 1.0f, 1, -1, "cpu", 0};
 
 static void expect_transformers_greedy(const char *name) {
     char ck[512], dir[1024];
     imported(name, ck, sizeof ck, dir, sizeof dir);
-    int32_t tok[64], want[64], *got;
-    int nt, ng, n;
+    int32_t tok[64], want[64];
+    int nt, ng;
     read_expected(dir, tok, &nt, want, &ng);
     gt_generate_opts o = k_greedy;
     o.max_new_tokens = ng;
     gt_error err = {0};
-    if (gt_generate(ck, tok, nt, &o, &got, &n, &err)) fail_msg("%s", err.msg);
-    assert_int_equal(n, ng);
-    assert_memory_equal(got, want, (size_t)ng * sizeof *got);
-    free(got);
+    gt_generate_result r;
+    if (gt_generate(ck, tok, nt, &o, &r, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(r.n, ng);
+    assert_memory_equal(r.ids, want, (size_t)ng * sizeof *r.ids);
+    assert_string_equal(r.stats.backend, "cpu");
+    assert_int_equal(r.stats.graph, 1);
+    assert_int_equal(r.stats.decode_steps, ng - 1);
+    gt_generate_result_free(&r);
 }
 
 static void test_greedy_llama_continuation_equals_transformers(void **state) {
@@ -75,20 +83,97 @@ static void test_greedy_tied_scaled_llama_continuation_equals_transformers(void 
 
 static void run(const char *ck, const gt_generate_opts *o, int32_t *out) {
     static const int32_t prompt[] = {3, 17, 42};
-    int32_t *got;
-    int n;
+    gt_generate_result r;
     gt_error err = {0};
-    if (gt_generate(ck, prompt, 3, o, &got, &n, &err)) fail_msg("%s", err.msg);
-    assert_int_equal(n, o->max_new_tokens);
-    memcpy(out, got, (size_t)n * sizeof *got);
-    free(got);
+    if (gt_generate(ck, prompt, 3, o, &r, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(r.n, o->max_new_tokens);
+    memcpy(out, r.ids, (size_t)r.n * sizeof *r.ids);
+    gt_generate_result_free(&r);
+}
+
+/* The decoder (graph replay, then eager) against the full recompute: logits within 1e-5 of
+ * the largest, the same ids; the graph's logits bitwise the eager ones. */
+static void expect_cached_equals_recompute(const char *name, const gt_generate_opts *o) {
+    char ck[512], dir[1024];
+    imported(name, ck, sizeof ck, dir, sizeof dir);
+    int32_t tok[64], want[64];
+    int nt, ng;
+    read_expected(dir, tok, &nt, want, &ng);
+    gt_config *cfg;
+    float *master;
+    size_t np;
+    gt_error err = {0};
+    if (gt_generate_load(ck, &cfg, &master, &np, &err)) fail_msg("%s", err.msg);
+    int V = cfg->model.vocab_size;
+    gt_generate_result ref, graph, eager;
+    if (gt_generate_recompute(cfg, master, np, tok, nt, o, &ref, &err)) fail_msg("%s", err.msg);
+    if (gt_generate_model(cfg, master, np, tok, nt, o, 1, &graph, &err)) fail_msg("%s", err.msg);
+    gt_generate_opts oe = *o;
+    oe.no_graph = 1;
+    if (gt_generate_model(cfg, master, np, tok, nt, &oe, 1, &eager, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(graph.stats.graph, 1);
+    assert_int_equal(eager.stats.graph, 0);
+    assert_int_equal(graph.n, ref.n);
+    assert_int_equal(eager.n, ref.n);
+    assert_memory_equal(graph.ids, ref.ids, (size_t)ref.n * sizeof *ref.ids);
+    assert_memory_equal(eager.ids, ref.ids, (size_t)ref.n * sizeof *ref.ids);
+    assert_memory_equal(graph.logits, eager.logits, (size_t)ref.n * V * sizeof *ref.logits);
+    double worst = 0;
+    for (int t = 0; t < ref.n; t++) {
+        double scale = 0;
+        for (int v = 0; v < V; v++) {
+            double a = fabs(ref.logits[(size_t)t * V + v]);
+            if (a > scale) scale = a;
+        }
+        for (int v = 0; v < V; v++) {
+            double e = fabs(graph.logits[(size_t)t * V + v] - ref.logits[(size_t)t * V + v]);
+            if (e / (scale > 1 ? scale : 1) > worst) worst = e / (scale > 1 ? scale : 1);
+        }
+    }
+    printf("%s: %d tokens, cached vs recomputed logits differ by %.3g at most\n", name, ref.n,
+           worst);
+    assert_true(worst <= 1e-5);
+    gt_generate_result_free(&ref);
+    gt_generate_result_free(&graph);
+    gt_generate_result_free(&eager);
+    free(master);
+    free(cfg);
+}
+
+static const gt_generate_opts k_long_greedy = {24, 0.0f, 0, 1.0f, 1, -1, "cpu", 0};
+
+static void test_cached_decode_equals_recompute_dense_gqa(void **state) {
+    (void)state;
+    expect_cached_equals_recompute("llama", &k_long_greedy);
+}
+
+static void test_cached_decode_equals_recompute_moe(void **state) {
+    (void)state;
+    expect_cached_equals_recompute("mixtral", &k_long_greedy);
+}
+
+static void test_cached_decode_equals_recompute_tied_rope_scaled(void **state) {
+    (void)state;
+    expect_cached_equals_recompute("llama32", &k_long_greedy);
+}
+
+static void test_cached_decode_equals_recompute_rope_scaled_one_kv_head(void **state) {
+    (void)state;
+    expect_cached_equals_recompute("llama31", &k_long_greedy);
+}
+
+static void test_cached_sampling_equals_recompute_sampling(void **state) {
+    (void)state;
+    gt_generate_opts o = {24, 0.9f, 20, 0.9f, 77, -1, "cpu", 0};
+    expect_cached_equals_recompute("llama", &o);
+    expect_cached_equals_recompute("mixtral", &o);
 }
 
 static void test_sampling_repeats_per_seed_and_changes_with_it(void **state) {
     (void)state;
     char ck[512], dir[1024];
     imported("llama", ck, sizeof ck, dir, sizeof dir);
-    gt_generate_opts o = {16, 1.0f, 0, 1.0f, 5, -1};
+    gt_generate_opts o = {16, 1.0f, 0, 1.0f, 5, -1, "cpu", 0};
     int32_t a[16], b[16], c[16];
     run(ck, &o, a);
     run(ck, &o, b);
@@ -102,7 +187,18 @@ static void test_top_k_of_one_is_greedy(void **state) {
     (void)state;
     char ck[512], dir[1024];
     imported("llama", ck, sizeof ck, dir, sizeof dir);
-    gt_generate_opts o = {8, 1.5f, 1, 1.0f, 9, -1};
+    gt_generate_opts o = {8, 1.5f, 1, 1.0f, 9, -1, "cpu", 0};
+    int32_t a[8], b[8];
+    run(ck, &o, a);
+    run(ck, &k_greedy, b);
+    assert_memory_equal(a, b, sizeof a);
+}
+
+static void test_tiny_top_p_is_greedy(void **state) {
+    (void)state;
+    char ck[512], dir[1024];
+    imported("llama", ck, sizeof ck, dir, sizeof dir);
+    gt_generate_opts o = {8, 2.0f, 0, 1e-6f, 9, -1, "cpu", 0};
     int32_t a[8], b[8];
     run(ck, &o, a);
     run(ck, &k_greedy, b);
@@ -113,32 +209,51 @@ static void test_generation_stops_at_the_stop_token(void **state) {
     (void)state;
     char ck[512], dir[1024];
     imported("llama", ck, sizeof ck, dir, sizeof dir);
-    int32_t full[8], *got;
+    int32_t full[8];
     run(ck, &k_greedy, full);
     gt_generate_opts o = k_greedy;
     o.stop_id = full[2];
-    int n;
+    gt_generate_result r;
     gt_error err = {0};
     static const int32_t prompt[] = {3, 17, 42};
-    assert_int_equal(gt_generate(ck, prompt, 3, &o, &got, &n, &err), GT_OK);
+    assert_int_equal(gt_generate(ck, prompt, 3, &o, &r, &err), GT_OK);
     int first = 0;
     while (full[first] != o.stop_id)
         first++;
-    assert_int_equal(n, first + 1);
-    free(got);
+    assert_int_equal(r.n, first + 1);
+    assert_int_equal(r.ids[first], o.stop_id);
+    gt_generate_result_free(&r);
+}
+
+static void expect_refused(const gt_generate_opts *o, const int32_t *prompt, int n,
+                           const char *what) {
+    char ck[512], dir[1024];
+    imported("llama", ck, sizeof ck, dir, sizeof dir);
+    gt_generate_result r;
+    gt_error err = {0};
+    assert_int_equal(gt_generate(ck, prompt, n, o, &r, &err), GT_ERR_INVALID);
+    if (!strstr(err.msg, what)) fail_msg("expected \"%s\" in: %s", what, err.msg);
+    assert_null(r.ids);
 }
 
 static void test_prompt_outside_the_vocabulary_is_refused(void **state) {
     (void)state;
-    char ck[512], dir[1024];
-    imported("llama", ck, sizeof ck, dir, sizeof dir);
     static const int32_t prompt[] = {3, 64};
-    int32_t *got;
-    int n;
-    gt_error err = {0};
-    assert_int_equal(gt_generate(ck, prompt, 2, &k_greedy, &got, &n, &err), GT_ERR_INVALID);
-    assert_non_null(strstr(err.msg, "prompt token 1 is 64"));
-    assert_null(got);
+    expect_refused(&k_greedy, prompt, 2, "prompt token 1 is 64");
+}
+
+static void test_bad_options_are_refused_by_name(void **state) {
+    (void)state;
+    static const int32_t prompt[] = {3, 5};
+    gt_generate_opts o = k_greedy;
+    o.device = "tpu";
+    expect_refused(&o, prompt, 2, "--device tpu");
+    o = k_greedy;
+    o.top_p = 0;
+    expect_refused(&o, prompt, 2, "top-p in (0, 1]");
+    o = k_greedy;
+    o.temperature = -1;
+    expect_refused(&o, prompt, 2, "temperature must be >= 0");
 }
 
 int main(void) {
@@ -146,10 +261,17 @@ int main(void) {
         cmocka_unit_test(test_greedy_llama_continuation_equals_transformers),
         cmocka_unit_test(test_greedy_mixtral_continuation_equals_transformers),
         cmocka_unit_test(test_greedy_tied_scaled_llama_continuation_equals_transformers),
+        cmocka_unit_test(test_cached_decode_equals_recompute_dense_gqa),
+        cmocka_unit_test(test_cached_decode_equals_recompute_moe),
+        cmocka_unit_test(test_cached_decode_equals_recompute_tied_rope_scaled),
+        cmocka_unit_test(test_cached_decode_equals_recompute_rope_scaled_one_kv_head),
+        cmocka_unit_test(test_cached_sampling_equals_recompute_sampling),
         cmocka_unit_test(test_sampling_repeats_per_seed_and_changes_with_it),
         cmocka_unit_test(test_top_k_of_one_is_greedy),
+        cmocka_unit_test(test_tiny_top_p_is_greedy),
         cmocka_unit_test(test_generation_stops_at_the_stop_token),
         cmocka_unit_test(test_prompt_outside_the_vocabulary_is_refused),
+        cmocka_unit_test(test_bad_options_are_refused_by_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
