@@ -63,10 +63,9 @@ int gt_decoder_create(gt_decoder **out, gt_model *m, int max_len, gt_error *err)
     *out = NULL;
     int rc = refuse(m, err);
     if (rc) return rc;
-    if (max_len < m->dm.N || max_len < 1)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "a KV cache of %d positions cannot hold the prompt's %d tokens",
-                            max_len, m->dm.N);
+    if (max_len < 1)
+        return gt_error_set(err, GT_ERR_INVALID, "a KV cache of %d positions holds nothing",
+                            max_len);
     gt_decoder *d = calloc(1, sizeof *d);
     if (!d) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory creating the decoder");
     d->m = m;
@@ -167,10 +166,17 @@ static void head(gt_decoder *d, gt_stream *s, const void *x) {
                        m->dm.d);
 }
 
-void gt_decoder_prefill(gt_decoder *d, gt_stream *s, const int32_t *tokens, gt_step_state *st) {
+void gt_decoder_prefill(gt_decoder *d, gt_stream *s, const int32_t *tokens, int n,
+                        gt_step_state *st) {
     gt_model *m = d->m;
     gt_backend *b = d->b;
     const gt_model_dims *dm = &m->dm;
+    if (n < 1 || n > dm->N || n > d->L) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "prefill of %d tokens: the model runs %d and the cache holds %d", n,
+                        dm->N, d->L);
+        return;
+    }
     b->ops->embedding_fwd(b, s, m->res[0], tokens, gt_model_param(m, m->wte), dm->N, dm->d);
     for (int l = 0; l < m->num_layers; l++) {
         gt_layer *L = &m->layers[l];
@@ -179,7 +185,7 @@ void gt_decoder_prefill(gt_decoder *d, gt_stream *s, const int32_t *tokens, gt_s
             case GT_UNIT_ATTN:
                 gt_attn_fwd(m, s, l, 0, st);
                 /* the keys and values after RoPE, as the decode steps store theirs */
-                d->ops->kv_store(b, s, d->kc[l], d->vc[l], L->attn.qkv, dm->N, NULL, dm->H, dm->KV,
+                d->ops->kv_store(b, s, d->kc[l], d->vc[l], L->attn.qkv, n, NULL, dm->H, dm->KV,
                                  dm->hd);
                 break;
             case GT_UNIT_MLP:
@@ -201,7 +207,7 @@ void gt_decoder_prefill(gt_decoder *d, gt_stream *s, const int32_t *tokens, gt_s
             }
         }
     }
-    const char *last = (const char *)m->res[m->n_res - 1] + (size_t)(dm->N - 1) * dm->d * m->act_elem;
+    const char *last = (const char *)m->res[m->n_res - 1] + (size_t)(n - 1) * dm->d * m->act_elem;
     head(d, s, last);
 }
 

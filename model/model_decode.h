@@ -17,14 +17,17 @@
 
 typedef struct gt_decoder gt_decoder;
 
-/* A decoder over model m (its parameters, its backend; m's tokens are the prefill length) with
+/* A decoder over model m (its parameters, its backend; m's tokens the prefill's) with
  * a cache of max_len positions (prompt and generated tokens). All memory is allocated here. */
 int gt_decoder_create(gt_decoder **d, gt_model *m, int max_len, gt_error *err);
 void gt_decoder_destroy(gt_decoder *d);
 
-/* The model's forward over tokens [N] (device), filling cache rows 0 .. N-1 and leaving the
- * logits of row N-1. st: a step state for the units (no dropout, no loss). */
-void gt_decoder_prefill(gt_decoder *d, gt_stream *s, const int32_t *tokens, gt_step_state *st);
+/* The model's forward over tokens [N] (device; N the model's tokens), of which the first n
+ * are the prompt and the rest padding (causal attention and dropless routing keep it out of
+ * the prompt's rows): fills cache rows 0 .. n-1 and leaves the logits of row n-1. st: a step
+ * state for the units (no dropout, no loss). */
+void gt_decoder_prefill(gt_decoder *d, gt_stream *s, const int32_t *tokens, int n,
+                        gt_step_state *st);
 /* One decode step: the logits of the state's token at the state's position (< max_len). */
 void gt_decoder_step(gt_decoder *d, gt_stream *s);
 /* The next token from the logits (gt_decode_ops.sample): token, pos and draws advance. */

@@ -12,6 +12,8 @@
 #include "train/generate_testing.h"
 #include "train/hf_convert.h"
 
+#define GEN_PREFILL_BLOCK 128
+
 void gt_generate_result_free(gt_generate_result *r) {
     if (!r) return;
     free(r->ids);
@@ -92,7 +94,8 @@ typedef struct gen {
     gt_decoder *d;
     gt_graph *g;
     gt_step_state *st;
-    int32_t *tok;          /* [n_prompt] device */
+    int T;                 /* the prefill's positions: the prompt, padded on cuda */
+    int32_t *tok;          /* [T] device: the prompt, then zeros */
     float *lf;             /* [V] device: the logits in fp32 (keep_logits) */
     gt_decode_state *host; /* pinned */
     float *host_lf;        /* [V] pinned */
@@ -115,22 +118,31 @@ static void gen_destroy(gen *g) {
 
 /* The model, decoder and buffers, a planning pass over the prefill and a decode step (the
  * cuda backend plans every GEMM and scratch region there), the weights and the prompt */
-static int gen_create(gen *g, const gt_config *cfg, const float *master, size_t n_params,
+static int gen_create(gen *g, const gt_config *cfg_in, const float *master, size_t n_params,
                       const int32_t *prompt, int n_prompt, const gt_generate_opts *o,
                       int keep_logits, gt_error *err) {
     memset(g, 0, sizeof *g);
-    int V = cfg->model.vocab_size, rc = make_backend(cfg, o->device, &g->b, err);
+    int V = cfg_in->model.vocab_size, rc = make_backend(cfg_in, o->device, &g->b, err);
     if (rc) return rc;
     gt_backend *b = g->b;
-    rc = b->ops->stream_create(b, &g->s, err);
+    /* the GPU's attention kernels take whole blocks of 128 positions: the prefill runs the
+     * prompt padded to them (the padding's rows are never read) */
+    int T = b->kind == GT_BACKEND_CUDA ? (n_prompt + GEN_PREFILL_BLOCK - 1) / GEN_PREFILL_BLOCK *
+                                             GEN_PREFILL_BLOCK
+                                       : n_prompt;
+    gt_config *cfg = NULL;
+    rc = gt_generate_config(cfg_in, T, &cfg, err);
+    g->T = T;
+    if (!rc) rc = b->ops->stream_create(b, &g->s, err);
     if (!rc) rc = gt_model_create(&g->m, cfg, b, err);
+    free(cfg);
     if (!rc && gt_model_get_info(g->m)->n_params != n_params)
         rc = gt_error_set(err, GT_ERR_INVALID,
                           "the weights hold %zu parameters but the configuration describes %zu",
                           n_params, gt_model_get_info(g->m)->n_params);
     if (!rc) rc = gt_decoder_create(&g->d, g->m, n_prompt + o->max_new_tokens, err);
     if (!rc) rc = b->ops->alloc(b, sizeof *g->st, (void **)&g->st, err);
-    if (!rc) rc = b->ops->alloc(b, (size_t)n_prompt * sizeof *g->tok, (void **)&g->tok, err);
+    if (!rc) rc = b->ops->alloc(b, (size_t)T * sizeof *g->tok, (void **)&g->tok, err);
     if (!rc) rc = b->ops->host_alloc(b, sizeof *g->host, (void **)&g->host, err);
     if (!rc && keep_logits) rc = b->ops->alloc(b, (size_t)V * sizeof *g->lf, (void **)&g->lf, err);
     if (!rc && keep_logits)
@@ -138,7 +150,7 @@ static int gen_create(gen *g, const gt_config *cfg, const float *master, size_t 
     if (rc) return rc;
     gt_sample_params sp = {o->temperature, o->top_k, o->top_p, 0, o->seed};
     b->planning = 1;
-    gt_decoder_prefill(g->d, g->s, g->tok, g->st);
+    gt_decoder_prefill(g->d, g->s, g->tok, n_prompt, g->st);
     gt_decoder_step(g->d, g->s);
     gt_decoder_sample(g->d, g->s, sp);
     rc = b->ops->plan_finish(b, err);
@@ -180,7 +192,7 @@ static int run(gen *g, const gt_generate_opts *o, int n_prompt, int V, gt_genera
     snprintf(stt->backend, sizeof stt->backend, "%s", b->kind == GT_BACKEND_CUDA ? "cuda" : "cpu");
     stt->prefill_tokens = n_prompt;
     double t0 = gt_now_ms();
-    gt_decoder_prefill(g->d, g->s, g->tok, g->st);
+    gt_decoder_prefill(g->d, g->s, g->tok, n_prompt, g->st);
     gt_decoder_sample(g->d, g->s, sp);
     int rc = read_draw(g, r, V, err);
     stt->prefill_ms = gt_now_ms() - t0;
@@ -220,19 +232,16 @@ int gt_generate_model(const gt_config *cfg_in, const float *master, size_t n_par
                       int keep_logits, gt_generate_result *r, gt_error *err) {
     memset(r, 0, sizeof *r);
     int rc = gt_generate_check(cfg_in, prompt, n_prompt, o, err);
-    gt_config *cfg = NULL;
-    if (!rc) rc = gt_generate_config(cfg_in, n_prompt, &cfg, err);
     if (rc) return rc;
-    int V = cfg->model.vocab_size;
+    int V = cfg_in->model.vocab_size;
     r->ids = malloc((size_t)o->max_new_tokens * sizeof *r->ids);
     if (keep_logits) r->logits = malloc((size_t)o->max_new_tokens * V * sizeof *r->logits);
     if (!r->ids || (keep_logits && !r->logits))
         rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
     gen g = {0};
-    if (!rc) rc = gen_create(&g, cfg, master, n_params, prompt, n_prompt, o, keep_logits, err);
+    if (!rc) rc = gen_create(&g, cfg_in, master, n_params, prompt, n_prompt, o, keep_logits, err);
     if (!rc) rc = run(&g, o, n_prompt, V, r, err);
     gen_destroy(&g);
-    free(cfg);
     if (rc) gt_generate_result_free(r);
     return rc;
 }

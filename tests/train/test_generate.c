@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "config/keys.h"
 #include "core/read_file.h"
+#include "model/model.h"
 #include "testlib.h"
 #include "train/generate.h"
 #include "train/generate_testing.h"
@@ -162,6 +164,101 @@ static void test_cached_decode_equals_recompute_rope_scaled_one_kv_head(void **s
     expect_cached_equals_recompute("llama31", &k_long_greedy);
 }
 
+/* A configuration built by hand with weights from the model's initializer */
+static void hand_model(gt_config *c, float **w, size_t *n) {
+    gt_backend *b = NULL;
+    gt_model *m = NULL;
+    gt_error err = {0};
+    if (gt_backend_create_cpu(&b, &err) || gt_model_create(&m, c, b, &err))
+        fail_msg("model: %s", err.msg);
+    *n = gt_model_get_info(m)->n_params;
+    *w = malloc(*n * sizeof **w);
+    if (gt_model_init_params(m, 7, *w, &err)) fail_msg("init: %s", err.msg);
+    gt_model_destroy(m);
+    gt_backend_destroy(b);
+}
+
+static void tiny(gt_config *c) {
+    gt_config_defaults(c);
+    c->model.num_layers = 4;
+    c->model.hidden_size = 16;
+    c->model.num_attention_heads = 4;
+    c->model.num_query_groups = 2;
+    c->model.ffn_hidden_size = 24;
+    c->model.vocab_size = 32;
+    c->model.seq_length = 8;
+    c->model.init_method_std = 0.2;
+    c->model.moe_layer_freq = 1;
+    c->model.add_bias_linear = true; /* the biases of qkv, o, gate/up and down too */
+}
+
+/* Layers of one kind each (attention only, MLP only, MoE only) with biases: the decode step
+ * takes each layer's blocks in the order of its units */
+static void test_cached_decode_equals_recompute_hybrid_pattern_with_biases(void **state) {
+    (void)state;
+    gt_config c;
+    tiny(&c);
+    c.model.num_moe_experts = 4;
+    c.model.moe_router_topk = 2;
+    c.model.moe_ffn_hidden_size = 12;
+    c.model.add_bias_linear = false; /* the grouped expert GEMMs have no biases */
+    snprintf(c.model.layer_pattern, sizeof c.model.layer_pattern, "*-*E");
+    float *w;
+    size_t n;
+    hand_model(&c, &w, &n);
+    static const int32_t prompt[] = {1, 5, 9, 30, 2};
+    gt_generate_result ref, got;
+    gt_error err = {0};
+    if (gt_generate_recompute(&c, w, n, prompt, 5, &k_long_greedy, &ref, &err))
+        fail_msg("%s", err.msg);
+    if (gt_generate_model(&c, w, n, prompt, 5, &k_long_greedy, 1, &got, &err))
+        fail_msg("%s", err.msg);
+    assert_int_equal(got.n, ref.n);
+    assert_memory_equal(got.ids, ref.ids, (size_t)ref.n * sizeof *ref.ids);
+    for (size_t i = 0; i < (size_t)ref.n * 32; i++)
+        assert_true(fabs(got.logits[i] - ref.logits[i]) <= 1e-5 * (1 + fabs(ref.logits[i])));
+    gt_generate_result_free(&ref);
+    gt_generate_result_free(&got);
+    free(w);
+    /* and with biases on a dense model */
+    tiny(&c);
+    hand_model(&c, &w, &n);
+    if (gt_generate_recompute(&c, w, n, prompt, 5, &k_long_greedy, &ref, &err))
+        fail_msg("%s", err.msg);
+    if (gt_generate_model(&c, w, n, prompt, 5, &k_long_greedy, 1, &got, &err))
+        fail_msg("%s", err.msg);
+    assert_memory_equal(got.ids, ref.ids, (size_t)ref.n * sizeof *ref.ids);
+    for (size_t i = 0; i < (size_t)ref.n * 32; i++)
+        assert_true(fabs(got.logits[i] - ref.logits[i]) <= 1e-5 * (1 + fabs(ref.logits[i])));
+    gt_generate_result_free(&ref);
+    gt_generate_result_free(&got);
+    free(w);
+}
+
+static void test_mamba_layers_are_refused_by_name(void **state) {
+    (void)state;
+    gt_config c;
+    tiny(&c);
+    snprintf(c.model.layer_pattern, sizeof c.model.layer_pattern, "M*-M");
+    c.model.mamba_state_dim = 4;
+    c.model.mamba_head_dim = 4;
+    c.model.mamba_num_groups = 2;
+    c.model.mamba_expand = 2;
+    c.model.mamba_d_conv = 4;
+    c.model.mamba_chunk_size = 4;
+    float *w;
+    size_t n;
+    hand_model(&c, &w, &n);
+    static const int32_t prompt[] = {1, 2};
+    gt_generate_result r;
+    gt_error err = {0};
+    assert_int_equal(gt_generate_model(&c, w, n, prompt, 2, &k_greedy, 0, &r, &err),
+                     GT_ERR_UNSUPPORTED);
+    if (!strstr(err.msg, "layer 0 is a Mamba layer")) fail_msg("%s", err.msg);
+    assert_null(r.ids);
+    free(w);
+}
+
 static void test_cached_sampling_equals_recompute_sampling(void **state) {
     (void)state;
     gt_generate_opts o = {24, 0.9f, 20, 0.9f, 77, -1, "cpu", 0};
@@ -265,6 +362,8 @@ int main(void) {
         cmocka_unit_test(test_cached_decode_equals_recompute_moe),
         cmocka_unit_test(test_cached_decode_equals_recompute_tied_rope_scaled),
         cmocka_unit_test(test_cached_decode_equals_recompute_rope_scaled_one_kv_head),
+        cmocka_unit_test(test_cached_decode_equals_recompute_hybrid_pattern_with_biases),
+        cmocka_unit_test(test_mamba_layers_are_refused_by_name),
         cmocka_unit_test(test_cached_sampling_equals_recompute_sampling),
         cmocka_unit_test(test_sampling_repeats_per_seed_and_changes_with_it),
         cmocka_unit_test(test_top_k_of_one_is_greedy),
