@@ -164,7 +164,7 @@ static void test_cached_decode_equals_recompute_rope_scaled_one_kv_head(void **s
     expect_cached_equals_recompute("llama31", &k_long_greedy);
 }
 
-/* A configuration built by hand with weights from the model's initializer */
+/* A configuration built by hand with weights from the model's initializer, moved */
 static void hand_model(gt_config *c, float **w, size_t *n) {
     gt_backend *b = NULL;
     gt_model *m = NULL;
@@ -174,6 +174,9 @@ static void hand_model(gt_config *c, float **w, size_t *n) {
     *n = gt_model_get_info(m)->n_params;
     *w = malloc(*n * sizeof **w);
     if (gt_model_init_params(m, 7, *w, &err)) fail_msg("init: %s", err.msg);
+    /* biases start at zero: move every value, so that a missed bias shows */
+    for (size_t i = 0; i < *n; i++)
+        (*w)[i] += 0.05f * (float)sin(0.7 * (double)i);
     gt_model_destroy(m);
     gt_backend_destroy(b);
 }
