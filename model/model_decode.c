@@ -14,9 +14,9 @@ struct gt_decoder {
     gt_model *m;
     gt_backend *b;
     const gt_decode_ops *ops;
-    int L;          /* cache rows */
+    int L;           /* cache rows */
     void **kc, **vc; /* [num_layers] caches [L, KV * hd] (NULL: a layer without attention) */
-    void *x[2];     /* [d] the residual stream, two buffers in turn */
+    void *x[2];      /* [d] the residual stream, two buffers in turn */
     void *ln, *qkv, *att, *gu, *h, *y, *lnf, *logits;
     float *rstd, *ws_attn, *ws_sample;
     void *e, *xe, *gue, *he, *ye; /* MoE */
@@ -173,8 +173,8 @@ void gt_decoder_prefill(gt_decoder *d, gt_stream *s, const int32_t *tokens, int 
     const gt_model_dims *dm = &m->dm;
     if (n < 1 || n > dm->N || n > d->L) {
         gt_backend_fail(b, GT_ERR_INVALID,
-                        "prefill of %d tokens: the model runs %d and the cache holds %d", n,
-                        dm->N, d->L);
+                        "prefill of %d tokens: the model runs %d and the cache holds %d", n, dm->N,
+                        d->L);
         return;
     }
     b->ops->embedding_fwd(b, s, m->res[0], tokens, gt_model_param(m, m->wte), dm->N, dm->d);
@@ -201,8 +201,10 @@ void gt_decoder_prefill(gt_decoder *d, gt_stream *s, const int32_t *tokens, int 
                 gt_moe_experts_fwd(m, s, l, 0, st);
                 break;
             default:
-                gt_backend_fail(b, GT_ERR_UNSUPPORTED, "prefill: layer %d unit %d (%s) has no "
-                                "decode path", l, u, gt_unit_kind_name(L->kinds[u]));
+                gt_backend_fail(b, GT_ERR_UNSUPPORTED,
+                                "prefill: layer %d unit %d (%s) has no "
+                                "decode path",
+                                l, u, gt_unit_kind_name(L->kinds[u]));
                 return;
             }
         }
@@ -220,8 +222,8 @@ static void attn_step(gt_decoder *d, gt_stream *s, int l, int cur) {
     const gt_attn_block *a = &m->layers[l].attn;
     b->ops->rmsnorm_fwd(b, s, d->ln, d->rstd, d->x[cur], gt_model_param(m, a->norm_w), 1, dm->d,
                         dm->eps);
-    b->ops->matmul_fwd(b, s, d->qkv, d->ln, gt_model_param(m, a->qkv_w), gt_model_param(m, a->qkv_b),
-                       NULL, 1, dm->qkv, dm->d);
+    b->ops->matmul_fwd(b, s, d->qkv, d->ln, gt_model_param(m, a->qkv_w),
+                       gt_model_param(m, a->qkv_b), NULL, 1, dm->qkv, dm->d);
     /* The q/k transform before RoPE is this one place: model.qk_layernorm's per-head RMSNorm
      * of q and k belongs here, as in gt_attn_fwd; generate refuses the key until then. */
     d->ops->rope_at(b, s, d->qkv, d->st, dm->H, dm->KV, dm->hd, dm->theta, dm->rope_factor);

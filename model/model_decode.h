@@ -33,7 +33,7 @@ void gt_decoder_step(gt_decoder *d, gt_stream *s);
 /* The next token from the logits (gt_decode_ops.sample): token, pos and draws advance. */
 void gt_decoder_sample(gt_decoder *d, gt_stream *s, gt_sample_params p);
 
-gt_decode_state *gt_decoder_state(gt_decoder *d); /* device memory */
+gt_decode_state *gt_decoder_state(gt_decoder *d);   /* device memory */
 const void *gt_decoder_logits(const gt_decoder *d); /* [V] act, device memory */
 /* device bytes the decoder allocated (cache and per-token buffers) */
 size_t gt_decoder_bytes(const gt_decoder *d);

@@ -127,9 +127,9 @@ static int gen_create(gen *g, const gt_config *cfg_in, const float *master, size
     gt_backend *b = g->b;
     /* the GPU's attention kernels take whole blocks of 128 positions: the prefill runs the
      * prompt padded to them (the padding's rows are never read) */
-    int T = b->kind == GT_BACKEND_CUDA ? (n_prompt + GEN_PREFILL_BLOCK - 1) / GEN_PREFILL_BLOCK *
-                                             GEN_PREFILL_BLOCK
-                                       : n_prompt;
+    int T = b->kind == GT_BACKEND_CUDA
+                ? (n_prompt + GEN_PREFILL_BLOCK - 1) / GEN_PREFILL_BLOCK * GEN_PREFILL_BLOCK
+                : n_prompt;
     gt_config *cfg = NULL;
     rc = gt_generate_config(cfg_in, T, &cfg, err);
     g->T = T;
@@ -207,7 +207,6 @@ static int run(gen *g, const gt_generate_opts *o, int n_prompt, int V, gt_genera
         if (rc) return gt_error_wrap(err, "capturing the decode step: ");
         stt->graph = 1;
     }
-    b->ops->mem_info(b, &stt->free_before, NULL, &stt->peak_before);
     t0 = gt_now_ms();
     while (r->n < o->max_new_tokens) {
         if (g->g) {
@@ -219,7 +218,8 @@ static int run(gen *g, const gt_generate_opts *o, int n_prompt, int V, gt_genera
         }
         rc = read_draw(g, r, V, err);
         if (rc) return rc;
-        stt->decode_steps++;
+        /* after the first launch, which may set up the graph on the device */
+        if (!stt->decode_steps++) b->ops->mem_info(b, &stt->free_before, NULL, &stt->peak_before);
         if (r->ids[r->n - 1] == o->stop_id) break;
     }
     stt->decode_ms = gt_now_ms() - t0;

@@ -27,14 +27,16 @@ typedef struct gt_generate_opts {
 } gt_generate_opts;
 
 typedef struct gt_generate_stats {
-    char backend[8];         /* "cpu" or "cuda" */
-    int graph;               /* the decode steps replayed one captured graph */
-    int prefill_tokens;      /* the prompt */
-    int decode_steps;        /* tokens after the first (each one decode step) */
-    double prefill_ms;       /* prefill and the first draw, to the first id on the host */
-    double decode_ms;        /* every decode step and draw, ids read back */
-    size_t free_before, free_after; /* device memory free around the decode loop */
-    size_t peak_before, peak_after; /* the backend's allocation peak around it */
+    char backend[8];    /* "cpu" or "cuda" */
+    int graph;          /* the decode steps replayed one captured graph */
+    int prefill_tokens; /* the prompt */
+    int decode_steps;   /* tokens after the first (each one decode step) */
+    double prefill_ms;  /* prefill and the first draw, to the first id on the host */
+    double decode_ms;   /* every decode step and draw, ids read back */
+    /* device memory free, and the backend's allocation peak, after the first decode step
+     * and after the last: equal when the steps in between allocated nothing */
+    size_t free_before, free_after;
+    size_t peak_before, peak_after;
 } gt_generate_stats;
 
 typedef struct gt_generate_result {

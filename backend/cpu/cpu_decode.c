@@ -50,8 +50,8 @@ static void k_rope_at(const void *p) {
 
 static void cpu_rope_at(gt_backend *b, gt_stream *s, void *qkv, const gt_decode_state *st, int H,
                         int KV, int hd, float theta, float factor) {
-    CPU_REQUIRE(b, qkv && st && H > 0 && KV > 0 && hd > 0 && hd % 2 == 0 && theta > 0 &&
-                       factor >= 0,
+    CPU_REQUIRE(b,
+                qkv && st && H > 0 && KV > 0 && hd > 0 && hd % 2 == 0 && theta > 0 && factor >= 0,
                 "decode rope_at: bad arguments H=%d KV=%d hd=%d theta=%g (an even head size, "
                 "theta > 0, a decode state)",
                 H, KV, hd, (double)theta);
@@ -135,8 +135,9 @@ static void k_decode_attention(const void *p) {
 static void cpu_decode_attention(gt_backend *b, gt_stream *s, void *out, const void *q,
                                  const void *kc, const void *vc, const gt_decode_state *st, int L,
                                  int H, int KV, int hd, float *ws) {
-    CPU_REQUIRE(b, out && q && kc && vc && st && ws && L > 0 && H > 0 && KV > 0 && H % KV == 0 &&
-                       hd > 0 && hd <= CPU_DECODE_MAX_HD,
+    CPU_REQUIRE(b,
+                out && q && kc && vc && st && ws && L > 0 && H > 0 && KV > 0 && H % KV == 0 &&
+                    hd > 0 && hd <= CPU_DECODE_MAX_HD,
                 "decode attention: bad arguments L=%d H=%d KV=%d hd=%d (H a multiple of KV, "
                 "hd <= %d)",
                 L, H, KV, hd, CPU_DECODE_MAX_HD);
@@ -160,15 +161,15 @@ static uint32_t key_of(float x) {
     return gt_sample_key(u);
 }
 
-/* The largest key t with (count or weight of the kept ids whose key >= t) >= target, bit by
- * bit from the top: the measure only falls as t rises, so this is the kept set's cut. */
-static uint32_t cut(const float *l, const float *w, const uint8_t *in, int V, double target) {
+/* The largest key t with (the count, or the weight w, of the ids whose key >= t) >= target,
+ * bit by bit from the top: the measure only falls as t rises, so this is the cut. */
+static uint32_t cut(const float *l, const float *w, int V, double target) {
     uint32_t t = 0;
     for (int bit = 31; bit >= 0; bit--) {
         uint32_t c = t | (1u << bit);
         double m = 0;
         for (int i = 0; i < V; i++)
-            if ((!in || in[i]) && key_of(l[i]) >= c) m += w ? w[i] : 1.0;
+            if (key_of(l[i]) >= c) m += w ? w[i] : 1.0;
         if (m >= target) t = c;
     }
     return t;
@@ -183,9 +184,9 @@ static void k_sample(const void *p) {
     int id = best;
     if (a->p.temperature > 0) {
         uint32_t tk = 0; /* every key is >= 0 */
-        if (a->p.top_k > 0 && a->p.top_k < V) tk = cut(l, NULL, NULL, V, a->p.top_k);
-        /* the weights, kept in ws; uint8 marks of the kept ids after ws's V floats would need
-         * more memory than the op is given, so the kept set is recomputed from the keys */
+        if (a->p.top_k > 0 && a->p.top_k < V) tk = cut(l, NULL, V, a->p.top_k);
+        /* the weights of the top-k set in ws (zero outside it); the later passes tell the
+         * kept ids by their keys again */
         double total = 0;
         for (int i = 0; i < V; i++) {
             int keep = key_of(l[i]) >= tk;
@@ -193,7 +194,7 @@ static void k_sample(const void *p) {
             total += a->ws[i];
         }
         uint32_t tp = 0;
-        if (a->p.top_p < 1) tp = cut(l, a->ws, NULL, V, (double)a->p.top_p * total);
+        if (a->p.top_p < 1) tp = cut(l, a->ws, V, (double)a->p.top_p * total);
         uint32_t th = tk > tp ? tk : tp;
         double kept = 0;
         int last = best;

@@ -173,8 +173,8 @@ static void cuda_decode_attention(gt_backend *b, gt_stream *s, void *out, const 
     }
     if (b->planning) return;
     size_t smem = (size_t)(1 + DEC_WARPS) * hd * sizeof(float);
-    gt_launch(k_dec_attention, H, DEC_THREADS, smem, gt_cuda_ex(b, s), (bf16 *)out,
-              (const bf16 *)q, (const bf16 *)kc, (const bf16 *)vc, st, L, H, KV, hd, ws);
+    gt_launch(k_dec_attention, H, DEC_THREADS, smem, gt_cuda_ex(b, s), (bf16 *)out, (const bf16 *)q,
+              (const bf16 *)kc, (const bf16 *)vc, st, L, H, KV, hd, ws);
     GT_CUDA_LAUNCHED(b, "decode attention");
 }
 
@@ -305,8 +305,8 @@ __global__ void k_dec_sample(gt_decode_state *st, const bf16 *logits, int V, gt_
     }
 }
 
-static void cuda_sample(gt_backend *b, gt_stream *s, gt_decode_state *st, const void *logits,
-                        int V, gt_sample_params p, float *ws) {
+static void cuda_sample(gt_backend *b, gt_stream *s, gt_decode_state *st, const void *logits, int V,
+                        gt_sample_params p, float *ws) {
     if (!st || !logits || !ws || V <= 0 || p.top_k < 0 || !(p.top_p > 0.0f)) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "decode sample: bad arguments V=%d top_k=%d top_p=%g (top_k >= 0, "

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/json.h"
 #include "config/keys.h"
+#include "core/json.h"
 #include "core/read_file.h"
 #include "model/model.h"
 #include "testlib.h"
