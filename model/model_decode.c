@@ -202,9 +202,8 @@ void gt_decoder_prefill(gt_decoder *d, gt_stream *s, const int32_t *tokens, int 
                 break;
             default:
                 gt_backend_fail(b, GT_ERR_UNSUPPORTED,
-                                "prefill: layer %d unit %d (%s) has no "
-                                "decode path",
-                                l, u, gt_unit_kind_name(L->kinds[u]));
+                                "prefill: layer %d unit %d (%s) has no decode path", l, u,
+                                gt_unit_kind_name(L->kinds[u]));
                 return;
             }
         }
