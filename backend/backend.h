@@ -252,6 +252,9 @@ typedef struct gt_backend_ops {
      * candidate's median in microseconds and its number of samples (GT_GEMM_CANDIDATES). */
     int (*gemm_tune)(gt_backend *b, int i, gt_error *err);
     int (*gemm_tune_read)(gt_backend *b, double *median_us, int *count, gt_error *err);
+    /* Optional (graphtrain tune-gemm --peak): the median rate in FLOP/s of reps launches of
+     * one n x n x n GEMM, bf16 or (fp8) E4M3 with fast accumulation, both with bf16 out. */
+    int (*gemm_peak)(gt_backend *b, int fp8, int n, int reps, double *flops_per_s, gt_error *err);
 
     /* ---- capture: cuda maps these to stream capture; cpu records the op sequence ---- */
     int (*begin_capture)(gt_backend *b, gt_stream *s, gt_capture_mode mode, gt_error *err);

@@ -672,6 +672,7 @@ void gt_cuda_register_matmul_ops(gt_backend_ops *ops) {
     ops->gemm_choose = cuda_gemm_choose;
     ops->gemm_tune = cuda_gemm_tune;
     ops->gemm_tune_read = cuda_gemm_tune_read;
+    ops->gemm_peak = gt_cuda_gemm_peak;
     ops->matmul_fwd = cuda_matmul_fwd;
     ops->matmul_bwd_data = cuda_matmul_bwd_data;
     ops->matmul_bwd_weight = cuda_matmul_bwd_weight;

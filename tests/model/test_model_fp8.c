@@ -2,7 +2,9 @@
  * the CPU emulation: the weight cast to both layouts in one pass equals two fresh casts; the
  * backward (the output gradient cast once to both layouts, x^T with the scale the forward
  * recorded) gives the data and weight gradients that fresh current-scaling casts of every
- * operand give; delayed scaling records each tensor's amax. */
+ * operand give; delayed scaling records each tensor's amax; the memory plan keeps the saved
+ * inputs in fp8. */
+#include "model/memory_plan.h"
 #include "model_fixture.h"
 
 #define LAYER 1 /* not the first layer: its fp8 state does not start at slot 0 */
@@ -182,11 +184,37 @@ static void test_weight_casts_without_the_pair_op_are_the_same(void **state) {
     case_destroy(&c);
 }
 
+/* On the GPU (2-byte activations, 1-byte fp8): each layer keeps its qkv, gate/up and down
+ * inputs as fp8 x^T (half the bytes) and their bf16 copies share one buffer per tensor */
+static void test_fp8_activations_keep_the_linear_inputs_in_half_the_bytes(void **state) {
+    (void)state;
+    gt_config c;
+    tm_tiny_config(&c);
+    c.model.num_layers = 4;
+    c.model.hidden_size = 64;
+    c.model.ffn_hidden_size = 128;
+    c.model.seq_length = 64;
+    gt_memory_plan bf, f8;
+    gt_error err = {0};
+    c.model.compute_dtype = GT_DTYPE_BF16;
+    assert_int_equal(gt_memory_plan_compute(&c, 2, &bf, &err), GT_OK);
+    c.model.compute_dtype = GT_DTYPE_FP8_CS;
+    assert_int_equal(gt_memory_plan_compute(&c, 2, &f8, &err), GT_OK);
+    size_t L = 4, N = 2 * 64, d = 64, f = 128;
+    size_t per_layer = 2 * N * d + N * f; /* elements of the two norm outputs and SwiGLU's */
+    size_t saved = (L - 1) * per_layer * 2 - L * per_layer; /* bf16 copies gone - fp8 added */
+    size_t slack = L * 6 * GT_ARENA_ALIGN;                  /* padding and the scale slots */
+    printf("activations: bf16 %zu bytes, fp8_cs %zu\n", bf.activations, f8.activations);
+    assert_true(f8.activations + saved <= bf.activations + slack);
+    assert_true(f8.activations + saved + slack >= bf.activations);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_current_scaling_backward_equals_fresh_casts_of_every_operand),
         cmocka_unit_test(test_delayed_scaling_backward_records_the_amax_of_each_tensor),
         cmocka_unit_test(test_weight_casts_without_the_pair_op_are_the_same),
+        cmocka_unit_test(test_fp8_activations_keep_the_linear_inputs_in_half_the_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
