@@ -85,8 +85,8 @@ static int run_peak(int argc, char **argv) {
         b->ops->gemm_table_header(b, &t);
         printf("%s, cuBLASLt %ld, %d x %d x %d, median of %d:\n", t.device, t.cublaslt, n, n, n,
                PEAK_REPS);
-        printf("bf16 %.0f TFLOP/s\nfp8  %.0f TFLOP/s (E4M3, fast accumulation)\n",
-               rate[0] / 1e12, rate[1] / 1e12);
+        printf("bf16 %.0f TFLOP/s\nfp8  %.0f TFLOP/s (E4M3, fast accumulation)\n", rate[0] / 1e12,
+               rate[1] / 1e12);
     } else {
         fprintf(stderr, "graphtrain tune-gemm --peak: %s\n", err.msg);
     }

@@ -113,8 +113,8 @@ void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_mlp_block *p = &m->layers[layer].mlp;
     gt_mlp_recompute(m, s, layer, st);
     const void *dy = gt_model_branch_grad(m, s, p->res_out, layer, GT_SITE_MLP_OUT, st);
-    gt_linear_bwd(m, s, layer, GT_LIN_DOWN, m->sc.a, dy, p->h, p->down_w, p->down_b,
-                  !p->defer_down, st);
+    gt_linear_bwd(m, s, layer, GT_LIN_DOWN, m->sc.a, dy, p->h, p->down_w, p->down_b, !p->defer_down,
+                  st);
     /* the gate/up gradient over the gate/up activations, which only this reads */
     b->ops->swiglu_bwd(b, s, p->gu, m->sc.a, p->gu, dm->N, dm->f);
     gt_linear_bwd(m, s, layer, GT_LIN_GU, m->sc.dln, p->gu, p->ln, p->gu_w, p->gu_b, !p->defer_gu,

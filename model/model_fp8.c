@@ -80,8 +80,8 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
             gt_fp8_linear *li = lin_of(m, l, i);
             if (!dims[i][0] || layer_in_bf16(&m->cfg, l)) continue;
             int in = dims[i][1], out = dims[i][2];
-            *li = (gt_fp8_linear){1,    weights[i], in,   out,  f->n_meta,
-                                  NULL, NULL,       NULL, NULL, NULL, NULL};
+            *li = (gt_fp8_linear){1,    weights[i], in,   out,  f->n_meta, NULL,
+                                  NULL, NULL,       NULL, NULL, NULL};
             f->n_meta += GT_FP8_SLOTS;
             size_t wbytes = (size_t)in * out * f->elem;
             size_t ws = blockwise ? gt_fp8_scale_count(out, in, GT_FP8_TILE) : 1;

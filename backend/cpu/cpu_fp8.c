@@ -166,7 +166,8 @@ static void cpu_fp8_gemm(gt_backend *b, gt_stream *s, void *out, int out_fp32, i
     CPU_REQUIRE(b, !res || res != out, "fp8_gemm: res must not alias out");
     CPU_REQUIRE(b, a.tile_rows > 0 && w.tile_rows > 0, "fp8_gemm: tile rows must be > 0");
     /* the emulation always sums in fp32: GT_FP8_FAST_ACCUM changes nothing here */
-    gemm_args g = {out, (out_fp32 & GT_FP8_OUT_FP32) != 0, accumulate != 0, a, w, scaling, bias, res, M, N, K};
+    gemm_args g = {
+        out, (out_fp32 & GT_FP8_OUT_FP32) != 0, accumulate != 0, a, w, scaling, bias, res, M, N, K};
     gt_cpu_submit(b, s, k_fp8_gemm, &g, sizeof g);
 }
 

@@ -35,8 +35,8 @@ typedef enum {
 } gemm_kind;
 
 static const char *const gemm_names[GEMM_KINDS] = {
-    "matmul_fwd",         "matmul_fwd(bias)", "matmul_bwd_data", "matmul_bwd_data(accumulate)",
-    "matmul_bwd_weight",  "fp8_gemm",         "fp8_gemm(e5m2)",  "fp8_gemm(fp32)",
+    "matmul_fwd",          "matmul_fwd(bias)", "matmul_bwd_data", "matmul_bwd_data(accumulate)",
+    "matmul_bwd_weight",   "fp8_gemm",         "fp8_gemm(e5m2)",  "fp8_gemm(fp32)",
     "fp8_gemm(fp32,e5m2)", "fp8_gemm(fast)"};
 
 static int is_fp8(int kind) {

@@ -44,8 +44,7 @@ static void random_fill(uint8_t *h, size_t bytes, int fp8) {
     }
 }
 
-int gt_cuda_gemm_peak(gt_backend *b, int fp8, int n, int reps, double *flops_per_s,
-                      gt_error *err) {
+int gt_cuda_gemm_peak(gt_backend *b, int fp8, int n, int reps, double *flops_per_s, gt_error *err) {
     gt_cuda_impl *im = b->impl;
     if (n < 256 || n % 256 || reps < 3 || reps > 1000 || !flops_per_s)
         return gt_error_set(err, GT_ERR_INVALID,

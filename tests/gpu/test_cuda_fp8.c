@@ -29,8 +29,8 @@ static void read_codes(gpu_env *e, float *got, const uint8_t *gq, size_t n, gt_f
 /* A cast of x [rows, cols] on both backends, compared bitwise (codes, inverse scales, meta,
  * flags): mode 0 plain, 1 transposed, 2 the pair (both layouts in one pass). record 0 under
  * delayed scaling is the cast with a recorded scale (the backward's x^T). */
-static void cast_case(gpu_env *e, gt_fp8_scaling sc, gt_fp8_format f, int mode, int rows,
-                      int cols, int record) {
+static void cast_case(gpu_env *e, gt_fp8_scaling sc, gt_fp8_format f, int mode, int rows, int cols,
+                      int record) {
     size_t n = (size_t)rows * cols;
     float *x = rand_vec(e, n, 5.0f), *got = malloc(n * sizeof *got);
     float *cq = c_f32(e, NULL, n), *cqt = c_f32(e, NULL, n);
@@ -49,8 +49,8 @@ static void cast_case(gpu_env *e, gt_fp8_scaling sc, gt_fp8_format f, int mode, 
     if (mode == 2) {
         e->cpu->ops->fp8_cast_pair(e->cpu, e->cs, cq, csi, cqt, csi + 1, x, rows, cols, sp, cm,
                                    cst);
-        GPU_PLAN(e, g->ops->fp8_cast_pair(g, e->gs, gq, gsi, gqt, gsi + 1, gx, rows, cols, sp, gm,
-                                          gst));
+        GPU_PLAN(
+            e, g->ops->fp8_cast_pair(g, e->gs, gq, gsi, gqt, gsi + 1, gx, rows, cols, sp, gm, gst));
         g->ops->fp8_cast_pair(g, e->gs, gq, gsi, gqt, gsi + 1, gx, rows, cols, sp, gm, gst);
     } else {
         e->cpu->ops->fp8_cast(e->cpu, e->cs, cq, csi, x, rows, cols, mode, sp, cm, cst);

@@ -64,8 +64,8 @@ static gt_fp8_meta *meta_of(const lin_case *c, int slot) {
 }
 
 /* q = a fresh current-scaling cast of x (or x^T) on a scratch meta; returns the meta */
-static gt_fp8_meta fresh_cast(lin_case *c, float *q, float *si, const float *x, int rows,
-                              int cols, int transpose, gt_fp8_format fmt) {
+static gt_fp8_meta fresh_cast(lin_case *c, float *q, float *si, const float *x, int rows, int cols,
+                              int transpose, gt_fp8_format fmt) {
     gt_backend *b = c->fx.b;
     gt_fp8_meta meta = {1.0f, 1.0f, 0.0f, (int32_t)fmt};
     b->ops->fp8_cast(b, c->fx.s, q, si, x, rows, cols, transpose,
@@ -77,8 +77,8 @@ static gt_fp8_meta fresh_cast(lin_case *c, float *q, float *si, const float *x, 
 static void expect_same(const float *got, const float *want, size_t n, const char *what) {
     for (size_t i = 0; i < n; i++)
         if (memcmp(&got[i], &want[i], sizeof *got) != 0)
-            fail_msg("%s: element %zu is %.9g, the plain casts give %.9g", what, i,
-                     (double)got[i], (double)want[i]);
+            fail_msg("%s: element %zu is %.9g, the plain casts give %.9g", what, i, (double)got[i],
+                     (double)want[i]);
 }
 
 static void backward_matches_fresh_casts(gt_compute_dtype dtype, int lin) {
@@ -113,8 +113,8 @@ static void backward_matches_fresh_casts(gt_compute_dtype dtype, int lin) {
         fresh_cast(&c, qxt, &si[3], c.x, N, in, 1, f->fwd_format);
         assert_memory_equal(meta_of(&c, GT_FP8_SLOT_G), &mg, sizeof mg);
         b->ops->fp8_gemm(b, c.fx.s, dx, 0, 0, (gt_fp8_operand){qd, &si[2], 1, f->grad_format},
-                         (gt_fp8_operand){qwt, &si[1], 1, f->fwd_format}, f->scaling, NULL, NULL,
-                         N, in, out);
+                         (gt_fp8_operand){qwt, &si[1], 1, f->fwd_format}, f->scaling, NULL, NULL, N,
+                         in, out);
         b->ops->fp8_gemm(b, c.fx.s, dw, GT_FP8_OUT_FP32, m->grad_acc,
                          (gt_fp8_operand){qdt, &si[2], 1, f->grad_format},
                          (gt_fp8_operand){qxt, &si[3], 1, f->fwd_format}, f->scaling, NULL, NULL,
