@@ -66,7 +66,12 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
     f->lin = calloc((size_t)m->num_layers * GT_LINEARS, sizeof *f->lin);
     if (!f->lin) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory planning fp8");
     int blockwise = f->scaling == GT_FP8_BLOCKWISE, rc;
-    size_t N = (size_t)dm->N, qa = 0, qb = 0, sa = 1, sb = 1;
+    size_t N = (size_t)dm->N, qa = 0, qb = 0, sa = 1, sb = 1, wt = 0;
+    /* With one micro-batch a step each transposed copy is read once, by its layer's data
+     * gradient: made there from the bf16 weight (the scale the step's weight cast recorded),
+     * it costs one more read of the weights a step and saves keeping every layer's copy. */
+    const gt_train_config *tc = &m->cfg.train;
+    f->wt_in_backward = !blockwise && tc->global_batch_size <= tc->micro_batch_size;
     char nm[GT_ARENA_NAME_MAX];
     static const char *const names[GT_LINEARS] = {"qkv", "o", "gate_up", "down"};
     for (int l = 0; l < m->num_layers; l++) {
@@ -88,8 +93,12 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
             size_t wts = blockwise ? gt_fp8_scale_count(in, out, GT_FP8_TILE) : 1;
             snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w", l, names[i]);
             PLAN(&m->params, nm, wbytes, &li->qw);
-            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t", l, names[i]);
-            PLAN(&m->params, nm, wbytes, &li->qwt);
+            if (f->wt_in_backward) {
+                wt = max_sz(wt, wbytes);
+            } else {
+                snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t", l, names[i]);
+                PLAN(&m->params, nm, wbytes, &li->qwt);
+            }
             snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_scales", l, names[i]);
             PLAN(&m->params, nm, ws * sizeof(float), &li->sw);
             snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t_scales", l, names[i]);
@@ -116,6 +125,7 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
     if (f->scaling == GT_FP8_DELAYED)
         PLAN(&m->params, "fp8.amax_history",
              (size_t)f->n_meta * (size_t)f->history_len * sizeof(float), &f->history);
+    if (wt) PLAN(&m->scratch, "fp8.w_t", wt, &f->wt);
     PLAN(&m->scratch, "fp8.cast_a", qa * f->elem, &f->qa);
     PLAN(&m->scratch, "fp8.cast_b", qb * f->elem, &f->qb);
     PLAN(&m->scratch, "fp8.cast_a_scales", sa * sizeof(float), &f->sa);
@@ -141,6 +151,8 @@ int gt_model_fp8_init(gt_model *m, gt_error *err) {
         return gt_error_set(err, GT_ERR_INVALID,
                             "the %s backend stores fp8 elements in %zu bytes, the plan in %zu",
                             b->name, b->fp8_bytes, f->elem);
+    for (int i = 0; f->wt_in_backward && i < m->num_layers * GT_LINEARS; i++)
+        if (f->lin[i].on) f->lin[i].qwt = f->wt; /* the arena bound the shared buffer */
     gt_fp8_meta *h = malloc((size_t)f->n_meta * sizeof *h);
     if (!h) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory initializing fp8");
     for (int i = 0; i < f->n_meta; i++) {
@@ -167,6 +179,13 @@ static gt_fp8_cast_spec spec_of(const gt_model_fp8 *f, gt_fp8_format fmt, int ti
     return spec_rec(f, fmt, tile_rows, 1);
 }
 
+/* A cast with the scale the tensor's meta holds, recording nothing: under current scaling the
+ * forward's cast of the same x (saved unchanged for the backward) recorded exactly the scale
+ * a fresh amax would give, and under delayed scaling that cast already added x's amax. */
+static gt_fp8_cast_spec spec_recorded(gt_fp8_format fmt) {
+    return (gt_fp8_cast_spec){GT_FP8_DELAYED, fmt, 1, 0};
+}
+
 /* x to q [rows, cols] and qt [cols, rows] with one scale: one pass where the backend has it
  * for this recipe, else two casts (blockwise: the tiles of x and x^T differ) */
 static void cast_both(gt_model *m, gt_stream *s, void *q, float *sq, void *qt, float *sqt,
@@ -183,6 +202,7 @@ static void cast_both(gt_model *m, gt_stream *s, void *q, float *sq, void *qt, f
 
 void gt_model_fp8_cast_weights(gt_model *m, gt_stream *s, int record, gt_step_state *st) {
     gt_model_fp8 *f = &m->fp8;
+    gt_backend *b = m->b;
     if (!f->enabled || f->n_meta == 0) return;
     int tile = f->scaling == GT_FP8_BLOCKWISE ? GT_FP8_TILE : 1;
     for (int l = 0; l < m->num_layers; l++)
@@ -192,7 +212,10 @@ void gt_model_fp8_cast_weights(gt_model *m, gt_stream *s, int record, gt_step_st
             gt_fp8_meta *meta = &f->meta[li->slot + GT_FP8_SLOT_W];
             const void *w = gt_model_param(m, li->weight);
             gt_fp8_cast_spec sp = spec_rec(f, f->fwd_format, tile, record);
-            cast_both(m, s, li->qw, li->sw, li->qwt, li->swt, w, li->out, li->in, sp, meta, st);
+            if (f->wt_in_backward)
+                b->ops->fp8_cast(b, s, li->qw, li->sw, w, li->out, li->in, 0, sp, meta, st);
+            else
+                cast_both(m, s, li->qw, li->sw, li->qwt, li->swt, w, li->out, li->in, sp, meta, st);
         }
 }
 
@@ -232,6 +255,15 @@ void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, con
                      gt_model_param(m, bias), res, m->dm.N, li->out, li->in);
 }
 
+/* The shared w^T of a one-micro-batch step (wt_in_backward), right before its data gradient,
+ * with the scale the step's weight cast recorded */
+static void weight_t(gt_model *m, gt_stream *s, const gt_fp8_linear *li, gt_step_state *st) {
+    gt_model_fp8 *f = &m->fp8;
+    if (!f->wt_in_backward) return;
+    m->b->ops->fp8_cast(m->b, s, li->qwt, li->swt, gt_model_param(m, li->weight), li->out, li->in,
+                        1, spec_recorded(f->fwd_format), &f->meta[li->slot + GT_FP8_SLOT_W], st);
+}
+
 void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
                         int w, int accumulate, gt_step_state *st) {
     gt_backend *b = m->b;
@@ -244,6 +276,7 @@ void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx,
     }
     gt_model_fp8 *f = &m->fp8;
     int wtile = f->scaling == GT_FP8_BLOCKWISE ? GT_FP8_TILE : 1;
+    weight_t(m, s, li, st);
     b->ops->fp8_cast(b, s, f->qa, f->sa, dout, m->dm.N, li->out, 0, spec_of(f, f->grad_format, 1),
                      &f->meta[li->slot + GT_FP8_SLOT_G], st);
     b->ops->fp8_gemm(b, s, dx, 0, accumulate, (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
@@ -272,13 +305,6 @@ void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, 
                      li->out, li->in, m->dm.N);
 }
 
-/* A cast with the scale the tensor's meta holds, recording nothing: under current scaling the
- * forward's cast of the same x (saved unchanged for the backward) recorded exactly the scale
- * a fresh amax would give, and under delayed scaling that cast already added x's amax. */
-static gt_fp8_cast_spec spec_recorded(gt_fp8_format fmt) {
-    return (gt_fp8_cast_spec){GT_FP8_DELAYED, fmt, 1, 0};
-}
-
 void gt_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
                    const void *x, int w, int bias, int wgrad, gt_step_state *st) {
     gt_backend *b = m->b;
@@ -290,6 +316,7 @@ void gt_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, cons
         return;
     }
     int N = m->dm.N;
+    weight_t(m, s, li, st);
     /* dout [N, out] for the data gradient and dout^T [out, N] for the weight gradient */
     cast_both(m, s, f->qa, f->sa, f->qb, f->sb, dout, N, li->out, spec_of(f, f->grad_format, 1),
               &f->meta[li->slot + GT_FP8_SLOT_G], st);

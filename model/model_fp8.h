@@ -19,7 +19,8 @@ typedef struct gt_fp8_linear {
     int weight;      /* parameter tensor index */
     int in, out;     /* weight [out, in] */
     int slot;        /* meta[slot + GT_FP8_SLOT_*] */
-    void *qw, *qwt;  /* [out, in] and [in, out] fp8 copies of the weight */
+    void *qw, *qwt;  /* [out, in] and [in, out] fp8 copies of the weight; qwt is the shared
+                      * fp8.w_t scratch, filled in the backward, when wt_in_backward */
     float *sw, *swt; /* their inverse scales */
     void *xt;        /* [in, N] fp8 input saved by the forward for the weight gradient, or NULL */
     float *sxt;      /* its inverse scale */
@@ -36,6 +37,9 @@ typedef struct gt_model_fp8 {
     gt_fp8_meta *meta;  /* [n_meta] device */
     float *history;     /* [n_meta * history_len] device (delayed scaling) */
     void *qa, *qb;      /* scratch: a GEMM's two casts of activations or gradients */
+    int wt_in_backward; /* one micro-batch a step: w^T cast before each data gradient into one
+                         * buffer the layers share, not kept per layer from the step's start */
+    void *wt;           /* that buffer (the largest weight's bytes), or NULL */
     float *sa, *sb;     /* their inverse scales */
 } gt_model_fp8;
 

@@ -31,14 +31,17 @@ static void fill(float *p, size_t n, uint32_t seed, float scale) {
     }
 }
 
-static void case_create(lin_case *c, gt_compute_dtype dtype, int lin) {
+/* micro: micro-batches a step (1: the transposed weight copies are made in the backward) */
+static void case_create(lin_case *c, gt_compute_dtype dtype, int lin, int micro) {
     gt_config cfg;
     tm_tiny_config(&cfg);
     cfg.model.compute_dtype = dtype;
+    cfg.train.global_batch_size = micro * cfg.train.micro_batch_size;
     cfg.model.attention_dropout = cfg.model.hidden_dropout = 0;
     tm_fixture_create(&c->fx, &cfg);
     gt_model *m = c->fx.m;
     assert_true(m->fp8.enabled);
+    assert_int_equal(m->fp8.wt_in_backward, micro == 1);
     c->li = &m->fp8.lin[(size_t)LAYER * GT_LINEARS + lin];
     assert_true(c->li->on);
     c->w = c->li->weight;
@@ -81,9 +84,9 @@ static void expect_same(const float *got, const float *want, size_t n, const cha
                      (double)want[i]);
 }
 
-static void backward_matches_fresh_casts(gt_compute_dtype dtype, int lin) {
+static void backward_matches_fresh_casts(gt_compute_dtype dtype, int lin, int micro) {
     lin_case c;
-    case_create(&c, dtype, lin);
+    case_create(&c, dtype, lin, micro);
     gt_model *m = c.fx.m;
     gt_backend *b = c.fx.b;
     const gt_fp8_linear *li = c.li;
@@ -142,21 +145,23 @@ static void backward_matches_fresh_casts(gt_compute_dtype dtype, int lin) {
 
 static void test_current_scaling_backward_equals_fresh_casts_of_every_operand(void **state) {
     (void)state;
-    for (int lin = 0; lin < GT_LINEARS; lin++)
-        backward_matches_fresh_casts(GT_DTYPE_FP8_CS, lin);
+    for (int micro = 1; micro <= 2; micro++)
+        for (int lin = 0; lin < GT_LINEARS; lin++)
+            backward_matches_fresh_casts(GT_DTYPE_FP8_CS, lin, micro);
 }
 
 static void test_delayed_scaling_backward_records_the_amax_of_each_tensor(void **state) {
     (void)state;
-    for (int lin = 0; lin < GT_LINEARS; lin++)
-        backward_matches_fresh_casts(GT_DTYPE_FP8_DS, lin);
+    for (int micro = 1; micro <= 2; micro++)
+        for (int lin = 0; lin < GT_LINEARS; lin++)
+            backward_matches_fresh_casts(GT_DTYPE_FP8_DS, lin, micro);
 }
 
 /* Without the backend's one-pass pair the model casts twice; the results do not change */
 static void test_weight_casts_without_the_pair_op_are_the_same(void **state) {
     (void)state;
     lin_case c;
-    case_create(&c, GT_DTYPE_FP8_CS, GT_LIN_GU);
+    case_create(&c, GT_DTYPE_FP8_CS, GT_LIN_GU, 2); /* copies kept from the step's start */
     gt_model *m = c.fx.m;
     gt_backend *b = c.fx.b;
     size_t nw = (size_t)c.li->in * c.li->out;
@@ -209,12 +214,40 @@ static void test_fp8_activations_keep_the_linear_inputs_in_half_the_bytes(void *
     assert_true(f8.activations + saved + slack >= bf.activations);
 }
 
+/* One micro-batch a step: one shared transposed weight buffer (the largest weight) instead of
+ * a transposed copy per linear layer */
+static void test_one_micro_batch_keeps_no_transposed_weight_copies(void **state) {
+    (void)state;
+    gt_config c;
+    tm_tiny_config(&c);
+    c.model.num_layers = 4;
+    c.model.hidden_size = 64;
+    c.model.ffn_hidden_size = 128;
+    c.model.compute_dtype = GT_DTYPE_FP8_CS;
+    gt_memory_plan one, two;
+    gt_error err = {0};
+    c.train.global_batch_size = c.train.micro_batch_size;
+    assert_int_equal(gt_memory_plan_compute(&c, 2, &one, &err), GT_OK);
+    c.train.global_batch_size = 2 * c.train.micro_batch_size;
+    assert_int_equal(gt_memory_plan_compute(&c, 2, &two, &err), GT_OK);
+    size_t d = 64, f = 128, qkv = d + 2 * (d / 4) * 2;      /* 4 heads of 16, 2 kv groups */
+    size_t per_layer = d * qkv + d * d + d * 2 * f + f * d; /* fp8 bytes of its weights */
+    size_t largest = d * 2 * f;
+    printf("params + scratch: one micro-batch %zu bytes, two %zu\n", one.params + one.scratch,
+           two.params + two.scratch);
+    size_t slack = 4 * 4 * GT_ARENA_ALIGN;
+    size_t want = 4 * per_layer - largest;
+    size_t saved = (two.params + two.scratch) - (one.params + one.scratch);
+    assert_true(saved + slack >= want && saved <= want + slack);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_current_scaling_backward_equals_fresh_casts_of_every_operand),
         cmocka_unit_test(test_delayed_scaling_backward_records_the_amax_of_each_tensor),
         cmocka_unit_test(test_weight_casts_without_the_pair_op_are_the_same),
         cmocka_unit_test(test_fp8_activations_keep_the_linear_inputs_in_half_the_bytes),
+        cmocka_unit_test(test_one_micro_batch_keeps_no_transposed_weight_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
