@@ -77,9 +77,16 @@ static gt_fp8_meta fresh_cast(lin_case *c, float *q, float *si, const float *x, 
     return meta;
 }
 
+static int same_bits(float a, float b) {
+    uint32_t x, y;
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    return x == y;
+}
+
 static void expect_same(const float *got, const float *want, size_t n, const char *what) {
     for (size_t i = 0; i < n; i++)
-        if (memcmp(&got[i], &want[i], sizeof *got) != 0)
+        if (!same_bits(got[i], want[i]))
             fail_msg("%s: element %zu is %.9g, the plain casts give %.9g", what, i, (double)got[i],
                      (double)want[i]);
 }
