@@ -153,6 +153,9 @@ typedef struct gt_fp8_operand {
     int tile_rows;
     gt_fp8_format format;
 } gt_fp8_operand;
+/* fp8_gemm's out_fp32 flags (plain 0 / 1 keep their meaning) */
+#define GT_FP8_OUT_FP32 1
+#define GT_FP8_FAST_ACCUM 2
 /* Inverse scales a blockwise cast of [rows, cols] with tile_rows writes */
 static inline size_t gt_fp8_scale_count(int rows, int cols, int tile_rows) {
     return (size_t)((rows + tile_rows - 1) / tile_rows) *
@@ -249,6 +252,9 @@ typedef struct gt_backend_ops {
      * candidate's median in microseconds and its number of samples (GT_GEMM_CANDIDATES). */
     int (*gemm_tune)(gt_backend *b, int i, gt_error *err);
     int (*gemm_tune_read)(gt_backend *b, double *median_us, int *count, gt_error *err);
+    /* Optional (graphtrain tune-gemm --peak): the median rate in FLOP/s of reps launches of
+     * one n x n x n GEMM, bf16 or (fp8) E4M3 with fast accumulation, both with bf16 out. */
+    int (*gemm_peak)(gt_backend *b, int fp8, int n, int reps, double *flops_per_s, gt_error *err);
 
     /* ---- capture: cuda maps these to stream capture; cpu records the op sequence ---- */
     int (*begin_capture)(gt_backend *b, gt_stream *s, gt_capture_mode mode, gt_error *err);
@@ -461,11 +467,19 @@ typedef struct gt_backend_ops {
     void (*fp8_cast)(gt_backend *b, gt_stream *s, void *q, float *scale_inv, const void *x,
                      int rows, int cols, int transpose, gt_fp8_cast_spec spec, gt_fp8_meta *meta,
                      gt_step_state *st);
+    /* Optional (NULL: two fp8_casts): per-tensor scaling only, q = fp8(x * scale) [rows, cols]
+     * and qt = fp8(x^T * scale) [cols, rows] with one scale from one reading of x, both inverse
+     * scales written; the same results and scaling state as the two casts. */
+    void (*fp8_cast_pair)(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
+                          float *scale_inv_t, const void *x, int rows, int cols,
+                          gt_fp8_cast_spec spec, gt_fp8_meta *meta, gt_step_state *st);
     /* out[M,N] = sum_k a[m,k] w[n,k] scaled back by the operands' inverse scales, in fp32:
      * tensorwise / delayed, one product (sa * sw) times the whole sum; blockwise, each K tile
      * of GT_FP8_TILE summed on its own, times its tiles' inverse scales, added in K order.
-     * Then + bias[n] (if bias) + res[m,n] (if res; not aliasing out). out_fp32: out is fp32
-     * (weight gradients), else act; accumulate adds into out, else out is overwritten. */
+     * Then + bias[n] (if bias) + res[m,n] (if res; not aliasing out). out_fp32: flags,
+     * GT_FP8_OUT_FP32: out is fp32 (weight gradients), else act; GT_FP8_FAST_ACCUM: a GPU may
+     * sum in the tensor cores' faster, narrower accumulator (Transformer Engine's choice for
+     * the forward, not the gradients). accumulate adds into out, else out is overwritten. */
     void (*fp8_gemm)(gt_backend *b, gt_stream *s, void *out, int out_fp32, int accumulate,
                      gt_fp8_operand a, gt_fp8_operand w, gt_fp8_scaling scaling, const void *bias,
                      const void *res, int M, int N, int K);

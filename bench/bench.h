@@ -50,6 +50,7 @@ typedef struct gt_bench_workload {
     char gpu[16];
     int gpu_defaulted; /* runtime.gpu was empty */
     double peak_flops, peak_bytes_s;
+    int peak_fp8; /* an fp8 recipe: peak_flops is the fp8 rate, the FLOPs stay bf16's count */
     int flops_from_model; /* 1 if gt_model_get_info's flops_per_token was used */
     gt_cuda_config cuda;  /* runtime.cuda.* as resolved (the GT_CUDA_* aliases applied) */
 } gt_bench_workload;

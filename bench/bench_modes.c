@@ -187,7 +187,9 @@ void gt_bench_workload_compute(gt_bench_workload *w, const gt_config *cfg, doubl
     const gt_gpu_spec *gpu = gt_gpu_find(w->gpu_defaulted ? GT_GPU_DEFAULT : cfg->runtime.gpu);
     if (!gpu) gpu = gt_gpu_find(GT_GPU_DEFAULT);
     snprintf(w->gpu, sizeof w->gpu, "%s", gpu->name);
-    w->peak_flops = gpu->bf16_flops;
+    /* an fp8 step does the same FLOPs (counted as bf16's), at the fp8 tensor-core rate */
+    w->peak_fp8 = gt_compute_dtype_fp8_recipe(cfg->model.compute_dtype) != GT_FP8_RECIPE_NONE;
+    w->peak_flops = w->peak_fp8 ? gpu->fp8_flops : gpu->bf16_flops;
     w->peak_bytes_s = gpu->bytes_per_s;
     w->limit_ms = 1e3 * (w->flops_per_step / w->peak_flops + w->bytes_per_step / w->peak_bytes_s);
 }

@@ -39,6 +39,11 @@ void gt_bench_print_table(const gt_bench_report *rep, FILE *f) {
             w->limit_ms, w->peak_flops / 1e12, w->bytes_per_step, w->peak_bytes_s / 1e12,
             GT_BENCH_ADAMW_BYTES, GT_BENCH_GEMM_PASSES, w->gpu,
             w->gpu_defaulted ? ", runtime.gpu unset; -g names the GPU" : "");
+    if (w->peak_fp8)
+        fprintf(f,
+                "fp8: TFLOP/s counts the step's FLOPs as bf16's (the same matmuls); MFU and the "
+                "limit are against the fp8 peak %.0f TFLOP/s\n",
+                w->peak_flops / 1e12);
     fprintf(f, "%-32s %10s %10s %10s %12s %9s %7s %7s %9s %9s %6s %7s %10s %6s\n", "mode",
             "median_ms", "min_ms", "max_ms", "tokens/s", "TFLOP/s", "MFU", "limit", "capt_ms",
             "inst_ms", "graphs", "nodes", "peak_MiB", "x_eager");
@@ -153,6 +158,7 @@ int gt_bench_write_json(const gt_bench_report *rep, const char *path, gt_error *
     num(o, "limit_ms", w->limit_ms);
     cJSON_AddStringToObject(o, "peak_gpu", w->gpu);
     num(o, "peak_tflops", w->peak_flops / 1e12);
+    cJSON_AddStringToObject(o, "peak_precision", w->peak_fp8 ? "fp8" : "bf16");
     num(o, "peak_tb_per_s", w->peak_bytes_s / 1e12);
     cJSON_AddStringToObject(o, "flops_formula",
                             "6*N_active*tokens + 6*layers*micro_batch*seq^2*d_model");

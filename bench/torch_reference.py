@@ -52,6 +52,9 @@ WORKLOADS = {
                       expert_ffn=32, seq=32, mb=2, aux_coeff=1e-2),
 }
 BENCH_MODES = ["eager", "te_attn", "te_attn_mlp", "full_iteration", "compile"]
+# asked for by name only: torchao float8 training (tensorwise) + torch.compile, where torchao
+# imports (scripts/fetch_torchao.sh brings a wheel)
+FP8_BENCH_MODES = ["torchao_fp8"]
 
 # Tolerances of parity: (torch precision, graphtrain precision) -> max relative errors.
 # fp32 vs graphtrain's fp32 CPU backend differs only by summation order; bf16 on either side
@@ -61,6 +64,9 @@ TOLERANCES = {
     ("fp32", "bf16"): dict(loss=3e-2, grad=1e-1),
     ("bf16", "fp32"): dict(loss=3e-2, grad=1e-1),
     ("bf16", "bf16"): dict(loss=3e-2, grad=1e-1),
+    # fp8 (bench/torch_fp8.py): the same recipe on both sides differs where a summation order
+    # moves a value across an fp8 rounding boundary (one code, 2^-3 or 2^-2 relative)
+    **{(r, r): dict(loss=3e-2, grad=1.5e-1) for r in ("fp8_cs", "fp8_ds", "fp8_sc")},
 }
 NOISE_FACTOR = 3.0  # comparisons involving bf16 also allow 3x PyTorch's own bf16-vs-fp32 error
 
@@ -156,6 +162,15 @@ def rope(x, cos, sin):
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1).to(x.dtype)
 
 
+# The linear layers' GEMM: F.linear, or during an fp8 parity replay the recipe's emulation
+# (bench/torch_fp8.py); router and head stay F.linear, as in graphtrain.
+_FP8_LINEAR = {"fn": None}
+
+
+def linear(x, w):
+    return (_FP8_LINEAR["fn"] or F.linear)(x, w)
+
+
 def swiglu(gu, f):
     g, u = gu.float()[..., :f], gu.float()[..., f:]
     return (F.silu(g) * u).to(gu.dtype)
@@ -178,13 +193,13 @@ class Attn(_Module):
     def forward(self, x):
         B, T, d = x.shape
         H, KV, hd = self.c["heads"], self.c["kv"], self.hd
-        qkv = F.linear(rmsnorm(x, self.norm_w, self.c["eps"]), self.qkv_w)
+        qkv = linear(rmsnorm(x, self.norm_w, self.c["eps"]), self.qkv_w)
         q, k, v = qkv.split([H * hd, KV * hd, KV * hd], -1)
         q = rope(q.view(B, T, H, hd).transpose(1, 2), self.cos, self.sin)
         k = rope(k.view(B, T, KV, hd).transpose(1, 2), self.cos, self.sin)
         v = v.view(B, T, KV, hd).transpose(1, 2)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=KV != H)
-        return x + F.linear(o.transpose(1, 2).reshape(B, T, H * hd), self.o_w)
+        return x + linear(o.transpose(1, 2).reshape(B, T, H * hd), self.o_w)
 
 
 class MLP(_Module):
@@ -197,8 +212,8 @@ class MLP(_Module):
         self.down_w = nn.Parameter(torch.empty(d, f, dtype=dtype, device=device))
 
     def forward(self, x):
-        gu = F.linear(rmsnorm(x, self.norm_w, self.c["eps"]), self.gu_w)
-        return x + F.linear(swiglu(gu, self.c["ffn"]), self.down_w)
+        gu = linear(rmsnorm(x, self.norm_w, self.c["eps"]), self.gu_w)
+        return x + linear(swiglu(gu, self.c["ffn"]), self.down_w)
 
 
 class MoERouter(_Module):
@@ -406,6 +421,11 @@ def bench_one(c, mode, steps, warmup, device):
     blocks, fwd = None, model
     if mode == "compile":
         fwd = torch.compile(model)
+    if mode == "torchao_fp8":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import torch_fp8
+        _FP8_LINEAR["fn"] = torch_fp8.torchao_linear(model)
+        fwd = torch.compile(model)
     if mode in ("te_attn", "te_attn_mlp"):
         if device.type != "cuda":
             raise RuntimeError("TE-style graphs need CUDA")
@@ -510,8 +530,9 @@ def cmd_bench(a):
             raise SystemExit(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
         c = default_config(**WORKLOADS[w])
         for mode in a.modes.split(","):
-            if mode not in BENCH_MODES:
-                raise SystemExit(f"unknown mode {mode!r}; known: {', '.join(BENCH_MODES)}")
+            if mode not in BENCH_MODES + FP8_BENCH_MODES:
+                raise SystemExit(f"unknown mode {mode!r}; known: "
+                                 f"{', '.join(BENCH_MODES + FP8_BENCH_MODES)}")
             if a.time_budget and time.time() - t_start > a.time_budget:
                 r = dict(mode=mode, error="skipped: --time-budget spent")
             else:
@@ -519,6 +540,8 @@ def cmd_bench(a):
                     r = bench_one(c, mode, a.steps, a.warmup, device)
                 except Exception as e:  # one failing mode must not hide the others
                     r = dict(mode=mode, error=f"{type(e).__name__}: {str(e)[:300]}")
+                finally:
+                    _FP8_LINEAR["fn"] = None
             r["workload"] = w
             out["results"].append(r)
             print_row(r)
@@ -589,11 +612,15 @@ def rel(a, b):
     return nd / nb if nb > 0 else nd
 
 
-def replay(c, weights, batches, precision, device):
+def replay(c, weights, batches, precision, device, fp8=None):
     """Runs the steps in PyTorch; returns (losses, aux, lrs, grad_norms, step-1 grads by name).
     AdamW here mirrors graphtrain's update exactly (fp32 moments, bias correction, decoupled
     decay on matrices applied before the step, clipping coefficient min(1, clip / (norm + 1e-6)))."""
     dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    if fp8 is not None:  # graphtrain's CPU emulation keeps fp32 activations around the casts
+        import torch_fp8
+        dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+        _FP8_LINEAR["fn"] = torch_fp8.make_linear(fp8)
     model = Model(c, dtype, device)
     by_name = {name: t for name, _, t in weights}
     named = [(gt_name(n), p) for n, p in model.named_parameters()]
@@ -642,10 +669,13 @@ def replay(c, weights, batches, precision, device):
                 denom = torch.sqrt(v.double()) / math.sqrt(bc2) + c["adam_eps"]
                 w.copy_(wd - (lr / bc1) * m.double() / denom)
                 p.copy_(w)
+        if fp8 is not None:
+            fp8.step_end()
         losses.append(ce_sum)
         auxes.append(aux_sum)
         lrs.append(lr)
         norms.append(norm)
+    _FP8_LINEAR["fn"] = None
     return losses, auxes, lrs, norms, grads1
 
 
@@ -670,12 +700,26 @@ def cmd_parity(a):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     with open(os.path.join(d, "config.json")) as f:
-        dtype = json.load(f).get("model.compute_dtype", "bf16")
+        keys = json.load(f)
+    dtype = keys.get("model.compute_dtype", "bf16")
     gt_prec = "fp32" if gt["backend"] == "cpu" or dtype == "fp32" else "bf16"
+    if dtype.startswith("fp8_"):  # the same recipe, emulated (bench/torch_fp8.py)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import torch_fp8
+        gt_prec = dtype
+        engine = "scaled" if device.type == "cuda" and dtype != "fp8_sc" else "emulate"
+        if a.precisions == "fp32,bf16":
+            a.precisions = dtype
     print(f"parity: graphtrain on {gt['backend']} ({gt_prec}), {gt['steps']} steps, "
           f"reference on {device}")
     precs = a.precisions.split(",")
-    runs = {p: replay(c, weights, batches, p, device) for p in precs}
+    if any(p.startswith("fp8_") and p != gt_prec for p in precs):
+        raise SystemExit(f"parity: an fp8 recipe replays only a graphtrain run of that recipe "
+                         f"(this one ran {gt_prec}); drop it from --precisions")
+    runs = {p: replay(c, weights, batches, p, device,
+                      torch_fp8.state_from_graphtrain(keys, p, engine) if p.startswith("fp8_")
+                      else None)
+            for p in precs}
     # bf16's own noise, PyTorch bf16 against PyTorch fp32: comparisons that involve bf16 allow
     # NOISE_FACTOR times it (MoE routing flips make it large), never less than the table
     noise_loss, noise = 0.0, {}
@@ -828,7 +872,8 @@ def main(argv=None):
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("bench", help="time PyTorch on the WORKLOADS.md workloads")
     b.add_argument("--workloads", default="tiny,gpt124m,llama1b,moe")
-    b.add_argument("--modes", default=",".join(BENCH_MODES), help=", ".join(BENCH_MODES))
+    b.add_argument("--modes", default=",".join(BENCH_MODES),
+                   help=", ".join(BENCH_MODES + FP8_BENCH_MODES))
     b.add_argument("--steps", type=int, default=20, help="timed steps (median over them)")
     b.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     b.add_argument("--device", default="auto", help="auto, cuda or cpu")

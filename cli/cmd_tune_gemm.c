@@ -41,7 +41,58 @@ static const char *usage =
     "  --samples N     timings per candidate (default 24)\n"
     "  --min-gain PCT  least gain on a GEMM's own time that changes its algorithm (default 1)\n"
     "It runs about 8 x N / (launches a step) steps a shape, and always starts from cuBLASLt's\n"
-    "heuristic (runtime.gemm_table is not read). About a minute for gpt124m.\n";
+    "heuristic (runtime.gemm_table is not read). About a minute for gpt124m.\n"
+    "\n"
+    "usage: graphtrain tune-gemm --peak [--size N]\n"
+    "Times one N x N x N cuBLASLt GEMM (default 8192) in bf16 and in fp8 (E4M3, fast\n"
+    "accumulation) on GPU 0 and prints both rates: the peaks MFU is measured against\n"
+    "(config/gpus.c).\n";
+
+#define PEAK_DEFAULT_N 8192
+#define PEAK_REPS 50
+
+/* graphtrain tune-gemm --peak [--size N] */
+static int run_peak(int argc, char **argv) {
+    int n = PEAK_DEFAULT_N;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--peak")) continue;
+        char *end = NULL;
+        long x = i + 1 < argc && !strcmp(argv[i], "--size") ? strtol(argv[i + 1], &end, 10) : 0;
+        if (!end || *end || x < 256 || x > 32768 || x % 256) {
+            fprintf(stderr,
+                    "graphtrain tune-gemm --peak: '%.100s' is not --size N (a multiple of 256 "
+                    "from 256 to 32768); see --help\n",
+                    strcmp(argv[i], "--size") || i + 1 >= argc ? argv[i] : argv[i + 1]);
+            return 2;
+        }
+        n = (int)x;
+        i++;
+    }
+    gt_backend *b = NULL;
+    gt_error err = {0};
+    int rc = gt_backend_create_cuda(&b, 0, NULL, &err);
+    if (rc) {
+        fprintf(stderr, "graphtrain tune-gemm --peak: needs a GPU: %s\n", err.msg);
+        return rc == GT_ERR_INVALID ? 2 : 1;
+    }
+    double rate[2] = {0, 0};
+    for (int fp8 = 0; fp8 < 2 && !rc; fp8++)
+        rc = b->ops->gemm_peak ? b->ops->gemm_peak(b, fp8, n, PEAK_REPS, &rate[fp8], &err)
+                               : gt_error_set(&err, GT_ERR_UNSUPPORTED,
+                                              "the %s backend cannot time a GEMM", b->name);
+    if (!rc) {
+        gt_gemm_table t = {0};
+        b->ops->gemm_table_header(b, &t);
+        printf("%s, cuBLASLt %ld, %d x %d x %d, median of %d:\n", t.device, t.cublaslt, n, n, n,
+               PEAK_REPS);
+        printf("bf16 %.0f TFLOP/s\nfp8  %.0f TFLOP/s (E4M3, fast accumulation)\n", rate[0] / 1e12,
+               rate[1] / 1e12);
+    } else {
+        fprintf(stderr, "graphtrain tune-gemm --peak: %s\n", err.msg);
+    }
+    gt_backend_destroy(b);
+    return rc ? 1 : 0;
+}
 
 typedef struct tune_args {
     const char *out;
@@ -238,6 +289,8 @@ int gt_cmd_tune_gemm(int argc, char **argv) {
             fputs(usage, stdout);
             return 0;
         }
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--peak")) return run_peak(argc, argv);
     gt_config cfg;
     gt_error err = {0};
     char *rest[argc > 0 ? argc : 1];

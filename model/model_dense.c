@@ -79,8 +79,7 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_attn_block *a = &m->layers[layer].attn;
     gt_attn_recompute(m, s, layer, st);
     const void *dy = gt_model_branch_grad(m, s, a->res_out, layer, GT_SITE_ATTN_OUT, st);
-    if (!a->defer_o) gt_linear_bwd_weight(m, s, layer, GT_LIN_O, a->o_w, a->o_b, dy, a->att, st);
-    gt_linear_bwd_data(m, s, layer, GT_LIN_O, m->sc.a, dy, a->o_w, 0, st);
+    gt_linear_bwd(m, s, layer, GT_LIN_O, m->sc.a, dy, a->att, a->o_w, a->o_b, !a->defer_o, st);
     void *dqkv = gt_attn_dqkv(m, layer);
     b->ops->attention_bwd(b, s, dqkv, m->sc.a, a->qkv, a->att, a->lse, dm->B, dm->T, dm->H, dm->KV,
                           dm->hd, dm->p_attn, gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
@@ -89,9 +88,8 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
                                 dm->rope_factor);
     else
         b->ops->rope_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
-    if (!a->defer_qkv)
-        gt_linear_bwd_weight(m, s, layer, GT_LIN_QKV, a->qkv_w, a->qkv_b, dqkv, a->ln, st);
-    gt_linear_bwd_data(m, s, layer, GT_LIN_QKV, m->sc.dln, dqkv, a->qkv_w, 0, st);
+    gt_linear_bwd(m, s, layer, GT_LIN_QKV, m->sc.dln, dqkv, a->ln, a->qkv_w, a->qkv_b,
+                  !a->defer_qkv, st);
     /* the norm weight's gradient is summed from a->dw_part at the end of the backward */
     gt_model_norm_bwd(m, s, a->res_in, a->res_out, a->norm_w, a->dw_part, a->rstd);
 }
@@ -115,13 +113,11 @@ void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_mlp_block *p = &m->layers[layer].mlp;
     gt_mlp_recompute(m, s, layer, st);
     const void *dy = gt_model_branch_grad(m, s, p->res_out, layer, GT_SITE_MLP_OUT, st);
-    if (!p->defer_down)
-        gt_linear_bwd_weight(m, s, layer, GT_LIN_DOWN, p->down_w, p->down_b, dy, p->h, st);
-    gt_linear_bwd_data(m, s, layer, GT_LIN_DOWN, m->sc.a, dy, p->down_w, 0, st);
+    gt_linear_bwd(m, s, layer, GT_LIN_DOWN, m->sc.a, dy, p->h, p->down_w, p->down_b, !p->defer_down,
+                  st);
     /* the gate/up gradient over the gate/up activations, which only this reads */
     b->ops->swiglu_bwd(b, s, p->gu, m->sc.a, p->gu, dm->N, dm->f);
-    if (!p->defer_gu)
-        gt_linear_bwd_weight(m, s, layer, GT_LIN_GU, p->gu_w, p->gu_b, p->gu, p->ln, st);
-    gt_linear_bwd_data(m, s, layer, GT_LIN_GU, m->sc.dln, p->gu, p->gu_w, 0, st);
+    gt_linear_bwd(m, s, layer, GT_LIN_GU, m->sc.dln, p->gu, p->ln, p->gu_w, p->gu_b, !p->defer_gu,
+                  st);
     gt_model_norm_bwd(m, s, p->res_in, p->res_out, p->norm_w, p->dw_part, p->rstd);
 }

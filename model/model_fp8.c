@@ -1,7 +1,10 @@
-/* The linear layers' GEMMs in bf16 or fp8 (model_fp8.h). Under fp8 each GEMM is two casts and
- * one fp8 GEMM: forward x @ w^T (E4M3 x E4M3), data gradient dout @ w (the gradient's format x
- * the transposed weight copy), weight gradient dout^T @ x (both cast transposed, so every fp8
- * GEMM is K-contiguous on both sides, as Hopper needs). */
+/* The linear layers' GEMMs in bf16 or fp8 (model_fp8.h). Under fp8: forward x @ w^T (E4M3 x
+ * E4M3, fast accumulation), data gradient dout @ w (the gradient's format x the transposed
+ * weight copy), weight gradient dout^T @ x (both operands transposed, so every fp8 GEMM is
+ * K-contiguous on both sides, as Hopper needs). Per-tensor recipes read each tensor once per
+ * use: the weight and the output gradient are cast to both layouts in one pass; the forward
+ * saves x^T in fp8 for the weight gradient where nothing else needs x (gt_model_fp8_saves_input)
+ * and elsewhere the backward casts x^T with the scale the forward recorded for x. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +20,16 @@ static int layer_in_bf16(const gt_config *cfg, int l) {
     const gt_model_config *mc = &cfg->model;
     return mc->first_last_layers_bf16 && (l < mc->num_layers_at_start_in_bf16 ||
                                           l >= mc->num_layers - mc->num_layers_at_end_in_bf16);
+}
+
+int gt_model_fp8_saves_input(const gt_model *m, int layer, int lin) {
+    const gt_config *cfg = &m->cfg;
+    gt_fp8_recipe r = gt_compute_dtype_fp8_recipe(cfg->model.compute_dtype);
+    if (r != GT_FP8_RECIPE_TENSORWISE && r != GT_FP8_RECIPE_DELAYED) return 0;
+    if (layer_in_bf16(cfg, layer)) return 0;
+    const gt_layer *L = &m->layers[layer];
+    /* the o projection's input is the attention output, which the attention backward reads */
+    return lin == GT_LIN_QKV ? L->has_attn : (lin == GT_LIN_GU || lin == GT_LIN_DOWN) && L->has_mlp;
 }
 
 static gt_fp8_linear *lin_of(const gt_model *m, int layer, int lin) {
@@ -53,7 +66,12 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
     f->lin = calloc((size_t)m->num_layers * GT_LINEARS, sizeof *f->lin);
     if (!f->lin) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory planning fp8");
     int blockwise = f->scaling == GT_FP8_BLOCKWISE, rc;
-    size_t N = (size_t)dm->N, qa = 0, qb = 0, sa = 1, sb = 1;
+    size_t N = (size_t)dm->N, qa = 0, qb = 0, sa = 1, sb = 1, wt = 0;
+    /* With one micro-batch a step each transposed copy is read once, by its layer's data
+     * gradient: made there from the bf16 weight (the scale the step's weight cast recorded),
+     * it costs one more read of the weights a step and saves keeping every layer's copy. */
+    const gt_train_config *tc = &m->cfg.train;
+    f->wt_in_backward = !blockwise && tc->global_batch_size <= tc->micro_batch_size;
     char nm[GT_ARENA_NAME_MAX];
     static const char *const names[GT_LINEARS] = {"qkv", "o", "gate_up", "down"};
     for (int l = 0; l < m->num_layers; l++) {
@@ -67,21 +85,33 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
             gt_fp8_linear *li = lin_of(m, l, i);
             if (!dims[i][0] || layer_in_bf16(&m->cfg, l)) continue;
             int in = dims[i][1], out = dims[i][2];
-            *li = (gt_fp8_linear){1, weights[i], in, out, f->n_meta, NULL, NULL, NULL, NULL};
+            *li = (gt_fp8_linear){1,    weights[i], in,   out,  f->n_meta, NULL,
+                                  NULL, NULL,       NULL, NULL, NULL};
             f->n_meta += GT_FP8_SLOTS;
             size_t wbytes = (size_t)in * out * f->elem;
             size_t ws = blockwise ? gt_fp8_scale_count(out, in, GT_FP8_TILE) : 1;
             size_t wts = blockwise ? gt_fp8_scale_count(in, out, GT_FP8_TILE) : 1;
             snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w", l, names[i]);
             PLAN(&m->params, nm, wbytes, &li->qw);
-            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t", l, names[i]);
-            PLAN(&m->params, nm, wbytes, &li->qwt);
+            if (f->wt_in_backward) {
+                wt = max_sz(wt, wbytes);
+            } else {
+                snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t", l, names[i]);
+                PLAN(&m->params, nm, wbytes, &li->qwt);
+            }
             snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_scales", l, names[i]);
             PLAN(&m->params, nm, ws * sizeof(float), &li->sw);
             snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t_scales", l, names[i]);
             PLAN(&m->params, nm, wts * sizeof(float), &li->swt);
+            if (gt_model_fp8_saves_input(m, l, i)) {
+                /* half the bytes of the bf16 input it replaces (model_plan.c shares that) */
+                snprintf(nm, sizeof nm, "fp8.layers.%d.%s.x_t", l, names[i]);
+                PLAN(&m->acts, nm, N * (size_t)in * f->elem, &li->xt);
+                snprintf(nm, sizeof nm, "fp8.layers.%d.%s.x_t_scale", l, names[i]);
+                PLAN(&m->acts, nm, sizeof(float), &li->sxt);
+            }
             qa = max_sz(qa, N * (size_t)(in > out ? in : out));
-            qb = max_sz(qb, N * (size_t)in);
+            qb = max_sz(qb, N * (size_t)(in > out ? in : out));
             if (blockwise) {
                 sa = max_sz(sa, gt_fp8_scale_count(dm->N, in, 1));
                 sa = max_sz(sa, gt_fp8_scale_count(dm->N, out, 1));
@@ -95,6 +125,7 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
     if (f->scaling == GT_FP8_DELAYED)
         PLAN(&m->params, "fp8.amax_history",
              (size_t)f->n_meta * (size_t)f->history_len * sizeof(float), &f->history);
+    if (wt) PLAN(&m->scratch, "fp8.w_t", wt, &f->wt);
     PLAN(&m->scratch, "fp8.cast_a", qa * f->elem, &f->qa);
     PLAN(&m->scratch, "fp8.cast_b", qb * f->elem, &f->qb);
     PLAN(&m->scratch, "fp8.cast_a_scales", sa * sizeof(float), &f->sa);
@@ -120,6 +151,8 @@ int gt_model_fp8_init(gt_model *m, gt_error *err) {
         return gt_error_set(err, GT_ERR_INVALID,
                             "the %s backend stores fp8 elements in %zu bytes, the plan in %zu",
                             b->name, b->fp8_bytes, f->elem);
+    for (int i = 0; f->wt_in_backward && i < m->num_layers * GT_LINEARS; i++)
+        if (f->lin[i].on) f->lin[i].qwt = f->wt; /* the arena bound the shared buffer */
     gt_fp8_meta *h = malloc((size_t)f->n_meta * sizeof *h);
     if (!h) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory initializing fp8");
     for (int i = 0; i < f->n_meta; i++) {
@@ -146,6 +179,27 @@ static gt_fp8_cast_spec spec_of(const gt_model_fp8 *f, gt_fp8_format fmt, int ti
     return spec_rec(f, fmt, tile_rows, 1);
 }
 
+/* A cast with the scale the tensor's meta holds, recording nothing: under current scaling the
+ * forward's cast of the same x (saved unchanged for the backward) recorded exactly the scale
+ * a fresh amax would give, and under delayed scaling that cast already added x's amax. */
+static gt_fp8_cast_spec spec_recorded(gt_fp8_format fmt) {
+    return (gt_fp8_cast_spec){GT_FP8_DELAYED, fmt, 1, 0};
+}
+
+/* x to q [rows, cols] and qt [cols, rows] with one scale: one pass where the backend has it
+ * for this recipe, else two casts (blockwise: the tiles of x and x^T differ) */
+static void cast_both(gt_model *m, gt_stream *s, void *q, float *sq, void *qt, float *sqt,
+                      const void *x, int rows, int cols, gt_fp8_cast_spec sp, gt_fp8_meta *meta,
+                      gt_step_state *st) {
+    gt_backend *b = m->b;
+    if (b->ops->fp8_cast_pair && sp.scaling != GT_FP8_BLOCKWISE) {
+        b->ops->fp8_cast_pair(b, s, q, sq, qt, sqt, x, rows, cols, sp, meta, st);
+        return;
+    }
+    b->ops->fp8_cast(b, s, q, sq, x, rows, cols, 0, sp, meta, st);
+    b->ops->fp8_cast(b, s, qt, sqt, x, rows, cols, 1, sp, meta, st);
+}
+
 void gt_model_fp8_cast_weights(gt_model *m, gt_stream *s, int record, gt_step_state *st) {
     gt_model_fp8 *f = &m->fp8;
     gt_backend *b = m->b;
@@ -158,8 +212,10 @@ void gt_model_fp8_cast_weights(gt_model *m, gt_stream *s, int record, gt_step_st
             gt_fp8_meta *meta = &f->meta[li->slot + GT_FP8_SLOT_W];
             const void *w = gt_model_param(m, li->weight);
             gt_fp8_cast_spec sp = spec_rec(f, f->fwd_format, tile, record);
-            b->ops->fp8_cast(b, s, li->qw, li->sw, w, li->out, li->in, 0, sp, meta, st);
-            b->ops->fp8_cast(b, s, li->qwt, li->swt, w, li->out, li->in, 1, sp, meta, st);
+            if (f->wt_in_backward)
+                b->ops->fp8_cast(b, s, li->qw, li->sw, w, li->out, li->in, 0, sp, meta, st);
+            else
+                cast_both(m, s, li->qw, li->sw, li->qwt, li->swt, w, li->out, li->in, sp, meta, st);
         }
 }
 
@@ -187,11 +243,25 @@ void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, con
     }
     gt_model_fp8 *f = &m->fp8;
     int wtile = f->scaling == GT_FP8_BLOCKWISE ? GT_FP8_TILE : 1;
-    b->ops->fp8_cast(b, s, f->qa, f->sa, x, m->dm.N, li->in, 0,
-                     spec_rec(f, f->fwd_format, 1, record), &f->meta[li->slot + GT_FP8_SLOT_X], st);
-    b->ops->fp8_gemm(b, s, out, 0, 0, (gt_fp8_operand){f->qa, f->sa, 1, f->fwd_format},
+    gt_fp8_meta *mx = &f->meta[li->slot + GT_FP8_SLOT_X];
+    gt_fp8_cast_spec sx = spec_rec(f, f->fwd_format, 1, record);
+    if (li->xt && record) /* training: x^T for the weight gradient from the same pass */
+        cast_both(m, s, f->qa, f->sa, li->xt, li->sxt, x, m->dm.N, li->in, sx, mx, st);
+    else
+        b->ops->fp8_cast(b, s, f->qa, f->sa, x, m->dm.N, li->in, 0, sx, mx, st);
+    b->ops->fp8_gemm(b, s, out, GT_FP8_FAST_ACCUM, 0,
+                     (gt_fp8_operand){f->qa, f->sa, 1, f->fwd_format},
                      (gt_fp8_operand){li->qw, li->sw, wtile, f->fwd_format}, f->scaling,
                      gt_model_param(m, bias), res, m->dm.N, li->out, li->in);
+}
+
+/* The shared w^T of a one-micro-batch step (wt_in_backward), right before its data gradient,
+ * with the scale the step's weight cast recorded */
+static void weight_t(gt_model *m, gt_stream *s, const gt_fp8_linear *li, gt_step_state *st) {
+    gt_model_fp8 *f = &m->fp8;
+    if (!f->wt_in_backward) return;
+    m->b->ops->fp8_cast(m->b, s, li->qwt, li->swt, gt_model_param(m, li->weight), li->out, li->in,
+                        1, spec_recorded(f->fwd_format), &f->meta[li->slot + GT_FP8_SLOT_W], st);
 }
 
 void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
@@ -206,6 +276,7 @@ void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx,
     }
     gt_model_fp8 *f = &m->fp8;
     int wtile = f->scaling == GT_FP8_BLOCKWISE ? GT_FP8_TILE : 1;
+    weight_t(m, s, li, st);
     b->ops->fp8_cast(b, s, f->qa, f->sa, dout, m->dm.N, li->out, 0, spec_of(f, f->grad_format, 1),
                      &f->meta[li->slot + GT_FP8_SLOT_G], st);
     b->ops->fp8_gemm(b, s, dx, 0, accumulate, (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
@@ -232,4 +303,34 @@ void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, 
                      (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
                      (gt_fp8_operand){f->qb, f->sb, 1, f->fwd_format}, f->scaling, NULL, NULL,
                      li->out, li->in, m->dm.N);
+}
+
+void gt_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
+                   const void *x, int w, int bias, int wgrad, gt_step_state *st) {
+    gt_backend *b = m->b;
+    const gt_fp8_linear *li = fp8_on(m, layer, lin);
+    gt_model_fp8 *f = &m->fp8;
+    if (!li || f->scaling == GT_FP8_BLOCKWISE) {
+        if (wgrad) gt_linear_bwd_weight(m, s, layer, lin, w, bias, dout, x, st);
+        gt_linear_bwd_data(m, s, layer, lin, dx, dout, w, 0, st);
+        return;
+    }
+    int N = m->dm.N;
+    weight_t(m, s, li, st);
+    /* dout [N, out] for the data gradient and dout^T [out, N] for the weight gradient */
+    cast_both(m, s, f->qa, f->sa, f->qb, f->sb, dout, N, li->out, spec_of(f, f->grad_format, 1),
+              &f->meta[li->slot + GT_FP8_SLOT_G], st);
+    b->ops->fp8_gemm(b, s, dx, 0, 0, (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
+                     (gt_fp8_operand){li->qwt, li->swt, 1, f->fwd_format}, f->scaling, NULL, NULL,
+                     N, li->in, li->out);
+    if (!wgrad) return;
+    gt_fp8_operand xt = {li->xt, li->sxt, 1, f->fwd_format};
+    if (!li->xt) { /* qa is free again: x^T [in, N] */
+        b->ops->fp8_cast(b, s, f->qa, f->sa, x, N, li->in, 1, spec_recorded(f->fwd_format),
+                         &f->meta[li->slot + GT_FP8_SLOT_X], st);
+        xt = (gt_fp8_operand){f->qa, f->sa, 1, f->fwd_format};
+    }
+    b->ops->fp8_gemm(b, s, gt_model_grad(m, w), GT_FP8_OUT_FP32, m->grad_acc,
+                     (gt_fp8_operand){f->qb, f->sb, 1, f->grad_format}, xt, f->scaling, NULL, NULL,
+                     li->out, li->in, N);
 }

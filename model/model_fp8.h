@@ -19,8 +19,11 @@ typedef struct gt_fp8_linear {
     int weight;      /* parameter tensor index */
     int in, out;     /* weight [out, in] */
     int slot;        /* meta[slot + GT_FP8_SLOT_*] */
-    void *qw, *qwt;  /* [out, in] and [in, out] fp8 copies of the weight */
+    void *qw, *qwt;  /* [out, in] and [in, out] fp8 copies of the weight; qwt is the shared
+                      * fp8.w_t scratch, filled in the backward, when wt_in_backward */
     float *sw, *swt; /* their inverse scales */
+    void *xt;        /* [in, N] fp8 input saved by the forward for the weight gradient, or NULL */
+    float *sxt;      /* its inverse scale */
 } gt_fp8_linear;
 
 typedef struct gt_model_fp8 {
@@ -34,11 +37,18 @@ typedef struct gt_model_fp8 {
     gt_fp8_meta *meta;  /* [n_meta] device */
     float *history;     /* [n_meta * history_len] device (delayed scaling) */
     void *qa, *qb;      /* scratch: a GEMM's two casts of activations or gradients */
+    int wt_in_backward; /* one micro-batch a step: w^T cast before each data gradient into one
+                         * buffer the layers share, not kept per layer from the step's start */
+    void *wt;           /* that buffer (the largest weight's bytes), or NULL */
     float *sa, *sb;     /* their inverse scales */
 } gt_model_fp8;
 
 /* 1 when the configuration runs its linear layers in fp8 */
 int gt_model_fp8_configured(const gt_config *cfg);
+/* 1 when linear `lin` of `layer` keeps its input for the backward only as the fp8 x^T its
+ * forward saves (per-tensor recipes; qkv, gate/up, down, whose bf16 inputs nothing else
+ * reads backward), so the bf16 input's buffer may be one shared by the layers. */
+int gt_model_fp8_saves_input(const gt_model *m, int layer, int lin);
 /* Fills m->fp8 and plans its tensors (model_plan.c calls it last); releases with the model. */
 int gt_model_fp8_plan(gt_model *m, gt_error *err);
 void gt_model_fp8_release(gt_model *m);
@@ -61,5 +71,11 @@ void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx,
 /* grad(w) (+)= dout^T @ x, grad(bias) (+)= column sums of dout (bf16 path only) */
 void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, int bias,
                           const void *dout, const void *x, gt_step_state *st);
+/* A linear layer's backward: dx[N, in] = dout @ w and, when wgrad, its weight (and bias)
+ * gradient as gt_linear_bwd_weight. Under per-tensor fp8 dout is cast once to both layouts and
+ * x^T takes the scale the forward recorded for x, so this is one pass over dout and one over x
+ * (it must run before the linear's next forward). */
+void gt_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
+                   const void *x, int w, int bias, int wgrad, gt_step_state *st);
 
 #endif

@@ -376,7 +376,9 @@ static int plan_arenas(gt_model *m, gt_error *err) {
         unsigned r = L->rc;
         if (L->has_attn) {
             gt_attn_block *a = &L->attn;
-            ACT(r & GT_RC_ATTN_NORM, "layers.%d.attn.ln", N * d * ae, &a->ln);
+            /* shared also where only fp8's saved x^T outlives the forward (model_fp8.h) */
+            int ln_shared = (r & GT_RC_ATTN_NORM) || gt_model_fp8_saves_input(m, l, GT_LIN_QKV);
+            ACT(ln_shared, "layers.%d.attn.ln", N * d * ae, &a->ln);
             ACT(r & GT_RC_ATTN_NORM, "layers.%d.attn.rstd", N * sizeof(float), &a->rstd);
             ACT(0, "layers.%d.attn.dw_part", P * d * sizeof(float), &a->dw_part);
             ACT(r & GT_RC_QKV, "layers.%d.attn.qkv", N * dm->qkv * ae, &a->qkv);
@@ -387,11 +389,13 @@ static int plan_arenas(gt_model *m, gt_error *err) {
         }
         if (L->has_mlp) {
             gt_mlp_block *p = &L->mlp;
-            ACT(r & GT_RC_MLP_NORM, "layers.%d.mlp.ln", N * d * ae, &p->ln);
+            int ln_shared = (r & GT_RC_MLP_NORM) || gt_model_fp8_saves_input(m, l, GT_LIN_GU);
+            ACT(ln_shared, "layers.%d.mlp.ln", N * d * ae, &p->ln);
             ACT(r & GT_RC_MLP_NORM, "layers.%d.mlp.rstd", N * sizeof(float), &p->rstd);
             ACT(0, "layers.%d.mlp.dw_part", P * d * sizeof(float), &p->dw_part);
             ACT(r & GT_RC_MLP, "layers.%d.mlp.gu", N * 2 * dm->f * ae, &p->gu);
-            ACT(r & GT_RC_MLP, "layers.%d.mlp.h", N * dm->f * ae, &p->h);
+            int h_shared = (r & GT_RC_MLP) || gt_model_fp8_saves_input(m, l, GT_LIN_DOWN);
+            ACT(h_shared, "layers.%d.mlp.h", N * dm->f * ae, &p->h);
             if (N * dm->f > sc_a) sc_a = N * dm->f;
             if (N * 2 * dm->f > sc_b) sc_b = N * 2 * dm->f;
         }

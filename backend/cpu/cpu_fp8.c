@@ -110,6 +110,18 @@ static void cpu_fp8_cast(gt_backend *b, gt_stream *s, void *q, float *scale_inv,
     gt_cpu_submit(b, s, k_fp8_cast, &a, sizeof a);
 }
 
+/* Both casts, one after the other: the second derives (or adds) exactly what the first did */
+static void cpu_fp8_cast_pair(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
+                              float *scale_inv_t, const void *x, int rows, int cols,
+                              gt_fp8_cast_spec spec, gt_fp8_meta *meta, gt_step_state *st) {
+    CPU_REQUIRE(b, spec.scaling != GT_FP8_BLOCKWISE,
+                "fp8_cast_pair: per-tensor scaling only (blockwise tiles differ between x and "
+                "x^T); cast twice");
+    CPU_REQUIRE(b, qt && scale_inv_t, "fp8_cast_pair: NULL transposed output");
+    cpu_fp8_cast(b, s, q, scale_inv, x, rows, cols, 0, spec, meta, st);
+    cpu_fp8_cast(b, s, qt, scale_inv_t, x, rows, cols, 1, spec, meta, st);
+}
+
 typedef struct gemm_args {
     float *out;
     int out_fp32, accumulate;
@@ -153,7 +165,9 @@ static void cpu_fp8_gemm(gt_backend *b, gt_stream *s, void *out, int out_fp32, i
     CPU_REQUIRE(b, a.q && w.q && a.scale_inv && w.scale_inv, "fp8_gemm: NULL operand");
     CPU_REQUIRE(b, !res || res != out, "fp8_gemm: res must not alias out");
     CPU_REQUIRE(b, a.tile_rows > 0 && w.tile_rows > 0, "fp8_gemm: tile rows must be > 0");
-    gemm_args g = {out, out_fp32 != 0, accumulate != 0, a, w, scaling, bias, res, M, N, K};
+    /* the emulation always sums in fp32: GT_FP8_FAST_ACCUM changes nothing here */
+    gemm_args g = {
+        out, (out_fp32 & GT_FP8_OUT_FP32) != 0, accumulate != 0, a, w, scaling, bias, res, M, N, K};
     gt_cpu_submit(b, s, k_fp8_gemm, &g, sizeof g);
 }
 
@@ -201,6 +215,7 @@ static void cpu_fp8_amax_update(gt_backend *b, gt_stream *s, gt_fp8_meta *meta, 
 
 void gt_cpu_register_fp8_ops(gt_backend_ops *ops) {
     ops->fp8_cast = cpu_fp8_cast;
+    ops->fp8_cast_pair = cpu_fp8_cast_pair;
     ops->fp8_gemm = cpu_fp8_gemm;
     ops->fp8_amax_update = cpu_fp8_amax_update;
 }

@@ -163,6 +163,8 @@ void gt_cuda_rope_destroy(gt_backend *b);
 
 /* cuda_matmul.c: plan storage lifetime */
 int gt_cuda_matmul_init(gt_backend *b, gt_error *err);
+/* backend.h gemm_peak (cuda_peak.c) */
+int gt_cuda_gemm_peak(gt_backend *b, int fp8, int n, int reps, double *flops_per_s, gt_error *err);
 int gt_cuda_matmul_plan_finish(gt_backend *b, gt_error *err);
 void gt_cuda_matmul_destroy(gt_backend *b);
 /* "gemm_table=..." for describe: how many planned GEMMs run the table's algorithms */

@@ -30,13 +30,14 @@ typedef enum {
     GEMM_FP8_B_E5M2,     /* the same, a in E5M2 (gradients under hybrid) */
     GEMM_FP8_F32,        /* out fp32 (+)= ..., E4M3 x E4M3 (weight gradients) */
     GEMM_FP8_F32_B_E5M2, /* the same, a in E5M2 */
+    GEMM_FP8_FAST,       /* GEMM_FP8 with fast accumulation (the forward, GT_FP8_FAST_ACCUM) */
     GEMM_KINDS
 } gemm_kind;
 
 static const char *const gemm_names[GEMM_KINDS] = {
-    "matmul_fwd",         "matmul_fwd(bias)", "matmul_bwd_data", "matmul_bwd_data(accumulate)",
-    "matmul_bwd_weight",  "fp8_gemm",         "fp8_gemm(e5m2)",  "fp8_gemm(fp32)",
-    "fp8_gemm(fp32,e5m2)"};
+    "matmul_fwd",          "matmul_fwd(bias)", "matmul_bwd_data", "matmul_bwd_data(accumulate)",
+    "matmul_bwd_weight",   "fp8_gemm",         "fp8_gemm(e5m2)",  "fp8_gemm(fp32)",
+    "fp8_gemm(fp32,e5m2)", "fp8_gemm(fast)"};
 
 static int is_fp8(int kind) {
     return kind >= GEMM_FP8;
@@ -235,6 +236,7 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
     case GEMM_FP8_B_E5M2:
     case GEMM_FP8_F32:
     case GEMM_FP8_F32_B_E5M2:
+    case GEMM_FP8_FAST:
         /* out^T[N,M] = (w stored K x N)^T @ (a stored K x M) */
         ta = CUBLAS_OP_T;
         arows = K, acols = N, lda = K;
@@ -261,6 +263,13 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
         return 0;
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (p->kind == GEMM_FP8_FAST) {
+        /* Transformer Engine's forward: no periodic promotion of the tensor cores' partial
+         * sums to fp32 (faster); the gradients keep it */
+        int8_t fast = 1;
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                       sizeof fast);
+    }
     if (p->kind == GEMM_FWD_BIAS) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = CUDA_R_16BF;
@@ -451,9 +460,13 @@ static void cuda_fp8_gemm(gt_backend *b, gt_stream *s, void *out, int out_fp32, 
         return;
     }
     if (M == 0) return;
-    int e5 = a.format == GT_FP8_E5M2;
-    int kind =
-        out_fp32 ? (e5 ? GEMM_FP8_F32_B_E5M2 : GEMM_FP8_F32) : (e5 ? GEMM_FP8_B_E5M2 : GEMM_FP8);
+    int e5 = a.format == GT_FP8_E5M2, f32 = (out_fp32 & GT_FP8_OUT_FP32) != 0;
+    /* fast accumulation is a permission; it is planned for the forward's kind only */
+    int fast = (out_fp32 & GT_FP8_FAST_ACCUM) && !f32 && !e5;
+    int kind = f32    ? (e5 ? GEMM_FP8_F32_B_E5M2 : GEMM_FP8_F32)
+               : fast ? GEMM_FP8_FAST
+               : e5   ? GEMM_FP8_B_E5M2
+                      : GEMM_FP8;
     gemm_shape g = {kind, M, N, K, 1, 0, 0, 0};
     if (M > 0 && N > 0 && K > 0 && !b->planning) {
         gt_cuda_gemm_plan *p = plan_get(b, &g);
@@ -659,6 +672,7 @@ void gt_cuda_register_matmul_ops(gt_backend_ops *ops) {
     ops->gemm_choose = cuda_gemm_choose;
     ops->gemm_tune = cuda_gemm_tune;
     ops->gemm_tune_read = cuda_gemm_tune_read;
+    ops->gemm_peak = gt_cuda_gemm_peak;
     ops->matmul_fwd = cuda_matmul_fwd;
     ops->matmul_bwd_data = cuda_matmul_bwd_data;
     ops->matmul_bwd_weight = cuda_matmul_bwd_weight;

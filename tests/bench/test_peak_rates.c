@@ -39,6 +39,25 @@ static void test_peak_rates_follow_the_gpu_named(void **state) {
     assert_true(fabs(unset.limit_ms - h200.limit_ms) < 1e-12);
 }
 
+/* An fp8 recipe counts the same FLOPs (bf16's count) against the GPU's fp8 rate */
+static void test_fp8_recipes_measure_against_the_fp8_peak(void **state) {
+    (void)state;
+    gt_bench_workload bf, f8;
+    gt_config c;
+    gt_config_defaults(&c);
+    gt_error err = {0};
+    memset(&bf, 0, sizeof bf);
+    gt_bench_workload_compute(&bf, &c, 61e6, 0);
+    if (gt_config_set(&c, "model.compute_dtype", "fp8_cs", &err) != GT_OK) fail_msg("%s", err.msg);
+    memset(&f8, 0, sizeof f8);
+    gt_bench_workload_compute(&f8, &c, 61e6, 0);
+    assert_false(bf.peak_fp8);
+    assert_true(f8.peak_fp8);
+    assert_true(fabs(f8.peak_flops - gt_gpu_find(GT_GPU_DEFAULT)->fp8_flops) < 1.0);
+    assert_true(fabs(f8.flops_per_step - bf.flops_per_step) < 1.0);
+    assert_true(f8.limit_ms < bf.limit_ms);
+}
+
 static void test_every_gpu_name_has_rates(void **state) {
     (void)state;
     int n = 0;
@@ -54,6 +73,7 @@ static void test_every_gpu_name_has_rates(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_peak_rates_follow_the_gpu_named),
+        cmocka_unit_test(test_fp8_recipes_measure_against_the_fp8_peak),
         cmocka_unit_test(test_every_gpu_name_has_rates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

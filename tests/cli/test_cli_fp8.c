@@ -66,11 +66,26 @@ static void test_blackwell_formats_and_gpu_blockwise_fp8_are_refused_by_name(voi
         }
 }
 
+/* tune-gemm --peak times GEMMs on a GPU; here, without one, it says so; a bad size is named */
+static void test_tune_gemm_peak_needs_a_gpu_and_a_valid_size(void **state) {
+    char *out = *state;
+    int rc = gt_test_run("tune-gemm --peak --size 100", out, OUT_MAX);
+    if (rc != 2 || !strstr(out, "'100'") || !strstr(out, "multiple of 256"))
+        fail_msg("a size of 100 exited %d:\n%s", rc, out);
+    rc = gt_test_run("tune-gemm --peak --size 512", out, OUT_MAX);
+    if (rc == 0) {
+        if (!strstr(out, "fp8") || !strstr(out, "TFLOP/s")) fail_msg("no rates:\n%s", out);
+    } else if (rc != 1 || !strstr(out, "needs a GPU")) {
+        fail_msg("tune-gemm --peak without a GPU exited %d:\n%s", rc, out);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validate_accepts_the_hopper_recipes_on_the_cpu),
         cmocka_unit_test(test_train_runs_fp8_steps_on_the_cpu),
         cmocka_unit_test(test_blackwell_formats_and_gpu_blockwise_fp8_are_refused_by_name),
+        cmocka_unit_test(test_tune_gemm_peak_needs_a_gpu_and_a_valid_size),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,7 +1,9 @@
 /* The CUDA backend's fp8 ops against the CPU emulation: casts bitwise (codes, inverse scales,
- * the scaling state; per tensor and delayed, E4M3 and E5M2, plain and transposed), the NaN
- * flag, delayed scaling's update bitwise, and cuBLASLt's fp8 GEMMs (bf16 out with a residual,
- * fp32 out accumulating, an E5M2 operand) within fp32 summation-order error. */
+ * the scaling state; per tensor and delayed, E4M3 and E5M2, plain, transposed through the
+ * tiles and both layouts at once, on ragged shapes, with a recorded scale), the NaN flag,
+ * delayed scaling's update bitwise, and cuBLASLt's fp8 GEMMs (bf16 out with a residual, fp32
+ * out accumulating, an E5M2 operand, the forward's fast accumulation) within fp32
+ * summation-order error. */
 #include "gpu_fixture.h"
 
 #define R 64
@@ -15,35 +17,61 @@ static gt_fp8_meta meta_of(float scale, gt_fp8_format f) {
     return (gt_fp8_meta){scale, 1.0f / scale, 0.0f, (int32_t)f};
 }
 
-/* one cast on both backends; the GPU's codes decoded and compared bitwise */
-static void cast_case(gpu_env *e, gt_fp8_scaling sc, gt_fp8_format f, int transpose) {
-    size_t n = (size_t)R * C;
-    float *x = rand_vec(e, n, 5.0f), *cq = c_f32(e, NULL, n), *got = malloc(n * sizeof *got);
+/* The GPU's codes of an [n] fp8 tensor decoded */
+static void read_codes(gpu_env *e, float *got, const uint8_t *gq, size_t n, gt_fp8_format f) {
+    uint8_t *hq = malloc(n);
+    e->gpu->ops->memcpy_d2h(e->gpu, e->gs, hq, gq, n);
+    for (size_t i = 0; i < n; i++)
+        got[i] = gt_fp8_to_float(hq[i], f);
+    free(hq);
+}
+
+/* A cast of x [rows, cols] on both backends, compared bitwise (codes, inverse scales, meta,
+ * flags): mode 0 plain, 1 transposed, 2 the pair (both layouts in one pass). record 0 under
+ * delayed scaling is the cast with a recorded scale (the backward's x^T). */
+static void cast_case(gpu_env *e, gt_fp8_scaling sc, gt_fp8_format f, int mode, int rows, int cols,
+                      int record) {
+    size_t n = (size_t)rows * cols;
+    float *x = rand_vec(e, n, 5.0f), *got = malloc(n * sizeof *got);
+    float *cq = c_f32(e, NULL, n), *cqt = c_f32(e, NULL, n);
     gt_step_state init = default_state(), *cst, *gst, hst;
     make_states(e, &init, &cst, &gst);
     gt_fp8_meta m0 = meta_of(sc == GT_FP8_DELAYED ? 24.0f : 1.0f, f), hm;
+    m0.amax = sc == GT_FP8_DELAYED ? 0.75f : 0.0f; /* a delayed amax only grows */
     gt_fp8_meta *cm = c_alloc(e, sizeof *cm), *gm = g_alloc(e, sizeof *gm);
     *cm = m0;
     e->gpu->ops->memcpy_h2d(e->gpu, e->gs, gm, &m0, sizeof m0);
-    float *csi = c_f32(e, NULL, 1), *gsi = g_f32(e, NULL, 1), hsi;
+    float *csi = c_f32(e, NULL, 2), *gsi = g_f32(e, NULL, 2), hsi[2];
     void *gx = g_act(e, x, n);
-    uint8_t *gq = g_alloc(e, n), *hq = malloc(n);
-    e->cpu->ops->fp8_cast(e->cpu, e->cs, cq, csi, x, R, C, transpose, spec(sc, f), cm, cst);
-    GPU_PLAN(e, e->gpu->ops->fp8_cast(e->gpu, e->gs, gq, gsi, gx, R, C, transpose, spec(sc, f), gm,
-                                      gst));
-    e->gpu->ops->fp8_cast(e->gpu, e->gs, gq, gsi, gx, R, C, transpose, spec(sc, f), gm, gst);
-    e->gpu->ops->memcpy_d2h(e->gpu, e->gs, hq, gq, n);
-    e->gpu->ops->memcpy_d2h(e->gpu, e->gs, &hm, gm, sizeof hm);
-    e->gpu->ops->memcpy_d2h(e->gpu, e->gs, &hsi, gsi, sizeof hsi);
+    uint8_t *gq = g_alloc(e, n), *gqt = g_alloc(e, n);
+    gt_fp8_cast_spec sp = {sc, f, 1, record};
+    gt_backend *g = e->gpu;
+    if (mode == 2) {
+        e->cpu->ops->fp8_cast_pair(e->cpu, e->cs, cq, csi, cqt, csi + 1, x, rows, cols, sp, cm,
+                                   cst);
+        GPU_PLAN(
+            e, g->ops->fp8_cast_pair(g, e->gs, gq, gsi, gqt, gsi + 1, gx, rows, cols, sp, gm, gst));
+        g->ops->fp8_cast_pair(g, e->gs, gq, gsi, gqt, gsi + 1, gx, rows, cols, sp, gm, gst);
+    } else {
+        e->cpu->ops->fp8_cast(e->cpu, e->cs, cq, csi, x, rows, cols, mode, sp, cm, cst);
+        GPU_PLAN(e, g->ops->fp8_cast(g, e->gs, gq, gsi, gx, rows, cols, mode, sp, gm, gst));
+        g->ops->fp8_cast(g, e->gs, gq, gsi, gx, rows, cols, mode, sp, gm, gst);
+    }
+    g->ops->memcpy_d2h(g, e->gs, &hm, gm, sizeof hm);
+    g->ops->memcpy_d2h(g, e->gs, hsi, gsi, sizeof hsi);
     read_state(e, &hst, gst);
-    for (size_t i = 0; i < n; i++)
-        got[i] = gt_fp8_to_float(hq[i], f);
-    printf("    fp8_cast scaling %d format %d transpose %d\n", (int)sc, (int)f, transpose);
+    printf("    fp8_cast scaling %d format %d mode %d %d x %d record %d\n", (int)sc, (int)f, mode,
+           rows, cols, record);
+    read_codes(e, got, gq, n, f);
     assert_memory_equal(got, cq, n * sizeof *got);
-    assert_memory_equal(&hsi, csi, sizeof hsi);
+    if (mode == 2) {
+        read_codes(e, got, gqt, n, f);
+        assert_memory_equal(got, cqt, n * sizeof *got);
+    }
+    assert_memory_equal(hsi, csi, (mode == 2 ? 2 : 1) * sizeof *hsi);
     assert_memory_equal(&hm, cm, sizeof hm);
     assert_int_equal(hst.nan_flags, cst->nan_flags);
-    free(x), free(got), free(hq);
+    free(x), free(got);
 }
 
 static void test_fp8_casts_match_cpu_bitwise(void **state) {
@@ -53,7 +81,33 @@ static void test_fp8_casts_match_cpu_bitwise(void **state) {
     for (int k = 0; k < 2; k++)
         for (int f = 0; f < 2; f++)
             for (int t = 0; t < 2; t++)
-                cast_case(e, kinds[k], fmts[f], t);
+                cast_case(e, kinds[k], fmts[f], t, R, C, 1);
+}
+
+/* Shapes off the kernels' tiles and vectors: several 64 x 64 tiles with partial edges, rows
+ * and columns not multiples of 8 (the scalar paths), a single row */
+static void test_fp8_casts_of_ragged_shapes_match_cpu_bitwise(void **state) {
+    gpu_env *e = *state;
+    const int shapes[][2] = {{300, 200}, {67, 45}, {1, 37}, {130, 8}, {8, 129}};
+    for (int i = 0; i < 5; i++)
+        for (int t = 0; t < 3; t++) {
+            cast_case(e, GT_FP8_TENSORWISE, GT_FP8_E4M3, t, shapes[i][0], shapes[i][1], 1);
+            cast_case(e, GT_FP8_DELAYED, GT_FP8_E5M2, t, shapes[i][0], shapes[i][1], 1);
+        }
+}
+
+/* The weight copies and the output gradient in both layouts at once; the backward's x^T with
+ * the recorded scale (delayed, record 0) */
+static void test_fp8_cast_pairs_and_recorded_scale_casts_match_cpu_bitwise(void **state) {
+    gpu_env *e = *state;
+    gt_fp8_format fmts[] = {GT_FP8_E4M3, GT_FP8_E5M2};
+    for (int f = 0; f < 2; f++)
+        for (int record = 0; record < 2; record++) {
+            cast_case(e, GT_FP8_TENSORWISE, fmts[f], 2, 192, 320, record);
+            cast_case(e, GT_FP8_DELAYED, fmts[f], 2, 192, 320, record);
+            cast_case(e, GT_FP8_DELAYED, fmts[f], 1, 320, 192, record);
+            cast_case(e, GT_FP8_DELAYED, fmts[f], 0, 320, 192, record);
+        }
 }
 
 static void test_fp8_cast_of_a_nan_sets_the_flag(void **state) {
@@ -106,7 +160,8 @@ static void test_fp8_amax_update_matches_cpu_bitwise(void **state) {
 #define TOL_FP8_F32 5e-4
 
 /* fp8 operands cast on the CPU, their codes uploaded; both backends multiply them */
-static void gemm_case(gpu_env *e, int M, int N, int K, int out_fp32, gt_fp8_format af) {
+static void gemm_case(gpu_env *e, int M, int N, int K, int flags, gt_fp8_format af) {
+    int out_fp32 = flags & GT_FP8_OUT_FP32;
     gt_step_state init = default_state(), *cst, *gst;
     make_states(e, &init, &cst, &gst);
     float *a = rand_vec(e, (size_t)M * K, 3.0f), *w = rand_vec(e, (size_t)N * K, 0.1f);
@@ -134,19 +189,20 @@ static void gemm_case(gpu_env *e, int M, int N, int K, int out_fp32, gt_fp8_form
     void *g_res = out_fp32 ? NULL : g_act(e, res, no);
     gt_fp8_operand ca = {qa, sa, 1, af}, cw = {qw, sw, 1, GT_FP8_E4M3};
     gt_fp8_operand gao = {ga, gsa, 1, af}, gwo = {gw, gsw, 1, GT_FP8_E4M3};
-    e->cpu->ops->fp8_gemm(e->cpu, e->cs, c_out, out_fp32, out_fp32, ca, cw, GT_FP8_TENSORWISE, NULL,
+    e->cpu->ops->fp8_gemm(e->cpu, e->cs, c_out, flags, out_fp32, ca, cw, GT_FP8_TENSORWISE, NULL,
                           out_fp32 ? NULL : res, M, N, K);
-    GPU_PLAN(e, e->gpu->ops->fp8_gemm(e->gpu, e->gs, g_out, out_fp32, out_fp32, gao, gwo,
+    GPU_PLAN(e, e->gpu->ops->fp8_gemm(e->gpu, e->gs, g_out, flags, out_fp32, gao, gwo,
                                       GT_FP8_TENSORWISE, NULL, g_res, M, N, K));
-    e->gpu->ops->fp8_gemm(e->gpu, e->gs, g_out, out_fp32, out_fp32, gao, gwo, GT_FP8_TENSORWISE,
-                          NULL, g_res, M, N, K);
+    e->gpu->ops->fp8_gemm(e->gpu, e->gs, g_out, flags, out_fp32, gao, gwo, GT_FP8_TENSORWISE, NULL,
+                          g_res, M, N, K);
     if (out_fp32)
         g_read_f32(e, got, g_out, no);
     else
         g_read_act(e, got, g_out, no);
     char what[96];
-    snprintf(what, sizeof what, "fp8_gemm %dx%dx%d %s%s", M, N, K, out_fp32 ? "fp32 (+=)" : "bf16",
-             af == GT_FP8_E5M2 ? " e5m2" : "");
+    snprintf(what, sizeof what, "fp8_gemm %dx%dx%d %s%s%s", M, N, K,
+             out_fp32 ? "fp32 (+=)" : "bf16", af == GT_FP8_E5M2 ? " e5m2" : "",
+             flags & GT_FP8_FAST_ACCUM ? " fast accumulation" : "");
     EXPECT_CLOSE(what, got, c_out, no, out_fp32 ? TOL_FP8_F32 : TOL_BF16);
     free(a), free(w), free(ha), free(hw), free(res), free(got);
 }
@@ -157,11 +213,17 @@ static void test_fp8_gemms_match_cpu(void **state) {
     gemm_case(e, 64, 48, 96, 0, GT_FP8_E5M2);
     gemm_case(e, 128, 256, 512, 1, GT_FP8_E4M3);
     gemm_case(e, 96, 160, 64, 1, GT_FP8_E5M2);
+    /* the forward's fast accumulation: a bf16 result within bf16's tolerance still */
+    gemm_case(e, 64, 48, 96, GT_FP8_FAST_ACCUM, GT_FP8_E4M3);
+    gemm_case(e, 256, 128, 1024, GT_FP8_FAST_ACCUM, GT_FP8_E4M3);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_fp8_casts_match_cpu_bitwise, gpu_free_bufs),
+        cmocka_unit_test_teardown(test_fp8_casts_of_ragged_shapes_match_cpu_bitwise, gpu_free_bufs),
+        cmocka_unit_test_teardown(test_fp8_cast_pairs_and_recorded_scale_casts_match_cpu_bitwise,
+                                  gpu_free_bufs),
         cmocka_unit_test_teardown(test_fp8_cast_of_a_nan_sets_the_flag, gpu_free_bufs),
         cmocka_unit_test_teardown(test_fp8_amax_update_matches_cpu_bitwise, gpu_free_bufs),
         cmocka_unit_test_teardown(test_fp8_gemms_match_cpu, gpu_free_bufs),
