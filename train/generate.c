@@ -159,7 +159,16 @@ static int gen_create(gen *g, const gt_config *cfg_in, const float *master, size
     memset(&st, 0, sizeof st);
     st.nan_step = st.inject_nan = -1;
     b->ops->memcpy_h2d(b, g->s, g->st, &st, sizeof st);
-    b->ops->from_float(b, g->s, gt_model_get_info(g->m)->params, master, n_params);
+    /* from_float reads device memory: the master weights go up in fp32 first, then are
+     * rounded to the model's bf16 on the device, as the trainer does */
+    float *staged = NULL;
+    rc = b->ops->alloc(b, n_params * sizeof *staged, (void **)&staged, err);
+    if (rc) return gt_error_wrap(err, "staging the weights on the device: ");
+    b->ops->memcpy_h2d(b, g->s, staged, master, n_params * sizeof *staged);
+    b->ops->from_float(b, g->s, gt_model_get_info(g->m)->params, staged, n_params);
+    rc = b->ops->stream_sync(b, g->s, err);
+    b->ops->free(b, staged);
+    if (rc) return rc;
     b->ops->memcpy_h2d(b, g->s, g->tok, prompt, (size_t)n_prompt * sizeof *prompt);
     /* the first draw follows the prompt's last token, at the position after it */
     g->host->token = prompt[n_prompt - 1];
