@@ -24,7 +24,7 @@ int gt_trainer_dp_check_world(const gt_config *cfg, const gt_comm *comm, gt_erro
     return gt_error_set(err, GT_ERR_INVALID,
                         "runtime.num_gpus=%d / ddp.data_parallel_size=%d, but the trainer has %d "
                         "data-parallel rank%s; launch one process per rank (mpirun -np N "
-                        "graphtrain train ... runtime.device=cpu), or set runtime.num_gpus=1",
+                        "graphtrain train ..., torchrun or srun), or set runtime.num_gpus=1",
                         gpus, dp, ranks, ranks == 1 ? "" : "s");
 }
 
@@ -83,6 +83,9 @@ void gt_trainer_dp_release(gt_trainer *t) {
     gt_grad_sync_destroy(t->sync);
     t->sync = NULL;
     if (t->comm) gt_arena_release(&t->dp);
+    /* the NCCL communicator goes with the backend it was bound to, after the graphs that
+     * captured its collectives (gt_trainer_destroy destroys the runner first) */
+    gt_comm_unbind(t->comm);
     free(t->h_skip);
     t->h_skip = NULL;
 }
