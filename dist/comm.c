@@ -63,15 +63,18 @@ int gt_comm_bind(gt_comm *c, gt_backend *b, gt_error *err) {
         if (!rc) c->b = b;
         return rc;
     }
+    if (c->nccl)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "rank %d: this communicator runs NCCL on a GPU; the %s backend's "
+                            "collectives need MPI (runtime.device=cpu under mpirun)",
+                            c->world.rank, b->name);
     int rc = needs_mpi_now(&c->world, b) ? start_mpi(c, err) : GT_OK;
     if (!rc) c->b = b;
     return rc;
 }
 
 void gt_comm_unbind(gt_comm *c) {
-    if (!c) return;
-    gt_comm_nccl_unbind(c);
-    c->b = NULL;
+    if (c) c->b = NULL;
 }
 
 int gt_comm_uses_nccl(const gt_comm *c) {
@@ -84,7 +87,7 @@ int gt_comm_local_rank(const gt_comm *c) {
 
 void gt_comm_destroy(gt_comm *c) {
     if (!c) return;
-    gt_comm_nccl_unbind(c);
+    gt_comm_nccl_finish(c);
     if (c->mpi_active) gt_comm_mpi_finish(c);
     free(c->scratch);
     free(c);
@@ -150,13 +153,11 @@ void gt_comm_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const floa
         gt_comm_acc_submit(c, s, acc, in, n, first);
 }
 
-/* The host-side calls: MPI where it is up; NCCL otherwise (torchrun's GPU ranks); a world of
- * one has nobody to wait for. NCCL's watchdog verdict comes first either way. */
-static int no_host_path(const gt_comm *c, gt_error *err) {
-    return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                        "rank %d of %d: no MPI and no NCCL communicator to reach the other "
-                        "ranks; launch with mpirun, or bind a CUDA backend first",
-                        c->world.rank, c->world.size);
+/* The host-side calls: MPI where it is up; NCCL otherwise (torchrun's GPU ranks: started on
+ * this rank's GPU by the first such call, before any trainer exists); a world of one has
+ * nobody to wait for. NCCL's watchdog verdict comes first either way. */
+static int host_nccl(gt_comm *c, gt_error *err) {
+    return gt_comm_nccl_start(c, gt_comm_device(c), err);
 }
 
 int gt_comm_barrier(gt_comm *c, gt_error *err) {
@@ -164,14 +165,16 @@ int gt_comm_barrier(gt_comm *c, gt_error *err) {
     if (rc || c->world.size == 1) return rc;
     if (c->mpi_active) return gt_comm_mpi_barrier(c, err);
     int ignored = 0;
-    return c->nccl ? gt_comm_nccl_agree_max(c, 0, &ignored, err) : no_host_path(c, err);
+    rc = host_nccl(c, err);
+    return rc ? rc : gt_comm_nccl_agree_max(c, 0, &ignored, err);
 }
 
 int gt_comm_broadcast(gt_comm *c, void *buf, size_t n, int root, gt_error *err) {
     int rc = gt_comm_nccl_check(c, err);
     if (rc || c->world.size == 1) return rc;
     if (c->mpi_active) return gt_comm_mpi_broadcast(c, buf, n, root, err);
-    return c->nccl ? gt_comm_nccl_broadcast(c, buf, n, root, err) : no_host_path(c, err);
+    rc = host_nccl(c, err);
+    return rc ? rc : gt_comm_nccl_broadcast(c, buf, n, root, err);
 }
 
 int gt_comm_agree_max(gt_comm *c, int value, int *max, gt_error *err) {
@@ -181,7 +184,9 @@ int gt_comm_agree_max(gt_comm *c, int value, int *max, gt_error *err) {
     /* through NCCL even alone: the agreement is the watchdog's heartbeat */
     if (c->nccl && !c->mpi_active) return gt_comm_nccl_agree_max(c, value, max, err);
     if (c->world.size == 1) return GT_OK;
-    return c->mpi_active ? gt_comm_mpi_agree_max(c, value, max, err) : no_host_path(c, err);
+    if (c->mpi_active) return gt_comm_mpi_agree_max(c, value, max, err);
+    rc = host_nccl(c, err);
+    return rc ? rc : gt_comm_nccl_agree_max(c, value, max, err);
 }
 
 void gt_comm_abort(gt_comm *c, int code) {

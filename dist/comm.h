@@ -39,20 +39,23 @@ void gt_comm_set_rendezvous(gt_comm *c, const gt_comm_rendezvous *r);
 
 /* b may be NULL: the communicator then only serves the host-side calls (barrier, broadcast,
  * agree, abort) until gt_comm_bind gives it the backend its collectives run on. Binding a CUDA
- * backend creates the NCCL communicator on b's device (every rank of the world must bind);
- * binding NULL unbinds. */
+ * backend starts the NCCL communicator on b's device unless a host-side call of a world
+ * without MPI started it there already (every rank of the world must bind); it lives until
+ * gt_comm_destroy, across trainers. */
 int gt_comm_bind(gt_comm *c, gt_backend *b, gt_error *err);
-/* Destroys the NCCL communicator and its stream (idle: ncclCommDestroy; work still queued:
- * ncclCommAbort, which never waits on the other ranks). Before the backend is destroyed and
- * after every graph that captured its collectives. Accepts NULL. */
+/* Forgets the backend (before it is destroyed); the NCCL communicator stays for the host-side
+ * calls and the next bind. Accepts NULL. */
 void gt_comm_unbind(gt_comm *c);
-/* 1 when the collectives run through NCCL (a CUDA backend is bound). */
+/* 1 when the collectives run through NCCL (an NCCL communicator was started). */
 int gt_comm_uses_nccl(const gt_comm *c);
 /* This process's rank on its node. */
 int gt_comm_local_rank(const gt_comm *c);
 /* The CUDA device this rank takes: its local rank, or 0 when the launcher shows it one GPU. */
 int gt_comm_device(const gt_comm *c);
-/* Accepts NULL. Unbinds, then finalizes MPI when this communicator initialized it. */
+/* Accepts NULL. After every graph that captured its collectives: destroys the NCCL
+ * communicator (idle: ncclCommDestroy; work still queued, e.g. after a failed step:
+ * ncclCommAbort, which never waits on the other ranks), then finalizes MPI when this
+ * communicator initialized it. */
 void gt_comm_destroy(gt_comm *c);
 int gt_comm_rank(const gt_comm *c);
 int gt_comm_size(const gt_comm *c);

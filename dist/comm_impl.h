@@ -43,8 +43,12 @@ void gt_comm_mpi_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const 
                                     int first);
 /* comm_nccl.c; without NCCL in the build, bind refuses a CUDA backend by name. Collectives
  * are enqueued on the comm's own stream, ordered after and before s by events. */
+/* start: the communicator on GPU device (the rendezvous, ncclCommInitRank, the watchdog), at
+ * the first bind or the first host-side call of a world without MPI; it lives until finish
+ * (gt_comm_destroy), across trainers. bind: started on b's device, or refused. */
+int gt_comm_nccl_start(gt_comm *c, int device, gt_error *err);
 int gt_comm_nccl_bind(gt_comm *c, gt_backend *b, gt_error *err);
-void gt_comm_nccl_unbind(gt_comm *c);
+void gt_comm_nccl_finish(gt_comm *c);
 int gt_comm_nccl_reserve(gt_comm *c, size_t elems, gt_error *err);
 void gt_comm_nccl_all_reduce(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_reduce_order o);
 void gt_comm_nccl_reduce_scatter(gt_comm *c, gt_stream *s, float *out, const float *in, size_t n,

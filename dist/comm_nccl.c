@@ -44,6 +44,7 @@ struct gt_comm_nccl {
     atomic_int aborted;   /* the watchdog aborted the communicator: msg says why */
     atomic_llong beat_ms; /* the last heartbeat (gt_now_ms) */
     double timeout_ms;
+    int device; /* the GPU it was created on */
     char msg[GT_ERROR_MSG_MAX];
 };
 
@@ -154,22 +155,34 @@ static int setup(gt_comm *c, gt_comm_nccl *n, int device, gt_error *err) {
     return GT_OK;
 }
 
-int gt_comm_nccl_bind(gt_comm *c, gt_backend *b, gt_error *err) {
+int gt_comm_nccl_start(gt_comm *c, int device, gt_error *err) {
     if (c->nccl) return GT_OK;
     gt_comm_nccl *n = calloc(1, sizeof *n);
     if (!n) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory for an NCCL communicator");
     n->timeout_ms = c->timeout_ms;
+    n->device = device;
     c->nccl = n;
-    c->b = b;
-    int rc = setup(c, n, ((const gt_cuda_impl *)b->impl)->device, err);
+    int rc = setup(c, n, device, err);
     if (rc) {
-        gt_comm_nccl_unbind(c);
+        gt_comm_nccl_finish(c);
         return gt_error_wrap(err, "rank %d of %d: ", c->world.rank, c->world.size);
     }
     return GT_OK;
 }
 
-void gt_comm_nccl_unbind(gt_comm *c) {
+int gt_comm_nccl_bind(gt_comm *c, gt_backend *b, gt_error *err) {
+    int device = ((const gt_cuda_impl *)b->impl)->device;
+    int rc = gt_comm_nccl_start(c, device, err);
+    if (rc) return rc;
+    if (c->nccl->device != device)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "rank %d: its NCCL communicator is on GPU %d, the backend on GPU %d; "
+                            "one process drives one GPU",
+                            c->world.rank, c->nccl->device, device);
+    return GT_OK;
+}
+
+void gt_comm_nccl_finish(gt_comm *c) {
     gt_comm_nccl *n = c->nccl;
     if (!n) return;
     if (n->watching) {
@@ -440,7 +453,11 @@ int gt_comm_nccl_bind(gt_comm *c, gt_backend *b, gt_error *err) {
                         c->world.size, c->world.size == 1 ? "" : "s",
                         gt_launcher_name(c->world.launcher));
 }
-void gt_comm_nccl_unbind(gt_comm *c) {
+int gt_comm_nccl_start(gt_comm *c, int device, gt_error *err) {
+    (void)device;
+    return gt_comm_nccl_bind(c, NULL, err);
+}
+void gt_comm_nccl_finish(gt_comm *c) {
     (void)c;
 }
 int gt_comm_nccl_reserve(gt_comm *c, size_t elems, gt_error *err) {
