@@ -443,8 +443,7 @@ int gt_comm_device(const gt_comm *c) {
     return c->world.local_rank;
 }
 
-int gt_comm_nccl_bind(gt_comm *c, gt_backend *b, gt_error *err) {
-    (void)b;
+static int no_nccl(const gt_comm *c, gt_error *err) {
     return gt_error_set(err, GT_ERR_UNSUPPORTED,
                         "data parallelism on GPUs (%d rank%s, %s) needs NCCL, and this build has "
                         "none; build with CUDA where nccl.h is found (the CUDA toolkit's, or "
@@ -453,9 +452,13 @@ int gt_comm_nccl_bind(gt_comm *c, gt_backend *b, gt_error *err) {
                         c->world.size, c->world.size == 1 ? "" : "s",
                         gt_launcher_name(c->world.launcher));
 }
+int gt_comm_nccl_bind(gt_comm *c, gt_backend *b, gt_error *err) {
+    (void)b;
+    return no_nccl(c, err);
+}
 int gt_comm_nccl_start(gt_comm *c, int device, gt_error *err) {
     (void)device;
-    return gt_comm_nccl_bind(c, NULL, err);
+    return no_nccl(c, err);
 }
 void gt_comm_nccl_finish(gt_comm *c) {
     (void)c;

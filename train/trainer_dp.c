@@ -60,11 +60,11 @@ int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err) {
                       (void **)&t->loss_slots, err);
     size_t evals = tr->eval_interval > 0 && tr->eval_iters > 0 ? (size_t)tr->eval_iters : 0;
     if (!rc && evals)
-        rc = gt_arena_add(&t->dp, "eval_losses", 2 * evals * sizeof(float),
-                          (void **)&t->eval_slots, err);
+        rc = gt_arena_add(&t->dp, "eval_losses", 2 * evals * sizeof(float), (void **)&t->eval_slots,
+                          err);
     if (!rc) rc = gt_backend_alloc_arena(t->b, &t->dp, err);
-    size_t most = 2 * (size_t)t->n_micro_global > 2 * evals ? 2 * (size_t)t->n_micro_global
-                                                            : 2 * evals;
+    size_t most =
+        2 * (size_t)t->n_micro_global > 2 * evals ? 2 * (size_t)t->n_micro_global : 2 * evals;
     if (!rc) rc = gt_comm_reserve(comm, most, err);
     return rc;
 }
@@ -171,8 +171,7 @@ int gt_trainer_dp_eval(gt_trainer *t, float *loss, gt_error *err) {
         o->memset0(b, t->s, &t->eval_st->loss, 2 * sizeof(float)); /* this batch's pair alone */
         o->memcpy_h2d(b, t->s, t->d_batch, t->h_batch, 2 * (size_t)t->N * sizeof(int32_t));
         gt_model_forward_loss(t->m, t->s, t->d_batch, t->d_batch + t->N, scale, t->eval_st);
-        o->memcpy_d2d(b, t->s, t->eval_slots + 2 * (size_t)i, &t->eval_st->loss,
-                      2 * sizeof(float));
+        o->memcpy_d2d(b, t->s, t->eval_slots + 2 * (size_t)i, &t->eval_st->loss, 2 * sizeof(float));
         rc = o->stream_sync(b, t->s, err); /* the pinned batch is refilled next */
     }
     if (rc) return rc;
