@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
@@ -47,8 +48,8 @@ static int reconcile_world(gt_config *cfg, const gt_world *w, gt_error *err) {
         return gt_error_set(err, GT_ERR_INVALID,
                             "runtime.num_gpus=%d / ddp.data_parallel_size=%d asks for %d "
                             "data-parallel ranks, but this process was started alone; launch "
-                            "one process per rank (mpirun -np %d graphtrain train ... "
-                            "runtime.device=cpu), or set runtime.num_gpus=1",
+                            "one process per rank (mpirun -np %d graphtrain train ..., or "
+                            "torchrun, or srun), or set runtime.num_gpus=1",
                             cfg->runtime.num_gpus, cfg->ddp.data_parallel_size, asked, asked);
     return gt_error_set(err, GT_ERR_INVALID,
                         "runtime.num_gpus=%d / ddp.data_parallel_size=%d disagree with the %d "
@@ -56,6 +57,23 @@ static int reconcile_world(gt_config *cfg, const gt_world *w, gt_error *err) {
                         "ddp.data_parallel_size at 0: the launcher decides)",
                         cfg->runtime.num_gpus, cfg->ddp.data_parallel_size, w->size,
                         gt_launcher_name(w->launcher), w->size);
+}
+
+/* The communicator of this process, with the rendezvous of its NCCL id: dist.nccl_id_file,
+ * the launcher's job id against a stale file, torchrun's agent store (which holds
+ * MASTER_PORT itself: graphtrain's rank 0 listens on the next port). */
+static int make_comm(gt_comm **comm, const gt_world *w, const gt_config *cfg, gt_error *err) {
+    int rc = gt_comm_create(comm, w, NULL, err);
+    if (rc) return rc;
+    const char *tag = getenv("SLURM_JOB_ID");
+    if (!tag) tag = getenv("TORCHELASTIC_RUN_ID");
+    if (!tag) tag = getenv("OMPI_MCA_ess_base_jobid");
+    const char *agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    gt_comm_rendezvous r = {cfg->ddp.nccl_id_file, tag ? tag : "",
+                            cfg->ddp.timeout_minutes * 60.0 * 1000.0,
+                            agent && !strcasecmp(agent, "true") ? 1 : 0};
+    gt_comm_set_rendezvous(*comm, &r);
+    return GT_OK;
 }
 
 static void usage(FILE *out) {
@@ -133,12 +151,12 @@ int gt_cmd_train(int argc, char **argv) {
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     gt_train_run_opts opts = {.stop = &g_stop_requested, .out = stdout};
-    /* a launcher on the CPU backend: a communicator, even for one rank (its reductions give
-     * the bits of every world size); a GPU run under a launcher trains alone */
+    /* a launcher: a communicator, even for one rank (its reductions give the bits of every
+     * world size; MPI on the CPU backend, NCCL on GPUs); ddp.force_collectives: one alone */
     gt_comm *comm = NULL;
     FILE *sink = NULL;
-    if (world.launcher != GT_LAUNCH_NONE && cfg.runtime.device == GT_DEVICE_CPU) {
-        rc = gt_comm_create(&comm, &world, NULL, &err);
+    if (world.launcher != GT_LAUNCH_NONE || cfg.ddp.force_collectives) {
+        rc = make_comm(&comm, &world, &cfg, &err);
         if (rc != GT_OK) {
             fprintf(stderr, "graphtrain train: rank %d: %s\n", world.rank, err.msg);
             return TRAIN_EXIT_FAILED;

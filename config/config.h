@@ -203,6 +203,12 @@ typedef struct gt_ddp_config {
     bool check_for_nan_in_grad;
     int data_parallel_size; /* 0 = derived from num_gpus / (tp * pp * cp) */
     int bucket_size;        /* gradient elements per reduction bucket; 0 = Megatron's default */
+    /* dist/ (README, "Data parallelism"): a run without a launcher through the communicator
+     * (NCCL on a GPU); NCCL's unique id through this file ("" = MPI or TCP); every wait's
+     * deadline (dist.distributed_timeout_minutes) */
+    bool force_collectives;
+    int timeout_minutes;
+    char nccl_id_file[GT_PATH_MAX];
 } gt_ddp_config;
 
 typedef struct gt_rerun_config {

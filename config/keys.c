@@ -132,6 +132,9 @@ static const gt_key k_keys[] = {
     /* ---- checks ---- */
     {"rerun_state_machine.check_for_nan_in_loss", GT_KEY_BOOL, F(rerun_state_machine.check_for_nan_in_loss), "true", NULL, 0, 0, "Stop on a NaN/Inf loss (a device-side check here, so it survives graph capture).", NULL},
     {"ddp.bucket_size", GT_KEY_INT, F(ddp.bucket_size), "0", NULL, 0, 1000000000, "Gradient elements per data-parallel reduction bucket; 0 (null) = Megatron's max(40M, 1M x data-parallel size).", "0"},
+    {"ddp.force_collectives", GT_KEY_BOOL, F(ddp.force_collectives), "false", NULL, 0, 0, "A run started without a launcher goes through the data-parallel path with a communicator of one rank (NCCL on a GPU, captured in the graphs as in a larger world): checks that path on one GPU; the losses are those of the run without it.", NULL},
+    {"dist.distributed_timeout_minutes", GT_KEY_INT, F(ddp.timeout_minutes), "10", NULL, 1, 100000, "How long a rank waits for the others (the NCCL id rendezvous, host-side agreements) and how long a training step may take on every rank before the NCCL watchdog aborts the communicator.", NULL},
+    {"dist.nccl_id_file", GT_KEY_STRING, F(ddp.nccl_id_file), "", NULL, 0, 0, "A path on a filesystem every rank sees: rank 0 writes NCCL's unique id there, the others poll for it (srun without MPI); empty = MPI's broadcast under mpirun, TCP at MASTER_ADDR:MASTER_PORT under torchrun.", NULL},
     {"ddp.check_for_nan_in_grad", GT_KEY_BOOL, F(ddp.check_for_nan_in_grad), "true", NULL, 0, 0, "Skip the update and stop on NaN/Inf gradients (device-side).", NULL},
     /* ---- optimizer and schedule ---- */
     {"optimizer.lr", GT_KEY_DOUBLE, F(optimizer.lr), "0.0003", NULL, 0, 100, "Peak learning rate (AdamW).", NULL},

@@ -82,11 +82,6 @@ static bool cp(const gt_config *c) {
 static bool ep(const gt_config *c) {
     return c->model.expert_model_parallel_size > 1;
 }
-/* data parallelism runs between CPU-backend processes (dist/); GPUs need NCCL, not built yet */
-static bool dp(const gt_config *c) {
-    return (c->runtime.num_gpus > 1 || c->ddp.data_parallel_size > 1) &&
-           c->runtime.device != GT_DEVICE_CPU;
-}
 static bool offload(const gt_config *c) {
     return c->model.cpu_offloading;
 }
@@ -95,8 +90,8 @@ static bool pad_vocab(const gt_config *c) {
 }
 
 #define MULTI_GPU                                                                                  \
-    "; it needs the multi-GPU runtime (NCCL communicators, sharded layers and their "              \
-    "collectives), which graphtrain does not have yet: graphtrain runs on one GPU"
+    "; it needs sharded layers and their collectives, which graphtrain does not have: its "        \
+    "multi-GPU runtime is data parallelism (NCCL) only"
 
 /* clang-format off */
 static const unsupported k_unsupported[] = {
@@ -145,9 +140,6 @@ static const unsupported k_unsupported[] = {
     {"engine_no_expert_parallel", {"model.expert_model_parallel_size"}, ep,
      "expert parallelism is not implemented (also no all-to-all token dispatch)" MULTI_GPU,
      "set model.expert_model_parallel_size=1 (-ep 1), e.g. with a *_1gpu recipe"},
-    {"engine_single_gpu", {"runtime.num_gpus", "ddp.data_parallel_size"}, dp,
-     "data parallelism over several GPUs needs NCCL communicators, which are not built yet (data parallelism runs between CPU-backend processes under mpirun); a run would use one GPU and train on a fraction of the batches asked for",
-     "set runtime.num_gpus=1 (-ng 1) and ddp.data_parallel_size=0 or 1, or runtime.device=cpu and launch with mpirun -np N"},
     {"engine_no_cpu_offloading", {"model.cpu_offloading"}, offload,
      "offloading activations or weights to host memory is not implemented: everything stays in device memory",
      "set model.cpu_offloading=false"},

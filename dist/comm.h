@@ -1,10 +1,11 @@
 /* Collectives between the ranks of a data-parallel job, enqueued on a backend stream like any
- * op, so a full-iteration graph captures them with the rest of the step. On the CPU backend they
- * run through MPI between processes (mpirun), recorded and replayed like the CPU backend's
- * kernels; a world of one needs no library and copies. The sums come in two orders:
- * GT_REDUCE_RANK_ORDER adds the ranks' values in rank order, ((x0 + x1) + x2) + ..., the same
- * bits on every run and every rank; GT_REDUCE_LIBRARY leaves the order to the library (MPI's or
- * NCCL's algorithms, faster, and not bitwise repeatable across world sizes). */
+ * op, so a full-iteration graph captures them with the rest of the step. On the CUDA backend
+ * they are NCCL's, on a communication stream ordered with the caller's by events; on the CPU
+ * backend they run through MPI between processes (mpirun), recorded and replayed like the CPU
+ * backend's kernels, and a world of one there needs no library and copies. The sums come in two
+ * orders: GT_REDUCE_RANK_ORDER adds the ranks' values in rank order, ((x0 + x1) + x2) + ..., the
+ * same bits on every run and every rank; GT_REDUCE_LIBRARY leaves the order to the library (MPI's
+ * or NCCL's algorithms, faster, and not bitwise repeatable across world sizes). */
 #ifndef GT_DIST_COMM_H
 #define GT_DIST_COMM_H
 
@@ -17,14 +18,44 @@ typedef enum { GT_REDUCE_RANK_ORDER, GT_REDUCE_LIBRARY } gt_reduce_order;
 
 typedef struct gt_comm gt_comm;
 
-/* A communicator over w for buffers of backend b. A world of more than one rank needs the CPU
- * backend and a build with MPI (the error says how to get one); NCCL for the CUDA backend is
- * not built yet and is refused by name. */
+/* A communicator over w for buffers of backend b. On the CPU backend a world of more than one
+ * rank needs a build with MPI (the error says how to get one); on the CUDA backend, a build
+ * with NCCL. mpirun's and srun's ranks start MPI here; torchrun's only when a CPU backend is
+ * bound. */
 int gt_comm_create(gt_comm **c, const gt_world *w, gt_backend *b, gt_error *err);
+
+/* How NCCL's unique id reaches the ranks (set before binding a CUDA backend) and the deadline
+ * of every wait. id_file non-empty: through that file (dist/rendezvous.h); else MPI when it is
+ * up; else TCP at the world's MASTER_ADDR:MASTER_PORT + port_offset. tag: the launcher's job
+ * id ("" when none), so a file of another job is not read. timeout_ms: the rendezvous, the
+ * host-side waits and the watchdog (no step finished on every rank within it: the NCCL
+ * communicator is aborted); 0 keeps the default, Bridge's 10 minutes. */
+typedef struct gt_comm_rendezvous {
+    const char *id_file, *tag;
+    double timeout_ms;
+    int port_offset;
+} gt_comm_rendezvous;
+void gt_comm_set_rendezvous(gt_comm *c, const gt_comm_rendezvous *r);
+
 /* b may be NULL: the communicator then only serves the host-side calls (barrier, broadcast,
- * agree, abort) until gt_comm_bind gives it the backend its collectives run on. */
+ * agree, abort) until gt_comm_bind gives it the backend its collectives run on. Binding a CUDA
+ * backend starts the NCCL communicator on b's device unless a host-side call of a world
+ * without MPI started it there already (every rank of the world must bind); it lives until
+ * gt_comm_destroy, across trainers. */
 int gt_comm_bind(gt_comm *c, gt_backend *b, gt_error *err);
-/* Accepts NULL. Finalizes MPI when this communicator initialized it. */
+/* Forgets the backend (before it is destroyed); the NCCL communicator stays for the host-side
+ * calls and the next bind. Accepts NULL. */
+void gt_comm_unbind(gt_comm *c);
+/* 1 when the collectives run through NCCL (an NCCL communicator was started). */
+int gt_comm_uses_nccl(const gt_comm *c);
+/* This process's rank on its node. */
+int gt_comm_local_rank(const gt_comm *c);
+/* The CUDA device this rank takes: its local rank, or 0 when the launcher shows it one GPU. */
+int gt_comm_device(const gt_comm *c);
+/* Accepts NULL. After every graph that captured its collectives: destroys the NCCL
+ * communicator (idle: ncclCommDestroy; work still queued, e.g. after a failed step:
+ * ncclCommAbort, which never waits on the other ranks), then finalizes MPI when this
+ * communicator initialized it. */
 void gt_comm_destroy(gt_comm *c);
 int gt_comm_rank(const gt_comm *c);
 int gt_comm_size(const gt_comm *c);
@@ -51,7 +82,7 @@ void gt_comm_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t el
  * rank at a time in rank order (first: in_0 + in_1 + ..., acc's old values unread), where in_q
  * is rank q's in[first..first+count). Called once per micro-batch round, it sums every
  * micro-batch's gradient in one global order whatever the world size. Needs the reserve of
- * gt_comm_reserve; CPU backend only. */
+ * gt_comm_reserve. */
 void gt_comm_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
                                 int first);
 
@@ -62,8 +93,10 @@ int gt_comm_barrier(gt_comm *c, gt_error *err);
 int gt_comm_broadcast(gt_comm *c, void *buf, size_t n, int root, gt_error *err);
 /* Host-side: *max = the largest value any rank passes (a stop request's signal, an exit). */
 int gt_comm_agree_max(gt_comm *c, int value, int *max, gt_error *err);
-/* Ends every rank of the job with exit status code (MPI_Abort); a world of one returns. For the
- * CLI, after a rank failed: the others may wait in a collective that never comes. */
+/* After a rank failed (the others may wait in a collective that never comes): aborts the NCCL
+ * communicator, then ends every rank of the job with exit status code when MPI is up
+ * (MPI_Abort); otherwise returns, and the launcher (torchrun, srun) ends the others when this
+ * process exits non-zero. For the CLI. */
 void gt_comm_abort(gt_comm *c, int code);
 
 #endif

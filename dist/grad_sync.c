@@ -1,11 +1,12 @@
-/* Gradient buckets and their reduction (grad_sync.h). The accumulators are one host block:
- * data parallelism between processes runs on the CPU backend, whose device memory is host
- * memory; a CUDA build refuses worlds of more than one in gt_comm_create. */
+/* Gradient buckets and their reduction (grad_sync.h). The accumulators are one block of the
+ * backend's memory (host memory on the CPU backend, device memory under NCCL). */
 #include "dist/grad_sync.h"
 
 #include <stdlib.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/arena.h"
+#include "dist/comm_impl.h"
 
 struct gt_grad_sync {
     gt_comm *c;
@@ -14,16 +15,18 @@ struct gt_grad_sync {
     gt_grad_sync_opts opts;
     int n_buckets;
     gt_grad_bucket *buckets; /* [n_buckets], the last parameters first */
+    gt_arena mem;            /* acc, on the backend */
     float *acc;              /* every bucket's shard, one block */
 };
 
 int gt_grad_sync_create(gt_grad_sync **out, gt_comm *c, gt_backend *b, size_t n,
                         const gt_grad_sync_opts *o, gt_error *err) {
     *out = NULL;
-    if (b->kind != GT_BACKEND_CPU)
+    if (b->kind != GT_BACKEND_CPU && !gt_comm_uses_nccl(c))
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
-                            "data-parallel gradient reduction runs on the CPU backend only "
-                            "(NCCL is not built yet); use runtime.device=cpu");
+                            "data-parallel gradient reduction on the %s backend needs an NCCL "
+                            "communicator bound to it (gt_comm_bind)",
+                            b->name);
     gt_grad_sync *g = calloc(1, sizeof *g);
     if (!g) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory for gradient buckets");
     g->c = c;
@@ -48,18 +51,24 @@ int gt_grad_sync_create(gt_grad_sync **out, gt_comm *c, gt_backend *b, size_t n,
         k->shard_n = cnt;
         shard_total += cnt;
     }
-    g->acc = g->buckets ? malloc((shard_total ? shard_total : 1) * sizeof *g->acc) : NULL;
-    if (!g->acc) {
+    gt_arena_init(&g->mem, "grad_shards");
+    if (!g->buckets) {
         gt_grad_sync_destroy(g);
-        return gt_error_set(err, GT_ERR_NOMEM,
-                            "out of host memory for the gradient shards (%zu floats)", shard_total);
+        return gt_error_set(err, GT_ERR_NOMEM, "out of host memory for the gradient buckets");
+    }
+    int rc = gt_arena_add(&g->mem, "acc", (shard_total ? shard_total : 1) * sizeof *g->acc,
+                          (void **)&g->acc, err);
+    if (!rc) rc = gt_backend_alloc_arena(b, &g->mem, err);
+    if (rc) {
+        gt_grad_sync_destroy(g);
+        return gt_error_wrap(err, "the gradient shards (%zu floats): ", shard_total);
     }
     float *p = g->acc;
     for (int i = 0; i < g->n_buckets; i++) {
         g->buckets[i].acc = p;
         p += g->buckets[i].shard_n;
     }
-    int rc = gt_comm_reserve(c, per < n ? per : n, err);
+    rc = gt_comm_reserve(c, per < n ? per : n, err);
     if (rc) {
         gt_grad_sync_destroy(g);
         return rc;
@@ -70,7 +79,7 @@ int gt_grad_sync_create(gt_grad_sync **out, gt_comm *c, gt_backend *b, size_t n,
 
 void gt_grad_sync_destroy(gt_grad_sync *g) {
     if (!g) return;
-    free(g->acc);
+    gt_arena_release(&g->mem);
     free(g->buckets);
     free(g);
 }
@@ -140,6 +149,10 @@ void gt_grad_sync_losses(gt_grad_sync *g, gt_stream *s, gt_step_state *st, float
                          int n_micro) {
     /* each slot is nonzero on one rank at most, so the rank-order sum moves it exactly */
     gt_comm_all_reduce_sum(g->c, s, slots, 2 * (size_t)n_micro, GT_REDUCE_RANK_ORDER);
+    if (gt_comm_uses_nccl(g->c)) {
+        gt_comm_nccl_losses(g->c, s, &st->loss, &st->aux_loss, slots, n_micro);
+        return;
+    }
     loss_args a = {st, slots, n_micro};
     gt_cpu_submit(g->b, s, k_losses, &a, sizeof a);
 }

@@ -52,7 +52,7 @@ void gt_grad_sync_gather(gt_grad_sync *g, gt_stream *s, void *buf, size_t elem_b
 /* The step's loss and auxiliary loss from every micro-batch's pair in slots[n_micro][2]
  * (zero where another rank computed it): summed over ranks, then st->loss and st->aux_loss
  * set to the pairs added one after another in micro-batch order, as one process accumulates
- * them. CPU backend. */
+ * them. */
 void gt_grad_sync_losses(gt_grad_sync *g, gt_stream *s, gt_step_state *st, float *slots,
                          int n_micro);
 

@@ -10,7 +10,9 @@
 #include "model/memory_plan.h"
 #include "train/trainer_impl.h"
 
-static int make_backend(gt_trainer *t, gt_error *err) {
+/* The GPU of this process: its rank on its node under a launcher (gt_comm_device), else 0. */
+static int make_backend(gt_trainer *t, const gt_comm *comm, gt_error *err) {
+    int dev = comm ? gt_comm_device(comm) : 0;
     gt_cuda_config cuda; /* runtime.cuda.*, the GT_CUDA_* aliases applied */
     if (t->cfg.runtime.device != GT_DEVICE_CPU &&
         gt_config_cuda_settings(&t->cfg, &cuda, err) != GT_OK)
@@ -20,13 +22,13 @@ static int make_backend(gt_trainer *t, gt_error *err) {
     case GT_DEVICE_CPU:
         return gt_backend_create_cpu(&t->b, err);
     case GT_DEVICE_CUDA: {
-        int rc = gt_backend_create_cuda(&t->b, 0, &cuda, err);
+        int rc = gt_backend_create_cuda(&t->b, dev, &cuda, err);
         if (rc) return gt_error_wrap(err, "runtime.device=cuda: ");
         return GT_OK;
     }
     case GT_DEVICE_AUTO: {
         gt_error cuda_err = {0};
-        int rc = gt_backend_create_cuda(&t->b, 0, &cuda, &cuda_err);
+        int rc = gt_backend_create_cuda(&t->b, dev, &cuda, &cuda_err);
         if (rc == GT_OK) return GT_OK;
         /* a GPU that is there but set up wrongly (a runtime.cuda.* choice) is the user's to fix;
          * only a build without CUDA or no usable GPU falls back to the CPU */
@@ -241,7 +243,7 @@ int gt_trainer_create_dp(gt_trainer **out, const gt_config *cfg, gt_comm *comm, 
     t->cfg = *cfg;
     int rc = gt_trainer_dp_check_world(cfg, comm, err);
     if (!rc) rc = check_shapes(t, err);
-    if (!rc) rc = make_backend(t, err);
+    if (!rc) rc = make_backend(t, comm, err);
     if (!rc) rc = set_gemm_table(t, err);
     if (!rc) rc = t->b->ops->stream_create(t->b, &t->s, err);
     if (!rc && comm) rc = gt_trainer_dp_init(t, comm, err);

@@ -24,7 +24,7 @@ int gt_trainer_dp_check_world(const gt_config *cfg, const gt_comm *comm, gt_erro
     return gt_error_set(err, GT_ERR_INVALID,
                         "runtime.num_gpus=%d / ddp.data_parallel_size=%d, but the trainer has %d "
                         "data-parallel rank%s; launch one process per rank (mpirun -np N "
-                        "graphtrain train ... runtime.device=cpu), or set runtime.num_gpus=1",
+                        "graphtrain train ..., torchrun or srun), or set runtime.num_gpus=1",
                         gpus, dp, ranks, ranks == 1 ? "" : "s");
 }
 
@@ -58,8 +58,14 @@ int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err) {
     gt_arena_init(&t->dp, "data_parallel");
     rc = gt_arena_add(&t->dp, "micro_losses", 2 * (size_t)t->n_micro_global * sizeof(float),
                       (void **)&t->loss_slots, err);
+    size_t evals = tr->eval_interval > 0 && tr->eval_iters > 0 ? (size_t)tr->eval_iters : 0;
+    if (!rc && evals)
+        rc = gt_arena_add(&t->dp, "eval_losses", 2 * evals * sizeof(float), (void **)&t->eval_slots,
+                          err);
     if (!rc) rc = gt_backend_alloc_arena(t->b, &t->dp, err);
-    if (!rc) rc = gt_comm_reserve(comm, 2 * (size_t)t->n_micro_global, err);
+    size_t most =
+        2 * (size_t)t->n_micro_global > 2 * evals ? 2 * (size_t)t->n_micro_global : 2 * evals;
+    if (!rc) rc = gt_comm_reserve(comm, most, err);
     return rc;
 }
 
@@ -83,6 +89,7 @@ void gt_trainer_dp_release(gt_trainer *t) {
     gt_grad_sync_destroy(t->sync);
     t->sync = NULL;
     if (t->comm) gt_arena_release(&t->dp);
+    gt_comm_unbind(t->comm); /* the backend goes next; the communicator outlives the trainer */
     free(t->h_skip);
     t->h_skip = NULL;
 }
@@ -145,5 +152,33 @@ int gt_trainer_dp_gather_state(gt_trainer *t, gt_error *err) {
     int rc = t->b->ops->stream_sync(t->b, t->s, err);
     if (!rc) rc = gt_backend_check(t->b, err);
     if (!rc) t->dp_stale = 0;
+    return rc;
+}
+
+int gt_trainer_dp_eval(gt_trainer *t, float *loss, gt_error *err) {
+    gt_backend *b = t->b;
+    const gt_backend_ops *o = b->ops;
+    const int n = t->cfg.train.eval_iters;
+    const float scale = 1.0f / (float)n;
+    o->memset0(b, t->s, t->eval_st, sizeof(gt_step_state));
+    o->memset0(b, t->s, t->eval_slots, 2 * (size_t)n * sizeof(float));
+    int rc = GT_OK;
+    for (int i = 0; !rc && i < n; i++) {
+        int mine = i % t->dp_size == t->dp_rank;
+        int32_t *tok = mine ? t->h_batch : t->h_skip;
+        rc = gt_data_next(t->valid, tok, tok + t->N, t->B, err);
+        if (rc || !mine) continue;
+        o->memset0(b, t->s, &t->eval_st->loss, 2 * sizeof(float)); /* this batch's pair alone */
+        o->memcpy_h2d(b, t->s, t->d_batch, t->h_batch, 2 * (size_t)t->N * sizeof(int32_t));
+        gt_model_forward_loss(t->m, t->s, t->d_batch, t->d_batch + t->N, scale, t->eval_st);
+        o->memcpy_d2d(b, t->s, t->eval_slots + 2 * (size_t)i, &t->eval_st->loss, 2 * sizeof(float));
+        rc = o->stream_sync(b, t->s, err); /* the pinned batch is refilled next */
+    }
+    if (rc) return rc;
+    gt_grad_sync_losses(t->sync, t->s, t->eval_st, t->eval_slots, n);
+    o->memcpy_d2h(b, t->s, &t->h_st[1], t->eval_st, sizeof(gt_step_state));
+    rc = o->stream_sync(b, t->s, err);
+    if (!rc) rc = gt_backend_check(b, err);
+    if (!rc) *loss = t->h_st[1].loss;
     return rc;
 }

@@ -68,6 +68,7 @@ struct gt_trainer {
     int dp_rank, dp_size, n_micro_global;
     gt_arena dp;       /* the step's per-micro-batch losses */
     float *loss_slots; /* [n_micro_global][2]: loss and aux_loss of each micro-batch */
+    float *eval_slots; /* [eval_iters][2]: the same of each evaluation batch */
     int32_t *h_skip;   /* [2][N] host: another rank's micro-batch, read and dropped */
     int dp_stale;      /* the distributed optimizer stepped: other ranks' shards are old here */
     int resumed;       /* started from checkpoint.load */
@@ -104,6 +105,10 @@ int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err);
 /* After the model is built: the gradient buckets over its parameters (nothing without comm). */
 int gt_trainer_dp_buckets(gt_trainer *t, gt_error *err);
 void gt_trainer_dp_release(gt_trainer *t);
+/* Evaluation under data parallelism: rank r runs the batches i = r, r + dp, ... (eagerly),
+ * every rank reads all of them, and the losses are summed over ranks in batch order, the
+ * one-process bits. */
+int gt_trainer_dp_eval(gt_trainer *t, float *loss, gt_error *err);
 /* The distributed optimizer's AdamW: this rank's shard of every bucket, then the parameters
  * gathered from every rank. */
 void gt_trainer_enqueue_dp_adamw(gt_trainer *t, gt_stream *s);

@@ -210,6 +210,10 @@ int gt_trainer_eval(gt_trainer *t, float *loss, gt_error *err) {
     gt_data_pos start = {0, 0};
     int rc = gt_data_set_pos(t->valid, start, err);
     (void)gt_trainer_opt_state(t); /* the forward reads any row's parameters */
+    if (!rc && t->sync) {          /* data parallelism: each rank its slice (trainer_dp.c) */
+        rc = gt_trainer_dp_eval(t, loss, err);
+        return rc ? gt_error_wrap(err, "evaluation after step %lld: ", (long long)t->steps) : rc;
+    }
     o->memset0(b, t->s, t->eval_st, sizeof(gt_step_state));
     eval_ctx ctx = {t, 1.0f / (float)t->cfg.train.eval_iters};
     for (int i = 0; !rc && i < t->cfg.train.eval_iters; i++) {

@@ -31,6 +31,11 @@ gpu_env() {
   PYRUN=(env "LD_LIBRARY_PATH=$GT_PY_LD_LIBRARY_PATH" "$PY")
   local nv
   nv=$("$PY" -c 'import nvidia; print(nvidia.__path__[0])' 2>/dev/null || true)
+  # NCCL (dist/comm_nccl.c) is loaded by its soname, libnccl.so.2, from the packages' folder:
+  # the pack never carries it; NCCL_HOME lets a build on this machine find its headers
+  if [ -n "$nv" ] && [ -d "$nv/nccl/lib" ] && [ -z "${NCCL_HOME:-}" ]; then
+    export NCCL_HOME=$nv/nccl
+  fi
   local libs="$PWD/$BUILD/lib${nv:+:$nv/cudnn/lib:$nv/nccl/lib}${GT_CARRY_LIB:+:$GT_CARRY_LIB}"
   export LD_LIBRARY_PATH="$libs:/usr/local/cuda/lib64${nv:+:$nv/cublas/lib}${GT_PY_LD_LIBRARY_PATH:+:$GT_PY_LD_LIBRARY_PATH}"
   local pybin

@@ -256,7 +256,6 @@ static void test_validate_train_bench_refuse_what_this_engine_cannot_run(void **
     assert_non_null(strstr(out, "error [engine_no_tensor_parallel]"));
     assert_non_null(strstr(out, "error [engine_no_pipeline_parallel]"));
     assert_non_null(strstr(out, "error [engine_no_context_parallel]"));
-    assert_non_null(strstr(out, "error [engine_single_gpu]"));
     const char *settings[] = {"-c fp8_sc runtime.device=cuda",
                               "dataset.packed_sequence=true dataset.pad_to_max_length=true "
                               "dataset.pad_cu_seqlens=true",

@@ -329,8 +329,9 @@ static void test_every_recipe_loads_and_validates(void **state) {
         gt_config_finalize(&c);
         gt_report r;
         int errors = gt_config_validate(&c, &r);
+        /* multi-GPU recipes: data parallelism runs; anything else only by name (unsupported) */
         int runnable = c.runtime.num_gpus == 1;
-        if (runnable ? errors != 0 : errors != r.unsupported || errors == 0) {
+        if (runnable ? errors != 0 : errors != r.unsupported) {
             gt_report_print(&r, stderr);
             fail_msg("recipe %s is not valid", e->d_name);
         }

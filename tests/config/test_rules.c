@@ -278,7 +278,6 @@ static const rule_case k_cases[] = {
      "model.cpu_offloading=false"},
     {"engine_no_packed_sequences", GT_SEVERITY_ERROR, "dataset.packed_sequence=true",
      "dataset.packed_sequence=false"},
-    {"engine_single_gpu", GT_SEVERITY_ERROR, "runtime.num_gpus=8", "runtime.num_gpus=1"},
     {"engine_no_vocab_padding", GT_SEVERITY_ERROR, "model.should_pad_vocab=true",
      "model.should_pad_vocab=false"},
     {"engine_gpu_computes_bf16", GT_SEVERITY_NOTE, "model.compute_dtype=fp32",

@@ -3,7 +3,7 @@
 # rank 0 alone prints; a checkpoint of 2 ranks resumes at 1 and then at 4 with the losses of
 # an uninterrupted run, bit for bit (the metrics file keeps every float's digits); SIGTERM
 # to one rank, or Ctrl-C to mpirun, stops every rank after the same step with one checkpoint;
-# a rank killed
+# one process with ddp.force_collectives has the 4 ranks' losses; a rank killed
 # outright ends the job with an error, not a hang.
 set -u
 MPI="${MPIEXEC:?set MPIEXEC} --oversubscribe"
@@ -25,6 +25,14 @@ $MPI -np 4 "$BIN" train $ARGS logger.metrics_file="$DIR/whole.jsonl" > "$DIR/who
     fail "4 ranks: $(tail -5 "$DIR/whole.out")"
 [ "$(grep -c '^world: 4 ranks' "$DIR/whole.out")" = 1 ] || fail "the world is not printed once"
 [ "$(grep -c '^step ' "$DIR/whole.out")" = 6 ] || fail "not one progress line a step (rank 0 alone)"
+
+# ddp.force_collectives: one process without a launcher through a communicator of one, the
+# losses of the 4 ranks bit for bit (the rank-order sums do not depend on the world size)
+"$BIN" train $ARGS ddp.force_collectives=true logger.metrics_file="$DIR/forced.jsonl" \
+    > "$DIR/forced.out" 2>&1 || fail "force_collectives: $(tail -5 "$DIR/forced.out")"
+grep -q '^world: 1 rank on 1 node' "$DIR/forced.out" || fail "force_collectives: no world of one"
+[ "$(losses "$DIR/forced.jsonl")" = "$(losses "$DIR/whole.jsonl")" ] ||
+    fail "force_collectives: the losses differ from the 4 ranks'"
 
 # 2 ranks for steps 1-2, 1 rank for 3-4, 4 ranks for 5-6, through one checkpoint folder
 CK="checkpoint.save=$DIR/ck checkpoint.load=$DIR/ck"

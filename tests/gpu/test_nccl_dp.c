@@ -1,0 +1,178 @@
+/* Data parallelism through NCCL on one GPU (run on the GPU machine): a world of one whose
+ * collectives are NCCL's (the all-to-all, the rank-order sum kernel, the shard broadcasts, the
+ * losses), in eager steps, per-unit graphs (collectives between the unit graphs) and the
+ * full-iteration graph (collectives captured in it). With one micro-batch a step the losses
+ * and master weights are bitwise those of the run without NCCL; with several, the gradients
+ * are summed once per micro-batch instead of inside the backward, so they agree to rounding,
+ * and the graph modes agree with eager bitwise. The first step's loss also matches the CPU
+ * backend's to bf16 rounding. A NaN stop and the teardown (graphs before the communicator)
+ * end without a hang. Skips when no GPU can be used. */
+#include "graphs_fixture.h"
+
+#include <math.h>
+
+#include "dist/comm.h"
+
+#define STEPS 8
+#define WARMUP 3
+
+static int g_have_gpu;
+
+static int setup(void **state) {
+    (void)state;
+    g_have_gpu = gtf_cuda_available();
+    return 0;
+}
+
+static void gpu_small(gt_config *c, int n_micro) {
+    gtf_gpu_dense(c, 2, 256, 4, 2, 512, WARMUP);
+    c->train.global_batch_size = c->train.micro_batch_size * n_micro;
+}
+
+/* gtf_train_unchecked with a communicator of one rank bound to the trainer's GPU */
+static void train_nccl(const gt_config *cfg, int steps, gtf_run *out) {
+    gtf_assert_valid(cfg);
+    memset(out, 0, sizeof *out);
+    out->stop_step = -1;
+    gt_world w = gt_world_single();
+    gt_comm *comm = NULL;
+    gt_error err = {0};
+    if (gt_comm_create(&comm, &w, NULL, &err)) fail_msg("gt_comm_create: %s", err.msg);
+    gt_trainer *t = NULL;
+    if (gt_trainer_create_dp(&t, cfg, comm, &err)) fail_msg("gt_trainer_create_dp: %s", err.msg);
+    assert_true(gt_comm_uses_nccl(comm));
+    for (int i = 0; i < steps && i < GTF_MAX_STEPS; i++) {
+        gt_step_stats st;
+        memset(&st, 0, sizeof st);
+        int rc = gt_trainer_step(t, &st, &err);
+        if (rc != GT_OK) {
+            out->rc = rc;
+            out->err = err;
+            out->stop_step = st.step;
+            out->stop_mode = st.mode;
+            break;
+        }
+        out->loss[i] = st.loss;
+        out->mode[i] = st.mode;
+        out->steps++;
+        int agreed = 0; /* the train loop's per-step agreement, through NCCL */
+        if (gt_comm_agree_max(comm, 0, &agreed, &err)) fail_msg("agree: %s", err.msg);
+    }
+    out->n_master = gt_model_get_info(gt_trainer_model(t))->n_params;
+    out->master = calloc(out->n_master, sizeof(float));
+    assert_non_null(out->master);
+    if (gt_trainer_read_master(t, out->master, &err)) fail_msg("read_master: %s", err.msg);
+    gt_graph_runner_stats(gt_trainer_graph_runner(t), &out->gs);
+    gt_trainer_destroy(t); /* its graphs first, then the communicator */
+    int agreed = 0;        /* which outlives the trainer for the host-side calls */
+    if (gt_comm_agree_max(comm, 7, &agreed, &err)) fail_msg("agree after: %s", err.msg);
+    assert_int_equal(agreed, 7);
+    gt_comm_destroy(comm);
+}
+
+static void set_mode(gt_config *c, int mode) {
+    if (mode == 1) gtf_graphs(c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MLP);
+    if (mode == 2) gtf_graphs(c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
+}
+
+static void one_micro_batch_bitwise(int deterministic) {
+    for (int mode = 0; mode < 3; mode++) {
+        gt_config c;
+        gpu_small(&c, 1);
+        c.runtime.deterministic = deterministic;
+        set_mode(&c, mode);
+        gtf_run plain, nccl;
+        gtf_train(&c, STEPS, &plain);
+        train_nccl(&c, STEPS, &nccl);
+        assert_int_equal(nccl.rc, GT_OK);
+        gtf_assert_same(&plain, &nccl);
+        if (mode > 0) gtf_assert_progress(&nccl, WARMUP);
+        if (mode == 2) assert_int_equal(nccl.gs.graphs, 1);
+        assert_true(nccl.loss[0] != nccl.loss[STEPS - 1]); /* the steps really train */
+        gtf_free(&plain);
+        gtf_free(&nccl);
+    }
+}
+
+static void test_gpu_nccl_rank_order_matches_the_run_without_it_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    one_micro_batch_bitwise(1);
+}
+
+static void test_gpu_nccl_library_order_matches_the_run_without_it_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    one_micro_batch_bitwise(0);
+}
+
+static void test_gpu_nccl_graph_modes_equal_eager_with_several_micro_batches(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_small(&c, 4);
+    gtf_run plain, eager;
+    gtf_train(&c, STEPS, &plain);
+    train_nccl(&c, STEPS, &eager);
+    assert_int_equal(eager.rc, GT_OK);
+    // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
+    assert_int_equal(memcmp(&eager.loss[0], &plain.loss[0], sizeof(float)), 0);
+    for (int i = 1; i < STEPS; i++) /* the micro-batch sums grouped otherwise */
+        assert_float_equal(eager.loss[i], plain.loss[i], 1e-3f * fabsf(plain.loss[i]));
+    for (int mode = 1; mode < 3; mode++) {
+        gt_config g = c;
+        set_mode(&g, mode);
+        gtf_run run;
+        train_nccl(&g, STEPS, &run);
+        assert_int_equal(run.rc, GT_OK);
+        gtf_assert_same(&eager, &run);
+        gtf_assert_progress(&run, WARMUP);
+        gtf_free(&run);
+    }
+    gtf_free(&plain);
+    gtf_free(&eager);
+}
+
+static void test_gpu_nccl_first_loss_matches_the_cpu_backend(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_small(&c, 2);
+    c.model.attention_dropout = 0;
+    c.model.hidden_dropout = 0;
+    gtf_run gpu, cpu;
+    train_nccl(&c, 1, &gpu);
+    gt_config cc = c;
+    cc.runtime.device = GT_DEVICE_CPU;
+    cc.model.compute_dtype = GT_DTYPE_FP32;
+    gtf_train_unchecked(&cc, 1, NULL, 0, &cpu);
+    assert_int_equal(gpu.rc, GT_OK);
+    assert_int_equal(cpu.rc, GT_OK);
+    assert_float_equal(gpu.loss[0], cpu.loss[0], 2e-2f * fabsf(cpu.loss[0]));
+    gtf_free(&gpu);
+    gtf_free(&cpu);
+}
+
+static void test_gpu_nccl_nan_stop_in_a_replayed_graph_ends_cleanly(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_small(&c, 2);
+    set_mode(&c, 2);
+    c.runtime.inject_nan_at_step = WARMUP + 3;
+    gtf_run run;
+    train_nccl(&c, STEPS, &run); /* returns, the communicator destroyed: no hang */
+    gtf_assert_nan_stop_replayed(&run, WARMUP + 3);
+    gtf_free(&run);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpu_nccl_rank_order_matches_the_run_without_it_bitwise),
+        cmocka_unit_test(test_gpu_nccl_library_order_matches_the_run_without_it_bitwise),
+        cmocka_unit_test(test_gpu_nccl_graph_modes_equal_eager_with_several_micro_batches),
+        cmocka_unit_test(test_gpu_nccl_first_loss_matches_the_cpu_backend),
+        cmocka_unit_test(test_gpu_nccl_nan_stop_in_a_replayed_graph_ends_cleanly),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
