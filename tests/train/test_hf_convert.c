@@ -605,6 +605,56 @@ static void test_export_refuses_qkv_only_biases(void **state) {
     assert_non_null(strstr(err.msg, "model.add_qkv_bias"));
 }
 
+/* graphtrain logits (what bench/hf_parity.py reads) writes the fixture's logits and the mean
+ * next-token cross entropy of them. */
+static void test_logits_command_writes_transformers_logits_and_the_loss(void **state) {
+    (void)state;
+    char dir[1024], tmp[256], args[4096], out[16384], path[600];
+    fixture("qwen3_moe", dir, sizeof dir);
+    gt_test_tmpdir(tmp, sizeof tmp);
+    snprintf(args, sizeof args, "import --from hf %s --out %s/ck", dir, tmp);
+    assert_int_equal(gt_test_run(args, out, sizeof out), 0);
+    expected e;
+    read_expected(dir, &e);
+    int n = snprintf(args, sizeof args, "logits --checkpoint %s/ck --out %s/lg.json --tokens ", tmp,
+                     tmp);
+    for (int t = 0; t < e.T; t++)
+        n += snprintf(args + n, sizeof args - (size_t)n, t ? ",%d" : "%d", e.tokens[t]);
+    if (gt_test_run(args, out, sizeof out)) fail_msg("graphtrain %s:\n%s", args, out);
+    snprintf(path, sizeof path, "%s/lg.json", tmp);
+    char *text;
+    size_t len;
+    gt_error err = {0};
+    assert_int_equal(gt_read_file(path, 1 << 24, &text, &len, &err), GT_OK);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    assert_non_null(j);
+    const cJSON *lg = cJSON_GetObjectItem(j, "logits");
+    assert_int_equal(cJSON_GetArraySize(lg), e.T);
+    double worst = 0, want = 0;
+    for (int t = 0; t < e.T; t++) {
+        const cJSON *row = cJSON_GetArrayItem(lg, t);
+        assert_int_equal(cJSON_GetArraySize(row), e.V);
+        double mx = -1e30, z = 0;
+        for (int v = 0; v < e.V; v++) {
+            double g = cJSON_GetArrayItem(row, v)->valuedouble, x = e.logits[t * e.V + v];
+            worst = fmax(worst, fabs(g - x) / fmax(1.0, fabs(x)));
+            mx = fmax(mx, x);
+        }
+        for (int v = 0; v < e.V; v++)
+            z += exp(e.logits[t * e.V + v] - mx);
+        if (t + 1 < e.T) want += (log(z) + mx - e.logits[t * e.V + e.tokens[t + 1]]) / (e.T - 1);
+    }
+    double loss = cJSON_GetObjectItem(j, "loss")->valuedouble;
+    printf("logits command: max relative logit difference %.3g, loss %.6f (transformers' "
+           "logits give %.6f)\n",
+           worst, loss, want);
+    assert_true(worst < LOGIT_TOL);
+    assert_true(fabs(loss - want) < 1e-4);
+    cJSON_Delete(j);
+    free(e.logits);
+}
+
 /* The imported checkpoint is what `train checkpoint.load=` starts from, whatever the seed. */
 static void test_train_starts_from_an_imported_checkpoint(void **state) {
     (void)state;
@@ -654,6 +704,7 @@ int main(void) {
         cmocka_unit_test(test_weights_of_another_shape_are_refused),
         cmocka_unit_test(test_export_refuses_qkv_only_biases),
         cmocka_unit_test(test_train_starts_from_an_imported_checkpoint),
+        cmocka_unit_test(test_logits_command_writes_transformers_logits_and_the_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
