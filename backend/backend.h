@@ -339,6 +339,19 @@ typedef struct gt_backend_ops {
                             int hd, float theta, float factor);
     void (*rope_scaled_bwd)(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
                             int hd, float theta, float factor);
+    /* Per-head RMSNorm of q and k (model.qk_layernorm, Qwen3's q_norm / k_norm), in place on
+     * the q and k heads of qkv[N, (H + 2*KV) * hd] (v untouched): each head's hd values x
+     * become x * r * w, r = 1/sqrt(mean(x^2) + eps), w = qw[hd] on q heads, kw[hd] on k heads.
+     * For the backward, raw[N, (H + KV) * hd] keeps x and rstd[N, H + KV] the r's (either
+     * NULL: not kept, as in decoding). */
+    void (*qk_norm_fwd)(gt_backend *b, gt_stream *s, void *qkv, void *raw, float *rstd,
+                        const void *qw, const void *kw, int N, int H, int KV, int hd, float eps);
+    /* Its backward, in place on the q and k heads of dqkv; the weight gradients are left as
+     * gt_rmsnorm_parts(N) partial rows qpart[p][0..hd) and kpart[p][0..hd) whose column sums
+     * in row order (colsum_many) are dqw and dkw. */
+    void (*qk_norm_bwd_part)(gt_backend *b, gt_stream *s, void *dqkv, float *qpart, float *kpart,
+                             const void *raw, const float *rstd, const void *qw, const void *kw,
+                             int N, int H, int KV, int hd);
     /* causal grouped-query attention. out[B*T, H*hd]; lse[B,H,T] log-sum-exp of the scaled
      * scores (saved for backward); scale 1/sqrt(hd); query head h uses kv head h/(H/KV);
      * dropout p on the probabilities (site, step from st) */

@@ -11,5 +11,6 @@ int gt_cmd_tune_gemm(int argc, char **argv);
 int gt_cmd_export(int argc, char **argv);
 int gt_cmd_import(int argc, char **argv);
 int gt_cmd_generate(int argc, char **argv);
+int gt_cmd_logits(int argc, char **argv);
 
 #endif

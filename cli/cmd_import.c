@@ -15,8 +15,9 @@ static void usage(FILE *out) {
             "Makes an initial checkpoint (step 0, zero optimizer moments) from a Hugging Face\n"
             "folder: config.json and safetensors weights (F32, BF16 or F16; one\n"
             "model.safetensors or shards named by model.safetensors.index.json).\n"
-            "LlamaForCausalLM and MixtralForCausalLM import; an architecture or option graphtrain\n"
-            "cannot compute is refused by name. CKPT/model.yaml holds the model keys:\n"
+            "LlamaForCausalLM, MixtralForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM\n"
+            "import; an architecture or option graphtrain cannot compute is refused by name.\n"
+            "CKPT/model.yaml holds the model keys:\n"
             "  graphtrain train --recipe R --config CKPT/model.yaml checkpoint.load=CKPT\n");
 }
 

@@ -34,6 +34,7 @@ static const command k_commands[] = {
     {"export", gt_cmd_export, "write a checkpoint as a Hugging Face folder (safetensors)"},
     {"import", gt_cmd_import, "make an initial checkpoint from a Hugging Face folder"},
     {"generate", gt_cmd_generate, "sample a continuation from a checkpoint (CPU)"},
+    {"logits", gt_cmd_logits, "a checkpoint's logits for token ids, as JSON (CPU or CUDA)"},
     {"config-reference", cmd_config_reference, "print the configuration reference (Markdown)"},
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])

@@ -60,7 +60,6 @@ static const bridge_key k_bridge[] = {
     {"model.account_for_loss_in_pipeline_split", "*", "only read with pipeline parallelism, which is refused on its own"},
     {"model.defer_embedding_wgrad_compute", "false", "deferring the embedding weight gradient is not implemented"},
     {"model.distribute_saved_activations", "false", "needs tensor parallelism; " MULTI},
-    {"model.qk_layernorm", "false", "QK layer norm is not implemented"},
     {"model.layernorm_zero_centered_gamma", "false", "zero-centred RMSNorm gains are not implemented"},
     {"model.apply_query_key_layer_scaling", "false", "query-key layer scaling (an fp16 aid) is not implemented"},
     {"model.attention_softmax_in_fp32", "*", "graphtrain's attention softmax is fp32 either way"},

@@ -173,6 +173,7 @@ typedef struct gt_model_config {
     bool add_qkv_bias;
     bool share_embeddings_and_output_weights; /* the head is the embedding table */
     bool rope_scaling; /* Llama 3.1 frequency scaling of the rotary embedding */
+    bool qk_layernorm; /* RMSNorm of every q and k head before rope (Qwen3) */
     bool first_last_layers_bf16;
     bool moe_pad_expert_input_to_capacity;
     bool moe_router_padding_for_fp8; /* pad routing maps for fp8 GEMMs (a host sync) */

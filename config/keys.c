@@ -60,6 +60,7 @@ static const gt_key k_keys[] = {
     {"model.rotary_base", GT_KEY_DOUBLE, F(model.rotary_base), "10000", NULL, 1, 1e12, "Rotary embedding base (theta).", NULL},
     {"model.rope_scaling", GT_KEY_BOOL, F(model.rope_scaling), "false", NULL, 0, 0, "Llama 3.1 rotary scaling (Megatron's apply_rope_scaling: low_freq_factor 1, high_freq_factor 4, original max position 8192).", "false"},
     {"model.rope_scaling_factor", GT_KEY_DOUBLE, F(model.rope_scaling_factor), "8", NULL, 1, 1e6, "Llama 3.1 rotary scaling factor (read with model.rope_scaling).", NULL},
+    {"model.qk_layernorm", GT_KEY_BOOL, F(model.qk_layernorm), "false", NULL, 0, 0, "RMSNorm over the head size of every query and key head before rope, with weights q_layernorm and k_layernorm [head size] a layer and the model's epsilon (Qwen3's q_norm, k_norm).", "false"},
     {"model.share_embeddings_and_output_weights", GT_KEY_BOOL, F(model.share_embeddings_and_output_weights), "false", NULL, 0, 0, "Tied embeddings: the output head is the embedding table (its gradient the sum of both uses); the embedding rows are then never lazy.", "false"},
     {"model.layernorm_epsilon", GT_KEY_DOUBLE, F(model.norm_epsilon), "1e-05", NULL, 0, 1, "RMSNorm epsilon.", NULL},
     {"model.init_method_std", GT_KEY_DOUBLE, F(model.init_method_std), "0.02", NULL, 0, 10, "Standard deviation of the normal weight initialisation.", NULL},

@@ -1,6 +1,7 @@
 /* config.json and generation_config.json as transformers reads them (LlamaForCausalLM,
- * MixtralForCausalLM), and the way back: the model keys from a config.json, refusing by name
- * every architecture and option whose computation graphtrain does not have. */
+ * MixtralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM), and the way back: the model keys from
+ * a config.json, refusing by name every architecture and option whose computation graphtrain does
+ * not have. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,7 +27,9 @@ static int add_rope_scaling(cJSON *c, const gt_model_config *mc) {
 
 cJSON *gt_hf_config_json(const gt_config *cfg, const gt_hf_map *map) {
     const gt_model_config *mc = &cfg->model;
-    int moe = map->arch == GT_HF_MIXTRAL;
+    int moe = gt_hf_arch_moe(map->arch),
+        qwen = map->arch == GT_HF_QWEN3 || map->arch == GT_HF_QWEN3_MOE;
+    static const char *const types[] = {"llama", "mixtral", "qwen3", "qwen3_moe"};
     int kv = mc->num_query_groups > 0 ? mc->num_query_groups : mc->num_attention_heads;
     cJSON *c = cJSON_CreateObject(), *arch = cJSON_CreateArray();
     if (!c || !arch || !cJSON_AddItemToObject(c, "architectures", arch)) {
@@ -35,10 +38,12 @@ cJSON *gt_hf_config_json(const gt_config *cfg, const gt_hf_map *map) {
         return NULL;
     }
     int ok = cJSON_AddItemToArray(arch, cJSON_CreateString(gt_hf_arch_name(map->arch)));
-    ok &= cJSON_AddStringToObject(c, "model_type", moe ? "mixtral" : "llama") != NULL;
+    ok &= cJSON_AddStringToObject(c, "model_type", types[map->arch]) != NULL;
     ok &= cJSON_AddNumberToObject(c, "vocab_size", mc->vocab_size) != NULL;
     ok &= cJSON_AddNumberToObject(c, "hidden_size", mc->hidden_size) != NULL;
-    int f = moe && mc->moe_ffn_hidden_size > 0 ? mc->moe_ffn_hidden_size : mc->ffn_hidden_size;
+    int fe = mc->moe_ffn_hidden_size > 0 ? mc->moe_ffn_hidden_size : mc->ffn_hidden_size;
+    /* Mixtral's experts are intermediate_size wide; Qwen3-MoE's moe_intermediate_size */
+    int f = map->arch == GT_HF_MIXTRAL ? fe : mc->ffn_hidden_size;
     ok &= cJSON_AddNumberToObject(c, "intermediate_size", f) != NULL;
     ok &= cJSON_AddNumberToObject(c, "num_hidden_layers", mc->num_layers) != NULL;
     ok &= cJSON_AddNumberToObject(c, "num_attention_heads", mc->num_attention_heads) != NULL;
@@ -58,13 +63,30 @@ cJSON *gt_hf_config_json(const gt_config *cfg, const gt_hf_map *map) {
     ok &= cJSON_AddBoolToObject(c, "tie_word_embeddings",
                                 mc->share_embeddings_and_output_weights) != NULL;
     ok &= cJSON_AddBoolToObject(c, "use_cache", 1) != NULL;
-    if (moe) {
+    if (qwen) {
+        /* graphtrain's attention is full causal on every layer, without biases here */
+        ok &= cJSON_AddBoolToObject(c, "attention_bias", 0) != NULL;
+        ok &= cJSON_AddBoolToObject(c, "use_sliding_window", 0) != NULL;
+        ok &= cJSON_AddNullToObject(c, "sliding_window") != NULL;
+        ok &= cJSON_AddNumberToObject(c, "max_window_layers", mc->num_layers) != NULL;
+    }
+    if (map->arch == GT_HF_QWEN3_MOE) {
+        ok &= cJSON_AddNumberToObject(c, "num_experts", mc->num_moe_experts) != NULL;
+        ok &= cJSON_AddNumberToObject(c, "num_experts_per_tok", mc->moe_router_topk) != NULL;
+        ok &= cJSON_AddNumberToObject(c, "moe_intermediate_size", fe) != NULL;
+        /* graphtrain's router renormalizes the top k (softmax, top-k, renormalize) */
+        ok &= cJSON_AddBoolToObject(c, "norm_topk_prob", 1) != NULL;
+        ok &= cJSON_AddNumberToObject(c, "decoder_sparse_step", 1) != NULL;
+        ok &= cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
+        ok &= cJSON_AddNumberToObject(c, "router_aux_loss_coef", mc->moe_aux_loss_coeff) != NULL;
+        ok &= cJSON_AddBoolToObject(c, "output_router_logits", 0) != NULL;
+    } else if (moe) {
         ok &= cJSON_AddNumberToObject(c, "num_local_experts", mc->num_moe_experts) != NULL;
         ok &= cJSON_AddNumberToObject(c, "num_experts_per_tok", mc->moe_router_topk) != NULL;
         ok &= cJSON_AddNumberToObject(c, "router_aux_loss_coef", mc->moe_aux_loss_coeff) != NULL;
         ok &= cJSON_AddBoolToObject(c, "output_router_logits", 0) != NULL;
         ok &= cJSON_AddNullToObject(c, "sliding_window") != NULL;
-    } else {
+    } else if (!qwen) {
         ok &= cJSON_AddBoolToObject(c, "attention_bias", mc->add_bias_linear) != NULL;
         ok &= cJSON_AddBoolToObject(c, "mlp_bias", mc->add_bias_linear) != NULL;
         ok &= cJSON_AddNumberToObject(c, "pretraining_tp", 1) != NULL;
@@ -198,15 +220,60 @@ static int read_arch(const reader *r, gt_hf_arch *arch) {
         *arch = GT_HF_LLAMA;
     else if (!strcmp(n, "MixtralForCausalLM"))
         *arch = GT_HF_MIXTRAL;
-    else if (!strcmp(n, "Qwen3ForCausalLM") || !strcmp(n, "Qwen3MoeForCausalLM"))
-        return refuse(r, n,
-                      "it normalizes q and k per head (q_norm, k_norm), which needs "
-                      "model.qk_layernorm; graphtrain does not implement that yet");
+    else if (!strcmp(n, "Qwen3ForCausalLM"))
+        *arch = GT_HF_QWEN3;
+    else if (!strcmp(n, "Qwen3MoeForCausalLM"))
+        *arch = GT_HF_QWEN3_MOE;
     else {
         char what[200];
         snprintf(what, sizeof what, "architecture %s", n);
-        return refuse(r, what, "graphtrain imports LlamaForCausalLM and MixtralForCausalLM");
+        return refuse(r, what,
+                      "graphtrain imports LlamaForCausalLM, MixtralForCausalLM, "
+                      "Qwen3ForCausalLM and Qwen3MoeForCausalLM");
     }
+    return GT_OK;
+}
+
+/* A list of layer types in which every entry is "full_attention" (or no list). */
+static int all_full_attention(const cJSON *types) {
+    if (!types || cJSON_IsNull(types)) return 1;
+    if (!cJSON_IsArray(types)) return 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, types) {
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention")) return 0;
+    }
+    return 1;
+}
+
+/* Qwen3's and Qwen3-MoE's own options: biases, sliding windows and MoE on some layers only
+ * are refused by name. */
+static int read_qwen3_options(const reader *r, gt_hf_arch arch) {
+    if (is_true(get(r, "attention_bias")))
+        return refuse(r, "attention_bias=true",
+                      "Qwen3's attention biases (q, k, v and o without MLP biases) have no "
+                      "graphtrain key: model.add_bias_linear also puts biases on the MLP");
+    if (is_true(get(r, "use_sliding_window")) || !all_full_attention(get(r, "layer_types")))
+        return refuse(r, "use_sliding_window / layer_types",
+                      "graphtrain's attention is full causal on every layer; sliding-window "
+                      "layers do not import");
+    if (arch != GT_HF_QWEN3_MOE) return GT_OK;
+    const cJSON *step = get(r, "decoder_sparse_step"), *only = get(r, "mlp_only_layers");
+    if (step && !(cJSON_IsNumber(step) && step->valuedouble == 1))
+        return refuse(r, "decoder_sparse_step",
+                      "only 1 imports: graphtrain exports and imports models whose every layer "
+                      "is MoE (model.moe_layer_freq=1)");
+    if (only && !cJSON_IsNull(only) && !(cJSON_IsArray(only) && cJSON_GetArraySize(only) == 0))
+        return refuse(r, "mlp_only_layers",
+                      "it must be empty: graphtrain exports and imports models whose every "
+                      "layer is MoE (model.moe_layer_freq=1)");
+    const cJSON *norm = get(r, "norm_topk_prob");
+    if (!is_true(norm))
+        return refuse(r, "norm_topk_prob=false (Qwen3MoeConfig's default)",
+                      "graphtrain's router renormalizes the top-k weights; unnormalized weights "
+                      "(Megatron's model.moe_router_pre_softmax=true) are not implemented");
+    const cJSON *shared = get(r, "shared_expert_intermediate_size");
+    if (cJSON_IsNumber(shared) && shared->valuedouble > 0)
+        return refuse(r, "shared_expert_intermediate_size", "shared experts are not implemented");
     return GT_OK;
 }
 
@@ -232,6 +299,7 @@ static int read_options(const reader *r, gt_hf_arch arch) {
     if (arch == GT_HF_LLAMA && is_true(get(r, "attention_bias")) != is_true(get(r, "mlp_bias")))
         return refuse(r, "attention_bias and mlp_bias differ",
                       "graphtrain's model.add_bias_linear puts biases on both or neither");
+    if (arch == GT_HF_QWEN3 || arch == GT_HF_QWEN3_MOE) return read_qwen3_options(r, arch);
     return GT_OK;
 }
 
@@ -284,13 +352,23 @@ int gt_hf_config_apply(gt_config *cfg, const cJSON *hf, const char *dir, gt_erro
                                           : "model.share_embeddings_and_output_weights=false",
                                       err);
     if (!rc) rc = gt_config_apply_override(cfg, "model.layer_pattern=", err);
-    if (arch == GT_HF_LLAMA) {
+    int qwen = arch == GT_HF_QWEN3 || arch == GT_HF_QWEN3_MOE;
+    if (!rc)
+        rc = gt_config_apply_override(
+            cfg, qwen ? "model.qk_layernorm=true" : "model.qk_layernorm=false", err);
+    if (arch == GT_HF_LLAMA || arch == GT_HF_QWEN3) {
         if (!rc) rc = set_int(&r, "intermediate_size", "model.ffn_hidden_size", NULL);
         if (!rc) rc = gt_config_apply_override(cfg, "model.num_moe_experts=0", err);
     } else {
+        /* Mixtral: intermediate_size and num_local_experts; Qwen3-MoE: moe_intermediate_size
+         * and num_experts (transformers 5 also writes num_local_experts) */
+        int q = arch == GT_HF_QWEN3_MOE;
+        const char *ne = q && get(&r, "num_experts") ? "num_experts" : "num_local_experts";
         if (!rc) rc = set_int(&r, "intermediate_size", "model.ffn_hidden_size", NULL);
-        if (!rc) rc = set_int(&r, "intermediate_size", "model.moe_ffn_hidden_size", NULL);
-        if (!rc) rc = set_int(&r, "num_local_experts", "model.num_moe_experts", NULL);
+        if (!rc)
+            rc = set_int(&r, q ? "moe_intermediate_size" : "intermediate_size",
+                         "model.moe_ffn_hidden_size", NULL);
+        if (!rc) rc = set_int(&r, ne, "model.num_moe_experts", NULL);
         if (!rc) rc = set_int(&r, "num_experts_per_tok", "model.moe_router_topk", NULL);
         if (!rc) rc = gt_config_apply_override(cfg, "model.moe_layer_freq=1", err);
         const cJSON *aux = get(&r, "router_aux_loss_coef");

@@ -11,7 +11,16 @@
 #include "model/model_internal.h"
 
 const char *gt_hf_arch_name(gt_hf_arch a) {
-    return a == GT_HF_MIXTRAL ? "MixtralForCausalLM" : "LlamaForCausalLM";
+    switch (a) {
+    case GT_HF_MIXTRAL:
+        return "MixtralForCausalLM";
+    case GT_HF_QWEN3:
+        return "Qwen3ForCausalLM";
+    case GT_HF_QWEN3_MOE:
+        return "Qwen3MoeForCausalLM";
+    default:
+        return "LlamaForCausalLM";
+    }
 }
 
 int64_t gt_hf_numel(const gt_hf_tensor *t) {
@@ -77,11 +86,19 @@ static int expressible(const gt_model *m, gt_hf_arch *arch, gt_error *err) {
         return gt_error_set(
             err, GT_ERR_INVALID,
             "model.add_bias_linear=true with MoE: MixtralForCausalLM has no biases");
-    *arch = moe ? GT_HF_MIXTRAL : GT_HF_LLAMA;
+    if (mc->qk_layernorm && mc->add_bias_linear)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "model.add_bias_linear=true with model.qk_layernorm: "
+                            "Qwen3ForCausalLM has no MLP biases (its attention_bias covers q, k, "
+                            "v and o only); set model.add_bias_linear=false to export");
+    if (mc->qk_layernorm)
+        *arch = moe ? GT_HF_QWEN3_MOE : GT_HF_QWEN3;
+    else
+        *arch = moe ? GT_HF_MIXTRAL : GT_HF_LLAMA;
     return GT_OK;
 }
 
-static void add_layer(map_builder *mb, const gt_model *m, int l) {
+static void add_layer(map_builder *mb, const gt_model *m, int l, gt_hf_arch arch) {
     const gt_model_dims *dm = &m->dm;
     const gt_layer *L = &m->layers[l];
     const gt_model_tensor_desc *T = m->tensors;
@@ -98,6 +115,10 @@ static void add_layer(map_builder *mb, const gt_model *m, int l) {
     }
     if (L->attn.o_b >= 0)
         add(mb, &T[L->attn.o_b], 0, dm->d, 1, "%s.%d.self_attn.o_proj.bias", p, l);
+    if (L->attn.q_norm_w >= 0) { /* Qwen3's per-head norms */
+        add(mb, &T[L->attn.q_norm_w], 0, dm->hd, 1, "%s.%d.self_attn.q_norm.weight", p, l);
+        add(mb, &T[L->attn.k_norm_w], 0, dm->hd, 1, "%s.%d.self_attn.k_norm.weight", p, l);
+    }
     add(mb, &T[L->attn.norm_w], 0, dm->d, 1, "%s.%d.input_layernorm.weight", p, l);
     if (L->has_mlp) {
         const gt_mlp_block *b = &L->mlp;
@@ -113,16 +134,21 @@ static void add_layer(map_builder *mb, const gt_model *m, int l) {
         return;
     }
     const gt_moe_block *b = &L->moe;
-    const char *s = "block_sparse_moe";
+    int qwen = arch == GT_HF_QWEN3_MOE;
+    /* Mixtral: block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down); Qwen3-MoE:
+     * mlp.experts.E.gate_proj, up_proj, down_proj; both routers are the block's gate */
+    const char *s = qwen ? "mlp" : "block_sparse_moe";
+    const char *wg = qwen ? "gate_proj" : "w1", *wu = qwen ? "up_proj" : "w3";
+    const char *wd = qwen ? "down_proj" : "w2";
     add(mb, &T[b->router_w], 0, dm->E, dm->d, "%s.%d.%s.gate.weight", p, l, s);
     /* gu_w [E][2fe][d] and down_w [E][d][fe]: one expert's rows are contiguous */
     for (int e = 0; e < dm->E; e++) {
         size_t g = (size_t)e * 2 * dm->fe;
-        add(mb, &T[b->gu_w], g, dm->fe, dm->d, "%s.%d.%s.experts.%d.w1.weight", p, l, s, e);
-        add(mb, &T[b->gu_w], g + dm->fe, dm->fe, dm->d, "%s.%d.%s.experts.%d.w3.weight", p, l, s,
-            e);
-        add(mb, &T[b->down_w], (size_t)e * dm->d, dm->d, dm->fe, "%s.%d.%s.experts.%d.w2.weight", p,
-            l, s, e);
+        add(mb, &T[b->gu_w], g, dm->fe, dm->d, "%s.%d.%s.experts.%d.%s.weight", p, l, s, e, wg);
+        add(mb, &T[b->gu_w], g + dm->fe, dm->fe, dm->d, "%s.%d.%s.experts.%d.%s.weight", p, l, s, e,
+            wu);
+        add(mb, &T[b->down_w], (size_t)e * dm->d, dm->d, dm->fe, "%s.%d.%s.experts.%d.%s.weight", p,
+            l, s, e, wd);
     }
     add(mb, &T[b->norm_w], 0, dm->d, 1, "%s.%d.post_attention_layernorm.weight", p, l);
 }
@@ -160,7 +186,7 @@ int gt_hf_map_create(gt_hf_map *map, const gt_config *cfg, gt_error *err) {
         map->n_params = m->info.n_params;
         add(&mb, &T[m->wte], 0, m->dm.V, m->dm.d, "model.embed_tokens.weight");
         for (int l = 0; l < m->num_layers; l++)
-            add_layer(&mb, m, l);
+            add_layer(&mb, m, l, map->arch);
         add(&mb, &T[m->final_w], 0, m->dm.d, 1, "model.norm.weight");
         if (!m->dm.tied) /* tied: transformers keeps the one table, embed_tokens */
             add(&mb, &T[m->lm_w], 0, m->dm.V, m->dm.d, "lm_head.weight");

@@ -1,8 +1,9 @@
 /* The Hugging Face view of a graphtrain model: which transformers architecture expresses it
  * (LlamaForCausalLM for dense models, MixtralForCausalLM for models whose every layer is MoE:
- * softmax router, top-k renormalized, SwiGLU experts) and each HF tensor as a block of rows of
- * the flat parameter array. Fused tensors split by rows: qkv_w into q, k, v (q heads, then k,
- * then v) and gate_up into gate, up. Both sides rotate pairs (i, i + head_dim/2) (HF's
+ * softmax router, top-k renormalized, SwiGLU experts; with model.qk_layernorm,
+ * Qwen3ForCausalLM and Qwen3MoeForCausalLM, norm_topk_prob true) and each HF tensor as a block of
+ * rows of the flat parameter array. Fused tensors split by rows: qkv_w into q, k, v (q heads, then
+ * k, then v) and gate_up into gate, up. Both sides rotate pairs (i, i + head_dim/2) (HF's
  * rotate_half), so q and k rows keep their order. */
 #ifndef GT_MODEL_HF_NAMES_H
 #define GT_MODEL_HF_NAMES_H
@@ -17,7 +18,12 @@
 
 #define GT_HF_NAME_MAX 96
 
-typedef enum { GT_HF_LLAMA, GT_HF_MIXTRAL } gt_hf_arch;
+typedef enum { GT_HF_LLAMA, GT_HF_MIXTRAL, GT_HF_QWEN3, GT_HF_QWEN3_MOE } gt_hf_arch;
+
+/* 1 for the architectures whose every layer is MoE */
+static inline int gt_hf_arch_moe(gt_hf_arch a) {
+    return a == GT_HF_MIXTRAL || a == GT_HF_QWEN3_MOE;
+}
 
 typedef struct gt_hf_tensor {
     char name[GT_HF_NAME_MAX]; /* model.layers.0.self_attn.q_proj.weight */

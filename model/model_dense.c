@@ -66,6 +66,7 @@ void gt_attn_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state 
     b->ops->rmsnorm_fwd(b, s, a->ln, a->rstd, x, gt_model_param(m, a->norm_w), dm->N, dm->d,
                         dm->eps);
     gt_linear_fwd(m, s, layer, GT_LIN_QKV, a->qkv, a->ln, a->qkv_w, a->qkv_b, NULL, train, st);
+    gt_model_qk_norm_fwd(m, s, layer);
     gt_model_rope_fwd(m, s, a->qkv);
     b->ops->attention_fwd(b, s, a->att, a->lse, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, p,
                           gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
@@ -88,6 +89,7 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
                                 dm->rope_factor);
     else
         b->ops->rope_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
+    gt_model_qk_norm_bwd(m, s, layer, dqkv);
     gt_linear_bwd(m, s, layer, GT_LIN_QKV, m->sc.dln, dqkv, a->ln, a->qkv_w, a->qkv_b,
                   !a->defer_qkv, st);
     /* the norm weight's gradient is summed from a->dw_part at the end of the backward */

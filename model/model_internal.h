@@ -43,6 +43,11 @@ typedef struct gt_attn_block {
     void *qkv;      /* [N, (H + 2*KV) * hd] after rope */
     void *att;      /* [N, H * hd] attention output */
     float *lse;     /* [B, H, T] */
+    /* model.qk_layernorm: per-head RMSNorm of q and k between the QKV GEMM and rope */
+    int q_norm_w, k_norm_w; /* [hd] each; -1 without */
+    void *qk_raw;           /* [N, (H + KV) * hd] q and k before the norm */
+    float *qk_rstd;         /* [N, H + KV] */
+    float *qk_part;         /* [2][gt_rmsnorm_parts_bound(N), hd] dqw then dkw partial rows */
     /* weight gradients left to flush_wgrads (model_run.c), batched over the layers:
      * qkv's when the next layer has attention too (dqkv then goes to that layer's qkv, dead
      * by then); o's when its output gradient stays in the residual buffers (no hidden
@@ -161,6 +166,7 @@ typedef struct gt_model_dims {
     int qkv_bias, lin_bias;
     gt_mamba_shape ms; /* Mamba layers (all zero without) */
     int tied;          /* model.share_embeddings_and_output_weights: lm_w is wte */
+    int qk_norm;       /* model.qk_layernorm */
 } gt_model_dims;
 
 struct gt_model {
@@ -243,6 +249,12 @@ int gt_mamba_init_tensor(const gt_model *m, int i, uint64_t seed, float *p, size
 /* Rotary embedding of the attention's q and k in qkv [N, qkv], with Llama 3.1's scaling when
  * model.rope_scaling is set (model_dense.c); the forward and its recompute share it. */
 void gt_model_rope_fwd(gt_model *m, gt_stream *s, void *qkv);
+/* With model.qk_layernorm, the q/k norm of layer l's qkv (a->qkv) before rope, keeping what
+ * its backward reads; the forward and its recompute share it (model_qk_norm.c). */
+void gt_model_qk_norm_fwd(gt_model *m, gt_stream *s, int layer);
+/* Its backward, in place on dqkv (after rope's backward), leaving the weight-gradient partials
+ * in a->qk_part for norm_grads (model_run.c). */
+void gt_model_qk_norm_bwd(gt_model *m, gt_stream *s, int layer, void *dqkv);
 
 /* Block output (model_dense.c): y = dropout(y) in training; out = x + y. */
 void gt_model_residual_out(gt_model *m, gt_stream *s, void *out, const void *x, void *y, int layer,

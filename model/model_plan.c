@@ -184,6 +184,7 @@ static int check_dims(gt_model *m, gt_error *err) {
     dm->qkv_bias = mc->add_qkv_bias || mc->add_bias_linear;
     dm->lin_bias = mc->add_bias_linear;
     dm->tied = mc->share_embeddings_and_output_weights;
+    dm->qk_norm = mc->qk_layernorm;
     if (any_moe) {
         int E = mc->num_moe_experts;
         NEED(mc->moe_router_topk >= 1 && mc->moe_router_topk <= E,
@@ -248,6 +249,7 @@ static int build_tensors(gt_model *m, gt_error *err) {
     for (int l = 0; l < m->num_layers; l++) {
         gt_layer *L = &m->layers[l];
         L->attn.norm_w = L->attn.qkv_w = L->attn.qkv_b = L->attn.o_w = L->attn.o_b = -1;
+        L->attn.q_norm_w = L->attn.k_norm_w = -1;
         L->mlp.norm_w = L->mlp.gu_w = L->mlp.gu_b = L->mlp.down_w = L->mlp.down_b = -1;
         L->moe.norm_w = L->moe.router_w = L->moe.gu_w = L->moe.down_w = -1;
         gt_mamba_block *mb = &L->mamba;
@@ -290,6 +292,10 @@ static int build_tensors(gt_model *m, gt_error *err) {
             T(L->attn.norm_w, 0, 1, dm->d, 0, 0, "layers.%d.attn.norm_w", l);
             if (dm->qkv_bias) T(L->attn.qkv_b, 0, 1, dm->qkv, 0, 0, "layers.%d.attn.qkv_b", l);
             if (dm->lin_bias) T(L->attn.o_b, 0, 1, dm->d, 0, 0, "layers.%d.attn.o_b", l);
+            if (dm->qk_norm) {
+                T(L->attn.q_norm_w, 0, 1, dm->hd, 0, 0, "layers.%d.attn.q_layernorm_w", l);
+                T(L->attn.k_norm_w, 0, 1, dm->hd, 0, 0, "layers.%d.attn.k_layernorm_w", l);
+            }
         }
         if (L->has_mlp) {
             T(L->mlp.norm_w, 0, 1, dm->d, 0, 0, "layers.%d.mlp.norm_w", l);
@@ -384,6 +390,13 @@ static int plan_arenas(gt_model *m, gt_error *err) {
             ACT(r & GT_RC_QKV, "layers.%d.attn.qkv", N * dm->qkv * ae, &a->qkv);
             ACT(r & GT_RC_CORE_ATTN, "layers.%d.attn.att", N * dm->H * dm->hd * ae, &a->att);
             ACT(r & GT_RC_CORE_ATTN, "layers.%d.attn.lse", N * dm->H * sizeof(float), &a->lse);
+            if (dm->qk_norm) {
+                size_t heads = (size_t)(dm->H + dm->KV);
+                ACT(r & GT_RC_QKV, "layers.%d.attn.qk_raw", N * heads * dm->hd * ae, &a->qk_raw);
+                ACT(r & GT_RC_QKV, "layers.%d.attn.qk_rstd", N * heads * sizeof(float),
+                    &a->qk_rstd);
+                ACT(0, "layers.%d.attn.qk_dw_part", 2 * P * dm->hd * sizeof(float), &a->qk_part);
+            }
             if (N * dm->H * dm->hd > sc_a) sc_a = N * dm->H * dm->hd;
             if (N * dm->qkv > sc_b) sc_b = N * dm->qkv;
         }

@@ -172,8 +172,8 @@ static void norm_grads(gt_model *m, gt_stream *s) {
     int n = 0, parts = gt_rmsnorm_parts(dm->N);
     for (int l = 0; l <= m->num_layers; l++) {
         const gt_layer *L = l < m->num_layers ? &m->layers[l] : NULL;
-        int w[3], nw = 0;
-        const float *part[3];
+        int w[5], nw = 0, cols[5] = {dm->d, dm->d, dm->d, dm->d, dm->d};
+        const float *part[5];
         if (!L) {
             w[nw] = m->final_w, part[nw++] = m->dw_partf;
         } else {
@@ -181,13 +181,19 @@ static void norm_grads(gt_model *m, gt_stream *s) {
             if (L->has_mlp) w[nw] = L->mlp.norm_w, part[nw++] = L->mlp.dw_part;
             if (L->has_moe) w[nw] = L->moe.norm_w, part[nw++] = L->moe.dw_part;
             if (L->has_mamba) w[nw] = L->mamba.norm_w, part[nw++] = L->mamba.dw_part;
+            if (L->has_attn && dm->qk_norm) { /* q then k partials, hd wide */
+                size_t half = (size_t)gt_rmsnorm_parts_bound(dm->N) * (size_t)dm->hd;
+                cols[nw] = dm->hd, w[nw] = L->attn.q_norm_w, part[nw++] = L->attn.qk_part;
+                cols[nw] = dm->hd, w[nw] = L->attn.k_norm_w, part[nw++] = L->attn.qk_part + half;
+            }
         }
         for (int i = 0; i < nw; i++) {
             if (n == GT_COLSUM_MAX_JOBS) {
                 b->ops->colsum_many(b, s, jobs, n);
                 n = 0;
             }
-            jobs[n++] = (gt_colsum_job){gt_model_grad(m, w[i]), part[i], parts, dm->d, m->grad_acc};
+            jobs[n++] =
+                (gt_colsum_job){gt_model_grad(m, w[i]), part[i], parts, cols[i], m->grad_acc};
         }
     }
     b->ops->colsum_many(b, s, jobs, n);

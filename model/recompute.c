@@ -127,6 +127,7 @@ void gt_attn_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st) 
     if (rc & GT_RC_QKV) {
         b->ops->matmul_fwd(b, s, a->qkv, a->ln, gt_model_param(m, a->qkv_w),
                            gt_model_param(m, a->qkv_b), NULL, dm->N, dm->qkv, dm->d);
+        gt_model_qk_norm_fwd(m, s, layer);
         gt_model_rope_fwd(m, s, a->qkv);
     }
     /* the forward's dropout site and the step state's counters: the same keep mask */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config/keys.h"
 #include "core/atomic_file.h"
@@ -12,6 +13,7 @@
 #include "train/checkpoint.h"
 #include "train/ckpt_dir.h"
 #include "train/hf_convert.h"
+#include "train/hf_tokenizer_out.h"
 
 #define HF_INDEX_FILE "model.safetensors.index.json"
 
@@ -161,6 +163,42 @@ static void remove_old(const char *out, int shards) {
     if (shards > 1) remove(path);
 }
 
+/* The tokenizer of the checkpoint's data (PREFIX.vocab beside dataset.data_path's shards, as
+ * prepare-data wrote it) as tokenizer.json and tokenizer_config.json. No known tokenizer is
+ * not an error: the weights are exported and a note says what is missing. */
+static int write_tokenizer(const gt_config *cfg, const char *out, FILE *log, gt_error *err) {
+    const char *prefix = cfg->dataset.data_path;
+    char path[1100];
+    snprintf(path, sizeof path, "%s.vocab", prefix);
+    if (!prefix[0] || access(path, R_OK)) {
+        if (log)
+            fprintf(log,
+                    "note: no tokenizer files written: the checkpoint's data has no "
+                    "vocabulary file (%s)\n",
+                    prefix[0] ? path : "it was trained without dataset.data_path");
+        return GT_OK;
+    }
+    gt_tokenizer *tk = NULL;
+    int rc = gt_tokenizer_load(&tk, path, err);
+    if (rc) return gt_error_wrap(err, "export --to hf: the data's tokenizer: ");
+    if (!gt_hf_tokenizer_usable(tk)) {
+        if (log)
+            fprintf(log,
+                    "note: no tokenizer files written: %s was made from a Hugging Face "
+                    "tokenizer.json; copy that file beside the export\n",
+                    path);
+        gt_tokenizer_destroy(tk);
+        return GT_OK;
+    }
+    rc = write_json(out, "tokenizer.json", gt_hf_tokenizer_json(tk), err);
+    if (!rc)
+        rc = write_json(out, "tokenizer_config.json",
+                        gt_hf_tokenizer_config_json(tk, cfg->model.seq_length), err);
+    if (!rc && log) fprintf(log, "wrote tokenizer.json and tokenizer_config.json from %s\n", path);
+    gt_tokenizer_destroy(tk);
+    return rc;
+}
+
 int gt_hf_export(const char *ckpt, const char *out, const gt_hf_export_opts *o, FILE *log,
                  gt_error *err) {
     gt_config *cfg = malloc(sizeof *cfg);
@@ -188,6 +226,7 @@ int gt_hf_export(const char *ckpt, const char *out, const gt_hf_export_opts *o, 
     if (!rc) remove_old(out, shards);
     if (!rc) rc = write_json(out, "config.json", gt_hf_config_json(cfg, &map), err);
     if (!rc) rc = write_json(out, "generation_config.json", gt_hf_generation_config_json(cfg), err);
+    if (!rc) rc = write_tokenizer(cfg, out, log, err);
     if (!rc && log)
         fprintf(log, "exported %s (step %lld) to %s: %s, %d tensors in %d file%s (%s)\n", file,
                 (long long)meta.state.step, out, gt_hf_arch_name(map.arch), map.n, shards,

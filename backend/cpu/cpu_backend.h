@@ -24,6 +24,7 @@ void gt_cpu_register_mamba_ops(gt_backend_ops *ops);
  * and loss_accumulate (cpu_loss.c) */
 void gt_cpu_register_attention_ops(gt_backend_ops *ops);
 void gt_cpu_register_loss_ops(gt_backend_ops *ops);
+void gt_cpu_register_qk_norm_ops(gt_backend_ops *ops); /* cpu_qk_norm.c */
 /* called by gt_cpu_register_moe_ops: router, aux loss, router backward (cpu_router.c) */
 void gt_cpu_register_router_ops(gt_backend_ops *ops);
 

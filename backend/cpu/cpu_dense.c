@@ -502,4 +502,5 @@ void gt_cpu_register_dense_ops(gt_backend_ops *ops) {
     ops->swiglu_bwd = cpu_swiglu_bwd;
     gt_cpu_register_loss_ops(ops);
     gt_cpu_register_attention_ops(ops);
+    gt_cpu_register_qk_norm_ops(ops);
 }

@@ -65,22 +65,20 @@ static void test_bridge_keys_graphtrain_cannot_run_are_refused_with_the_reason(v
     (void)state;
     gt_config c;
     gt_error err = {0};
-    assert_int_equal(load_text(&c,
-                               "model:\n  normalization: LayerNorm\n  qk_layernorm: true\n"
-                               "optimizer:\n  optimizer: sgd\n"
-                               "checkpoint:\n  ckpt_format: torch_dist\n"
-                               "scheduler:\n  lr_wsd_decay_samples: 1000\n"
-                               "ddp:\n  use_megatron_fsdp: true\n",
-                               &err),
-                     GT_ERR_INVALID);
+    assert_int_equal(
+        load_text(&c,
+                  "model:\n  normalization: LayerNorm\n  layernorm_zero_centered_gamma: true\n"
+                  "optimizer:\n  optimizer: sgd\n"
+                  "checkpoint:\n  ckpt_format: torch_dist\n"
+                  "scheduler:\n  lr_wsd_decay_samples: 1000\n"
+                  "ddp:\n  use_megatron_fsdp: true\n",
+                  &err),
+        GT_ERR_INVALID);
     assert_int_equal(err.count, 6);
     assert_null(strstr(err.msg, "unknown key"));
-    const char *keys[] = {"model.normalization",
-                          "model.qk_layernorm",
-                          "optimizer.optimizer",
-                          "checkpoint.ckpt_format",
-                          "scheduler.lr_wsd_decay_samples",
-                          "ddp.use_megatron_fsdp"};
+    const char *keys[] = {
+        "model.normalization",    "model.layernorm_zero_centered_gamma", "optimizer.optimizer",
+        "checkpoint.ckpt_format", "scheduler.lr_wsd_decay_samples",      "ddp.use_megatron_fsdp"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char want[128];
         snprintf(want, sizeof want, "%s: a Bridge key graphtrain does not support yet", keys[i]);

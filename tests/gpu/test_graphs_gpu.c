@@ -114,6 +114,17 @@ static void test_gpu_full_iteration_graph_matches_eager_bitwise(void **state) {
     compare(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 1);
 }
 
+/* model.qk_layernorm's kernels inside the attention graphs and the full-iteration graph */
+static void test_gpu_qk_layernorm_graphs_match_eager_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_dense(&c);
+    c.model.qk_layernorm = true;
+    compare(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN, 2 * 2);
+    compare(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 1);
+}
+
 static void test_gpu_hybrid_attn_mamba_mlp_graphs_match_eager_bitwise(void **state) {
     (void)state;
     if (!g_have_gpu) skip();
@@ -294,6 +305,7 @@ int main(void) {
         cmocka_unit_test(test_gpu_attn_graphs_match_eager_bitwise),
         cmocka_unit_test(test_gpu_attn_mlp_graphs_match_eager_bitwise),
         cmocka_unit_test(test_gpu_full_iteration_graph_matches_eager_bitwise),
+        cmocka_unit_test(test_gpu_qk_layernorm_graphs_match_eager_bitwise),
         cmocka_unit_test(test_gpu_bf16_moments_full_iteration_matches_eager_bitwise),
         cmocka_unit_test(test_gpu_hybrid_attn_mamba_mlp_graphs_match_eager_bitwise),
         cmocka_unit_test(test_gpu_hybrid_full_iteration_graph_matches_eager_bitwise),

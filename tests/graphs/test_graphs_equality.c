@@ -163,6 +163,28 @@ static void test_bf16_moments_replay_bitwise_like_eager(void **state) {
     gtf_free(&full);
 }
 
+/* model.qk_layernorm (Qwen3's per-head q/k norm) inside the attention unit's graphs and the
+ * full-iteration graph: the same bits as eager, and not the losses without it. */
+static void test_qk_layernorm_replays_bitwise_like_eager(void **state) {
+    (void)state;
+    gt_config c;
+    gtf_tiny_dense(&c);
+    c.model.qk_layernorm = true;
+    gtf_run eager, units;
+    gtf_train(&c, STEPS, &eager);
+    gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN);
+    gtf_train(&c, STEPS, &units);
+    assert_int_equal(eager.rc, GT_OK);
+    assert_int_equal(units.rc, GT_OK);
+    gtf_assert_same(&eager, &units);
+    gtf_assert_progress(&units, WARMUP);
+    assert_true(eager.loss[0] != g_eager.loss[0]);
+    gtf_graphs(&c, GT_GRAPH_IMPL_NONE, 0);
+    gtf_assert_full_iteration_like_eager(&c, STEPS, WARMUP);
+    gtf_free(&eager);
+    gtf_free(&units);
+}
+
 static void test_zero_warmup_captures_the_first_step(void **state) {
     (void)state;
     gt_config c;
@@ -204,6 +226,7 @@ int main(void) {
         cmocka_unit_test(test_evaluation_between_replays_changes_nothing),
         cmocka_unit_test(test_full_iteration_replays_bitwise_like_eager),
         cmocka_unit_test(test_bf16_moments_replay_bitwise_like_eager),
+        cmocka_unit_test(test_qk_layernorm_replays_bitwise_like_eager),
         cmocka_unit_test(test_zero_warmup_captures_the_first_step),
         cmocka_unit_test(test_debug_capture_check_passes_and_changes_nothing),
     };

@@ -4,13 +4,14 @@ tiny random models saved by save_pretrained, with the logits transformers comput
 fixed tokens and its greedy continuation of them. Run once where torch and transformers are
 installed; the output is committed, so CI needs neither.
 
-    python3 tests/train/hf_fixture.py tests/train/fixtures
+    python3 tests/train/hf_fixture.py tests/train/fixtures [NAME ...]   (default: all of them)
 
 llama/   LlamaForCausalLM, GQA, weights stored as bf16 (the logits are of those bf16 values)
 llama31/ LlamaForCausalLM with Llama 3.1's rotary scaling (rope_type llama3), fp32
 llama32/ LlamaForCausalLM with tied embeddings and rotary scaling of factor 32, fp32
 mixtral/ MixtralForCausalLM (every layer MoE, top-2 of 4), fp32, sharded into several files
-qwen3/   Qwen3ForCausalLM's config.json alone: import must refuse it by name (q_norm/k_norm)
+qwen3/   Qwen3ForCausalLM (q_norm/k_norm per head, i.e. model.qk_layernorm), tied embeddings, fp32
+qwen3_moe/ Qwen3MoeForCausalLM (every layer MoE, top-2 of 4, norm_topk_prob true), fp32
 """
 import json
 import os
@@ -19,7 +20,7 @@ import sys
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
-                          Qwen3Config)
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 TOKENS = [3, 17, 42, 5, 60, 9, 33, 1]
 LONG_TOKENS = [(7 * i + 3) % 64 for i in range(32)]
@@ -61,9 +62,7 @@ def save(model, out, name, expect, **kw):
         json.dump(expect, f)
 
 
-def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "tests/train/fixtures"
-    torch.manual_seed(0)
+def make_llama(out):
     llama = LlamaForCausalLM(LlamaConfig(intermediate_size=48, rope_theta=10000.0, **COMMON))
     randomize(llama, 1)
     with torch.no_grad():  # the values the bf16 file holds; rotary buffers stay fp32
@@ -72,12 +71,16 @@ def main():
     exp = expected(llama)
     save(llama.to(torch.bfloat16), out, "llama", exp)
 
+
+def make_mixtral(out):
     mixtral = MixtralForCausalLM(MixtralConfig(intermediate_size=16, num_local_experts=4,
                                                num_experts_per_tok=2, rope_theta=10000.0,
                                                router_jitter_noise=0.0, **COMMON))
     randomize(mixtral, 2)
     save(mixtral, out, "mixtral", expected(mixtral), max_shard_size="20KB")
 
+
+def make_llama31(out):
     # Llama 3.1's rotary scaling; a long base and 32 positions, so the scaled low
     # frequencies turn far enough to move the logits
     llama31 = LlamaForCausalLM(LlamaConfig(
@@ -89,6 +92,8 @@ def main():
     randomize(llama31, 3)
     save(llama31, out, "llama31", expected(llama31, LONG_TOKENS))
 
+
+def make_llama32(out):
     # Llama 3.2's shape of options: tied embeddings and rotary scaling of factor 32
     llama32 = LlamaForCausalLM(LlamaConfig(
         intermediate_size=48, **dict(COMMON, tie_word_embeddings=True,
@@ -99,11 +104,34 @@ def main():
     randomize(llama32, 4)
     save(llama32, out, "llama32", expected(llama32, LONG_TOKENS))
 
-    qwen3 = Qwen3Config(intermediate_size=48, **COMMON)
-    d = os.path.join(out, "qwen3")
-    os.makedirs(d, exist_ok=True)
-    qwen3.architectures = ["Qwen3ForCausalLM"]
-    qwen3.save_pretrained(d)
+
+def make_qwen3(out):
+    # Qwen3 as the small Qwen3 checkpoints are: tied embeddings, a large rotary base
+    qwen3 = Qwen3ForCausalLM(Qwen3Config(
+        intermediate_size=48, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        **dict(COMMON, tie_word_embeddings=True)))
+    randomize(qwen3, 5)
+    save(qwen3, out, "qwen3", expected(qwen3, LONG_TOKENS))
+
+
+def make_qwen3_moe(out):
+    moe = Qwen3MoeForCausalLM(Qwen3MoeConfig(
+        intermediate_size=48, moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
+        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, **COMMON))
+    randomize(moe, 6)
+    save(moe, out, "qwen3_moe", expected(moe))
+
+
+MAKERS = {"llama": make_llama, "mixtral": make_mixtral, "llama31": make_llama31,
+          "llama32": make_llama32, "qwen3": make_qwen3, "qwen3_moe": make_qwen3_moe}
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/train/fixtures"
+    for name in sys.argv[2:] or list(MAKERS):
+        torch.manual_seed(0)
+        MAKERS[name](out)
 
 
 if __name__ == "__main__":

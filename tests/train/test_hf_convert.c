@@ -1,5 +1,6 @@
 /* Hugging Face interchange: import of folders transformers itself wrote
- * (tests/train/fixtures, made by hf_fixture.py) gives transformers' logits on the CPU backend;
+ * (tests/train/fixtures, made by hf_fixture.py: Llama, Mixtral, Qwen3, Qwen3-MoE) gives
+ * transformers' logits and greedy continuation on the CPU backend;
  * export writes the tensors transformers wrote, byte for byte; export then import is bitwise;
  * what graphtrain cannot compute is refused by name. */
 #include <math.h>
@@ -60,6 +61,8 @@ typedef struct expected {
     int T, V;
     int32_t tokens[64];
     float *logits; /* [T, V] */
+    int n_greedy;
+    int32_t greedy[16]; /* transformers' greedy continuation of tokens */
 } expected;
 
 static void read_expected(const char *dir, expected *e) {
@@ -72,6 +75,11 @@ static void read_expected(const char *dir, expected *e) {
     free(text);
     assert_non_null(j);
     const cJSON *tok = cJSON_GetObjectItem(j, "tokens"), *lg = cJSON_GetObjectItem(j, "logits");
+    const cJSON *gr = cJSON_GetObjectItem(j, "greedy");
+    e->n_greedy = cJSON_GetArraySize(gr);
+    assert_true(e->n_greedy <= 16);
+    for (int i = 0; i < e->n_greedy; i++)
+        e->greedy[i] = cJSON_GetArrayItem(gr, i)->valueint;
     e->T = cJSON_GetArraySize(tok);
     e->V = cJSON_GetArraySize(cJSON_GetArrayItem(lg, 0));
     assert_true(e->T > 0 && e->T <= 64 && e->V > 0);
@@ -120,6 +128,25 @@ static float *model_logits(gt_config *cfg, const float *master, const int32_t *t
     return out;
 }
 
+/* Greedy decoding by whole forward passes (the first largest logit, as torch's argmax): n new
+ * tokens after tokens[T] into out. */
+static void greedy(gt_config *cfg, const float *master, const int32_t *tokens, int T, int n,
+                   int32_t *out) {
+    int32_t seq[96];
+    assert_true(T + n <= 96);
+    memcpy(seq, tokens, (size_t)T * sizeof *seq);
+    int V = cfg->model.vocab_size;
+    for (int i = 0; i < n; i++) {
+        float *lg = model_logits(cfg, master, seq, T + i);
+        const float *last = lg + (size_t)(T + i - 1) * V;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (last[v] > last[best]) best = v;
+        seq[T + i] = out[i] = best;
+        free(lg);
+    }
+}
+
 static double max_rel_diff(const float *a, const float *b, size_t n) {
     double worst = 0;
     for (size_t i = 0; i < n; i++) {
@@ -145,6 +172,14 @@ static double imported_logits_diff(const char *name, void (*tamper)(const gt_con
     float *got = model_logits(cfg, master, e.tokens, e.T);
     double d = max_rel_diff(got, e.logits, (size_t)e.T * e.V);
     free(got);
+    if (!tamper && e.n_greedy > 0) { /* and the same greedy continuation */
+        int32_t mine[16];
+        greedy(cfg, master, e.tokens, e.T, e.n_greedy, mine);
+        for (int i = 0; i < e.n_greedy; i++)
+            if (mine[i] != e.greedy[i])
+                fail_msg("%s: greedy token %d is %d, transformers' %d", name, i, mine[i],
+                         e.greedy[i]);
+    }
     free(e.logits);
     free(master);
     free(cfg);
@@ -319,6 +354,7 @@ static void round_trip(gt_config *cfg, uint64_t shard_bytes, int want_shards) {
     assert_true(cfg->model.rotary_base == c2->model.rotary_base);
     assert_int_equal(cfg->model.share_embeddings_and_output_weights,
                      c2->model.share_embeddings_and_output_weights);
+    assert_int_equal(cfg->model.qk_layernorm, c2->model.qk_layernorm); /* Qwen3 both ways */
     free(w);
     free(w2);
     free(c2);
@@ -373,18 +409,118 @@ static void expect_import_refused(const char *dir, const char *needle) {
     assert_int_not_equal(stat(ck, &st), 0); /* nothing written */
 }
 
-static void test_qwen3_is_refused_naming_qk_layernorm(void **state) {
+/* A copy of fixture `name` with config.json's text edited: from -> to. */
+static void edited_fixture(const char *name, char *out, size_t n, const char *from, const char *to);
+
+static void test_qwen3_moe_with_unnormalized_top_k_is_refused(void **state) {
     (void)state;
-    char dir[1024];
-    expect_import_refused(fixture("qwen3", dir, sizeof dir), "model.qk_layernorm");
+    char d[256];
+    edited_fixture("qwen3_moe", d, sizeof d, "\"norm_topk_prob\": true",
+                   "\"norm_topk_prob\": false");
+    expect_import_refused(d, "model.moe_router_pre_softmax");
 }
 
-/* A copy of the llama fixture with config.json's text edited: from -> to. */
-static void edited_llama(char *out, size_t n, const char *from, const char *to) {
+static void test_qwen3_moe_with_dense_layers_is_refused(void **state) {
+    (void)state;
+    char d[256];
+    edited_fixture("qwen3_moe", d, sizeof d, "\"decoder_sparse_step\": 1",
+                   "\"decoder_sparse_step\": 2");
+    expect_import_refused(d, "decoder_sparse_step");
+    edited_fixture("qwen3_moe", d, sizeof d, "\"mlp_only_layers\": []", "\"mlp_only_layers\": [1]");
+    expect_import_refused(d, "mlp_only_layers");
+}
+
+/* Qwen3's head_dim is free (128 in most checkpoints); graphtrain's is hidden / heads */
+static void test_qwen3_head_dim_other_than_hidden_over_heads_is_refused(void **state) {
+    (void)state;
+    char d[256];
+    edited_fixture("qwen3", d, sizeof d, "\"head_dim\": 8", "\"head_dim\": 16");
+    expect_import_refused(d, "model.kv_channels");
+}
+
+static void test_qwen3_attention_bias_is_refused(void **state) {
+    (void)state;
+    char d[256];
+    edited_fixture("qwen3", d, sizeof d, "\"attention_bias\": false", "\"attention_bias\": true");
+    expect_import_refused(d, "attention_bias=true");
+}
+
+static void test_qwen3_import_gives_transformers_logits_and_greedy_tokens(void **state) {
+    (void)state;
+    double d = imported_logits_diff("qwen3", NULL);
+    printf("qwen3 (tied): max relative logit difference %.3g\n", d);
+    assert_true(d < LOGIT_TOL);
+}
+
+static void test_qwen3_moe_import_gives_transformers_logits_and_greedy_tokens(void **state) {
+    (void)state;
+    double d = imported_logits_diff("qwen3_moe", NULL);
+    printf("qwen3_moe: max relative logit difference %.3g\n", d);
+    assert_true(d < LOGIT_TOL);
+}
+
+/* q_norm / k_norm at ones instead of the fixture's weights: the logits check sees it */
+static void unit_qk_norms(const gt_config *cfg, float *master) {
+    gt_hf_map map;
+    gt_error err = {0};
+    assert_int_equal(gt_hf_map_create(&map, cfg, &err), GT_OK);
+    int hit = 0;
+    for (int i = 0; i < map.n; i++) {
+        if (!strstr(map.t[i].name, "q_norm") && !strstr(map.t[i].name, "k_norm")) continue;
+        for (int64_t j = 0; j < map.t[i].shape[0]; j++)
+            master[map.t[i].offset + (size_t)j] = 1.0f;
+        hit++;
+    }
+    assert_int_equal(hit, 2 * cfg->model.num_layers);
+    gt_hf_map_destroy(&map);
+}
+
+static void test_qwen3_logits_without_its_qk_norm_weights_differ(void **state) {
+    (void)state;
+    double d = imported_logits_diff("qwen3", unit_qk_norms);
+    printf("qwen3 with unit q/k norms: max relative logit difference %.3g\n", d);
+    assert_true(d > 20 * LOGIT_TOL);
+}
+
+static void test_qwen3_export_then_import_is_bitwise(void **state) {
+    (void)state;
+    gt_config cfg;
+    tiny_config(&cfg);
+    cfg.model.qk_layernorm = true;
+    round_trip(&cfg, GT_HF_DEFAULT_SHARD_BYTES, 1);
+    cfg.model.share_embeddings_and_output_weights = true;
+    round_trip(&cfg, 4096, 2);
+}
+
+static void test_qwen3_moe_export_then_import_is_bitwise(void **state) {
+    (void)state;
+    gt_config cfg;
+    tiny_config(&cfg);
+    cfg.model.qk_layernorm = true;
+    cfg.model.num_moe_experts = 4;
+    cfg.model.moe_router_topk = 2;
+    cfg.model.moe_ffn_hidden_size = 12; /* Qwen3-MoE keeps both widths */
+    round_trip(&cfg, 8192, 2);
+}
+
+static void test_qwen3_export_refuses_mlp_biases(void **state) {
+    (void)state;
+    gt_config cfg;
+    tiny_config(&cfg);
+    cfg.model.qk_layernorm = true;
+    cfg.model.add_bias_linear = true;
+    gt_hf_map map;
+    gt_error err = {0};
+    assert_int_equal(gt_hf_map_create(&map, &cfg, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "model.add_bias_linear=true with model.qk_layernorm"));
+}
+
+static void edited_fixture(const char *name, char *out, size_t n, const char *from,
+                           const char *to) {
     char dir[1024], p[1200], *text;
     size_t len;
     gt_error err = {0};
-    fixture("llama", dir, sizeof dir);
+    fixture(name, dir, sizeof dir);
     gt_test_tmpdir(out, n);
     snprintf(p, sizeof p, "%s/config.json", dir);
     assert_int_equal(gt_read_file(p, 1 << 20, &text, &len, &err), GT_OK);
@@ -401,6 +537,11 @@ static void edited_llama(char *out, size_t n, const char *from, const char *to) 
     char cmd[2600];
     snprintf(cmd, sizeof cmd, "cp %s/model.safetensors %s/", dir, out);
     assert_int_equal(system(cmd), 0);
+}
+
+/* A copy of the llama fixture with config.json's text edited: from -> to. */
+static void edited_llama(char *out, size_t n, const char *from, const char *to) {
+    edited_fixture("llama", out, n, from, to);
 }
 
 static void test_llama3_scaling_with_other_fixed_numbers_is_refused(void **state) {
@@ -464,6 +605,56 @@ static void test_export_refuses_qkv_only_biases(void **state) {
     assert_non_null(strstr(err.msg, "model.add_qkv_bias"));
 }
 
+/* graphtrain logits (what bench/hf_parity.py reads) writes the fixture's logits and the mean
+ * next-token cross entropy of them. */
+static void test_logits_command_writes_transformers_logits_and_the_loss(void **state) {
+    (void)state;
+    char dir[1024], tmp[256], args[4096], out[16384], path[600];
+    fixture("qwen3_moe", dir, sizeof dir);
+    gt_test_tmpdir(tmp, sizeof tmp);
+    snprintf(args, sizeof args, "import --from hf %s --out %s/ck", dir, tmp);
+    assert_int_equal(gt_test_run(args, out, sizeof out), 0);
+    expected e;
+    read_expected(dir, &e);
+    int n = snprintf(args, sizeof args, "logits --checkpoint %s/ck --out %s/lg.json --tokens ", tmp,
+                     tmp);
+    for (int t = 0; t < e.T; t++)
+        n += snprintf(args + n, sizeof args - (size_t)n, t ? ",%d" : "%d", e.tokens[t]);
+    if (gt_test_run(args, out, sizeof out)) fail_msg("graphtrain %s:\n%s", args, out);
+    snprintf(path, sizeof path, "%s/lg.json", tmp);
+    char *text;
+    size_t len;
+    gt_error err = {0};
+    assert_int_equal(gt_read_file(path, 1 << 24, &text, &len, &err), GT_OK);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    assert_non_null(j);
+    const cJSON *lg = cJSON_GetObjectItem(j, "logits");
+    assert_int_equal(cJSON_GetArraySize(lg), e.T);
+    double worst = 0, want = 0;
+    for (int t = 0; t < e.T; t++) {
+        const cJSON *row = cJSON_GetArrayItem(lg, t);
+        assert_int_equal(cJSON_GetArraySize(row), e.V);
+        double mx = -1e30, z = 0;
+        for (int v = 0; v < e.V; v++) {
+            double g = cJSON_GetArrayItem(row, v)->valuedouble, x = e.logits[t * e.V + v];
+            worst = fmax(worst, fabs(g - x) / fmax(1.0, fabs(x)));
+            mx = fmax(mx, x);
+        }
+        for (int v = 0; v < e.V; v++)
+            z += exp(e.logits[t * e.V + v] - mx);
+        if (t + 1 < e.T) want += (log(z) + mx - e.logits[t * e.V + e.tokens[t + 1]]) / (e.T - 1);
+    }
+    double loss = cJSON_GetObjectItem(j, "loss")->valuedouble;
+    printf("logits command: max relative logit difference %.3g, loss %.6f (transformers' "
+           "logits give %.6f)\n",
+           worst, loss, want);
+    assert_true(worst < LOGIT_TOL);
+    assert_true(fabs(loss - want) < 1e-4);
+    cJSON_Delete(j);
+    free(e.logits);
+}
+
 /* The imported checkpoint is what `train checkpoint.load=` starts from, whatever the seed. */
 static void test_train_starts_from_an_imported_checkpoint(void **state) {
     (void)state;
@@ -495,7 +686,16 @@ int main(void) {
         cmocka_unit_test(test_export_then_import_is_bitwise),
         cmocka_unit_test(test_sharded_biased_export_then_import_is_bitwise),
         cmocka_unit_test(test_moe_export_then_import_is_bitwise),
-        cmocka_unit_test(test_qwen3_is_refused_naming_qk_layernorm),
+        cmocka_unit_test(test_qwen3_import_gives_transformers_logits_and_greedy_tokens),
+        cmocka_unit_test(test_qwen3_moe_import_gives_transformers_logits_and_greedy_tokens),
+        cmocka_unit_test(test_qwen3_logits_without_its_qk_norm_weights_differ),
+        cmocka_unit_test(test_qwen3_export_then_import_is_bitwise),
+        cmocka_unit_test(test_qwen3_moe_export_then_import_is_bitwise),
+        cmocka_unit_test(test_qwen3_export_refuses_mlp_biases),
+        cmocka_unit_test(test_qwen3_moe_with_unnormalized_top_k_is_refused),
+        cmocka_unit_test(test_qwen3_moe_with_dense_layers_is_refused),
+        cmocka_unit_test(test_qwen3_head_dim_other_than_hidden_over_heads_is_refused),
+        cmocka_unit_test(test_qwen3_attention_bias_is_refused),
         cmocka_unit_test(test_llama3_scaling_with_other_fixed_numbers_is_refused),
         cmocka_unit_test(test_yarn_rope_scaling_is_refused),
         cmocka_unit_test(test_rope_scaling_exports_and_imports),
@@ -504,6 +704,7 @@ int main(void) {
         cmocka_unit_test(test_weights_of_another_shape_are_refused),
         cmocka_unit_test(test_export_refuses_qkv_only_biases),
         cmocka_unit_test(test_train_starts_from_an_imported_checkpoint),
+        cmocka_unit_test(test_logits_command_writes_transformers_logits_and_the_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
