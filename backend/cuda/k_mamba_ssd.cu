@@ -48,8 +48,9 @@ typedef struct ck_args {
 
 static ck_args ck_make(gt_mamba_shape sh, float *ws) {
     ck_args a = {};
-    a.B = sh.B, a.T = sh.T, a.H = sh.H, a.P = sh.P, a.G = sh.G, a.S = sh.S, a.L = sh.chunk;
-    a.nc = (sh.T + sh.chunk - 1) / sh.chunk;
+    a.B = sh.B, a.T = sh.T, a.H = sh.H, a.P = sh.P, a.G = sh.G, a.S = sh.S;
+    a.L = gt_mamba_chunk_len(sh);
+    a.nc = (sh.T + a.L - 1) / a.L;
     a.C = gt_mamba_conv(sh), a.di = gt_mamba_inner(sh), a.in = gt_mamba_in(sh);
     size_t BH = (size_t)sh.B * sh.H, N = (size_t)sh.B * sh.T, Z = BH * a.nc;
     size_t LL = (size_t)a.L * a.L, ps = (size_t)sh.P * sh.S;
