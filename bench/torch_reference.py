@@ -787,7 +787,9 @@ def cmd_compare(a):
             print(f"compare: skipping {path}: {e}", file=sys.stderr)
             continue
         for m in d["modes"]:
-            name = "attn+mlp" if m["mode"].startswith("attn+moe_router") else m["mode"]
+            # per-layer graphs of every unit: attn+moe_router for MoE, attn+mlp+mamba hybrid
+            name = ("attn+mlp" if m["mode"].startswith(("attn+moe_router", "attn+mlp+mamba"))
+                    else m["mode"])
             if m.get("ok"):
                 gt.setdefault(d["workload"], {})[name] = m
         gt.setdefault(d["workload"], {})["_identical"] = d.get("losses_identical")

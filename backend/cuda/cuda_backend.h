@@ -149,11 +149,10 @@ void gt_cuda_register_mamba_ops(gt_backend_ops *ops); /* k_mamba.cu */
 void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void *xbc,
                            const void *zxbcdt, const void *dt_bias, const void *A_log,
                            const void *D, float *ws, gt_mamba_shape sh);
-void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt,
-                           float *ddt_bias, float *dA_log, float *dD, const void *dy,
-                           const void *xbc, const void *zxbcdt, const void *dt_bias,
-                           const void *A_log, const void *D, float *ws, gt_mamba_shape sh,
-                           int accumulate);
+void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt, float *ddt_bias,
+                           float *dA_log, float *dD, const void *dy, const void *xbc,
+                           const void *zxbcdt, const void *dt_bias, const void *A_log,
+                           const void *D, float *ws, gt_mamba_shape sh, int accumulate);
 
 /* One-time kernel attributes (large dynamic shared memory); at backend creation.
  * sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */

@@ -120,42 +120,60 @@ template <int OP>
 static __device__ __forceinline__ void ck_dims(const ck_args &a, const ck_at &x, int *M, int *N,
                                                int *K) {
     switch (OP) {
-    case CK_CB: *M = x.Lc, *N = x.Lc, *K = a.S; break;
+    case CK_CB:
+        *M = x.Lc, *N = x.Lc, *K = a.S;
+        break;
     case CK_SLOC:
-    case CK_DH: *M = a.P, *N = a.S, *K = x.Lc; break;
+    case CK_DH:
+        *M = a.P, *N = a.S, *K = x.Lc;
+        break;
     case CK_Y:
     case CK_YF:
-    case CK_DXS: *M = x.Lc, *N = a.P, *K = a.L + a.S; break;
-    case CK_DM: *M = x.Lc, *N = x.Lc, *K = a.P; break;
-    default: *M = x.Lc, *N = a.S, *K = a.P + a.L; break; /* CK_DC, CK_DB */
+    case CK_DXS:
+        *M = x.Lc, *N = a.P, *K = a.L + a.S;
+        break;
+    case CK_DM:
+        *M = x.Lc, *N = x.Lc, *K = a.P;
+        break;
+    default:
+        *M = x.Lc, *N = a.S, *K = a.P + a.L;
+        break; /* CK_DC, CK_DB */
     }
 }
 
 /* Whether the k step [k0, k0 + CK_BK) is all masked out for the rows [m0, m0 + CK_TILE). */
-template <int OP>
-static __device__ __forceinline__ bool ck_skip(const ck_args &a, int k0, int m0) {
+template <int OP> static __device__ __forceinline__ bool ck_skip(const ck_args &a, int k0, int m0) {
     int k1 = k0 + CK_BK - 1;
     switch (OP) {
     case CK_Y:
-    case CK_YF: return k1 < a.L && k0 > m0 + CK_TILE - 1; /* j > every i */
-    case CK_DXS: return k1 < a.L && k1 < m0;              /* i < every j */
-    case CK_DC: return k0 >= a.P && k1 < a.P + a.L && k0 - a.P > m0 + CK_TILE - 1;
-    case CK_DB: return k0 >= a.P && k1 - a.P < m0;
-    default: return false;
+    case CK_YF:
+        return k1 < a.L && k0 > m0 + CK_TILE - 1; /* j > every i */
+    case CK_DXS:
+        return k1 < a.L && k1 < m0; /* i < every j */
+    case CK_DC:
+        return k0 >= a.P && k1 < a.P + a.L && k0 - a.P > m0 + CK_TILE - 1;
+    case CK_DB:
+        return k0 >= a.P && k1 - a.P < m0;
+    default:
+        return false;
     }
 }
 
 template <int OP>
 static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x, int m, int k) {
     switch (OP) {
-    case CK_CB: return ck_c(a, x.n0 + m, x.g, k);
-    case CK_SLOC: return expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
+    case CK_CB:
+        return ck_c(a, x.n0 + m, x.g, k);
+    case CK_SLOC:
+        return expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
     case CK_Y:
     case CK_YF:
         if (k < a.L) return k <= m ? x.cb[(size_t)m * a.L + k] * expf(x.cs[m] - x.cs[k]) : 0.0f;
         return expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
-    case CK_DH: return ck_dy(a, x.n0 + k, x.h, m) * expf(x.cs[k]);
-    case CK_DM: return ck_dy(a, x.n0 + m, x.h, k);
+    case CK_DH:
+        return ck_dy(a, x.n0 + k, x.h, m) * expf(x.cs[k]);
+    case CK_DM:
+        return ck_dy(a, x.n0 + m, x.h, k);
     case CK_DXS:
         if (k < a.L)
             return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * expf(x.cs[k] - x.cs[m]) : 0.0f;
@@ -177,14 +195,18 @@ static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x,
 template <int OP>
 static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x, int k, int n) {
     switch (OP) {
-    case CK_CB: return ck_b(a, x.n0 + n, x.g, k);
-    case CK_SLOC: return ck_b(a, x.n0 + k, x.g, n);
+    case CK_CB:
+        return ck_b(a, x.n0 + n, x.g, k);
+    case CK_SLOC:
+        return ck_b(a, x.n0 + k, x.g, n);
     case CK_Y:
     case CK_YF:
         if (k < a.L) return k < x.Lc ? x.dt[k] * ck_x(a, x.n0 + k, x.h, n) : 0.0f;
         return x.hin[(size_t)n * a.S + (k - a.L)];
-    case CK_DH: return ck_c(a, x.n0 + k, x.g, n);
-    case CK_DM: return ck_x(a, x.n0 + n, x.h, k);
+    case CK_DH:
+        return ck_c(a, x.n0 + k, x.g, n);
+    case CK_DM:
+        return ck_x(a, x.n0 + n, x.h, k);
     case CK_DXS:
         if (k < a.L) return k < x.Lc ? ck_dy(a, x.n0 + k, x.h, n) : 0.0f;
         return x.gs[(size_t)n * a.S + (k - a.L)];
@@ -203,19 +225,34 @@ static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x
     size_t LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
     size_t hp = (size_t)x.h * a.P;
     switch (OP) {
-    case CK_CB: a.cb[(size_t)(x.cb - a.cb) + (size_t)m * a.L + n] = v; break;
-    case CK_SLOC: a.hin[x.z * ps + (size_t)m * a.S + n] = v; break;
-    case CK_Y: a.y[(x.n0 + m) * a.di + hp + n] = tobf(v + x.Dh * ck_x(a, x.n0 + m, x.h, n)); break;
-    case CK_YF: a.yf[(x.n0 + m) * a.di + hp + n] = v; break;
-    case CK_DH: a.gs[x.z * ps + (size_t)m * a.S + n] = v; break;
-    case CK_DM: a.dm[x.z * LL + (size_t)m * a.L + n] = v; break;
+    case CK_CB:
+        a.cb[(size_t)(x.cb - a.cb) + (size_t)m * a.L + n] = v;
+        break;
+    case CK_SLOC:
+        a.hin[x.z * ps + (size_t)m * a.S + n] = v;
+        break;
+    case CK_Y:
+        a.y[(x.n0 + m) * a.di + hp + n] = tobf(v + x.Dh * ck_x(a, x.n0 + m, x.h, n));
+        break;
+    case CK_YF:
+        a.yf[(x.n0 + m) * a.di + hp + n] = v;
+        break;
+    case CK_DH:
+        a.gs[x.z * ps + (size_t)m * a.S + n] = v;
+        break;
+    case CK_DM:
+        a.dm[x.z * LL + (size_t)m * a.L + n] = v;
+        break;
     case CK_DXS:
         a.dxs[(x.n0 + m) * a.di + hp + n] = v;
-        a.dxbc[(x.n0 + m) * a.C + hp + n] =
-            tobf(x.dt[m] * v + x.Dh * ck_dy(a, x.n0 + m, x.h, n));
+        a.dxbc[(x.n0 + m) * a.C + hp + n] = tobf(x.dt[m] * v + x.Dh * ck_dy(a, x.n0 + m, x.h, n));
         break;
-    case CK_DC: a.dCp[((x.n0 + m) * a.H + x.h) * a.S + n] = v; break;
-    default: a.dBp[((x.n0 + m) * a.H + x.h) * a.S + n] = v; break; /* CK_DB */
+    case CK_DC:
+        a.dCp[((x.n0 + m) * a.H + x.h) * a.S + n] = v;
+        break;
+    default:
+        a.dBp[((x.n0 + m) * a.H + x.h) * a.S + n] = v;
+        break; /* CK_DB */
     }
 }
 
@@ -447,8 +484,8 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int max_m, i
                   const char *what) {
     size_t per = (size_t)a.B * a.nc * (OP == CK_CB ? a.G : a.H);
     int tn = ck_tiles(max_n);
-    gt_launch(k_ck_mm<OP>, dim3((unsigned)per, (unsigned)(ck_tiles(max_m) * tn)), CK_THREADS, 0,
-              ex, a, tn);
+    gt_launch(k_ck_mm<OP>, dim3((unsigned)per, (unsigned)(ck_tiles(max_m) * tn)), CK_THREADS, 0, ex,
+              a, tn);
     GT_CUDA_LAUNCHED(b, what);
 }
 

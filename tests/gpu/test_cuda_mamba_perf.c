@@ -65,7 +65,7 @@ static ssd_ctx make_ctx(gpu_env *e, gt_mamba_shape sh) {
     float *hA = malloc(H * sizeof *hA), *hb = malloc(H * sizeof *hb);
     for (size_t h = 0; h < H; h++) {
         hA[h] = logf(1.0f + 15.0f * (float)h / (float)H); /* A in [1, 16) */
-        hb[h] = -3.0f;                                  /* dt about 0.05 */
+        hb[h] = -3.0f;                                    /* dt about 0.05 */
     }
     float *hx = rand_vec(e, N * C, 1.0f), *hz = rand_vec(e, N * in, 1.0f);
     float *hdy = rand_vec(e, N * di, 1.0f), *hD = rand_vec(e, H, 1.0f);
