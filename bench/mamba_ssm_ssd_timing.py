@@ -6,7 +6,7 @@ for the same shapes). mamba_ssm's compiled extensions are not needed: the Triton
 imported directly from its source (scripts/fetch_mamba_ssm.sh unpacks it), bypassing the
 package's __init__, which loads them. Needs torch, triton, einops and packaging, and a GPU.
 
-  python3 bench/mamba_ssm_ssd_timing.py --src third_party/mamba_ssm
+  python3 bench/mamba_ssm_ssd_timing.py --src build-mamba-ssm
 """
 import argparse
 import importlib

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Downloads mamba_ssm's source (the sdist, from PyPI through pip) and unpacks it into
-# third_party/mamba_ssm (ignored by git), for bench/mamba_ssm_ssd_timing.py on the GPU machine,
+# build-mamba-ssm/ (ignored by git, as every build* folder), for bench/mamba_ssm_ssd_timing.py on the GPU machine,
 # which has no network: carry that folder there. Not committed: it is mamba_ssm's code.
 # pip prepares an sdist's metadata even for a download, and mamba_ssm's setup.py imports torch:
 # where that fails in pip's isolated build environment, the download is retried without build
 # isolation (needs torch and packaging importable) and with the CUDA build skipped.
-# Env: MAMBA_SSM_VERSION (default 2.3.2.post1), DEST (default third_party/mamba_ssm).
+# Env: MAMBA_SSM_VERSION (default 2.3.2.post1), DEST (default build-mamba-ssm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${MAMBA_SSM_VERSION:-2.3.2.post1}
-dest=${DEST:-third_party/mamba_ssm}
+dest=${DEST:-build-mamba-ssm}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 get() { python3 -m pip download "mamba-ssm==$version" --no-deps --no-binary :all: -d "$tmp" "$@"; }
