@@ -181,24 +181,25 @@ static inline int gt_mamba_conv(gt_mamba_shape m) {
 static inline int gt_mamba_in(gt_mamba_shape m) {
     return 2 * m.H * m.P + 2 * m.G * m.S + m.H;
 }
-/* Steps between the saved states of the CUDA scan's backward: ceil(sqrt(T)), so the saved
- * states and one segment's recomputed states take about 2 sqrt(T) states per head. */
-static inline int gt_mamba_ckpt_len(gt_mamba_shape m) {
-    int L = 1;
-    while (L * L < m.T)
-        L++;
-    return L;
+/* The chunk length of chunked scans: mamba_chunk_size, at most the sequence (one chunk holds
+ * it all then; a longer one would only grow the workspace) */
+static inline int gt_mamba_chunk_len(gt_mamba_shape m) {
+    int L = m.chunk > 0 ? m.chunk : 1;
+    return L < m.T ? L : (m.T > 0 ? m.T : 1);
 }
 /* fp32 workspace the SSD scan ops take (forward and backward), no value kept between them:
  * enough for every backend. The CPU's: dt and its gradient, A, dA, dD and one head's states
- * over time. The CUDA backward's (k_mamba.cu): per (sequence, head) sums of the dt_bias, A and
- * D gradients, per-head dB and dC [N][H][S] before the sum over a group's heads, and per
- * (sequence, head) the states at every gt_mamba_ckpt_len-th step and one segment's states. */
+ * over time. The CUDA chunked scan's (k_mamba_ssd.cu lays it out): dt and its cumsum per
+ * (sequence, head, token), C B^T per (sequence, group, chunk), two states per (sequence, head,
+ * chunk), dy x^T per chunk, two fp32 copies of y's shape, three sums per token and head, four
+ * per chunk, and per-head dB and dC [N][H][S] before the sum over a group's heads. */
 static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
     size_t N = (size_t)m.B * m.T, H = (size_t)m.H, ps = (size_t)m.P * (size_t)m.S;
-    size_t L = (size_t)gt_mamba_ckpt_len(m), segs = ((size_t)m.T + L - 1) / L;
+    size_t L = (size_t)gt_mamba_chunk_len(m), nc = ((size_t)m.T + L - 1) / L;
+    size_t BH = (size_t)m.B * H, Z = BH * nc;
     size_t cpu = 2 * N * H + 3 * H + ((size_t)m.T + 1) * ps;
-    size_t cuda = 3 * (size_t)m.B * H + 2 * N * H * (size_t)m.S + (size_t)m.B * H * (segs + L) * ps;
+    size_t cuda = 5 * BH * m.T + (size_t)m.B * m.G * nc * L * L + 2 * Z * ps + Z * L * L +
+                  2 * N * H * m.P + 4 * Z + 2 * N * H * m.S;
     return cpu > cuda ? cpu : cuda;
 }
 /* Llama 3.1's rotary scaling constants, fixed in Megatron's apply_rope_scaling (and Llama

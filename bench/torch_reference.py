@@ -2,7 +2,8 @@
 """PyTorch reference for graphtrain: the same Llama-style decoder (RMSNorm pre-norm, rotary
 embeddings pairing (i, i + hd/2), grouped-query causal attention, SwiGLU with the gate rows first
 in one gate_up matrix, or MoE with softmax top-k renormalised + Switch aux loss, untied head, no
-biases), used two ways:
+biases; hybrid patterns of Mamba-2 (bench/torch_mamba.py), attention and MLP units), used two
+ways:
 
   bench   times PyTorch's ways of running a training step on the workloads of WORKLOADS.md:
           eager, TE-style per-layer make_graphed_callables (attn; attn+mlp, or attn+router for
@@ -35,6 +36,8 @@ except ImportError:  # --help must work anywhere
     torch = None
     F = None
     nn = None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_mamba  # noqa: E402 (the hybrid models' Mamba-2 unit; imports without torch)
 
 PEAK_FLOPS = 790e12  # bf16 GEMM rate of one H200 (WORKLOADS.md)
 GROUP_ALIGN = 16  # rows: grouped_mm groups start at multiples of this (zero padding between)
@@ -50,6 +53,12 @@ WORKLOADS = {
     "micro": dict(vocab=256, d=64, layers=2, heads=4, kv=2, ffn=128, seq=32, mb=2),
     "micro_moe": dict(vocab=256, d=64, layers=2, heads=4, kv=2, ffn=0, experts=4, topk=2,
                       expert_ffn=32, seq=32, mb=2, aux_coeff=1e-2),
+    # recipes/hybrid.yaml: a unit a layer, M Mamba-2, * attention, - MLP (Megatron's pattern)
+    "hybrid": dict(vocab=32768, d=1024, layers=16, heads=16, kv=4, ffn=4096, seq=2048, mb=4,
+                   pattern="M-M-M*M-M-M*M-M-"),
+    "micro_hybrid": dict(vocab=256, d=64, layers=4, heads=4, kv=2, ffn=128, seq=40, mb=2,
+                         pattern="M*M-", mamba_state=16, mamba_head_dim=16, mamba_groups=2,
+                         mamba_chunk=16),
 }
 BENCH_MODES = ["eager", "te_attn", "te_attn_mlp", "full_iteration", "compile"]
 # asked for by name only: torchao float8 training (tensorwise) + torch.compile, where torchao
@@ -77,7 +86,9 @@ def default_config(**shape):
              expert_ffn=0, moe_layer_freq=1, capacity_factor=0.0, aux_coeff=0.0, seq=256, mb=4,
              global_batch=0, theta=10000.0, eps=1e-5, init_std=0.02, lr=3e-4, min_lr=3e-5,
              weight_decay=0.1, beta1=0.9, beta2=0.95, adam_eps=1e-8, clip=1.0,
-             lr_style="cosine", warmup_iters=10, decay_iters=0, train_iters=100, seed=1234)
+             lr_style="cosine", warmup_iters=10, decay_iters=0, train_iters=100, seed=1234,
+             pattern="", mamba_state=128, mamba_head_dim=64, mamba_groups=8, mamba_heads=0,
+             mamba_expand=2, mamba_conv=4, mamba_chunk=128)
     c.update(shape)
     if not c["kv"]:
         c["kv"] = c["heads"]
@@ -90,8 +101,11 @@ def default_config(**shape):
 
 def config_from_graphtrain(keys):
     """The reference config from graphtrain's config.json (dotted keys)."""
-    for k, why in (("model.hybrid_override_pattern", "hybrid layer patterns"),
-                   ("model.add_bias_linear", "linear biases"), ("model.add_qkv_bias", "qkv bias")):
+    pattern = keys.get("model.hybrid_override_pattern") or ""
+    if set(pattern) - set(HYBRID_UNITS):
+        raise SystemExit(f"parity: model.hybrid_override_pattern={pattern!r}: the reference "
+                         f"model has the units {', '.join(HYBRID_UNITS)} only")
+    for k, why in (("model.add_bias_linear", "linear biases"), ("model.add_qkv_bias", "qkv bias")):
         if keys.get(k):
             raise SystemExit(f"parity: {k}={keys[k]!r}: {why} are not in the reference model")
     m = lambda k: keys["model." + k]
@@ -110,7 +124,10 @@ def config_from_graphtrain(keys):
         clip=keys["optimizer.clip_grad"], lr_style=keys["scheduler.lr_decay_style"],
         warmup_iters=keys["scheduler.lr_warmup_iters"],
         decay_iters=keys["scheduler.lr_decay_iters"], train_iters=keys["train.train_iters"],
-        seed=keys["rng.seed"])
+        seed=keys["rng.seed"], pattern=pattern, mamba_state=m("mamba_state_dim"),
+        mamba_head_dim=m("mamba_head_dim"), mamba_groups=m("mamba_num_groups"),
+        mamba_heads=m("mamba_num_heads") or 0, mamba_expand=m("mamba_expand"),
+        mamba_conv=m("mamba_d_conv"), mamba_chunk=m("mamba_chunk_size"))
 
 
 def lr_at(c, step):
@@ -133,6 +150,14 @@ def flops_per_step(c):
     d, H, KV = c["d"], c["heads"], c["kv"]
     hd = d // H
     n = c["vocab"] * d
+    if c["pattern"]:  # a unit a layer; Mamba adds its scan (model_plan.c's flops_per_token)
+        Hm, P, G, S, K, _ = torch_mamba.mamba_dims(c)
+        di, units = Hm * P, {"*": d * (H + 2 * KV) * hd + H * hd * d, "-": 3 * d * c["ffn"]}
+        units["M"] = (2 * di + 2 * G * S + Hm) * d + (di + 2 * G * S) * K + d * di
+        n += sum(units[u] for u in c["pattern"])
+        attn, scan = c["pattern"].count("*"), c["pattern"].count("M") * 12 * di * S
+        tokens = c["global_batch"] * c["seq"]
+        return 6 * n * tokens + 6 * attn * tokens * c["seq"] * d + scan * tokens
     for layer in range(c["layers"]):
         n += d * (H + 2 * KV) * hd + H * hd * d
         if c["experts"] and layer % c["moe_layer_freq"] == 0:
@@ -309,22 +334,41 @@ class Layer(_Module):
         return x + y.view_as(x), aux
 
 
+HYBRID_UNITS = {"M": "mamba", "*": "attn", "-": "mlp"}
+
+
+class HybridLayer(_Module):
+    """One unit of a hybrid pattern (its pre-norm and residual inside the unit)."""
+
+    def __init__(self, c, unit, dtype, device):
+        super().__init__()
+        self.kind, self.moe = HYBRID_UNITS[unit], False
+        cls = {"mamba": torch_mamba.Mamba, "attn": Attn, "mlp": MLP}[self.kind]
+        setattr(self, self.kind, cls(c, dtype, device))
+
+    def forward(self, x, aux):
+        return getattr(self, self.kind)(x), aux
+
+
 class Model(_Module):
     def __init__(self, c, dtype, device, grouped=False):
         super().__init__()
         self.c = c
         d, V = c["d"], c["vocab"]
         self.wte = nn.Parameter(torch.empty(V, d, dtype=dtype, device=device))
-        self.layers = nn.ModuleList(
-            Layer(c, bool(c["experts"]) and i % c["moe_layer_freq"] == 0, dtype, device, grouped)
-            for i in range(c["layers"]))
+        if c["pattern"]:
+            self.layers = nn.ModuleList(HybridLayer(c, u, dtype, device) for u in c["pattern"])
+        else:
+            self.layers = nn.ModuleList(
+                Layer(c, bool(c["experts"]) and i % c["moe_layer_freq"] == 0, dtype, device,
+                      grouped) for i in range(c["layers"]))
         self.final_w = nn.Parameter(torch.ones(d, dtype=dtype, device=device))
         self.lm_w = nn.Parameter(torch.empty(V, d, dtype=dtype, device=device))
 
     def init_weights(self, seed):
         g = torch.Generator(device=self.wte.device).manual_seed(seed)
-        for _, p in self.named_parameters():
-            if p.ndim >= 2:
+        for n, p in self.named_parameters():
+            if p.ndim >= 2 and not n.endswith("conv1d_w"):
                 with torch.no_grad():
                     p.copy_(torch.randn(p.shape, generator=g, device=p.device) * self.c["init_std"])
 
@@ -336,6 +380,9 @@ class Model(_Module):
         for i, layer in enumerate(self.layers):
             if blocks is None:
                 x, aux = layer(x, aux)
+                continue
+            if isinstance(layer, HybridLayer):
+                x = blocks[i][layer.kind](x)
                 continue
             x = blocks[i]["attn"](x)
             if not layer.moe:
@@ -431,6 +478,11 @@ def bench_one(c, mode, steps, warmup, device):
             raise RuntimeError("TE-style graphs need CUDA")
         mods, slots = [], []
         for i, layer in enumerate(model.layers):
+            if isinstance(layer, HybridLayer):  # te_attn: attention units; te_attn_mlp: all
+                if mode == "te_attn_mlp" or layer.kind == "attn":
+                    mods.append(getattr(layer, layer.kind))
+                    slots.append((i, layer.kind))
+                continue
             mods.append(layer.attn)
             slots.append((i, "attn"))
             if mode == "te_attn_mlp":
@@ -440,8 +492,10 @@ def bench_one(c, mode, steps, warmup, device):
         sample = tuple((torch.randn(B, T, c["d"], dtype=torch.bfloat16, device=device,
                                     requires_grad=True),) for _ in mods)
         graphed = torch.cuda.make_graphed_callables(tuple(mods), sample)
-        blocks = [{"attn": l.attn, "mlp": getattr(l, "mlp", None),
-                   "router": getattr(l, "moe_router", None)} for l in model.layers]
+        blocks = [{k: getattr(l, k, None) for k in ("attn", "mlp", "mamba", "moe_router")}
+                  for l in model.layers]
+        for b in blocks:
+            b["router"] = b.pop("moe_router")
         for (i, kind), gm in zip(slots, graphed):
             blocks[i][kind] = gm
         torch._foreach_zero_([p.grad for p in opt.params])  # warmup of the capture left grads
@@ -777,7 +831,9 @@ def cmd_compare(a):
             print(f"compare: skipping {path}: {e}", file=sys.stderr)
             continue
         for m in d["modes"]:
-            name = "attn+mlp" if m["mode"].startswith("attn+moe_router") else m["mode"]
+            # per-layer graphs of every unit: attn+moe_router for MoE, attn+mlp+mamba hybrid
+            name = ("attn+mlp" if m["mode"].startswith(("attn+moe_router", "attn+mlp+mamba"))
+                    else m["mode"])
             if m.get("ok"):
                 gt.setdefault(d["workload"], {})[name] = m
         gt.setdefault(d["workload"], {})["_identical"] = d.get("losses_identical")

@@ -3,9 +3,7 @@
 #ifndef GT_CONFIG_CUDA_LIMITS_H
 #define GT_CONFIG_CUDA_LIMITS_H
 
-/* Mamba (k_mamba.cu): the convolution's per-thread weight taps, and the SSD scan's fp32 state
- * of one head, mamba_head_dim x mamba_state_dim, which lives in one block's shared memory */
+/* Mamba (k_mamba.cu): the convolution's per-thread weight taps */
 #define GT_CUDA_MAMBA_MAX_CONV 8
-#define GT_CUDA_MAMBA_MAX_STATE 32768
 
 #endif

@@ -56,8 +56,7 @@ static bool packed(const gt_config *c) {
 static bool mamba(const gt_config *c) {
     const gt_model_config *m = &c->model;
     return strchr(m->layer_pattern, 'M') != NULL && c->runtime.device != GT_DEVICE_CPU &&
-           (m->mamba_d_conv > GT_CUDA_MAMBA_MAX_CONV ||
-            (long)m->mamba_head_dim * m->mamba_state_dim > GT_CUDA_MAMBA_MAX_STATE);
+           m->mamba_d_conv > GT_CUDA_MAMBA_MAX_CONV;
 }
 static bool has_mamba(const gt_config *c) {
     return strchr(c->model.layer_pattern, 'M') != NULL;
@@ -119,9 +118,9 @@ static const unsupported k_unsupported[] = {
     {"engine_no_packed_sequences", {"dataset.packed_sequence"}, packed,
      "packed sequences (several documents per sequence, cu_seqlens) are not implemented: the loader feeds fixed-length sequences and attention would cross document boundaries",
      "set dataset.packed_sequence=false"},
-    {"engine_no_mamba", {"model.mamba_d_conv", "model.mamba_state_dim", "model.mamba_head_dim", "runtime.device"}, mamba,
-     "the CUDA Mamba kernels take mamba_d_conv up to 8 and mamba_head_dim x mamba_state_dim up to 32768 (a head's fp32 state lives in one block's shared memory), so the trainer would refuse these Mamba layers on a GPU",
-     "lower model.mamba_d_conv (Megatron's default 4) or model.mamba_head_dim / model.mamba_state_dim (64 x 128 by default), or set runtime.device=cpu"},
+    {"engine_no_mamba", {"model.mamba_d_conv", "runtime.device"}, mamba,
+     "the CUDA Mamba convolution takes mamba_d_conv up to 8 (its taps live in registers), so the trainer would refuse these Mamba layers on a GPU",
+     "lower model.mamba_d_conv (Megatron's default 4), or set runtime.device=cpu"},
     {"engine_no_mamba_full_recompute", {"model.recompute_granularity", "model.hybrid_override_pattern"}, mamba_full_recompute,
      "full recompute of Mamba layers is not implemented: their activations would be kept, so the memory full recompute saves on them would not be saved",
      "use model.recompute_granularity=selective with the modules of the attention and MLP layers (core_attn, mlp, layernorm), or none"},

@@ -486,7 +486,6 @@ int gt_backend_create_cuda(gt_backend **out, int device, const gt_cuda_config *o
     rc = gt_cuda_matmul_init(b, err);
     if (!rc) rc = gt_cuda_attention_init(sm90, err);
     if (!rc) rc = gt_cuda_moe_init(sm90, err);
-    if (!rc) rc = gt_cuda_mamba_init(err);
     if (!rc) rc = gt_cuda_loss_init(err);
     if (rc) {
         cuda_destroy(b);

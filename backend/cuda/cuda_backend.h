@@ -146,12 +146,19 @@ void gt_cuda_register_moe_ops(gt_backend_ops *ops);
 void gt_cuda_register_fp8_ops(gt_backend_ops *ops);     /* k_fp8.cu (the fp8 GEMM: cuda_matmul.c) */
 void gt_cuda_register_mamba_ops(gt_backend_ops *ops);   /* k_mamba.cu */
 void gt_cuda_register_qk_norm_ops(gt_backend_ops *ops); /* k_qk_norm.cu */
+/* the chunked SSD scan behind the mamba_ssd_* ops, shapes checked (k_mamba_ssd.cu) */
+void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void *xbc,
+                           const void *zxbcdt, const void *dt_bias, const void *A_log,
+                           const void *D, float *ws, gt_mamba_shape sh);
+void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt, float *ddt_bias,
+                           float *dA_log, float *dD, const void *dy, const void *xbc,
+                           const void *zxbcdt, const void *dt_bias, const void *A_log,
+                           const void *D, float *ws, gt_mamba_shape sh, int accumulate);
 
 /* One-time kernel attributes (large dynamic shared memory); at backend creation.
  * sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */
 int gt_cuda_attention_init(int sm90, gt_error *err);
 int gt_cuda_moe_init(int sm90, gt_error *err);
-int gt_cuda_mamba_init(gt_error *err);
 /* "attention fwd: cudnn, attention bwd: wgmma (hd 64)" for the planned shapes ("" when none
  * was planned); k_attention.cu */
 void gt_cuda_attention_describe(gt_backend *b, char *buf, size_t n);

@@ -110,6 +110,11 @@ show parity_dense "[dense] " 'PASS|FAIL|hint|Error'
 part parity_moe_export 30 "$GT" bench --recipe moe $PAR_MOE --parity "$LOGS/parity_moe" --parity-steps 20
 part parity_moe 60 "${PYRUN[@]}" bench/torch_reference.py parity "$LOGS/parity_moe"
 show parity_moe "[moe] " 'PASS|FAIL|hint|Error'
+# hybrid (Mamba-2, attention, MLP units; seq 64 over chunks of 48, so one is partial)
+PAR_HYB="--recipe hybrid_demo model.init_method_std=0.2 model.mamba_chunk_size=48"
+part parity_hybrid_export 30 "$GT" bench $PAR_HYB --parity "$LOGS/parity_hybrid" --parity-steps 20
+part parity_hybrid 60 "${PYRUN[@]}" bench/torch_reference.py parity "$LOGS/parity_hybrid"
+show parity_hybrid "[hybrid] " 'PASS|FAIL|hint|Error'
 CPU="model.vocab_size=512 model.seq_length=32 runtime.device=cpu"
 if [ -z "${GT_CHECK_SKIP_CPU_PARITY:-}" ]; then
 part parity_cpu_export 30 "$GT" bench --recipe tiny $PAR model.ffn_hidden_size=384 $CPU --parity "$LOGS/parity_cpu" --parity-steps 5
@@ -118,6 +123,9 @@ show parity_cpu "[cpu fp32] " 'PASS|FAIL|hint|Error'
 part parity_cpu_moe_export 30 "$GT" bench --recipe moe $PAR_MOE $CPU --parity "$LOGS/parity_cpu_moe" --parity-steps 5
 part parity_cpu_moe 40 "${PYRUN[@]}" bench/torch_reference.py parity "$LOGS/parity_cpu_moe" --precisions fp32
 show parity_cpu_moe "[cpu moe fp32] " 'PASS|FAIL|hint|Error'
+part parity_cpu_hybrid_export 30 "$GT" bench $PAR_HYB runtime.device=cpu --parity "$LOGS/parity_cpu_hybrid" --parity-steps 3
+part parity_cpu_hybrid 60 "${PYRUN[@]}" bench/torch_reference.py parity "$LOGS/parity_cpu_hybrid" --precisions fp32
+show parity_cpu_hybrid "[cpu hybrid fp32] " 'PASS|FAIL|hint|Error'
 fi
 rm -f "$LOGS"/parity_*/*.gtw "$LOGS"/parity_*/tokens.bin # large and reproducible
 pack

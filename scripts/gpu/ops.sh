@@ -29,7 +29,7 @@ run() { # name timeout command...
 }
 
 # the CUDA backend's tests (GT_GPU_TESTS="..." to choose others from the run folder)
-for t in ${GT_GPU_TESTS:-gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture gpu_test_cuda_perf gpu_test_cuda_grad_rows gpu_test_cuda_mamba}; do
+for t in ${GT_GPU_TESTS:-gpu_test_cuda_ops gpu_test_cuda_moe gpu_test_cuda_capture gpu_test_cuda_perf gpu_test_cuda_grad_rows gpu_test_cuda_mamba gpu_test_cuda_mamba_perf}; do
   run "$t" "${TEST_LIMIT:-240}" "$BUILD/$t"
 done
 # The tests again with the other kernel choices, one line each: the fp32 SIMT attention (the

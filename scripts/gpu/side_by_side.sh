@@ -2,7 +2,8 @@
 # GPU machine: the MoE and graph GPU tests, then for each workload `graphtrain bench` and
 # bench/torch_reference.py bench in the same call, and the comparison table (compare.md).
 # Env: SBS_WORKLOADS (default "tiny gpt124m llama1b moe"), SBS_GT_MODES, SBS_PT_MODES,
-# SBS_STEPS (default 20), PYTHON. Logs under $OUT (default /tmp/gt-sbs).
+# SBS_STEPS (default 20), SBS_GT_LIMIT / SBS_PT_LIMIT (seconds a workload, default 120 / 90;
+# torch.compile of the hybrid model needs more), PYTHON. Logs under $OUT (default /tmp/gt-sbs).
 # shellcheck shell=bash
 gpu_env
 gpu_need_binary || exit 2
@@ -17,11 +18,11 @@ for t in gpu_test_cuda_moe gpu_test_graphs_gpu; do
 done
 GJ="" PJ=""
 for w in ${SBS_WORKLOADS:-tiny gpt124m llama1b moe}; do
-  timeout 120 "$GT" bench --recipe "$w" --modes "${SBS_GT_MODES:-eager,attn+mlp,full_iteration}" \
+  timeout "${SBS_GT_LIMIT:-120}" "$GT" bench --recipe "$w" --modes "${SBS_GT_MODES:-eager,attn+mlp,full_iteration}" \
     --steps "$STEPS" --warmup 2 --json "$OUT/gt_$w.json" >"$OUT/gt_$w.log" 2>&1
   echo "gt $w rc=$?" | tee -a "$S"
   grep -E "^(eager|attn|full_iteration)|identical" "$OUT/gt_$w.log" | tee -a "$S"
-  timeout 90 "${PYRUN[@]}" bench/torch_reference.py bench --workloads "$w" \
+  timeout "${SBS_PT_LIMIT:-90}" "${PYRUN[@]}" bench/torch_reference.py bench --workloads "$w" \
     --modes "${SBS_PT_MODES:-eager,te_attn_mlp,full_iteration}" --steps "$STEPS" --warmup 5 \
     --json "$OUT/pt_$w.json" >"$OUT/pt_$w.log" 2>&1
   echo "pt $w rc=$?" | tee -a "$S"

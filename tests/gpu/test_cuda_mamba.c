@@ -1,17 +1,26 @@
-/* GPU tests of the Mamba-2 ops (k_mamba.cu): conv1d, SSD scan and gated RMSNorm, forward and
- * backward, against the CPU ops on the same bf16-rounded inputs (relative L2 error), with
- * overwritten and accumulated gradients; two runs bitwise equal; a captured graph of all six
- * replays bitwise like eager; a shape past the kernels' limits is an error. */
+/* GPU tests of the Mamba-2 ops (k_mamba.cu, the chunked SSD scan of k_mamba_ssd.cu): conv1d,
+ * SSD scan and gated RMSNorm, forward and backward, against the CPU ops (the sequential scan)
+ * on the same bf16-rounded inputs (relative L2 error), with overwritten and accumulated
+ * gradients; two runs bitwise equal; a captured graph of all six replays bitwise like eager; a
+ * shape past the kernels' limits is an error. */
 #include "gpu_fixture.h"
 
 #define TOL_GRAD 1e-3 /* fp32 parameter gradients summed in another order */
+/* odd heads decay slowly (A = -exp(A_log) and dt small), so the states passed between chunks
+ * carry weight in the outputs and gradients instead of vanishing */
+#define SLOW_A_LOG_SHIFT (-4.0f)
+#define SLOW_DT_BIAS_SHIFT (-3.0f)
 
-/* two shapes: a segment length that does not divide T, S not a multiple of 32, one head per
- * group, P*S past the 48 KiB of shared memory a block gets without opting in */
+/* chunk lengths 4 .. 256; sequences that a chunk does not divide (and one it does); groups of
+ * one to four heads; S not a multiple of 32; the hybrid workload's P = 64, S = 128 */
 static const gt_mamba_shape k_shapes[] = {
     {.B = 2, .T = 37, .H = 4, .P = 8, .G = 2, .S = 16, .K = 4, .chunk = 16},
     {.B = 1, .T = 50, .H = 3, .P = 6, .G = 3, .S = 40, .K = 3, .chunk = 8},
     {.B = 1, .T = 9, .H = 2, .P = 128, .G = 1, .S = 128, .K = 4, .chunk = 4},
+    {.B = 2, .T = 200, .H = 4, .P = 16, .G = 2, .S = 32, .K = 4, .chunk = 64},
+    {.B = 1, .T = 300, .H = 4, .P = 64, .G = 2, .S = 128, .K = 4, .chunk = 128},
+    {.B = 1, .T = 256, .H = 8, .P = 64, .G = 2, .S = 128, .K = 4, .chunk = 128},
+    {.B = 1, .T = 520, .H = 2, .P = 32, .G = 1, .S = 64, .K = 4, .chunk = 256},
 };
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 
@@ -34,6 +43,10 @@ static mamba_in make_inputs(gpu_env *e, gt_mamba_shape sh) {
     m.dt_bias = rand_vec(e, sh.H, 1.0f);
     m.A_log = rand_vec(e, sh.H, 1.0f);
     m.D = rand_vec(e, sh.H, 1.0f);
+    for (int h = 1; h < sh.H; h += 2) {
+        m.A_log[h] = bf16_round(m.A_log[h] + SLOW_A_LOG_SHIFT);
+        m.dt_bias[h] = bf16_round(m.dt_bias[h] + SLOW_DT_BIAS_SHIFT);
+    }
     m.gw = rand_vec(e, m.di, 0.2f);
     for (size_t i = 0; i < m.di; i++)
         m.gw[i] = bf16_round(1.0f + m.gw[i]);

@@ -1,0 +1,546 @@
+/* The SSD scan of the Mamba-2 mixer on CUDA in mamba_ssm's chunked form (the fp32 reference is
+ * the sequential scan of cpu_mamba.c): per (sequence b, head h, chunk c of L tokens) the cumsum
+ * cs of dt*A, the intra-chunk product (C B^T masked by the decay exp(cs_i - cs_j)) x dt x, the
+ * chunk's own state, the states passed from chunk to chunk (sequential over chunks only) and
+ * their output exp(cs_i) H C_i, then the D skip; and the backward of all of it. The products
+ * run through one tiled fp32 kernel (k_ck_mm) whose operands are gathered by the op it is
+ * instantiated for. bf16 in and out, fp32 state and sums in a fixed order (no atomics), no host
+ * sync, no allocation: the buffers are the op's workspace (gt_mamba_ssd_ws_floats). */
+#include "backend/cuda/cuda_common.cuh"
+
+#define CK_THREADS 256
+#define CK_TILE 64 /* rows and columns of an output tile of k_ck_mm */
+#define CK_BK 16   /* depth of one step of it */
+#define CK_PAD 4   /* shared-memory row padding against bank conflicts */
+/* PyTorch's softplus switches to the identity past this (beta 1), as cpu_mamba.c */
+#define CK_SOFTPLUS_THRESHOLD 20.0f
+
+/* The products; the comments give out[m][n] = sum_k a(m, k) b(k, n) of one chunk, with
+ * E_ij = exp(cs_i - cs_j), w_j = exp(cs_last - cs_j), xs_j = dt_j x_j, dM_ij = dy_i . x_j. */
+enum {
+    CK_CB,   /* per (b, g, c): CB[i][j] = C_i . B_j, j <= i (k over S) */
+    CK_SLOC, /* Sloc[p][s] = sum_j w_j xs_j[p] B_j[s] (k over the chunk) */
+    CK_Y,    /* y[i][p] = sum_j<=i CB_ij E_ij xs_j[p] + exp(cs_i) sum_s Hin[p][s] C_i[s]; + D x */
+    CK_YF,   /* the same into fp32, without D (the backward's dcs needs it) */
+    CK_DH,   /* dHin[p][s] = sum_i exp(cs_i) dy_i[p] C_i[s] */
+    CK_DM,   /* dM[i][j] = dy_i . x_j, j <= i (k over P) */
+    CK_DXS,  /* dxs[j][p] = sum_i>=j CB_ij E_ij dy_i[p] + w_j sum_s B_j[s] G[p][s] */
+    CK_DC,   /* dC_i[s] = exp(cs_i) sum_p dy_i[p] Hin[p][s] + sum_j<=i dt_j dM_ij E_ij B_j[s] */
+    CK_DB,   /* dB_j[s] = w_j sum_p xs_j[p] G[p][s] + sum_i>=j dt_j dM_ij E_ij C_i[s] */
+};
+
+/* Pointers into the workspace (laid out as gt_mamba_ssd_ws_floats counts them) and shapes. */
+typedef struct ck_args {
+    const bf16 *xbc, *zx, *dt_bias, *A_log, *D, *dy;
+    bf16 *y, *dxbc, *dzx;
+    float *dt, *cs;   /* [B*H][T]: softplus'd dt, cumsum of dt*A within the chunk */
+    float *cb;        /* [B*G][nc][L][L] */
+    float *hin;       /* [B*H][nc][P][S]: the chunk's own state, then the state entering it */
+    float *gs;        /* [B*H][nc][P][S]: dL/dHin of the chunk's outputs, then dL/d(state out) */
+    float *dm;        /* [B*H][nc][L][L] */
+    float *yf, *dxs;  /* [N][H][P] */
+    float *tok;       /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
+    float *lt;        /* [B*H][nc]: <dL/d(state out), state out> */
+    float *part;      /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
+    float *dBp, *dCp; /* [N][H][S] per head, before the sum over a group's heads */
+    int B, T, H, P, G, S, L, nc, C, di, in;
+} ck_args;
+
+static ck_args ck_make(gt_mamba_shape sh, float *ws) {
+    ck_args a = {};
+    a.B = sh.B, a.T = sh.T, a.H = sh.H, a.P = sh.P, a.G = sh.G, a.S = sh.S;
+    a.L = gt_mamba_chunk_len(sh);
+    a.nc = (sh.T + a.L - 1) / a.L;
+    a.C = gt_mamba_conv(sh), a.di = gt_mamba_inner(sh), a.in = gt_mamba_in(sh);
+    size_t BH = (size_t)sh.B * sh.H, N = (size_t)sh.B * sh.T, Z = BH * a.nc;
+    size_t LL = (size_t)a.L * a.L, ps = (size_t)sh.P * sh.S;
+    a.dt = ws;
+    a.cs = a.dt + BH * sh.T;
+    a.cb = a.cs + BH * sh.T;
+    a.hin = a.cb + (size_t)sh.B * sh.G * a.nc * LL;
+    a.gs = a.hin + Z * ps;
+    a.dm = a.gs + Z * ps;
+    a.yf = a.dm + Z * LL;
+    a.dxs = a.yf + N * a.di;
+    a.tok = a.dxs + N * a.di;
+    a.lt = a.tok + 3 * BH * sh.T;
+    a.part = a.lt + Z;
+    a.dBp = a.part + 3 * Z;
+    a.dCp = a.dBp + N * sh.H * sh.S;
+    return a;
+}
+
+/* One chunk of one head (or group, for CK_CB): token n0 is its first, Lc its length. */
+typedef struct ck_at {
+    int h, g, c, Lc;
+    size_t z, n0;
+    const float *cs, *dt, *cb, *dm;
+    const float *hin, *gs;
+    float csl, A, Dh;
+} ck_at;
+
+template <int OP> static __device__ __forceinline__ ck_at ck_at_make(const ck_args &a, size_t z) {
+    ck_at x;
+    int c = (int)(z % a.nc);
+    size_t bq = z / a.nc; /* b*H + h, or b*G + g for CK_CB */
+    int per = OP == CK_CB ? a.G : a.H;
+    int b = (int)(bq / per);
+    x.z = z, x.c = c;
+    x.h = OP == CK_CB ? 0 : (int)(bq % per);
+    x.g = OP == CK_CB ? (int)(bq % per) : x.h / (a.H / a.G);
+    x.Lc = min(a.L, a.T - c * a.L);
+    x.n0 = (size_t)b * a.T + (size_t)c * a.L;
+    size_t bh = (size_t)b * a.H + x.h, LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
+    x.cs = a.cs + bh * a.T + (size_t)c * a.L;
+    x.dt = a.dt + bh * a.T + (size_t)c * a.L;
+    x.cb = a.cb + (((size_t)b * a.G + x.g) * a.nc + c) * LL;
+    x.dm = a.dm + (bh * a.nc + c) * LL;
+    x.hin = a.hin + (bh * a.nc + c) * ps;
+    x.gs = a.gs + (bh * a.nc + c) * ps;
+    x.csl = OP == CK_CB ? 0.0f : x.cs[x.Lc - 1];
+    x.A = -expf(ldf(a.A_log + x.h));
+    x.Dh = ldf(a.D + x.h);
+    return x;
+}
+
+static __device__ __forceinline__ float ck_x(const ck_args &a, size_t n, int h, int p) {
+    return ldf(a.xbc + n * a.C + (size_t)h * a.P + p);
+}
+static __device__ __forceinline__ float ck_b(const ck_args &a, size_t n, int g, int s) {
+    return ldf(a.xbc + n * a.C + a.di + (size_t)g * a.S + s);
+}
+static __device__ __forceinline__ float ck_c(const ck_args &a, size_t n, int g, int s) {
+    return ldf(a.xbc + n * a.C + a.di + (size_t)(a.G + g) * a.S + s);
+}
+static __device__ __forceinline__ float ck_dy(const ck_args &a, size_t n, int h, int p) {
+    return ldf(a.dy + n * a.di + (size_t)h * a.P + p);
+}
+
+template <int OP>
+static __device__ __forceinline__ void ck_dims(const ck_args &a, const ck_at &x, int *M, int *N,
+                                               int *K) {
+    switch (OP) {
+    case CK_CB:
+        *M = x.Lc, *N = x.Lc, *K = a.S;
+        break;
+    case CK_SLOC:
+    case CK_DH:
+        *M = a.P, *N = a.S, *K = x.Lc;
+        break;
+    case CK_Y:
+    case CK_YF:
+    case CK_DXS:
+        *M = x.Lc, *N = a.P, *K = a.L + a.S;
+        break;
+    case CK_DM:
+        *M = x.Lc, *N = x.Lc, *K = a.P;
+        break;
+    default:
+        *M = x.Lc, *N = a.S, *K = a.P + a.L;
+        break; /* CK_DC, CK_DB */
+    }
+}
+
+/* Whether the k step [k0, k0 + CK_BK) is all masked out for the rows [m0, m0 + CK_TILE). */
+template <int OP> static __device__ __forceinline__ bool ck_skip(const ck_args &a, int k0, int m0) {
+    int k1 = k0 + CK_BK - 1;
+    switch (OP) {
+    case CK_Y:
+    case CK_YF:
+        return k1 < a.L && k0 > m0 + CK_TILE - 1; /* j > every i */
+    case CK_DXS:
+        return k1 < a.L && k1 < m0; /* i < every j */
+    case CK_DC:
+        return k0 >= a.P && k1 < a.P + a.L && k0 - a.P > m0 + CK_TILE - 1;
+    case CK_DB:
+        return k0 >= a.P && k1 - a.P < m0;
+    default:
+        return false;
+    }
+}
+
+template <int OP>
+static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x, int m, int k) {
+    switch (OP) {
+    case CK_CB:
+        return ck_c(a, x.n0 + m, x.g, k);
+    case CK_SLOC:
+        return expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
+    case CK_Y:
+    case CK_YF:
+        if (k < a.L) return k <= m ? x.cb[(size_t)m * a.L + k] * expf(x.cs[m] - x.cs[k]) : 0.0f;
+        return expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
+    case CK_DH:
+        return ck_dy(a, x.n0 + k, x.h, m) * expf(x.cs[k]);
+    case CK_DM:
+        return ck_dy(a, x.n0 + m, x.h, k);
+    case CK_DXS:
+        if (k < a.L)
+            return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * expf(x.cs[k] - x.cs[m]) : 0.0f;
+        return expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
+    case CK_DC: {
+        if (k < a.P) return expf(x.cs[m]) * ck_dy(a, x.n0 + m, x.h, k);
+        int j = k - a.P;
+        return j <= m ? x.dt[j] * x.dm[(size_t)m * a.L + j] * expf(x.cs[m] - x.cs[j]) : 0.0f;
+    }
+    default: { /* CK_DB */
+        if (k < a.P) return expf(x.csl - x.cs[m]) * x.dt[m] * ck_x(a, x.n0 + m, x.h, k);
+        int i = k - a.P;
+        return i >= m && i < x.Lc ? x.dt[m] * x.dm[(size_t)i * a.L + m] * expf(x.cs[i] - x.cs[m])
+                                  : 0.0f;
+    }
+    }
+}
+
+template <int OP>
+static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x, int k, int n) {
+    switch (OP) {
+    case CK_CB:
+        return ck_b(a, x.n0 + n, x.g, k);
+    case CK_SLOC:
+        return ck_b(a, x.n0 + k, x.g, n);
+    case CK_Y:
+    case CK_YF:
+        if (k < a.L) return k < x.Lc ? x.dt[k] * ck_x(a, x.n0 + k, x.h, n) : 0.0f;
+        return x.hin[(size_t)n * a.S + (k - a.L)];
+    case CK_DH:
+        return ck_c(a, x.n0 + k, x.g, n);
+    case CK_DM:
+        return ck_x(a, x.n0 + n, x.h, k);
+    case CK_DXS:
+        if (k < a.L) return k < x.Lc ? ck_dy(a, x.n0 + k, x.h, n) : 0.0f;
+        return x.gs[(size_t)n * a.S + (k - a.L)];
+    case CK_DC:
+        if (k < a.P) return x.hin[(size_t)k * a.S + n];
+        return k - a.P < x.Lc ? ck_b(a, x.n0 + (k - a.P), x.g, n) : 0.0f;
+    default: /* CK_DB */
+        if (k < a.P) return x.gs[(size_t)k * a.S + n];
+        return k - a.P < x.Lc ? ck_c(a, x.n0 + (k - a.P), x.g, n) : 0.0f;
+    }
+}
+
+template <int OP>
+static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x, int m, int n,
+                                                float v) {
+    size_t LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
+    size_t hp = (size_t)x.h * a.P;
+    switch (OP) {
+    case CK_CB:
+        a.cb[(size_t)(x.cb - a.cb) + (size_t)m * a.L + n] = v;
+        break;
+    case CK_SLOC:
+        a.hin[x.z * ps + (size_t)m * a.S + n] = v;
+        break;
+    case CK_Y:
+        a.y[(x.n0 + m) * a.di + hp + n] = tobf(v + x.Dh * ck_x(a, x.n0 + m, x.h, n));
+        break;
+    case CK_YF:
+        a.yf[(x.n0 + m) * a.di + hp + n] = v;
+        break;
+    case CK_DH:
+        a.gs[x.z * ps + (size_t)m * a.S + n] = v;
+        break;
+    case CK_DM:
+        a.dm[x.z * LL + (size_t)m * a.L + n] = v;
+        break;
+    case CK_DXS:
+        a.dxs[(x.n0 + m) * a.di + hp + n] = v;
+        a.dxbc[(x.n0 + m) * a.C + hp + n] = tobf(x.dt[m] * v + x.Dh * ck_dy(a, x.n0 + m, x.h, n));
+        break;
+    case CK_DC:
+        a.dCp[((x.n0 + m) * a.H + x.h) * a.S + n] = v;
+        break;
+    default:
+        a.dBp[((x.n0 + m) * a.H + x.h) * a.S + n] = v;
+        break; /* CK_DB */
+    }
+}
+
+/* One CK_TILE x CK_TILE output tile of one chunk's product per block (blockIdx.x the chunk,
+ * blockIdx.y the tile); each thread owns 4 x 4 outputs (rows ty + 16 r, columns tx + 16 q) and
+ * sums over k in order. A compile-time OP, so each product's gathers inline. */
+template <int OP> __global__ void __launch_bounds__(CK_THREADS) k_ck_mm(ck_args a, int tiles_n) {
+    GT_PDL_ENTRY();
+    __shared__ float As[CK_BK][CK_TILE + CK_PAD], Bs[CK_BK][CK_TILE + CK_PAD];
+    ck_at x = ck_at_make<OP>(a, blockIdx.x);
+    int M, N, K;
+    ck_dims<OP>(a, x, &M, &N, &K);
+    int m0 = (int)(blockIdx.y / tiles_n) * CK_TILE, n0 = (int)(blockIdx.y % tiles_n) * CK_TILE;
+    if (m0 >= M || n0 >= N) return;
+    if ((OP == CK_CB || OP == CK_DM) && n0 > m0 + CK_TILE - 1) return; /* above the diagonal */
+    int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    float acc[4][4] = {};
+    for (int k0 = 0; k0 < K; k0 += CK_BK) {
+        if (ck_skip<OP>(a, k0, m0)) continue;
+        for (int e = threadIdx.x; e < CK_TILE * CK_BK; e += CK_THREADS) {
+            int mm = e / CK_BK, ka = k0 + e % CK_BK, kb = k0 + e / CK_TILE, nn = e % CK_TILE;
+            As[e % CK_BK][mm] = m0 + mm < M && ka < K ? ck_opa<OP>(a, x, m0 + mm, ka) : 0.0f;
+            Bs[e / CK_TILE][nn] = n0 + nn < N && kb < K ? ck_opb<OP>(a, x, kb, n0 + nn) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < CK_BK; kk++) {
+            float av[4], bv[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                av[r] = As[kk][ty + 16 * r];
+                bv[r] = Bs[kk][tx + 16 * r];
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    acc[r][q] += av[r] * bv[q];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int m = m0 + ty + 16 * r, n = n0 + tx + 16 * q;
+            if (m < M && n < N) ck_store<OP>(a, x, m, n, acc[r][q]);
+        }
+}
+
+static __device__ __forceinline__ float ck_sigm(float v) {
+    return 1.0f / (1.0f + expf(-v));
+}
+/* dt's pre-activation (raw + dt_bias) at token n, head h */
+static __device__ __forceinline__ float ck_dt_pre(const ck_args &a, size_t n, int h) {
+    return ldf(a.zx + n * a.in + (a.in - a.H) + h) + ldf(a.dt_bias + h);
+}
+
+/* dt = softplus(raw + dt_bias) and its cumsum times A within the chunk: a thread per chunk */
+__global__ void k_ck_cumsum(ck_args a) {
+    GT_PDL_ENTRY();
+    size_t Z = (size_t)a.B * a.H * a.nc;
+    GT_GRID_STRIDE(z, Z) {
+        int c = (int)(z % a.nc), bh = (int)(z / a.nc), b = bh / a.H, h = bh % a.H;
+        int Lc = min(a.L, a.T - c * a.L);
+        float A = -expf(ldf(a.A_log + h)), acc = 0.0f;
+        for (int i = 0; i < Lc; i++) {
+            int t = c * a.L + i;
+            float v = ck_dt_pre(a, (size_t)b * a.T + t, h);
+            float d = v > CK_SOFTPLUS_THRESHOLD ? v : log1pf(expf(v));
+            acc += d * A;
+            a.dt[(size_t)bh * a.T + t] = d;
+            a.cs[(size_t)bh * a.T + t] = acc;
+        }
+    }
+}
+
+static __device__ __forceinline__ float ck_decay(const ck_args &a, size_t bh, int c) {
+    int Lc = min(a.L, a.T - c * a.L);
+    return expf(a.cs[bh * a.T + (size_t)c * a.L + Lc - 1]);
+}
+
+/* In place over hin: the chunk's own state becomes the state entering it,
+ * H_0 = 0, H_{c+1} = exp(cs_last_c) H_c + Sloc_c; a thread per (b, h, state entry) */
+__global__ void k_ck_pass_fwd(ck_args a) {
+    GT_PDL_ENTRY();
+    size_t ps = (size_t)a.P * a.S, total = (size_t)a.B * a.H * ps;
+    GT_GRID_STRIDE(i, total) {
+        size_t bh = i / ps, e = i % ps;
+        float st = 0.0f;
+        for (int c = 0; c < a.nc; c++) {
+            float *v = a.hin + (bh * a.nc + c) * ps + e, own = *v;
+            *v = st;
+            st = ck_decay(a, bh, c) * st + own;
+        }
+    }
+}
+
+/* In place over gs, backwards over chunks: dL/dHin of chunk c's outputs becomes
+ * G_{c+1} = dL/d(the state leaving chunk c); G_c = dHin_c + exp(cs_last_c) G_{c+1}, G_nc = 0 */
+__global__ void k_ck_pass_bwd(ck_args a) {
+    GT_PDL_ENTRY();
+    size_t ps = (size_t)a.P * a.S, total = (size_t)a.B * a.H * ps;
+    GT_GRID_STRIDE(i, total) {
+        size_t bh = i / ps, e = i % ps;
+        float g = 0.0f;
+        for (int c = a.nc - 1; c >= 0; c--) {
+            float *v = a.gs + (bh * a.nc + c) * ps + e, own = *v;
+            *v = g;
+            g = own + ck_decay(a, bh, c) * g;
+        }
+    }
+}
+
+/* lt[b,h,c] = <G_{c+1}, H_{c+1}>: the state leaving chunk c is exp(cs_last) times all it sums,
+ * so this is the loss's derivative by cs_last through it; a block per chunk */
+__global__ void k_ck_lt(ck_args a) {
+    GT_PDL_ENTRY();
+    __shared__ float red[32];
+    size_t z = blockIdx.x, ps = (size_t)a.P * a.S;
+    int c = (int)(z % a.nc);
+    float s = 0.0f;
+    if (c + 1 < a.nc)
+        for (size_t e = threadIdx.x; e < ps; e += blockDim.x)
+            s += a.gs[z * ps + e] * a.hin[(z + 1) * ps + e];
+    s = block_sum(s, red);
+    if (threadIdx.x == 0) a.lt[z] = s;
+}
+
+/* tok = x . dxs, dy . yf, dy . x per (token, head): a warp each, lanes over p, a fixed tree */
+__global__ void k_ck_tok(ck_args a) {
+    GT_PDL_ENTRY();
+    size_t NH = (size_t)a.B * a.T * a.H, BHT = NH, nw = (size_t)gridDim.x * blockDim.x / 32;
+    int lane = threadIdx.x & 31;
+    for (size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; w < NH; w += nw) {
+        size_t n = w / a.H;
+        int h = (int)(w % a.H);
+        size_t o = n * a.di + (size_t)h * a.P;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f;
+        for (int p = lane; p < a.P; p += 32) {
+            float xv = ck_x(a, n, h, p), dyv = ck_dy(a, n, h, p);
+            s0 += xv * a.dxs[o + p];
+            s1 += dyv * a.yf[o + p];
+            s2 += dyv * xv;
+        }
+        s0 = warp_sum(s0), s1 = warp_sum(s1), s2 = warp_sum(s2);
+        if (lane == 0) {
+            size_t q = ((n / a.T) * a.H + h) * a.T + n % a.T;
+            a.tok[q] = s0;
+            a.tok[BHT + q] = s1;
+            a.tok[2 * BHT + q] = s2;
+        }
+    }
+}
+
+/* Per chunk, backwards over its tokens: dcs_i = dy_i . (y_i - D x_i) - dt_i x_i . dxs_i (+ lt
+ * at the last), da = the reverse cumsum of dcs, ddt = x . dxs + da A, dA = sum da dt; the dt
+ * slice of dzx and the chunk's sums of ddt_bias, dA and dD. A thread per chunk. */
+__global__ void k_ck_chunk_bwd(ck_args a) {
+    GT_PDL_ENTRY();
+    size_t Z = (size_t)a.B * a.H * a.nc, BHT = (size_t)a.B * a.H * a.T;
+    GT_GRID_STRIDE(z, Z) {
+        int c = (int)(z % a.nc), bh = (int)(z / a.nc), b = bh / a.H, h = bh % a.H;
+        int Lc = min(a.L, a.T - c * a.L);
+        float A = -expf(ldf(a.A_log + h)), da = 0.0f, sb = 0.0f, sA = 0.0f, sD = 0.0f;
+        for (int i = Lc - 1; i >= 0; i--) {
+            int t = c * a.L + i;
+            size_t q = (size_t)bh * a.T + t, n = (size_t)b * a.T + t;
+            float dt = a.dt[q], xdxs = a.tok[q];
+            da += a.tok[BHT + q] - dt * xdxs + (i == Lc - 1 ? a.lt[z] : 0.0f);
+            float v = ck_dt_pre(a, n, h);
+            float gr = (xdxs + da * A) * (v > CK_SOFTPLUS_THRESHOLD ? 1.0f : ck_sigm(v));
+            a.dzx[n * a.in + (a.in - a.H) + h] = tobf(gr);
+            sb += gr;
+            sA += da * dt;
+            sD += a.tok[2 * BHT + q];
+        }
+        a.part[z] = sb;
+        a.part[Z + z] = sA;
+        a.part[2 * Z + z] = sD;
+    }
+}
+
+/* dB and dC of group g at token n: its heads' shares summed in head order */
+__global__ void k_ck_bc_sum(ck_args a) {
+    GT_PDL_ENTRY();
+    int per = a.H / a.G, GS = a.G * a.S;
+    size_t total = (size_t)a.B * a.T * 2 * GS;
+    GT_GRID_STRIDE(i, total) {
+        size_t n = i / (2 * (size_t)GS);
+        int j = (int)(i % (2 * (size_t)GS)), which = j / GS, gs = j % GS;
+        int g = gs / a.S, s = gs % a.S;
+        const float *src = which ? a.dCp : a.dBp;
+        float acc = 0.0f;
+        for (int q = 0; q < per; q++)
+            acc += src[(n * a.H + (size_t)g * per + q) * a.S + s];
+        a.dxbc[n * a.C + a.di + (size_t)which * GS + gs] = tobf(acc);
+    }
+}
+
+/* ddt_bias, dA_log (dA/dA_log = A), dD: the chunks' sums added in (sequence, chunk) order */
+__global__ void k_ck_param_sum(float *ddt_bias, float *dA_log, float *dD, ck_args a,
+                               int accumulate) {
+    GT_PDL_ENTRY();
+    int h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= a.H) return;
+    size_t Z = (size_t)a.B * a.H * a.nc;
+    float db = 0.0f, dA = 0.0f, dd = 0.0f;
+    for (int b = 0; b < a.B; b++)
+        for (int c = 0; c < a.nc; c++) {
+            size_t z = ((size_t)b * a.H + h) * a.nc + c;
+            db += a.part[z];
+            dA += a.part[Z + z];
+            dd += a.part[2 * Z + z];
+        }
+    float gA = dA * -expf(ldf(a.A_log + h));
+    ddt_bias[h] = accumulate ? ddt_bias[h] + db : db;
+    dA_log[h] = accumulate ? dA_log[h] + gA : gA;
+    dD[h] = accumulate ? dD[h] + dd : dd;
+}
+
+static int ck_tiles(int n) {
+    return (n + CK_TILE - 1) / CK_TILE;
+}
+
+/* Launches product OP over every chunk; rows and columns are at most max_m, max_n. */
+template <int OP>
+static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int max_m, int max_n,
+                  const char *what) {
+    size_t per = (size_t)a.B * a.nc * (OP == CK_CB ? a.G : a.H);
+    int tn = ck_tiles(max_n);
+    gt_launch(k_ck_mm<OP>, dim3((unsigned)per, (unsigned)(ck_tiles(max_m) * tn)), CK_THREADS, 0, ex,
+              a, tn);
+    GT_CUDA_LAUNCHED(b, what);
+}
+
+/* dt, cs, CB and the states entering every chunk: the forward's start, the backward's too */
+static void ck_states(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
+    size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
+    gt_launch(k_ck_cumsum, gt_grid(Z, CK_THREADS), CK_THREADS, 0, ex, a);
+    GT_CUDA_LAUNCHED(b, what);
+    ck_mm<CK_CB>(b, ex, a, a.L, a.L, what);
+    ck_mm<CK_SLOC>(b, ex, a, a.P, a.S, what);
+    gt_launch(k_ck_pass_fwd, gt_grid((size_t)a.B * a.H * ps, CK_THREADS), CK_THREADS, 0, ex, a);
+    GT_CUDA_LAUNCHED(b, what);
+}
+
+extern "C" void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void *xbc,
+                                      const void *zxbcdt, const void *dt_bias, const void *A_log,
+                                      const void *D, float *ws, gt_mamba_shape sh) {
+    gt_cuda_exec ex = gt_cuda_ex(b, s);
+    ck_args a = ck_make(sh, ws);
+    a.xbc = (const bf16 *)xbc, a.zx = (const bf16 *)zxbcdt, a.dt_bias = (const bf16 *)dt_bias;
+    a.A_log = (const bf16 *)A_log, a.D = (const bf16 *)D, a.y = (bf16 *)y;
+    ck_states(b, ex, a, "mamba_ssd_fwd (states)");
+    ck_mm<CK_Y>(b, ex, a, a.L, a.P, "mamba_ssd_fwd (output)");
+}
+
+extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt,
+                                      float *ddt_bias, float *dA_log, float *dD, const void *dy,
+                                      const void *xbc, const void *zxbcdt, const void *dt_bias,
+                                      const void *A_log, const void *D, float *ws,
+                                      gt_mamba_shape sh, int accumulate) {
+    gt_cuda_exec ex = gt_cuda_ex(b, s);
+    ck_args a = ck_make(sh, ws);
+    a.xbc = (const bf16 *)xbc, a.zx = (const bf16 *)zxbcdt, a.dt_bias = (const bf16 *)dt_bias;
+    a.A_log = (const bf16 *)A_log, a.D = (const bf16 *)D, a.dy = (const bf16 *)dy;
+    a.dxbc = (bf16 *)dxbc, a.dzx = (bf16 *)dzxbcdt;
+    size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
+    size_t NH = (size_t)a.B * a.T * a.H, total = (size_t)a.B * a.T * 2 * a.G * a.S;
+    ck_states(b, ex, a, "mamba_ssd_bwd (states)");
+    ck_mm<CK_YF>(b, ex, a, a.L, a.P, "mamba_ssd_bwd (output)");
+    ck_mm<CK_DH>(b, ex, a, a.P, a.S, "mamba_ssd_bwd (dH)");
+    gt_launch(k_ck_pass_bwd, gt_grid((size_t)a.B * a.H * ps, CK_THREADS), CK_THREADS, 0, ex, a);
+    GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (state passing)");
+    gt_launch(k_ck_lt, (unsigned)Z, CK_THREADS, 0, ex, a);
+    GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (chunk ends)");
+    ck_mm<CK_DM>(b, ex, a, a.L, a.L, "mamba_ssd_bwd (dM)");
+    ck_mm<CK_DXS>(b, ex, a, a.L, a.P, "mamba_ssd_bwd (dx)");
+    ck_mm<CK_DC>(b, ex, a, a.L, a.S, "mamba_ssd_bwd (dC)");
+    ck_mm<CK_DB>(b, ex, a, a.L, a.S, "mamba_ssd_bwd (dB)");
+    gt_launch(k_ck_tok, gt_grid(NH * 32, CK_THREADS), CK_THREADS, 0, ex, a);
+    GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (token sums)");
+    gt_launch(k_ck_chunk_bwd, gt_grid(Z, CK_THREADS), CK_THREADS, 0, ex, a);
+    GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (dt)");
+    gt_launch(k_ck_bc_sum, gt_grid(total, CK_THREADS), CK_THREADS, 0, ex, a);
+    GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (dB, dC)");
+    gt_launch(k_ck_param_sum, (a.H + 127) / 128, 128, 0, ex, ddt_bias, dA_log, dD, a,
+              accumulate != 0);
+    GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (parameters)");
+}
