@@ -32,9 +32,6 @@ static bool fp8_blackwell(const gt_config *c) {
 static bool fp8_moe(const gt_config *c) {
     return fp8_hopper(c) && c->model.num_moe_experts > 0;
 }
-static bool fp8_ds_resume(const gt_config *c) {
-    return c->model.compute_dtype == GT_DTYPE_FP8_DS && c->checkpoint.load[0];
-}
 static bool fp8_bias(const gt_config *c) {
     return fp8_hopper(c) && (c->model.add_bias_linear || c->model.add_qkv_bias);
 }
@@ -118,9 +115,6 @@ static const unsupported k_unsupported[] = {
     {"engine_no_fp8_data_parallel", {"model.compute_dtype", "runtime.num_gpus", "ddp.data_parallel_size"}, fp8_dp,
      "fp8 with data parallelism is not implemented: the amaxes (and so the scales) are not reduced over the ranks, so each rank would quantize with scales of its own",
      "train fp8 in one process, or use -c bf16 with data parallelism"},
-    {"engine_no_fp8_delayed_resume", {"model.compute_dtype", "checkpoint.load"}, fp8_ds_resume,
-     "checkpoints do not hold delayed scaling's amax history and scales yet: a resumed fp8_ds run would restart them and not match the uninterrupted run",
-     "resume with -c fp8_cs or fp8_sc (their scales come from each step's tensors), or start fresh without checkpoint.load"},
     {"engine_no_packed_sequences", {"dataset.packed_sequence"}, packed,
      "packed sequences (several documents per sequence, cu_seqlens) are not implemented: the loader feeds fixed-length sequences and attention would cross document boundaries",
      "set dataset.packed_sequence=false"},

@@ -51,6 +51,11 @@ void gt_model_fp8_cast_weights(gt_model *m, gt_stream *s, int record, gt_step_st
 /* Once per step after the optimizer: delayed scaling's amax history and next scales. */
 void gt_model_fp8_step_end(gt_model *m, gt_stream *s, gt_step_state *st);
 
+/* Delayed scaling's state on the device, which a checkpoint carries (model_fp8_state.c): 1 and
+ * the slots and history when the model runs fp8_ds with fp8 linears, else 0. */
+int gt_model_fp8_delayed_state(const gt_model *m, gt_fp8_meta **meta, float **history, int *n_meta,
+                               int *history_len);
+
 /* out[N, out] = x[N, in] @ w^T (+ bias) (+ res), linear `lin` of `layer`; record 0 (eval)
  * leaves the scaling state alone */
 void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, const void *x, int w,

@@ -252,9 +252,6 @@ static const rule_case k_cases[] = {
      "model.compute_dtype=fp8_cs",
      "model.num_layers=2 model.hybrid_override_pattern=*M runtime.device=cpu "
      "model.compute_dtype=bf16"},
-    {"engine_no_fp8_delayed_resume", GT_SEVERITY_ERROR,
-     "model.compute_dtype=fp8_ds runtime.device=cpu checkpoint.load=ckpt",
-     "model.compute_dtype=fp8_cs runtime.device=cpu checkpoint.load=ckpt"},
     /* fp8 keys against model.compute_dtype (config/rules_fp8.c) */
     {"fp8_needs_fp8_compute_dtype", GT_SEVERITY_ERROR, "model.fp8=hybrid model.compute_dtype=bf16",
      "model.fp8=hybrid model.compute_dtype=fp8_cs runtime.device=cpu"},
