@@ -35,13 +35,6 @@ static bool fp8_moe(const gt_config *c) {
 static bool fp8_bias(const gt_config *c) {
     return fp8_hopper(c) && (c->model.add_bias_linear || c->model.add_qkv_bias);
 }
-/* the recomputed forward of a linear layer (model/recompute.c) issues bf16 GEMMs */
-static bool fp8_recompute(const gt_config *c) {
-    uint32_t gemm_modules = GT_RECOMPUTE_MLP | GT_RECOMPUTE_MOE;
-    return fp8_hopper(c) && (c->model.recompute_granularity == GT_RECOMPUTE_FULL ||
-                             (c->model.recompute_granularity == GT_RECOMPUTE_SELECTIVE &&
-                              (c->model.recompute_modules & gemm_modules)));
-}
 /* each rank's amaxes are its own: Megatron reduces them over the data-parallel group */
 static bool fp8_dp(const gt_config *c) {
     return fp8_hopper(c) && (c->runtime.num_gpus > 1 || c->ddp.data_parallel_size > 1);
@@ -109,9 +102,6 @@ static const unsupported k_unsupported[] = {
     {"engine_no_fp8_bias", {"model.compute_dtype", "model.add_bias_linear", "model.add_qkv_bias"}, fp8_bias,
      "fp8 linear layers with biases are not implemented (the bias gradient is not taken from the fp8 casts yet)",
      "set model.add_bias_linear=false and model.add_qkv_bias=false, or model.compute_dtype=bf16"},
-    {"engine_no_fp8_recompute", {"model.compute_dtype", "model.recompute_granularity", "model.recompute_modules"}, fp8_recompute,
-     "recomputing a linear layer under fp8 is not implemented: the recomputed forward would run its GEMM in bf16, not the fp8 the run computed with",
-     "with fp8, recompute only core_attn and layernorm (model.recompute_granularity=selective model.recompute_modules=core_attn,layernorm) or none, or use -c bf16"},
     {"engine_no_fp8_data_parallel", {"model.compute_dtype", "runtime.num_gpus", "ddp.data_parallel_size"}, fp8_dp,
      "fp8 with data parallelism is not implemented: the amaxes (and so the scales) are not reduced over the ranks, so each rank would quantize with scales of its own",
      "train fp8 in one process, or use -c bf16 with data parallelism"},

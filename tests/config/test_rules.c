@@ -234,11 +234,6 @@ static const rule_case k_cases[] = {
     {"engine_no_fp8_bias", GT_SEVERITY_ERROR,
      "model.compute_dtype=fp8_ds runtime.device=cpu model.add_qkv_bias=true",
      "model.compute_dtype=fp8_ds runtime.device=cpu model.add_qkv_bias=false"},
-    {"engine_no_fp8_recompute", GT_SEVERITY_ERROR,
-     "model.compute_dtype=fp8_cs runtime.device=cpu model.recompute_granularity=selective "
-     "model.recompute_modules=core_attn,mlp",
-     "model.compute_dtype=fp8_cs runtime.device=cpu model.recompute_granularity=selective "
-     "model.recompute_modules=core_attn,layernorm"},
     {"engine_no_fp8_data_parallel", GT_SEVERITY_ERROR,
      "model.compute_dtype=fp8_ds runtime.device=cpu runtime.num_gpus=2",
      "model.compute_dtype=bf16 runtime.device=cpu runtime.num_gpus=2"},
