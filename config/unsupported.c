@@ -35,10 +35,6 @@ static bool fp8_moe(const gt_config *c) {
 static bool fp8_bias(const gt_config *c) {
     return fp8_hopper(c) && (c->model.add_bias_linear || c->model.add_qkv_bias);
 }
-/* each rank's amaxes are its own: Megatron reduces them over the data-parallel group */
-static bool fp8_dp(const gt_config *c) {
-    return fp8_hopper(c) && (c->runtime.num_gpus > 1 || c->ddp.data_parallel_size > 1);
-}
 static bool packed(const gt_config *c) {
     return c->dataset.packed_sequence;
 }
@@ -102,9 +98,6 @@ static const unsupported k_unsupported[] = {
     {"engine_no_fp8_bias", {"model.compute_dtype", "model.add_bias_linear", "model.add_qkv_bias"}, fp8_bias,
      "fp8 linear layers with biases are not implemented (the bias gradient is not taken from the fp8 casts yet)",
      "set model.add_bias_linear=false and model.add_qkv_bias=false, or model.compute_dtype=bf16"},
-    {"engine_no_fp8_data_parallel", {"model.compute_dtype", "runtime.num_gpus", "ddp.data_parallel_size"}, fp8_dp,
-     "fp8 with data parallelism is not implemented: the amaxes (and so the scales) are not reduced over the ranks, so each rank would quantize with scales of its own",
-     "train fp8 in one process, or use -c bf16 with data parallelism"},
     {"engine_no_packed_sequences", {"dataset.packed_sequence"}, packed,
      "packed sequences (several documents per sequence, cu_seqlens) are not implemented: the loader feeds fixed-length sequences and attention would cross document boundaries",
      "set dataset.packed_sequence=false"},

@@ -27,6 +27,8 @@ int gt_comm_mpi_agree_max(gt_comm *c, int value, int *max, gt_error *err);
 void gt_comm_mpi_abort(gt_comm *c, int code);
 void gt_comm_mpi_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
                                     int first);
+/* comm_max.c: the max all-reduce between processes */
+void gt_comm_mpi_all_reduce_max(gt_comm *c, gt_stream *s, float *buf, size_t n);
 /* comm_acc.c: the rank-order accumulation; a world of one adds on the CPU backend itself */
 void gt_comm_acc_submit(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n, int first);
 
