@@ -32,9 +32,6 @@ static bool fp8_blackwell(const gt_config *c) {
 static bool fp8_moe(const gt_config *c) {
     return fp8_hopper(c) && c->model.num_moe_experts > 0;
 }
-static bool fp8_bias(const gt_config *c) {
-    return fp8_hopper(c) && (c->model.add_bias_linear || c->model.add_qkv_bias);
-}
 static bool packed(const gt_config *c) {
     return c->dataset.packed_sequence;
 }
@@ -95,9 +92,6 @@ static const unsupported k_unsupported[] = {
     {"engine_no_fp8_moe", {"model.compute_dtype", "model.num_moe_experts"}, fp8_moe,
      "fp8 expert GEMMs (the grouped gate/up and down GEMMs) are not implemented: the experts would compute in bf16",
      "set model.compute_dtype=bf16 (-c bf16) for MoE models"},
-    {"engine_no_fp8_bias", {"model.compute_dtype", "model.add_bias_linear", "model.add_qkv_bias"}, fp8_bias,
-     "fp8 linear layers with biases are not implemented (the bias gradient is not taken from the fp8 casts yet)",
-     "set model.add_bias_linear=false and model.add_qkv_bias=false, or model.compute_dtype=bf16"},
     {"engine_no_packed_sequences", {"dataset.packed_sequence"}, packed,
      "packed sequences (several documents per sequence, cu_seqlens) are not implemented: the loader feeds fixed-length sequences and attention would cross document boundaries",
      "set dataset.packed_sequence=false"},

@@ -111,7 +111,8 @@ int gt_model_fp8_init(gt_model *m, gt_error *err) {
     gt_model_fp8 *f = &m->fp8;
     gt_backend *b = m->b;
     if (!f->enabled || f->n_meta == 0) return GT_OK;
-    if (!b->ops->fp8_cast || !b->ops->fp8_gemm || !b->ops->fp8_amax_update || !b->fp8_bytes)
+    if (!b->ops->fp8_cast || !b->ops->fp8_gemm || !b->ops->fp8_amax_update || !b->fp8_bytes ||
+        !b->ops->bias_grad)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "model.compute_dtype: the %s backend has no fp8 ops yet; set "
                             "runtime.device=cpu (the fp8 emulation) or model.compute_dtype=bf16",
@@ -232,4 +233,7 @@ void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, 
                      (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
                      (gt_fp8_operand){f->qb, f->sb, 1, f->fwd_format}, f->scaling, NULL, NULL,
                      li->out, li->in, m->dm.N);
+    /* the bias gradient from the unquantized gradient (bias_grad, backend.h) */
+    float *dbias = gt_model_grad(m, bias);
+    if (dbias) b->ops->bias_grad(b, s, dbias, dout, m->dm.N, li->out, m->grad_acc);
 }

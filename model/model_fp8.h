@@ -63,7 +63,8 @@ void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, con
 /* dx[N, in] = dout[N, out] @ w */
 void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
                         int w, int accumulate, gt_step_state *st);
-/* grad(w) (+)= dout^T @ x, grad(bias) (+)= column sums of dout (bf16 path only) */
+/* grad(w) (+)= dout^T @ x, grad(bias) (+)= column sums of dout (under fp8 from the unquantized
+ * dout) */
 void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, int bias,
                           const void *dout, const void *x, gt_step_state *st);
 

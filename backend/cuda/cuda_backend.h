@@ -143,8 +143,9 @@ void gt_cuda_register_loss_ops(gt_backend_ops *ops);
 void gt_cuda_register_attention_ops(gt_backend_ops *ops);
 void gt_cuda_register_optim_ops(gt_backend_ops *ops);
 void gt_cuda_register_moe_ops(gt_backend_ops *ops);
-void gt_cuda_register_fp8_ops(gt_backend_ops *ops);   /* k_fp8.cu (the fp8 GEMM: cuda_matmul.c) */
-void gt_cuda_register_mamba_ops(gt_backend_ops *ops); /* k_mamba.cu */
+void gt_cuda_register_fp8_ops(gt_backend_ops *ops); /* k_fp8.cu (the fp8 GEMM: cuda_matmul.c) */
+void gt_cuda_register_fp8_bias_ops(gt_backend_ops *ops); /* cuda_fp8_bias.c */
+void gt_cuda_register_mamba_ops(gt_backend_ops *ops);    /* k_mamba.cu */
 
 /* One-time kernel attributes (large dynamic shared memory); at backend creation.
  * sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */
