@@ -49,9 +49,17 @@ static bool has_mamba(const gt_config *c) {
 static bool mamba_full_recompute(const gt_config *c) {
     return has_mamba(c) && c->model.recompute_granularity == GT_RECOMPUTE_FULL;
 }
-/* the Mamba block's in_proj and out_proj are bf16 GEMMs, not fp8 linear layers */
+/* fp8 Mamba projections on the GPU: cuBLASLt's fp8 GEMMs want every dimension (hidden size,
+ * d_inner and in_proj's 2 d_inner + 2 groups state + heads) a multiple of 16 */
 static bool mamba_fp8(const gt_config *c) {
-    return has_mamba(c) && fp8_hopper(c);
+    const gt_model_config *m = &c->model;
+    if (!has_mamba(c) || !fp8_hopper(c) || c->runtime.device == GT_DEVICE_CPU) return false;
+    long heads = m->mamba_num_heads > 0 ? m->mamba_num_heads
+                 : m->mamba_head_dim > 0 ? (long)m->mamba_expand * m->hidden_size / m->mamba_head_dim
+                                         : 0;
+    long inner = heads * m->mamba_head_dim;
+    long in = 2 * inner + 2L * m->mamba_num_groups * m->mamba_state_dim + heads;
+    return m->hidden_size % 16 || inner % 16 || in % 16;
 }
 static bool tp(const gt_config *c) {
     return c->model.tensor_model_parallel_size > 1;
@@ -101,9 +109,9 @@ static const unsupported k_unsupported[] = {
     {"engine_no_mamba_full_recompute", {"model.recompute_granularity", "model.hybrid_override_pattern"}, mamba_full_recompute,
      "full recompute of Mamba layers is not implemented: their activations would be kept, so the memory full recompute saves on them would not be saved",
      "use model.recompute_granularity=selective with the modules of the attention and MLP layers (core_attn, mlp, layernorm), or none"},
-    {"engine_no_fp8_mamba", {"model.compute_dtype", "model.hybrid_override_pattern"}, mamba_fp8,
-     "fp8 Mamba layers are not implemented: their in_proj and out_proj would compute in bf16, not fp8",
-     "set model.compute_dtype=bf16 (-c bf16) for hybrid models"},
+    {"engine_no_fp8_mamba", {"model.compute_dtype", "model.hybrid_override_pattern", "model.mamba_num_heads", "runtime.device"}, mamba_fp8,
+     "fp8 Mamba projections on the GPU need the hidden size, d_inner (heads x head_dim) and in_proj's width (2 d_inner + 2 groups x state + heads) to be multiples of 16, as cuBLASLt's fp8 GEMMs do; this shape has one that is not",
+     "choose mamba_num_heads / mamba_head_dim / mamba_num_groups / mamba_state_dim so those widths are multiples of 16, use -c bf16 for this model, or runtime.device=cpu (the fp8 emulation takes any shape)"},
     {"engine_no_tensor_parallel", {"model.tensor_model_parallel_size"}, tp,
      "tensor parallelism is not implemented" MULTI_GPU,
      "set model.tensor_model_parallel_size=1 (-tp 1), e.g. with a *_1gpu recipe"},

@@ -56,13 +56,17 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
     size_t N = (size_t)dm->N, qa = 0, qb = 0, sa = 1, sb = 1;
     char nm[GT_ARENA_NAME_MAX];
     static const char *const names[GT_LINEARS] = {"qkv", "o", "gate_up", "down"};
+    static const char *const mamba_names[GT_LINEARS] = {"in_proj", "", "", "out_proj"};
     for (int l = 0; l < m->num_layers; l++) {
         const gt_layer *L = &m->layers[l];
-        int dims[GT_LINEARS][3] = {{L->has_attn, dm->d, dm->qkv},
+        int mb = L->has_mamba;
+        int min = mb ? gt_mamba_in(dm->ms) : 0, minner = mb ? gt_mamba_inner(dm->ms) : 0;
+        int dims[GT_LINEARS][3] = {{L->has_attn || mb, dm->d, mb ? min : dm->qkv},
                                    {L->has_attn, dm->H * dm->hd, dm->d},
                                    {L->has_mlp, dm->d, 2 * dm->f},
-                                   {L->has_mlp, dm->f, dm->d}};
-        int weights[GT_LINEARS] = {L->attn.qkv_w, L->attn.o_w, L->mlp.gu_w, L->mlp.down_w};
+                                   {L->has_mlp || mb, mb ? minner : dm->f, dm->d}};
+        int weights[GT_LINEARS] = {mb ? L->mamba.in_w : L->attn.qkv_w, L->attn.o_w, L->mlp.gu_w,
+                                   mb ? L->mamba.out_w : L->mlp.down_w};
         for (int i = 0; i < GT_LINEARS; i++) {
             gt_fp8_linear *li = lin_of(m, l, i);
             if (!dims[i][0] || layer_in_bf16(&m->cfg, l)) continue;
@@ -72,13 +76,14 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
             size_t wbytes = (size_t)in * out * f->elem;
             size_t ws = blockwise ? gt_fp8_scale_count(out, in, GT_FP8_TILE) : 1;
             size_t wts = blockwise ? gt_fp8_scale_count(in, out, GT_FP8_TILE) : 1;
-            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w", l, names[i]);
+            const char *name = mb ? mamba_names[i] : names[i];
+            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w", l, name);
             PLAN(&m->params, nm, wbytes, &li->qw);
-            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t", l, names[i]);
+            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t", l, name);
             PLAN(&m->params, nm, wbytes, &li->qwt);
-            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_scales", l, names[i]);
+            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_scales", l, name);
             PLAN(&m->params, nm, ws * sizeof(float), &li->sw);
-            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t_scales", l, names[i]);
+            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t_scales", l, name);
             PLAN(&m->params, nm, wts * sizeof(float), &li->swt);
             qa = max_sz(qa, N * (size_t)(in > out ? in : out));
             qb = max_sz(qb, N * (size_t)in);

@@ -11,6 +11,8 @@ typedef struct gt_model gt_model;
 
 /* The linear layers of a layer, in the order of their fp8 state */
 enum { GT_LIN_QKV, GT_LIN_O, GT_LIN_GU, GT_LIN_DOWN, GT_LINEARS };
+/* A Mamba layer has neither attention nor MLP: its in_proj and out_proj take those slots */
+enum { GT_LIN_MAMBA_IN = GT_LIN_QKV, GT_LIN_MAMBA_OUT = GT_LIN_DOWN };
 /* Scaling slots of one linear: its input, its weight, the gradient of its output */
 enum { GT_FP8_SLOT_X, GT_FP8_SLOT_W, GT_FP8_SLOT_G, GT_FP8_SLOTS };
 
