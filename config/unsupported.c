@@ -55,8 +55,9 @@ static bool mamba_fp8(const gt_config *c) {
     const gt_model_config *m = &c->model;
     if (!has_mamba(c) || !fp8_hopper(c) || c->runtime.device == GT_DEVICE_CPU) return false;
     long heads = m->mamba_num_heads > 0 ? m->mamba_num_heads
-                 : m->mamba_head_dim > 0 ? (long)m->mamba_expand * m->hidden_size / m->mamba_head_dim
-                                         : 0;
+                 : m->mamba_head_dim > 0
+                     ? (long)m->mamba_expand * m->hidden_size / m->mamba_head_dim
+                     : 0;
     long inner = heads * m->mamba_head_dim;
     long in = 2 * inner + 2L * m->mamba_num_groups * m->mamba_state_dim + heads;
     return m->hidden_size % 16 || inner % 16 || in % 16;
