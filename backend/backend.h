@@ -505,6 +505,11 @@ typedef struct gt_backend_ops {
      * Sets GT_NAN_FP8 when a scale overflows. */
     void (*fp8_amax_update)(gt_backend *b, gt_stream *s, gt_fp8_meta *meta, float *history, int n,
                             int history_len, int use_max, int margin, gt_step_state *st);
+    /* dbias[N] (+)= column sums of dout[M, N] (act), in matmul_bwd_weight's order: the bias
+     * gradient of an fp8 linear layer, taken from the unquantized gradient as Transformer
+     * Engine takes it, since its weight gradient is an fp8 GEMM without a bias output */
+    void (*bias_grad)(gt_backend *b, gt_stream *s, float *dbias, const void *dout, int M, int N,
+                      int accumulate);
     /* ---- Mamba-2 mixer (gt_mamba_shape; act tensors, parameters in act dtype) ---- */
     /* xbc[N, conv] = silu(bias + causal depthwise conv of zxbcdt's xBC slice with w[conv, K]),
      * x = 0 before each sequence's first token */

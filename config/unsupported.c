@@ -32,23 +32,6 @@ static bool fp8_blackwell(const gt_config *c) {
 static bool fp8_moe(const gt_config *c) {
     return fp8_hopper(c) && c->model.num_moe_experts > 0;
 }
-static bool fp8_ds_resume(const gt_config *c) {
-    return c->model.compute_dtype == GT_DTYPE_FP8_DS && c->checkpoint.load[0];
-}
-static bool fp8_bias(const gt_config *c) {
-    return fp8_hopper(c) && (c->model.add_bias_linear || c->model.add_qkv_bias);
-}
-/* the recomputed forward of a linear layer (model/recompute.c) issues bf16 GEMMs */
-static bool fp8_recompute(const gt_config *c) {
-    uint32_t gemm_modules = GT_RECOMPUTE_MLP | GT_RECOMPUTE_MOE;
-    return fp8_hopper(c) && (c->model.recompute_granularity == GT_RECOMPUTE_FULL ||
-                             (c->model.recompute_granularity == GT_RECOMPUTE_SELECTIVE &&
-                              (c->model.recompute_modules & gemm_modules)));
-}
-/* each rank's amaxes are its own: Megatron reduces them over the data-parallel group */
-static bool fp8_dp(const gt_config *c) {
-    return fp8_hopper(c) && (c->runtime.num_gpus > 1 || c->ddp.data_parallel_size > 1);
-}
 static bool packed(const gt_config *c) {
     return c->dataset.packed_sequence;
 }
@@ -65,9 +48,18 @@ static bool has_mamba(const gt_config *c) {
 static bool mamba_full_recompute(const gt_config *c) {
     return has_mamba(c) && c->model.recompute_granularity == GT_RECOMPUTE_FULL;
 }
-/* the Mamba block's in_proj and out_proj are bf16 GEMMs, not fp8 linear layers */
+/* fp8 Mamba projections on the GPU: cuBLASLt's fp8 GEMMs want every dimension (hidden size,
+ * d_inner and in_proj's 2 d_inner + 2 groups state + heads) a multiple of 16 */
 static bool mamba_fp8(const gt_config *c) {
-    return has_mamba(c) && fp8_hopper(c);
+    const gt_model_config *m = &c->model;
+    if (!has_mamba(c) || !fp8_hopper(c) || c->runtime.device == GT_DEVICE_CPU) return false;
+    long heads = m->mamba_num_heads > 0 ? m->mamba_num_heads
+                 : m->mamba_head_dim > 0
+                     ? (long)m->mamba_expand * m->hidden_size / m->mamba_head_dim
+                     : 0;
+    long inner = heads * m->mamba_head_dim;
+    long in = 2 * inner + 2L * m->mamba_num_groups * m->mamba_state_dim + heads;
+    return m->hidden_size % 16 || inner % 16 || in % 16;
 }
 static bool tp(const gt_config *c) {
     return c->model.tensor_model_parallel_size > 1;
@@ -103,18 +95,6 @@ static const unsupported k_unsupported[] = {
     {"engine_no_fp8_moe", {"model.compute_dtype", "model.num_moe_experts"}, fp8_moe,
      "fp8 expert GEMMs (the grouped gate/up and down GEMMs) are not implemented: the experts would compute in bf16",
      "set model.compute_dtype=bf16 (-c bf16) for MoE models"},
-    {"engine_no_fp8_bias", {"model.compute_dtype", "model.add_bias_linear", "model.add_qkv_bias"}, fp8_bias,
-     "fp8 linear layers with biases are not implemented (the bias gradient is not taken from the fp8 casts yet)",
-     "set model.add_bias_linear=false and model.add_qkv_bias=false, or model.compute_dtype=bf16"},
-    {"engine_no_fp8_recompute", {"model.compute_dtype", "model.recompute_granularity", "model.recompute_modules"}, fp8_recompute,
-     "recomputing a linear layer under fp8 is not implemented: the recomputed forward would run its GEMM in bf16, not the fp8 the run computed with",
-     "with fp8, recompute only core_attn and layernorm (model.recompute_granularity=selective model.recompute_modules=core_attn,layernorm) or none, or use -c bf16"},
-    {"engine_no_fp8_data_parallel", {"model.compute_dtype", "runtime.num_gpus", "ddp.data_parallel_size"}, fp8_dp,
-     "fp8 with data parallelism is not implemented: the amaxes (and so the scales) are not reduced over the ranks, so each rank would quantize with scales of its own",
-     "train fp8 in one process, or use -c bf16 with data parallelism"},
-    {"engine_no_fp8_delayed_resume", {"model.compute_dtype", "checkpoint.load"}, fp8_ds_resume,
-     "checkpoints do not hold delayed scaling's amax history and scales yet: a resumed fp8_ds run would restart them and not match the uninterrupted run",
-     "resume with -c fp8_cs or fp8_sc (their scales come from each step's tensors), or start fresh without checkpoint.load"},
     {"engine_no_packed_sequences", {"dataset.packed_sequence"}, packed,
      "packed sequences (several documents per sequence, cu_seqlens) are not implemented: the loader feeds fixed-length sequences and attention would cross document boundaries",
      "set dataset.packed_sequence=false"},
@@ -124,9 +104,9 @@ static const unsupported k_unsupported[] = {
     {"engine_no_mamba_full_recompute", {"model.recompute_granularity", "model.hybrid_override_pattern"}, mamba_full_recompute,
      "full recompute of Mamba layers is not implemented: their activations would be kept, so the memory full recompute saves on them would not be saved",
      "use model.recompute_granularity=selective with the modules of the attention and MLP layers (core_attn, mlp, layernorm), or none"},
-    {"engine_no_fp8_mamba", {"model.compute_dtype", "model.hybrid_override_pattern"}, mamba_fp8,
-     "fp8 Mamba layers are not implemented: their in_proj and out_proj would compute in bf16, not fp8",
-     "set model.compute_dtype=bf16 (-c bf16) for hybrid models"},
+    {"engine_no_fp8_mamba", {"model.compute_dtype", "model.hybrid_override_pattern", "model.mamba_num_heads", "runtime.device"}, mamba_fp8,
+     "fp8 Mamba projections on the GPU need the hidden size, d_inner (heads x head_dim) and in_proj's width (2 d_inner + 2 groups x state + heads) to be multiples of 16, as cuBLASLt's fp8 GEMMs do; this shape has one that is not",
+     "choose mamba_num_heads / mamba_head_dim / mamba_num_groups / mamba_state_dim so those widths are multiples of 16, use -c bf16 for this model, or runtime.device=cpu (the fp8 emulation takes any shape)"},
     {"engine_no_tensor_parallel", {"model.tensor_model_parallel_size"}, tp,
      "tensor parallelism is not implemented" MULTI_GPU,
      "set model.tensor_model_parallel_size=1 (-tp 1), e.g. with a *_1gpu recipe"},

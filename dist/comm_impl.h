@@ -66,6 +66,8 @@ void gt_comm_nccl_abort(gt_comm *c);
 void gt_comm_nccl_losses(gt_comm *c, gt_stream *s, float *loss, float *aux, const float *slots,
                          int n_micro);
 
+/* comm_max.c: the max all-reduce between processes */
+void gt_comm_mpi_all_reduce_max(gt_comm *c, gt_stream *s, float *buf, size_t n);
 /* comm_acc.c: the rank-order accumulation; a world of one adds on the CPU backend itself */
 void gt_comm_acc_submit(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n, int first);
 

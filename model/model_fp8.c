@@ -74,13 +74,17 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
     f->wt_in_backward = !blockwise && tc->global_batch_size <= tc->micro_batch_size;
     char nm[GT_ARENA_NAME_MAX];
     static const char *const names[GT_LINEARS] = {"qkv", "o", "gate_up", "down"};
+    static const char *const mamba_names[GT_LINEARS] = {"in_proj", "", "", "out_proj"};
     for (int l = 0; l < m->num_layers; l++) {
         const gt_layer *L = &m->layers[l];
-        int dims[GT_LINEARS][3] = {{L->has_attn, dm->d, dm->qkv},
+        int mb = L->has_mamba;
+        int min = mb ? gt_mamba_in(dm->ms) : 0, minner = mb ? gt_mamba_inner(dm->ms) : 0;
+        int dims[GT_LINEARS][3] = {{L->has_attn || mb, dm->d, mb ? min : dm->qkv},
                                    {L->has_attn, dm->H * dm->hd, dm->d},
                                    {L->has_mlp, dm->d, 2 * dm->f},
-                                   {L->has_mlp, dm->f, dm->d}};
-        int weights[GT_LINEARS] = {L->attn.qkv_w, L->attn.o_w, L->mlp.gu_w, L->mlp.down_w};
+                                   {L->has_mlp || mb, mb ? minner : dm->f, dm->d}};
+        int weights[GT_LINEARS] = {mb ? L->mamba.in_w : L->attn.qkv_w, L->attn.o_w, L->mlp.gu_w,
+                                   mb ? L->mamba.out_w : L->mlp.down_w};
         for (int i = 0; i < GT_LINEARS; i++) {
             gt_fp8_linear *li = lin_of(m, l, i);
             if (!dims[i][0] || layer_in_bf16(&m->cfg, l)) continue;
@@ -91,23 +95,24 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
             size_t wbytes = (size_t)in * out * f->elem;
             size_t ws = blockwise ? gt_fp8_scale_count(out, in, GT_FP8_TILE) : 1;
             size_t wts = blockwise ? gt_fp8_scale_count(in, out, GT_FP8_TILE) : 1;
-            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w", l, names[i]);
+            const char *name = mb ? mamba_names[i] : names[i];
+            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w", l, name);
             PLAN(&m->params, nm, wbytes, &li->qw);
             if (f->wt_in_backward) {
                 wt = max_sz(wt, wbytes);
             } else {
-                snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t", l, names[i]);
+                snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t", l, name);
                 PLAN(&m->params, nm, wbytes, &li->qwt);
             }
-            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_scales", l, names[i]);
+            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_scales", l, name);
             PLAN(&m->params, nm, ws * sizeof(float), &li->sw);
-            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t_scales", l, names[i]);
+            snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t_scales", l, name);
             PLAN(&m->params, nm, wts * sizeof(float), &li->swt);
             if (gt_model_fp8_saves_input(m, l, i)) {
                 /* half the bytes of the bf16 input it replaces (model_plan.c shares that) */
-                snprintf(nm, sizeof nm, "fp8.layers.%d.%s.x_t", l, names[i]);
+                snprintf(nm, sizeof nm, "fp8.layers.%d.%s.x_t", l, name);
                 PLAN(&m->acts, nm, N * (size_t)in * f->elem, &li->xt);
-                snprintf(nm, sizeof nm, "fp8.layers.%d.%s.x_t_scale", l, names[i]);
+                snprintf(nm, sizeof nm, "fp8.layers.%d.%s.x_t_scale", l, name);
                 PLAN(&m->acts, nm, sizeof(float), &li->sxt);
             }
             qa = max_sz(qa, N * (size_t)(in > out ? in : out));
@@ -142,7 +147,8 @@ int gt_model_fp8_init(gt_model *m, gt_error *err) {
     gt_model_fp8 *f = &m->fp8;
     gt_backend *b = m->b;
     if (!f->enabled || f->n_meta == 0) return GT_OK;
-    if (!b->ops->fp8_cast || !b->ops->fp8_gemm || !b->ops->fp8_amax_update || !b->fp8_bytes)
+    if (!b->ops->fp8_cast || !b->ops->fp8_gemm || !b->ops->fp8_amax_update || !b->fp8_bytes ||
+        !b->ops->bias_grad)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "model.compute_dtype: the %s backend has no fp8 ops yet; set "
                             "runtime.device=cpu (the fp8 emulation) or model.compute_dtype=bf16",
@@ -303,6 +309,9 @@ void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, 
                      (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
                      (gt_fp8_operand){f->qb, f->sb, 1, f->fwd_format}, f->scaling, NULL, NULL,
                      li->out, li->in, m->dm.N);
+    /* the bias gradient from the unquantized gradient (bias_grad, backend.h) */
+    float *dbias = gt_model_grad(m, bias);
+    if (dbias) b->ops->bias_grad(b, s, dbias, dout, m->dm.N, li->out, m->grad_acc);
 }
 
 void gt_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,

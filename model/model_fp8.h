@@ -11,6 +11,8 @@ typedef struct gt_model gt_model;
 
 /* The linear layers of a layer, in the order of their fp8 state */
 enum { GT_LIN_QKV, GT_LIN_O, GT_LIN_GU, GT_LIN_DOWN, GT_LINEARS };
+/* A Mamba layer has neither attention nor MLP: its in_proj and out_proj take those slots */
+enum { GT_LIN_MAMBA_IN = GT_LIN_QKV, GT_LIN_MAMBA_OUT = GT_LIN_DOWN };
 /* Scaling slots of one linear: its input, its weight, the gradient of its output */
 enum { GT_FP8_SLOT_X, GT_FP8_SLOT_W, GT_FP8_SLOT_G, GT_FP8_SLOTS };
 
@@ -61,6 +63,11 @@ void gt_model_fp8_cast_weights(gt_model *m, gt_stream *s, int record, gt_step_st
 /* Once per step after the optimizer: delayed scaling's amax history and next scales. */
 void gt_model_fp8_step_end(gt_model *m, gt_stream *s, gt_step_state *st);
 
+/* Delayed scaling's state on the device, which a checkpoint carries (model_fp8_state.c): 1 and
+ * the slots and history when the model runs fp8_ds with fp8 linears, else 0. */
+int gt_model_fp8_delayed_state(const gt_model *m, gt_fp8_meta **meta, float **history, int *n_meta,
+                               int *history_len);
+
 /* out[N, out] = x[N, in] @ w^T (+ bias) (+ res), linear `lin` of `layer`; record 0 (eval)
  * leaves the scaling state alone */
 void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, const void *x, int w,
@@ -68,7 +75,8 @@ void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, con
 /* dx[N, in] = dout[N, out] @ w */
 void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
                         int w, int accumulate, gt_step_state *st);
-/* grad(w) (+)= dout^T @ x, grad(bias) (+)= column sums of dout (bf16 path only) */
+/* grad(w) (+)= dout^T @ x, grad(bias) (+)= column sums of dout (under fp8 from the unquantized
+ * dout) */
 void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, int bias,
                           const void *dout, const void *x, gt_step_state *st);
 /* A linear layer's backward: dx[N, in] = dout @ w and, when wgrad, its weight (and bias)

@@ -1,7 +1,9 @@
 /* The Mamba unit of hybrid models ('M' in model.hybrid_override_pattern), as Megatron's
  * MambaLayer + MambaMixer compute it: rmsnorm -> in_proj (z, x, B, C, dt) -> causal conv1d + SiLU
  * over xBC -> SSD scan (dt bias + softplus, A = -exp(A_log), D skip) -> RMSNorm gated by z ->
- * out_proj -> dropout -> residual add. Also its shapes from the mamba_* keys and its init. */
+ * out_proj -> dropout -> residual add. Also its shapes from the mamba_* keys and its init. The two
+ * projections are linear layers (model_fp8.h: fp8 under an fp8 recipe); the scan stays in the
+ * activations' precision with fp32 state. */
 #include <math.h>
 #include <string.h>
 
@@ -129,8 +131,7 @@ void gt_mamba_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state
     const void *x = m->res[mb->res_in];
 #define P(t) gt_model_param(m, mb->t)
     b->ops->rmsnorm_fwd(b, s, mb->ln, mb->rstd, x, P(norm_w), dm->N, dm->d, dm->eps);
-    b->ops->matmul_fwd(b, s, mb->zxbcdt, mb->ln, P(in_w), NULL, NULL, dm->N, gt_mamba_in(ms),
-                       dm->d);
+    gt_linear_fwd(m, s, layer, GT_LIN_MAMBA_IN, mb->zxbcdt, mb->ln, mb->in_w, -1, NULL, train, st);
     b->ops->mamba_conv_fwd(b, s, mb->xbc, mb->zxbcdt, P(conv_w), P(conv_b), ms);
     b->ops->mamba_ssd_fwd(b, s, mb->y, mb->xbc, mb->zxbcdt, P(dt_bias), P(A_log), P(D), m->sc.mws,
                           ms);
@@ -148,21 +149,21 @@ void gt_mamba_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     const gt_model_dims *dm = &m->dm;
     const gt_mamba_shape ms = dm->ms;
     gt_mamba_block *mb = &m->layers[layer].mamba;
-    int di = gt_mamba_inner(ms), in = gt_mamba_in(ms), acc = m->grad_acc;
+    int acc = m->grad_acc;
     void *dz = m->sc.bb;
 #define P(t) gt_model_param(m, mb->t)
 #define G(t) gt_model_grad(m, mb->t)
     const void *dy = gt_model_branch_grad(m, s, mb->res_out, layer, GT_SITE_MAMBA_OUT, st);
-    b->ops->matmul_bwd_weight(b, s, G(out_w), NULL, dy, mb->g, dm->N, dm->d, di, acc);
-    b->ops->matmul_bwd_data(b, s, m->sc.a, dy, P(out_w), dm->N, dm->d, di, 0);
+    gt_linear_bwd_weight(m, s, layer, GT_LIN_MAMBA_OUT, mb->out_w, -1, dy, mb->g, st);
+    gt_linear_bwd_data(m, s, layer, GT_LIN_MAMBA_OUT, m->sc.a, dy, mb->out_w, 0, st);
     b->ops->mamba_gated_norm_bwd(b, s, m->sc.mdy, dz, G(gnorm_w), m->sc.a, mb->y, mb->zxbcdt,
                                  P(gnorm_w), mb->grstd, ms, acc);
     b->ops->mamba_ssd_bwd(b, s, m->sc.mdxbc, dz, G(dt_bias), G(A_log), G(D), m->sc.mdy, mb->xbc,
                           mb->zxbcdt, P(dt_bias), P(A_log), P(D), m->sc.mws, ms, acc);
     b->ops->mamba_conv_bwd(b, s, dz, G(conv_w), G(conv_b), m->sc.mdxbc, mb->zxbcdt, P(conv_w),
                            P(conv_b), ms, acc);
-    b->ops->matmul_bwd_weight(b, s, G(in_w), NULL, dz, mb->ln, dm->N, in, dm->d, acc);
-    b->ops->matmul_bwd_data(b, s, m->sc.dln, dz, P(in_w), dm->N, in, dm->d, 0);
+    gt_linear_bwd_weight(m, s, layer, GT_LIN_MAMBA_IN, mb->in_w, -1, dz, mb->ln, st);
+    gt_linear_bwd_data(m, s, layer, GT_LIN_MAMBA_IN, m->sc.dln, dz, mb->in_w, 0, st);
 #undef P
 #undef G
     gt_model_norm_bwd(m, s, mb->res_in, mb->res_out, mb->norm_w, mb->dw_part, mb->rstd);

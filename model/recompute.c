@@ -1,6 +1,10 @@
 /* Activation recomputation (model.recompute_granularity, Megatron's semantics): which blocks of
  * which layers keep only their inputs, the shared buffers their activations then live in, and
- * the recomputed forwards that each block's backward runs before it reads them. */
+ * the recomputed forwards that each block's backward runs before it reads them. A recomputed
+ * linear layer goes through the fp8 helper as its forward did, with record 0: under fp8 it
+ * casts with the step's scales (delayed scaling's are fixed until the step's end; current and
+ * blockwise scales come from the same input bits again), so it rebuilds the forward's output
+ * exactly, and it adds nothing to the step's amaxes, which the forward already recorded. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,8 +129,7 @@ void gt_attn_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st) 
         b->ops->rmsnorm_fwd(b, s, a->ln, a->rstd, m->res[a->res_in], gt_model_param(m, a->norm_w),
                             dm->N, dm->d, dm->eps);
     if (rc & GT_RC_QKV) {
-        b->ops->matmul_fwd(b, s, a->qkv, a->ln, gt_model_param(m, a->qkv_w),
-                           gt_model_param(m, a->qkv_b), NULL, dm->N, dm->qkv, dm->d);
+        gt_linear_fwd(m, s, layer, GT_LIN_QKV, a->qkv, a->ln, a->qkv_w, a->qkv_b, NULL, 0, st);
         gt_model_qk_norm_fwd(m, s, layer);
         gt_model_rope_fwd(m, s, a->qkv);
     }
@@ -137,7 +140,10 @@ void gt_attn_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st) 
 }
 
 /* The attention's whole forward (residual output included) where the layer saved no residual
- * between its blocks: the input of the block after it. */
+ * between its blocks: the input of the block after it. It runs as a training forward (train 1:
+ * the same dropout masks), so its fp8 casts record their amaxes a second time; the step's amax
+ * is a max, which the same values leave unchanged, and the history rolls once, at the step's
+ * end. */
 static void mid_residual(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     if (m->layers[layer].rc & GT_RC_MID_RESIDUAL) gt_attn_fwd(m, s, layer, 1, st);
 }
@@ -152,8 +158,7 @@ void gt_mlp_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
         b->ops->rmsnorm_fwd(b, s, p->ln, p->rstd, m->res[p->res_in], gt_model_param(m, p->norm_w),
                             dm->N, dm->d, dm->eps);
     if (rc & GT_RC_MLP) {
-        b->ops->matmul_fwd(b, s, p->gu, p->ln, gt_model_param(m, p->gu_w),
-                           gt_model_param(m, p->gu_b), NULL, dm->N, 2 * dm->f, dm->d);
+        gt_linear_fwd(m, s, layer, GT_LIN_GU, p->gu, p->ln, p->gu_w, p->gu_b, NULL, 0, st);
         b->ops->swiglu_fwd(b, s, p->h, p->gu, dm->N, dm->f);
     }
 }

@@ -1,11 +1,13 @@
 /* Saving and resuming the trainer: master weights, Adam moments, the device step state, the
- * RNG seed and the training data position, so a resumed run continues bitwise as if it had
- * never stopped (the learning rate and dropout derive from the restored step counter). */
+ * RNG seed, the training data position and delayed scaling's fp8 state, so a resumed run continues
+ * bitwise as if it had never stopped (the learning rate and dropout derive from the restored step
+ * counter). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "config/cuda_keys.h"
 #include "train/checkpoint.h"
+#include "train/trainer_ckpt_fp8.h"
 #include "train/trainer_impl.h"
 #include "train/trainer_sched.h"
 
@@ -29,6 +31,8 @@ int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
     if (!rc) rc = gt_trainer_read_master(t, buf, err);
     b->ops->memcpy_d2h(b, t->s, &t->h_st[0], t->st, sizeof(gt_step_state));
     if (!rc) rc = b->ops->stream_sync(b, t->s, err);
+    gt_ckpt_fp8 fp8 = {0};
+    if (!rc) rc = gt_trainer_fp8_state_read(t, &fp8, err);
     if (!rc) {
         gt_ckpt_meta meta;
         memset(&meta, 0, sizeof meta);
@@ -45,8 +49,9 @@ int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
         meta.data = gt_trainer_data_pos(t);
         meta.state = t->h_st[0];
         meta.sched = gt_trainer_sched_record(t);
-        rc = gt_ckpt_write(dir, &meta, buf, buf + n, buf + 2 * n, err);
+        rc = gt_ckpt_write_fp8(dir, &meta, buf, buf + n, buf + 2 * n, &fp8, err);
     }
+    gt_trainer_fp8_state_free(&fp8);
     free(buf);
     if (rc) return gt_error_wrap(err, "saving checkpoint at step %lld: ", (long long)t->steps);
     return GT_OK;
@@ -55,7 +60,8 @@ int gt_trainer_save(gt_trainer *t, const char *dir, gt_error *err) {
 int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err) {
     gt_ckpt_meta meta;
     float *master = NULL, *m = NULL, *v = NULL;
-    int rc = gt_ckpt_read(path, &meta, &master, &m, &v, err);
+    gt_ckpt_fp8 fp8;
+    int rc = gt_ckpt_read_fp8(path, &meta, &master, &m, &v, &fp8, err);
     if (rc) return gt_error_wrap(err, "checkpoint.load=%s: ", path);
     char shape[GT_CKPT_SHAPE_MAX];
     uint64_t fp = gt_ckpt_fingerprint(&t->cfg, t->n_params, shape, sizeof shape);
@@ -76,6 +82,8 @@ int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err) {
                           path, (unsigned long long)meta.seed, (unsigned long long)t->cfg.rng.seed,
                           (unsigned long long)meta.seed);
     if (!rc && meta.state.step > 0) rc = gt_trainer_resume_schedule(t, &meta.sched, path, err);
+    /* a step-0 checkpoint has no scaling history yet: the run's own initial scales stand */
+    if (!rc && meta.state.step > 0) rc = gt_trainer_fp8_state_write(t, &fp8, path, err);
     if (!rc) rc = gt_data_set_pos(t->train, meta.data, err);
     if (!rc) t->prefetched = 0; /* the next batch is the checkpoint's */
     if (!rc) {
@@ -94,5 +102,6 @@ int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err) {
     free(master);
     free(m);
     free(v);
+    gt_trainer_fp8_state_free(&fp8);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "model/memory_plan.h"
+#include "model/model_fp8.h"
 #include "train/trainer_impl.h"
 
 /* Megatron's bucket when ddp.bucket_size is unset: max(40M, 1M x data-parallel size) */
@@ -81,13 +82,27 @@ static int make_sync(gt_trainer *t, gt_error *err) {
     return gt_grad_sync_create(&t->sync, t->comm, t->b, t->n_params, &o, err);
 }
 
+/* fp8: every recipe's flag, and delayed scaling's amaxes (fp8_sync.h) */
+static int make_fp8_sync(gt_trainer *t, gt_error *err) {
+    gt_fp8_meta *meta;
+    float *history;
+    int n, len;
+    (void)gt_model_fp8_delayed_state(t->m, &meta, &history, &n, &len);
+    return gt_fp8_sync_create(&t->fp8_sync, t->comm, t->b, meta, n, err);
+}
+
 int gt_trainer_dp_buckets(gt_trainer *t, gt_error *err) {
-    return t->comm && !t->sync ? make_sync(t, err) : GT_OK;
+    int rc = t->comm && !t->sync ? make_sync(t, err) : GT_OK;
+    if (!rc && t->comm && !t->fp8_sync && gt_model_fp8_configured(&t->cfg))
+        rc = make_fp8_sync(t, err);
+    return rc;
 }
 
 void gt_trainer_dp_release(gt_trainer *t) {
     gt_grad_sync_destroy(t->sync);
     t->sync = NULL;
+    gt_fp8_sync_destroy(t->fp8_sync);
+    t->fp8_sync = NULL;
     if (t->comm) gt_arena_release(&t->dp);
     gt_comm_unbind(t->comm); /* the backend goes next; the communicator outlives the trainer */
     free(t->h_skip);
@@ -124,6 +139,8 @@ void gt_trainer_enqueue_dp_micro_batches(gt_trainer *t, gt_stream *s, const gt_u
     else
         gt_grad_sync_all_reduce(t->sync, s, t->mi->grads);
     gt_grad_sync_losses(t->sync, s, t->st, t->loss_slots, t->n_micro_global);
+    /* before the NaN checks and AdamW read the fp8 flag, and delayed scaling its amaxes */
+    gt_fp8_sync_step(t->fp8_sync, s, t->st);
 }
 
 void gt_trainer_enqueue_dp_adamw(gt_trainer *t, gt_stream *s) {

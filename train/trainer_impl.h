@@ -8,6 +8,7 @@
 
 #include "core/arena.h"
 #include "data/data.h"
+#include "dist/fp8_sync.h"
 #include "dist/grad_sync.h"
 #include "train/checkpoint.h"
 #include "train/lazy_rows.h"
@@ -63,8 +64,9 @@ struct gt_trainer {
     gt_lazy_rows lazy; /* the embedding's lazy rows (lazy_rows.h) */
     /* data parallelism (trainer_dp.c): rank dp_rank of dp_size trains the micro-batches
      * i = j * dp_size + dp_rank (j < n_micro) of the n_micro_global of each global batch */
-    gt_comm *comm;      /* NULL: one process, nothing reduced (not owned) */
-    gt_grad_sync *sync; /* the gradient buckets, when comm is set */
+    gt_comm *comm;         /* NULL: one process, nothing reduced (not owned) */
+    gt_grad_sync *sync;    /* the gradient buckets, when comm is set */
+    gt_fp8_sync *fp8_sync; /* fp8 runs with comm set: the amaxes and fp8 flag over the ranks */
     int dp_rank, dp_size, n_micro_global;
     gt_arena dp;       /* the step's per-micro-batch losses */
     float *loss_slots; /* [n_micro_global][2]: loss and aux_loss of each micro-batch */

@@ -31,13 +31,14 @@ typedef enum {
     GEMM_FP8_F32,        /* out fp32 (+)= ..., E4M3 x E4M3 (weight gradients) */
     GEMM_FP8_F32_B_E5M2, /* the same, a in E5M2 */
     GEMM_FP8_FAST,       /* GEMM_FP8 with fast accumulation (the forward, GT_FP8_FAST_ACCUM) */
+    GEMM_FP8_BIAS,       /* GEMM_FP8 + bias epilogue (bf16 bias; fp8 linear layers with biases) */
     GEMM_KINDS
 } gemm_kind;
 
 static const char *const gemm_names[GEMM_KINDS] = {
     "matmul_fwd",          "matmul_fwd(bias)", "matmul_bwd_data", "matmul_bwd_data(accumulate)",
     "matmul_bwd_weight",   "fp8_gemm",         "fp8_gemm(e5m2)",  "fp8_gemm(fp32)",
-    "fp8_gemm(fp32,e5m2)", "fp8_gemm(fast)"};
+    "fp8_gemm(fp32,e5m2)", "fp8_gemm(fast)",   "fp8_gemm(bias)"};
 
 static int is_fp8(int kind) {
     return kind >= GEMM_FP8;
@@ -237,6 +238,7 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
     case GEMM_FP8_F32:
     case GEMM_FP8_F32_B_E5M2:
     case GEMM_FP8_FAST:
+    case GEMM_FP8_BIAS:
         /* out^T[N,M] = (w stored K x N)^T @ (a stored K x M) */
         ta = CUBLAS_OP_T;
         arows = K, acols = N, lda = K;
@@ -263,14 +265,14 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
         return 0;
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    if (p->kind == GEMM_FP8_FAST) {
+    if (p->kind == GEMM_FP8_FAST || p->kind == GEMM_FP8_BIAS) {
         /* Transformer Engine's forward: no periodic promotion of the tensor cores' partial
-         * sums to fp32 (faster); the gradients keep it */
+         * sums to fp32 (faster); the gradients keep it. The bias epilogue is a forward too. */
         int8_t fast = 1;
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
                                        sizeof fast);
     }
-    if (p->kind == GEMM_FWD_BIAS) {
+    if (p->kind == GEMM_FWD_BIAS || p->kind == GEMM_FP8_BIAS) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = CUDA_R_16BF;
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
@@ -450,12 +452,13 @@ static void cuda_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, float
 static void cuda_fp8_gemm(gt_backend *b, gt_stream *s, void *out, int out_fp32, int accumulate,
                           gt_fp8_operand a, gt_fp8_operand w, gt_fp8_scaling scaling,
                           const void *bias, const void *res, int M, int N, int K) {
-    if (scaling == GT_FP8_BLOCKWISE || bias || w.format != GT_FP8_E4M3 ||
+    if (scaling == GT_FP8_BLOCKWISE || w.format != GT_FP8_E4M3 ||
+        (bias && (out_fp32 || accumulate || a.format != GT_FP8_E4M3)) ||
         (res && (res == out || accumulate))) {
         gt_backend_fail(b, GT_ERR_UNSUPPORTED,
                         "fp8_gemm M=%d N=%d K=%d: the CUDA backend runs per-tensor scales, an "
-                        "E4M3 weight operand, no bias, and res (not aliasing out) without "
-                        "accumulate",
+                        "E4M3 weight operand, a bias only on a forward (E4M3 x E4M3 into bf16, "
+                        "not accumulating), and res (not aliasing out) without accumulate",
                         M, N, K);
         return;
     }
@@ -467,6 +470,7 @@ static void cuda_fp8_gemm(gt_backend *b, gt_stream *s, void *out, int out_fp32, 
                : fast ? GEMM_FP8_FAST
                : e5   ? GEMM_FP8_B_E5M2
                       : GEMM_FP8;
+    if (bias) kind = GEMM_FP8_BIAS;
     gemm_shape g = {kind, M, N, K, 1, 0, 0, 0};
     if (M > 0 && N > 0 && K > 0 && !b->planning) {
         gt_cuda_gemm_plan *p = plan_get(b, &g);
@@ -477,7 +481,7 @@ static void cuda_fp8_gemm(gt_backend *b, gt_stream *s, void *out, int out_fp32, 
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb,
                                        sizeof sb);
     }
-    gemm_launch(b, s, &g, w.q, a.q, res ? res : out, out, NULL, res || accumulate ? 1.0f : 0.0f);
+    gemm_launch(b, s, &g, w.q, a.q, res ? res : out, out, bias, res || accumulate ? 1.0f : 0.0f);
 }
 
 /* One batched GEMM where a single weight gradient leaves much of the GPU idle: fewer 128 x 128

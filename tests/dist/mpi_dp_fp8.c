@@ -1,0 +1,224 @@
+/* fp8 under data parallelism between CPU-backend processes, run by ctest under mpiexec at 2 and
+ * 4 ranks: with runtime.deterministic every recipe (fp8_cs, fp8_ds, fp8_sc) gives the losses,
+ * master weights (and fp8_ds its scales and amaxes) of one process training the same global batch,
+ * bitwise, on every rank; delayed scaling's step amax is the max over all ranks' micro-batches
+ * (without the reduction each rank's scales would be its own); the graph modes agree bitwise; and a
+ * NaN amax or an fp8 flag raised on one rank reaches every rank. */
+#include "testlib.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "config/keys.h"
+#include "dist/comm.h"
+#include "dist/fp8_sync.h"
+#include "model/model_internal.h"
+#include "train/trainer.h"
+
+enum { STEPS = 5 };
+
+static gt_comm *C;   /* the job's world */
+static gt_comm *ONE; /* rank 0's world of one */
+static int RANK, SIZE;
+
+static const char *real_env(void *ctx, const char *name) {
+    (void)ctx;
+    return getenv(name);
+}
+
+static void set(gt_config *c, const char *kv) {
+    gt_error err = {0};
+    if (gt_config_override(c, kv, &err) != GT_OK) fail_msg("override %s: %s", kv, err.msg);
+}
+
+/* mpi_dp_train.c's model and batch (4 micro-batches of 2, dropout on) under an fp8 recipe */
+static void fp8_config(gt_config *c, const char *recipe) {
+    gt_config_defaults(c);
+    static const char *kv[] = {
+        "runtime.device=cpu",          "model.num_layers=2",         "model.hidden_size=32",
+        "model.num_attention_heads=2", "model.num_query_groups=2",   "model.ffn_hidden_size=64",
+        "model.vocab_size=64",         "model.seq_length=16",        "train.micro_batch_size=2",
+        "train.global_batch_size=8",   "model.cuda_graph_impl=none", "model.hidden_dropout=0.1",
+        "logger.log_interval=1000",    "train.train_iters=20",       NULL};
+    for (int i = 0; kv[i]; i++)
+        set(c, kv[i]);
+    char kv2[64];
+    snprintf(kv2, sizeof kv2, "model.compute_dtype=%s", recipe);
+    set(c, kv2);
+    if (!strcmp(recipe, "fp8_ds")) {
+        set(c, "model.fp8_amax_history_len=3");
+        set(c, "model.fp8_amax_compute_algo=max");
+    }
+    gt_config_finalize(c);
+}
+
+typedef struct run_out {
+    float loss[STEPS];
+    size_t n;
+    float *master;
+    int n_meta;
+    gt_fp8_meta *meta; /* the fp8 scaling state after the last step */
+} run_out;
+
+static void run(const gt_config *c, gt_comm *comm, run_out *o) {
+    memset(o, 0, sizeof *o);
+    gt_trainer *t = NULL;
+    gt_error err = {0};
+    if (gt_trainer_create_dp(&t, c, comm, &err)) fail_msg("rank %d: create: %s", RANK, err.msg);
+    for (int i = 0; i < STEPS; i++) {
+        gt_step_stats s;
+        if (gt_trainer_step(t, &s, &err)) fail_msg("rank %d: step %d: %s", RANK, i + 1, err.msg);
+        o->loss[i] = s.loss;
+    }
+    gt_model *m = gt_trainer_model(t);
+    o->n = gt_model_get_info(m)->n_params;
+    o->master = calloc(o->n, sizeof *o->master);
+    assert_int_equal(gt_trainer_read_master(t, o->master, &err), GT_OK);
+    o->n_meta = m->fp8.n_meta;
+    o->meta = calloc((size_t)o->n_meta + 1, sizeof *o->meta);
+    memcpy(o->meta, m->fp8.meta, (size_t)o->n_meta * sizeof *o->meta); /* CPU: host memory */
+    gt_trainer_destroy(t);
+}
+
+static void run_free(run_out *o) {
+    free(o->master);
+    free(o->meta);
+}
+
+/* every rank holds rank 0's bytes */
+static void assert_ranks_agree(const void *p, size_t n) {
+    void *lead = malloc(n);
+    memcpy(lead, p, n);
+    gt_error err = {0};
+    if (gt_comm_broadcast(C, lead, n, 0, &err)) fail_msg("%s", err.msg);
+    assert_memory_equal(lead, p, n);
+    free(lead);
+}
+
+static void check_recipe(const char *recipe) {
+    gt_config c;
+    fp8_config(&c, recipe);
+    run_out dp, one;
+    run(&c, C, &dp);
+    assert_ranks_agree(dp.loss, sizeof dp.loss);
+    assert_ranks_agree(dp.master, dp.n * sizeof *dp.master);
+    /* delayed scaling's slots are state the next steps read; current scaling's record the last
+     * cast of the rank's own last micro-batch (read by nothing), blockwise has none */
+    int state = !strcmp(recipe, "fp8_ds");
+    if (state) assert_ranks_agree(dp.meta, (size_t)dp.n_meta * sizeof *dp.meta);
+    if (RANK == 0) {
+        run(&c, ONE, &one);
+        for (int i = 0; i < STEPS; i++)
+            // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
+            if (memcmp(&dp.loss[i], &one.loss[i], sizeof(float)) != 0)
+                fail_msg("%s at %d ranks, step %d: loss %.9g, one process %.9g", recipe, SIZE,
+                         i + 1, (double)dp.loss[i], (double)one.loss[i]);
+        assert_memory_equal(dp.master, one.master, dp.n * sizeof *dp.master);
+        assert_int_equal(dp.n_meta, one.n_meta);
+        if (state) assert_memory_equal(dp.meta, one.meta, (size_t)dp.n_meta * sizeof *dp.meta);
+        assert_true(dp.loss[0] != dp.loss[STEPS - 1]);
+        run_free(&one);
+    }
+    run_free(&dp);
+    gt_error err = {0};
+    assert_int_equal(gt_comm_barrier(C, &err), GT_OK);
+}
+
+static void test_current_scaling_at_n_ranks_equals_one_process_bitwise(void **state) {
+    (void)state;
+    check_recipe("fp8_cs");
+}
+
+static void test_delayed_scaling_at_n_ranks_equals_one_process_bitwise(void **state) {
+    (void)state;
+    check_recipe("fp8_ds");
+}
+
+static void test_blockwise_scaling_at_n_ranks_equals_one_process_bitwise(void **state) {
+    (void)state;
+    check_recipe("fp8_sc");
+}
+
+static void test_delayed_scaling_graph_modes_are_bitwise_equal_at_n_ranks(void **state) {
+    (void)state;
+    gt_config eager, scoped, full;
+    fp8_config(&eager, "fp8_ds");
+    scoped = eager;
+    set(&scoped, "model.cuda_graph_impl=transformer_engine");
+    set(&scoped, "model.cuda_graph_scope=attn,mlp");
+    set(&scoped, "model.cuda_graph_warmup_steps=1");
+    gt_config_finalize(&scoped);
+    full = eager;
+    set(&full, "model.cuda_graph_impl=local");
+    set(&full, "model.cuda_graph_scope=full_iteration");
+    set(&full, "model.cuda_graph_warmup_steps=2");
+    gt_config_finalize(&full);
+    run_out e, s, f;
+    run(&eager, C, &e);
+    run(&scoped, C, &s);
+    run(&full, C, &f);
+    assert_memory_equal(e.loss, s.loss, sizeof e.loss);
+    assert_memory_equal(e.loss, f.loss, sizeof e.loss);
+    assert_memory_equal(e.meta, f.meta, (size_t)e.n_meta * sizeof *e.meta);
+    run_free(&e), run_free(&s), run_free(&f);
+}
+
+/* The reduction itself: rank r's slot 0 holds amax r + 1, the last rank's slot 1 NaN, and only
+ * rank 1 flags its step; afterwards every rank holds SIZE, NaN and the flag. */
+static void test_amax_max_and_fp8_flag_reach_every_rank(void **state) {
+    (void)state;
+    gt_backend *b = NULL;
+    gt_error err = {0};
+    assert_int_equal(gt_backend_create_cpu(&b, &err), GT_OK);
+    assert_int_equal(gt_comm_bind(C, b, &err), GT_OK); /* the next trainer binds its own */
+    gt_fp8_meta meta[3] = {{1, 1, (float)(RANK + 1), 0}, {1, 1, 0.5f, 0}, {1, 1, 2.0f, 1}};
+    if (RANK == SIZE - 1) meta[1].amax = NAN;
+    gt_step_state st;
+    memset(&st, 0, sizeof st);
+    if (RANK == 1) st.nan_flags = GT_NAN_FP8;
+    gt_fp8_sync *f = NULL;
+    assert_int_equal(gt_fp8_sync_create(&f, C, b, meta, 3, &err), GT_OK);
+    gt_fp8_sync_step(f, NULL, &st);
+    assert_int_equal(b->ops->stream_sync(b, NULL, &err), GT_OK);
+    assert_true(meta[0].amax == (float)SIZE);
+    assert_true(isnan(meta[1].amax));
+    assert_true(meta[2].amax == 2.0f);
+    assert_true(st.nan_flags & GT_NAN_FP8);
+    gt_fp8_sync_destroy(f);
+    gt_backend_destroy(b);
+}
+
+static int group_setup(void **state) {
+    (void)state;
+    gt_error err = {0};
+    gt_world w, one = gt_world_single();
+    if (gt_world_from_env(real_env, NULL, &w, &err) || w.size < 2 ||
+        gt_comm_create(&C, &w, NULL, &err) || gt_comm_create(&ONE, &one, NULL, &err)) {
+        fprintf(stderr, "mpi_dp_fp8: run under mpiexec with 2 or more ranks (%s)\n", err.msg);
+        return -1;
+    }
+    RANK = gt_comm_rank(C);
+    SIZE = gt_comm_size(C);
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    gt_comm_destroy(ONE);
+    gt_comm_destroy(C);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_current_scaling_at_n_ranks_equals_one_process_bitwise),
+        cmocka_unit_test(test_delayed_scaling_at_n_ranks_equals_one_process_bitwise),
+        cmocka_unit_test(test_blockwise_scaling_at_n_ranks_equals_one_process_bitwise),
+        cmocka_unit_test(test_delayed_scaling_graph_modes_are_bitwise_equal_at_n_ranks),
+        cmocka_unit_test(test_amax_max_and_fp8_flag_reach_every_rank),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
