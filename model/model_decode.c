@@ -223,8 +223,11 @@ static void attn_step(gt_decoder *d, gt_stream *s, int l, int cur) {
                         dm->eps);
     b->ops->matmul_fwd(b, s, d->qkv, d->ln, gt_model_param(m, a->qkv_w),
                        gt_model_param(m, a->qkv_b), NULL, 1, dm->qkv, dm->d);
-    /* The q/k transform before RoPE is this one place: model.qk_layernorm's per-head RMSNorm
-     * of q and k belongs here, as in gt_attn_fwd; generate refuses the key until then. */
+    /* The q/k transform before RoPE is this one place, as in gt_attn_fwd: model.qk_layernorm's
+     * per-head RMSNorm of q and k (nothing kept: decoding has no backward) */
+    if (dm->qk_norm)
+        b->ops->qk_norm_fwd(b, s, d->qkv, NULL, NULL, gt_model_param(m, a->q_norm_w),
+                            gt_model_param(m, a->k_norm_w), 1, dm->H, dm->KV, dm->hd, dm->eps);
     d->ops->rope_at(b, s, d->qkv, d->st, dm->H, dm->KV, dm->hd, dm->theta, dm->rope_factor);
     d->ops->kv_store(b, s, d->kc[l], d->vc[l], d->qkv, 1, d->st, dm->H, dm->KV, dm->hd);
     d->ops->attention(b, s, d->att, d->qkv, d->kc[l], d->vc[l], d->st, d->L, dm->H, dm->KV, dm->hd,

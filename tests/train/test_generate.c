@@ -83,6 +83,17 @@ static void test_greedy_tied_scaled_llama_continuation_equals_transformers(void 
     expect_transformers_greedy("llama32");
 }
 
+/* qk_layernorm in the decode step (Qwen3: tied embeddings; Qwen3-MoE) */
+static void test_greedy_qwen3_continuation_equals_transformers(void **state) {
+    (void)state;
+    expect_transformers_greedy("qwen3");
+}
+
+static void test_greedy_qwen3_moe_continuation_equals_transformers(void **state) {
+    (void)state;
+    expect_transformers_greedy("qwen3_moe");
+}
+
 static void run(const char *ck, const gt_generate_opts *o, int32_t *out) {
     static const int32_t prompt[] = {3, 17, 42};
     gt_generate_result r;
@@ -361,6 +372,8 @@ int main(void) {
         cmocka_unit_test(test_greedy_llama_continuation_equals_transformers),
         cmocka_unit_test(test_greedy_mixtral_continuation_equals_transformers),
         cmocka_unit_test(test_greedy_tied_scaled_llama_continuation_equals_transformers),
+        cmocka_unit_test(test_greedy_qwen3_continuation_equals_transformers),
+        cmocka_unit_test(test_greedy_qwen3_moe_continuation_equals_transformers),
         cmocka_unit_test(test_cached_decode_equals_recompute_dense_gqa),
         cmocka_unit_test(test_cached_decode_equals_recompute_moe),
         cmocka_unit_test(test_cached_decode_equals_recompute_tied_rope_scaled),
