@@ -64,6 +64,7 @@ typedef struct bias_run {
 } bias_run;
 
 static void one_step(const gt_config *c, bias_run *r) {
+    memset(r, 0, sizeof *r);
     gt_trainer *t = NULL;
     gt_error err = {0};
     if (gt_trainer_create(&t, c, &err) != GT_OK) fail_msg("%s", err.msg);
