@@ -342,4 +342,7 @@ void gt_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, cons
     b->ops->fp8_gemm(b, s, gt_model_grad(m, w), GT_FP8_OUT_FP32, m->grad_acc,
                      (gt_fp8_operand){f->qb, f->sb, 1, f->grad_format}, xt, f->scaling, NULL, NULL,
                      li->out, li->in, N);
+    /* the bias gradient from the unquantized gradient, as in gt_linear_bwd_weight */
+    float *dbias = gt_model_grad(m, bias);
+    if (dbias) b->ops->bias_grad(b, s, dbias, dout, N, li->out, m->grad_acc);
 }
