@@ -1,4 +1,4 @@
-/* Host stand-in for backend/cuda/cuda_common.cuh, so k_mamba_ssd.cu compiles with g++ and its
+/* Host stand-in for backend/cuda/cuda_common.cuh (run_ssd.sh puts it in its place), so k_mamba_ssd.cu compiles with g++ and its
  * kernels run on the CPU (dev/cuda_emu/run_ssd.sh): a std::thread per CUDA thread, blocks one
  * after another, __syncthreads as a block barrier, warp sums through shared slots, bf16 held as
  * fp32, a small GT_MAX_GRID so the grid-stride loops wrap. For checking kernel index math on a
