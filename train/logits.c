@@ -87,10 +87,11 @@ static double next_token_loss(const float *lg, const int32_t *tokens, int T, int
     double sum = 0;
     for (int t = 0; t + 1 < T; t++) {
         const float *row = lg + (size_t)t * V;
-        double mx = row[0], z = 0;
+        double mx = row[0];
         for (int v = 1; v < V; v++)
             mx = row[v] > mx ? row[v] : mx;
-        for (int v = 0; v < V; v++)
+        double z = exp((double)row[0] - mx); /* >= exp(0 - range): log(z) is defined */
+        for (int v = 1; v < V; v++)
             z += exp((double)row[v] - mx);
         sum += log(z) + mx - row[tokens[t + 1]];
     }
