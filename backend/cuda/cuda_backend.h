@@ -143,7 +143,7 @@ void gt_cuda_register_loss_ops(gt_backend_ops *ops);
 void gt_cuda_register_attention_ops(gt_backend_ops *ops);
 void gt_cuda_register_optim_ops(gt_backend_ops *ops);
 void gt_cuda_register_moe_ops(gt_backend_ops *ops);
-void gt_cuda_register_fp8_ops(gt_backend_ops *ops);      /* k_fp8.cu (the fp8 GEMM: cuda_matmul.c) */
+void gt_cuda_register_fp8_ops(gt_backend_ops *ops); /* k_fp8.cu (the fp8 GEMM: cuda_matmul.c) */
 void gt_cuda_register_fp8_bias_ops(gt_backend_ops *ops); /* cuda_fp8_bias.c */
 void gt_cuda_register_mamba_ops(gt_backend_ops *ops);    /* k_mamba.cu */
 void gt_cuda_register_qk_norm_ops(gt_backend_ops *ops);  /* k_qk_norm.cu */
