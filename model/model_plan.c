@@ -391,7 +391,7 @@ static int plan_arenas(gt_model *m, gt_error *err) {
             ACT(r & GT_RC_CORE_ATTN, "layers.%d.attn.att", N * dm->H * dm->hd * ae, &a->att);
             ACT(r & GT_RC_CORE_ATTN, "layers.%d.attn.lse", N * dm->H * sizeof(float), &a->lse);
             if (dm->qk_norm) {
-                size_t heads = (size_t)(dm->H + dm->KV);
+                size_t heads = (size_t)dm->H + (size_t)dm->KV;
                 ACT(r & GT_RC_QKV, "layers.%d.attn.qk_raw", N * heads * dm->hd * ae, &a->qk_raw);
                 ACT(r & GT_RC_QKV, "layers.%d.attn.qk_rstd", N * heads * sizeof(float),
                     &a->qk_rstd);
