@@ -452,8 +452,10 @@ static void cuda_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, float
 static void cuda_fp8_gemm(gt_backend *b, gt_stream *s, void *out, int out_fp32, int accumulate,
                           gt_fp8_operand a, gt_fp8_operand w, gt_fp8_scaling scaling,
                           const void *bias, const void *res, int M, int N, int K) {
+    /* out_fp32 is a flags word (GT_FP8_OUT_FP32, GT_FP8_FAST_ACCUM): the forward's fast
+     * accumulation flag does not make a bias GEMM an fp32 one */
     if (scaling == GT_FP8_BLOCKWISE || w.format != GT_FP8_E4M3 ||
-        (bias && (out_fp32 || accumulate || a.format != GT_FP8_E4M3)) ||
+        (bias && ((out_fp32 & GT_FP8_OUT_FP32) || accumulate || a.format != GT_FP8_E4M3)) ||
         (res && (res == out || accumulate))) {
         gt_backend_fail(b, GT_ERR_UNSUPPORTED,
                         "fp8_gemm M=%d N=%d K=%d: the CUDA backend runs per-tensor scales, an "
