@@ -23,20 +23,7 @@ static void with_recipe(gt_config *c, gt_compute_dtype d) {
 static void check_modes_bitwise(gt_compute_dtype d) {
     gt_config c;
     with_recipe(&c, d);
-    gtf_run eager, scoped, full;
-    gtf_train(&c, STEPS, &eager);
-    assert_int_equal(eager.rc, GT_OK);
-    gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MLP);
-    gtf_train(&c, STEPS, &scoped);
-    assert_int_equal(scoped.rc, GT_OK);
-    gtf_assert_progress(&scoped, WARMUP);
-    gtf_assert_same(&eager, &scoped);
-    gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
-    gtf_train(&c, STEPS, &full);
-    assert_int_equal(full.rc, GT_OK);
-    gtf_assert_progress(&full, WARMUP);
-    gtf_assert_same(&eager, &full);
-    gtf_free(&eager), gtf_free(&scoped), gtf_free(&full);
+    gtf_assert_scoped_and_full_like_eager(&c, STEPS, WARMUP, GT_SCOPE_ATTN | GT_SCOPE_MLP, NULL);
 }
 
 static void test_current_scaling_with_biases_replays_bitwise(void **state) {

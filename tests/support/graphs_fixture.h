@@ -243,6 +243,30 @@ static inline void gtf_assert_progress(const gtf_run *r, int warmup) {
     }
 }
 
+/* cfg trained `steps` steps eagerly, with transformer_engine graphs of `scopes` and in one
+ * full-iteration graph (both captured after `warmup` eager steps): the same losses and master
+ * weights, bit for bit. first_loss (may be NULL) gets the eager run's first loss. */
+static inline void gtf_assert_scoped_and_full_like_eager(const gt_config *cfg, int steps,
+                                                         int warmup, uint32_t scopes,
+                                                         float *first_loss) {
+    gt_config c = *cfg;
+    gtf_run eager, scoped, full;
+    gtf_train(&c, steps, &eager);
+    assert_int_equal(eager.rc, GT_OK);
+    gtf_graphs(&c, GT_GRAPH_IMPL_TE, scopes);
+    gtf_train(&c, steps, &scoped);
+    assert_int_equal(scoped.rc, GT_OK);
+    gtf_assert_progress(&scoped, warmup);
+    gtf_assert_same(&eager, &scoped);
+    gtf_graphs(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION);
+    gtf_train(&c, steps, &full);
+    assert_int_equal(full.rc, GT_OK);
+    gtf_assert_progress(&full, warmup);
+    gtf_assert_same(&eager, &full);
+    if (first_loss) *first_loss = eager.loss[0];
+    gtf_free(&eager), gtf_free(&scoped), gtf_free(&full);
+}
+
 /* cfg trained `steps` steps eagerly and in one full-iteration graph (captured after `warmup`
  * eager steps): the same losses and master weights, bit for bit. */
 static inline void gtf_assert_full_iteration_like_eager(const gt_config *cfg, int steps,
