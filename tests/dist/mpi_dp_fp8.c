@@ -4,7 +4,8 @@
  * bitwise, on every rank; delayed scaling's step amax is the max over all ranks' micro-batches
  * (without the reduction each rank's scales would be its own); the graph modes agree bitwise; and a
  * NaN amax or an fp8 flag raised on one rank reaches every rank. */
-#include "testlib.h"
+#define MPF_NAME "mpi_dp_fp8"
+#include "mpi_fixture.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -20,37 +21,18 @@
 
 enum { STEPS = 5 };
 
-static gt_comm *C;   /* the job's world */
-static gt_comm *ONE; /* rank 0's world of one */
-static int RANK, SIZE;
-
-static const char *real_env(void *ctx, const char *name) {
-    (void)ctx;
-    return getenv(name);
-}
-
-static void set(gt_config *c, const char *kv) {
-    gt_error err = {0};
-    if (gt_config_override(c, kv, &err) != GT_OK) fail_msg("override %s: %s", kv, err.msg);
-}
-
 /* mpi_dp_train.c's model and batch (4 micro-batches of 2, dropout on) under an fp8 recipe */
 static void fp8_config(gt_config *c, const char *recipe) {
-    gt_config_defaults(c);
-    static const char *kv[] = {
-        "runtime.device=cpu",          "model.num_layers=2",         "model.hidden_size=32",
-        "model.num_attention_heads=2", "model.num_query_groups=2",   "model.ffn_hidden_size=64",
-        "model.vocab_size=64",         "model.seq_length=16",        "train.micro_batch_size=2",
-        "train.global_batch_size=8",   "model.cuda_graph_impl=none", "model.hidden_dropout=0.1",
-        "logger.log_interval=1000",    "train.train_iters=20",       NULL};
-    for (int i = 0; kv[i]; i++)
-        set(c, kv[i]);
+    mpf_small_model(c, 2);
+    mpf_set(c, "model.cuda_graph_impl=none");
+    mpf_set(c, "model.hidden_dropout=0.1");
+    mpf_set(c, "train.train_iters=20");
     char kv2[64];
     snprintf(kv2, sizeof kv2, "model.compute_dtype=%s", recipe);
-    set(c, kv2);
+    mpf_set(c, kv2);
     if (!strcmp(recipe, "fp8_ds")) {
-        set(c, "model.fp8_amax_history_len=3");
-        set(c, "model.fp8_amax_compute_algo=max");
+        mpf_set(c, "model.fp8_amax_history_len=3");
+        mpf_set(c, "model.fp8_amax_compute_algo=max");
     }
     gt_config_finalize(c);
 }
@@ -89,26 +71,17 @@ static void run_free(run_out *o) {
 }
 
 /* every rank holds rank 0's bytes */
-static void assert_ranks_agree(const void *p, size_t n) {
-    void *lead = malloc(n);
-    memcpy(lead, p, n);
-    gt_error err = {0};
-    if (gt_comm_broadcast(C, lead, n, 0, &err)) fail_msg("%s", err.msg);
-    assert_memory_equal(lead, p, n);
-    free(lead);
-}
-
 static void check_recipe(const char *recipe) {
     gt_config c;
     fp8_config(&c, recipe);
     run_out dp, one;
     run(&c, C, &dp);
-    assert_ranks_agree(dp.loss, sizeof dp.loss);
-    assert_ranks_agree(dp.master, dp.n * sizeof *dp.master);
+    mpf_assert_ranks_agree(dp.loss, sizeof dp.loss);
+    mpf_assert_ranks_agree(dp.master, dp.n * sizeof *dp.master);
     /* delayed scaling's slots are state the next steps read; current scaling's record the last
      * cast of the rank's own last micro-batch (read by nothing), blockwise has none */
     int state = !strcmp(recipe, "fp8_ds");
-    if (state) assert_ranks_agree(dp.meta, (size_t)dp.n_meta * sizeof *dp.meta);
+    if (state) mpf_assert_ranks_agree(dp.meta, (size_t)dp.n_meta * sizeof *dp.meta);
     if (RANK == 0) {
         run(&c, ONE, &one);
         for (int i = 0; i < STEPS; i++)
@@ -147,14 +120,14 @@ static void test_delayed_scaling_graph_modes_are_bitwise_equal_at_n_ranks(void *
     gt_config eager, scoped, full;
     fp8_config(&eager, "fp8_ds");
     scoped = eager;
-    set(&scoped, "model.cuda_graph_impl=transformer_engine");
-    set(&scoped, "model.cuda_graph_scope=attn,mlp");
-    set(&scoped, "model.cuda_graph_warmup_steps=1");
+    mpf_set(&scoped, "model.cuda_graph_impl=transformer_engine");
+    mpf_set(&scoped, "model.cuda_graph_scope=attn,mlp");
+    mpf_set(&scoped, "model.cuda_graph_warmup_steps=1");
     gt_config_finalize(&scoped);
     full = eager;
-    set(&full, "model.cuda_graph_impl=local");
-    set(&full, "model.cuda_graph_scope=full_iteration");
-    set(&full, "model.cuda_graph_warmup_steps=2");
+    mpf_set(&full, "model.cuda_graph_impl=local");
+    mpf_set(&full, "model.cuda_graph_scope=full_iteration");
+    mpf_set(&full, "model.cuda_graph_warmup_steps=2");
     gt_config_finalize(&full);
     run_out e, s, f;
     run(&eager, C, &e);
@@ -191,27 +164,6 @@ static void test_amax_max_and_fp8_flag_reach_every_rank(void **state) {
     gt_backend_destroy(b);
 }
 
-static int group_setup(void **state) {
-    (void)state;
-    gt_error err = {0};
-    gt_world w, one = gt_world_single();
-    if (gt_world_from_env(real_env, NULL, &w, &err) || w.size < 2 ||
-        gt_comm_create(&C, &w, NULL, &err) || gt_comm_create(&ONE, &one, NULL, &err)) {
-        fprintf(stderr, "mpi_dp_fp8: run under mpiexec with 2 or more ranks (%s)\n", err.msg);
-        return -1;
-    }
-    RANK = gt_comm_rank(C);
-    SIZE = gt_comm_size(C);
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    gt_comm_destroy(ONE);
-    gt_comm_destroy(C);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_current_scaling_at_n_ranks_equals_one_process_bitwise),
@@ -220,5 +172,5 @@ int main(void) {
         cmocka_unit_test(test_delayed_scaling_graph_modes_are_bitwise_equal_at_n_ranks),
         cmocka_unit_test(test_amax_max_and_fp8_flag_reach_every_rank),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, mpf_group_setup, mpf_group_teardown);
 }

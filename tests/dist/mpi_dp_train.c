@@ -3,7 +3,8 @@
  * global batch (rank 0 trains that one alone through a world of one), run to run, in every
  * graph mode and with any bucket size; MPI's own order stays within a tolerance; a checkpoint
  * of N ranks resumes at one and at N bitwise; a stop asked on one rank stops every rank. */
-#include "testlib.h"
+#define MPF_NAME "mpi_dp_train"
+#include "mpi_fixture.h"
 
 #include <math.h>
 #include <signal.h>
@@ -18,32 +19,13 @@
 
 enum { STEPS = 5 };
 
-static gt_comm *C;   /* the job's world */
-static gt_comm *ONE; /* rank 0's world of one */
-static int RANK, SIZE;
-
-static const char *real_env(void *ctx, const char *name) {
-    (void)ctx;
-    return getenv(name);
-}
-
-static void set(gt_config *c, const char *kv) {
-    gt_error err = {0};
-    if (gt_config_override(c, kv, &err) != GT_OK) fail_msg("override %s: %s", kv, err.msg);
-}
-
 /* 4 micro-batches of 2 per global batch (2 per rank at 2 ranks, 1 at 4), with dropout, so
  * the micro-batch index each rank counts matters too */
 static void dp_config(gt_config *c) {
-    gt_config_defaults(c);
-    static const char *kv[] = {
-        "runtime.device=cpu",          "model.num_layers=1",         "model.hidden_size=32",
-        "model.num_attention_heads=2", "model.num_query_groups=2",   "model.ffn_hidden_size=64",
-        "model.vocab_size=64",         "model.seq_length=16",        "train.micro_batch_size=2",
-        "train.global_batch_size=8",   "model.cuda_graph_impl=none", "model.hidden_dropout=0.1",
-        "logger.log_interval=1000",    "train.train_iters=20",       NULL};
-    for (int i = 0; kv[i]; i++)
-        set(c, kv[i]);
+    mpf_small_model(c, 1);
+    mpf_set(c, "model.cuda_graph_impl=none");
+    mpf_set(c, "model.hidden_dropout=0.1");
+    mpf_set(c, "train.train_iters=20");
     gt_config_finalize(c);
 }
 
@@ -60,44 +42,13 @@ static void run_losses(const gt_config *c, gt_comm *comm, int steps, float *loss
     gt_trainer_destroy(t);
 }
 
-/* every rank holds rank 0's losses: the ranks agree among themselves */
-static void assert_ranks_agree(const float *loss, int n) {
-    float *lead = malloc((size_t)n * sizeof *lead);
-    memcpy(lead, loss, (size_t)n * sizeof *lead);
-    gt_error err = {0};
-    if (gt_comm_broadcast(C, lead, (size_t)n * sizeof *lead, 0, &err)) fail_msg("%s", err.msg);
-    assert_memory_equal(lead, loss, (size_t)n * sizeof *lead);
-    free(lead);
-}
-
-static int group_setup(void **state) {
-    (void)state;
-    gt_error err = {0};
-    gt_world w, one = gt_world_single();
-    if (gt_world_from_env(real_env, NULL, &w, &err) || w.size < 2 ||
-        gt_comm_create(&C, &w, NULL, &err) || gt_comm_create(&ONE, &one, NULL, &err)) {
-        fprintf(stderr, "mpi_dp_train: run under mpiexec with 2 or more ranks (%s)\n", err.msg);
-        return -1;
-    }
-    RANK = gt_comm_rank(C);
-    SIZE = gt_comm_size(C);
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    gt_comm_destroy(ONE);
-    gt_comm_destroy(C);
-    return 0;
-}
-
 static void test_losses_at_n_ranks_equal_one_process_bitwise(void **state) {
     (void)state;
     gt_config c;
     dp_config(&c);
     float n_ranks[STEPS], one[STEPS];
     run_losses(&c, C, STEPS, n_ranks);
-    assert_ranks_agree(n_ranks, STEPS);
+    mpf_assert_ranks_agree(n_ranks, sizeof n_ranks);
     if (RANK == 0) {
         run_losses(&c, ONE, STEPS, one);
         assert_memory_equal(n_ranks, one, sizeof one);
@@ -140,14 +91,14 @@ static void test_eager_scoped_and_full_iteration_are_bitwise_equal_at_n_ranks(vo
     gt_config eager, scoped, full;
     dp_config(&eager);
     scoped = eager;
-    set(&scoped, "model.cuda_graph_impl=transformer_engine");
-    set(&scoped, "model.cuda_graph_scope=attn");
-    set(&scoped, "model.cuda_graph_warmup_steps=1");
+    mpf_set(&scoped, "model.cuda_graph_impl=transformer_engine");
+    mpf_set(&scoped, "model.cuda_graph_scope=attn");
+    mpf_set(&scoped, "model.cuda_graph_warmup_steps=1");
     gt_config_finalize(&scoped);
     full = eager;
-    set(&full, "model.cuda_graph_impl=local");
-    set(&full, "model.cuda_graph_scope=full_iteration");
-    set(&full, "model.cuda_graph_warmup_steps=2");
+    mpf_set(&full, "model.cuda_graph_impl=local");
+    mpf_set(&full, "model.cuda_graph_scope=full_iteration");
+    mpf_set(&full, "model.cuda_graph_warmup_steps=2");
     gt_config_finalize(&full);
     float le[STEPS], ls[STEPS], lf[STEPS];
     run_losses(&eager, C, STEPS, le);
@@ -162,7 +113,7 @@ static void test_small_buckets_give_the_bits_of_one_bucket(void **state) {
     gt_config one_bucket, small;
     dp_config(&one_bucket);
     small = one_bucket;
-    set(&small, "ddp.bucket_size=1000"); /* several buckets, none a multiple of the ranks */
+    mpf_set(&small, "ddp.bucket_size=1000"); /* several buckets, none a multiple of the ranks */
     gt_config_finalize(&small);
     float a[STEPS], b[STEPS];
     run_losses(&one_bucket, C, STEPS, a);
@@ -176,13 +127,13 @@ static void test_library_order_agrees_with_rank_order_within_rounding(void **sta
     gt_config ordered, library;
     dp_config(&ordered);
     library = ordered;
-    set(&library, "runtime.deterministic=false");
-    set(&library, "ddp.bucket_size=1000");
+    mpf_set(&library, "runtime.deterministic=false");
+    mpf_set(&library, "ddp.bucket_size=1000");
     gt_config_finalize(&library);
     float a[STEPS], b[STEPS];
     run_losses(&ordered, C, STEPS, a);
     run_losses(&library, C, STEPS, b);
-    assert_ranks_agree(b, STEPS);
+    mpf_assert_ranks_agree(b, sizeof b);
     for (int i = 0; i < STEPS; i++)
         assert_float_equal(a[i], b[i], 1e-5f * fabsf(a[i]));
 }
@@ -192,15 +143,15 @@ static void test_distributed_optimizer_gives_the_bits_of_the_replicated_one(void
     (void)state;
     gt_config replicated, sharded, sharded_graph;
     dp_config(&replicated);
-    set(&replicated, "ddp.bucket_size=1000");
+    mpf_set(&replicated, "ddp.bucket_size=1000");
     gt_config_finalize(&replicated);
     sharded = replicated;
-    set(&sharded, "optimizer.use_distributed_optimizer=true");
+    mpf_set(&sharded, "optimizer.use_distributed_optimizer=true");
     gt_config_finalize(&sharded);
     sharded_graph = sharded;
-    set(&sharded_graph, "model.cuda_graph_impl=local");
-    set(&sharded_graph, "model.cuda_graph_scope=full_iteration");
-    set(&sharded_graph, "model.cuda_graph_warmup_steps=2");
+    mpf_set(&sharded_graph, "model.cuda_graph_impl=local");
+    mpf_set(&sharded_graph, "model.cuda_graph_scope=full_iteration");
+    mpf_set(&sharded_graph, "model.cuda_graph_warmup_steps=2");
     gt_config_finalize(&sharded_graph);
     float a[STEPS], b[STEPS], g[STEPS];
     run_losses(&replicated, C, STEPS, a);
@@ -214,7 +165,7 @@ static void test_a_distributed_optimizer_saves_only_after_its_shards_are_gathere
     (void)state;
     gt_config c;
     dp_config(&c);
-    set(&c, "optimizer.use_distributed_optimizer=true");
+    mpf_set(&c, "optimizer.use_distributed_optimizer=true");
     gt_config_finalize(&c);
     gt_trainer *t = NULL;
     gt_error err = {0};
@@ -235,7 +186,7 @@ test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused_by_key(void *
     (void)state;
     gt_config c;
     dp_config(&c);
-    set(&c, "train.global_batch_size=6"); /* 3 micro-batches */
+    mpf_set(&c, "train.global_batch_size=6"); /* 3 micro-batches */
     gt_config_finalize(&c);
     gt_trainer *t = NULL;
     gt_error err = {0};
@@ -252,7 +203,7 @@ static void test_a_configuration_naming_another_world_size_is_refused(void **sta
     dp_config(&c);
     char kv[64];
     snprintf(kv, sizeof kv, "runtime.num_gpus=%d", SIZE + 1);
-    set(&c, kv);
+    mpf_set(&c, kv);
     gt_config_finalize(&c);
     gt_trainer *t = NULL;
     gt_error err = {0};
@@ -260,7 +211,7 @@ static void test_a_configuration_naming_another_world_size_is_refused(void **sta
     assert_non_null(strstr(err.msg, kv));
     /* and one process that names several ranks */
     snprintf(kv, sizeof kv, "runtime.num_gpus=%d", SIZE);
-    set(&c, kv);
+    mpf_set(&c, kv);
     gt_config_finalize(&c);
     assert_int_equal(gt_trainer_create_dp(&t, &c, NULL, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "mpirun -np N"));
@@ -282,11 +233,11 @@ static gt_train_result train_run(const gt_config *base, gt_comm *comm, const cha
     gt_config c = *base;
     char kv[600];
     snprintf(kv, sizeof kv, "train.exit_interval=%d", until);
-    set(&c, kv);
+    mpf_set(&c, kv);
     snprintf(kv, sizeof kv, "checkpoint.save=%s", dir);
-    set(&c, kv);
+    mpf_set(&c, kv);
     snprintf(kv, sizeof kv, "checkpoint.load=%s", dir);
-    set(&c, kv);
+    mpf_set(&c, kv);
     gt_config_finalize(&c);
     FILE *sink = fopen("/dev/null", "w");
     gt_train_run_opts o = extra ? *extra : (gt_train_run_opts){0};
@@ -310,8 +261,8 @@ static void test_checkpoint_of_n_ranks_resumes_at_one_and_then_at_n_bitwise(void
     (void)state;
     gt_config c;
     dp_config(&c);
-    set(&c, "optimizer.use_distributed_optimizer=true");
-    set(&c, "ddp.bucket_size=1000");
+    mpf_set(&c, "optimizer.use_distributed_optimizer=true");
+    mpf_set(&c, "ddp.bucket_size=1000");
     gt_config_finalize(&c);
     float whole[6];
     run_losses(&c, C, 6, whole);
@@ -322,7 +273,7 @@ static void test_checkpoint_of_n_ranks_resumes_at_one_and_then_at_n_bitwise(void
     gt_error err = {0};
     if (RANK == 0) { /* steps 3-4 alone, the replicated optimizer */
         gt_config alone = c;
-        set(&alone, "optimizer.use_distributed_optimizer=false");
+        mpf_set(&alone, "optimizer.use_distributed_optimizer=false");
         gt_config_finalize(&alone);
         r = train_run(&alone, ONE, dir, 4, NULL, NULL);
         assert_int_equal(r.first_step, 3);
@@ -362,7 +313,7 @@ test_a_stop_on_one_rank_stops_every_rank_after_the_same_step_with_one_checkpoint
     gt_train_result r = train_run(&c, C, dir, 10, &o, &rc);
     assert_int_equal(rc, GT_ERR_INTERRUPTED);
     float step = (float)r.last_step;
-    assert_ranks_agree(&step, 1);
+    mpf_assert_ranks_agree(&step, sizeof step);
     assert_int_equal(r.last_step, 3);
     if (RANK == 0) {
         assert_int_equal(r.saved, 1);
@@ -394,5 +345,5 @@ int main(void) {
         cmocka_unit_test(
             test_a_stop_on_one_rank_stops_every_rank_after_the_same_step_with_one_checkpoint),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, mpf_group_setup, mpf_group_teardown);
 }
