@@ -243,6 +243,25 @@ static inline void gtf_assert_progress(const gtf_run *r, int warmup) {
     }
 }
 
+/* A resumed run r (its first step is first + 1) matches the uninterrupted run's losses of those
+ * steps and its final master weights bit for bit; graphed: r also ran eager for `warmup` steps,
+ * then captured and replayed. */
+static inline void gtf_assert_resumed(const gtf_run *r, int first, const float *loss,
+                                      const float *master, size_t n_master, int graphed,
+                                      int warmup) {
+    assert_int_equal(r->rc, GT_OK);
+    assert_int_equal(r->step_no[0], first + 1);
+    for (int i = 0; i < r->steps; i++)
+        /* bitwise on purpose: NaN payloads and -0 count */
+        // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
+        if (memcmp(&r->loss[i], &loss[i], sizeof(float)) != 0)
+            fail_msg("resumed step %d: loss %.9g != %.9g", first + 1 + i, (double)r->loss[i],
+                     (double)loss[i]);
+    assert_int_equal(r->n_master, n_master);
+    assert_memory_equal(r->master, master, n_master * sizeof(float));
+    if (graphed) gtf_assert_progress(r, warmup);
+}
+
 /* cfg trained `steps` steps eagerly, with transformer_engine graphs of `scopes` and in one
  * full-iteration graph (both captured after `warmup` eager steps): the same losses and master
  * weights, bit for bit. first_loss (may be NULL) gets the eager run's first loss. */

@@ -26,5 +26,7 @@ void gt_test_write_text(const char *path, const char *text);
 /* Runs the graphtrain binary (GT_BINARY) with args; captures stdout+stderr into out;
  * returns the exit status. */
 int gt_test_run(const char *args, char *out, size_t n);
+/* Removes dir and the files directly inside it (a checkpoint folder; no subfolders). */
+void gt_test_remove_flat_dir(const char *dir);
 
 #endif
