@@ -20,7 +20,8 @@ int gt_fp8_sync_create(gt_fp8_sync **out, gt_comm *c, gt_backend *b, gt_fp8_meta
     if (b->kind != GT_BACKEND_CPU)
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "the data-parallel fp8 amax reduction runs on the CPU backend only "
-                            "(NCCL is not built yet); use runtime.device=cpu");
+                            "(validate refuses it on GPUs: engine_no_fp8_data_parallel_gpu); "
+                            "use runtime.device=cpu");
     if (n_meta < 0 || (n_meta > 0 && !meta))
         return gt_error_set(err, GT_ERR_INVALID, "fp8 sync: %d slots without their state", n_meta);
     gt_fp8_sync *f = calloc(1, sizeof *f);
