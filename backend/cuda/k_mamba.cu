@@ -6,8 +6,6 @@
 #include "config/cuda_limits.h"
 
 #define MAMBA_THREADS 256
-#define COL_X 32 /* channels of a column-sum block (weight gradients) */
-#define COL_Y 16 /* row lanes of a column-sum block, summed in lane order */
 
 static __device__ __forceinline__ float sigm(float x) {
     return 1.0f / (1.0f + expf(-x));
@@ -28,82 +26,129 @@ static int shape_ok(gt_backend *b, const char *op, gt_mamba_shape m) {
     return 0;
 }
 
-/* ---- convolution: x is zxbcdt's xBC slice (row stride ld), C channels ---- */
+/* ---- convolution: x is zxbcdt's xBC slice (row stride ld), C channels ----
+ * A thread walks one channel through a run of consecutive tokens and keeps the last taps'
+ * inputs (and, backward, the next taps' output gradients) in registers, so every input is read
+ * once instead of once per tap; a warp's threads hold neighbouring channels, so each token's
+ * row is read coalesced. win[j] holds x[n - (MAXC - 1 - j)]: tap k of K reads win[MAXC - K + k];
+ * a window is zeroed where a sequence starts (the taps before it are the zero padding). */
+#define MAXC GT_CUDA_MAMBA_MAX_CONV
+#define CONV_RUN 32   /* tokens a forward thread convolves in order */
+#define CONV_LANES 32 /* token runs of a backward block, their weight sums added in run order */
 
-/* the pre-activation at token n = b*T + t, channel c: bias + taps in the CPU's order */
-static __device__ __forceinline__ float conv_pre(const bf16 *x, int ld, const bf16 *w,
-                                                 const bf16 *bias, size_t n, int t, int c, int K) {
-    float acc = bias ? ldf(bias + c) : 0.0f;
-    for (int k = 0; k < K; k++) {
-        int back = K - 1 - k;
-        if (t - back >= 0) acc += ldf(w + (size_t)c * K + k) * ldf(x + (n - back) * ld + c);
-    }
+static __device__ __forceinline__ void win_push(float *win, float v) {
+#pragma unroll
+    for (int j = 0; j < MAXC - 1; j++)
+        win[j] = win[j + 1];
+    win[MAXC - 1] = v;
+}
+
+/* the pre-activation from the window: bias + taps in the CPU's order */
+static __device__ __forceinline__ float win_pre(const float *win, const float *wk, float b0,
+                                                int K) {
+    float acc = b0;
+#pragma unroll
+    for (int k = 0; k < MAXC; k++)
+        if (k < K) acc += wk[k] * win[MAXC - K + k];
     return acc;
 }
 
-__global__ void k_conv_fwd(bf16 *xbc, const bf16 *x, int ld, const bf16 *w, const bf16 *bias, int T,
-                           int C, int K, size_t NC) {
-    GT_PDL_ENTRY();
-    GT_GRID_STRIDE(i, NC) {
-        size_t n = i / C;
-        int c = (int)(i % C), t = (int)(n % T);
-        float v = conv_pre(x, ld, w, bias, n, t, c, K);
-        xbc[i] = tobf(v * sigm(v));
-    }
-}
-
-/* dx at (n, c): the outputs that read x[n] through tap k, their dpre recomputed */
-__global__ void k_conv_bwd_data(bf16 *dx, int lddx, const bf16 *dy, const bf16 *x, int ld,
-                                const bf16 *w, const bf16 *bias, int T, int C, int K, size_t NC) {
-    GT_PDL_ENTRY();
-    GT_GRID_STRIDE(i, NC) {
-        size_t n = i / C;
-        int c = (int)(i % C), t = (int)(n % T);
-        float acc = 0.0f;
-        for (int k = 0; k < K; k++) {
-            int ahead = K - 1 - k;
-            if (t + ahead >= T) continue;
-            size_t m = n + ahead;
-            float pre = conv_pre(x, ld, w, bias, m, t + ahead, c, K);
-            acc += ldf(w + (size_t)c * K + k) * (ldf(dy + m * C + c) * silu_grad(pre));
-        }
-        dx[n * lddx + c] = tobf(acc);
-    }
-}
-
-/* dw[C][K], dbias[C]: block = COL_X channels x COL_Y row lanes; lane r sums tokens r, r+COL_Y,
- * ... in order, then the lanes are summed in order: deterministic without partial buffers. */
-__global__ void k_conv_bwd_weight(float *dw, float *dbias, const bf16 *dy, const bf16 *x, int ld,
-                                  const bf16 *w, const bf16 *bias, int N, int T, int C, int K,
-                                  int accumulate) {
-    GT_PDL_ENTRY();
-    __shared__ float red[COL_Y][COL_X][GT_CUDA_MAMBA_MAX_CONV + 1];
-    int c = blockIdx.x * COL_X + threadIdx.x, r = threadIdx.y;
-    float acc[GT_CUDA_MAMBA_MAX_CONV + 1];
+/* the channel's weights, and its window before token n0 (t0 = n0's position in its sequence) */
+static __device__ __forceinline__ void conv_start(float *wk, float *win, const bf16 *x, int ld,
+                                                  const bf16 *w, size_t n0, int t0, int c, int K) {
 #pragma unroll
-    for (int k = 0; k <= GT_CUDA_MAMBA_MAX_CONV; k++)
+    for (int k = 0; k < MAXC; k++)
+        wk[k] = k < K ? ldf(w + (size_t)c * K + k) : 0.0f;
+#pragma unroll
+    for (int j = 0; j < MAXC; j++) {
+        int back = MAXC - j; /* win[j] before the first push holds x[n0 - back] */
+        win[j] = back < K && t0 - back >= 0 ? ldf(x + (n0 - back) * ld + c) : 0.0f;
+    }
+}
+
+__global__ void k_conv_fwd(bf16 *xbc, const bf16 *x, int ld, const bf16 *w, const bf16 *bias, int N,
+                           int T, int C, int K) {
+    GT_PDL_ENTRY();
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    size_t n0 = ((size_t)blockIdx.y * blockDim.y + threadIdx.y) * CONV_RUN;
+    if (c >= C || n0 >= (size_t)N) return;
+    size_t n1 = n0 + CONV_RUN < (size_t)N ? n0 + CONV_RUN : (size_t)N;
+    int t = (int)(n0 % (size_t)T);
+    float wk[MAXC], win[MAXC], b0 = bias ? ldf(bias + c) : 0.0f;
+    conv_start(wk, win, x, ld, w, n0, t, c, K);
+    for (size_t n = n0; n < n1; n++, t = t + 1 == T ? 0 : t + 1) {
+        if (t == 0)
+#pragma unroll
+            for (int j = 0; j < MAXC; j++)
+                win[j] = 0.0f;
+        win_push(win, ldf(x + n * ld + c));
+        float v = win_pre(win, wk, b0, K);
+        xbc[n * C + c] = tobf(v * sigm(v));
+    }
+}
+
+/* Both gradients in one pass. Lane r of a block owns tokens [n0, n1): it recomputes each
+ * token's pre-activation from the input window, g = dy * silu'(pre), adds g x (the weight
+ * gradient) and g (the bias gradient), and emits dx[n] = sum_k w_k g[n + K-1-k] once
+ * g[n + K-1] is known: K - 1 tokens past n1 are walked for that alone. The lanes' sums are then
+ * added in lane order, so the order is fixed without partial buffers. */
+__global__ void k_conv_bwd(bf16 *dx, int lddx, float *dw, float *dbias, const bf16 *dy,
+                           const bf16 *x, int ld, const bf16 *w, const bf16 *bias, int N, int T,
+                           int C, int K, int accumulate) {
+    GT_PDL_ENTRY();
+    __shared__ float red[CONV_LANES][32][MAXC + 1];
+    int c = blockIdx.x * 32 + threadIdx.x, r = threadIdx.y;
+    size_t per = ((size_t)N + CONV_LANES - 1) / CONV_LANES;
+    size_t n0 = (size_t)r * per, n1 = n0 + per < (size_t)N ? n0 + per : (size_t)N;
+    float acc[MAXC + 1];
+#pragma unroll
+    for (int k = 0; k <= MAXC; k++)
         acc[k] = 0.0f;
-    if (c < C)
-        for (int n = r; n < N; n += COL_Y) {
-            int t = n % T;
-            float g = ldf(dy + (size_t)n * C + c) * silu_grad(conv_pre(x, ld, w, bias, n, t, c, K));
+    if (c < C && n0 < n1) {
+        int tm = (int)(n0 % (size_t)T), tn = tm;
+        float wk[MAXC], win[MAXC], gwin[MAXC], b0 = bias ? ldf(bias + c) : 0.0f;
+        conv_start(wk, win, x, ld, w, n0, tm, c, K);
 #pragma unroll
-            for (int k = 0; k < GT_CUDA_MAMBA_MAX_CONV; k++) {
-                int back = K - 1 - k;
-                if (k < K && t - back >= 0) acc[k] += g * ldf(x + (size_t)(n - back) * ld + c);
+        for (int j = 0; j < MAXC; j++)
+            gwin[j] = 0.0f;
+        for (size_t m = n0; m < n1 + (size_t)(K - 1); m++) {
+            float g = 0.0f;
+            if (m < (size_t)N) {
+                if (tm == 0)
+#pragma unroll
+                    for (int j = 0; j < MAXC; j++)
+                        win[j] = 0.0f;
+                win_push(win, ldf(x + m * ld + c));
+                g = ldf(dy + m * C + c) * silu_grad(win_pre(win, wk, b0, K));
+                if (m < n1) {
+#pragma unroll
+                    for (int k = 0; k < MAXC; k++)
+                        if (k < K) acc[k] += g * win[MAXC - K + k];
+                    acc[MAXC] += g;
+                }
+                tm = tm + 1 == T ? 0 : tm + 1;
             }
-            acc[GT_CUDA_MAMBA_MAX_CONV] += g;
-        }
+            win_push(gwin, g); /* gwin[MAXC - 1 - k] = g[m - k] */
+            if (m < n0 + (size_t)(K - 1)) continue;
+            size_t n = m - (size_t)(K - 1); /* every tap of dx[n] is known */
+            float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k <= GT_CUDA_MAMBA_MAX_CONV; k++)
+            for (int k = 0; k < MAXC; k++)
+                if (k < K && tn + (K - 1 - k) < T) s += wk[k] * gwin[MAXC - 1 - k];
+            dx[n * lddx + c] = tobf(s);
+            tn = tn + 1 == T ? 0 : tn + 1;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k <= MAXC; k++)
         red[r][threadIdx.x][k] = acc[k];
     __syncthreads();
     if (r != 0 || c >= C) return;
     for (int k = 0; k <= K; k++) {
-        int slot = k < K ? k : GT_CUDA_MAMBA_MAX_CONV;
+        int slot = k < K ? k : MAXC;
         if (k == K && !dbias) break;
         float s = 0.0f;
-        for (int q = 0; q < COL_Y; q++)
+        for (int q = 0; q < CONV_LANES; q++)
             s += red[q][threadIdx.x][slot];
         float *o = k < K ? &dw[(size_t)c * K + k] : &dbias[c];
         *o = accumulate ? *o + s : s;
@@ -113,11 +158,12 @@ __global__ void k_conv_bwd_weight(float *dw, float *dbias, const bf16 *dy, const
 static void cuda_mamba_conv_fwd(gt_backend *b, gt_stream *s, void *xbc, const void *zxbcdt,
                                 const void *w, const void *bias, gt_mamba_shape sh) {
     if (b->planning || !shape_ok(b, "mamba_conv_fwd", sh)) return;
-    int C = gt_mamba_conv(sh), ld = gt_mamba_in(sh);
-    size_t NC = (size_t)sh.B * sh.T * C;
-    gt_launch(k_conv_fwd, gt_grid(NC, MAMBA_THREADS), MAMBA_THREADS, 0, gt_cuda_ex(b, s),
-              (bf16 *)xbc, (const bf16 *)zxbcdt + gt_mamba_inner(sh), ld, (const bf16 *)w,
-              (const bf16 *)bias, sh.T, C, sh.K, NC);
+    int C = gt_mamba_conv(sh), ld = gt_mamba_in(sh), N = sh.B * sh.T;
+    dim3 block(32, MAMBA_THREADS / 32);
+    dim3 grid((C + 31) / 32, (N + CONV_RUN * block.y - 1) / (CONV_RUN * block.y));
+    gt_launch(k_conv_fwd, grid, block, 0, gt_cuda_ex(b, s), (bf16 *)xbc,
+              (const bf16 *)zxbcdt + gt_mamba_inner(sh), ld, (const bf16 *)w, (const bf16 *)bias, N,
+              sh.T, C, sh.K);
     GT_CUDA_LAUNCHED(b, "mamba_conv_fwd");
 }
 
@@ -126,17 +172,10 @@ static void cuda_mamba_conv_bwd(gt_backend *b, gt_stream *s, void *dzxbcdt, floa
                                 const void *bias, gt_mamba_shape sh, int accumulate) {
     if (b->planning || !shape_ok(b, "mamba_conv_bwd", sh)) return;
     int C = gt_mamba_conv(sh), di = gt_mamba_inner(sh), ld = gt_mamba_in(sh), N = sh.B * sh.T;
-    size_t NC = (size_t)N * C;
-    const bf16 *x = (const bf16 *)zxbcdt + di;
-    gt_cuda_exec ex = gt_cuda_ex(b, s);
-    gt_launch(k_conv_bwd_weight, (C + COL_X - 1) / COL_X, dim3(COL_X, COL_Y), 0, ex, dw, dbias,
-              (const bf16 *)dxbc, x, ld, (const bf16 *)w, (const bf16 *)bias, N, sh.T, C, sh.K,
-              accumulate != 0);
-    GT_CUDA_LAUNCHED(b, "mamba_conv_bwd (weight)");
-    gt_launch(k_conv_bwd_data, gt_grid(NC, MAMBA_THREADS), MAMBA_THREADS, 0, ex,
-              (bf16 *)dzxbcdt + di, ld, (const bf16 *)dxbc, x, ld, (const bf16 *)w,
-              (const bf16 *)bias, sh.T, C, sh.K, NC);
-    GT_CUDA_LAUNCHED(b, "mamba_conv_bwd (data)");
+    gt_launch(k_conv_bwd, (C + 31) / 32, dim3(32, CONV_LANES), 0, gt_cuda_ex(b, s),
+              (bf16 *)dzxbcdt + di, ld, dw, dbias, (const bf16 *)dxbc, (const bf16 *)zxbcdt + di,
+              ld, (const bf16 *)w, (const bf16 *)bias, N, sh.T, C, sh.K, accumulate != 0);
+    GT_CUDA_LAUNCHED(b, "mamba_conv_bwd");
 }
 
 /* ---- SSD scan: the chunked kernels of k_mamba_ssd.cu ---- */
@@ -183,16 +222,21 @@ __global__ void k_gnorm_fwd(bf16 *out, float *rstd, const bf16 *y, const bf16 *z
     }
 }
 
-/* dw[di] (+)= sum_n dout * u * rstd: column-sum blocks as k_conv_bwd_weight's */
+/* dw[di] (+)= sum_n dout * u * rstd. A block: GN_X channels x GN_LANES lanes, lane r summing
+ * its run of consecutive tokens, then the lanes added in lane order (a fixed order without
+ * partial buffers); half-warps read 32 contiguous bytes of a row. */
+#define GN_X 16
+#define GN_LANES 64
 __global__ void k_gnorm_bwd_weight(float *dw, const bf16 *dout, const bf16 *y, const bf16 *z,
                                    int ldz, const float *rstd, int N, int di, int G,
                                    int accumulate) {
     GT_PDL_ENTRY();
-    __shared__ float red[COL_Y][COL_X];
-    int c = blockIdx.x * COL_X + threadIdx.x, r = threadIdx.y, gs = di / G;
+    __shared__ float red[GN_LANES][GN_X];
+    int c = blockIdx.x * GN_X + threadIdx.x, r = threadIdx.y, gs = di / G;
+    int per = (N + GN_LANES - 1) / GN_LANES, n0 = r * per, n1 = n0 + per < N ? n0 + per : N;
     float acc = 0.0f;
     if (c < di)
-        for (int n = r; n < N; n += COL_Y) {
+        for (int n = n0; n < n1; n++) {
             float zv = ldf(z + (size_t)n * ldz + c);
             float u = ldf(y + (size_t)n * di + c) * zv * sigm(zv);
             acc += ldf(dout + (size_t)n * di + c) * u * rstd[(size_t)n * G + c / gs];
@@ -201,7 +245,7 @@ __global__ void k_gnorm_bwd_weight(float *dw, const bf16 *dout, const bf16 *y, c
     __syncthreads();
     if (r != 0 || c >= di) return;
     float s = 0.0f;
-    for (int q = 0; q < COL_Y; q++)
+    for (int q = 0; q < GN_LANES; q++)
         s += red[q][threadIdx.x];
     dw[c] = accumulate ? dw[c] + s : s;
 }
@@ -255,7 +299,7 @@ static void cuda_mamba_gated_norm_bwd(gt_backend *b, gt_stream *s, void *dy, voi
     if (b->planning || !shape_ok(b, "mamba_gated_norm_bwd", sh)) return;
     int di = gt_mamba_inner(sh), in = gt_mamba_in(sh), N = sh.B * sh.T;
     gt_cuda_exec ex = gt_cuda_ex(b, s);
-    gt_launch(k_gnorm_bwd_weight, (di + COL_X - 1) / COL_X, dim3(COL_X, COL_Y), 0, ex, dw,
+    gt_launch(k_gnorm_bwd_weight, (di + GN_X - 1) / GN_X, dim3(GN_X, GN_LANES), 0, ex, dw,
               (const bf16 *)dout, (const bf16 *)y, (const bf16 *)zxbcdt, in, rstd, N, di, sh.G,
               accumulate != 0);
     GT_CUDA_LAUNCHED(b, "mamba_gated_norm_bwd (weight)");
