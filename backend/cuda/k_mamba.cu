@@ -92,9 +92,9 @@ __global__ void k_conv_fwd(bf16 *xbc, const bf16 *x, int ld, const bf16 *w, cons
  * gradient) and g (the bias gradient), and emits dx[n] = sum_k w_k g[n + K-1-k] once
  * g[n + K-1] is known: K - 1 tokens past n1 are walked for that alone. The lanes' sums are then
  * added in lane order, so the order is fixed without partial buffers. */
-__global__ void k_conv_bwd(bf16 *dx, int lddx, float *dw, float *dbias, const bf16 *dy,
-                           const bf16 *x, int ld, const bf16 *w, const bf16 *bias, int N, int T,
-                           int C, int K, int accumulate) {
+__global__ void __launch_bounds__(32 * CONV_LANES)
+    k_conv_bwd(bf16 *dx, int lddx, float *dw, float *dbias, const bf16 *dy, const bf16 *x, int ld,
+               const bf16 *w, const bf16 *bias, int N, int T, int C, int K, int accumulate) {
     GT_PDL_ENTRY();
     __shared__ float red[CONV_LANES][32][MAXC + 1];
     int c = blockIdx.x * 32 + threadIdx.x, r = threadIdx.y;
@@ -227,9 +227,9 @@ __global__ void k_gnorm_fwd(bf16 *out, float *rstd, const bf16 *y, const bf16 *z
  * partial buffers); half-warps read 32 contiguous bytes of a row. */
 #define GN_X 16
 #define GN_LANES 64
-__global__ void k_gnorm_bwd_weight(float *dw, const bf16 *dout, const bf16 *y, const bf16 *z,
-                                   int ldz, const float *rstd, int N, int di, int G,
-                                   int accumulate) {
+__global__ void __launch_bounds__(GN_X *GN_LANES)
+    k_gnorm_bwd_weight(float *dw, const bf16 *dout, const bf16 *y, const bf16 *z, int ldz,
+                       const float *rstd, int N, int di, int G, int accumulate) {
     GT_PDL_ENTRY();
     __shared__ float red[GN_LANES][GN_X];
     int c = blockIdx.x * GN_X + threadIdx.x, r = threadIdx.y, gs = di / G;
