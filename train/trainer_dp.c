@@ -48,12 +48,6 @@ int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err) {
     t->dp_size = size;
     t->dp_rank = gt_comm_rank(comm);
     t->n_micro = t->n_micro_global / size;
-    if (t->cfg.optimizer.use_distributed_optimizer && t->dp_rank == 0 && size > 1)
-        fprintf(stderr,
-                "graphtrain: note: optimizer.use_distributed_optimizer: each rank steps "
-                "its 1/%d of the optimizer state, but every rank still allocates the "
-                "whole state (the memory saving is not built yet)\n",
-                size);
     if (!(t->h_skip = malloc(2 * (size_t)t->N * sizeof(int32_t))))
         return gt_error_set(err, GT_ERR_NOMEM, "out of host memory for the data-parallel batch");
     gt_arena_init(&t->dp, "data_parallel");
@@ -147,29 +141,19 @@ void gt_trainer_enqueue_dp_adamw(gt_trainer *t, gt_stream *s) {
     gt_backend *b = t->b;
     size_t act = b->act_bytes, master = gt_master_elem_bytes(act);
     gt_grad_rows none = GT_NO_GRAD_ROWS; /* the rows are never lazy with data parallelism */
+    size_t at = 0; /* the bucket's shard in the compact optimizer state (trainer_shards.c) */
     for (int i = 0; i < gt_grad_sync_bucket_count(t->sync); i++) {
         const gt_grad_bucket *k = gt_grad_sync_bucket(t->sync, i);
         size_t f = k->shard_first, n = k->shard_n;
         if (!n) continue;
         /* the decayed parameters are the first n_decay: how many of them this shard holds */
         size_t decay = t->n_decay > f ? t->n_decay - f : 0;
-        b->ops->adamw(b, s, (char *)t->mi->params + f * act, (char *)t->master + f * master,
-                      t->mi->grads + f, none, (char *)t->adam_m + f * t->m_elem,
-                      (char *)t->adam_v + f * t->v_elem, n, decay < n ? decay : n, t->hp, t->st);
+        b->ops->adamw(b, s, (char *)t->mi->params + f * act, (char *)t->master + at * master,
+                      t->mi->grads + f, none, (char *)t->adam_m + at * t->m_elem,
+                      (char *)t->adam_v + at * t->v_elem, n, decay < n ? decay : n, t->hp, t->st);
+        at += n;
     }
     gt_grad_sync_gather(t->sync, s, t->mi->params, act);
-}
-
-int gt_trainer_dp_gather_state(gt_trainer *t, gt_error *err) {
-    if (!t->sync || !t->cfg.optimizer.use_distributed_optimizer) return GT_OK;
-    size_t master = gt_master_elem_bytes(t->b->act_bytes);
-    gt_grad_sync_gather(t->sync, t->s, t->master, master);
-    gt_grad_sync_gather(t->sync, t->s, t->adam_m, t->m_elem);
-    gt_grad_sync_gather(t->sync, t->s, t->adam_v, t->v_elem);
-    int rc = t->b->ops->stream_sync(t->b, t->s, err);
-    if (!rc) rc = gt_backend_check(t->b, err);
-    if (!rc) t->dp_stale = 0;
-    return rc;
 }
 
 int gt_trainer_dp_eval(gt_trainer *t, float *loss, gt_error *err) {

@@ -34,14 +34,17 @@ grep -q '^world: 1 rank on 1 node' "$DIR/forced.out" || fail "force_collectives:
 [ "$(losses "$DIR/forced.jsonl")" = "$(losses "$DIR/whole.jsonl")" ] ||
     fail "force_collectives: the losses differ from the 4 ranks'"
 
-# 2 ranks for steps 1-2, 1 rank for 3-4, 4 ranks for 5-6, through one checkpoint folder
+# 2 ranks for steps 1-2, 1 rank for 3-4, 4 ranks for 5-6, through one checkpoint folder; the
+# 2 and 4 ranks shard the optimizer state (its checkpoint is the one-process format, and the
+# distributed optimizer steps the replicated one's bits)
 CK="checkpoint.save=$DIR/ck checkpoint.load=$DIR/ck"
-$MPI -np 2 "$BIN" train $ARGS $CK train.exit_interval=2 logger.metrics_file="$DIR/a.jsonl" \
+DO="optimizer.use_distributed_optimizer=true ddp.bucket_size=1000"
+$MPI -np 2 "$BIN" train $ARGS $CK $DO train.exit_interval=2 logger.metrics_file="$DIR/a.jsonl" \
     > "$DIR/a.out" 2>&1 || fail "2 ranks: $(tail -5 "$DIR/a.out")"
 $MPI -np 1 "$BIN" train $ARGS $CK train.exit_interval=4 logger.metrics_file="$DIR/b.jsonl" \
     > "$DIR/b.out" 2>&1 || fail "1 rank: $(tail -5 "$DIR/b.out")"
 grep -q "resumed from .* at step 2" "$DIR/b.out" || fail "1 rank did not resume at step 2"
-$MPI -np 4 "$BIN" train $ARGS $CK logger.metrics_file="$DIR/c.jsonl" > "$DIR/c.out" 2>&1 ||
+$MPI -np 4 "$BIN" train $ARGS $CK $DO logger.metrics_file="$DIR/c.jsonl" > "$DIR/c.out" 2>&1 ||
     fail "4 ranks resumed: $(tail -5 "$DIR/c.out")"
 losses "$DIR/whole.jsonl" > "$DIR/whole.txt"
 losses "$DIR/a.jsonl" "$DIR/b.jsonl" "$DIR/c.jsonl" > "$DIR/pieces.txt"
