@@ -70,8 +70,8 @@ static int set_gemm_table(gt_trainer *t, gt_error *err) {
  * memory, or, on the CPU backend (whose arenas are host memory and which reports no device
  * memory), against the host's available memory. */
 static int check_fit(gt_trainer *t, gt_error *err) {
-    gt_memory_plan p;
-    int rc = gt_memory_plan_compute(&t->cfg, t->b->act_bytes, &p, err);
+    gt_memory_plan p; /* the optimizer state of this rank: its shards over the world it is in */
+    int rc = gt_memory_plan_compute_dp(&t->cfg, t->b->act_bytes, t->comm ? t->dp_size : 1, &p, err);
     if (rc) return rc;
     if (t->b->kind == GT_BACKEND_CPU)
         return gt_memory_plan_check_host_fit(&p, gt_memory_host_available(), err);

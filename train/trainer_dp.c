@@ -11,10 +11,6 @@
 #include "model/model_fp8.h"
 #include "train/trainer_impl.h"
 
-/* Megatron's bucket when ddp.bucket_size is unset: max(40M, 1M x data-parallel size) */
-#define DP_BUCKET_MIN 40000000u
-#define DP_BUCKET_PER_RANK 1000000u
-
 _Static_assert(offsetof(gt_step_state, aux_loss) == offsetof(gt_step_state, loss) + sizeof(float),
                "a micro-batch's loss pair is copied as two adjacent floats");
 
@@ -66,11 +62,7 @@ int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err) {
 
 /* After the model: the buckets cover its parameters. */
 static int make_sync(gt_trainer *t, gt_error *err) {
-    size_t bucket = (size_t)t->cfg.ddp.bucket_size;
-    if (bucket == 0) {
-        bucket = (size_t)DP_BUCKET_PER_RANK * (size_t)t->dp_size;
-        if (bucket < DP_BUCKET_MIN) bucket = DP_BUCKET_MIN;
-    }
+    size_t bucket = gt_memory_dp_bucket_elems(&t->cfg, t->dp_size);
     gt_grad_sync_opts o = {bucket,
                            t->cfg.runtime.deterministic ? GT_REDUCE_RANK_ORDER : GT_REDUCE_LIBRARY};
     return gt_grad_sync_create(&t->sync, t->comm, t->b, t->n_params, &o, err);
