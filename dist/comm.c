@@ -126,7 +126,10 @@ void gt_comm_all_reduce_sum(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_r
 }
 
 void gt_comm_all_reduce_max(gt_comm *c, gt_stream *s, float *buf, size_t n) {
-    if (c->world.size > 1) gt_comm_mpi_all_reduce_max(c, s, buf, n);
+    if (c->nccl)
+        gt_comm_nccl_all_reduce_max(c, s, buf, n);
+    else if (c->world.size > 1)
+        gt_comm_mpi_all_reduce_max(c, s, buf, n);
 }
 
 void gt_comm_reduce_scatter_sum(gt_comm *c, gt_stream *s, float *out, const float *in, size_t n,

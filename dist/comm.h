@@ -71,7 +71,9 @@ void gt_comm_shard(size_t n, int size, int r, size_t *first, size_t *count);
 /* buf[0..n) = the sum over ranks of every rank's buf, on every rank. */
 void gt_comm_all_reduce_sum(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_reduce_order o);
 /* buf[0..n) = the largest of every rank's buf, elementwise, on every rank; NaN where any rank
- * has NaN. The same bits in any order (fp8 amaxes). */
+ * has NaN. The same bits in any order (fp8 amaxes). The values must be >= +0 or NaN (amaxes
+ * and flags are): NCCL compares their bits as unsigned integers, which order such floats as
+ * floats do with every NaN above +Inf (its float max would drop a NaN). */
 void gt_comm_all_reduce_max(gt_comm *c, gt_stream *s, float *buf, size_t n);
 /* out[0..count) = the sum over ranks of in[first..first+count), this rank's shard
  * (gt_comm_shard); in holds all n elements. */
