@@ -91,6 +91,13 @@ void gt_comm_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t el
 void gt_comm_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
                                 int first);
 
+/* Bench only (`graphtrain bench` under several ranks times a step without its collectives):
+ * while skip is set, every collective enqueued is left out (where one writes a shard, this
+ * rank's own part is copied there instead, so values stay finite); set it before the trainer
+ * whose steps are timed is created (a captured graph keeps what was enqueued), and use nothing
+ * such a trainer computes. Host-side calls are unaffected. */
+void gt_comm_set_skip(gt_comm *c, int skip);
+
 /* Waits for every rank (outside a step: set-up and teardown). */
 int gt_comm_barrier(gt_comm *c, gt_error *err);
 
