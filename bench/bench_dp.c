@@ -42,7 +42,8 @@ int gt_bench_dp_measure_compute(const gt_config *c, const gt_bench_options *o, i
     gt_comm_set_skip(o->comm, 0);
     if (!rc) r->compute_ms = gt_median(ms, timed);
     free(ms);
-    if (rc) return gt_error_wrap(&r->error, "mode %s, the step without collectives: ", r->mode.name);
+    if (rc)
+        return gt_error_wrap(&r->error, "mode %s, the step without collectives: ", r->mode.name);
     r->comm_measured = 1;
     return GT_OK;
 }

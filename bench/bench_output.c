@@ -67,8 +67,8 @@ void gt_bench_print_table(const gt_bench_report *rep, FILE *f) {
                     "data parallel %s: %d ranks, %.0f tokens/s per GPU, %.0f in total; step "
                     "%.3f ms, without its collectives %.3f ms, the collectives alone %.3f ms: "
                     "%.0f%% of the communication hidden behind compute\n",
-                    r->mode.name, r->ranks, r->tokens_per_s_per_gpu, r->tokens_per_s,
-                    r->median_ms, r->compute_ms, r->comm_ms, 100 * r->hidden_fraction);
+                    r->mode.name, r->ranks, r->tokens_per_s_per_gpu, r->tokens_per_s, r->median_ms,
+                    r->compute_ms, r->comm_ms, 100 * r->hidden_fraction);
     }
     for (int i = 0; i < rep->n; i++) {
         const gt_bench_result *r = &rep->results[i];

@@ -102,11 +102,12 @@ static void print_gpu_fit(const gt_config *cfg, const gt_memory_plan *mp) {
                "optimizer.use_distributed_optimizer)\n",
                need, mp->opt_shards, mp->opt_shards);
     else
-        printf("memory per GPU: %.2f GiB (every GPU of runtime.num_gpus=%d holds the whole plan%s)\n",
-               need, cfg->runtime.num_gpus,
-               gt_memory_dp_size(cfg) > 1 ? "; optimizer.use_distributed_optimizer=true shards "
-                                            "the optimizer state over the data-parallel GPUs"
-                                          : "");
+        printf(
+            "memory per GPU: %.2f GiB (every GPU of runtime.num_gpus=%d holds the whole plan%s)\n",
+            need, cfg->runtime.num_gpus,
+            gt_memory_dp_size(cfg) > 1 ? "; optimizer.use_distributed_optimizer=true shards "
+                                         "the optimizer state over the data-parallel GPUs"
+                                       : "");
     if (!gpu[0])
         printf("fit: no GPU named (-g, runtime.gpu); train checks the plan against the free "
                "memory of the GPU it runs on\n");

@@ -67,11 +67,10 @@ int gt_memory_plan_compute_dp(const gt_config *cfg, size_t act_bytes, int dp_siz
                  gt_state_dtype_bytes(cfg->optimizer.exp_avg_sq_dtype);
     p->optimizer_whole = mi.n_params * per;
     p->opt_shards = cfg->optimizer.use_distributed_optimizer && dp_size > 1 ? dp_size : 1;
-    p->optimizer = p->opt_shards > 1 ? largest_shard(mi.n_params,
-                                                     gt_memory_dp_bucket_elems(cfg, dp_size),
-                                                     dp_size) *
-                                           per
-                                     : p->optimizer_whole;
+    p->optimizer =
+        p->opt_shards > 1
+            ? largest_shard(mi.n_params, gt_memory_dp_bucket_elems(cfg, dp_size), dp_size) * per
+            : p->optimizer_whole;
     /* cuDNN's deterministic attention backward needs B*H*T*T*2 bytes of workspace (the
      * largest single allowance); count it whenever the model has attention */
     const gt_model_config *m = &cfg->model;

@@ -17,7 +17,7 @@ typedef struct gt_memory_plan {
                        * its shards (rank 0's, the largest: ceil(bucket / dp) of each bucket) */
     size_t optimizer_whole; /* the same for every parameter (optimizer without sharding) */
     int opt_shards;         /* ranks the optimizer state is sharded over; 1: replicated */
-    size_t workspace;                           /* allowance: cuBLASLt, attention, reductions */
+    size_t workspace;       /* allowance: cuBLASLt, attention, reductions */
     size_t total;
     /* the activations the same configuration would keep without recompute (equal to
      * activations when model.recompute_granularity is none) */

@@ -96,8 +96,7 @@ static int write_moment(gt_trainer *t, void *dev, const float *in, int is_bf16, 
     return rc;
 }
 
-int gt_trainer_shards_write_moments(gt_trainer *t, const float *m, const float *v,
-                                    gt_error *err) {
+int gt_trainer_shards_write_moments(gt_trainer *t, const float *m, const float *v, gt_error *err) {
     gt_trainer_shards_drop(t);
     int rc = write_moment(t, t->adam_m, m, t->hp.m_bf16, err);
     if (!rc) rc = write_moment(t, t->adam_v, v, t->hp.v_bf16, err);

@@ -47,8 +47,7 @@ static void test_bench_at_n_ranks_reports_measured_communication(void **state) {
         assert_int_equal(r->ranks, SIZE);
         assert_true(r->comm_measured);
         assert_true(r->tokens_per_s > 0);
-        assert_float_equal(r->tokens_per_s, SIZE * r->tokens_per_s_per_gpu,
-                           1e-9 * r->tokens_per_s);
+        assert_float_equal(r->tokens_per_s, SIZE * r->tokens_per_s_per_gpu, 1e-9 * r->tokens_per_s);
         assert_true(r->comm_ms > 0);
         assert_true(r->compute_ms > 0);
         assert_true(r->hidden_fraction >= 0 && r->hidden_fraction <= 1);

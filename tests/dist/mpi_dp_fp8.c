@@ -117,7 +117,8 @@ static void test_blockwise_scaling_at_n_ranks_equals_one_process_bitwise(void **
 
 /* the distributed optimizer (each rank its shards of the state, the parameters gathered) under
  * delayed scaling: the replicated optimizer's losses, master weights and scales */
-static void test_delayed_scaling_with_the_distributed_optimizer_is_bitwise_replicated(void **state) {
+static void
+test_delayed_scaling_with_the_distributed_optimizer_is_bitwise_replicated(void **state) {
     (void)state;
     gt_config replicated, sharded;
     fp8_config(&replicated, "fp8_ds");

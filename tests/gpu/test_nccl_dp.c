@@ -7,7 +7,8 @@
  * and the graph modes agree with eager bitwise. The first step's loss also matches the CPU
  * backend's to bf16 rounding. A NaN stop and the teardown (graphs before the communicator)
  * end without a hang. fp8_cs and fp8_ds (the amax max-reduce through NCCL) and the
- * distributed optimizer (its compact shards) keep the bits of the runs they replace. Skips when no GPU can be used. */
+ * distributed optimizer (its compact shards) keep the bits of the runs they replace. Skips when no
+ * GPU can be used. */
 #include "graphs_fixture.h"
 
 #include <math.h>
