@@ -4,7 +4,6 @@
  * and loss are the same sums whatever the number of ranks (runtime.deterministic), or reduced
  * once a step in the library's order. */
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/clock.h"

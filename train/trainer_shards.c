@@ -132,7 +132,7 @@ static int gather_raw(gt_trainer *t, void *full, void *mine, void *tmp, size_t e
 static int gather_one(gt_trainer *t, float *out, const void *dev, size_t elem, const uint16_t *hi,
                       int is_bf16, gt_error *err) {
     size_t n = t->n_params, own = t->opt_elems;
-    char *full = malloc(n * elem);
+    char *full = calloc(n ? n : 1, elem); /* every element is written; zeroed for the analyzer */
     char *mine = malloc((own ? own : 1) * elem);
     char *tmp = malloc((gt_trainer_shard_elems(t, 0) + 1) * elem);
     int rc = GT_OK;
