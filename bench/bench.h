@@ -10,6 +10,8 @@
 
 #include "config/config.h"
 #include "core/error.h"
+#include "dist/comm.h"
+#include "graphtrain.h"
 
 #define GT_BENCH_MAX_MODES 8
 #define GT_BENCH_NAME_MAX 96
@@ -32,6 +34,9 @@ typedef struct gt_bench_options {
     const char *label; /* workload name for the output, e.g. the recipe; may be NULL */
     int quiet;         /* no progress lines on stderr */
     int same_process;  /* 1: every mode in this process; 0 (default): each in a child process */
+    /* data parallelism: every rank runs the bench over comm (NULL: one process), each mode in
+     * this process; the results are rank 0's */
+    gt_comm *comm;
 } gt_bench_options;
 
 /* Static figures of the workload (same for every mode). */
@@ -65,7 +70,14 @@ typedef struct gt_bench_result {
     int timed;            /* timed steps */
     int timed_unreplayed; /* timed steps of a graph mode that did not replay (should be 0) */
     double median_ms, min_ms, max_ms, mean_ms;
-    double tokens_per_s, tflops, mfu, limit_fraction;
+    double tokens_per_s, tflops, mfu, limit_fraction; /* tokens_per_s, tflops: every rank's */
+    /* data parallelism (bench_dp.c), measured on rank 0: ranks 1 without a communicator */
+    int ranks;
+    double tokens_per_s_per_gpu; /* tokens_per_s / ranks */
+    int comm_measured;           /* the three below were measured (a communicator) */
+    double compute_ms;           /* T0: median step with the collectives left out */
+    double comm_ms;              /* C: median of the step's collectives alone */
+    double hidden_fraction;      /* (T0 + C - T) / C, clamped to [0, 1]; T = median_ms */
     double capture_ms, instantiate_ms;
     int graphs, nodes, fallbacks;
     size_t peak_bytes;
@@ -110,6 +122,16 @@ void gt_bench_workload_compute(gt_bench_workload *w, const gt_config *cfg, doubl
 int gt_bench_run(const gt_config *cfg, const gt_bench_options *o, gt_bench_report *rep,
                  gt_error *err);
 void gt_bench_report_free(gt_bench_report *rep);
+
+/* Data parallelism (bench/bench_dp.c): after the timed steps of trainer t, C is timed (the
+ * step's collectives alone, o->steps times); then a trainer with the collectives left out
+ * (gt_comm_set_skip) runs the mode's steps for T0; r gets them, the hidden share and the
+ * per-GPU rates. A failure fails the mode. */
+int gt_bench_dp_measure_comm(gt_trainer *t, const gt_bench_options *o, gt_bench_result *r);
+int gt_bench_dp_measure_compute(const gt_config *c, const gt_bench_options *o, int total,
+                                gt_bench_result *r);
+/* per-GPU rates from the totals, MFU and the limit per GPU (every rank runs the same) */
+void gt_bench_dp_finish(gt_bench_result *r, int ranks);
 
 /* Outputs (bench/bench_output.c). */
 void gt_bench_print_table(const gt_bench_report *rep, FILE *f);

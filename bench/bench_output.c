@@ -62,6 +62,16 @@ void gt_bench_print_table(const gt_bench_report *rep, FILE *f) {
     }
     for (int i = 0; i < rep->n; i++) {
         const gt_bench_result *r = &rep->results[i];
+        if (r->ok && r->comm_measured)
+            fprintf(f,
+                    "data parallel %s: %d ranks, %.0f tokens/s per GPU, %.0f in total; step "
+                    "%.3f ms, without its collectives %.3f ms, the collectives alone %.3f ms: "
+                    "%.0f%% of the communication hidden behind compute\n",
+                    r->mode.name, r->ranks, r->tokens_per_s_per_gpu, r->tokens_per_s, r->median_ms,
+                    r->compute_ms, r->comm_ms, 100 * r->hidden_fraction);
+    }
+    for (int i = 0; i < rep->n; i++) {
+        const gt_bench_result *r = &rep->results[i];
         if (r->ok && r->mode.impl != GT_GRAPH_IMPL_NONE && !r->capture_step)
             fprintf(f, "note: mode %s never captured a graph (runner reports '%s')\n", r->mode.name,
                     r->graph_mode);
@@ -117,6 +127,14 @@ static cJSON *json_result(const gt_bench_result *r) {
     num(o, "max_ms", r->max_ms);
     num(o, "mean_ms", r->mean_ms);
     num(o, "tokens_per_s", r->tokens_per_s);
+    /* data parallelism: every rank's tokens (tokens_per_s) and one GPU's; the communication
+     * measured (bench_dp.c), null without a communicator */
+    num(o, "ranks", r->ranks);
+    num(o, "tokens_per_s_total", r->tokens_per_s);
+    num(o, "tokens_per_s_per_gpu", r->tokens_per_s_per_gpu);
+    num(o, "compute_ms", r->comm_measured ? r->compute_ms : NAN);
+    num(o, "comm_ms", r->comm_measured ? r->comm_ms : NAN);
+    num(o, "hidden_fraction", r->comm_measured ? r->hidden_fraction : NAN);
     num(o, "tflops", r->tflops);
     num(o, "mfu", r->mfu);
     num(o, "limit_fraction", r->limit_fraction);
@@ -188,18 +206,20 @@ int gt_bench_write_csv(const gt_bench_report *rep, const char *path, gt_error *e
                             path, strerror(errno));
     fprintf(f, "workload,backend,mode,cuda_graph_impl,cuda_graph_scope,ok,median_ms,min_ms,"
                "max_ms,tokens_per_s,tflops,mfu,limit_ms,limit_fraction,capture_ms,"
-               "instantiate_ms,graphs,nodes,peak_bytes,peak_ratio_to_eager,losses_identical\n");
+               "instantiate_ms,graphs,nodes,peak_bytes,peak_ratio_to_eager,losses_identical,"
+               "ranks,tokens_per_s_per_gpu,compute_ms,comm_ms,hidden_fraction\n");
     for (int i = 0; i < rep->n; i++) {
         const gt_bench_result *r = &rep->results[i];
         char scope[GT_BENCH_NAME_MAX];
         gt_bench_scope_name(r->mode.scope, scope, sizeof scope);
         fprintf(f,
                 "%s,%s,%s,%s,%s,%d,%.6f,%.6f,%.6f,%.1f,%.4f,%.6f,%.6f,%.6f,%.3f,%.3f,%d,%d,"
-                "%zu,%.4f,%s\n",
+                "%zu,%.4f,%s,%d,%.1f,%.6f,%.6f,%.4f\n",
                 rep->w.label, rep->w.backend, r->mode.name, impl_name(r->mode.impl), scope, r->ok,
                 r->median_ms, r->min_ms, r->max_ms, r->tokens_per_s, r->tflops, r->mfu,
                 rep->w.limit_ms, r->limit_fraction, r->capture_ms, r->instantiate_ms, r->graphs,
-                r->nodes, r->peak_bytes, r->peak_ratio, identical_text(rep));
+                r->nodes, r->peak_bytes, r->peak_ratio, identical_text(rep), r->ranks,
+                r->tokens_per_s_per_gpu, r->compute_ms, r->comm_ms, r->hidden_fraction);
     }
     if (fclose(f) != 0)
         return gt_error_set(err, GT_ERR_IO, "bench: writing %s failed: %s", path, strerror(errno));

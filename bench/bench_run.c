@@ -102,7 +102,7 @@ static void run_mode(const gt_config *base, const gt_bench_options *o, int train
         goto done;
     }
     if (validate_mode(&c, r->mode.name, &r->error)) goto done;
-    if (gt_trainer_create(&t, &c, &r->error)) goto done;
+    if (gt_trainer_create_dp(&t, &c, o->comm, &r->error)) goto done;
     if (first) {
         const gt_model_info *mi = gt_model_get_info(gt_trainer_model(t));
         gt_bench_workload_compute(&rep->w, &c, (double)mi->n_params, mi->flops_per_token);
@@ -149,11 +149,15 @@ static void run_mode(const gt_config *base, const gt_bench_options *o, int train
     size_t free_b = 0, total_b = 0, peak = 0;
     b->ops->mem_info(b, &free_b, &total_b, &peak);
     r->peak_bytes = peak;
+    if (o->comm && gt_bench_dp_measure_comm(t, o, r)) goto done; /* C, on this trainer */
     finish_timing(r, ms, &rep->w);
     r->ok = 1;
 done:
     gt_trainer_destroy(t);
     free(ms);
+    /* T0: a trainer of its own, after this one is gone (the memory of one at a time) */
+    if (r->ok && o->comm && gt_bench_dp_measure_compute(&c, o, total, r)) r->ok = 0;
+    gt_bench_dp_finish(r, o->comm ? gt_comm_size(o->comm) : 1);
 }
 
 /* ---- one mode in a child process ----
@@ -325,7 +329,8 @@ int gt_bench_run(const gt_config *cfg, const gt_bench_options *o, gt_bench_repor
         gt_bench_result *r = &rep->results[rep->n++];
         r->mode = o->modes[i];
         if (!o->quiet) fprintf(stderr, "bench: mode %s\n", r->mode.name);
-        if (o->same_process)
+        /* the ranks' collectives run in this process (MPI and NCCL do not cross a fork) */
+        if (o->same_process || o->comm)
             run_mode(cfg, o, train_iters, rep, r, first);
         else
             run_mode_in_child(cfg, o, train_iters, rep, r, first);

@@ -32,7 +32,12 @@ static const char *usage =
     "               in a process of its own, as a training run would\n"
     "  --export-weights FILE     write the initial fp32 weights (bench/weights_io.h) and exit\n"
     "  --parity DIR [--parity-steps K]   write weights, batches, losses and step-1 gradients\n"
-    "               for `bench/torch_reference.py parity DIR` (K default 10)\n";
+    "               for `bench/torch_reference.py parity DIR` (K default 10)\n"
+    "  Several ranks (mpirun -np N graphtrain bench ..., torchrun, srun; runtime.device=cpu\n"
+    "  runs MPI's collectives, GPUs NCCL's): every mode runs in each rank's process, and rank\n"
+    "  0 reports per-GPU and total tokens/s, the step's communication time (its collectives\n"
+    "  alone), the step without them, and the share of the communication hidden behind\n"
+    "  compute.\n";
 
 typedef struct bench_args {
     const char *modes, *json, *csv, *plot, *export_weights, *parity;
@@ -175,6 +180,51 @@ static int refuse_invalid(const gt_config *cfg, gt_error *err) {
     return rc;
 }
 
+static const char *env_get(void *ctx, const char *name) {
+    (void)ctx;
+    return getenv(name);
+}
+
+/* A launcher's world (or ddp.force_collectives): the communicator every mode trains over;
+ * NULL for one process. The configuration takes the world's size. */
+static int bench_world(gt_config *cfg, gt_comm **comm, gt_error *err) {
+    *comm = NULL;
+    gt_world world;
+    int rc = gt_world_from_env(env_get, NULL, &world, err);
+    if (!rc && world.launcher == GT_LAUNCH_NONE && !cfg->ddp.force_collectives) return GT_OK;
+    if (!rc) rc = gt_cli_reconcile_world(cfg, &world, err);
+    if (!rc) rc = gt_cli_make_comm(comm, &world, cfg, err);
+    if (!rc && world.rank == 0) gt_world_print(&world, stdout);
+    return rc;
+}
+
+/* The modes over comm; rank 0 alone prints and writes the outputs. */
+static int run_modes(const gt_config *cfg, const bench_args *a, gt_bench_options *o,
+                     gt_error *err) {
+    int lead = !o->comm || gt_comm_rank(o->comm) == 0;
+    if (!lead) o->quiet = 1;
+    gt_bench_report *rep = calloc(1, sizeof *rep);
+    if (!rep) return gt_error_set(err, GT_ERR_NOMEM, "bench: out of host memory");
+    int rc = gt_bench_run(cfg, o, rep, err);
+    if (!rc && lead) {
+        gt_bench_print_table(rep, stdout);
+        if (a->json) rc = gt_bench_write_json(rep, a->json, err);
+        if (!rc && a->csv) rc = gt_bench_write_csv(rep, a->csv, err);
+        if (!rc && a->plot) rc = gt_bench_write_svg(rep, a->plot, err);
+    }
+    if (!rc) {
+        int failed = 0;
+        for (int i = 0; i < rep->n; i++)
+            failed += !rep->results[i].ok;
+        if (failed || rep->losses_identical == 0)
+            rc = gt_error_set(err, GT_ERR_NUMERIC, "bench: %d mode(s) failed%s", failed,
+                              rep->losses_identical == 0 ? "; losses differ between modes" : "");
+    }
+    gt_bench_report_free(rep);
+    free(rep);
+    return rc;
+}
+
 static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err) {
     int rest_argc = 0, checkable = 0;
     int rc = gt_cli_load_config(argc, argv, cfg, &rest_argc, rest, &checkable, err);
@@ -227,23 +277,18 @@ static int run(int argc, char **argv, gt_config *cfg, char **rest, gt_error *err
                                           cfg->model.num_moe_experts > 0, err))) {
         return rc;
     }
-    gt_bench_report *rep = calloc(1, sizeof *rep);
-    if (!rep) return gt_error_set(err, GT_ERR_NOMEM, "bench: out of host memory");
-    rc = gt_bench_run(cfg, &o, rep, err);
-    if (!rc) {
-        gt_bench_print_table(rep, stdout);
-        if (a.json) rc = gt_bench_write_json(rep, a.json, err);
-        if (!rc && a.csv) rc = gt_bench_write_csv(rep, a.csv, err);
-        if (!rc && a.plot) rc = gt_bench_write_svg(rep, a.plot, err);
-        int failed = 0;
-        for (int i = 0; i < rep->n; i++)
-            failed += !rep->results[i].ok;
-        if (!rc && (failed || rep->losses_identical == 0))
-            rc = gt_error_set(err, GT_ERR_NUMERIC, "bench: %d mode(s) failed%s", failed,
-                              rep->losses_identical == 0 ? "; losses differ between modes" : "");
+    gt_comm *comm = NULL;
+    if ((rc = bench_world(cfg, &comm, err))) return rc;
+    o.comm = comm;
+    rc = run_modes(cfg, &a, &o, err);
+    if (rc && comm && gt_comm_size(comm) > 1) {
+        /* the other ranks may wait in a collective this rank will never join */
+        fprintf(stderr, "graphtrain bench: rank %d: %s; stopping every rank\n", gt_comm_rank(comm),
+                err->msg);
+        fflush(stderr);
+        gt_comm_abort(comm, rc == GT_ERR_NUMERIC ? 1 : 2);
     }
-    gt_bench_report_free(rep);
-    free(rep);
+    gt_comm_destroy(comm);
     return rc;
 }
 

@@ -36,7 +36,7 @@ static const char *env_get(void *ctx, const char *name) {
 
 /* The launcher's world decides the data-parallel size: runtime.num_gpus left at 1 takes it,
  * a value set to another number is an error (as is a world of one asked for more). */
-static int reconcile_world(gt_config *cfg, const gt_world *w, gt_error *err) {
+int gt_cli_reconcile_world(gt_config *cfg, const gt_world *w, gt_error *err) {
     int asked =
         cfg->ddp.data_parallel_size > 0 ? cfg->ddp.data_parallel_size : cfg->runtime.num_gpus;
     if (w->size > 1 && cfg->runtime.num_gpus == 1 && cfg->ddp.data_parallel_size != 1) {
@@ -62,7 +62,7 @@ static int reconcile_world(gt_config *cfg, const gt_world *w, gt_error *err) {
 /* The communicator of this process, with the rendezvous of its NCCL id: dist.nccl_id_file,
  * the launcher's job id against a stale file, torchrun's agent store (which holds
  * MASTER_PORT itself: graphtrain's rank 0 listens on the next port). */
-static int make_comm(gt_comm **comm, const gt_world *w, const gt_config *cfg, gt_error *err) {
+int gt_cli_make_comm(gt_comm **comm, const gt_world *w, const gt_config *cfg, gt_error *err) {
     int rc = gt_comm_create(comm, w, NULL, err);
     if (rc) return rc;
     const char *tag = getenv("SLURM_JOB_ID");
@@ -128,7 +128,7 @@ int gt_cmd_train(int argc, char **argv) {
     }
     gt_world world;
     rc = gt_world_from_env(env_get, NULL, &world, &err);
-    if (!rc) rc = reconcile_world(&cfg, &world, &err);
+    if (!rc) rc = gt_cli_reconcile_world(&cfg, &world, &err);
     if (rc != GT_OK) {
         fprintf(stderr, "graphtrain train: %s\n", err.msg);
         return TRAIN_EXIT_INVALID;
@@ -156,7 +156,7 @@ int gt_cmd_train(int argc, char **argv) {
     gt_comm *comm = NULL;
     FILE *sink = NULL;
     if (world.launcher != GT_LAUNCH_NONE || cfg.ddp.force_collectives) {
-        rc = make_comm(&comm, &world, &cfg, &err);
+        rc = gt_cli_make_comm(&comm, &world, &cfg, &err);
         if (rc != GT_OK) {
             fprintf(stderr, "graphtrain train: rank %d: %s\n", world.rank, err.msg);
             return TRAIN_EXIT_FAILED;

@@ -80,6 +80,8 @@ static int check_gpu_fit(const gt_config *cfg, const gt_memory_plan *mp, gt_repo
                   GT_KEYS("runtime.gpu", "train.micro_batch_size", "model.seq_length",
                           "model.num_layers", "model.hidden_size"),
                   "lower train.micro_batch_size (activations scale with it) or model.seq_length, "
+                  "shard the optimizer state over the data-parallel GPUs "
+                  "(optimizer.use_distributed_optimizer=true with runtime.num_gpus > 1), "
                   "recompute activations (model.recompute_granularity=selective or full), use "
                   "fewer model.num_layers or a smaller model.hidden_size, or a GPU with more "
                   "memory (-g)",
@@ -88,14 +90,24 @@ static int check_gpu_fit(const gt_config *cfg, const gt_memory_plan *mp, gt_repo
     return 1;
 }
 
-/* Whether the plan fits the GPU named, per GPU (each holds all of it: one GPU today) */
+/* Whether the plan fits the GPU named, per GPU (each holds the whole model and gradients; the
+ * optimizer state whole, or its 1/dp shards with the distributed optimizer) */
 static void print_gpu_fit(const gt_config *cfg, const gt_memory_plan *mp) {
     const char *gpu = cfg->runtime.gpu;
     size_t have = gt_memory_gpu_bytes(gpu);
     double need = (double)mp->total / VALIDATE_GIB;
-    printf("memory per GPU: %.2f GiB (every GPU of runtime.num_gpus=%d holds the whole plan: "
-           "graphtrain shards no model or optimizer state across GPUs yet)\n",
-           need, cfg->runtime.num_gpus);
+    if (mp->opt_shards > 1)
+        printf("memory per GPU: %.2f GiB (each of the %d data-parallel GPUs holds the whole "
+               "model and gradients and its 1/%d of the optimizer state: "
+               "optimizer.use_distributed_optimizer)\n",
+               need, mp->opt_shards, mp->opt_shards);
+    else
+        printf(
+            "memory per GPU: %.2f GiB (every GPU of runtime.num_gpus=%d holds the whole plan%s)\n",
+            need, cfg->runtime.num_gpus,
+            gt_memory_dp_size(cfg) > 1 ? "; optimizer.use_distributed_optimizer=true shards "
+                                         "the optimizer state over the data-parallel GPUs"
+                                       : "");
     if (!gpu[0])
         printf("fit: no GPU named (-g, runtime.gpu); train checks the plan against the free "
                "memory of the GPU it runs on\n");

@@ -32,12 +32,6 @@ static bool fp8_blackwell(const gt_config *c) {
 static bool fp8_moe(const gt_config *c) {
     return fp8_hopper(c) && c->model.num_moe_experts > 0;
 }
-/* data parallelism with fp8 off the CPU: the ranks' amax reduction (dist/fp8_sync.c) is a host
- * all-reduce written for the CPU backend's MPI path, not an NCCL collective in the step */
-static bool fp8_dp_gpu(const gt_config *c) {
-    return fp8_hopper(c) && c->runtime.device != GT_DEVICE_CPU &&
-           (c->runtime.num_gpus > 1 || c->ddp.data_parallel_size > 1 || c->ddp.force_collectives);
-}
 static bool packed(const gt_config *c) {
     return c->dataset.packed_sequence;
 }
@@ -101,9 +95,6 @@ static const unsupported k_unsupported[] = {
     {"engine_no_fp8_moe", {"model.compute_dtype", "model.num_moe_experts"}, fp8_moe,
      "fp8 expert GEMMs (the grouped gate/up and down GEMMs) are not implemented: the experts would compute in bf16",
      "set model.compute_dtype=bf16 (-c bf16) for MoE models"},
-    {"engine_no_fp8_data_parallel_gpu", {"model.compute_dtype", "runtime.num_gpus", "ddp.force_collectives", "runtime.device"}, fp8_dp_gpu,
-     "fp8 under data parallelism on GPUs needs the ranks' amax reduction as an NCCL collective inside the step, which is not implemented (the CPU backend's ranks reduce it through MPI)",
-     "train fp8 on one GPU, use -c bf16 for several GPUs, or runtime.device=cpu under mpirun"},
     {"engine_no_packed_sequences", {"dataset.packed_sequence"}, packed,
      "packed sequences (several documents per sequence, cu_seqlens) are not implemented: the loader feeds fixed-length sequences and attention would cross document boundaries",
      "set dataset.packed_sequence=false"},

@@ -118,7 +118,19 @@ int gt_comm_size(const gt_comm *c) {
     return c->world.size;
 }
 
+void gt_comm_set_skip(gt_comm *c, int skip) {
+    c->skip = skip;
+}
+
+/* skip: this rank's shard of in copied to out, the local part a reduce-scatter would add */
+static void skip_shard(gt_comm *c, gt_stream *s, float *out, const float *in, size_t n) {
+    size_t first = 0, count = 0;
+    gt_comm_shard(n, c->world.size, c->world.rank, &first, &count);
+    if (count && c->b) c->b->ops->memcpy_d2d(c->b, s, out, in + first, count * sizeof *in);
+}
+
 void gt_comm_all_reduce_sum(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_reduce_order o) {
+    if (c->skip) return;
     if (c->nccl)
         gt_comm_nccl_all_reduce(c, s, buf, n, o);
     else if (c->world.size > 1)
@@ -126,11 +138,19 @@ void gt_comm_all_reduce_sum(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_r
 }
 
 void gt_comm_all_reduce_max(gt_comm *c, gt_stream *s, float *buf, size_t n) {
-    if (c->world.size > 1) gt_comm_mpi_all_reduce_max(c, s, buf, n);
+    if (c->skip) return;
+    if (c->nccl)
+        gt_comm_nccl_all_reduce_max(c, s, buf, n);
+    else if (c->world.size > 1)
+        gt_comm_mpi_all_reduce_max(c, s, buf, n);
 }
 
 void gt_comm_reduce_scatter_sum(gt_comm *c, gt_stream *s, float *out, const float *in, size_t n,
                                 gt_reduce_order o) {
+    if (c->skip) {
+        skip_shard(c, s, out, in, n);
+        return;
+    }
     if (c->nccl) {
         gt_comm_nccl_reduce_scatter(c, s, out, in, n, o);
         return;
@@ -143,6 +163,7 @@ void gt_comm_reduce_scatter_sum(gt_comm *c, gt_stream *s, float *out, const floa
 }
 
 void gt_comm_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t elem_bytes) {
+    if (c->skip) return;
     if (c->nccl)
         gt_comm_nccl_all_gather(c, s, buf, n, elem_bytes);
     else if (c->world.size > 1)
@@ -151,6 +172,10 @@ void gt_comm_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t el
 
 void gt_comm_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
                                 int first) {
+    if (c->skip) { /* the later rounds' adds are left out too: the values are not used */
+        if (first) skip_shard(c, s, acc, in, n);
+        return;
+    }
     if (c->nccl)
         gt_comm_nccl_reduce_scatter_acc(c, s, acc, in, n, first);
     else

@@ -71,7 +71,9 @@ void gt_comm_shard(size_t n, int size, int r, size_t *first, size_t *count);
 /* buf[0..n) = the sum over ranks of every rank's buf, on every rank. */
 void gt_comm_all_reduce_sum(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_reduce_order o);
 /* buf[0..n) = the largest of every rank's buf, elementwise, on every rank; NaN where any rank
- * has NaN. The same bits in any order (fp8 amaxes). */
+ * has NaN. The same bits in any order (fp8 amaxes). The values must be >= +0 or NaN (amaxes
+ * and flags are): NCCL compares their bits as unsigned integers, which order such floats as
+ * floats do with every NaN above +Inf (its float max would drop a NaN). */
 void gt_comm_all_reduce_max(gt_comm *c, gt_stream *s, float *buf, size_t n);
 /* out[0..count) = the sum over ranks of in[first..first+count), this rank's shard
  * (gt_comm_shard); in holds all n elements. */
@@ -88,6 +90,13 @@ void gt_comm_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t el
  * gt_comm_reserve. */
 void gt_comm_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in, size_t n,
                                 int first);
+
+/* Bench only (`graphtrain bench` under several ranks times a step without its collectives):
+ * while skip is set, every collective enqueued is left out (where one writes a shard, this
+ * rank's own part is copied there instead, so values stay finite); set it before the trainer
+ * whose steps are timed is created (a captured graph keeps what was enqueued), and use nothing
+ * such a trainer computes. Host-side calls are unaffected. */
+void gt_comm_set_skip(gt_comm *c, int skip);
 
 /* Waits for every rank (outside a step: set-up and teardown). */
 int gt_comm_barrier(gt_comm *c, gt_error *err);

@@ -26,6 +26,7 @@ struct gt_comm {
     float *scratch; /* rank-order sums: every rank's copy of this rank's shard */
     size_t scratch_elems;
     int *counts, *displs, *rcounts, *rdispls; /* [size] each, one block: MPI's shard tables */
+    int skip; /* gt_comm_set_skip: collectives left out (bench's compute-alone timing) */
 };
 
 /* comm_mpi.c; without MPI in the build, init refuses a world of more than one by name */
@@ -56,6 +57,8 @@ void gt_comm_nccl_reduce_scatter(gt_comm *c, gt_stream *s, float *out, const flo
 void gt_comm_nccl_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size_t elem_bytes);
 void gt_comm_nccl_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in,
                                      size_t n, int first);
+/* the max all-reduce of comm.h over the floats' bits (ncclUint32, ncclMax) */
+void gt_comm_nccl_all_reduce_max(gt_comm *c, gt_stream *s, float *buf, size_t n);
 /* host-side, outside steps, when MPI is not up: through a small device buffer */
 int gt_comm_nccl_broadcast(gt_comm *c, void *buf, size_t n, int root, gt_error *err);
 int gt_comm_nccl_agree_max(gt_comm *c, int value, int *max, gt_error *err);

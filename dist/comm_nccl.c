@@ -322,6 +322,14 @@ void gt_comm_nccl_all_reduce(gt_comm *c, gt_stream *s, float *buf, size_t n, gt_
     end(c, s);
 }
 
+void gt_comm_nccl_all_reduce_max(gt_comm *c, gt_stream *s, float *buf, size_t n) {
+    if (!n || !begin(c, s)) return;
+    /* non-negative floats and NaN order as their bits read unsigned: a max in any order, NaN
+     * winning, so every rank skips a step one rank's amax overflowed */
+    NCCL_OP(c, ncclAllReduce(buf, buf, n, ncclUint32, ncclMax, c->nccl->comm, c->nccl->cs));
+    end(c, s);
+}
+
 void gt_comm_nccl_reduce_scatter(gt_comm *c, gt_stream *s, float *out, const float *in, size_t n,
                                  gt_reduce_order o) {
     if (!n || !begin(c, s)) return;
@@ -438,6 +446,10 @@ int gt_comm_device(const gt_comm *c) {
 }
 
 #else /* built without NCCL */
+
+void gt_comm_nccl_all_reduce_max(gt_comm *c, gt_stream *s, float *buf, size_t n) {
+    (void)c, (void)s, (void)buf, (void)n;
+}
 
 int gt_comm_device(const gt_comm *c) {
     return c->world.local_rank;

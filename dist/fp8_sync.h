@@ -5,7 +5,8 @@
  * one process training the whole global batch finds it; and a NaN/Inf amax or an overflowed
  * scale on one rank (GT_NAN_FP8) flags the step on every rank, so all skip its update. Current
  * and blockwise scales come from each micro-batch's own tensors and need no reduction. CPU
- * backend, as grad_sync.h; enqueued on a stream, so a full-iteration graph holds it. */
+ * backend through MPI, GPUs through NCCL (as grad_sync.h); enqueued on a stream, so a
+ * full-iteration graph holds it. */
 #ifndef GT_DIST_FP8_SYNC_H
 #define GT_DIST_FP8_SYNC_H
 

@@ -27,6 +27,38 @@ __global__ void k_losses(float *loss, float *aux, const float *slots, int n_micr
     *aux = a;
 }
 
+__global__ void k_fp8_pack(float *buf, const float *amax, size_t stride, int n,
+                           const uint32_t *flags, uint32_t fp8_bit) {
+    GT_PDL_ENTRY();
+    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) buf[i] = amax[(size_t)i * stride];
+    if (i == n) buf[n] = (*flags & fp8_bit) ? 1.0f : 0.0f;
+}
+
+__global__ void k_fp8_unpack(const float *buf, float *amax, size_t stride, int n, uint32_t *flags,
+                             uint32_t fp8_bit) {
+    GT_PDL_ENTRY();
+    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) amax[(size_t)i * stride] = buf[i];
+    if (i == n && buf[n] != 0.0f) *flags |= fp8_bit;
+}
+
+extern "C" cudaError_t gt_dist_cuda_fp8_pack(cudaStream_t s, float *buf, const float *amax,
+                                             size_t stride, int n, const uint32_t *flags,
+                                             uint32_t fp8_bit) {
+    unsigned blocks = (unsigned)((n + 1 + GT_DIST_THREADS - 1) / GT_DIST_THREADS);
+    k_fp8_pack<<<blocks, GT_DIST_THREADS, 0, s>>>(buf, amax, stride, n, flags, fp8_bit);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t gt_dist_cuda_fp8_unpack(cudaStream_t s, const float *buf, float *amax,
+                                               size_t stride, int n, uint32_t *flags,
+                                               uint32_t fp8_bit) {
+    unsigned blocks = (unsigned)((n + 1 + GT_DIST_THREADS - 1) / GT_DIST_THREADS);
+    k_fp8_unpack<<<blocks, GT_DIST_THREADS, 0, s>>>(buf, amax, stride, n, flags, fp8_bit);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t gt_dist_cuda_rank_sum(cudaStream_t s, float *acc, const float *parts,
                                              size_t cnt, int size, int first) {
     if (cnt == 0) return cudaSuccess;

@@ -14,8 +14,47 @@
 /* cuBLASLt's fixed workspace plus reduction partials and the other small scratch regions */
 #define WORKSPACE_FIXED ((size_t)96 << 20)
 
+/* Megatron's bucket when ddp.bucket_size is unset: max(40M, 1M x data-parallel size) */
+#define DP_BUCKET_MIN 40000000u
+#define DP_BUCKET_PER_RANK 1000000u
+
+size_t gt_memory_dp_bucket_elems(const gt_config *cfg, int dp_size) {
+    size_t bucket = cfg->ddp.bucket_size > 0 ? (size_t)cfg->ddp.bucket_size : 0;
+    if (bucket == 0) {
+        bucket = (size_t)DP_BUCKET_PER_RANK * (size_t)(dp_size > 0 ? dp_size : 1);
+        if (bucket < DP_BUCKET_MIN) bucket = DP_BUCKET_MIN;
+    }
+    return bucket;
+}
+
+int gt_memory_dp_size(const gt_config *cfg) {
+    if (cfg->ddp.data_parallel_size > 0) return cfg->ddp.data_parallel_size;
+    const gt_model_config *m = &cfg->model;
+    long model_par = (long)m->tensor_model_parallel_size * m->pipeline_model_parallel_size *
+                     m->context_parallel_size;
+    long dp = model_par > 0 ? cfg->runtime.num_gpus / model_par : cfg->runtime.num_gpus;
+    return dp > 0 ? (int)dp : 1;
+}
+
+/* rank 0's elements of the sharded state: the buckets are cut from the last parameter back
+ * (grad_sync.h), and the first n % dp ranks own one more element of each */
+static size_t largest_shard(size_t n, size_t bucket, int dp) {
+    size_t total = 0;
+    for (size_t end = n; end > 0;) {
+        size_t len = end < bucket ? end : bucket;
+        total += (len + (size_t)dp - 1) / (size_t)dp;
+        end -= len;
+    }
+    return total;
+}
+
 int gt_memory_plan_compute(const gt_config *cfg, size_t act_bytes, gt_memory_plan *p,
                            gt_error *err) {
+    return gt_memory_plan_compute_dp(cfg, act_bytes, gt_memory_dp_size(cfg), p, err);
+}
+
+int gt_memory_plan_compute_dp(const gt_config *cfg, size_t act_bytes, int dp_size,
+                              gt_memory_plan *p, gt_error *err) {
     gt_model_info mi = {0};
     int rc = gt_model_plan(cfg, act_bytes, &mi, err);
     if (rc) return rc;
@@ -23,9 +62,15 @@ int gt_memory_plan_compute(const gt_config *cfg, size_t act_bytes, gt_memory_pla
     p->grads = mi.grad_bytes;
     p->activations = mi.act_bytes;
     p->scratch = mi.scratch_bytes;
-    p->optimizer = mi.n_params * (gt_master_elem_bytes(act_bytes) +
-                                  gt_state_dtype_bytes(cfg->optimizer.exp_avg_dtype) +
-                                  gt_state_dtype_bytes(cfg->optimizer.exp_avg_sq_dtype));
+    size_t per = gt_master_elem_bytes(act_bytes) +
+                 gt_state_dtype_bytes(cfg->optimizer.exp_avg_dtype) +
+                 gt_state_dtype_bytes(cfg->optimizer.exp_avg_sq_dtype);
+    p->optimizer_whole = mi.n_params * per;
+    p->opt_shards = cfg->optimizer.use_distributed_optimizer && dp_size > 1 ? dp_size : 1;
+    p->optimizer =
+        p->opt_shards > 1
+            ? largest_shard(mi.n_params, gt_memory_dp_bucket_elems(cfg, dp_size), dp_size) * per
+            : p->optimizer_whole;
     /* cuDNN's deterministic attention backward needs B*H*T*T*2 bytes of workspace (the
      * largest single allowance); count it whenever the model has attention */
     const gt_model_config *m = &cfg->model;
@@ -47,10 +92,16 @@ void gt_memory_plan_print(const gt_memory_plan *p, const char *backend, FILE *f)
     fprintf(f, "memory plan on the %s backend (allocated once, graphs add nothing):\n", backend);
     fprintf(f, "  parameters   %10.1f MiB\n", (double)p->params / MIB);
     fprintf(f, "  gradients    %10.1f MiB  (fp32)\n", (double)p->grads / MIB);
-    fprintf(f,
-            "  optimizer    %10.1f MiB  (master: fp32, or its low halves beside bf16 "
-            "parameters; Adam m and v: fp32, or bf16 if set)\n",
-            (double)p->optimizer / MIB);
+    if (p->opt_shards > 1)
+        fprintf(f,
+                "  optimizer    %10.1f MiB  (per rank: its shards of %.1f MiB, split over %d "
+                "data-parallel ranks by optimizer.use_distributed_optimizer)\n",
+                (double)p->optimizer / MIB, (double)p->optimizer_whole / MIB, p->opt_shards);
+    else
+        fprintf(f,
+                "  optimizer    %10.1f MiB  (master: fp32, or its low halves beside bf16 "
+                "parameters; Adam m and v: fp32, or bf16 if set)\n",
+                (double)p->optimizer / MIB);
     if (p->activations_without_recompute != p->activations)
         fprintf(f, "  activations  %10.1f MiB  (recompute; %.1f MiB without it)\n",
                 (double)p->activations / MIB, (double)p->activations_without_recompute / MIB);

@@ -70,8 +70,8 @@ static int set_gemm_table(gt_trainer *t, gt_error *err) {
  * memory, or, on the CPU backend (whose arenas are host memory and which reports no device
  * memory), against the host's available memory. */
 static int check_fit(gt_trainer *t, gt_error *err) {
-    gt_memory_plan p;
-    int rc = gt_memory_plan_compute(&t->cfg, t->b->act_bytes, &p, err);
+    gt_memory_plan p; /* the optimizer state of this rank: its shards over the world it is in */
+    int rc = gt_memory_plan_compute_dp(&t->cfg, t->b->act_bytes, t->comm ? t->dp_size : 1, &p, err);
     if (rc) return rc;
     if (t->b->kind == GT_BACKEND_CPU)
         return gt_memory_plan_check_host_fit(&p, gt_memory_host_available(), err);
@@ -152,14 +152,18 @@ static void set_hyper(gt_trainer *t) {
 
 static int alloc_state(gt_trainer *t, gt_error *err) {
     size_t master_elem = gt_master_elem_bytes(t->b->act_bytes);
-    size_t n = t->n_params * master_elem;
+    /* the distributed optimizer: this rank's shards alone (trainer_shards.c) */
+    t->opt_sharded = t->sync && t->cfg.optimizer.use_distributed_optimizer;
+    t->opt_elems = t->opt_sharded ? gt_trainer_shard_elems(t, t->dp_rank) : t->n_params;
+    size_t n = (t->opt_elems ? t->opt_elems : 1) * master_elem;
+    size_t moments = t->opt_elems ? t->opt_elems : 1;
     t->hp.master_lo = master_elem == 2;
     gt_arena_init(&t->opt, "optimizer");
     gt_arena_init(&t->state, "step_state");
     gt_arena_init(&t->batch, "batch");
     int rc = gt_arena_add(&t->opt, "master", n, &t->master, err);
-    if (!rc) rc = gt_arena_add(&t->opt, "adam_m", t->n_params * t->m_elem, &t->adam_m, err);
-    if (!rc) rc = gt_arena_add(&t->opt, "adam_v", t->n_params * t->v_elem, &t->adam_v, err);
+    if (!rc) rc = gt_arena_add(&t->opt, "adam_m", moments * t->m_elem, &t->adam_m, err);
+    if (!rc) rc = gt_arena_add(&t->opt, "adam_v", moments * t->v_elem, &t->adam_v, err);
     if (!rc) rc = gt_arena_add(&t->state, "train", sizeof(gt_step_state), (void **)&t->st, err);
     if (!rc) rc = gt_arena_add(&t->state, "eval", sizeof(gt_step_state), (void **)&t->eval_st, err);
     t->batch_bytes = (size_t)t->n_micro * 2 * (size_t)t->N * sizeof(int32_t);
@@ -213,8 +217,8 @@ static int init_weights(gt_trainer *t, gt_error *err) {
     if (!rc) rc = gt_trainer_write_master(t, host, err);
     if (!rc) {
         const gt_backend_ops *o = t->b->ops;
-        o->memset0(t->b, t->s, t->adam_m, t->n_params * t->m_elem);
-        o->memset0(t->b, t->s, t->adam_v, t->n_params * t->v_elem);
+        o->memset0(t->b, t->s, t->adam_m, t->opt_elems * t->m_elem);
+        o->memset0(t->b, t->s, t->adam_v, t->opt_elems * t->v_elem);
         rc = o->stream_sync(t->b, t->s, err);
     }
     free(host);
@@ -293,6 +297,7 @@ void gt_trainer_destroy(gt_trainer *t) {
         if (t->h_st) t->b->ops->host_free(t->b, t->h_st);
     }
     gt_arena_release(&t->opt);
+    free(t->h_full);
     gt_arena_release(&t->state);
     gt_arena_release(&t->batch);
     gt_trainer_dp_release(t);
@@ -336,6 +341,7 @@ gt_data_pos gt_trainer_data_pos(const gt_trainer *t) {
 }
 
 int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err) {
+    if (t->opt_sharded) return gt_trainer_shards_read(t, host, NULL, NULL, err);
     gt_backend *b = t->b;
     size_t n = t->n_params;
     gt_adamw_state os = gt_trainer_opt_state(t);
@@ -360,6 +366,7 @@ int gt_trainer_read_master(gt_trainer *t, float *host, gt_error *err) {
 }
 
 int gt_trainer_write_master(gt_trainer *t, const float *host, gt_error *err) {
+    if (t->opt_sharded) return gt_trainer_shards_write_master(t, host, err);
     gt_backend *b = t->b;
     size_t n = t->n_params;
     /* the moments of every row current before the weights change */
@@ -404,6 +411,7 @@ static int read_moment(gt_trainer *t, float *out, const void *dev, int is_bf16, 
 }
 
 int gt_trainer_read_moments(gt_trainer *t, float *m, float *v, gt_error *err) {
+    if (t->opt_sharded) return gt_trainer_shards_read(t, NULL, m, v, err);
     gt_adamw_state os = gt_trainer_opt_state(t);
     int rc = read_moment(t, m, os.m, t->hp.m_bf16, err);
     if (!rc) rc = read_moment(t, v, os.v, t->hp.v_bf16, err);
@@ -428,6 +436,7 @@ static int write_moment(gt_trainer *t, void *dev, const float *in, int is_bf16, 
 }
 
 int gt_trainer_write_moments(gt_trainer *t, const float *m, const float *v, gt_error *err) {
+    if (t->opt_sharded) return gt_trainer_shards_write_moments(t, m, v, err);
     /* the weights of every row current before the moments change */
     gt_adamw_state os = gt_trainer_opt_state(t);
     int rc = write_moment(t, os.m, m, t->hp.m_bf16, err);

@@ -25,10 +25,20 @@
 int gt_trainer_create_dp(gt_trainer **out, const gt_config *cfg, gt_comm *comm, gt_error *err);
 
 /* Collective over the data-parallel ranks: the distributed optimizer's master weights and
- * moments gathered, so every rank holds the whole state (a checkpoint reads it; gt_trainer_save
- * refuses a stepped distributed optimizer without it). Nothing for one process or the
- * replicated optimizer. */
+ * moments, of which each rank allocates only its shards, gathered into a whole host copy on
+ * every rank until the next step (a checkpoint reads it; gt_trainer_save refuses the
+ * distributed optimizer without it). Nothing for one process or the replicated optimizer.
+ * gt_trainer_read_master and gt_trainer_read_moments gather first when the copy is not there,
+ * so under the distributed optimizer every rank must call them. */
 int gt_trainer_dp_gather_state(gt_trainer *t, gt_error *err);
+/* Bench: the collectives of one data-parallel step alone (the gradient buckets' reductions,
+ * the losses, the fp8 state, the distributed optimizer's parameter gather), eagerly, after a
+ * barrier; *ms the wall time to their end on this rank. They leave values no one reads (the
+ * next step rewrites them). 0 ms and nothing run without a communicator. */
+int gt_trainer_time_collectives(gt_trainer *t, double *ms, gt_error *err);
+/* Bytes of optimizer state (master weights, Adam m and v) this rank allocated: every
+ * parameter's, or with the distributed optimizer its shards' alone. */
+size_t gt_trainer_opt_state_bytes(const gt_trainer *t);
 
 /* Prints every arena (model, optimizer, step state, batch) and the pinned host buffers. */
 void gt_trainer_print_memory(const gt_trainer *t, FILE *f);

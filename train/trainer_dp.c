@@ -4,16 +4,12 @@
  * and loss are the same sums whatever the number of ranks (runtime.deterministic), or reduced
  * once a step in the library's order. */
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 
+#include "core/clock.h"
 #include "model/memory_plan.h"
 #include "model/model_fp8.h"
 #include "train/trainer_impl.h"
-
-/* Megatron's bucket when ddp.bucket_size is unset: max(40M, 1M x data-parallel size) */
-#define DP_BUCKET_MIN 40000000u
-#define DP_BUCKET_PER_RANK 1000000u
 
 _Static_assert(offsetof(gt_step_state, aux_loss) == offsetof(gt_step_state, loss) + sizeof(float),
                "a micro-batch's loss pair is copied as two adjacent floats");
@@ -48,12 +44,6 @@ int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err) {
     t->dp_size = size;
     t->dp_rank = gt_comm_rank(comm);
     t->n_micro = t->n_micro_global / size;
-    if (t->cfg.optimizer.use_distributed_optimizer && t->dp_rank == 0 && size > 1)
-        fprintf(stderr,
-                "graphtrain: note: optimizer.use_distributed_optimizer: each rank steps "
-                "its 1/%d of the optimizer state, but every rank still allocates the "
-                "whole state (the memory saving is not built yet)\n",
-                size);
     if (!(t->h_skip = malloc(2 * (size_t)t->N * sizeof(int32_t))))
         return gt_error_set(err, GT_ERR_NOMEM, "out of host memory for the data-parallel batch");
     gt_arena_init(&t->dp, "data_parallel");
@@ -72,11 +62,7 @@ int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err) {
 
 /* After the model: the buckets cover its parameters. */
 static int make_sync(gt_trainer *t, gt_error *err) {
-    size_t bucket = (size_t)t->cfg.ddp.bucket_size;
-    if (bucket == 0) {
-        bucket = (size_t)DP_BUCKET_PER_RANK * (size_t)t->dp_size;
-        if (bucket < DP_BUCKET_MIN) bucket = DP_BUCKET_MIN;
-    }
+    size_t bucket = gt_memory_dp_bucket_elems(&t->cfg, t->dp_size);
     gt_grad_sync_opts o = {bucket,
                            t->cfg.runtime.deterministic ? GT_REDUCE_RANK_ORDER : GT_REDUCE_LIBRARY};
     return gt_grad_sync_create(&t->sync, t->comm, t->b, t->n_params, &o, err);
@@ -147,28 +133,46 @@ void gt_trainer_enqueue_dp_adamw(gt_trainer *t, gt_stream *s) {
     gt_backend *b = t->b;
     size_t act = b->act_bytes, master = gt_master_elem_bytes(act);
     gt_grad_rows none = GT_NO_GRAD_ROWS; /* the rows are never lazy with data parallelism */
+    size_t at = 0; /* the bucket's shard in the compact optimizer state (trainer_shards.c) */
     for (int i = 0; i < gt_grad_sync_bucket_count(t->sync); i++) {
         const gt_grad_bucket *k = gt_grad_sync_bucket(t->sync, i);
         size_t f = k->shard_first, n = k->shard_n;
         if (!n) continue;
         /* the decayed parameters are the first n_decay: how many of them this shard holds */
         size_t decay = t->n_decay > f ? t->n_decay - f : 0;
-        b->ops->adamw(b, s, (char *)t->mi->params + f * act, (char *)t->master + f * master,
-                      t->mi->grads + f, none, (char *)t->adam_m + f * t->m_elem,
-                      (char *)t->adam_v + f * t->v_elem, n, decay < n ? decay : n, t->hp, t->st);
+        b->ops->adamw(b, s, (char *)t->mi->params + f * act, (char *)t->master + at * master,
+                      t->mi->grads + f, none, (char *)t->adam_m + at * t->m_elem,
+                      (char *)t->adam_v + at * t->v_elem, n, decay < n ? decay : n, t->hp, t->st);
+        at += n;
     }
     gt_grad_sync_gather(t->sync, s, t->mi->params, act);
 }
 
-int gt_trainer_dp_gather_state(gt_trainer *t, gt_error *err) {
-    if (!t->sync || !t->cfg.optimizer.use_distributed_optimizer) return GT_OK;
-    size_t master = gt_master_elem_bytes(t->b->act_bytes);
-    gt_grad_sync_gather(t->sync, t->s, t->master, master);
-    gt_grad_sync_gather(t->sync, t->s, t->adam_m, t->m_elem);
-    gt_grad_sync_gather(t->sync, t->s, t->adam_v, t->v_elem);
-    int rc = t->b->ops->stream_sync(t->b, t->s, err);
+/* What a step's collectives are, enqueued without the compute between them (bench's C): the
+ * values they leave are not used, and the next step rewrites every one of them. */
+static void enqueue_collectives(gt_trainer *t, gt_stream *s) {
+    int rank_order = gt_grad_sync_order(t->sync) == GT_REDUCE_RANK_ORDER;
+    for (int j = 0; rank_order && j < t->n_micro; j++)
+        gt_grad_sync_round(t->sync, s, t->mi->grads, j == 0);
+    if (rank_order)
+        gt_grad_sync_finish(t->sync, s, t->mi->grads);
+    else
+        gt_grad_sync_all_reduce(t->sync, s, t->mi->grads);
+    gt_grad_sync_losses(t->sync, s, t->st, t->loss_slots, t->n_micro_global);
+    gt_fp8_sync_step(t->fp8_sync, s, t->st);
+    if (t->opt_sharded) gt_grad_sync_gather(t->sync, s, t->mi->params, t->b->act_bytes);
+}
+
+int gt_trainer_time_collectives(gt_trainer *t, double *ms, gt_error *err) {
+    *ms = 0;
+    if (!t->sync) return GT_OK;
+    int rc = gt_comm_barrier(t->comm, err); /* every rank starts together: no skew timed */
+    if (rc) return rc;
+    double t0 = gt_now_ms();
+    enqueue_collectives(t, t->s);
+    rc = t->b->ops->stream_sync(t->b, t->s, err);
     if (!rc) rc = gt_backend_check(t->b, err);
-    if (!rc) t->dp_stale = 0;
+    *ms = gt_now_ms() - t0;
     return rc;
 }
 

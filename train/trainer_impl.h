@@ -24,11 +24,16 @@ struct gt_trainer {
     int n_micro; /* this rank's micro-batches per step = global_batch_size / (micro x dp) */
     int B, T, N; /* micro_batch_size, seq_length, tokens per micro-batch */
 
-    gt_arena opt;          /* optimizer state */
-    void *master;          /* [n_params] master weights: fp32, or with hp.master_lo their int16 low
+    gt_arena opt; /* optimizer state */
+    /* opt_elems of each array: n_params, or with the distributed optimizer (opt_sharded) this
+     * rank's shards of every bucket, one after another in the buckets' order
+     * (trainer_shards.c) */
+    size_t opt_elems;
+    int opt_sharded;
+    void *master;          /* [opt_elems] master weights: fp32, or with hp.master_lo their int16 low
                             * halves, the bf16 parameters being the high halves (core/bf16.h) */
-    void *adam_m;          /* [n_params] first moment, fp32 or bf16 (hp.m_bf16) */
-    void *adam_v;          /* [n_params] second moment, fp32 or bf16 (hp.v_bf16) */
+    void *adam_m;          /* [opt_elems] first moment, fp32 or bf16 (hp.m_bf16) */
+    void *adam_v;          /* [opt_elems] second moment, fp32 or bf16 (hp.v_bf16) */
     size_t m_elem, v_elem; /* their bytes per element */
 
     gt_arena state;         /* the small device step-state arena */
@@ -72,7 +77,8 @@ struct gt_trainer {
     float *loss_slots; /* [n_micro_global][2]: loss and aux_loss of each micro-batch */
     float *eval_slots; /* [eval_iters][2]: the same of each evaluation batch */
     int32_t *h_skip;   /* [2][N] host: another rank's micro-batch, read and dropped */
-    int dp_stale;      /* the distributed optimizer stepped: other ranks' shards are old here */
+    int dp_stale;      /* opt_sharded and no whole copy in h_full: a save must gather first */
+    float *h_full;     /* [3][n_params] host, opt_sharded: master, m, v gathered; NULL: not */
     int resumed;       /* started from checkpoint.load */
     /* the schedule record saved checkpoints carry: the configuration's, or the checkpoint's
      * when use_checkpoint_opt_param_scheduler took it (sched_adopted) */
@@ -116,6 +122,16 @@ int gt_trainer_dp_eval(gt_trainer *t, float *loss, gt_error *err);
 void gt_trainer_enqueue_dp_adamw(gt_trainer *t, gt_stream *s);
 /* The micro-batches of a data-parallel step with their reductions (inside enqueue_step). */
 void gt_trainer_enqueue_dp_micro_batches(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec);
+
+/* trainer_shards.c, the distributed optimizer's compact state (opt_sharded): the elements of
+ * rank's shards of every bucket; this rank's shards of whole fp32 host arrays [n_params]
+ * written (the master with the parameters); the whole state read from h_full, gathered first
+ * when it is not there (a collective: every rank calls it); h_full dropped (a step ran). */
+size_t gt_trainer_shard_elems(const gt_trainer *t, int rank);
+int gt_trainer_shards_write_master(gt_trainer *t, const float *host, gt_error *err);
+int gt_trainer_shards_write_moments(gt_trainer *t, const float *m, const float *v, gt_error *err);
+int gt_trainer_shards_read(gt_trainer *t, float *master, float *m, float *v, gt_error *err);
+void gt_trainer_shards_drop(gt_trainer *t);
 
 /* Resume from checkpoint.load (trainer_ckpt.c): weights, moments, step state, data position. */
 int gt_trainer_load(gt_trainer *t, const char *path, gt_error *err);

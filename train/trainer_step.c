@@ -132,7 +132,7 @@ int gt_trainer_step(gt_trainer *t, gt_step_stats *stats, gt_error *err) {
         gt_lazy_rows_start(&t->lazy, t->grad_reduce != NULL || t->sync != NULL,
                            gt_trainer_adamw_state(t));
     t->stepped = 1;
-    t->dp_stale = t->sync && t->cfg.optimizer.use_distributed_optimizer;
+    if (t->opt_sharded) gt_trainer_shards_drop(t); /* the gathered copy is of this step's past */
     double t0 = gt_now_ms();
     int rc = GT_OK;
     if (t->prefetch_rc) { /* the load of this step's batch, done during the last step, failed */

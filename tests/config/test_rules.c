@@ -231,9 +231,6 @@ static const rule_case k_cases[] = {
      "model.compute_dtype=fp8_ds runtime.device=cpu"},
     {"engine_no_fp8_moe", GT_SEVERITY_ERROR, MOE "model.compute_dtype=fp8_cs runtime.device=cpu",
      MOE "model.compute_dtype=bf16 runtime.device=cpu"},
-    {"engine_no_fp8_data_parallel_gpu", GT_SEVERITY_ERROR,
-     "model.compute_dtype=fp8_ds runtime.device=cuda ddp.force_collectives=true",
-     "model.compute_dtype=fp8_ds runtime.device=cpu ddp.force_collectives=true"},
     {"engine_no_mamba_full_recompute", GT_SEVERITY_ERROR,
      "model.num_layers=2 model.hybrid_override_pattern=*M runtime.device=cpu "
      "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1",

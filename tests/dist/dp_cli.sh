@@ -3,8 +3,9 @@
 # rank 0 alone prints; a checkpoint of 2 ranks resumes at 1 and then at 4 with the losses of
 # an uninterrupted run, bit for bit (the metrics file keeps every float's digits); SIGTERM
 # to one rank, or Ctrl-C to mpirun, stops every rank after the same step with one checkpoint;
-# one process with ddp.force_collectives has the 4 ranks' losses; a rank killed
-# outright ends the job with an error, not a hang.
+# one process with ddp.force_collectives has the 4 ranks' losses; `graphtrain bench` at 2
+# ranks reports the communication; a rank killed outright ends the job with an error, not a
+# hang.
 set -u
 MPI="${MPIEXEC:?set MPIEXEC} --oversubscribe"
 BIN="${GT_BINARY:?set GT_BINARY}"
@@ -34,19 +35,31 @@ grep -q '^world: 1 rank on 1 node' "$DIR/forced.out" || fail "force_collectives:
 [ "$(losses "$DIR/forced.jsonl")" = "$(losses "$DIR/whole.jsonl")" ] ||
     fail "force_collectives: the losses differ from the 4 ranks'"
 
-# 2 ranks for steps 1-2, 1 rank for 3-4, 4 ranks for 5-6, through one checkpoint folder
+# 2 ranks for steps 1-2, 1 rank for 3-4, 4 ranks for 5-6, through one checkpoint folder; the
+# 2 and 4 ranks shard the optimizer state (its checkpoint is the one-process format, and the
+# distributed optimizer steps the replicated one's bits)
 CK="checkpoint.save=$DIR/ck checkpoint.load=$DIR/ck"
-$MPI -np 2 "$BIN" train $ARGS $CK train.exit_interval=2 logger.metrics_file="$DIR/a.jsonl" \
+DO="optimizer.use_distributed_optimizer=true ddp.bucket_size=1000"
+$MPI -np 2 "$BIN" train $ARGS $CK $DO train.exit_interval=2 logger.metrics_file="$DIR/a.jsonl" \
     > "$DIR/a.out" 2>&1 || fail "2 ranks: $(tail -5 "$DIR/a.out")"
 $MPI -np 1 "$BIN" train $ARGS $CK train.exit_interval=4 logger.metrics_file="$DIR/b.jsonl" \
     > "$DIR/b.out" 2>&1 || fail "1 rank: $(tail -5 "$DIR/b.out")"
 grep -q "resumed from .* at step 2" "$DIR/b.out" || fail "1 rank did not resume at step 2"
-$MPI -np 4 "$BIN" train $ARGS $CK logger.metrics_file="$DIR/c.jsonl" > "$DIR/c.out" 2>&1 ||
+$MPI -np 4 "$BIN" train $ARGS $CK $DO logger.metrics_file="$DIR/c.jsonl" > "$DIR/c.out" 2>&1 ||
     fail "4 ranks resumed: $(tail -5 "$DIR/c.out")"
 losses "$DIR/whole.jsonl" > "$DIR/whole.txt"
 losses "$DIR/a.jsonl" "$DIR/b.jsonl" "$DIR/c.jsonl" > "$DIR/pieces.txt"
 [ "$(wc -l < "$DIR/whole.txt")" = 6 ] || fail "the reference has no 6 losses"
 diff "$DIR/whole.txt" "$DIR/pieces.txt" || fail "2 -> 1 -> 4 ranks differ from one 4-rank run"
+
+# `graphtrain bench` at 2 ranks: rank 0 alone reports, with the measured communication
+$MPI -np 2 "$BIN" bench $ARGS --modes eager --steps 2 --warmup 1 --quiet --json "$DIR/bench.json" \
+    > "$DIR/bench.out" 2>&1 || fail "bench at 2 ranks: $(tail -5 "$DIR/bench.out")"
+[ "$(grep -c '^data parallel eager: 2 ranks' "$DIR/bench.out")" = 1 ] ||
+    fail "bench at 2 ranks: no one data-parallel line: $(tail -5 "$DIR/bench.out")"
+for k in '"ranks": *2' '"tokens_per_s_per_gpu"' '"comm_ms"' '"compute_ms"' '"hidden_fraction"'; do
+    grep -q "$k" "$DIR/bench.json" || fail "bench at 2 ranks: the JSON has no $k"
+done
 
 # the rank-1 process of the job tagged $1
 rank1_pid() {

@@ -115,6 +115,27 @@ static void test_blockwise_scaling_at_n_ranks_equals_one_process_bitwise(void **
     check_recipe("fp8_sc");
 }
 
+/* the distributed optimizer (each rank its shards of the state, the parameters gathered) under
+ * delayed scaling: the replicated optimizer's losses, master weights and scales */
+static void
+test_delayed_scaling_with_the_distributed_optimizer_is_bitwise_replicated(void **state) {
+    (void)state;
+    gt_config replicated, sharded;
+    fp8_config(&replicated, "fp8_ds");
+    mpf_set(&replicated, "ddp.bucket_size=1000");
+    gt_config_finalize(&replicated);
+    sharded = replicated;
+    mpf_set(&sharded, "optimizer.use_distributed_optimizer=true");
+    gt_config_finalize(&sharded);
+    run_out r, d;
+    run(&replicated, C, &r);
+    run(&sharded, C, &d);
+    assert_memory_equal(r.loss, d.loss, sizeof r.loss);
+    assert_memory_equal(r.master, d.master, r.n * sizeof *r.master);
+    assert_memory_equal(r.meta, d.meta, (size_t)r.n_meta * sizeof *r.meta);
+    run_free(&r), run_free(&d);
+}
+
 static void test_delayed_scaling_graph_modes_are_bitwise_equal_at_n_ranks(void **state) {
     (void)state;
     gt_config eager, scoped, full;
@@ -169,6 +190,7 @@ int main(void) {
         cmocka_unit_test(test_current_scaling_at_n_ranks_equals_one_process_bitwise),
         cmocka_unit_test(test_delayed_scaling_at_n_ranks_equals_one_process_bitwise),
         cmocka_unit_test(test_blockwise_scaling_at_n_ranks_equals_one_process_bitwise),
+        cmocka_unit_test(test_delayed_scaling_with_the_distributed_optimizer_is_bitwise_replicated),
         cmocka_unit_test(test_delayed_scaling_graph_modes_are_bitwise_equal_at_n_ranks),
         cmocka_unit_test(test_amax_max_and_fp8_flag_reach_every_rank),
     };

@@ -16,6 +16,7 @@
 #include "dist/comm.h"
 #include "train/train_loop.h"
 #include "train/trainer.h"
+#include "train/trainer_impl.h" /* gt_trainer_read_moments */
 
 enum { STEPS = 5 };
 
@@ -159,6 +160,83 @@ static void test_distributed_optimizer_gives_the_bits_of_the_replicated_one(void
     run_losses(&sharded_graph, C, STEPS, g);
     assert_memory_equal(a, b, sizeof a);
     assert_memory_equal(a, g, sizeof a);
+}
+
+/* trainer after `steps` steps of configuration c over comm (the caller destroys it) */
+static gt_trainer *trained(const gt_config *c, gt_comm *comm, int steps) {
+    gt_trainer *t = NULL;
+    gt_error err = {0};
+    if (gt_trainer_create_dp(&t, c, comm, &err)) fail_msg("rank %d: create: %s", RANK, err.msg);
+    for (int i = 0; i < steps; i++) {
+        gt_step_stats s;
+        if (gt_trainer_step(t, &s, &err)) fail_msg("rank %d: step %d: %s", RANK, i + 1, err.msg);
+    }
+    return t;
+}
+
+/* rank r's share of n elements split over SIZE ranks: the first n % SIZE own one more */
+static size_t share(size_t n, int r) {
+    return n / (size_t)SIZE + ((size_t)r < n % (size_t)SIZE ? 1 : 0);
+}
+
+/* Megatron's saving: each rank allocates only its shard of every bucket of the master weights
+ * and both moments (4 + 4 + 4 bytes a parameter on the CPU backend, 4 + 2 + 2 with bf16
+ * moments), while the replicated optimizer holds every parameter's */
+static void test_the_distributed_optimizer_allocates_only_this_ranks_shards(void **state) {
+    (void)state;
+    enum { BUCKET = 1000 };
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        gt_config replicated, sharded;
+        dp_config(&replicated);
+        mpf_set(&replicated, "ddp.bucket_size=1000");
+        if (bf16) mpf_set(&replicated, "optimizer.exp_avg_dtype=bf16");
+        if (bf16) mpf_set(&replicated, "optimizer.exp_avg_sq_dtype=bf16");
+        gt_config_finalize(&replicated);
+        sharded = replicated;
+        mpf_set(&sharded, "optimizer.use_distributed_optimizer=true");
+        gt_config_finalize(&sharded);
+        gt_trainer *r = trained(&replicated, C, 0), *d = trained(&sharded, C, 0);
+        size_t n = gt_model_get_info(gt_trainer_model(r))->n_params, per = bf16 ? 8 : 12;
+        size_t mine = 0;
+        for (size_t end = n; end > 0; end -= end < BUCKET ? end : BUCKET) /* the buckets */
+            mine += share(end < BUCKET ? end : BUCKET, RANK);
+        assert_true(n > 2 * BUCKET);
+        assert_int_equal(gt_trainer_opt_state_bytes(r), n * per);
+        assert_int_equal(gt_trainer_opt_state_bytes(d), mine * per);
+        assert_true(mine < n);
+        gt_trainer_destroy(d);
+        gt_trainer_destroy(r);
+    }
+}
+
+/* the whole state gathered from the ranks' compact shards is the replicated optimizer's, bit
+ * for bit, read on every rank (fp32 and bf16 moments) */
+static void test_the_gathered_shards_are_the_replicated_state_bitwise(void **state) {
+    (void)state;
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        gt_config replicated, sharded;
+        dp_config(&replicated);
+        mpf_set(&replicated, "ddp.bucket_size=1000");
+        if (bf16) mpf_set(&replicated, "optimizer.exp_avg_dtype=bf16");
+        gt_config_finalize(&replicated);
+        sharded = replicated;
+        mpf_set(&sharded, "optimizer.use_distributed_optimizer=true");
+        gt_config_finalize(&sharded);
+        gt_trainer *r = trained(&replicated, C, 3), *d = trained(&sharded, C, 3);
+        size_t n = gt_model_get_info(gt_trainer_model(r))->n_params;
+        float *a = calloc(3 * n, sizeof *a), *b = calloc(3 * n, sizeof *b);
+        gt_error err = {0};
+        assert_int_equal(gt_trainer_read_master(r, a, &err), GT_OK);
+        assert_int_equal(gt_trainer_read_moments(r, a + n, a + 2 * n, &err), GT_OK);
+        assert_int_equal(gt_trainer_read_master(d, b, &err), GT_OK); /* gathers */
+        assert_int_equal(gt_trainer_read_moments(d, b + n, b + 2 * n, &err), GT_OK);
+        assert_memory_equal(a, b, 3 * n * sizeof *a);
+        mpf_assert_ranks_agree(b, 3 * n * sizeof *b);
+        free(a);
+        free(b);
+        gt_trainer_destroy(d);
+        gt_trainer_destroy(r);
+    }
 }
 
 static void test_a_distributed_optimizer_saves_only_after_its_shards_are_gathered(void **state) {
@@ -338,6 +416,8 @@ int main(void) {
         cmocka_unit_test(test_small_buckets_give_the_bits_of_one_bucket),
         cmocka_unit_test(test_library_order_agrees_with_rank_order_within_rounding),
         cmocka_unit_test(test_distributed_optimizer_gives_the_bits_of_the_replicated_one),
+        cmocka_unit_test(test_the_distributed_optimizer_allocates_only_this_ranks_shards),
+        cmocka_unit_test(test_the_gathered_shards_are_the_replicated_state_bitwise),
         cmocka_unit_test(test_a_distributed_optimizer_saves_only_after_its_shards_are_gathered),
         cmocka_unit_test(test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused_by_key),
         cmocka_unit_test(test_a_configuration_naming_another_world_size_is_refused),

@@ -6,7 +6,9 @@
  * are summed once per micro-batch instead of inside the backward, so they agree to rounding,
  * and the graph modes agree with eager bitwise. The first step's loss also matches the CPU
  * backend's to bf16 rounding. A NaN stop and the teardown (graphs before the communicator)
- * end without a hang. Skips when no GPU can be used. */
+ * end without a hang. fp8_cs and fp8_ds (the amax max-reduce through NCCL) and the
+ * distributed optimizer (its compact shards) keep the bits of the runs they replace. Skips when no
+ * GPU can be used. */
 #include "graphs_fixture.h"
 
 #include <math.h>
@@ -166,6 +168,60 @@ static void test_gpu_nccl_nan_stop_in_a_replayed_graph_ends_cleanly(void **state
     gtf_free(&run);
 }
 
+/* fp8 through NCCL (ddp.force_collectives, which validate refused with fp8 on GPUs until the
+ * amax reduction ran on NCCL): the amaxes and the fp8 flag max-reduced over a world of one
+ * inside the step, eager and in the full-iteration graph, give the run without NCCL's bits */
+static void test_gpu_nccl_fp8_matches_the_run_without_it_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    const gt_compute_dtype recipes[] = {GT_DTYPE_FP8_CS, GT_DTYPE_FP8_DS};
+    for (int r = 0; r < 2; r++) {
+        for (int mode = 0; mode < 3; mode += 2) {
+            gt_config c;
+            gpu_small(&c, 1);
+            c.model.compute_dtype = recipes[r];
+            c.ddp.force_collectives = true;
+            set_mode(&c, mode);
+            gtf_run plain, nccl;
+            gt_config alone = c;
+            alone.ddp.force_collectives = false;
+            gtf_train(&alone, STEPS, &plain);
+            train_nccl(&c, STEPS, &nccl);
+            assert_int_equal(nccl.rc, GT_OK);
+            gtf_assert_same(&plain, &nccl);
+            if (mode == 2) assert_int_equal(nccl.gs.graphs, 1);
+            assert_true(nccl.loss[0] != nccl.loss[STEPS - 1]);
+            gtf_free(&plain);
+            gtf_free(&nccl);
+        }
+    }
+}
+
+/* the distributed optimizer on the GPU: the master's int16 low halves and the moments in the
+ * compact shard layout (several buckets, in the buckets' order), stepped per bucket and
+ * gathered for the read, are the replicated optimizer's bits, eager and full-iteration */
+static void test_gpu_nccl_distributed_optimizer_matches_the_replicated_one_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    for (int mode = 0; mode < 3; mode += 2) {
+        gt_config c;
+        gpu_small(&c, 2);
+        c.ddp.bucket_size = 300000; /* several buckets, the last one short */
+        set_mode(&c, mode);
+        gt_config sharded = c;
+        sharded.optimizer.use_distributed_optimizer = true;
+        gtf_run replicated, dist;
+        train_nccl(&c, STEPS, &replicated);
+        train_nccl(&sharded, STEPS, &dist);
+        assert_int_equal(replicated.rc, GT_OK);
+        assert_int_equal(dist.rc, GT_OK);
+        assert_true(replicated.n_master > 3 * 300000);
+        gtf_assert_same(&replicated, &dist);
+        gtf_free(&replicated);
+        gtf_free(&dist);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_nccl_rank_order_matches_the_run_without_it_bitwise),
@@ -173,6 +229,8 @@ int main(void) {
         cmocka_unit_test(test_gpu_nccl_graph_modes_equal_eager_with_several_micro_batches),
         cmocka_unit_test(test_gpu_nccl_first_loss_matches_the_cpu_backend),
         cmocka_unit_test(test_gpu_nccl_nan_stop_in_a_replayed_graph_ends_cleanly),
+        cmocka_unit_test(test_gpu_nccl_fp8_matches_the_run_without_it_bitwise),
+        cmocka_unit_test(test_gpu_nccl_distributed_optimizer_matches_the_replicated_one_bitwise),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

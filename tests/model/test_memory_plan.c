@@ -180,6 +180,64 @@ static void test_validate_says_whether_the_plan_fits_the_gpu_named(void **state)
     assert_non_null(strstr(out, "fit: fits on one h200 (141 GiB)"));
 }
 
+/* the distributed optimizer: a rank holds rank 0's shards, ceil(bucket / dp) of every bucket
+ * (cut from the last parameter back), the rest of the plan unchanged */
+static void test_the_distributed_optimizer_plans_one_ranks_shards(void **state) {
+    (void)state;
+    gt_config c;
+    gt_memory_plan whole, sharded;
+    gt_error err = {0};
+    tiny_plan(&c, &whole);
+    c.ddp.bucket_size = 1000;
+    c.runtime.num_gpus = 3;
+    c.optimizer.use_distributed_optimizer = true;
+    assert_int_equal(gt_memory_plan_compute(&c, 2, &sharded, &err), GT_OK);
+    gt_model_info mi;
+    assert_int_equal(gt_model_plan(&c, 2, &mi, &err), GT_OK);
+    size_t n = mi.n_params, mine = 0;
+    for (size_t end = n; end > 0; end -= end < 1000 ? end : 1000)
+        mine += ((end < 1000 ? end : 1000) + 2) / 3;
+    assert_true(n > 3000 && n % 1000 != 0);
+    assert_int_equal(sharded.opt_shards, 3);
+    assert_int_equal(sharded.optimizer, mine * (2 + 4 + 4));
+    assert_int_equal(sharded.optimizer_whole, whole.optimizer);
+    assert_int_equal(whole.total - sharded.total, whole.optimizer - sharded.optimizer);
+    /* one GPU, or the replicated optimizer: every parameter's state */
+    c.runtime.num_gpus = 1;
+    assert_int_equal(gt_memory_plan_compute(&c, 2, &sharded, &err), GT_OK);
+    assert_int_equal(sharded.optimizer, whole.optimizer);
+    c.runtime.num_gpus = 3;
+    c.optimizer.use_distributed_optimizer = false;
+    assert_int_equal(gt_memory_plan_compute(&c, 2, &sharded, &err), GT_OK);
+    assert_int_equal(sharded.optimizer, whole.optimizer);
+    /* ddp.data_parallel_size names the world as well; the trainer passes its own */
+    c.optimizer.use_distributed_optimizer = true;
+    c.runtime.num_gpus = 1;
+    assert_int_equal(gt_memory_plan_compute_dp(&c, 2, 3, &sharded, &err), GT_OK);
+    assert_int_equal(sharded.optimizer, mine * (2 + 4 + 4));
+}
+
+/* about 105 GiB on one GPU, of which 62 are the optimizer state: at 8 ranks it fits an h100
+ * only when the distributed optimizer shards that state */
+static void test_validate_fits_8_gpus_only_with_the_distributed_optimizer(void **state) {
+    (void)state;
+    char out[32768], cmd[768];
+    const char *big = "validate --recipe tiny -g h100 runtime.num_gpus=8 "
+                      "train.micro_batch_size=1 train.global_batch_size=8 model.num_layers=32 "
+                      "model.hidden_size=4096 model.num_attention_heads=32 "
+                      "model.num_query_groups=32 model.ffn_hidden_size=11008 "
+                      "model.vocab_size=32000 model.seq_length=256";
+    snprintf(cmd, sizeof cmd, "%s optimizer.use_distributed_optimizer=false", big);
+    assert_int_equal(gt_test_run(cmd, out, sizeof out), 2);
+    assert_non_null(strstr(out, "fit: does not fit on one h100 (80 GiB)"));
+    assert_non_null(strstr(out, "optimizer.use_distributed_optimizer=true"));
+    snprintf(cmd, sizeof cmd, "%s optimizer.use_distributed_optimizer=true", big);
+    assert_int_equal(gt_test_run(cmd, out, sizeof out), 0);
+    assert_non_null(strstr(out, "fit: fits on one h100 (80 GiB)"));
+    assert_non_null(strstr(out, "split over 8 data-parallel ranks"));
+    assert_non_null(strstr(out, "its 1/8 of the optimizer state"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_adds_up_its_parts),
@@ -192,6 +250,8 @@ int main(void) {
         cmocka_unit_test(test_meminfo_gives_mem_available_in_bytes),
         cmocka_unit_test(test_cpu_run_beyond_host_memory_exits_2_before_allocating),
         cmocka_unit_test(test_validate_says_whether_the_plan_fits_the_gpu_named),
+        cmocka_unit_test(test_the_distributed_optimizer_plans_one_ranks_shards),
+        cmocka_unit_test(test_validate_fits_8_gpus_only_with_the_distributed_optimizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
