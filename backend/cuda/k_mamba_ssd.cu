@@ -6,12 +6,22 @@
  * run through one tiled fp32 kernel (k_ck_mm) whose operands are gathered by the op it is
  * instantiated for. bf16 in and out, fp32 state and sums in a fixed order (no atomics), no host
  * sync, no allocation: the buffers are the op's workspace (gt_mamba_ssd_ws_floats). */
-#include "backend/cuda/cuda_common.cuh"
+#include <stdint.h>
 
-#define CK_THREADS 256
-#define CK_TILE 64 /* rows and columns of an output tile of k_ck_mm */
-#define CK_BK 16   /* depth of one step of it */
-#define CK_PAD 4   /* shared-memory row padding against bank conflicts */
+#include "backend/cuda/mma_sync.cuh"
+
+#define CK_THREADS 256 /* the elementwise and per-chunk kernels */
+#define CK_TILE 64      /* rows and columns of an output tile of k_ck_mm */
+#define CK_BK 32        /* depth of one k step of it */
+#define CK_MM_THREADS 128
+#define CK_WM 32 /* a warp's rows and columns of the tile: 2 x 2 warps */
+#define CK_WN 32
+/* Shared-memory row strides (bf16) of the operand tiles: [outer][k] rows of CK_BK + 8 and
+ * [k][outer] rows of CK_TILE + 8 both put the eight 16-byte rows of an ldmatrix in distinct
+ * banks and keep every row 16-byte aligned. */
+#define CK_LD_K (CK_BK + 8)
+#define CK_LD_O (CK_TILE + 8)
+#define CK_OPERAND (CK_TILE * CK_LD_K > CK_BK * CK_LD_O ? CK_TILE * CK_LD_K : CK_BK * CK_LD_O)
 /* PyTorch's softplus switches to the identity past this (beta 1), as cpu_mamba.c */
 #define CK_SOFTPLUS_THRESHOLD 20.0f
 
@@ -165,28 +175,28 @@ static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x,
     case CK_CB:
         return ck_c(a, x.n0 + m, x.g, k);
     case CK_SLOC:
-        return expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
+        return __expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
     case CK_Y:
     case CK_YF:
-        if (k < a.L) return k <= m ? x.cb[(size_t)m * a.L + k] * expf(x.cs[m] - x.cs[k]) : 0.0f;
-        return expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
+        if (k < a.L) return k <= m ? x.cb[(size_t)m * a.L + k] * __expf(x.cs[m] - x.cs[k]) : 0.0f;
+        return __expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
     case CK_DH:
-        return ck_dy(a, x.n0 + k, x.h, m) * expf(x.cs[k]);
+        return ck_dy(a, x.n0 + k, x.h, m) * __expf(x.cs[k]);
     case CK_DM:
         return ck_dy(a, x.n0 + m, x.h, k);
     case CK_DXS:
         if (k < a.L)
-            return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * expf(x.cs[k] - x.cs[m]) : 0.0f;
-        return expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
+            return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * __expf(x.cs[k] - x.cs[m]) : 0.0f;
+        return __expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
     case CK_DC: {
-        if (k < a.P) return expf(x.cs[m]) * ck_dy(a, x.n0 + m, x.h, k);
+        if (k < a.P) return __expf(x.cs[m]) * ck_dy(a, x.n0 + m, x.h, k);
         int j = k - a.P;
-        return j <= m ? x.dt[j] * x.dm[(size_t)m * a.L + j] * expf(x.cs[m] - x.cs[j]) : 0.0f;
+        return j <= m ? x.dt[j] * x.dm[(size_t)m * a.L + j] * __expf(x.cs[m] - x.cs[j]) : 0.0f;
     }
     default: { /* CK_DB */
-        if (k < a.P) return expf(x.csl - x.cs[m]) * x.dt[m] * ck_x(a, x.n0 + m, x.h, k);
+        if (k < a.P) return __expf(x.csl - x.cs[m]) * x.dt[m] * ck_x(a, x.n0 + m, x.h, k);
         int i = k - a.P;
-        return i >= m && i < x.Lc ? x.dt[m] * x.dm[(size_t)i * a.L + m] * expf(x.cs[i] - x.cs[m])
+        return i >= m && i < x.Lc ? x.dt[m] * x.dm[(size_t)i * a.L + m] * __expf(x.cs[i] - x.cs[m])
                                   : 0.0f;
     }
     }
@@ -256,51 +266,115 @@ static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x
     }
 }
 
+/* Which index of a product's operand runs along memory in its gathers (so that a warp's
+ * neighbouring lanes read neighbouring bf16 values): A(m, k) along k except where it is x or
+ * dy read over the chunk's tokens (k), B(k, n) along n except where it is B, x, Hin or G read
+ * as [n][k]. A k-fast operand sits in shared memory as [outer][k], the other as [k][outer]. */
+template <int OP> struct ck_fast {
+    static constexpr bool a_k = OP != CK_SLOC && OP != CK_DH;
+    static constexpr bool b_n = OP != CK_CB && OP != CK_DM;
+};
+
+/* One operand tile of a k step (CK_TILE outer x CK_BK k) gathered into shared memory as bf16,
+ * two neighbouring elements a thread at a time; zero outside [0, outer_n) x [0, K). */
+template <int OP, bool IS_A, bool K_FAST>
+static __device__ __forceinline__ void ck_gather(bf16 *s, const ck_args &a, const ck_at &x,
+                                                 int o0, int outer_n, int k0, int K) {
+#pragma unroll
+    for (int e = threadIdx.x; e < CK_TILE * CK_BK / 2; e += CK_MM_THREADS) {
+        int o, k, o1, k1, at;
+        if (K_FAST) {
+            o = e / (CK_BK / 2), k = 2 * (e % (CK_BK / 2)), o1 = o, k1 = k + 1;
+            at = o * CK_LD_K + k;
+        } else {
+            k = e / (CK_TILE / 2), o = 2 * (e % (CK_TILE / 2)), o1 = o + 1, k1 = k;
+            at = k * CK_LD_O + o;
+        }
+        float v0 = 0.0f, v1 = 0.0f;
+        if (o0 + o < outer_n && k0 + k < K)
+            v0 = IS_A ? ck_opa<OP>(a, x, o0 + o, k0 + k) : ck_opb<OP>(a, x, k0 + k, o0 + o);
+        if (o0 + o1 < outer_n && k0 + k1 < K)
+            v1 = IS_A ? ck_opa<OP>(a, x, o0 + o1, k0 + k1) : ck_opb<OP>(a, x, k0 + k1, o0 + o1);
+        *(uint32_t *)(s + at) = gt_pack_bf16(v0, v1);
+    }
+}
+
+/* A fragments (16 m x 16 k) of the warp's two m blocks at row wm, k offset ks. */
+template <bool K_FAST>
+static __device__ __forceinline__ void ck_frag_a(uint32_t (*f)[4], const bf16 *s, int wm, int ks) {
+    int lane = threadIdx.x & 31, mi = lane >> 3, j = lane & 7;
+#pragma unroll
+    for (int i = 0; i < CK_WM / 16; i++) {
+        int m = wm + i * 16;
+        if (K_FAST)
+            gt_ldsm_x4(f[i], s + (m + (lane & 15)) * CK_LD_K + ks + (lane >> 4) * 8);
+        else
+            gt_ldsm_x4_t(f[i], s + (ks + j + (mi >> 1) * 8) * CK_LD_O + m + (mi & 1) * 8);
+    }
+}
+
+/* B fragments (16 k x 8 n) of the warp's four n blocks at column wn, k offset ks. */
+template <bool N_FAST>
+static __device__ __forceinline__ void ck_frag_b(uint32_t (*f)[2], const bf16 *s, int wn, int ks) {
+    int lane = threadIdx.x & 31, mi = lane >> 3, j = lane & 7;
+#pragma unroll
+    for (int p = 0; p < CK_WN / 16; p++) {
+        int n = wn + p * 16;
+        uint32_t r[4];
+        if (!N_FAST)
+            gt_ldsm_x4(r, s + (n + j + (mi >> 1) * 8) * CK_LD_K + ks + (mi & 1) * 8);
+        else
+            gt_ldsm_x4_t(r, s + (ks + j + (mi & 1) * 8) * CK_LD_O + n + (mi >> 1) * 8);
+        f[2 * p][0] = r[0], f[2 * p][1] = r[1], f[2 * p + 1][0] = r[2], f[2 * p + 1][1] = r[3];
+    }
+}
+
 /* One CK_TILE x CK_TILE output tile of one chunk's product per block (blockIdx.x the chunk,
- * blockIdx.y the tile); each thread owns 4 x 4 outputs (rows ty + 16 r, columns tx + 16 q) and
- * sums over k in order. A compile-time OP, so each product's gathers inline. */
-template <int OP> __global__ void __launch_bounds__(CK_THREADS) k_ck_mm(ck_args a, int tiles_n) {
+ * blockIdx.y the tile) on the tensor cores: each k step's operands are gathered (masks and
+ * decays applied in fp32) and rounded to bf16 into shared memory, as mamba_ssm rounds the
+ * operands of its products, and mma.sync m16n8k16 sums them into fp32 accumulators; four
+ * warps of CK_WM x CK_WN, the k steps in order. Fragment layout: mma_sync.cuh. A
+ * compile-time OP, so each product's gathers inline. */
+template <int OP> __global__ void __launch_bounds__(CK_MM_THREADS) k_ck_mm(ck_args a, int tiles_n) {
     GT_PDL_ENTRY();
-    __shared__ float As[CK_BK][CK_TILE + CK_PAD], Bs[CK_BK][CK_TILE + CK_PAD];
+    __shared__ __align__(16) bf16 As[CK_OPERAND], Bs[CK_OPERAND];
     ck_at x = ck_at_make<OP>(a, blockIdx.x);
     int M, N, K;
     ck_dims<OP>(a, x, &M, &N, &K);
     int m0 = (int)(blockIdx.y / tiles_n) * CK_TILE, n0 = (int)(blockIdx.y % tiles_n) * CK_TILE;
     if (m0 >= M || n0 >= N) return;
     if ((OP == CK_CB || OP == CK_DM) && n0 > m0 + CK_TILE - 1) return; /* above the diagonal */
-    int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    float acc[4][4] = {};
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int wm = (warp >> 1) * CK_WM, wn = (warp & 1) * CK_WN;
+    float acc[CK_WM / 16][CK_WN / 8][4] = {};
     for (int k0 = 0; k0 < K; k0 += CK_BK) {
         if (ck_skip<OP>(a, k0, m0)) continue;
-        for (int e = threadIdx.x; e < CK_TILE * CK_BK; e += CK_THREADS) {
-            int mm = e / CK_BK, ka = k0 + e % CK_BK, kb = k0 + e / CK_TILE, nn = e % CK_TILE;
-            As[e % CK_BK][mm] = m0 + mm < M && ka < K ? ck_opa<OP>(a, x, m0 + mm, ka) : 0.0f;
-            Bs[e / CK_TILE][nn] = n0 + nn < N && kb < K ? ck_opb<OP>(a, x, kb, n0 + nn) : 0.0f;
-        }
+        ck_gather<OP, true, ck_fast<OP>::a_k>(As, a, x, m0, M, k0, K);
+        ck_gather<OP, false, !ck_fast<OP>::b_n>(Bs, a, x, n0, N, k0, K);
         __syncthreads();
 #pragma unroll
-        for (int kk = 0; kk < CK_BK; kk++) {
-            float av[4], bv[4];
+        for (int ks = 0; ks < CK_BK; ks += 16) {
+            uint32_t fa[CK_WM / 16][4], fb[CK_WN / 8][2];
+            ck_frag_a<ck_fast<OP>::a_k>(fa, As, wm, ks);
+            ck_frag_b<ck_fast<OP>::b_n>(fb, Bs, wn, ks);
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                av[r] = As[kk][ty + 16 * r];
-                bv[r] = Bs[kk][tx + 16 * r];
-            }
+            for (int i = 0; i < CK_WM / 16; i++)
 #pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-                    acc[r][q] += av[r] * bv[q];
+                for (int j = 0; j < CK_WN / 8; j++)
+                    gt_mma_16816(acc[i][j], fa[i], fb[j]);
         }
         __syncthreads();
     }
+    int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int i = 0; i < CK_WM / 16; i++)
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            int m = m0 + ty + 16 * r, n = n0 + tx + 16 * q;
-            if (m < M && n < N) ck_store<OP>(a, x, m, n, acc[r][q]);
-        }
+        for (int j = 0; j < CK_WN / 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int m = m0 + wm + i * 16 + g + (q >> 1) * 8, n = n0 + wn + j * 8 + 2 * t + (q & 1);
+                if (m < M && n < N) ck_store<OP>(a, x, m, n, acc[i][j][q]);
+            }
 }
 
 static __device__ __forceinline__ float ck_sigm(float v) {
@@ -484,7 +558,7 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int max_m, i
                   const char *what) {
     size_t per = (size_t)a.B * a.nc * (OP == CK_CB ? a.G : a.H);
     int tn = ck_tiles(max_n);
-    gt_launch(k_ck_mm<OP>, dim3((unsigned)per, (unsigned)(ck_tiles(max_m) * tn)), CK_THREADS, 0, ex,
+    gt_launch(k_ck_mm<OP>, dim3((unsigned)per, (unsigned)(ck_tiles(max_m) * tn)), CK_MM_THREADS, 0, ex,
               a, tn);
     GT_CUDA_LAUNCHED(b, what);
 }
