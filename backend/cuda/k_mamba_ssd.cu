@@ -11,8 +11,8 @@
 #include "backend/cuda/mma_sync.cuh"
 
 #define CK_THREADS 256 /* the elementwise and per-chunk kernels */
-#define CK_TILE 64      /* rows and columns of an output tile of k_ck_mm */
-#define CK_BK 32        /* depth of one k step of it */
+#define CK_TILE 64     /* rows and columns of an output tile of k_ck_mm */
+#define CK_BK 32       /* depth of one k step of it */
 #define CK_MM_THREADS 128
 #define CK_WM 32 /* a warp's rows and columns of the tile: 2 x 2 warps */
 #define CK_WN 32
@@ -186,7 +186,8 @@ static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x,
         return ck_dy(a, x.n0 + m, x.h, k);
     case CK_DXS:
         if (k < a.L)
-            return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * __expf(x.cs[k] - x.cs[m]) : 0.0f;
+            return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * __expf(x.cs[k] - x.cs[m])
+                                      : 0.0f;
         return __expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
     case CK_DC: {
         if (k < a.P) return __expf(x.cs[m]) * ck_dy(a, x.n0 + m, x.h, k);
@@ -278,8 +279,8 @@ template <int OP> struct ck_fast {
 /* One operand tile of a k step (CK_TILE outer x CK_BK k) gathered into shared memory as bf16,
  * two neighbouring elements a thread at a time; zero outside [0, outer_n) x [0, K). */
 template <int OP, bool IS_A, bool K_FAST>
-static __device__ __forceinline__ void ck_gather(bf16 *s, const ck_args &a, const ck_at &x,
-                                                 int o0, int outer_n, int k0, int K) {
+static __device__ __forceinline__ void ck_gather(bf16 *s, const ck_args &a, const ck_at &x, int o0,
+                                                 int outer_n, int k0, int K) {
 #pragma unroll
     for (int e = threadIdx.x; e < CK_TILE * CK_BK / 2; e += CK_MM_THREADS) {
         int o, k, o1, k1, at;
@@ -558,8 +559,8 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int max_m, i
                   const char *what) {
     size_t per = (size_t)a.B * a.nc * (OP == CK_CB ? a.G : a.H);
     int tn = ck_tiles(max_n);
-    gt_launch(k_ck_mm<OP>, dim3((unsigned)per, (unsigned)(ck_tiles(max_m) * tn)), CK_MM_THREADS, 0, ex,
-              a, tn);
+    gt_launch(k_ck_mm<OP>, dim3((unsigned)per, (unsigned)(ck_tiles(max_m) * tn)), CK_MM_THREADS, 0,
+              ex, a, tn);
     GT_CUDA_LAUNCHED(b, what);
 }
 
