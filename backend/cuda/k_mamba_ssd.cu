@@ -3,9 +3,13 @@
  * cs of dt*A, the intra-chunk product (C B^T masked by the decay exp(cs_i - cs_j)) x dt x, the
  * chunk's own state, the states passed from chunk to chunk (sequential over chunks only) and
  * their output exp(cs_i) H C_i, then the D skip; and the backward of all of it. The products
- * run through one tiled fp32 kernel (k_ck_mm) whose operands are gathered by the op it is
- * instantiated for. bf16 in and out, fp32 state and sums in a fixed order (no atomics), no host
- * sync, no allocation: the buffers are the op's workspace (gt_mamba_ssd_ws_floats). */
+ * run through one tiled tensor-core kernel (k_ck_mm: mma.sync, bf16 operands gathered by the
+ * op it is instantiated for, fp32 sums), rounding to bf16 what mamba_ssm's Triton kernels
+ * round: x, B, C, dy as they come, the decay- and dt-weighted factors, the fp32 states and
+ * their gradients, C B^T and dy x^T after the mask and decay; the cumsums, the state passing,
+ * the per-token and per-chunk sums stay fp32. bf16 in and out, sums in a fixed order (no
+ * atomics), no host sync, no allocation: the buffers are the op's workspace
+ * (gt_mamba_ssd_ws_floats). Every shape runs this one path. */
 #include <stdint.h>
 
 #include "backend/cuda/mma_sync.cuh"
@@ -386,21 +390,39 @@ static __device__ __forceinline__ float ck_dt_pre(const ck_args &a, size_t n, in
     return ldf(a.zx + n * a.in + (a.in - a.H) + h) + ldf(a.dt_bias + h);
 }
 
-/* dt = softplus(raw + dt_bias) and its cumsum times A within the chunk: a thread per chunk */
+/* Inclusive sum over a warp's lanes in a fixed order (Hillis-Steele): lane l gets v_0..v_l. */
+static __device__ __forceinline__ float ck_warp_scan(float v, int lane) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        float u = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += u;
+    }
+    return v;
+}
+
+/* dt = softplus(raw + dt_bias) and its cumsum times A within the chunk: a warp per chunk, its
+ * lanes over 32 tokens at a time, each round's scan added to the last round's total */
 __global__ void k_ck_cumsum(ck_args a) {
     GT_PDL_ENTRY();
-    size_t Z = (size_t)a.B * a.H * a.nc;
-    GT_GRID_STRIDE(z, Z) {
+    size_t Z = (size_t)a.B * a.H * a.nc, nw = (size_t)gridDim.x * blockDim.x / 32;
+    int lane = threadIdx.x & 31;
+    for (size_t z = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; z < Z; z += nw) {
         int c = (int)(z % a.nc), bh = (int)(z / a.nc), b = bh / a.H, h = bh % a.H;
         int Lc = min(a.L, a.T - c * a.L);
-        float A = -expf(ldf(a.A_log + h)), acc = 0.0f;
-        for (int i = 0; i < Lc; i++) {
-            int t = c * a.L + i;
-            float v = ck_dt_pre(a, (size_t)b * a.T + t, h);
-            float d = v > CK_SOFTPLUS_THRESHOLD ? v : log1pf(expf(v));
-            acc += d * A;
-            a.dt[(size_t)bh * a.T + t] = d;
-            a.cs[(size_t)bh * a.T + t] = acc;
+        float A = -expf(ldf(a.A_log + h)), carry = 0.0f;
+        for (int i0 = 0; i0 < Lc; i0 += 32) {
+            int i = i0 + lane, t = c * a.L + i;
+            float d = 0.0f;
+            if (i < Lc) {
+                float v = ck_dt_pre(a, (size_t)b * a.T + t, h);
+                d = v > CK_SOFTPLUS_THRESHOLD ? v : log1pf(expf(v));
+            }
+            float acc = carry + ck_warp_scan(d * A, lane);
+            if (i < Lc) {
+                a.dt[(size_t)bh * a.T + t] = d;
+                a.cs[(size_t)bh * a.T + t] = acc;
+            }
+            carry = __shfl_sync(0xffffffffu, acc, 31);
         }
     }
 }
@@ -485,19 +507,28 @@ __global__ void k_ck_tok(ck_args a) {
 
 /* Per chunk, backwards over its tokens: dcs_i = dy_i . (y_i - D x_i) - dt_i x_i . dxs_i (+ lt
  * at the last), da = the reverse cumsum of dcs, ddt = x . dxs + da A, dA = sum da dt; the dt
- * slice of dzx and the chunk's sums of ddt_bias, dA and dD. A thread per chunk. */
+ * slice of dzx and the chunk's sums of ddt_bias, dA and dD. A warp per chunk, its lanes over
+ * 32 tokens at a time from the chunk's end (lane 0 the latest), the sums a fixed tree. */
 __global__ void k_ck_chunk_bwd(ck_args a) {
     GT_PDL_ENTRY();
     size_t Z = (size_t)a.B * a.H * a.nc, BHT = (size_t)a.B * a.H * a.T;
-    GT_GRID_STRIDE(z, Z) {
+    size_t nw = (size_t)gridDim.x * blockDim.x / 32;
+    int lane = threadIdx.x & 31;
+    for (size_t z = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; z < Z; z += nw) {
         int c = (int)(z % a.nc), bh = (int)(z / a.nc), b = bh / a.H, h = bh % a.H;
         int Lc = min(a.L, a.T - c * a.L);
-        float A = -expf(ldf(a.A_log + h)), da = 0.0f, sb = 0.0f, sA = 0.0f, sD = 0.0f;
-        for (int i = Lc - 1; i >= 0; i--) {
-            int t = c * a.L + i;
+        float A = -expf(ldf(a.A_log + h)), carry = 0.0f, sb = 0.0f, sA = 0.0f, sD = 0.0f;
+        for (int r0 = 0; r0 < Lc; r0 += 32) {
+            int i = Lc - 1 - (r0 + lane), t = c * a.L + i;
             size_t q = (size_t)bh * a.T + t, n = (size_t)b * a.T + t;
-            float dt = a.dt[q], xdxs = a.tok[q];
-            da += a.tok[BHT + q] - dt * xdxs + (i == Lc - 1 ? a.lt[z] : 0.0f);
+            float dt = 0.0f, xdxs = 0.0f, dcs = 0.0f;
+            if (i >= 0) {
+                dt = a.dt[q], xdxs = a.tok[q];
+                dcs = a.tok[BHT + q] - dt * xdxs + (i == Lc - 1 ? a.lt[z] : 0.0f);
+            }
+            float da = carry + ck_warp_scan(dcs, lane);
+            carry = __shfl_sync(0xffffffffu, da, 31);
+            if (i < 0) continue;
             float v = ck_dt_pre(a, n, h);
             float gr = (xdxs + da * A) * (v > CK_SOFTPLUS_THRESHOLD ? 1.0f : ck_sigm(v));
             a.dzx[n * a.in + (a.in - a.H) + h] = tobf(gr);
@@ -505,9 +536,12 @@ __global__ void k_ck_chunk_bwd(ck_args a) {
             sA += da * dt;
             sD += a.tok[2 * BHT + q];
         }
-        a.part[z] = sb;
-        a.part[Z + z] = sA;
-        a.part[2 * Z + z] = sD;
+        sb = warp_sum(sb), sA = warp_sum(sA), sD = warp_sum(sD);
+        if (lane == 0) {
+            a.part[z] = sb;
+            a.part[Z + z] = sA;
+            a.part[2 * Z + z] = sD;
+        }
     }
 }
 
@@ -567,7 +601,7 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int max_m, i
 /* dt, cs, CB and the states entering every chunk: the forward's start, the backward's too */
 static void ck_states(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
     size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
-    gt_launch(k_ck_cumsum, gt_grid(Z, CK_THREADS), CK_THREADS, 0, ex, a);
+    gt_launch(k_ck_cumsum, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, what);
     ck_mm<CK_CB>(b, ex, a, a.L, a.L, what);
     ck_mm<CK_SLOC>(b, ex, a, a.P, a.S, what);
@@ -611,7 +645,7 @@ extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, v
     ck_mm<CK_DB>(b, ex, a, a.L, a.S, "mamba_ssd_bwd (dB)");
     gt_launch(k_ck_tok, gt_grid(NH * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (token sums)");
-    gt_launch(k_ck_chunk_bwd, gt_grid(Z, CK_THREADS), CK_THREADS, 0, ex, a);
+    gt_launch(k_ck_chunk_bwd, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (dt)");
     gt_launch(k_ck_bc_sum, gt_grid(total, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (dB, dC)");
