@@ -15,17 +15,19 @@
 #include "backend/cuda/mma_sync.cuh"
 
 #define CK_THREADS 256 /* the elementwise and per-chunk kernels */
-#define CK_TILE 64     /* rows and columns of an output tile of k_ck_mm */
+#define CK_TILE 64     /* rows of an output tile of k_ck_mm, and its columns but for wide ones */
+#define CK_WIDE 128    /* columns of a wide tile (products whose columns are the S states) */
 #define CK_BK 32       /* depth of one k step of it */
-#define CK_MM_THREADS 128
-#define CK_WM 32 /* a warp's rows and columns of the tile: 2 x 2 warps */
+#define CK_WM 32       /* a warp's rows and columns of the tile: 2 x 2 warps */
 #define CK_WN 32
 /* Shared-memory row strides (bf16) of the operand tiles: [outer][k] rows of CK_BK + 8 and
- * [k][outer] rows of CK_TILE + 8 both put the eight 16-byte rows of an ldmatrix in distinct
- * banks and keep every row 16-byte aligned. */
+ * [k][outer] rows of OT + 8 (OT = 64 or 128 outer) all put the eight 16-byte rows of an
+ * ldmatrix in distinct banks and keep every row 16-byte aligned. */
 #define CK_LD_K (CK_BK + 8)
-#define CK_LD_O (CK_TILE + 8)
-#define CK_OPERAND (CK_TILE * CK_LD_K > CK_BK * CK_LD_O ? CK_TILE * CK_LD_K : CK_BK * CK_LD_O)
+#define CK_LD_O(OT) ((OT) + 8)
+#define CK_OPERAND(OT) ((OT)*CK_LD_K > CK_BK * CK_LD_O(OT) ? (OT)*CK_LD_K : CK_BK * CK_LD_O(OT))
+/* Threads of a k_ck_mm block of TN columns: 2 x (TN / CK_WN) warps of CK_WM x CK_WN */
+#define CK_MM_THREADS(TN) (64 * ((TN) / CK_WN))
 /* PyTorch's softplus switches to the identity past this (beta 1), as cpu_mamba.c */
 #define CK_SOFTPLUS_THRESHOLD 20.0f
 
@@ -280,20 +282,20 @@ template <int OP> struct ck_fast {
     static constexpr bool b_n = OP != CK_CB && OP != CK_DM;
 };
 
-/* One operand tile of a k step (CK_TILE outer x CK_BK k) gathered into shared memory as bf16,
- * two neighbouring elements a thread at a time; zero outside [0, outer_n) x [0, K). */
-template <int OP, bool IS_A, bool K_FAST>
+/* One operand tile of a k step (OT outer x CK_BK k) gathered into shared memory as bf16, two
+ * neighbouring elements a thread at a time by NT threads; zero outside [0, outer_n) x [0, K). */
+template <int OP, bool IS_A, bool K_FAST, int OT, int NT>
 static __device__ __forceinline__ void ck_gather(bf16 *s, const ck_args &a, const ck_at &x, int o0,
                                                  int outer_n, int k0, int K) {
 #pragma unroll
-    for (int e = threadIdx.x; e < CK_TILE * CK_BK / 2; e += CK_MM_THREADS) {
+    for (int e = threadIdx.x; e < OT * CK_BK / 2; e += NT) {
         int o, k, o1, k1, at;
         if (K_FAST) {
             o = e / (CK_BK / 2), k = 2 * (e % (CK_BK / 2)), o1 = o, k1 = k + 1;
             at = o * CK_LD_K + k;
         } else {
-            k = e / (CK_TILE / 2), o = 2 * (e % (CK_TILE / 2)), o1 = o + 1, k1 = k;
-            at = k * CK_LD_O + o;
+            k = e / (OT / 2), o = 2 * (e % (OT / 2)), o1 = o + 1, k1 = k;
+            at = k * CK_LD_O(OT) + o;
         }
         float v0 = 0.0f, v1 = 0.0f;
         if (o0 + o < outer_n && k0 + k < K)
@@ -314,12 +316,13 @@ static __device__ __forceinline__ void ck_frag_a(uint32_t (*f)[4], const bf16 *s
         if (K_FAST)
             gt_ldsm_x4(f[i], s + (m + (lane & 15)) * CK_LD_K + ks + (lane >> 4) * 8);
         else
-            gt_ldsm_x4_t(f[i], s + (ks + j + (mi >> 1) * 8) * CK_LD_O + m + (mi & 1) * 8);
+            gt_ldsm_x4_t(f[i], s + (ks + j + (mi >> 1) * 8) * CK_LD_O(CK_TILE) + m + (mi & 1) * 8);
     }
 }
 
-/* B fragments (16 k x 8 n) of the warp's four n blocks at column wn, k offset ks. */
-template <bool N_FAST>
+/* B fragments (16 k x 8 n) of the warp's four n blocks at column wn, k offset ks, of a tile of
+ * TN columns. */
+template <bool N_FAST, int TN>
 static __device__ __forceinline__ void ck_frag_b(uint32_t (*f)[2], const bf16 *s, int wn, int ks) {
     int lane = threadIdx.x & 31, mi = lane >> 3, j = lane & 7;
 #pragma unroll
@@ -329,39 +332,41 @@ static __device__ __forceinline__ void ck_frag_b(uint32_t (*f)[2], const bf16 *s
         if (!N_FAST)
             gt_ldsm_x4(r, s + (n + j + (mi >> 1) * 8) * CK_LD_K + ks + (mi & 1) * 8);
         else
-            gt_ldsm_x4_t(r, s + (ks + j + (mi & 1) * 8) * CK_LD_O + n + (mi >> 1) * 8);
+            gt_ldsm_x4_t(r, s + (ks + j + (mi & 1) * 8) * CK_LD_O(TN) + n + (mi >> 1) * 8);
         f[2 * p][0] = r[0], f[2 * p][1] = r[1], f[2 * p + 1][0] = r[2], f[2 * p + 1][1] = r[3];
     }
 }
 
-/* One CK_TILE x CK_TILE output tile of one chunk's product per block (blockIdx.x the chunk,
+/* One CK_TILE x TN output tile of one chunk's product per block (blockIdx.x the chunk,
  * blockIdx.y the tile) on the tensor cores: each k step's operands are gathered (masks and
  * decays applied in fp32) and rounded to bf16 into shared memory, as mamba_ssm rounds the
- * operands of its products, and mma.sync m16n8k16 sums them into fp32 accumulators; four
- * warps of CK_WM x CK_WN, the k steps in order. Fragment layout: mma_sync.cuh. A
- * compile-time OP, so each product's gathers inline. */
-template <int OP> __global__ void __launch_bounds__(CK_MM_THREADS) k_ck_mm(ck_args a, int tiles_n) {
+ * operands of its products, and mma.sync m16n8k16 sums them into fp32 accumulators; warps of
+ * CK_WM x CK_WN, the k steps in order. Fragment layout: mma_sync.cuh. A compile-time OP, so
+ * each product's gathers inline. */
+template <int OP, int TN>
+__global__ void __launch_bounds__(CK_MM_THREADS(TN)) k_ck_mm(ck_args a, int tiles_n) {
     GT_PDL_ENTRY();
-    __shared__ __align__(16) bf16 As[CK_OPERAND], Bs[CK_OPERAND];
+    constexpr int NT = CK_MM_THREADS(TN), NWN = TN / CK_WN;
+    __shared__ __align__(16) bf16 As[CK_OPERAND(CK_TILE)], Bs[CK_OPERAND(TN)];
     ck_at x = ck_at_make<OP>(a, blockIdx.x);
     int M, N, K;
     ck_dims<OP>(a, x, &M, &N, &K);
-    int m0 = (int)(blockIdx.y / tiles_n) * CK_TILE, n0 = (int)(blockIdx.y % tiles_n) * CK_TILE;
+    int m0 = (int)(blockIdx.y / tiles_n) * CK_TILE, n0 = (int)(blockIdx.y % tiles_n) * TN;
     if (m0 >= M || n0 >= N) return;
     if ((OP == CK_CB || OP == CK_DM) && n0 > m0 + CK_TILE - 1) return; /* above the diagonal */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int wm = (warp >> 1) * CK_WM, wn = (warp & 1) * CK_WN;
+    int wm = (warp / NWN) * CK_WM, wn = (warp % NWN) * CK_WN;
     float acc[CK_WM / 16][CK_WN / 8][4] = {};
     for (int k0 = 0; k0 < K; k0 += CK_BK) {
         if (ck_skip<OP>(a, k0, m0)) continue;
-        ck_gather<OP, true, ck_fast<OP>::a_k>(As, a, x, m0, M, k0, K);
-        ck_gather<OP, false, !ck_fast<OP>::b_n>(Bs, a, x, n0, N, k0, K);
+        ck_gather<OP, true, ck_fast<OP>::a_k, CK_TILE, NT>(As, a, x, m0, M, k0, K);
+        ck_gather<OP, false, !ck_fast<OP>::b_n, TN, NT>(Bs, a, x, n0, N, k0, K);
         __syncthreads();
 #pragma unroll
         for (int ks = 0; ks < CK_BK; ks += 16) {
             uint32_t fa[CK_WM / 16][4], fb[CK_WN / 8][2];
             ck_frag_a<ck_fast<OP>::a_k>(fa, As, wm, ks);
-            ck_frag_b<ck_fast<OP>::b_n>(fb, Bs, wn, ks);
+            ck_frag_b<ck_fast<OP>::b_n, TN>(fb, Bs, wn, ks);
 #pragma unroll
             for (int i = 0; i < CK_WM / 16; i++)
 #pragma unroll
@@ -583,18 +588,31 @@ __global__ void k_ck_param_sum(float *ddt_bias, float *dA_log, float *dD, ck_arg
     dD[h] = accumulate ? dD[h] + dd : dd;
 }
 
-static int ck_tiles(int n) {
-    return (n + CK_TILE - 1) / CK_TILE;
+static int ck_tiles(int n, int tile) {
+    return (n + tile - 1) / tile;
 }
 
-/* Launches product OP over every chunk; rows and columns are at most max_m, max_n. */
+/* Launches product OP over every chunk; rows and columns are at most max_m, max_n. Products
+ * whose columns are the states take tiles of CK_WIDE columns where S is wider than one of
+ * CK_TILE, so that their rows' operand (the costlier gather: decays, the dM loads) is gathered
+ * once per row tile rather than once per 64 columns; the others (and CB and dM, whose tiles
+ * above the diagonal are skipped as squares) CK_TILE. */
 template <int OP>
 static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int max_m, int max_n,
                   const char *what) {
     size_t per = (size_t)a.B * a.nc * (OP == CK_CB ? a.G : a.H);
-    int tn = ck_tiles(max_n);
-    gt_launch(k_ck_mm<OP>, dim3((unsigned)per, (unsigned)(ck_tiles(max_m) * tn)), CK_MM_THREADS, 0,
-              ex, a, tn);
+    constexpr bool states_wide = OP == CK_SLOC || OP == CK_DH || OP == CK_DC || OP == CK_DB;
+    bool wide = states_wide && max_n > CK_TILE;
+    int tn = ck_tiles(max_n, wide ? CK_WIDE : CK_TILE);
+    dim3 grid((unsigned)per, (unsigned)(ck_tiles(max_m, CK_TILE) * tn));
+    if constexpr (states_wide) {
+        if (wide) {
+            gt_launch(k_ck_mm<OP, CK_WIDE>, grid, CK_MM_THREADS(CK_WIDE), 0, ex, a, tn);
+            GT_CUDA_LAUNCHED(b, what);
+            return;
+        }
+    }
+    gt_launch(k_ck_mm<OP, CK_TILE>, grid, CK_MM_THREADS(CK_TILE), 0, ex, a, tn);
     GT_CUDA_LAUNCHED(b, what);
 }
 
