@@ -432,23 +432,39 @@ __global__ void k_ck_cumsum(ck_args a) {
     }
 }
 
-static __device__ __forceinline__ float ck_decay(const ck_args &a, size_t bh, int c) {
+/* cs at the last token of chunk c of row bh: log of the chunk's total decay */
+static __device__ __forceinline__ float ck_cs_last(const ck_args &a, size_t bh, int c) {
     int Lc = min(a.L, a.T - c * a.L);
-    return expf(a.cs[bh * a.T + (size_t)c * a.L + Lc - 1]);
+    return a.cs[bh * a.T + (size_t)c * a.L + Lc - 1];
 }
 
+/* Chunks whose state entries and decays the passing kernels load before using any: loads
+ * issued together, not one dependent round trip per chunk behind the previous store */
+#define CK_PASS_BATCH 8
+
 /* In place over hin: the chunk's own state becomes the state entering it,
- * H_0 = 0, H_{c+1} = exp(cs_last_c) H_c + Sloc_c; a thread per (b, h, state entry) */
+ * H_0 = 0, H_{c+1} = exp(cs_last_c) H_c + Sloc_c; a thread per (b, h, state entry), the
+ * neighbouring entries on neighbouring lanes */
 __global__ void k_ck_pass_fwd(ck_args a) {
     GT_PDL_ENTRY();
     size_t ps = (size_t)a.P * a.S, total = (size_t)a.B * a.H * ps;
     GT_GRID_STRIDE(i, total) {
         size_t bh = i / ps, e = i % ps;
-        float st = 0.0f;
-        for (int c = 0; c < a.nc; c++) {
-            float *v = a.hin + (bh * a.nc + c) * ps + e, own = *v;
-            *v = st;
-            st = ck_decay(a, bh, c) * st + own;
+        float *v = a.hin + bh * a.nc * ps + e, st = 0.0f;
+        for (int c0 = 0; c0 < a.nc; c0 += CK_PASS_BATCH) {
+            float own[CK_PASS_BATCH], cl[CK_PASS_BATCH];
+#pragma unroll
+            for (int q = 0; q < CK_PASS_BATCH; q++)
+                if (c0 + q < a.nc) {
+                    own[q] = v[(size_t)(c0 + q) * ps];
+                    cl[q] = ck_cs_last(a, bh, c0 + q);
+                }
+#pragma unroll
+            for (int q = 0; q < CK_PASS_BATCH; q++)
+                if (c0 + q < a.nc) {
+                    v[(size_t)(c0 + q) * ps] = st;
+                    st = expf(cl[q]) * st + own[q];
+                }
         }
     }
 }
@@ -460,11 +476,25 @@ __global__ void k_ck_pass_bwd(ck_args a) {
     size_t ps = (size_t)a.P * a.S, total = (size_t)a.B * a.H * ps;
     GT_GRID_STRIDE(i, total) {
         size_t bh = i / ps, e = i % ps;
-        float g = 0.0f;
-        for (int c = a.nc - 1; c >= 0; c--) {
-            float *v = a.gs + (bh * a.nc + c) * ps + e, own = *v;
-            *v = g;
-            g = own + ck_decay(a, bh, c) * g;
+        float *v = a.gs + bh * a.nc * ps + e, g = 0.0f;
+        for (int r0 = 0; r0 < a.nc; r0 += CK_PASS_BATCH) {
+            float own[CK_PASS_BATCH], cl[CK_PASS_BATCH];
+#pragma unroll
+            for (int q = 0; q < CK_PASS_BATCH; q++) {
+                int c = a.nc - 1 - (r0 + q);
+                if (c >= 0) {
+                    own[q] = v[(size_t)c * ps];
+                    cl[q] = ck_cs_last(a, bh, c);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < CK_PASS_BATCH; q++) {
+                int c = a.nc - 1 - (r0 + q);
+                if (c >= 0) {
+                    v[(size_t)c * ps] = g;
+                    g = own[q] + expf(cl[q]) * g;
+                }
+            }
         }
     }
 }
