@@ -597,21 +597,22 @@ __global__ void k_ck_bc_sum(ck_args a) {
     }
 }
 
-/* ddt_bias, dA_log (dA/dA_log = A), dD: the chunks' sums added in (sequence, chunk) order */
+/* ddt_bias, dA_log (dA/dA_log = A), dD: the chunks' sums; a warp per head, its lanes over
+ * the (sequence, chunk) pairs (so their loads are in flight together), then a fixed tree */
 __global__ void k_ck_param_sum(float *ddt_bias, float *dA_log, float *dD, ck_args a,
                                int accumulate) {
     GT_PDL_ENTRY();
-    int h = blockIdx.x * blockDim.x + threadIdx.x;
-    if (h >= a.H) return;
+    int h = blockIdx.x, lane = threadIdx.x;
     size_t Z = (size_t)a.B * a.H * a.nc;
     float db = 0.0f, dA = 0.0f, dd = 0.0f;
-    for (int b = 0; b < a.B; b++)
-        for (int c = 0; c < a.nc; c++) {
-            size_t z = ((size_t)b * a.H + h) * a.nc + c;
-            db += a.part[z];
-            dA += a.part[Z + z];
-            dd += a.part[2 * Z + z];
-        }
+    for (int q = lane; q < a.B * a.nc; q += 32) {
+        size_t z = ((size_t)(q / a.nc) * a.H + h) * a.nc + q % a.nc;
+        db += a.part[z];
+        dA += a.part[Z + z];
+        dd += a.part[2 * Z + z];
+    }
+    db = warp_sum(db), dA = warp_sum(dA), dd = warp_sum(dd);
+    if (lane != 0) return;
     float gA = dA * -expf(ldf(a.A_log + h));
     ddt_bias[h] = accumulate ? ddt_bias[h] + db : db;
     dA_log[h] = accumulate ? dA_log[h] + gA : gA;
@@ -697,7 +698,6 @@ extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, v
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (dt)");
     gt_launch(k_ck_bc_sum, gt_grid(total, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (dB, dC)");
-    gt_launch(k_ck_param_sum, (a.H + 127) / 128, 128, 0, ex, ddt_bias, dA_log, dD, a,
-              accumulate != 0);
+    gt_launch(k_ck_param_sum, (unsigned)a.H, 32, 0, ex, ddt_bias, dA_log, dD, a, accumulate != 0);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (parameters)");
 }
