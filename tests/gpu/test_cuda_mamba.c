@@ -15,7 +15,9 @@
  * The longest chain rounds four times in series (the chunk's state, the state passed on, the
  * output, its gradient: sqrt(8) 2^-9), and the bf16 output once more: sqrt(9) 2^-9 = 5.9e-3.
  * The dt gradient and the parameters' come from differences of such sums (dy . y - dt x .
- * dx) that partly cancel: a factor 3 over that for all of them. */
+ * dx) that partly cancel: a factor 3 over that for all of them (measured on the H200: y 2.8e-3,
+ * dx, dB, dC 2.3e-3 to 2.5e-3, d(dt) 5.2e-3). ddt_bias is a sum over every token of terms
+ * that cancel further: expect_token_sum bounds it. */
 #define TOL_SSD 2e-2
 /* A_log shift of the wrong-decay check: A 42% off, a decay error a kernel bug (a wrong cumsum
  * term, a mask shifted by one) is of the size of */
@@ -150,6 +152,24 @@ static void test_conv_matches_cpu(void **state) {
             conv_case(e, k_shapes[i], acc);
 }
 
+/* ddt_bias[h] is the sum of d(dt) over every token, whose terms cancel (random dy), so its
+ * relative error can be far above theirs. Its bound is theirs carried through the sum by the
+ * triangle inequality: |got_h - want_h| <= TOL_SSD sum_n |d(dt)_{n,h}| (the CPU's d(dt),
+ * columns [lo, lo + H) of the [N][ld] want_terms). */
+static void expect_token_sum(const char *what, const float *got, const float *want,
+                             const float *want_terms, size_t N, size_t ld, size_t lo, size_t H) {
+    double worst = 0.0;
+    for (size_t h = 0; h < H; h++) {
+        double mag = 0.0;
+        for (size_t n = 0; n < N; n++)
+            mag += fabs((double)want_terms[n * ld + lo + h]);
+        double ratio = fabs((double)got[h] - want[h]) / (TOL_SSD * mag);
+        if (!(ratio <= worst)) worst = ratio;
+    }
+    printf("    %-40s error / (tol x sum |terms|) %.3e (at most 1)\n", what, worst);
+    if (!(worst <= 1.0)) fail_msg("%s: error %.3e times its bound", what, worst);
+}
+
 static void ssd_case(gpu_env *e, gt_mamba_shape sh, int accumulate) {
     mamba_in m = make_inputs(e, sh);
     size_t N = m.N, in = m.in, C = m.C, di = m.di, H = (size_t)sh.H;
@@ -188,8 +208,8 @@ static void ssd_case(gpu_env *e, gt_mamba_shape sh, int accumulate) {
     assert_memory_equal(before, after, N * (in - H) * sizeof(float)); /* only dt's columns */
     free(before), free(after);
     g_read_f32(e, got, g_gb, H);
-    EXPECT_CLOSE(accumulate ? "mamba_ssd_bwd ddt_bias (+=)" : "mamba_ssd_bwd ddt_bias (=)", got,
-                 c_gb, H, TOL_SSD);
+    expect_token_sum(accumulate ? "mamba_ssd_bwd ddt_bias (+=)" : "mamba_ssd_bwd ddt_bias (=)", got,
+                     c_gb, c_dz, N, in, in - H, H);
     g_read_f32(e, got, g_ga, H);
     EXPECT_CLOSE(accumulate ? "mamba_ssd_bwd dA_log (+=)" : "mamba_ssd_bwd dA_log (=)", got, c_ga,
                  H, TOL_SSD);
