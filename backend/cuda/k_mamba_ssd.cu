@@ -3,15 +3,31 @@
  * cs of dt*A, the intra-chunk product (C B^T masked by the decay exp(cs_i - cs_j)) x dt x, the
  * chunk's own state, the states passed from chunk to chunk (sequential over chunks only) and
  * their output exp(cs_i) H C_i, then the D skip; and the backward of all of it. The products
- * run through one tiled fp32 kernel (k_ck_mm) whose operands are gathered by the op it is
- * instantiated for. bf16 in and out, fp32 state and sums in a fixed order (no atomics), no host
- * sync, no allocation: the buffers are the op's workspace (gt_mamba_ssd_ws_floats). */
-#include "backend/cuda/cuda_common.cuh"
+ * run through one tiled tensor-core kernel (k_ck_mm: mma.sync, bf16 operands gathered by the
+ * op it is instantiated for, fp32 sums), rounding to bf16 what mamba_ssm's Triton kernels
+ * round: x, B, C, dy as they come, the decay- and dt-weighted factors, the fp32 states and
+ * their gradients, C B^T and dy x^T after the mask and decay; the cumsums, the state passing,
+ * the per-token and per-chunk sums stay fp32. bf16 in and out, sums in a fixed order (no
+ * atomics), no host sync, no allocation: the buffers are the op's workspace
+ * (gt_mamba_ssd_ws_floats). Every shape runs this one path. */
+#include <stdint.h>
 
-#define CK_THREADS 256
-#define CK_TILE 64 /* rows and columns of an output tile of k_ck_mm */
-#define CK_BK 16   /* depth of one step of it */
-#define CK_PAD 4   /* shared-memory row padding against bank conflicts */
+#include "backend/cuda/mma_sync.cuh"
+
+#define CK_THREADS 256 /* the elementwise and per-chunk kernels */
+#define CK_TILE 64     /* rows of an output tile of k_ck_mm, and its columns but for wide ones */
+#define CK_WIDE 128    /* columns of a wide tile (products whose columns are the S states) */
+#define CK_BK 32       /* depth of one k step of it */
+#define CK_WM 32       /* a warp's rows and columns of the tile: 2 x 2 warps */
+#define CK_WN 32
+/* Shared-memory row strides (bf16) of the operand tiles: [outer][k] rows of CK_BK + 8 and
+ * [k][outer] rows of OT + 8 (OT = 64 or 128 outer) all put the eight 16-byte rows of an
+ * ldmatrix in distinct banks and keep every row 16-byte aligned. */
+#define CK_LD_K (CK_BK + 8)
+#define CK_LD_O(OT) ((OT) + 8)
+#define CK_OPERAND(OT) ((OT)*CK_LD_K > CK_BK * CK_LD_O(OT) ? (OT)*CK_LD_K : CK_BK * CK_LD_O(OT))
+/* Threads of a k_ck_mm block of TN columns: 2 x (TN / CK_WN) warps of CK_WM x CK_WN */
+#define CK_MM_THREADS(TN) (64 * ((TN) / CK_WN))
 /* PyTorch's softplus switches to the identity past this (beta 1), as cpu_mamba.c */
 #define CK_SOFTPLUS_THRESHOLD 20.0f
 
@@ -165,28 +181,29 @@ static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x,
     case CK_CB:
         return ck_c(a, x.n0 + m, x.g, k);
     case CK_SLOC:
-        return expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
+        return __expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
     case CK_Y:
     case CK_YF:
-        if (k < a.L) return k <= m ? x.cb[(size_t)m * a.L + k] * expf(x.cs[m] - x.cs[k]) : 0.0f;
-        return expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
+        if (k < a.L) return k <= m ? x.cb[(size_t)m * a.L + k] * __expf(x.cs[m] - x.cs[k]) : 0.0f;
+        return __expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
     case CK_DH:
-        return ck_dy(a, x.n0 + k, x.h, m) * expf(x.cs[k]);
+        return ck_dy(a, x.n0 + k, x.h, m) * __expf(x.cs[k]);
     case CK_DM:
         return ck_dy(a, x.n0 + m, x.h, k);
     case CK_DXS:
         if (k < a.L)
-            return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * expf(x.cs[k] - x.cs[m]) : 0.0f;
-        return expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
+            return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * __expf(x.cs[k] - x.cs[m])
+                                      : 0.0f;
+        return __expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
     case CK_DC: {
-        if (k < a.P) return expf(x.cs[m]) * ck_dy(a, x.n0 + m, x.h, k);
+        if (k < a.P) return __expf(x.cs[m]) * ck_dy(a, x.n0 + m, x.h, k);
         int j = k - a.P;
-        return j <= m ? x.dt[j] * x.dm[(size_t)m * a.L + j] * expf(x.cs[m] - x.cs[j]) : 0.0f;
+        return j <= m ? x.dt[j] * x.dm[(size_t)m * a.L + j] * __expf(x.cs[m] - x.cs[j]) : 0.0f;
     }
     default: { /* CK_DB */
-        if (k < a.P) return expf(x.csl - x.cs[m]) * x.dt[m] * ck_x(a, x.n0 + m, x.h, k);
+        if (k < a.P) return __expf(x.csl - x.cs[m]) * x.dt[m] * ck_x(a, x.n0 + m, x.h, k);
         int i = k - a.P;
-        return i >= m && i < x.Lc ? x.dt[m] * x.dm[(size_t)i * a.L + m] * expf(x.cs[i] - x.cs[m])
+        return i >= m && i < x.Lc ? x.dt[m] * x.dm[(size_t)i * a.L + m] * __expf(x.cs[i] - x.cs[m])
                                   : 0.0f;
     }
     }
@@ -256,51 +273,118 @@ static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x
     }
 }
 
-/* One CK_TILE x CK_TILE output tile of one chunk's product per block (blockIdx.x the chunk,
- * blockIdx.y the tile); each thread owns 4 x 4 outputs (rows ty + 16 r, columns tx + 16 q) and
- * sums over k in order. A compile-time OP, so each product's gathers inline. */
-template <int OP> __global__ void __launch_bounds__(CK_THREADS) k_ck_mm(ck_args a, int tiles_n) {
+/* Which index of a product's operand runs along memory in its gathers (so that a warp's
+ * neighbouring lanes read neighbouring bf16 values): A(m, k) along k except where it is x or
+ * dy read over the chunk's tokens (k), B(k, n) along n except where it is B, x, Hin or G read
+ * as [n][k]. A k-fast operand sits in shared memory as [outer][k], the other as [k][outer]. */
+template <int OP> struct ck_fast {
+    static constexpr bool a_k = OP != CK_SLOC && OP != CK_DH;
+    static constexpr bool b_n = OP != CK_CB && OP != CK_DM;
+};
+
+/* One operand tile of a k step (OT outer x CK_BK k) gathered into shared memory as bf16, two
+ * neighbouring elements a thread at a time by NT threads; zero outside [0, outer_n) x [0, K). */
+template <int OP, bool IS_A, bool K_FAST, int OT, int NT>
+static __device__ __forceinline__ void ck_gather(bf16 *s, const ck_args &a, const ck_at &x, int o0,
+                                                 int outer_n, int k0, int K) {
+#pragma unroll
+    for (int e = threadIdx.x; e < OT * CK_BK / 2; e += NT) {
+        int o, k, o1, k1, at;
+        if (K_FAST) {
+            o = e / (CK_BK / 2), k = 2 * (e % (CK_BK / 2)), o1 = o, k1 = k + 1;
+            at = o * CK_LD_K + k;
+        } else {
+            k = e / (OT / 2), o = 2 * (e % (OT / 2)), o1 = o + 1, k1 = k;
+            at = k * CK_LD_O(OT) + o;
+        }
+        float v0 = 0.0f, v1 = 0.0f;
+        if (o0 + o < outer_n && k0 + k < K)
+            v0 = IS_A ? ck_opa<OP>(a, x, o0 + o, k0 + k) : ck_opb<OP>(a, x, k0 + k, o0 + o);
+        if (o0 + o1 < outer_n && k0 + k1 < K)
+            v1 = IS_A ? ck_opa<OP>(a, x, o0 + o1, k0 + k1) : ck_opb<OP>(a, x, k0 + k1, o0 + o1);
+        *(uint32_t *)(s + at) = gt_pack_bf16(v0, v1);
+    }
+}
+
+/* A fragments (16 m x 16 k) of the warp's two m blocks at row wm, k offset ks. */
+template <bool K_FAST>
+static __device__ __forceinline__ void ck_frag_a(uint32_t (*f)[4], const bf16 *s, int wm, int ks) {
+    int lane = threadIdx.x & 31, mi = lane >> 3, j = lane & 7;
+#pragma unroll
+    for (int i = 0; i < CK_WM / 16; i++) {
+        int m = wm + i * 16;
+        if (K_FAST)
+            gt_ldsm_x4(f[i], s + (m + (lane & 15)) * CK_LD_K + ks + (lane >> 4) * 8);
+        else
+            gt_ldsm_x4_t(f[i], s + (ks + j + (mi >> 1) * 8) * CK_LD_O(CK_TILE) + m + (mi & 1) * 8);
+    }
+}
+
+/* B fragments (16 k x 8 n) of the warp's four n blocks at column wn, k offset ks, of a tile of
+ * TN columns. */
+template <bool N_FAST, int TN>
+static __device__ __forceinline__ void ck_frag_b(uint32_t (*f)[2], const bf16 *s, int wn, int ks) {
+    int lane = threadIdx.x & 31, mi = lane >> 3, j = lane & 7;
+#pragma unroll
+    for (int p = 0; p < CK_WN / 16; p++) {
+        int n = wn + p * 16;
+        uint32_t r[4];
+        if (!N_FAST)
+            gt_ldsm_x4(r, s + (n + j + (mi >> 1) * 8) * CK_LD_K + ks + (mi & 1) * 8);
+        else
+            gt_ldsm_x4_t(r, s + (ks + j + (mi & 1) * 8) * CK_LD_O(TN) + n + (mi >> 1) * 8);
+        f[2 * p][0] = r[0], f[2 * p][1] = r[1], f[2 * p + 1][0] = r[2], f[2 * p + 1][1] = r[3];
+    }
+}
+
+/* One CK_TILE x TN output tile of one chunk's product per block (blockIdx.x the chunk,
+ * blockIdx.y the tile) on the tensor cores: each k step's operands are gathered (masks and
+ * decays applied in fp32) and rounded to bf16 into shared memory, as mamba_ssm rounds the
+ * operands of its products, and mma.sync m16n8k16 sums them into fp32 accumulators; warps of
+ * CK_WM x CK_WN, the k steps in order. Fragment layout: mma_sync.cuh. A compile-time OP, so
+ * each product's gathers inline. */
+template <int OP, int TN>
+__global__ void __launch_bounds__(CK_MM_THREADS(TN)) k_ck_mm(ck_args a, int tiles_n) {
     GT_PDL_ENTRY();
-    __shared__ float As[CK_BK][CK_TILE + CK_PAD], Bs[CK_BK][CK_TILE + CK_PAD];
+    constexpr int NT = CK_MM_THREADS(TN), NWN = TN / CK_WN;
+    __shared__ __align__(16) bf16 As[CK_OPERAND(CK_TILE)], Bs[CK_OPERAND(TN)];
     ck_at x = ck_at_make<OP>(a, blockIdx.x);
     int M, N, K;
     ck_dims<OP>(a, x, &M, &N, &K);
-    int m0 = (int)(blockIdx.y / tiles_n) * CK_TILE, n0 = (int)(blockIdx.y % tiles_n) * CK_TILE;
+    int m0 = (int)(blockIdx.y / tiles_n) * CK_TILE, n0 = (int)(blockIdx.y % tiles_n) * TN;
     if (m0 >= M || n0 >= N) return;
     if ((OP == CK_CB || OP == CK_DM) && n0 > m0 + CK_TILE - 1) return; /* above the diagonal */
-    int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    float acc[4][4] = {};
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int wm = (warp / NWN) * CK_WM, wn = (warp % NWN) * CK_WN;
+    float acc[CK_WM / 16][CK_WN / 8][4] = {};
     for (int k0 = 0; k0 < K; k0 += CK_BK) {
         if (ck_skip<OP>(a, k0, m0)) continue;
-        for (int e = threadIdx.x; e < CK_TILE * CK_BK; e += CK_THREADS) {
-            int mm = e / CK_BK, ka = k0 + e % CK_BK, kb = k0 + e / CK_TILE, nn = e % CK_TILE;
-            As[e % CK_BK][mm] = m0 + mm < M && ka < K ? ck_opa<OP>(a, x, m0 + mm, ka) : 0.0f;
-            Bs[e / CK_TILE][nn] = n0 + nn < N && kb < K ? ck_opb<OP>(a, x, kb, n0 + nn) : 0.0f;
-        }
+        ck_gather<OP, true, ck_fast<OP>::a_k, CK_TILE, NT>(As, a, x, m0, M, k0, K);
+        ck_gather<OP, false, !ck_fast<OP>::b_n, TN, NT>(Bs, a, x, n0, N, k0, K);
         __syncthreads();
 #pragma unroll
-        for (int kk = 0; kk < CK_BK; kk++) {
-            float av[4], bv[4];
+        for (int ks = 0; ks < CK_BK; ks += 16) {
+            uint32_t fa[CK_WM / 16][4], fb[CK_WN / 8][2];
+            ck_frag_a<ck_fast<OP>::a_k>(fa, As, wm, ks);
+            ck_frag_b<ck_fast<OP>::b_n, TN>(fb, Bs, wn, ks);
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                av[r] = As[kk][ty + 16 * r];
-                bv[r] = Bs[kk][tx + 16 * r];
-            }
+            for (int i = 0; i < CK_WM / 16; i++)
 #pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-                    acc[r][q] += av[r] * bv[q];
+                for (int j = 0; j < CK_WN / 8; j++)
+                    gt_mma_16816(acc[i][j], fa[i], fb[j]);
         }
         __syncthreads();
     }
+    int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int i = 0; i < CK_WM / 16; i++)
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            int m = m0 + ty + 16 * r, n = n0 + tx + 16 * q;
-            if (m < M && n < N) ck_store<OP>(a, x, m, n, acc[r][q]);
-        }
+        for (int j = 0; j < CK_WN / 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                int m = m0 + wm + i * 16 + g + (q >> 1) * 8, n = n0 + wn + j * 8 + 2 * t + (q & 1);
+                if (m < M && n < N) ck_store<OP>(a, x, m, n, acc[i][j][q]);
+            }
 }
 
 static __device__ __forceinline__ float ck_sigm(float v) {
@@ -311,42 +395,76 @@ static __device__ __forceinline__ float ck_dt_pre(const ck_args &a, size_t n, in
     return ldf(a.zx + n * a.in + (a.in - a.H) + h) + ldf(a.dt_bias + h);
 }
 
-/* dt = softplus(raw + dt_bias) and its cumsum times A within the chunk: a thread per chunk */
+/* Inclusive sum over a warp's lanes in a fixed order (Hillis-Steele): lane l gets v_0..v_l. */
+static __device__ __forceinline__ float ck_warp_scan(float v, int lane) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        float u = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += u;
+    }
+    return v;
+}
+
+/* dt = softplus(raw + dt_bias) and its cumsum times A within the chunk: a warp per chunk, its
+ * lanes over 32 tokens at a time, each round's scan added to the last round's total */
 __global__ void k_ck_cumsum(ck_args a) {
     GT_PDL_ENTRY();
-    size_t Z = (size_t)a.B * a.H * a.nc;
-    GT_GRID_STRIDE(z, Z) {
+    size_t Z = (size_t)a.B * a.H * a.nc, nw = (size_t)gridDim.x * blockDim.x / 32;
+    int lane = threadIdx.x & 31;
+    for (size_t z = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; z < Z; z += nw) {
         int c = (int)(z % a.nc), bh = (int)(z / a.nc), b = bh / a.H, h = bh % a.H;
         int Lc = min(a.L, a.T - c * a.L);
-        float A = -expf(ldf(a.A_log + h)), acc = 0.0f;
-        for (int i = 0; i < Lc; i++) {
-            int t = c * a.L + i;
-            float v = ck_dt_pre(a, (size_t)b * a.T + t, h);
-            float d = v > CK_SOFTPLUS_THRESHOLD ? v : log1pf(expf(v));
-            acc += d * A;
-            a.dt[(size_t)bh * a.T + t] = d;
-            a.cs[(size_t)bh * a.T + t] = acc;
+        float A = -expf(ldf(a.A_log + h)), carry = 0.0f;
+        for (int i0 = 0; i0 < Lc; i0 += 32) {
+            int i = i0 + lane, t = c * a.L + i;
+            float d = 0.0f;
+            if (i < Lc) {
+                float v = ck_dt_pre(a, (size_t)b * a.T + t, h);
+                d = v > CK_SOFTPLUS_THRESHOLD ? v : log1pf(expf(v));
+            }
+            float acc = carry + ck_warp_scan(d * A, lane);
+            if (i < Lc) {
+                a.dt[(size_t)bh * a.T + t] = d;
+                a.cs[(size_t)bh * a.T + t] = acc;
+            }
+            carry = __shfl_sync(0xffffffffu, acc, 31);
         }
     }
 }
 
-static __device__ __forceinline__ float ck_decay(const ck_args &a, size_t bh, int c) {
+/* cs at the last token of chunk c of row bh: log of the chunk's total decay */
+static __device__ __forceinline__ float ck_cs_last(const ck_args &a, size_t bh, int c) {
     int Lc = min(a.L, a.T - c * a.L);
-    return expf(a.cs[bh * a.T + (size_t)c * a.L + Lc - 1]);
+    return a.cs[bh * a.T + (size_t)c * a.L + Lc - 1];
 }
 
+/* Chunks whose state entries and decays the passing kernels load before using any: loads
+ * issued together, not one dependent round trip per chunk behind the previous store */
+#define CK_PASS_BATCH 8
+
 /* In place over hin: the chunk's own state becomes the state entering it,
- * H_0 = 0, H_{c+1} = exp(cs_last_c) H_c + Sloc_c; a thread per (b, h, state entry) */
+ * H_0 = 0, H_{c+1} = exp(cs_last_c) H_c + Sloc_c; a thread per (b, h, state entry), the
+ * neighbouring entries on neighbouring lanes */
 __global__ void k_ck_pass_fwd(ck_args a) {
     GT_PDL_ENTRY();
     size_t ps = (size_t)a.P * a.S, total = (size_t)a.B * a.H * ps;
     GT_GRID_STRIDE(i, total) {
         size_t bh = i / ps, e = i % ps;
-        float st = 0.0f;
-        for (int c = 0; c < a.nc; c++) {
-            float *v = a.hin + (bh * a.nc + c) * ps + e, own = *v;
-            *v = st;
-            st = ck_decay(a, bh, c) * st + own;
+        float *v = a.hin + bh * a.nc * ps + e, st = 0.0f;
+        for (int c0 = 0; c0 < a.nc; c0 += CK_PASS_BATCH) {
+            float own[CK_PASS_BATCH], cl[CK_PASS_BATCH];
+#pragma unroll
+            for (int q = 0; q < CK_PASS_BATCH; q++)
+                if (c0 + q < a.nc) {
+                    own[q] = v[(size_t)(c0 + q) * ps];
+                    cl[q] = ck_cs_last(a, bh, c0 + q);
+                }
+#pragma unroll
+            for (int q = 0; q < CK_PASS_BATCH; q++)
+                if (c0 + q < a.nc) {
+                    v[(size_t)(c0 + q) * ps] = st;
+                    st = expf(cl[q]) * st + own[q];
+                }
         }
     }
 }
@@ -358,11 +476,25 @@ __global__ void k_ck_pass_bwd(ck_args a) {
     size_t ps = (size_t)a.P * a.S, total = (size_t)a.B * a.H * ps;
     GT_GRID_STRIDE(i, total) {
         size_t bh = i / ps, e = i % ps;
-        float g = 0.0f;
-        for (int c = a.nc - 1; c >= 0; c--) {
-            float *v = a.gs + (bh * a.nc + c) * ps + e, own = *v;
-            *v = g;
-            g = own + ck_decay(a, bh, c) * g;
+        float *v = a.gs + bh * a.nc * ps + e, g = 0.0f;
+        for (int r0 = 0; r0 < a.nc; r0 += CK_PASS_BATCH) {
+            float own[CK_PASS_BATCH], cl[CK_PASS_BATCH];
+#pragma unroll
+            for (int q = 0; q < CK_PASS_BATCH; q++) {
+                int c = a.nc - 1 - (r0 + q);
+                if (c >= 0) {
+                    own[q] = v[(size_t)c * ps];
+                    cl[q] = ck_cs_last(a, bh, c);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < CK_PASS_BATCH; q++) {
+                int c = a.nc - 1 - (r0 + q);
+                if (c >= 0) {
+                    v[(size_t)c * ps] = g;
+                    g = own[q] + expf(cl[q]) * g;
+                }
+            }
         }
     }
 }
@@ -410,19 +542,28 @@ __global__ void k_ck_tok(ck_args a) {
 
 /* Per chunk, backwards over its tokens: dcs_i = dy_i . (y_i - D x_i) - dt_i x_i . dxs_i (+ lt
  * at the last), da = the reverse cumsum of dcs, ddt = x . dxs + da A, dA = sum da dt; the dt
- * slice of dzx and the chunk's sums of ddt_bias, dA and dD. A thread per chunk. */
+ * slice of dzx and the chunk's sums of ddt_bias, dA and dD. A warp per chunk, its lanes over
+ * 32 tokens at a time from the chunk's end (lane 0 the latest), the sums a fixed tree. */
 __global__ void k_ck_chunk_bwd(ck_args a) {
     GT_PDL_ENTRY();
     size_t Z = (size_t)a.B * a.H * a.nc, BHT = (size_t)a.B * a.H * a.T;
-    GT_GRID_STRIDE(z, Z) {
+    size_t nw = (size_t)gridDim.x * blockDim.x / 32;
+    int lane = threadIdx.x & 31;
+    for (size_t z = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; z < Z; z += nw) {
         int c = (int)(z % a.nc), bh = (int)(z / a.nc), b = bh / a.H, h = bh % a.H;
         int Lc = min(a.L, a.T - c * a.L);
-        float A = -expf(ldf(a.A_log + h)), da = 0.0f, sb = 0.0f, sA = 0.0f, sD = 0.0f;
-        for (int i = Lc - 1; i >= 0; i--) {
-            int t = c * a.L + i;
+        float A = -expf(ldf(a.A_log + h)), carry = 0.0f, sb = 0.0f, sA = 0.0f, sD = 0.0f;
+        for (int r0 = 0; r0 < Lc; r0 += 32) {
+            int i = Lc - 1 - (r0 + lane), t = c * a.L + i;
             size_t q = (size_t)bh * a.T + t, n = (size_t)b * a.T + t;
-            float dt = a.dt[q], xdxs = a.tok[q];
-            da += a.tok[BHT + q] - dt * xdxs + (i == Lc - 1 ? a.lt[z] : 0.0f);
+            float dt = 0.0f, xdxs = 0.0f, dcs = 0.0f;
+            if (i >= 0) {
+                dt = a.dt[q], xdxs = a.tok[q];
+                dcs = a.tok[BHT + q] - dt * xdxs + (i == Lc - 1 ? a.lt[z] : 0.0f);
+            }
+            float da = carry + ck_warp_scan(dcs, lane);
+            carry = __shfl_sync(0xffffffffu, da, 31);
+            if (i < 0) continue;
             float v = ck_dt_pre(a, n, h);
             float gr = (xdxs + da * A) * (v > CK_SOFTPLUS_THRESHOLD ? 1.0f : ck_sigm(v));
             a.dzx[n * a.in + (a.in - a.H) + h] = tobf(gr);
@@ -430,9 +571,12 @@ __global__ void k_ck_chunk_bwd(ck_args a) {
             sA += da * dt;
             sD += a.tok[2 * BHT + q];
         }
-        a.part[z] = sb;
-        a.part[Z + z] = sA;
-        a.part[2 * Z + z] = sD;
+        sb = warp_sum(sb), sA = warp_sum(sA), sD = warp_sum(sD);
+        if (lane == 0) {
+            a.part[z] = sb;
+            a.part[Z + z] = sA;
+            a.part[2 * Z + z] = sD;
+        }
     }
 }
 
@@ -453,46 +597,60 @@ __global__ void k_ck_bc_sum(ck_args a) {
     }
 }
 
-/* ddt_bias, dA_log (dA/dA_log = A), dD: the chunks' sums added in (sequence, chunk) order */
+/* ddt_bias, dA_log (dA/dA_log = A), dD: the chunks' sums; a warp per head, its lanes over
+ * the (sequence, chunk) pairs (so their loads are in flight together), then a fixed tree */
 __global__ void k_ck_param_sum(float *ddt_bias, float *dA_log, float *dD, ck_args a,
                                int accumulate) {
     GT_PDL_ENTRY();
-    int h = blockIdx.x * blockDim.x + threadIdx.x;
-    if (h >= a.H) return;
+    int h = blockIdx.x, lane = threadIdx.x;
     size_t Z = (size_t)a.B * a.H * a.nc;
     float db = 0.0f, dA = 0.0f, dd = 0.0f;
-    for (int b = 0; b < a.B; b++)
-        for (int c = 0; c < a.nc; c++) {
-            size_t z = ((size_t)b * a.H + h) * a.nc + c;
-            db += a.part[z];
-            dA += a.part[Z + z];
-            dd += a.part[2 * Z + z];
-        }
+    for (int q = lane; q < a.B * a.nc; q += 32) {
+        size_t z = ((size_t)(q / a.nc) * a.H + h) * a.nc + q % a.nc;
+        db += a.part[z];
+        dA += a.part[Z + z];
+        dd += a.part[2 * Z + z];
+    }
+    db = warp_sum(db), dA = warp_sum(dA), dd = warp_sum(dd);
+    if (lane != 0) return;
     float gA = dA * -expf(ldf(a.A_log + h));
     ddt_bias[h] = accumulate ? ddt_bias[h] + db : db;
     dA_log[h] = accumulate ? dA_log[h] + gA : gA;
     dD[h] = accumulate ? dD[h] + dd : dd;
 }
 
-static int ck_tiles(int n) {
-    return (n + CK_TILE - 1) / CK_TILE;
+static int ck_tiles(int n, int tile) {
+    return (n + tile - 1) / tile;
 }
 
-/* Launches product OP over every chunk; rows and columns are at most max_m, max_n. */
+/* Launches product OP over every chunk; rows and columns are at most max_m, max_n. Products
+ * whose columns are the states take tiles of CK_WIDE columns where S is wider than one of
+ * CK_TILE, so that their rows' operand (the costlier gather: decays, the dM loads) is gathered
+ * once per row tile rather than once per 64 columns; the others (and CB and dM, whose tiles
+ * above the diagonal are skipped as squares) CK_TILE. */
 template <int OP>
 static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int max_m, int max_n,
                   const char *what) {
     size_t per = (size_t)a.B * a.nc * (OP == CK_CB ? a.G : a.H);
-    int tn = ck_tiles(max_n);
-    gt_launch(k_ck_mm<OP>, dim3((unsigned)per, (unsigned)(ck_tiles(max_m) * tn)), CK_THREADS, 0, ex,
-              a, tn);
+    constexpr bool states_wide = OP == CK_SLOC || OP == CK_DH || OP == CK_DC || OP == CK_DB;
+    bool wide = states_wide && max_n > CK_TILE;
+    int tn = ck_tiles(max_n, wide ? CK_WIDE : CK_TILE);
+    dim3 grid((unsigned)per, (unsigned)(ck_tiles(max_m, CK_TILE) * tn));
+    if constexpr (states_wide) {
+        if (wide) {
+            gt_launch(k_ck_mm<OP, CK_WIDE>, grid, CK_MM_THREADS(CK_WIDE), 0, ex, a, tn);
+            GT_CUDA_LAUNCHED(b, what);
+            return;
+        }
+    }
+    gt_launch(k_ck_mm<OP, CK_TILE>, grid, CK_MM_THREADS(CK_TILE), 0, ex, a, tn);
     GT_CUDA_LAUNCHED(b, what);
 }
 
 /* dt, cs, CB and the states entering every chunk: the forward's start, the backward's too */
 static void ck_states(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
     size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
-    gt_launch(k_ck_cumsum, gt_grid(Z, CK_THREADS), CK_THREADS, 0, ex, a);
+    gt_launch(k_ck_cumsum, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, what);
     ck_mm<CK_CB>(b, ex, a, a.L, a.L, what);
     ck_mm<CK_SLOC>(b, ex, a, a.P, a.S, what);
@@ -536,11 +694,10 @@ extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, v
     ck_mm<CK_DB>(b, ex, a, a.L, a.S, "mamba_ssd_bwd (dB)");
     gt_launch(k_ck_tok, gt_grid(NH * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (token sums)");
-    gt_launch(k_ck_chunk_bwd, gt_grid(Z, CK_THREADS), CK_THREADS, 0, ex, a);
+    gt_launch(k_ck_chunk_bwd, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (dt)");
     gt_launch(k_ck_bc_sum, gt_grid(total, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (dB, dC)");
-    gt_launch(k_ck_param_sum, (a.H + 127) / 128, 128, 0, ex, ddt_bias, dA_log, dD, a,
-              accumulate != 0);
+    gt_launch(k_ck_param_sum, (unsigned)a.H, 32, 0, ex, ddt_bias, dA_log, dD, a, accumulate != 0);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (parameters)");
 }
