@@ -37,7 +37,7 @@ struct gt_comm_nccl {
     cudaEvent_t fork, join; /* caller -> cs, cs -> caller */
     cudaEvent_t *marks;     /* [n_marks] gt_comm_mark: cs's work so far, for a later wait */
     int n_marks;
-    float *scratch;         /* device [size][largest shard]: the all-to-all's parts */
+    float *scratch; /* device [size][largest shard]: the all-to-all's parts */
     size_t scratch_elems;
     int *dev_int; /* device [1]: the host-side agreement */
     pthread_t watch;

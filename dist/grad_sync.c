@@ -23,7 +23,7 @@ struct gt_grad_sync {
     size_t *done;
     unsigned char *pending;
     int last_mark; /* the latest mark made (-1: none since the last wait_all) */
-    float *grads; /* [n] of the running micro-batch */
+    float *grads;  /* [n] of the running micro-batch */
     int reduce_now, first_round, failed;
 };
 

@@ -17,7 +17,7 @@
 typedef struct gt_grad_sync_opts {
     size_t bucket_elems;   /* parameters per bucket; 0: one bucket */
     gt_reduce_order order; /* GT_REDUCE_RANK_ORDER: per micro-batch; LIBRARY: once a step */
-    int overlap;           /* ddp.overlap_grad_reduce: each bucket reduced as the backward ends it */
+    int overlap; /* ddp.overlap_grad_reduce: each bucket reduced as the backward ends it */
 } gt_grad_sync_opts;
 
 typedef struct gt_grad_bucket {

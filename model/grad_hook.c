@@ -30,11 +30,12 @@ void gt_model_hook_tensor(gt_model *m, gt_stream *s, int final, int idx) {
 static int layer_tensors(const gt_model *m, int l, int matrices, int out[GT_HOOK_LAYER_MAX]) {
     const gt_layer *L = &m->layers[l];
     const gt_mamba_block *mb = &L->mamba;
-    int all[] = {L->attn.qkv_w,  L->attn.o_w,     L->mlp.gu_w,     L->mlp.down_w,  L->moe.router_w,
-                 L->moe.gu_w,    L->moe.down_w,   mb->in_w,        mb->conv_w,     mb->out_w,
-                 L->attn.norm_w, L->attn.qkv_b,   L->attn.o_b,     L->attn.q_norm_w,
-                 L->attn.k_norm_w, L->mlp.norm_w, L->mlp.gu_b,     L->mlp.down_b,  L->moe.norm_w,
-                 mb->norm_w,     mb->conv_b,      mb->dt_bias,     mb->A_log,      mb->D,
+    int all[] = {L->attn.qkv_w,   L->attn.o_w,      L->mlp.gu_w,      L->mlp.down_w,
+                 L->moe.router_w, L->moe.gu_w,      L->moe.down_w,    mb->in_w,
+                 mb->conv_w,      mb->out_w,        L->attn.norm_w,   L->attn.qkv_b,
+                 L->attn.o_b,     L->attn.q_norm_w, L->attn.k_norm_w, L->mlp.norm_w,
+                 L->mlp.gu_b,     L->mlp.down_b,    L->moe.norm_w,    mb->norm_w,
+                 mb->conv_b,      mb->dt_bias,      mb->A_log,        mb->D,
                  mb->gnorm_w};
     enum { N_MATRICES = 10 };
     _Static_assert(sizeof all / sizeof all[0] <= GT_HOOK_LAYER_MAX, "room for a layer's tensors");

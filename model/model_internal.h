@@ -192,11 +192,11 @@ struct gt_model {
     int emb_track;      /* the marks are kept (gt_model_track_embedding_rows) */
     size_t act_elem;    /* bytes per act element */
     gt_model_info info;
-    float dscale;     /* of the running forward_backward (constant over a run) */
-    int grad_acc;     /* of the running forward_backward: weight gradients += (1) or = (0) */
+    float dscale;      /* of the running forward_backward (constant over a run) */
+    int grad_acc;      /* of the running forward_backward: weight gradients += (1) or = (0) */
     gt_grad_hook hook; /* gt_model_set_grad_hook; final is NULL when none */
-    size_t n_real;    /* parameters without alignment padding */
-    gt_model_fp8 fp8; /* the linear layers' fp8 state (model_fp8.c); enabled 0 under bf16 */
+    size_t n_real;     /* parameters without alignment padding */
+    gt_model_fp8 fp8;  /* the linear layers' fp8 state (model_fp8.c); enabled 0 under bf16 */
     /* [n_rc_alias] the layer fields that take a shared recompute buffer */
     gt_rc_alias *rc_alias;
     int n_rc_alias;

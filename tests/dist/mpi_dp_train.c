@@ -186,7 +186,8 @@ static void test_overlapped_reduction_gives_the_bits_of_overlap_off(void **state
                 gt_config off, on;
                 mpf_small_model(&off, 2);
                 mpf_set(&off, dropout ? "model.hidden_dropout=0.1" : "model.hidden_dropout=0");
-                mpf_set(&off, library ? "runtime.deterministic=false" : "runtime.deterministic=true");
+                mpf_set(&off,
+                        library ? "runtime.deterministic=false" : "runtime.deterministic=true");
                 mpf_set(&off, "ddp.bucket_size=1000");
                 mpf_set(&off, "train.train_iters=20");
                 set_graph_mode(&off, mode);
