@@ -198,6 +198,7 @@ static void test_overlapped_reduction_gives_the_bits_of_overlap_off(void **state
                 float a[STEPS], b[STEPS];
                 run_losses(&off, C, STEPS, a);
                 run_losses(&on, C, STEPS, b);
+                // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
                 if (memcmp(a, b, sizeof a))
                     fail_msg("rank %d: %s order, dropout %d, graph mode %d: overlap changed the "
                              "losses (step 5: %.9g vs %.9g)",
