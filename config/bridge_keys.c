@@ -239,8 +239,6 @@ static const bridge_key k_bridge[] = {
     {"rng.inference_rng_tracker", "false", "inference is not implemented"},
     /* ---- ddp: DistributedDataParallelConfig ---- */
     {"ddp.grad_reduce_in_fp32", "*", "graphtrain's gradients are fp32 whatever this says"},
-    {"ddp.overlap_grad_reduce", "*", ONE_GPU},
-    {"ddp.overlap_param_gather", "*", ONE_GPU},
     {"ddp.align_param_gather", "*", ONE_GPU},
     {"ddp.use_distributed_optimizer", "*", "graphtrain reads optimizer.use_distributed_optimizer (Bridge sets both alike)"},
     {"ddp.num_distributed_optimizer_instances", "1", "needs data parallelism; " MULTI},

@@ -204,6 +204,10 @@ typedef struct gt_ddp_config {
     bool check_for_nan_in_grad;
     int data_parallel_size; /* 0 = derived from num_gpus / (tp * pp * cp) */
     int bucket_size;        /* gradient elements per reduction bucket; 0 = Megatron's default */
+    /* Megatron's overlap: each bucket reduced as the backward ends it; with the distributed
+     * optimizer, each bucket's parameter all-gather during the next buckets' steps */
+    bool overlap_grad_reduce;
+    bool overlap_param_gather;
     /* dist/ (README, "Data parallelism"): a run without a launcher through the communicator
      * (NCCL on a GPU); NCCL's unique id through this file ("" = MPI or TCP); every wait's
      * deadline (dist.distributed_timeout_minutes) */

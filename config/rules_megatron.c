@@ -179,7 +179,25 @@ static void check_recompute(const gt_config *c, gt_report *r) {
             m->recompute_num_layers);
 }
 
+/* Megatron's DistributedDataParallelConfig: the parameter all-gather is the distributed
+ * optimizer's, and its overlap rides on the gradient reduction's */
+static void check_overlap(const gt_config *c, gt_report *r) {
+    if (!c->ddp.overlap_param_gather) return;
+    if (!c->optimizer.use_distributed_optimizer)
+        add(r, GT_SEVERITY_ERROR, "overlap_param_gather_needs_distributed_optimizer",
+            KEYS("ddp.overlap_param_gather", "optimizer.use_distributed_optimizer"),
+            "set optimizer.use_distributed_optimizer=true, or ddp.overlap_param_gather=false",
+            "ddp.overlap_param_gather overlaps the distributed optimizer's parameter all-gather; "
+            "without it there is none (Megatron's rule)");
+    if (!c->ddp.overlap_grad_reduce)
+        add(r, GT_SEVERITY_ERROR, "overlap_param_gather_needs_overlap_grad_reduce",
+            KEYS("ddp.overlap_param_gather", "ddp.overlap_grad_reduce"),
+            "set ddp.overlap_grad_reduce=true, or ddp.overlap_param_gather=false",
+            "ddp.overlap_param_gather needs ddp.overlap_grad_reduce (Megatron's rule)");
+}
+
 void gt_check_megatron_rules(const gt_config *c, gt_report *r) {
+    check_overlap(c, r);
     check_world(c, r);
     check_tensor_context(c, r);
     check_pipeline_experts(c, r);

@@ -182,6 +182,22 @@ void gt_comm_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const floa
         gt_comm_acc_submit(c, s, acc, in, n, first);
 }
 
+int gt_comm_reserve_marks(gt_comm *c, int n, gt_error *err) {
+    return c->nccl ? gt_comm_nccl_reserve_marks(c, n, err) : GT_OK;
+}
+
+void gt_comm_set_detached(gt_comm *c, int on) {
+    c->detached = on != 0;
+}
+
+void gt_comm_mark(gt_comm *c, int m) {
+    if (c->nccl) gt_comm_nccl_mark(c, m);
+}
+
+void gt_comm_wait_mark(gt_comm *c, gt_stream *s, int m) {
+    if (c->nccl) gt_comm_nccl_wait_mark(c, s, m);
+}
+
 /* The host-side calls: MPI where it is up; NCCL otherwise (torchrun's GPU ranks: started on
  * this rank's GPU by the first such call, before any trainer exists); a world of one has
  * nobody to wait for. NCCL's watchdog verdict comes first either way. */

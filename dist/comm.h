@@ -97,6 +97,17 @@ void gt_comm_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const floa
  * whose steps are timed is created (a captured graph keeps what was enqueued), and use nothing
  * such a trainer computes. Host-side calls are unaffected. */
 void gt_comm_set_skip(gt_comm *c, int skip);
+/* Overlap (ddp.overlap_grad_reduce / overlap_param_gather): while detached, a collective still
+ * runs after the work enqueued on s before it, but s's later work is no longer ordered after
+ * it, so the compute stream goes on. gt_comm_mark(c, m) remembers every collective enqueued
+ * so far as mark m (0 <= m < the count of gt_comm_reserve_marks); gt_comm_wait_mark orders s's
+ * later work after them. Every detached collective must be waited for (a mark made after it)
+ * before the work that reads or overwrites its buffers, and before a capture ends. On the CPU
+ * backend the collectives run in the stream's order anyway: marks and waits do nothing. */
+int gt_comm_reserve_marks(gt_comm *c, int n, gt_error *err);
+void gt_comm_set_detached(gt_comm *c, int on);
+void gt_comm_mark(gt_comm *c, int m);
+void gt_comm_wait_mark(gt_comm *c, gt_stream *s, int m);
 
 /* Waits for every rank (outside a step: set-up and teardown). */
 int gt_comm_barrier(gt_comm *c, gt_error *err);

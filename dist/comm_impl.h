@@ -27,6 +27,7 @@ struct gt_comm {
     size_t scratch_elems;
     int *counts, *displs, *rcounts, *rdispls; /* [size] each, one block: MPI's shard tables */
     int skip; /* gt_comm_set_skip: collectives left out (bench's compute-alone timing) */
+    int detached; /* gt_comm_set_detached: s does not wait for the collectives */
 };
 
 /* comm_mpi.c; without MPI in the build, init refuses a world of more than one by name */
@@ -59,6 +60,10 @@ void gt_comm_nccl_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const
                                      size_t n, int first);
 /* the max all-reduce of comm.h over the floats' bits (ncclUint32, ncclMax) */
 void gt_comm_nccl_all_reduce_max(gt_comm *c, gt_stream *s, float *buf, size_t n);
+/* gt_comm_reserve_marks / gt_comm_mark / gt_comm_wait_mark on the communication stream */
+int gt_comm_nccl_reserve_marks(gt_comm *c, int n, gt_error *err);
+void gt_comm_nccl_mark(gt_comm *c, int m);
+void gt_comm_nccl_wait_mark(gt_comm *c, gt_stream *s, int m);
 /* host-side, outside steps, when MPI is not up: through a small device buffer */
 int gt_comm_nccl_broadcast(gt_comm *c, void *buf, size_t n, int root, gt_error *err);
 int gt_comm_nccl_agree_max(gt_comm *c, int value, int *max, gt_error *err);

@@ -35,7 +35,9 @@ struct gt_comm_nccl {
     ncclComm_t comm;
     cudaStream_t cs;        /* the communication stream */
     cudaEvent_t fork, join; /* caller -> cs, cs -> caller */
-    float *scratch;         /* device [size][largest shard]: the all-to-all's parts */
+    cudaEvent_t *marks;     /* [n_marks] gt_comm_mark: cs's work so far, for a later wait */
+    int n_marks;
+    float *scratch; /* device [size][largest shard]: the all-to-all's parts */
     size_t scratch_elems;
     int *dev_int; /* device [1]: the host-side agreement */
     pthread_t watch;
@@ -201,6 +203,9 @@ void gt_comm_nccl_finish(gt_comm *c) {
     if (n->dev_int) cudaFree(n->dev_int);
     if (n->fork) cudaEventDestroy(n->fork);
     if (n->join) cudaEventDestroy(n->join);
+    for (int i = 0; i < n->n_marks; i++)
+        cudaEventDestroy(n->marks[i]);
+    free(n->marks);
     if (n->cs) cudaStreamDestroy(n->cs);
     free(n);
     c->nccl = NULL;
@@ -252,11 +257,42 @@ static int begin(gt_comm *c, gt_stream *s) {
     return 1;
 }
 
-/* s's later work waits for what was enqueued on n->cs */
+/* s's later work waits for what was enqueued on n->cs, unless detached (gt_comm_mark) */
 static void end(gt_comm *c, gt_stream *s) {
     gt_comm_nccl *n = c->nccl;
+    if (c->detached) return;
     GT_CUDA_OP(c->b, cudaEventRecord(n->join, n->cs));
     GT_CUDA_OP(c->b, cudaStreamWaitEvent(gt_cuda_stream(s), n->join, 0));
+}
+
+int gt_comm_nccl_reserve_marks(gt_comm *c, int count, gt_error *err) {
+    gt_comm_nccl *n = c->nccl;
+    if (count <= n->n_marks) return GT_OK;
+    cudaEvent_t *p = realloc(n->marks, (size_t)count * sizeof *p);
+    if (!p) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory for %d NCCL events", count);
+    n->marks = p;
+    for (; n->n_marks < count; n->n_marks++)
+        CUDA_RET(err, cudaEventCreateWithFlags(&n->marks[n->n_marks], cudaEventDisableTiming));
+    return GT_OK;
+}
+
+static int mark_exists(gt_comm *c, int m) {
+    if (m >= 0 && m < c->nccl->n_marks) return 1;
+    gt_backend_fail(c->b, GT_ERR_INVALID,
+                    "communication mark %d: gt_comm_reserve_marks set aside %d; reserve them "
+                    "before the first step",
+                    m, c->nccl->n_marks);
+    return 0;
+}
+
+void gt_comm_nccl_mark(gt_comm *c, int m) {
+    if (c->b->planning || atomic_load(&c->nccl->aborted) || !mark_exists(c, m)) return;
+    GT_CUDA_OP(c->b, cudaEventRecord(c->nccl->marks[m], c->nccl->cs));
+}
+
+void gt_comm_nccl_wait_mark(gt_comm *c, gt_stream *s, int m) {
+    if (c->b->planning || atomic_load(&c->nccl->aborted) || !mark_exists(c, m)) return;
+    GT_CUDA_OP(c->b, cudaStreamWaitEvent(gt_cuda_stream(s), c->nccl->marks[m], 0));
 }
 
 static int scratch_fits(gt_comm *c, size_t n, const char *what) {
@@ -492,6 +528,16 @@ void gt_comm_nccl_all_gather(gt_comm *c, gt_stream *s, void *buf, size_t n, size
 void gt_comm_nccl_reduce_scatter_acc(gt_comm *c, gt_stream *s, float *acc, const float *in,
                                      size_t n, int first) {
     (void)c, (void)s, (void)acc, (void)in, (void)n, (void)first;
+}
+int gt_comm_nccl_reserve_marks(gt_comm *c, int n, gt_error *err) {
+    (void)c, (void)n, (void)err;
+    return GT_OK;
+}
+void gt_comm_nccl_mark(gt_comm *c, int m) {
+    (void)c, (void)m;
+}
+void gt_comm_nccl_wait_mark(gt_comm *c, gt_stream *s, int m) {
+    (void)c, (void)s, (void)m;
 }
 int gt_comm_nccl_broadcast(gt_comm *c, void *buf, size_t n, int root, gt_error *err) {
     (void)c, (void)buf, (void)n, (void)root;

@@ -17,6 +17,14 @@ struct gt_grad_sync {
     gt_grad_bucket *buckets; /* [n_buckets], the last parameters first */
     gt_arena mem;            /* acc, on the backend */
     float *acc;              /* every bucket's shard, one block */
+    size_t per;              /* elements per bucket (the last one may hold fewer) */
+    /* overlap: per bucket, the elements the backward has ended this micro-batch and whether a
+     * detached collective of this step has not been waited for; the micro-batch's place */
+    size_t *done;
+    unsigned char *pending;
+    int last_mark; /* the latest mark made (-1: none since the last wait_all) */
+    float *grads;  /* [n] of the running micro-batch */
+    int reduce_now, first_round, failed;
 };
 
 int gt_grad_sync_create(gt_grad_sync **out, gt_comm *c, gt_backend *b, size_t n,
@@ -34,9 +42,13 @@ int gt_grad_sync_create(gt_grad_sync **out, gt_comm *c, gt_backend *b, size_t n,
     g->n = n;
     g->opts = *o;
     size_t per = o->bucket_elems && o->bucket_elems < n ? o->bucket_elems : (n ? n : 1);
+    g->per = per;
+    g->last_mark = -1;
     g->n_buckets = (int)((n + per - 1) / per);
     if (g->n_buckets == 0) g->n_buckets = 1;
     g->buckets = calloc((size_t)g->n_buckets, sizeof *g->buckets);
+    g->done = calloc((size_t)g->n_buckets, sizeof *g->done);
+    g->pending = calloc((size_t)g->n_buckets, 1);
     int size = gt_comm_size(c), rank = gt_comm_rank(c);
     size_t shard_total = 0;
     for (int i = 0; g->buckets && i < g->n_buckets; i++) {
@@ -52,7 +64,7 @@ int gt_grad_sync_create(gt_grad_sync **out, gt_comm *c, gt_backend *b, size_t n,
         shard_total += cnt;
     }
     gt_arena_init(&g->mem, "grad_shards");
-    if (!g->buckets) {
+    if (!g->buckets || !g->done || !g->pending) {
         gt_grad_sync_destroy(g);
         return gt_error_set(err, GT_ERR_NOMEM, "out of host memory for the gradient buckets");
     }
@@ -69,6 +81,7 @@ int gt_grad_sync_create(gt_grad_sync **out, gt_comm *c, gt_backend *b, size_t n,
         p += g->buckets[i].shard_n;
     }
     rc = gt_comm_reserve(c, per < n ? per : n, err);
+    if (!rc) rc = gt_comm_reserve_marks(c, g->n_buckets, err);
     if (rc) {
         gt_grad_sync_destroy(g);
         return rc;
@@ -80,6 +93,8 @@ int gt_grad_sync_create(gt_grad_sync **out, gt_comm *c, gt_backend *b, size_t n,
 void gt_grad_sync_destroy(gt_grad_sync *g) {
     if (!g) return;
     gt_arena_release(&g->mem);
+    free(g->done);
+    free(g->pending);
     free(g->buckets);
     free(g);
 }
@@ -121,10 +136,113 @@ void gt_grad_sync_all_reduce(gt_grad_sync *g, gt_stream *s, float *grads) {
 }
 
 void gt_grad_sync_gather(gt_grad_sync *g, gt_stream *s, void *buf, size_t elem_bytes) {
-    for (int i = 0; i < g->n_buckets; i++) {
-        const gt_grad_bucket *k = &g->buckets[i];
-        gt_comm_all_gather(g->c, s, (char *)buf + k->first * elem_bytes, k->n, elem_bytes);
+    for (int i = 0; i < g->n_buckets; i++)
+        gt_grad_sync_gather_bucket(g, s, i, buf, elem_bytes, 0);
+}
+
+void gt_grad_sync_gather_bucket(gt_grad_sync *g, gt_stream *s, int i, void *buf, size_t elem_bytes,
+                                int detached) {
+    const gt_grad_bucket *k = &g->buckets[i];
+    gt_comm_set_detached(g->c, detached);
+    gt_comm_all_gather(g->c, s, (char *)buf + k->first * elem_bytes, k->n, elem_bytes);
+    gt_comm_set_detached(g->c, 0);
+    if (detached) {
+        gt_comm_mark(g->c, i);
+        g->last_mark = i;
     }
+}
+
+int gt_grad_sync_overlaps(const gt_grad_sync *g) {
+    return g->opts.overlap;
+}
+
+void gt_grad_sync_micro_begin(gt_grad_sync *g, float *grads, int j, int n_micro) {
+    g->grads = grads;
+    g->reduce_now = g->opts.order == GT_REDUCE_RANK_ORDER || j == n_micro - 1;
+    g->first_round = j == 0;
+    for (int i = 0; i < g->n_buckets; i++)
+        g->done[i] = 0;
+}
+
+/* the buckets that [first, first + n) touches: bucket 0 holds the last parameters */
+static void bucket_span(const gt_grad_sync *g, size_t first, size_t n, int *lo, int *hi) {
+    *lo = (int)((g->n - (first + n)) / g->per);
+    *hi = (int)((g->n - 1 - first) / g->per);
+}
+
+static size_t overlap_of(const gt_grad_bucket *k, size_t first, size_t n) {
+    size_t a = first > k->first ? first : k->first;
+    size_t e = first + n < k->first + k->n ? first + n : k->first + k->n;
+    return e > a ? e - a : 0;
+}
+
+void gt_grad_sync_written(gt_grad_sync *g, gt_stream *s, size_t first, size_t n) {
+    int lo = 0, hi = 0;
+    if (!n || first + n > g->n) return;
+    bucket_span(g, first, n, &lo, &hi);
+    for (int i = lo; i <= hi; i++)
+        if (g->pending[i]) {
+            gt_comm_wait_mark(g->c, s, i);
+            g->pending[i] = 0;
+        }
+}
+
+static void reduce_bucket(gt_grad_sync *g, gt_stream *s, int i, float *grads) {
+    const gt_grad_bucket *k = &g->buckets[i];
+    gt_comm_set_detached(g->c, 1);
+    if (g->opts.order == GT_REDUCE_RANK_ORDER)
+        gt_comm_reduce_scatter_acc(g->c, s, k->acc, grads + k->first, k->n, g->first_round);
+    else
+        gt_comm_all_reduce_sum(g->c, s, grads + k->first, k->n, GT_REDUCE_LIBRARY);
+    gt_comm_set_detached(g->c, 0);
+    gt_comm_mark(g->c, i);
+    g->pending[i] = 1;
+    g->last_mark = i;
+}
+
+void gt_grad_sync_final(gt_grad_sync *g, gt_stream *s, size_t first, size_t n) {
+    int lo = 0, hi = 0;
+    if (!n) return;
+    if (first + n > g->n) {
+        gt_backend_fail(g->b, GT_ERR_INVALID,
+                        "gradient overlap: the backward ended elements [%zu, %zu) of %zu", first,
+                        first + n, g->n);
+        return;
+    }
+    bucket_span(g, first, n, &lo, &hi);
+    for (int i = lo; i <= hi; i++) {
+        gt_grad_bucket *k = &g->buckets[i];
+        g->done[i] += overlap_of(k, first, n);
+        if (g->done[i] > k->n && !g->failed) {
+            g->failed = 1;
+            gt_backend_fail(g->b, GT_ERR_INVALID,
+                            "gradient overlap: the backward ended gradients [%zu, %zu) of "
+                            "bucket %d twice (a hook point reports a tensor twice)",
+                            k->first, k->first + k->n, i);
+        }
+        if (g->done[i] == k->n && g->reduce_now) reduce_bucket(g, s, i, g->grads);
+    }
+}
+
+void gt_grad_sync_micro_end(gt_grad_sync *g) {
+    for (int i = 0; i < g->n_buckets && !g->failed; i++)
+        if (g->done[i] != g->buckets[i].n) {
+            g->failed = 1;
+            gt_backend_fail(g->b, GT_ERR_INVALID,
+                            "gradient overlap: the backward ended %zu of the %zu gradients of "
+                            "bucket %d (parameters [%zu, %zu)) and its reduction never started; "
+                            "set ddp.overlap_grad_reduce=false and report this",
+                            g->done[i], g->buckets[i].n, i, g->buckets[i].first,
+                            g->buckets[i].first + g->buckets[i].n);
+        }
+}
+
+void gt_grad_sync_wait_all(gt_grad_sync *g, gt_stream *s) {
+    /* one communication stream: its latest mark follows every earlier collective */
+    if (g->last_mark >= 0) gt_comm_wait_mark(g->c, s, g->last_mark);
+    g->last_mark = -1;
+    for (int i = 0; i < g->n_buckets; i++)
+        g->pending[i] = 0;
 }
 
 typedef struct loss_args {

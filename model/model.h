@@ -43,6 +43,18 @@ typedef struct gt_unit_exec {
                 gt_step_state *st);
 } gt_unit_exec;
 
+/* The data-parallel overlap's hook (ddp.overlap_grad_reduce): during gt_model_forward_backward
+ * the model says which gradients, as ranges of the flat gradient array, it is about to write
+ * (written: a reduction still reading them must finish first) and which are final for this
+ * micro-batch (final: their reduction may start while the backward goes on). Every gradient
+ * element is reported final exactly once per call, after its last write, and reported written
+ * before its first. Calls come between units, never inside one, so unit graphs stay whole. */
+typedef struct gt_grad_hook {
+    void *ctx;
+    void (*written)(void *ctx, gt_stream *s, size_t first, size_t n);
+    void (*final)(void *ctx, gt_stream *s, size_t first, size_t n);
+} gt_grad_hook;
+
 typedef struct gt_model_info {
     int num_layers;
     size_t n_params;        /* elements in the flat parameter / gradient arrays */
@@ -92,6 +104,9 @@ void gt_model_unit_run(gt_model *m, gt_stream *s, int layer, int unit, int backw
 void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
                                const int32_t *targets, float dscale, int accumulate,
                                gt_step_state *st, const gt_unit_exec *exec);
+
+/* The hook for the next gt_model_forward_backward calls; NULL removes it. */
+void gt_model_set_grad_hook(gt_model *m, const gt_grad_hook *h);
 
 /* The marks of the embedding gradient's rows that may be nonzero (V bytes in the grads arena,
  * gt_grad_rows over the flat gradient array). The tokens of a step touch few of the

@@ -192,10 +192,11 @@ struct gt_model {
     int emb_track;      /* the marks are kept (gt_model_track_embedding_rows) */
     size_t act_elem;    /* bytes per act element */
     gt_model_info info;
-    float dscale;     /* of the running forward_backward (constant over a run) */
-    int grad_acc;     /* of the running forward_backward: weight gradients += (1) or = (0) */
-    size_t n_real;    /* parameters without alignment padding */
-    gt_model_fp8 fp8; /* the linear layers' fp8 state (model_fp8.c); enabled 0 under bf16 */
+    float dscale;      /* of the running forward_backward (constant over a run) */
+    int grad_acc;      /* of the running forward_backward: weight gradients += (1) or = (0) */
+    gt_grad_hook hook; /* gt_model_set_grad_hook; final is NULL when none */
+    size_t n_real;     /* parameters without alignment padding */
+    gt_model_fp8 fp8;  /* the linear layers' fp8 state (model_fp8.c); enabled 0 under bf16 */
     /* [n_rc_alias] the layer fields that take a shared recompute buffer */
     gt_rc_alias *rc_alias;
     int n_rc_alias;
@@ -284,5 +285,13 @@ static inline gt_rng_site gt_model_site(const gt_model *m, int layer, int k) {
     gt_rng_site site = {m->cfg.rng.seed, (uint32_t)(layer * GT_SITES_PER_LAYER + k), 0};
     return site;
 }
+
+/* grad_hook.c: the overlap hook's calls (no-ops without a hook). final 0: written. */
+#define GT_HOOK_LAYER_MAX 32
+void gt_model_hook_range(gt_model *m, gt_stream *s, int final, size_t first, size_t n);
+void gt_model_hook_tensor(gt_model *m, gt_stream *s, int final, int idx);
+void gt_model_hook_layer_written(gt_model *m, gt_stream *s, int l);
+/* layer l's matrices that are final after its units (deferred_ones 0) or after the flush (1) */
+void gt_model_hook_layer_final(gt_model *m, gt_stream *s, int l, int deferred_ones);
 
 #endif

@@ -213,16 +213,28 @@ void gt_model_forward_backward(gt_model *m, gt_stream *s, const int32_t *tokens,
         for (int u = 0; u < m->layers[l].n_units; u++)
             run_unit(m, s, l, u, 0, st, exec);
     head_fwd(m, s, targets, dscale, st);
+    gt_model_hook_tensor(m, s, 0, m->lm_w); /* the embedding's when tied */
     head_bwd(m, s);
-    for (int l = m->num_layers - 1; l >= 0; l--)
+    if (!dm->tied) gt_model_hook_tensor(m, s, 1, m->lm_w);
+    for (int l = m->num_layers - 1; l >= 0; l--) {
+        gt_model_hook_layer_written(m, s, l);
         for (int u = m->layers[l].n_units - 1; u >= 0; u--)
             run_unit(m, s, l, u, 1, st, exec);
+        gt_model_hook_layer_final(m, s, l, 0);
+    }
     flush_wgrads(m, s);
+    for (int l = m->num_layers - 1; l >= 0; l--)
+        gt_model_hook_layer_final(m, s, l, 1);
+    gt_model_hook_tensor(m, s, 0, m->final_w);
     norm_grads(m, s);
+    /* the vectors: norm weights, biases and Mamba's, written by the units or the sums above */
+    gt_model_hook_range(m, s, 1, m->info.n_decay, m->info.n_params - m->info.n_decay);
+    gt_model_hook_tensor(m, s, 0, m->wte);
     /* the embedding gradient is a scatter-add: overwriting it zeroes it first, all of it or
      * only the rows the marks say may be nonzero; tied, the head has already written it */
     b->ops->embedding_bwd(b, s, gt_model_grad(m, m->wte), m->emb_track ? m->emb_dirty : NULL,
                           m->res[0], tokens, dm->N, dm->V, dm->d, !accumulate && !dm->tied);
+    gt_model_hook_tensor(m, s, 1, m->wte);
 }
 
 void gt_model_track_embedding_rows(gt_model *m) {

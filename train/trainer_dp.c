@@ -64,7 +64,8 @@ int gt_trainer_dp_init(gt_trainer *t, gt_comm *comm, gt_error *err) {
 static int make_sync(gt_trainer *t, gt_error *err) {
     size_t bucket = gt_memory_dp_bucket_elems(&t->cfg, t->dp_size);
     gt_grad_sync_opts o = {bucket,
-                           t->cfg.runtime.deterministic ? GT_REDUCE_RANK_ORDER : GT_REDUCE_LIBRARY};
+                           t->cfg.runtime.deterministic ? GT_REDUCE_RANK_ORDER : GT_REDUCE_LIBRARY,
+                           t->cfg.ddp.overlap_grad_reduce};
     return gt_grad_sync_create(&t->sync, t->comm, t->b, t->n_params, &o, err);
 }
 
@@ -95,11 +96,23 @@ void gt_trainer_dp_release(gt_trainer *t) {
     t->h_skip = NULL;
 }
 
+/* ddp.overlap_grad_reduce: the model's backward tells the buckets what it writes and ends */
+static void hook_written(void *ctx, gt_stream *s, size_t first, size_t n) {
+    gt_grad_sync_written(ctx, s, first, n);
+}
+
+static void hook_final(void *ctx, gt_stream *s, size_t first, size_t n) {
+    gt_grad_sync_final(ctx, s, first, n);
+}
+
 void gt_trainer_enqueue_dp_micro_batches(gt_trainer *t, gt_stream *s, const gt_unit_exec *exec) {
     gt_backend *b = t->b;
     const gt_backend_ops *o = b->ops;
     const int P = t->dp_size, r = t->dp_rank, k = t->n_micro;
     const int rank_order = gt_grad_sync_order(t->sync) == GT_REDUCE_RANK_ORDER;
+    const int overlap = gt_grad_sync_overlaps(t->sync);
+    const gt_grad_hook hook = {t->sync, hook_written, hook_final};
+    gt_model_set_grad_hook(t->m, overlap ? &hook : NULL);
     /* rank order: every micro-batch overwrites the gradients and is reduced at once; the
      * library's order: accumulated here as on one process, reduced after the last */
     int overwrite = k == 1 || t->cfg.model.cuda_graph_impl != GT_GRAPH_IMPL_TE;
@@ -113,16 +126,24 @@ void gt_trainer_enqueue_dp_micro_batches(gt_trainer *t, gt_stream *s, const gt_u
         const int32_t *tok = t->d_batch + (size_t)j * 2 * (size_t)t->N;
         o->memset0(b, s, &t->st->loss, 2 * sizeof(float)); /* this micro-batch's pair alone */
         int accumulate = rank_order ? 0 : !(overwrite && j == 0);
+        if (overlap) gt_grad_sync_micro_begin(t->sync, t->mi->grads, j, k);
         gt_model_forward_backward(t->m, s, tok, tok + t->N, dscale, accumulate, t->st, exec);
         o->memcpy_d2d(b, s, t->loss_slots + 2 * ((size_t)j * (size_t)P + (size_t)r), &t->st->loss,
                       2 * sizeof(float));
-        if (rank_order) gt_grad_sync_round(t->sync, s, t->mi->grads, j == 0);
+        if (overlap)
+            gt_grad_sync_micro_end(t->sync); /* its buckets' reductions are under way */
+        else if (rank_order)
+            gt_grad_sync_round(t->sync, s, t->mi->grads, j == 0);
         for (int q = 0; j + 1 < k && q < P; q++)
             o->micro_next(b, s, t->st);
     }
+    if (overlap) {
+        gt_model_set_grad_hook(t->m, NULL);
+        gt_grad_sync_wait_all(t->sync, s);
+    }
     if (rank_order)
         gt_grad_sync_finish(t->sync, s, t->mi->grads);
-    else
+    else if (!overlap)
         gt_grad_sync_all_reduce(t->sync, s, t->mi->grads);
     gt_grad_sync_losses(t->sync, s, t->st, t->loss_slots, t->n_micro_global);
     /* before the NaN checks and AdamW read the fp8 flag, and delayed scaling its amaxes */
@@ -134,18 +155,27 @@ void gt_trainer_enqueue_dp_adamw(gt_trainer *t, gt_stream *s) {
     size_t act = b->act_bytes, master = gt_master_elem_bytes(act);
     gt_grad_rows none = GT_NO_GRAD_ROWS; /* the rows are never lazy with data parallelism */
     size_t at = 0; /* the bucket's shard in the compact optimizer state (trainer_shards.c) */
+    /* ddp.overlap_param_gather: bucket i's all-gather runs while the following buckets step;
+     * it writes only bucket i's parameters, which no later step of this loop touches. (Not
+     * into the next step's forward: a full-iteration graph must join its streams before its
+     * capture ends, and the next forward is the next replay.) */
+    const int overlap = t->cfg.ddp.overlap_param_gather;
     for (int i = 0; i < gt_grad_sync_bucket_count(t->sync); i++) {
         const gt_grad_bucket *k = gt_grad_sync_bucket(t->sync, i);
         size_t f = k->shard_first, n = k->shard_n;
-        if (!n) continue;
+        if (!n) {
+            gt_grad_sync_gather_bucket(t->sync, s, i, t->mi->params, act, overlap);
+            continue;
+        }
         /* the decayed parameters are the first n_decay: how many of them this shard holds */
         size_t decay = t->n_decay > f ? t->n_decay - f : 0;
         b->ops->adamw(b, s, (char *)t->mi->params + f * act, (char *)t->master + at * master,
                       t->mi->grads + f, none, (char *)t->adam_m + at * t->m_elem,
                       (char *)t->adam_v + at * t->v_elem, n, decay < n ? decay : n, t->hp, t->st);
+        gt_grad_sync_gather_bucket(t->sync, s, i, t->mi->params, act, overlap);
         at += n;
     }
-    gt_grad_sync_gather(t->sync, s, t->mi->params, act);
+    if (overlap) gt_grad_sync_wait_all(t->sync, s); /* evaluation and checkpoints see them */
 }
 
 /* What a step's collectives are, enqueued without the compute between them (bench's C): the

@@ -80,6 +80,14 @@ static const rule_case k_cases[] = {
     {"cpu_offloading_with_graphs", GT_SEVERITY_ERROR,
      TE "model.cuda_graph_scope=attn model.cpu_offloading=true",
      "model.cuda_graph_impl=none model.cpu_offloading=true"},
+    {"overlap_param_gather_needs_distributed_optimizer", GT_SEVERITY_ERROR,
+     "ddp.overlap_grad_reduce=true ddp.overlap_param_gather=true",
+     "ddp.overlap_grad_reduce=true ddp.overlap_param_gather=true "
+     "optimizer.use_distributed_optimizer=true"},
+    {"overlap_param_gather_needs_overlap_grad_reduce", GT_SEVERITY_ERROR,
+     "optimizer.use_distributed_optimizer=true ddp.overlap_param_gather=true",
+     "optimizer.use_distributed_optimizer=true ddp.overlap_param_gather=true "
+     "ddp.overlap_grad_reduce=true"},
     {"delay_wgrad_needs_gradient_accumulation_fusion", GT_SEVERITY_ERROR,
      TE "model.cuda_graph_scope=attn model.delay_wgrad_compute=true "
         "model.gradient_accumulation_fusion=false",

@@ -2,7 +2,8 @@
  * ranks: with runtime.deterministic the losses are bitwise those of one process with the same
  * global batch (rank 0 trains that one alone through a world of one), run to run, in every
  * graph mode and with any bucket size; MPI's own order stays within a tolerance; a checkpoint
- * of N ranks resumes at one and at N bitwise; a stop asked on one rank stops every rank. */
+ * of N ranks resumes at one and at N bitwise; a stop asked on one rank stops every rank;
+ * ddp.overlap_grad_reduce and ddp.overlap_param_gather keep the bits of the runs without. */
 #define MPF_NAME "mpi_dp_train"
 #include "mpi_fixture.h"
 
@@ -239,6 +240,76 @@ static void test_the_gathered_shards_are_the_replicated_state_bitwise(void **sta
     }
 }
 
+/* the graph modes the overlap must keep whole: eager, unit graphs (collectives between them),
+ * one full-iteration graph (the fork and join captured as event nodes) */
+static void set_graph_mode(gt_config *c, int mode) {
+    static const char *kv[3][3] = {
+        {"model.cuda_graph_impl=none", NULL, NULL},
+        {"model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=attn",
+         "model.cuda_graph_warmup_steps=1"},
+        {"model.cuda_graph_impl=local", "model.cuda_graph_scope=full_iteration",
+         "model.cuda_graph_warmup_steps=2"}};
+    for (int i = 0; i < 3 && kv[mode][i]; i++)
+        mpf_set(c, kv[mode][i]);
+}
+
+/* ddp.overlap_grad_reduce: each bucket reduced as the backward ends it is the same sum as all
+ * of them after it; two layers in small buckets (several per layer, some spanning two), with
+ * and without dropout (which decides the weight gradients the backward defers to its end) */
+static void test_overlapped_reduction_gives_the_bits_of_overlap_off(void **state) {
+    (void)state;
+    for (int library = 0; library < 2; library++)
+        for (int dropout = 0; dropout < 2; dropout++)
+            for (int mode = 0; mode < 3; mode++) {
+                gt_config off, on;
+                mpf_small_model(&off, 2);
+                mpf_set(&off, dropout ? "model.hidden_dropout=0.1" : "model.hidden_dropout=0");
+                mpf_set(&off,
+                        library ? "runtime.deterministic=false" : "runtime.deterministic=true");
+                mpf_set(&off, "ddp.bucket_size=1000");
+                mpf_set(&off, "train.train_iters=20");
+                set_graph_mode(&off, mode);
+                on = off;
+                mpf_set(&on, "ddp.overlap_grad_reduce=true");
+                gt_config_finalize(&off);
+                gt_config_finalize(&on);
+                float a[STEPS], b[STEPS];
+                run_losses(&off, C, STEPS, a);
+                run_losses(&on, C, STEPS, b);
+                // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
+                if (memcmp(a, b, sizeof a))
+                    fail_msg("rank %d: %s order, dropout %d, graph mode %d: overlap changed the "
+                             "losses (step 5: %.9g vs %.9g)",
+                             RANK, library ? "library" : "rank", dropout, mode, (double)a[4],
+                             (double)b[4]);
+                assert_true(a[0] != a[STEPS - 1]);
+            }
+}
+
+/* ddp.overlap_param_gather: each bucket's all-gather while the next buckets step, the bits of
+ * the gather after all of them; the losses of the following steps read the gathered weights */
+static void test_overlapped_param_gather_gives_the_bits_of_the_plain_gather(void **state) {
+    (void)state;
+    for (int mode = 0; mode < 3; mode += 2) {
+        gt_config plain, overlapped;
+        mpf_small_model(&plain, 2);
+        mpf_set(&plain, "ddp.bucket_size=1000");
+        mpf_set(&plain, "train.train_iters=20");
+        mpf_set(&plain, "optimizer.use_distributed_optimizer=true");
+        set_graph_mode(&plain, mode);
+        overlapped = plain;
+        mpf_set(&overlapped, "ddp.overlap_grad_reduce=true");
+        mpf_set(&overlapped, "ddp.overlap_param_gather=true");
+        gt_config_finalize(&plain);
+        gt_config_finalize(&overlapped);
+        float a[STEPS], b[STEPS];
+        run_losses(&plain, C, STEPS, a);
+        run_losses(&overlapped, C, STEPS, b);
+        assert_memory_equal(a, b, sizeof a);
+        mpf_assert_ranks_agree(b, sizeof b);
+    }
+}
+
 static void test_a_distributed_optimizer_saves_only_after_its_shards_are_gathered(void **state) {
     (void)state;
     gt_config c;
@@ -418,6 +489,8 @@ int main(void) {
         cmocka_unit_test(test_distributed_optimizer_gives_the_bits_of_the_replicated_one),
         cmocka_unit_test(test_the_distributed_optimizer_allocates_only_this_ranks_shards),
         cmocka_unit_test(test_the_gathered_shards_are_the_replicated_state_bitwise),
+        cmocka_unit_test(test_overlapped_reduction_gives_the_bits_of_overlap_off),
+        cmocka_unit_test(test_overlapped_param_gather_gives_the_bits_of_the_plain_gather),
         cmocka_unit_test(test_a_distributed_optimizer_saves_only_after_its_shards_are_gathered),
         cmocka_unit_test(test_a_global_batch_that_does_not_divide_over_the_ranks_is_refused_by_key),
         cmocka_unit_test(test_a_configuration_naming_another_world_size_is_refused),

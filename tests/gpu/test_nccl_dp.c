@@ -135,6 +135,47 @@ static void test_gpu_nccl_graph_modes_equal_eager_with_several_micro_batches(voi
     gtf_free(&eager);
 }
 
+/* ddp.overlap_grad_reduce in small buckets: each bucket's reduction left running on the
+ * communication stream as the backward ends it (event nodes in the full-iteration capture,
+ * issued between the unit graphs in scoped runs), joined per bucket before the next backward
+ * and all before the optimizer. One micro-batch: the bits of the run without NCCL; four: those
+ * of NCCL without overlap; rank and library order; and overlap_param_gather with the
+ * distributed optimizer, the gathers overlapping the later buckets' AdamW. */
+static void test_gpu_nccl_overlap_keeps_the_bits_in_every_graph_mode(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    for (int deterministic = 0; deterministic < 2; deterministic++)
+        for (int n_micro = 1; n_micro <= 4; n_micro += 3)
+            for (int mode = 0; mode < 3; mode++) {
+                gt_config c;
+                gpu_small(&c, n_micro);
+                c.runtime.deterministic = deterministic;
+                c.ddp.bucket_size = 100000; /* several buckets, some across two layers */
+                set_mode(&c, mode);
+                gt_config on = c, gathered = c;
+                on.ddp.overlap_grad_reduce = true;
+                gathered.ddp.overlap_grad_reduce = true;
+                gathered.ddp.overlap_param_gather = true;
+                gathered.optimizer.use_distributed_optimizer = true;
+                gtf_run ref, run, run_g;
+                if (n_micro == 1)
+                    gtf_train(&c, STEPS, &ref);
+                else
+                    train_nccl(&c, STEPS, &ref);
+                train_nccl(&on, STEPS, &run);
+                train_nccl(&gathered, STEPS, &run_g);
+                assert_int_equal(run.rc, GT_OK);
+                assert_int_equal(run_g.rc, GT_OK);
+                gtf_assert_same(&ref, &run);
+                gtf_assert_same(&ref, &run_g);
+                if (mode > 0) gtf_assert_progress(&run, WARMUP);
+                if (mode == 2) assert_int_equal(run.gs.graphs, 1);
+                gtf_free(&ref);
+                gtf_free(&run);
+                gtf_free(&run_g);
+            }
+}
+
 static void test_gpu_nccl_first_loss_matches_the_cpu_backend(void **state) {
     (void)state;
     if (!g_have_gpu) skip();
@@ -227,6 +268,7 @@ int main(void) {
         cmocka_unit_test(test_gpu_nccl_rank_order_matches_the_run_without_it_bitwise),
         cmocka_unit_test(test_gpu_nccl_library_order_matches_the_run_without_it_bitwise),
         cmocka_unit_test(test_gpu_nccl_graph_modes_equal_eager_with_several_micro_batches),
+        cmocka_unit_test(test_gpu_nccl_overlap_keeps_the_bits_in_every_graph_mode),
         cmocka_unit_test(test_gpu_nccl_first_loss_matches_the_cpu_backend),
         cmocka_unit_test(test_gpu_nccl_nan_stop_in_a_replayed_graph_ends_cleanly),
         cmocka_unit_test(test_gpu_nccl_fp8_matches_the_run_without_it_bitwise),
