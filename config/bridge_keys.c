@@ -80,8 +80,6 @@ static const bridge_key k_bridge[] = {
     {"model.hybrid_mlp_ratio", "0|0.0", "write the layers out with model.hybrid_override_pattern"},
     {"model.moe_router_load_balancing_type", "aux_loss", "graphtrain's router has the auxiliary load-balancing loss (model.moe_aux_loss_coeff)"},
     {"model.moe_router_score_function", "softmax", "graphtrain's router scores with a softmax"},
-    {"model.moe_router_pre_softmax", NULL, "graphtrain's router has one fixed order of softmax and top-k; the key is not read"},
-    {"model.moe_router_topk_scaling_factor", "null", "scaling the routing weights is not implemented"},
     {"model.moe_router_enable_expert_bias", "false", "expert-bias (aux-loss-free) balancing is not implemented"},
     {"model.moe_router_num_groups", "null", "group-limited routing is not implemented"},
     {"model.moe_router_group_topk", "null", "group-limited routing is not implemented"},

@@ -87,6 +87,8 @@ static const gt_key k_keys[] = {
     {"model.moe_expert_capacity_factor", GT_KEY_DOUBLE, F(model.moe_expert_capacity_factor), "0", NULL, -1, 1000, "Drop-and-pad capacity per expert (x fair share); <= 0 = unset (dropless).", "0"},
     {"model.moe_pad_expert_input_to_capacity", GT_KEY_BOOL, F(model.moe_pad_expert_input_to_capacity), "false", NULL, 0, 0, "Pad every expert's input to its capacity (static shapes).", NULL},
     {"model.moe_aux_loss_coeff", GT_KEY_DOUBLE, F(model.moe_aux_loss_coeff), "0", NULL, 0, 1000, "Load-balancing auxiliary loss coefficient.", "0"},
+    {"model.moe_router_pre_softmax", GT_KEY_BOOL, F(model.moe_router_pre_softmax), "false", NULL, 0, 0, "Router order: true = softmax over all experts, then top-k, weights not renormalized (Qwen3-MoE's norm_topk_prob=false); false = top-k, then softmax over the k (the same weights as softmax, top-k, renormalize).", NULL},
+    {"model.moe_router_topk_scaling_factor", GT_KEY_DOUBLE, F(model.moe_router_topk_scaling_factor), "0", NULL, 0, 1e6, "Multiplies the top-k routing weights (after the softmax, in either order); null or 0 = unscaled.", "0"},
     {"model.moe_router_padding_for_fp8", GT_KEY_BOOL, F(model.moe_router_padding_for_fp8), "false", NULL, 0, 0, "Pad the routing map for fp8 expert GEMMs (syncs with the host).", NULL},
     /* ---- Mamba-2 ---- */
     {"model.mamba_state_dim", GT_KEY_INT, F(model.mamba_state_dim), "128", NULL, 1, 4096, "Mamba SSM state size per head (d_state).", NULL},

@@ -201,6 +201,10 @@ static int check_dims(gt_model *m, gt_error *err) {
         dm->k = mc->moe_router_topk;
         dm->fe = fe;
         dm->aux_coeff = (float)mc->moe_aux_loss_coeff;
+        dm->router.pre_softmax = mc->moe_router_pre_softmax;
+        dm->router.scale = mc->moe_router_topk_scaling_factor > 0
+                               ? (float)mc->moe_router_topk_scaling_factor
+                               : 1.0f;
         if (mc->moe_expert_capacity_factor > 0) {
             double cap = ceil(mc->moe_expert_capacity_factor * dm->N * dm->k / E);
             NEED(cap * E < 2147483647.0, "model.moe_expert_capacity_factor %g is too large",
