@@ -355,6 +355,7 @@ static void round_trip(gt_config *cfg, uint64_t shard_bytes, int want_shards) {
     assert_int_equal(cfg->model.share_embeddings_and_output_weights,
                      c2->model.share_embeddings_and_output_weights);
     assert_int_equal(cfg->model.qk_layernorm, c2->model.qk_layernorm); /* Qwen3 both ways */
+    assert_int_equal(cfg->model.moe_router_pre_softmax, c2->model.moe_router_pre_softmax);
     free(w);
     free(w2);
     free(c2);
@@ -412,12 +413,54 @@ static void expect_import_refused(const char *dir, const char *needle) {
 /* A copy of fixture `name` with config.json's text edited: from -> to. */
 static void edited_fixture(const char *name, char *out, size_t n, const char *from, const char *to);
 
-static void test_qwen3_moe_with_unnormalized_top_k_is_refused(void **state) {
+/* Qwen3-MoE's norm_topk_prob=false (Qwen3MoeConfig's default, also when absent) is Megatron's
+ * pre-softmax router; the logits then differ from those of the renormalized fixture */
+static void test_qwen3_moe_unnormalized_top_k_imports_as_pre_softmax(void **state) {
     (void)state;
-    char d[256];
-    edited_fixture("qwen3_moe", d, sizeof d, "\"norm_topk_prob\": true",
-                   "\"norm_topk_prob\": false");
-    expect_import_refused(d, "model.moe_router_pre_softmax");
+    char d[256], tmp[256], ck[512];
+    const char *edits[][2] = {{"\"norm_topk_prob\": true", "\"norm_topk_prob\": false"},
+                              {"\"norm_topk_prob\": true,", ""}};
+    for (int i = 0; i < 2; i++) {
+        edited_fixture("qwen3_moe", d, sizeof d, edits[i][0], edits[i][1]);
+        gt_test_tmpdir(tmp, sizeof tmp);
+        snprintf(ck, sizeof ck, "%s/ck", tmp);
+        import_ok(d, ck);
+        gt_config *cfg = malloc(sizeof *cfg);
+        size_t n;
+        free(read_master(ck, cfg, &n));
+        assert_true(cfg->model.moe_router_pre_softmax);
+        free(cfg);
+    }
+    char dir[1024];
+    fixture("qwen3_moe", dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck_norm", tmp);
+    import_ok(dir, ck);
+    gt_config *cfg = malloc(sizeof *cfg);
+    size_t n;
+    free(read_master(ck, cfg, &n));
+    assert_false(cfg->model.moe_router_pre_softmax);
+    free(cfg);
+}
+
+static void test_moe_router_options_without_a_hugging_face_form_are_refused_by_export(
+    void **state) {
+    (void)state;
+    gt_config cfg;
+    tiny_config(&cfg);
+    cfg.model.num_moe_experts = 4;
+    cfg.model.moe_router_topk = 2;
+    cfg.model.moe_ffn_hidden_size = 12;
+    cfg.model.moe_router_pre_softmax = true; /* Mixtral renormalizes */
+    gt_hf_map map;
+    gt_error err = {0};
+    assert_int_equal(gt_hf_map_create(&map, &cfg, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "MixtralForCausalLM always renormalizes"));
+    cfg.model.moe_router_pre_softmax = false;
+    cfg.model.qk_layernorm = true;
+    cfg.model.moe_router_topk_scaling_factor = 2.5;
+    err = (gt_error){0};
+    assert_int_equal(gt_hf_map_create(&map, &cfg, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "model.moe_router_topk_scaling_factor=2.5"));
 }
 
 static void test_qwen3_moe_with_dense_layers_is_refused(void **state) {
@@ -500,6 +543,8 @@ static void test_qwen3_moe_export_then_import_is_bitwise(void **state) {
     cfg.model.num_moe_experts = 4;
     cfg.model.moe_router_topk = 2;
     cfg.model.moe_ffn_hidden_size = 12; /* Qwen3-MoE keeps both widths */
+    round_trip(&cfg, 8192, 2);
+    cfg.model.moe_router_pre_softmax = true; /* norm_topk_prob=false and back */
     round_trip(&cfg, 8192, 2);
 }
 
@@ -692,7 +737,8 @@ int main(void) {
         cmocka_unit_test(test_qwen3_export_then_import_is_bitwise),
         cmocka_unit_test(test_qwen3_moe_export_then_import_is_bitwise),
         cmocka_unit_test(test_qwen3_export_refuses_mlp_biases),
-        cmocka_unit_test(test_qwen3_moe_with_unnormalized_top_k_is_refused),
+        cmocka_unit_test(test_qwen3_moe_unnormalized_top_k_imports_as_pre_softmax),
+        cmocka_unit_test(test_moe_router_options_without_a_hugging_face_form_are_refused_by_export),
         cmocka_unit_test(test_qwen3_moe_with_dense_layers_is_refused),
         cmocka_unit_test(test_qwen3_head_dim_other_than_hidden_over_heads_is_refused),
         cmocka_unit_test(test_qwen3_attention_bias_is_refused),
