@@ -35,7 +35,6 @@ static const bridge_key k_bridge[] = {
     {"model.position_embedding_type", "rope", "graphtrain uses rotary position embeddings"},
     {"model.max_position_embeddings", "*", "rotary embeddings have no position table, so the size changes nothing (model.seq_length is the length)"},
     {"model.gated_linear_unit", "true", "graphtrain's dense MLP is SwiGLU (gated)"},
-    {"model.kv_channels", "null", "graphtrain's head size is hidden_size / num_attention_heads; drop the key"},
     {"model.bf16", "true", "graphtrain computes in bf16 (model.compute_dtype)"},
     {"model.fp16", "false", "fp16 with loss scaling is not implemented; use bf16"},
     {"model.params_dtype", "*", "graphtrain keeps fp32 master weights and bf16 copies whatever this says"},

@@ -123,6 +123,7 @@ typedef struct gt_model_config {
     int hidden_size;
     int num_attention_heads;
     int num_query_groups; /* kv heads; 0 = same as num_attention_heads */
+    int kv_channels;      /* head size; 0 (null) = hidden_size / num_attention_heads */
     int ffn_hidden_size;
     int vocab_size;
     int seq_length;
@@ -355,5 +356,12 @@ typedef struct gt_config {
     gt_graphs_config graphs;
     gt_runtime_config runtime;
 } gt_config;
+
+/* The attention head size: model.kv_channels, or hidden_size / num_attention_heads when it is
+ * null (0), as Megatron derives it. */
+static inline int gt_model_head_size(const gt_model_config *m) {
+    if (m->kv_channels > 0) return m->kv_channels;
+    return m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
+}
 
 #endif

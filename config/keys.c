@@ -53,6 +53,7 @@ static const gt_key k_keys[] = {
     {"model.num_layers", GT_KEY_INT, F(model.num_layers), "8", NULL, 1, 100000, "Number of transformer layers.", NULL},
     {"model.hidden_size", GT_KEY_INT, F(model.hidden_size), "512", NULL, 1, BIG, "Model width d_model.", NULL},
     {"model.num_attention_heads", GT_KEY_INT, F(model.num_attention_heads), "8", NULL, 1, 100000, "Attention (query) heads; must divide hidden_size.", NULL},
+    {"model.kv_channels", GT_KEY_INT, F(model.kv_channels), "0", NULL, 0, 100000, "Attention head size (Hugging Face's head_dim): qkv is (heads + 2 x groups) x kv_channels wide, the output projection's input heads x kv_channels; null or 0 = hidden_size / num_attention_heads. The GPU's attention kernels take 64 and 128.", "0"},
     {"model.num_query_groups", GT_KEY_INT, F(model.num_query_groups), "0", NULL, 0, 100000, "Key/value heads for grouped-query attention; 0 = num_attention_heads.", "0"},
     {"model.ffn_hidden_size", GT_KEY_INT, F(model.ffn_hidden_size), "1536", NULL, 0, BIG, "Width of the dense SwiGLU MLP.", NULL},
     {"model.vocab_size", GT_KEY_INT, F(model.vocab_size), "32768", NULL, 1, BIG, "Vocabulary size (embedding and output head rows).", NULL},

@@ -11,7 +11,7 @@
 #include "model/hf_names.h"
 
 static int head_dim(const gt_model_config *mc) {
-    return mc->hidden_size / mc->num_attention_heads;
+    return gt_model_head_size(mc);
 }
 
 /* "rope_scaling": null, or Llama 3.1's with Megatron's fixed numbers */
@@ -314,10 +314,14 @@ int gt_hf_config_apply(gt_config *cfg, const cJSON *hf, const char *dir, gt_erro
     if (!rc && heads == 0) rc = refuse(&r, "num_attention_heads", "it must be > 0");
     if (!rc && get(&r, "head_dim") && !cJSON_IsNull(get(&r, "head_dim"))) {
         rc = set_int(&r, "head_dim", NULL, &hd);
-        if (!rc && hd * heads != hidden)
-            rc = refuse(&r, "head_dim",
-                        "graphtrain's head size is hidden_size / num_attention_heads "
-                        "(model.kv_channels is not implemented)");
+        if (!rc && hd == 0) rc = refuse(&r, "head_dim", "it must be > 0");
+    }
+    /* model.kv_channels only where head_dim is not the derived size, so a config that never
+     * had the key comes back without it */
+    if (!rc) {
+        char kv[64];
+        snprintf(kv, sizeof kv, "model.kv_channels=%d", hd > 0 && hd * heads != hidden ? hd : 0);
+        rc = gt_config_apply_override(cfg, kv, err);
     }
     if (!rc) rc = set_int(&r, "num_hidden_layers", "model.num_layers", NULL);
     if (!rc) rc = set_int(&r, "vocab_size", "model.vocab_size", NULL);
