@@ -178,7 +178,7 @@ typedef struct gt_model_config {
     bool qk_layernorm; /* RMSNorm of every q and k head before rope (Qwen3) */
     bool first_last_layers_bf16;
     bool moe_pad_expert_input_to_capacity;
-    bool moe_router_pre_softmax; /* softmax over all experts, top-k, no renormalization */
+    bool moe_router_pre_softmax;     /* softmax over all experts, top-k, no renormalization */
     bool moe_router_padding_for_fp8; /* pad routing maps for fp8 GEMMs (a host sync) */
     bool cpu_offloading;
     bool delay_wgrad_compute;

@@ -99,10 +99,11 @@ static int expressible(const gt_model *m, gt_hf_arch *arch, gt_error *err) {
                             "export",
                             scale);
     if (moe && mc->moe_router_pre_softmax && !mc->qk_layernorm)
-        return gt_error_set(err, GT_ERR_INVALID,
-                            "model.moe_router_pre_softmax=true without model.qk_layernorm: "
-                            "MixtralForCausalLM always renormalizes the top-k weights; only "
-                            "Qwen3MoeForCausalLM (model.qk_layernorm=true) has norm_topk_prob=false");
+        return gt_error_set(
+            err, GT_ERR_INVALID,
+            "model.moe_router_pre_softmax=true without model.qk_layernorm: "
+            "MixtralForCausalLM always renormalizes the top-k weights; only "
+            "Qwen3MoeForCausalLM (model.qk_layernorm=true) has norm_topk_prob=false");
     if (mc->qk_layernorm)
         *arch = moe ? GT_HF_QWEN3_MOE : GT_HF_QWEN3;
     else

@@ -64,7 +64,8 @@ static void cpu_moe_router_fwd(gt_backend *b, gt_stream *s, float *probs, int32_
                 "moe_router_fwd: bad shape N=%d E=%d k=%d; need 1 <= k (moe_router_topk) <= "
                 "E (num_moe_experts)",
                 N, E, k);
-    router_args a = {b, probs, topk_idx, topk_w, counts, logits, NULL, NULL, NULL, N, E, k, 0, mode};
+    router_args a = {b,    probs, topk_idx, topk_w, counts, logits, NULL,
+                     NULL, NULL,  N,        E,      k,      0,      mode};
     gt_cpu_submit(b, s, k_router_fwd, &a, sizeof a);
 }
 
@@ -86,8 +87,9 @@ static void cpu_moe_aux_loss(gt_backend *b, gt_stream *s, gt_step_state *st, con
                              const int32_t *counts, int N, int E, int k, float coeff) {
     CPU_REQUIRE(b, st && N >= 0 && E > 0 && k > 0 && k <= E,
                 "moe_aux_loss: bad arguments N=%d E=%d k=%d", N, E, k);
-    router_args a = {b, (float *)probs, NULL, NULL, (int32_t *)counts, NULL, NULL, NULL, st, N, E,
-                     k, coeff, {0, 1.0f}};
+    router_args a = {
+        b, (float *)probs, NULL,     NULL, (int32_t *)counts, NULL, NULL, NULL, st, N, E,
+        k, coeff,          {0, 1.0f}};
     gt_cpu_submit(b, s, k_aux_loss, &a, sizeof a);
 }
 
@@ -116,8 +118,7 @@ static void k_router_bwd(const void *p) {
         }
         double c = a->mode.scale;
         for (int j = 0; j < a->k; j++)
-            dl[idx[j]] += a->mode.pre_softmax ? (float)(c * dw[j])
-                                              : (float)((c * dw[j] - wdw) / z);
+            dl[idx[j]] += a->mode.pre_softmax ? (float)(c * dw[j]) : (float)((c * dw[j] - wdw) / z);
         double pdp = 0;
         for (int e = 0; e < a->E; e++)
             pdp += (double)pr[e] * dl[e];

@@ -125,8 +125,8 @@ static void check_router_backward(fixture *f, gt_router_mode mode) {
     f->b->ops->moe_router_fwd(f->b, f->s, c.probs, c.idx0, c.w, c.counts, c.logits, N, E, K, mode);
     router_loss(&c);
     float *dl = calloc(N * E, 4);
-    f->b->ops->moe_router_bwd(f->b, f->s, dl, c.dw, c.probs, c.idx, c.w, c.counts, N, E, K,
-                              c.coeff, mode);
+    f->b->ops->moe_router_bwd(f->b, f->s, dl, c.dw, c.probs, c.idx, c.w, c.counts, N, E, K, c.coeff,
+                              mode);
     assert_true(fd_max_err(router_loss, &c, c.logits, N * E, dl, "router dlogits") < FD_REL_TOL);
     /* without the aux term the gradient differs */
     float *dl0 = calloc(N * E, 4);

@@ -444,8 +444,8 @@ static void test_qwen3_moe_unnormalized_top_k_imports_as_pre_softmax(void **stat
     free(cfg);
 }
 
-static void test_moe_router_options_without_a_hugging_face_form_are_refused_by_export(
-    void **state) {
+static void
+test_moe_router_options_without_a_hugging_face_form_are_refused_by_export(void **state) {
     (void)state;
     gt_config cfg;
     tiny_config(&cfg);
