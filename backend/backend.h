@@ -162,6 +162,13 @@ static inline size_t gt_fp8_scale_count(int rows, int cols, int tile_rows) {
            (size_t)((cols + GT_FP8_TILE - 1) / GT_FP8_TILE);
 }
 
+/* How the router turns softmax probabilities into top-k weights (Megatron's
+ * moe_router_pre_softmax and moe_router_topk_scaling_factor). */
+typedef struct gt_router_mode {
+    int pre_softmax; /* 1: the top-k probabilities as they are; 0: renormalized over the k */
+    float scale;     /* multiplies the weights; 1 = unscaled */
+} gt_router_mode;
+
 /* The Mamba-2 mixer's shapes (model/model_mamba.c). Its input projection zxbcdt [N, in] holds,
  * per token, z [di] | x [di] | B [G*S] | C [G*S] | dt [H] (Megatron's MambaMixer split), with
  * di = H*P; the convolution runs over the xBC slice, conv = di + 2*G*S channels, and its
@@ -424,18 +431,22 @@ typedef struct gt_backend_ops {
 
     /* ---- mixture of experts ---- */
     /* probs[N,E] = softmax(logits) in fp32; topk_idx/topk_w[N,k]: the k largest (ties: lower
-     * expert first), weights renormalized to sum to 1; counts[E] = tokens routed per expert
-     * (before any capacity drop) */
+     * expert first), weights renormalized to sum to 1 (mode.pre_softmax: the probabilities
+     * themselves), times mode.scale; counts[E] = tokens routed per expert (before any
+     * capacity drop) */
     void (*moe_router_fwd)(gt_backend *b, gt_stream *s, float *probs, int32_t *topk_idx,
-                           float *topk_w, int32_t *counts, const void *logits, int N, int E, int k);
+                           float *topk_w, int32_t *counts, const void *logits, int N, int E, int k,
+                           gt_router_mode mode);
     /* st->aux_loss += coeff * E * sum_e (counts[e] / (N*k)) * mean_n probs[n,e] */
     void (*moe_aux_loss)(gt_backend *b, gt_stream *s, gt_step_state *st, const float *probs,
                          const int32_t *counts, int N, int E, int k, float coeff);
-    /* dlogits[N,E] (overwritten) from dtopk_w[N,k] through renormalization and softmax, plus
-     * the aux-loss gradient (aux_coeff as given to moe_aux_loss; 0 = none) */
+    /* dlogits[N,E] (overwritten) from dtopk_w[N,k] through the scale, renormalization (unless
+     * mode.pre_softmax) and softmax, plus the aux-loss gradient (aux_coeff as given to
+     * moe_aux_loss; 0 = none); mode as given to moe_router_fwd */
     void (*moe_router_bwd)(gt_backend *b, gt_stream *s, void *dlogits, const float *dtopk_w,
                            const float *probs, const int32_t *topk_idx, const float *topk_w,
-                           const int32_t *counts, int N, int E, int k, float aux_coeff);
+                           const int32_t *counts, int N, int E, int k, float aux_coeff,
+                           gt_router_mode mode);
     /* Permutation, stable by token order. capacity == 0 (dropless): R = N*k rows, expert e
      * owns rows [offsets[e], offsets[e+1]). capacity C > 0 (drop-and-pad): R = E*C rows,
      * expert e owns [e*C, e*C + C), tokens past C are dropped, unused rows are padding.

@@ -150,7 +150,7 @@ void gt_bench_workload_compute(gt_bench_workload *w, const gt_config *cfg, doubl
     double d = mc->hidden_size, V = mc->vocab_size, T = mc->seq_length;
     double H = mc->num_attention_heads;
     double KV = mc->num_query_groups > 0 ? mc->num_query_groups : H;
-    double hd = H > 0 ? d / H : 0;
+    double hd = gt_model_head_size(mc);
     int mb = cfg->train.micro_batch_size > 0 ? cfg->train.micro_batch_size : 1;
     int seqs = cfg->train.global_batch_size > mb ? cfg->train.global_batch_size : mb;
     double attn = d * (H + 2 * KV) * hd + H * hd * d; /* qkv + output projection */
@@ -180,7 +180,7 @@ void gt_bench_workload_compute(gt_bench_workload *w, const gt_config *cfg, doubl
         w->flops_per_step = model_flops_per_token * w->tokens_per_step;
     else
         w->flops_per_step =
-            6.0 * active * w->tokens_per_step + 6.0 * mc->num_layers * seqs * T * T * d;
+            6.0 * active * w->tokens_per_step + 6.0 * mc->num_layers * seqs * T * T * H * hd;
     w->bytes_per_step = GT_BENCH_ADAMW_BYTES * n_params + GT_BENCH_GEMM_PASSES * 2.0 * gemm;
     /* runtime.gpu accepts only the table's names, so the lookup finds one */
     w->gpu_defaulted = !cfg->runtime.gpu[0];

@@ -117,11 +117,13 @@ typedef struct gt_model_config {
     double hidden_dropout;
     double moe_expert_capacity_factor; /* <= 0: unset (dropless) */
     double moe_aux_loss_coeff;
+    double moe_router_topk_scaling_factor; /* 0: unset (null), weights unscaled */
     /* shape */
     int num_layers;
     int hidden_size;
     int num_attention_heads;
     int num_query_groups; /* kv heads; 0 = same as num_attention_heads */
+    int kv_channels;      /* head size; 0 (null) = hidden_size / num_attention_heads */
     int ffn_hidden_size;
     int vocab_size;
     int seq_length;
@@ -176,6 +178,7 @@ typedef struct gt_model_config {
     bool qk_layernorm; /* RMSNorm of every q and k head before rope (Qwen3) */
     bool first_last_layers_bf16;
     bool moe_pad_expert_input_to_capacity;
+    bool moe_router_pre_softmax;     /* softmax over all experts, top-k, no renormalization */
     bool moe_router_padding_for_fp8; /* pad routing maps for fp8 GEMMs (a host sync) */
     bool cpu_offloading;
     bool delay_wgrad_compute;
@@ -357,5 +360,12 @@ typedef struct gt_config {
     gt_graphs_config graphs;
     gt_runtime_config runtime;
 } gt_config;
+
+/* The attention head size: model.kv_channels, or hidden_size / num_attention_heads when it is
+ * null (0), as Megatron derives it. */
+static inline int gt_model_head_size(const gt_model_config *m) {
+    if (m->kv_channels > 0) return m->kv_channels;
+    return m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
+}
 
 #endif

@@ -167,9 +167,10 @@ static void check_attention(const gt_config *cfg, const gt_cuda_config *c, const
                             gt_report *r) {
     const gt_model_config *m = &cfg->model;
     if (m->layer_pattern[0] && !strchr(m->layer_pattern, '*')) return; /* no attention layers */
-    if (m->num_attention_heads <= 0 || m->hidden_size % m->num_attention_heads) return;
-    gt_attn_shape sh = {m->seq_length, m->hidden_size / m->num_attention_heads,
-                        (float)m->attention_dropout, 0};
+    if (m->num_attention_heads <= 0 ||
+        (m->kv_channels <= 0 && m->hidden_size % m->num_attention_heads))
+        return;
+    gt_attn_shape sh = {m->seq_length, gt_model_head_size(m), (float)m->attention_dropout, 0};
     gt_kernel fwd, bwd;
     gt_error err = {0};
     if (gt_choose_attention_fwd(d, c->attention, &sh, &fwd, &err) != GT_OK) {
@@ -177,22 +178,23 @@ static void check_attention(const gt_config *cfg, const gt_cuda_config *c, const
             gt_report_add(
                 r, GT_SEVERITY_NOTE, "engine_gpu_head_size",
                 KEYS("runtime.cuda.attention", "model.hidden_size", "model.num_attention_heads",
-                     "model.seq_length", "model.attention_dropout"),
-                "choose hidden_size / num_attention_heads = 64, or (without attention "
+                     "model.kv_channels", "model.seq_length", "model.attention_dropout"),
+                "choose a head size (model.kv_channels, or hidden_size / num_attention_heads) of "
+                "64, or (without attention "
                 "dropout) a seq_length that is a multiple of 128 for cuDNN, or "
                 "runtime.cuda.attention=reference, or runtime.device=cpu",
                 "%s; head size %d would stop a GPU run when the trainer is built", err.msg, sh.hd);
         else
             refused(cfg, r, "cuda_attention_choice",
                     KEYS("runtime.cuda.attention", "model.hidden_size", "model.num_attention_heads",
-                         "model.seq_length", "model.attention_dropout"),
+                         "model.kv_channels", "model.seq_length", "model.attention_dropout"),
                     &err);
         return;
     }
     if (gt_choose_attention_bwd(d, c->attention_bwd, fwd, &sh, &bwd, &err) != GT_OK)
         refused(cfg, r, "cuda_attention_bwd_choice",
                 KEYS("runtime.cuda.attention_bwd", "runtime.cuda.attention", "model.hidden_size",
-                     "model.num_attention_heads", "model.seq_length"),
+                     "model.num_attention_heads", "model.kv_channels", "model.seq_length"),
                 &err);
 }
 

@@ -53,6 +53,7 @@ static const gt_key k_keys[] = {
     {"model.num_layers", GT_KEY_INT, F(model.num_layers), "8", NULL, 1, 100000, "Number of transformer layers.", NULL},
     {"model.hidden_size", GT_KEY_INT, F(model.hidden_size), "512", NULL, 1, BIG, "Model width d_model.", NULL},
     {"model.num_attention_heads", GT_KEY_INT, F(model.num_attention_heads), "8", NULL, 1, 100000, "Attention (query) heads; must divide hidden_size.", NULL},
+    {"model.kv_channels", GT_KEY_INT, F(model.kv_channels), "0", NULL, 0, 100000, "Attention head size (Hugging Face's head_dim): qkv is (heads + 2 x groups) x kv_channels wide, the output projection's input heads x kv_channels; null or 0 = hidden_size / num_attention_heads. The GPU's attention kernels take 64 and 128.", "0"},
     {"model.num_query_groups", GT_KEY_INT, F(model.num_query_groups), "0", NULL, 0, 100000, "Key/value heads for grouped-query attention; 0 = num_attention_heads.", "0"},
     {"model.ffn_hidden_size", GT_KEY_INT, F(model.ffn_hidden_size), "1536", NULL, 0, BIG, "Width of the dense SwiGLU MLP.", NULL},
     {"model.vocab_size", GT_KEY_INT, F(model.vocab_size), "32768", NULL, 1, BIG, "Vocabulary size (embedding and output head rows).", NULL},
@@ -87,6 +88,8 @@ static const gt_key k_keys[] = {
     {"model.moe_expert_capacity_factor", GT_KEY_DOUBLE, F(model.moe_expert_capacity_factor), "0", NULL, -1, 1000, "Drop-and-pad capacity per expert (x fair share); <= 0 = unset (dropless).", "0"},
     {"model.moe_pad_expert_input_to_capacity", GT_KEY_BOOL, F(model.moe_pad_expert_input_to_capacity), "false", NULL, 0, 0, "Pad every expert's input to its capacity (static shapes).", NULL},
     {"model.moe_aux_loss_coeff", GT_KEY_DOUBLE, F(model.moe_aux_loss_coeff), "0", NULL, 0, 1000, "Load-balancing auxiliary loss coefficient.", "0"},
+    {"model.moe_router_pre_softmax", GT_KEY_BOOL, F(model.moe_router_pre_softmax), "false", NULL, 0, 0, "Router order: true = softmax over all experts, then top-k, weights not renormalized (Qwen3-MoE's norm_topk_prob=false); false = top-k, then softmax over the k (the same weights as softmax, top-k, renormalize).", NULL},
+    {"model.moe_router_topk_scaling_factor", GT_KEY_DOUBLE, F(model.moe_router_topk_scaling_factor), "0", NULL, 0, 1e6, "Multiplies the top-k routing weights (after the softmax, in either order); null or 0 = unscaled.", "0"},
     {"model.moe_router_padding_for_fp8", GT_KEY_BOOL, F(model.moe_router_padding_for_fp8), "false", NULL, 0, 0, "Pad the routing map for fp8 expert GEMMs (syncs with the host).", NULL},
     /* ---- Mamba-2 ---- */
     {"model.mamba_state_dim", GT_KEY_INT, F(model.mamba_state_dim), "128", NULL, 1, 4096, "Mamba SSM state size per head (d_state).", NULL},

@@ -265,10 +265,11 @@ static void check_shape_rules(const gt_config *c, gt_report *r) {
             "PYTORCH_CUDA_ALLOC_CONF's expandable_segments is neither True nor False (PyTorch "
             "accepts only those), so whether the allocator expands segments cannot be told");
     const gt_model_config *m = &c->model;
-    if (m->hidden_size % m->num_attention_heads)
+    if (m->kv_channels <= 0 && m->hidden_size % m->num_attention_heads)
         add(r, GT_SEVERITY_ERROR, "heads_divide_hidden_size",
-            KEYS("model.hidden_size", "model.num_attention_heads"),
-            "pick num_attention_heads that divides hidden_size",
+            KEYS("model.hidden_size", "model.num_attention_heads", "model.kv_channels"),
+            "pick num_attention_heads that divides hidden_size, or set model.kv_channels (the "
+            "head size)",
             "hidden_size %d is not divisible by num_attention_heads %d", m->hidden_size,
             m->num_attention_heads);
     if (m->num_query_groups > 0 && m->num_attention_heads % m->num_query_groups)

@@ -11,7 +11,7 @@
 #include "model/hf_names.h"
 
 static int head_dim(const gt_model_config *mc) {
-    return mc->hidden_size / mc->num_attention_heads;
+    return gt_model_head_size(mc);
 }
 
 /* "rope_scaling": null, or Llama 3.1's with Megatron's fixed numbers */
@@ -74,8 +74,9 @@ cJSON *gt_hf_config_json(const gt_config *cfg, const gt_hf_map *map) {
         ok &= cJSON_AddNumberToObject(c, "num_experts", mc->num_moe_experts) != NULL;
         ok &= cJSON_AddNumberToObject(c, "num_experts_per_tok", mc->moe_router_topk) != NULL;
         ok &= cJSON_AddNumberToObject(c, "moe_intermediate_size", fe) != NULL;
-        /* graphtrain's router renormalizes the top k (softmax, top-k, renormalize) */
-        ok &= cJSON_AddBoolToObject(c, "norm_topk_prob", 1) != NULL;
+        /* renormalized top k (softmax, top-k, renormalize) unless Megatron's pre-softmax
+         * order, which is Qwen3-MoE's norm_topk_prob=false */
+        ok &= cJSON_AddBoolToObject(c, "norm_topk_prob", !mc->moe_router_pre_softmax) != NULL;
         ok &= cJSON_AddNumberToObject(c, "decoder_sparse_step", 1) != NULL;
         ok &= cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
         ok &= cJSON_AddNumberToObject(c, "router_aux_loss_coef", mc->moe_aux_loss_coeff) != NULL;
@@ -266,11 +267,6 @@ static int read_qwen3_options(const reader *r, gt_hf_arch arch) {
         return refuse(r, "mlp_only_layers",
                       "it must be empty: graphtrain exports and imports models whose every "
                       "layer is MoE (model.moe_layer_freq=1)");
-    const cJSON *norm = get(r, "norm_topk_prob");
-    if (!is_true(norm))
-        return refuse(r, "norm_topk_prob=false (Qwen3MoeConfig's default)",
-                      "graphtrain's router renormalizes the top-k weights; unnormalized weights "
-                      "(Megatron's model.moe_router_pre_softmax=true) are not implemented");
     const cJSON *shared = get(r, "shared_expert_intermediate_size");
     if (cJSON_IsNumber(shared) && shared->valuedouble > 0)
         return refuse(r, "shared_expert_intermediate_size", "shared experts are not implemented");
@@ -287,12 +283,13 @@ static int read_options(const reader *r, gt_hf_arch arch) {
     const cJSON *sw = get(r, "sliding_window");
     if (sw && !cJSON_IsNull(sw))
         return refuse(r, "sliding_window", "graphtrain's attention is full causal; set it to null");
-    /* graphtrain's router renormalizes the top k (Megatron's default, softmax after top-k) */
+    /* Qwen3-MoE reads norm_topk_prob (gt_hf_config_apply); Mixtral's router always
+     * renormalizes, so there the key can only say what Mixtral does */
     const cJSON *norm = get(r, "norm_topk_prob");
-    if (norm && !is_true(norm))
+    if (arch != GT_HF_QWEN3_MOE && norm && !is_true(norm))
         return refuse(r, "norm_topk_prob=false",
-                      "graphtrain's router renormalizes the top-k weights; unnormalized weights "
-                      "(Megatron's model.moe_router_pre_softmax=true) are not implemented");
+                      "only Qwen3MoeForCausalLM has unnormalized top-k weights (Megatron's "
+                      "model.moe_router_pre_softmax=true); this architecture renormalizes");
     const cJSON *jit = get(r, "router_jitter_noise");
     if (jit && !(cJSON_IsNumber(jit) && jit->valuedouble == 0))
         return refuse(r, "router_jitter_noise", "graphtrain's router has no jitter; set it to 0");
@@ -317,10 +314,14 @@ int gt_hf_config_apply(gt_config *cfg, const cJSON *hf, const char *dir, gt_erro
     if (!rc && heads == 0) rc = refuse(&r, "num_attention_heads", "it must be > 0");
     if (!rc && get(&r, "head_dim") && !cJSON_IsNull(get(&r, "head_dim"))) {
         rc = set_int(&r, "head_dim", NULL, &hd);
-        if (!rc && hd * heads != hidden)
-            rc = refuse(&r, "head_dim",
-                        "graphtrain's head size is hidden_size / num_attention_heads "
-                        "(model.kv_channels is not implemented)");
+        if (!rc && hd == 0) rc = refuse(&r, "head_dim", "it must be > 0");
+    }
+    /* model.kv_channels only where head_dim is not the derived size, so a config that never
+     * had the key comes back without it */
+    if (!rc) {
+        char kv[64];
+        snprintf(kv, sizeof kv, "model.kv_channels=%d", hd > 0 && hd * heads != hidden ? hd : 0);
+        rc = gt_config_apply_override(cfg, kv, err);
     }
     if (!rc) rc = set_int(&r, "num_hidden_layers", "model.num_layers", NULL);
     if (!rc) rc = set_int(&r, "vocab_size", "model.vocab_size", NULL);
@@ -371,6 +372,15 @@ int gt_hf_config_apply(gt_config *cfg, const cJSON *hf, const char *dir, gt_erro
         if (!rc) rc = set_int(&r, ne, "model.num_moe_experts", NULL);
         if (!rc) rc = set_int(&r, "num_experts_per_tok", "model.moe_router_topk", NULL);
         if (!rc) rc = gt_config_apply_override(cfg, "model.moe_layer_freq=1", err);
+        /* Qwen3MoeConfig's norm_topk_prob defaults to false: softmax over all experts, top-k,
+         * the probabilities kept as they are (Megatron's pre-softmax order) */
+        if (!rc)
+            rc = gt_config_apply_override(cfg,
+                                          q && !is_true(get(&r, "norm_topk_prob"))
+                                              ? "model.moe_router_pre_softmax=true"
+                                              : "model.moe_router_pre_softmax=false",
+                                          err);
+        if (!rc) rc = gt_config_apply_override(cfg, "model.moe_router_topk_scaling_factor=0", err);
         const cJSON *aux = get(&r, "router_aux_loss_coef");
         if (!rc && cJSON_IsNumber(aux))
             rc = set_double(&r, "router_aux_loss_coef", "model.moe_aux_loss_coeff",

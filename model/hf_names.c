@@ -91,6 +91,19 @@ static int expressible(const gt_model *m, gt_hf_arch *arch, gt_error *err) {
                             "model.add_bias_linear=true with model.qk_layernorm: "
                             "Qwen3ForCausalLM has no MLP biases (its attention_bias covers q, k, "
                             "v and o only); set model.add_bias_linear=false to export");
+    double scale = mc->moe_router_topk_scaling_factor;
+    if (moe && scale > 0 && scale != 1)
+        return gt_error_set(err, GT_ERR_INVALID,
+                            "model.moe_router_topk_scaling_factor=%g: neither MixtralForCausalLM "
+                            "nor Qwen3MoeForCausalLM scales the routing weights; leave it null to "
+                            "export",
+                            scale);
+    if (moe && mc->moe_router_pre_softmax && !mc->qk_layernorm)
+        return gt_error_set(
+            err, GT_ERR_INVALID,
+            "model.moe_router_pre_softmax=true without model.qk_layernorm: "
+            "MixtralForCausalLM always renormalizes the top-k weights; only "
+            "Qwen3MoeForCausalLM (model.qk_layernorm=true) has norm_topk_prob=false");
     if (mc->qk_layernorm)
         *arch = moe ? GT_HF_QWEN3_MOE : GT_HF_QWEN3;
     else

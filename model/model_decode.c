@@ -261,8 +261,8 @@ static void moe_step(gt_decoder *d, gt_stream *s, int l, int cur) {
                         dm->eps);
     b->ops->matmul_fwd(b, s, d->e, d->ln, gt_model_param(m, e->router_w), NULL, NULL, 1, dm->E,
                        dm->d);
-    b->ops->moe_router_fwd(b, s, d->probs, d->topk_idx, d->topk_w, d->counts, d->e, 1, dm->E,
-                           dm->k);
+    b->ops->moe_router_fwd(b, s, d->probs, d->topk_idx, d->topk_w, d->counts, d->e, 1, dm->E, dm->k,
+                           dm->router);
     b->ops->moe_permute(b, s, d->slot_token, d->token_slot, d->offsets, d->topk_idx, 1, dm->E,
                         dm->k, 0);
     b->ops->moe_gather(b, s, d->xe, d->ln, d->slot_token, dm->k, dm->k, dm->d);

@@ -164,9 +164,10 @@ typedef struct gt_model_dims {
     float eps, theta, p_attn, p_hidden, aux_coeff;
     float rope_factor; /* Llama 3.1 rotary scaling factor (model.rope_scaling); 0 = none */
     int qkv_bias, lin_bias;
-    gt_mamba_shape ms; /* Mamba layers (all zero without) */
-    int tied;          /* model.share_embeddings_and_output_weights: lm_w is wte */
-    int qk_norm;       /* model.qk_layernorm */
+    gt_mamba_shape ms;     /* Mamba layers (all zero without) */
+    int tied;              /* model.share_embeddings_and_output_weights: lm_w is wte */
+    int qk_norm;           /* model.qk_layernorm */
+    gt_router_mode router; /* model.moe_router_pre_softmax, moe_router_topk_scaling_factor */
 } gt_model_dims;
 
 struct gt_model {

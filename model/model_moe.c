@@ -20,7 +20,7 @@ void gt_moe_router_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_
     b->ops->matmul_fwd(b, s, m->sc.e, e->ln, gt_model_param(m, e->router_w), NULL, NULL, dm->N,
                        dm->E, dm->d);
     b->ops->moe_router_fwd(b, s, e->probs, e->topk_idx, e->topk_w, e->counts, m->sc.e, dm->N, dm->E,
-                           dm->k);
+                           dm->k, dm->router);
     if (train && dm->aux_coeff > 0)
         b->ops->moe_aux_loss(b, s, st, e->probs, e->counts, dm->N, dm->E, dm->k, aux_coeff(m));
 }
@@ -32,7 +32,7 @@ void gt_moe_router_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) 
     gt_moe_block *e = &m->layers[layer].moe;
     gt_moe_router_recompute(m, s, layer);
     b->ops->moe_router_bwd(b, s, m->sc.e, m->sc.dtopk_w, e->probs, e->topk_idx, e->topk_w,
-                           e->counts, dm->N, dm->E, dm->k, aux_coeff(m));
+                           e->counts, dm->N, dm->E, dm->k, aux_coeff(m), dm->router);
     b->ops->matmul_bwd_weight(b, s, gt_model_grad(m, e->router_w), NULL, m->sc.e, e->ln, dm->N,
                               dm->E, dm->d, m->grad_acc);
     /* sc.dln already holds the gradient through the experts (preprocess backward) */

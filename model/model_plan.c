@@ -138,17 +138,18 @@ static int check_dims(gt_model *m, gt_error *err) {
     NEED(mc->hidden_size > 0, "model.hidden_size is %d; it must be > 0", mc->hidden_size);
     NEED(mc->num_attention_heads > 0, "model.num_attention_heads is %d; it must be > 0",
          mc->num_attention_heads);
-    NEED(mc->hidden_size % mc->num_attention_heads == 0,
-         "model.hidden_size %d is not divisible by model.num_attention_heads %d", mc->hidden_size,
-         mc->num_attention_heads);
+    NEED(mc->kv_channels > 0 || mc->hidden_size % mc->num_attention_heads == 0,
+         "model.hidden_size %d is not divisible by model.num_attention_heads %d (or set "
+         "model.kv_channels, the head size)",
+         mc->hidden_size, mc->num_attention_heads);
     int kv = mc->num_query_groups > 0 ? mc->num_query_groups : mc->num_attention_heads;
     NEED(mc->num_query_groups >= 0 && mc->num_attention_heads % kv == 0,
          "model.num_attention_heads %d is not divisible by model.num_query_groups %d",
          mc->num_attention_heads, mc->num_query_groups);
-    NEED((mc->hidden_size / mc->num_attention_heads) % 2 == 0,
-         "head size %d (model.hidden_size / model.num_attention_heads) must be even for rotary "
-         "embeddings",
-         mc->hidden_size / mc->num_attention_heads);
+    NEED(gt_model_head_size(mc) % 2 == 0,
+         "head size %d (model.kv_channels, or model.hidden_size / model.num_attention_heads) "
+         "must be even for rotary embeddings",
+         gt_model_head_size(mc));
     NEED(mc->vocab_size > 0, "model.vocab_size is %d; it must be > 0", mc->vocab_size);
     NEED(mc->seq_length > 0, "model.seq_length is %d; it must be > 0", mc->seq_length);
     NEED(c->train.micro_batch_size > 0, "train.micro_batch_size is %d; it must be > 0",
@@ -172,7 +173,7 @@ static int check_dims(gt_model *m, gt_error *err) {
     dm->d = mc->hidden_size;
     dm->H = mc->num_attention_heads;
     dm->KV = kv;
-    dm->hd = dm->d / dm->H;
+    dm->hd = gt_model_head_size(mc);
     dm->qkv = (dm->H + 2 * dm->KV) * dm->hd;
     dm->f = mc->ffn_hidden_size;
     dm->V = mc->vocab_size;
@@ -201,6 +202,10 @@ static int check_dims(gt_model *m, gt_error *err) {
         dm->k = mc->moe_router_topk;
         dm->fe = fe;
         dm->aux_coeff = (float)mc->moe_aux_loss_coeff;
+        dm->router.pre_softmax = mc->moe_router_pre_softmax;
+        dm->router.scale = mc->moe_router_topk_scaling_factor > 0
+                               ? (float)mc->moe_router_topk_scaling_factor
+                               : 1.0f;
         if (mc->moe_expert_capacity_factor > 0) {
             double cap = ceil(mc->moe_expert_capacity_factor * dm->N * dm->k / E);
             NEED(cap * E < 2147483647.0, "model.moe_expert_capacity_factor %g is too large",

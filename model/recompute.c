@@ -180,7 +180,7 @@ void gt_moe_experts_recompute(gt_model *m, gt_stream *s, int layer, gt_step_stat
         b->ops->matmul_fwd(b, s, m->sc.e, e->ln, gt_model_param(m, e->router_w), NULL, NULL, dm->N,
                            dm->E, dm->d);
         b->ops->moe_router_fwd(b, s, e->probs, e->topk_idx, e->topk_w, e->counts, m->sc.e, dm->N,
-                               dm->E, dm->k);
+                               dm->E, dm->k, dm->router);
         b->ops->moe_permute(b, s, e->slot_token, e->token_slot, e->offsets, e->topk_idx, dm->N,
                             dm->E, dm->k, dm->capacity);
         b->ops->moe_gather(b, s, e->xe, e->ln, e->slot_token, dm->R, dm->k, dm->d);

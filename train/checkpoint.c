@@ -49,6 +49,10 @@ uint64_t gt_ckpt_fingerprint(const gt_config *cfg, size_t n_params, char *shape,
              m->ffn_hidden_size, m->vocab_size, m->num_moe_experts, m->moe_ffn_hidden_size,
              m->moe_layer_freq, (int)m->add_bias_linear, (int)m->add_qkv_bias, m->layer_pattern,
              n_params);
+    if (m->kv_channels > 0) { /* only when set, so older checkpoints keep their fingerprint */
+        size_t len = strlen(buf);
+        snprintf(buf + len, sizeof buf - len, " kv_channels=%d", m->kv_channels);
+    }
     if (shape) snprintf(shape, n, "%s", buf);
     uint64_t h = 0xcbf29ce484222325ull;
     for (const char *p = buf; *p; p++)

@@ -1,5 +1,6 @@
 /* CPU reference: MoE router. Softmax probabilities, top-k with ties to the lower expert,
- * renormalized weights, per-expert counts, the Switch-style aux loss, and the backward through
+ * renormalized weights (or, pre-softmax, the probabilities themselves) times the scale,
+ * per-expert counts, the Switch-style aux loss, and the backward through the scale,
  * renormalization, the aux loss and the softmax. */
 #include <math.h>
 #include <string.h>
@@ -18,6 +19,7 @@ typedef struct router_args {
     gt_step_state *st;    /* aux loss */
     int N, E, k;
     float coeff;
+    gt_router_mode mode;
 } router_args;
 
 static void k_router_fwd(const void *p) {
@@ -49,19 +51,21 @@ static void k_router_fwd(const void *p) {
             tot += pr[best];
             a->counts[best]++;
         }
+        if (a->mode.pre_softmax) tot = 1.0;
         for (int j = 0; j < a->k; j++)
-            w[j] = (float)(pr[idx[j]] / tot);
+            w[j] = (float)((double)a->mode.scale * (pr[idx[j]] / tot));
     }
 }
 
 static void cpu_moe_router_fwd(gt_backend *b, gt_stream *s, float *probs, int32_t *topk_idx,
                                float *topk_w, int32_t *counts, const void *logits, int N, int E,
-                               int k) {
+                               int k, gt_router_mode mode) {
     CPU_REQUIRE(b, N >= 0 && E > 0 && k > 0 && k <= E,
                 "moe_router_fwd: bad shape N=%d E=%d k=%d; need 1 <= k (moe_router_topk) <= "
                 "E (num_moe_experts)",
                 N, E, k);
-    router_args a = {b, probs, topk_idx, topk_w, counts, logits, NULL, NULL, NULL, N, E, k, 0};
+    router_args a = {b,    probs, topk_idx, topk_w, counts, logits, NULL,
+                     NULL, NULL,  N,        E,      k,      0,      mode};
     gt_cpu_submit(b, s, k_router_fwd, &a, sizeof a);
 }
 
@@ -83,12 +87,14 @@ static void cpu_moe_aux_loss(gt_backend *b, gt_stream *s, gt_step_state *st, con
                              const int32_t *counts, int N, int E, int k, float coeff) {
     CPU_REQUIRE(b, st && N >= 0 && E > 0 && k > 0 && k <= E,
                 "moe_aux_loss: bad arguments N=%d E=%d k=%d", N, E, k);
-    router_args a = {b, (float *)probs, NULL, NULL, (int32_t *)counts, NULL, NULL, NULL, st, N, E,
-                     k, coeff};
+    router_args a = {
+        b, (float *)probs, NULL,     NULL, (int32_t *)counts, NULL, NULL, NULL, st, N, E,
+        k, coeff,          {0, 1.0f}};
     gt_cpu_submit(b, s, k_aux_loss, &a, sizeof a);
 }
 
-/* w_j = p_{s_j} / Z, Z = sum_i p_{s_i}:  dL/dp_{s_j} = (dw_j - sum_i dw_i w_i) / Z;
+/* w_j = c p_{s_j} / Z, Z = sum_i p_{s_i}:  dL/dp_{s_j} = (c dw_j - sum_i dw_i w_i) / Z;
+ * pre-softmax, w_j = c p_{s_j}: dL/dp_{s_j} = c dw_j;
  * the aux loss adds coeff * E * f_e / N to every dL/dp[n,e] (f_e taken as constant, as in
  * Switch); then the softmax backward dlogit_e = p_e (dp_e - sum_i p_i dp_i).
  * dlogits is written only after the row is fully read, so the row's dp lives in dlogits. */
@@ -110,8 +116,9 @@ static void k_router_bwd(const void *p) {
                                        : 0.0;
             dl[e] = (float)aux;
         }
+        double c = a->mode.scale;
         for (int j = 0; j < a->k; j++)
-            dl[idx[j]] += (float)(((double)dw[j] - wdw) / z);
+            dl[idx[j]] += a->mode.pre_softmax ? (float)(c * dw[j]) : (float)((c * dw[j] - wdw) / z);
         double pdp = 0;
         for (int e = 0; e < a->E; e++)
             pdp += (double)pr[e] * dl[e];
@@ -122,7 +129,8 @@ static void k_router_bwd(const void *p) {
 
 static void cpu_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, const float *dtopk_w,
                                const float *probs, const int32_t *topk_idx, const float *topk_w,
-                               const int32_t *counts, int N, int E, int k, float aux_coeff) {
+                               const int32_t *counts, int N, int E, int k, float aux_coeff,
+                               gt_router_mode mode) {
     CPU_REQUIRE(b, N >= 0 && E > 0 && k > 0 && k <= E, "moe_router_bwd: bad shape N=%d E=%d k=%d",
                 N, E, k);
     CPU_REQUIRE(b, aux_coeff == 0 || counts, "moe_router_bwd: aux_coeff needs counts");
@@ -138,7 +146,8 @@ static void cpu_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, const
                      N,
                      E,
                      k,
-                     aux_coeff};
+                     aux_coeff,
+                     mode};
     gt_cpu_submit(b, s, k_router_bwd, &a, sizeof a);
 }
 

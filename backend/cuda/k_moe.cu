@@ -19,9 +19,10 @@
 
 /* ---- router ---- */
 
-/* One warp per token: softmax, then k rounds of a warp argmax (ties: lower expert). */
+/* One warp per token: softmax, then k rounds of a warp argmax (ties: lower expert); the
+ * weights renormalized over the k unless pre_softmax, times scale. */
 __global__ void k_router_fwd(float *probs, int32_t *topk_idx, float *topk_w, const bf16 *logits,
-                             int N, int E, int k) {
+                             int N, int E, int k, int pre_softmax, float scale) {
     GT_PDL_ENTRY();
     int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (n >= N) return;
@@ -75,7 +76,7 @@ __global__ void k_router_fwd(float *probs, int32_t *topk_idx, float *topk_w, con
         if (lane == j) chosen_p = best;
         if (lane == 0) topk_idx[(size_t)n * k + j] = bi;
     }
-    if (lane < k) topk_w[(size_t)n * k + lane] = chosen_p / wsum;
+    if (lane < k) topk_w[(size_t)n * k + lane] = scale * (pre_softmax ? chosen_p : chosen_p / wsum);
 }
 
 __global__ void k_router_counts(int32_t *counts, const int32_t *topk_idx, int NK, int E) {
@@ -95,7 +96,7 @@ __global__ void k_router_counts(int32_t *counts, const int32_t *topk_idx, int NK
 
 static void cuda_moe_router_fwd(gt_backend *b, gt_stream *s, float *probs, int32_t *topk_idx,
                                 float *topk_w, int32_t *counts, const void *logits, int N, int E,
-                                int k) {
+                                int k, gt_router_mode mode) {
     if (E <= 0 || E > 32 * ROUTER_MAX_Q || k <= 0 || k > E || k > 32 || N < 0) {
         gt_backend_fail(b, GT_ERR_UNSUPPORTED,
                         "moe_router_fwd: E=%d k=%d is not supported (need 1 <= k <= min(E, 32) "
@@ -108,7 +109,7 @@ static void cuda_moe_router_fwd(gt_backend *b, gt_stream *s, float *probs, int32
     int wpb = MOE_THREADS / 32;
     if (N > 0)
         gt_launch(k_router_fwd, (N + wpb - 1) / wpb, MOE_THREADS, 0, cs, probs, topk_idx, topk_w,
-                  (const bf16 *)logits, N, E, k);
+                  (const bf16 *)logits, N, E, k, mode.pre_softmax, mode.scale);
     gt_launch(k_router_counts, 1, 1024, E * sizeof(int), cs, counts, topk_idx, N * k, E);
     GT_CUDA_LAUNCHED(b, "moe_router_fwd");
 }
@@ -146,10 +147,12 @@ static void cuda_moe_aux_loss(gt_backend *b, gt_stream *s, gt_step_state *st, co
     GT_CUDA_LAUNCHED(b, "moe_aux_loss");
 }
 
-/* One warp per token: gradient through renormalization, the aux loss and the softmax. */
+/* One warp per token: gradient through the scale c, renormalization (w_j = c p_j / S:
+ * dp_j = (c dw_j - sum_i dw_i w_i) / S; pre-softmax w_j = c p_j: dp_j = c dw_j), the aux loss
+ * and the softmax. */
 __global__ void k_router_bwd(bf16 *dlogits, const float *dtopk_w, const float *probs,
                              const int32_t *topk_idx, const float *topk_w, const int32_t *counts,
-                             int N, int E, int k, float aux_coeff) {
+                             int N, int E, int k, float aux_coeff, int pre_softmax, float scale) {
     GT_PDL_ENTRY();
     int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (n >= N) return;
@@ -167,7 +170,7 @@ __global__ void k_router_bwd(bf16 *dlogits, const float *dtopk_w, const float *p
                        ? aux_coeff * (float)E * (float)counts[e] / ((float)N * (float)k) / (float)N
                        : 0.0f;
         for (int j = 0; j < k; j++)
-            if (idx[j] == e) dp += (dtw[j] - dot) / S;
+            if (idx[j] == e) dp += pre_softmax ? scale * dtw[j] : (scale * dtw[j] - dot) / S;
         pd += p[e] * dp;
     }
     pd = warp_sum(pd);
@@ -176,14 +179,15 @@ __global__ void k_router_bwd(bf16 *dlogits, const float *dtopk_w, const float *p
                        ? aux_coeff * (float)E * (float)counts[e] / ((float)N * (float)k) / (float)N
                        : 0.0f;
         for (int j = 0; j < k; j++)
-            if (idx[j] == e) dp += (dtw[j] - dot) / S;
+            if (idx[j] == e) dp += pre_softmax ? scale * dtw[j] : (scale * dtw[j] - dot) / S;
         dlogits[(size_t)n * E + e] = tobf(p[e] * (dp - pd));
     }
 }
 
 static void cuda_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, const float *dtopk_w,
                                 const float *probs, const int32_t *topk_idx, const float *topk_w,
-                                const int32_t *counts, int N, int E, int k, float aux_coeff) {
+                                const int32_t *counts, int N, int E, int k, float aux_coeff,
+                                gt_router_mode mode) {
     if (aux_coeff != 0.0f && !counts) {
         gt_backend_fail(b, GT_ERR_INVALID, "moe_router_bwd: aux_coeff needs counts");
         return;
@@ -191,7 +195,8 @@ static void cuda_moe_router_bwd(gt_backend *b, gt_stream *s, void *dlogits, cons
     if (b->planning || N <= 0 || E <= 0 || k <= 0) return;
     int wpb = MOE_THREADS / 32;
     gt_launch(k_router_bwd, (N + wpb - 1) / wpb, MOE_THREADS, 0, gt_cuda_ex(b, s), (bf16 *)dlogits,
-              dtopk_w, probs, topk_idx, topk_w, counts, N, E, k, aux_coeff);
+              dtopk_w, probs, topk_idx, topk_w, counts, N, E, k, aux_coeff, mode.pre_softmax,
+              mode.scale);
     GT_CUDA_LAUNCHED(b, "moe_router_bwd");
 }
 

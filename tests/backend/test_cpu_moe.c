@@ -25,6 +25,8 @@ static int teardown(void **state) {
 
 /* ---------------- router ---------------- */
 
+static const gt_router_mode RENORM = {0, 1.0f};
+
 static void test_router_topk_ties_go_to_lower_expert_and_weights_renormalize(void **state) {
     fixture *f = *state;
     enum { N = 3, E = 4, K = 2 };
@@ -35,7 +37,7 @@ static void test_router_topk_ties_go_to_lower_expert_and_weights_renormalize(voi
     };
     float probs[N * E], w[N * K];
     int32_t idx[N * K], counts[E];
-    f->b->ops->moe_router_fwd(f->b, f->s, probs, idx, w, counts, logits, N, E, K);
+    f->b->ops->moe_router_fwd(f->b, f->s, probs, idx, w, counts, logits, N, E, K, RENORM);
     assert_int_equal(idx[0], 1);
     assert_int_equal(idx[1], 2);
     assert_float_equal(w[0], 0.5f, 1e-6);
@@ -50,6 +52,28 @@ static void test_router_topk_ties_go_to_lower_expert_and_weights_renormalize(voi
     assert_int_equal(idx[5], 1);
     int32_t want[E] = {1, 2, 2, 1};
     assert_memory_equal(counts, want, sizeof want);
+}
+
+/* Megatron's moe_router_pre_softmax: the softmax over all experts at the top k, not
+ * renormalized; the scaling factor multiplies the weights in either order. */
+static void test_router_pre_softmax_keeps_probabilities_and_scale_multiplies(void **state) {
+    fixture *f = *state;
+    enum { N = 1, E = 4, K = 2 };
+    float logits[N * E] = {logf(0.1f), logf(0.2f), logf(0.3f), logf(0.4f)};
+    float probs[N * E], w[N * K];
+    int32_t idx[N * K], counts[E];
+    gt_router_mode pre = {1, 1.0f}, pre_scaled = {1, 2.5f}, renorm_scaled = {0, 2.5f};
+    f->b->ops->moe_router_fwd(f->b, f->s, probs, idx, w, counts, logits, N, E, K, pre);
+    assert_int_equal(idx[0], 3);
+    assert_int_equal(idx[1], 2);
+    assert_float_equal(w[0], 0.4f, 1e-6);
+    assert_float_equal(w[1], 0.3f, 1e-6);
+    f->b->ops->moe_router_fwd(f->b, f->s, probs, idx, w, counts, logits, N, E, K, pre_scaled);
+    assert_float_equal(w[0], 2.5f * 0.4f, 1e-6);
+    assert_float_equal(w[1], 2.5f * 0.3f, 1e-6);
+    f->b->ops->moe_router_fwd(f->b, f->s, probs, idx, w, counts, logits, N, E, K, renorm_scaled);
+    assert_float_equal(w[0], 2.5f * 0.4f / 0.7f, 1e-6);
+    assert_float_equal(w[1], 2.5f * 0.3f / 0.7f, 1e-6);
 }
 
 static void test_aux_loss_is_switch_style_and_accumulates(void **state) {
@@ -68,13 +92,14 @@ typedef struct router_ctx {
     int32_t *idx, *counts, *idx0;
     int N, E, k;
     float coeff;
+    gt_router_mode mode;
 } router_ctx;
 
 static double router_loss(void *p) {
     router_ctx *c = p;
     gt_backend *b = c->f->b;
     b->ops->moe_router_fwd(b, c->f->s, c->probs, c->idx, c->w, c->counts, c->logits, c->N, c->E,
-                           c->k);
+                           c->k, c->mode);
     /* the selection must not change under the perturbation, or FD is meaningless */
     assert_memory_equal(c->idx, c->idx0, (size_t)c->N * c->k * sizeof(int32_t));
     c->f->st.aux_loss = 0;
@@ -82,8 +107,7 @@ static double router_loss(void *p) {
     return dotd(c->dw, c->w, (size_t)c->N * c->k) + c->f->st.aux_loss;
 }
 
-static void test_router_backward_through_renormalization_softmax_and_aux_loss(void **state) {
-    fixture *f = *state;
+static void check_router_backward(fixture *f, gt_router_mode mode) {
     enum { N = 6, E = 5, K = 2 };
     router_ctx c = {f,
                     rand_buf(f, N * E, 2),
@@ -96,19 +120,33 @@ static void test_router_backward_through_renormalization_softmax_and_aux_loss(vo
                     N,
                     E,
                     K,
-                    0.3f};
-    f->b->ops->moe_router_fwd(f->b, f->s, c.probs, c.idx0, c.w, c.counts, c.logits, N, E, K);
+                    0.3f,
+                    mode};
+    f->b->ops->moe_router_fwd(f->b, f->s, c.probs, c.idx0, c.w, c.counts, c.logits, N, E, K, mode);
     router_loss(&c);
     float *dl = calloc(N * E, 4);
-    f->b->ops->moe_router_bwd(f->b, f->s, dl, c.dw, c.probs, c.idx, c.w, c.counts, N, E, K,
-                              c.coeff);
+    f->b->ops->moe_router_bwd(f->b, f->s, dl, c.dw, c.probs, c.idx, c.w, c.counts, N, E, K, c.coeff,
+                              mode);
     assert_true(fd_max_err(router_loss, &c, c.logits, N * E, dl, "router dlogits") < FD_REL_TOL);
     /* without the aux term the gradient differs */
     float *dl0 = calloc(N * E, 4);
-    f->b->ops->moe_router_bwd(f->b, f->s, dl0, c.dw, c.probs, c.idx, c.w, c.counts, N, E, K, 0);
+    f->b->ops->moe_router_bwd(f->b, f->s, dl0, c.dw, c.probs, c.idx, c.w, c.counts, N, E, K, 0,
+                              mode);
     assert_memory_not_equal(dl, dl0, N * E * sizeof(float));
     free(c.logits), free(c.probs), free(c.w), free(c.dw), free(c.idx), free(c.counts);
     free(c.idx0), free(dl), free(dl0);
+}
+
+static void test_router_backward_through_renormalization_softmax_and_aux_loss(void **state) {
+    check_router_backward(*state, RENORM);
+}
+
+/* pre-softmax (no renormalization) and a scaling factor, each order */
+static void test_router_backward_pre_softmax_and_scaled(void **state) {
+    gt_router_mode pre = {1, 1.0f}, pre_scaled = {1, 1.7f}, renorm_scaled = {0, 1.7f};
+    check_router_backward(*state, pre);
+    check_router_backward(*state, pre_scaled);
+    check_router_backward(*state, renorm_scaled);
 }
 
 /* ---------------- permutation ---------------- */
@@ -313,8 +351,10 @@ int main(void) {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_router_topk_ties_go_to_lower_expert_and_weights_renormalize),
+        T(test_router_pre_softmax_keeps_probabilities_and_scale_multiplies),
         T(test_aux_loss_is_switch_style_and_accumulates),
         T(test_router_backward_through_renormalization_softmax_and_aux_loss),
+        T(test_router_backward_pre_softmax_and_scaled),
         T(test_permute_dropless_is_stable_counting_sort),
         T(test_permute_with_capacity_drops_late_tokens),
         T(test_permute_with_capacity_pads_unused_rows),

@@ -301,6 +301,9 @@ static const rule_case k_cases[] = {
      "model.attention_dropout=0.1",
      "runtime.device=cuda model.hidden_size=1024 model.num_attention_heads=8 "
      "model.attention_dropout=0.1 runtime.cuda.attention=reference"},
+    /* model.kv_channels: a head size no GPU attention kernel takes (64 and 128 do) */
+    {"cuda_attention_choice", GT_SEVERITY_ERROR, "runtime.device=cuda model.kv_channels=20",
+     "runtime.device=cuda model.kv_channels=128"},
     {"cuda_attention_bwd_choice", GT_SEVERITY_ERROR,
      "runtime.device=cuda runtime.gpu=b200 runtime.cuda.attention_bwd=wgmma",
      "runtime.device=cuda runtime.gpu=h200 runtime.cuda.attention_bwd=wgmma"},

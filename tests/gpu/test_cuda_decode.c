@@ -150,6 +150,23 @@ static void test_moe_decode_matches_cpu(void **state) {
     check_model("moe", &cfg);
 }
 
+/* Qwen3-0.6B's kind of shape: heads of 128 over hidden 256 / 4 heads (64), q/k norms; and the
+ * Qwen3-MoE router (pre-softmax, not renormalized) on top */
+static void test_kv_channels_qwen3_decode_matches_cpu(void **state) {
+    (void)state;
+    if (!gtf_cuda_available()) skip();
+    gt_config cfg;
+    gtf_gpu_dense(&cfg, 2, 256, 4, 2, 512, 0);
+    cfg.model.kv_channels = 128;
+    cfg.model.qk_layernorm = true;
+    check_model("kv_channels 128 qk_layernorm", &cfg);
+    cfg.model.num_moe_experts = 4;
+    cfg.model.moe_router_topk = 2;
+    cfg.model.moe_ffn_hidden_size = 256;
+    cfg.model.moe_router_pre_softmax = true;
+    check_model("kv_channels 128 pre-softmax moe", &cfg);
+}
+
 /* tokens/s of a larger model: prefill of 512 tokens, 256 decode steps, graph and eager */
 static void test_decode_throughput_is_reported(void **state) {
     (void)state;
@@ -186,6 +203,7 @@ int main(void) {
         cmocka_unit_test(test_dense_gqa_decode_matches_cpu),
         cmocka_unit_test(test_tied_rope_scaled_decode_matches_cpu),
         cmocka_unit_test(test_moe_decode_matches_cpu),
+        cmocka_unit_test(test_kv_channels_qwen3_decode_matches_cpu),
         cmocka_unit_test(test_decode_throughput_is_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,7 +17,9 @@ typedef struct routing {
     void *g_logits;
 } routing;
 
-static void route(gpu_env *e, routing *r) {
+static const gt_router_mode RENORM = {0, 1.0f};
+
+static void route_mode(gpu_env *e, routing *r, gt_router_mode mode) {
     size_t ne = (size_t)N_TOK * E_EXP, nk = (size_t)N_TOK * TOPK;
     r->logits = rand_vec(e, ne, 3.0f);
     for (int n = 0; n < N_TOK; n++) {
@@ -27,22 +29,25 @@ static void route(gpu_env *e, routing *r) {
     r->c_probs = c_f32(e, NULL, ne), r->c_w = c_f32(e, NULL, nk);
     r->c_idx = c_i32(e, NULL, nk), r->c_counts = c_i32(e, NULL, E_EXP);
     e->cpu->ops->moe_router_fwd(e->cpu, e->cs, r->c_probs, r->c_idx, r->c_w, r->c_counts,
-                                c_f32(e, r->logits, ne), N_TOK, E_EXP, TOPK);
+                                c_f32(e, r->logits, ne), N_TOK, E_EXP, TOPK, mode);
     r->g_probs = g_f32(e, NULL, ne), r->g_w = g_f32(e, NULL, nk);
     r->g_idx = g_i32(e, NULL, nk), r->g_counts = g_i32(e, NULL, E_EXP);
     r->g_logits = g_act(e, r->logits, ne);
     e->gpu->ops->moe_router_fwd(e->gpu, e->gs, r->g_probs, r->g_idx, r->g_w, r->g_counts,
-                                r->g_logits, N_TOK, E_EXP, TOPK);
+                                r->g_logits, N_TOK, E_EXP, TOPK, mode);
     g_sync(e);
 }
 
-static void test_router_topk_aux_loss_and_backward_match_cpu(void **state) {
-    gpu_env *e = *state;
+static void route(gpu_env *e, routing *r) {
+    route_mode(e, r, RENORM);
+}
+
+static void check_router(gpu_env *e, gt_router_mode mode) {
     NEED_CPU(e, moe_router_fwd);
     NEED_CPU(e, moe_aux_loss);
     NEED_CPU(e, moe_router_bwd);
     routing r;
-    route(e, &r);
+    route_mode(e, &r, mode);
     size_t ne = (size_t)N_TOK * E_EXP, nk = (size_t)N_TOK * TOPK;
     float *got = malloc(ne * 4);
     int32_t *gi = malloc(ne * 4);
@@ -69,12 +74,24 @@ static void test_router_topk_aux_loss_and_backward_match_cpu(void **state) {
     float *c_dl = c_f32(e, NULL, ne);
     void *g_dl = g_act(e, NULL, ne);
     e->cpu->ops->moe_router_bwd(e->cpu, e->cs, c_dl, c_f32(e, dtw, nk), r.c_probs, r.c_idx, r.c_w,
-                                r.c_counts, N_TOK, E_EXP, TOPK, 0.01f);
+                                r.c_counts, N_TOK, E_EXP, TOPK, 0.01f, mode);
     e->gpu->ops->moe_router_bwd(e->gpu, e->gs, g_dl, g_f32(e, dtw, nk), r.g_probs, r.g_idx, r.g_w,
-                                r.g_counts, N_TOK, E_EXP, TOPK, 0.01f);
+                                r.g_counts, N_TOK, E_EXP, TOPK, 0.01f, mode);
     g_read_act(e, got, g_dl, ne);
     EXPECT_CLOSE("router_bwd dlogits", got, c_dl, ne, TOL_BF16);
     free(r.logits), free(got), free(gi), free(dtw);
+}
+
+static void test_router_topk_aux_loss_and_backward_match_cpu(void **state) {
+    check_router(*state, RENORM);
+}
+
+/* Megatron's moe_router_pre_softmax (Qwen3-MoE's norm_topk_prob=false) and a scaling factor */
+static void test_router_pre_softmax_and_scaling_match_cpu(void **state) {
+    gt_router_mode pre_scaled = {1, 2.5f}, renorm_scaled = {0, 0.75f};
+    check_router(*state, pre_scaled);
+    gpu_free_bufs(state);
+    check_router(*state, renorm_scaled);
 }
 
 /* Permutes on both backends and checks the index arrays are identical. */
@@ -333,6 +350,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_teardown(f, gpu_free_bufs)
     const struct CMUnitTest tests[] = {
         T(test_router_topk_aux_loss_and_backward_match_cpu),
+        T(test_router_pre_softmax_and_scaling_match_cpu),
         T(test_permute_is_stable_and_matches_cpu_dropless_and_capacity),
         T(test_permute_over_several_rounds_matches_cpu),
         T(test_gather_combine_and_grouped_matmuls_match_cpu),

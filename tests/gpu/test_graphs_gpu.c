@@ -125,6 +125,18 @@ static void test_gpu_qk_layernorm_graphs_match_eager_bitwise(void **state) {
     compare(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 1);
 }
 
+/* model.kv_channels 128 over hidden / heads 64 (Qwen3-0.6B's kind of heads), with q/k norms */
+static void test_gpu_kv_channels_graphs_match_eager_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_dense(&c);
+    c.model.qk_layernorm = true;
+    c.model.kv_channels = 2 * c.model.hidden_size / c.model.num_attention_heads;
+    compare(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN, 2 * 2);
+    compare(&c, GT_GRAPH_IMPL_LOCAL, GT_SCOPE_FULL_ITERATION, 1);
+}
+
 static void test_gpu_hybrid_attn_mamba_mlp_graphs_match_eager_bitwise(void **state) {
     (void)state;
     if (!g_have_gpu) skip();
@@ -306,6 +318,7 @@ int main(void) {
         cmocka_unit_test(test_gpu_attn_mlp_graphs_match_eager_bitwise),
         cmocka_unit_test(test_gpu_full_iteration_graph_matches_eager_bitwise),
         cmocka_unit_test(test_gpu_qk_layernorm_graphs_match_eager_bitwise),
+        cmocka_unit_test(test_gpu_kv_channels_graphs_match_eager_bitwise),
         cmocka_unit_test(test_gpu_bf16_moments_full_iteration_matches_eager_bitwise),
         cmocka_unit_test(test_gpu_hybrid_attn_mamba_mlp_graphs_match_eager_bitwise),
         cmocka_unit_test(test_gpu_hybrid_full_iteration_graph_matches_eager_bitwise),

@@ -175,6 +175,19 @@ static void test_qk_layernorm_replays_bitwise_like_eager(void **state) {
     assert_true(first != g_eager.loss[0]); /* the norms did change the model */
 }
 
+/* model.kv_channels (heads wider than hidden / heads, as Qwen3-0.6B's) with qk_layernorm: the
+ * same bits in the attention unit's graphs and the full-iteration graph as eager */
+static void test_kv_channels_replays_bitwise_like_eager(void **state) {
+    (void)state;
+    gt_config c;
+    gtf_tiny_dense(&c);
+    c.model.qk_layernorm = true;
+    c.model.kv_channels = 2 * c.model.hidden_size / c.model.num_attention_heads;
+    float first;
+    gtf_assert_scoped_and_full_like_eager(&c, STEPS, WARMUP, GT_SCOPE_ATTN, &first);
+    assert_true(first != g_eager.loss[0]); /* the head size did change the model */
+}
+
 static void test_zero_warmup_captures_the_first_step(void **state) {
     (void)state;
     gt_config c;
@@ -217,6 +230,7 @@ int main(void) {
         cmocka_unit_test(test_full_iteration_replays_bitwise_like_eager),
         cmocka_unit_test(test_bf16_moments_replay_bitwise_like_eager),
         cmocka_unit_test(test_qk_layernorm_replays_bitwise_like_eager),
+        cmocka_unit_test(test_kv_channels_replays_bitwise_like_eager),
         cmocka_unit_test(test_zero_warmup_captures_the_first_step),
         cmocka_unit_test(test_debug_capture_check_passes_and_changes_nothing),
     };

@@ -58,6 +58,30 @@ static void test_full_iteration_moe_with_capacity_replays_bitwise_like_eager(voi
     gtf_assert_full_iteration_like_eager(&c, STEPS, WARMUP);
 }
 
+/* Megatron's pre-softmax router with a scaling factor (Qwen3-MoE's norm_topk_prob=false) and
+ * kv_channels: unit graphs and the full-iteration graph give eager's bits */
+static void test_pre_softmax_router_replays_bitwise_like_eager(void **state) {
+    (void)state;
+    gt_config c;
+    gtf_tiny_moe(&c);
+    c.model.moe_router_pre_softmax = true;
+    c.model.moe_router_topk_scaling_factor = 1.5;
+    c.model.kv_channels = 2 * c.model.hidden_size / c.model.num_attention_heads;
+    gtf_run eager, graphed;
+    gtf_train(&c, STEPS, &eager);
+    assert_int_equal(eager.rc, GT_OK);
+    gtf_graphs(&c, GT_GRAPH_IMPL_TE, GT_SCOPE_ATTN | GT_SCOPE_MOE_ROUTER | GT_SCOPE_MOE_PREPROCESS);
+    gtf_train(&c, STEPS, &graphed);
+    assert_int_equal(graphed.rc, GT_OK);
+    gtf_assert_same(&eager, &graphed);
+    gtf_free(&graphed);
+    c.model.moe_expert_capacity_factor = 1.0;
+    c.model.moe_pad_expert_input_to_capacity = true;
+    gtf_graphs(&c, GT_GRAPH_IMPL_NONE, 0);
+    gtf_assert_full_iteration_like_eager(&c, STEPS, WARMUP);
+    gtf_free(&eager);
+}
+
 static void test_mlp_scope_on_an_all_moe_model_is_rejected(void **state) {
     (void)state;
     gt_config c;
@@ -76,6 +100,7 @@ int main(void) {
         cmocka_unit_test(test_moe_scope_with_capacity_replays_bitwise_like_eager),
         cmocka_unit_test(test_moe_scope_replays_dropless_moe_bitwise_too),
         cmocka_unit_test(test_full_iteration_moe_with_capacity_replays_bitwise_like_eager),
+        cmocka_unit_test(test_pre_softmax_router_replays_bitwise_like_eager),
         cmocka_unit_test(test_mlp_scope_on_an_all_moe_model_is_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

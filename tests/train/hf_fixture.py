@@ -12,6 +12,9 @@ llama32/ LlamaForCausalLM with tied embeddings and rotary scaling of factor 32, 
 mixtral/ MixtralForCausalLM (every layer MoE, top-2 of 4), fp32, sharded into several files
 qwen3/   Qwen3ForCausalLM (q_norm/k_norm per head, i.e. model.qk_layernorm), tied embeddings, fp32
 qwen3_moe/ Qwen3MoeForCausalLM (every layer MoE, top-2 of 4, norm_topk_prob true), fp32
+qwen3_hd/ Qwen3ForCausalLM with head_dim 12 != hidden / heads (model.kv_channels), fp32
+qwen3_moe_raw/ Qwen3MoeForCausalLM with norm_topk_prob false (Megatron's
+           moe_router_pre_softmax) and head_dim 12, fp32
 """
 import json
 import os
@@ -123,8 +126,29 @@ def make_qwen3_moe(out):
     save(moe, out, "qwen3_moe", expected(moe))
 
 
+def make_qwen3_hd(out):
+    # Qwen3-0.6B's kind of shape: heads wider than hidden / heads (there 16 x 128 over 1024)
+    qwen3 = Qwen3ForCausalLM(Qwen3Config(
+        intermediate_size=48, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        **dict(COMMON, head_dim=12, tie_word_embeddings=True)))
+    randomize(qwen3, 7)
+    save(qwen3, out, "qwen3_hd", expected(qwen3, LONG_TOKENS))
+
+
+def make_qwen3_moe_raw(out):
+    # Qwen3MoeConfig's default router: softmax over all experts, top-k, not renormalized
+    moe = Qwen3MoeForCausalLM(Qwen3MoeConfig(
+        intermediate_size=48, moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
+        norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[],
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        **dict(COMMON, head_dim=12)))
+    randomize(moe, 8)
+    save(moe, out, "qwen3_moe_raw", expected(moe))
+
+
 MAKERS = {"llama": make_llama, "mixtral": make_mixtral, "llama31": make_llama31,
-          "llama32": make_llama32, "qwen3": make_qwen3, "qwen3_moe": make_qwen3_moe}
+          "llama32": make_llama32, "qwen3": make_qwen3, "qwen3_moe": make_qwen3_moe,
+          "qwen3_hd": make_qwen3_hd, "qwen3_moe_raw": make_qwen3_moe_raw}
 
 
 def main():

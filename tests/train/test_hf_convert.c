@@ -233,7 +233,7 @@ static void interleave_qk_rows(const gt_config *cfg, float *master) {
     gt_hf_map map;
     gt_error err = {0};
     assert_int_equal(gt_hf_map_create(&map, cfg, &err), GT_OK);
-    int hd = cfg->model.hidden_size / cfg->model.num_attention_heads, d = cfg->model.hidden_size;
+    int hd = gt_model_head_size(&cfg->model), d = cfg->model.hidden_size;
     float *tmp = malloc((size_t)hd * d * sizeof *tmp);
     for (int i = 0; i < map.n; i++) {
         if (!strstr(map.t[i].name, "q_proj.weight") && !strstr(map.t[i].name, "k_proj.weight"))
@@ -355,6 +355,9 @@ static void round_trip(gt_config *cfg, uint64_t shard_bytes, int want_shards) {
     assert_int_equal(cfg->model.share_embeddings_and_output_weights,
                      c2->model.share_embeddings_and_output_weights);
     assert_int_equal(cfg->model.qk_layernorm, c2->model.qk_layernorm); /* Qwen3 both ways */
+    assert_int_equal(cfg->model.moe_router_pre_softmax, c2->model.moe_router_pre_softmax);
+    assert_int_equal(gt_model_head_size(&cfg->model), gt_model_head_size(&c2->model));
+    assert_int_equal(cfg->model.kv_channels, c2->model.kv_channels);
     free(w);
     free(w2);
     free(c2);
@@ -412,12 +415,54 @@ static void expect_import_refused(const char *dir, const char *needle) {
 /* A copy of fixture `name` with config.json's text edited: from -> to. */
 static void edited_fixture(const char *name, char *out, size_t n, const char *from, const char *to);
 
-static void test_qwen3_moe_with_unnormalized_top_k_is_refused(void **state) {
+/* Qwen3-MoE's norm_topk_prob=false (Qwen3MoeConfig's default, also when absent) is Megatron's
+ * pre-softmax router; the logits then differ from those of the renormalized fixture */
+static void test_qwen3_moe_unnormalized_top_k_imports_as_pre_softmax(void **state) {
     (void)state;
-    char d[256];
-    edited_fixture("qwen3_moe", d, sizeof d, "\"norm_topk_prob\": true",
-                   "\"norm_topk_prob\": false");
-    expect_import_refused(d, "model.moe_router_pre_softmax");
+    char d[256], tmp[256], ck[512];
+    const char *edits[][2] = {{"\"norm_topk_prob\": true", "\"norm_topk_prob\": false"},
+                              {"\"norm_topk_prob\": true,", ""}};
+    for (int i = 0; i < 2; i++) {
+        edited_fixture("qwen3_moe", d, sizeof d, edits[i][0], edits[i][1]);
+        gt_test_tmpdir(tmp, sizeof tmp);
+        snprintf(ck, sizeof ck, "%s/ck", tmp);
+        import_ok(d, ck);
+        gt_config *cfg = malloc(sizeof *cfg);
+        size_t n;
+        free(read_master(ck, cfg, &n));
+        assert_true(cfg->model.moe_router_pre_softmax);
+        free(cfg);
+    }
+    char dir[1024];
+    fixture("qwen3_moe", dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck_norm", tmp);
+    import_ok(dir, ck);
+    gt_config *cfg = malloc(sizeof *cfg);
+    size_t n;
+    free(read_master(ck, cfg, &n));
+    assert_false(cfg->model.moe_router_pre_softmax);
+    free(cfg);
+}
+
+static void
+test_moe_router_options_without_a_hugging_face_form_are_refused_by_export(void **state) {
+    (void)state;
+    gt_config cfg;
+    tiny_config(&cfg);
+    cfg.model.num_moe_experts = 4;
+    cfg.model.moe_router_topk = 2;
+    cfg.model.moe_ffn_hidden_size = 12;
+    cfg.model.moe_router_pre_softmax = true; /* Mixtral renormalizes */
+    gt_hf_map map;
+    gt_error err = {0};
+    assert_int_equal(gt_hf_map_create(&map, &cfg, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "MixtralForCausalLM always renormalizes"));
+    cfg.model.moe_router_pre_softmax = false;
+    cfg.model.qk_layernorm = true;
+    cfg.model.moe_router_topk_scaling_factor = 2.5;
+    err = (gt_error){0};
+    assert_int_equal(gt_hf_map_create(&map, &cfg, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "model.moe_router_topk_scaling_factor=2.5"));
 }
 
 static void test_qwen3_moe_with_dense_layers_is_refused(void **state) {
@@ -430,12 +475,49 @@ static void test_qwen3_moe_with_dense_layers_is_refused(void **state) {
     expect_import_refused(d, "mlp_only_layers");
 }
 
-/* Qwen3's head_dim is free (128 in most checkpoints); graphtrain's is hidden / heads */
-static void test_qwen3_head_dim_other_than_hidden_over_heads_is_refused(void **state) {
+/* Qwen3's head_dim is free (128 in most checkpoints): model.kv_channels. transformers made
+ * qwen3_hd with head_dim 12 over hidden 32 / 4 heads; the logits and greedy tokens follow. */
+static void test_qwen3_head_dim_imports_as_kv_channels_with_transformers_logits(void **state) {
     (void)state;
-    char d[256];
-    edited_fixture("qwen3", d, sizeof d, "\"head_dim\": 8", "\"head_dim\": 16");
-    expect_import_refused(d, "model.kv_channels");
+    double d = imported_logits_diff("qwen3_hd", NULL);
+    printf("qwen3_hd (head_dim 12): max relative logit difference %.3g\n", d);
+    assert_true(d < LOGIT_TOL);
+    /* the same weights with head_dim dropped do not fit the derived head size 8 */
+    char e[256];
+    edited_fixture("qwen3_hd", e, sizeof e, "\"head_dim\": 12,", "");
+    expect_import_refused(e, "q_proj.weight has shape [48, 32]");
+}
+
+/* Qwen3-MoE as Qwen3MoeConfig has it by default: norm_topk_prob false (pre-softmax router),
+ * with head_dim 12 too; against transformers' logits, and not those of a renormalizing router */
+static void renormalizing_router(const gt_config *cfg, float *master) {
+    (void)master;
+    ((gt_config *)cfg)->model.moe_router_pre_softmax = false;
+}
+
+static void test_qwen3_moe_unnormalized_import_gives_transformers_logits(void **state) {
+    (void)state;
+    double d = imported_logits_diff("qwen3_moe_raw", NULL);
+    printf("qwen3_moe_raw (norm_topk_prob false): max relative logit difference %.3g\n", d);
+    assert_true(d < LOGIT_TOL);
+    d = imported_logits_diff("qwen3_moe_raw", renormalizing_router);
+    printf("qwen3_moe_raw with a renormalizing router: max relative logit difference %.3g\n", d);
+    assert_true(d > 20 * LOGIT_TOL);
+}
+
+static void test_kv_channels_export_then_import_is_bitwise(void **state) {
+    (void)state;
+    gt_config cfg;
+    tiny_config(&cfg);
+    cfg.model.kv_channels = 10; /* 24 / 4 would be 6 */
+    round_trip(&cfg, GT_HF_DEFAULT_SHARD_BYTES, 1);
+    cfg.model.qk_layernorm = true;
+    round_trip(&cfg, 4096, 2);
+    cfg.model.num_moe_experts = 4;
+    cfg.model.moe_router_topk = 2;
+    cfg.model.moe_ffn_hidden_size = 12;
+    cfg.model.moe_router_pre_softmax = true;
+    round_trip(&cfg, 8192, 2);
 }
 
 static void test_qwen3_attention_bias_is_refused(void **state) {
@@ -500,6 +582,8 @@ static void test_qwen3_moe_export_then_import_is_bitwise(void **state) {
     cfg.model.num_moe_experts = 4;
     cfg.model.moe_router_topk = 2;
     cfg.model.moe_ffn_hidden_size = 12; /* Qwen3-MoE keeps both widths */
+    round_trip(&cfg, 8192, 2);
+    cfg.model.moe_router_pre_softmax = true; /* norm_topk_prob=false and back */
     round_trip(&cfg, 8192, 2);
 }
 
@@ -692,9 +776,12 @@ int main(void) {
         cmocka_unit_test(test_qwen3_export_then_import_is_bitwise),
         cmocka_unit_test(test_qwen3_moe_export_then_import_is_bitwise),
         cmocka_unit_test(test_qwen3_export_refuses_mlp_biases),
-        cmocka_unit_test(test_qwen3_moe_with_unnormalized_top_k_is_refused),
+        cmocka_unit_test(test_qwen3_moe_unnormalized_top_k_imports_as_pre_softmax),
+        cmocka_unit_test(test_moe_router_options_without_a_hugging_face_form_are_refused_by_export),
         cmocka_unit_test(test_qwen3_moe_with_dense_layers_is_refused),
-        cmocka_unit_test(test_qwen3_head_dim_other_than_hidden_over_heads_is_refused),
+        cmocka_unit_test(test_qwen3_head_dim_imports_as_kv_channels_with_transformers_logits),
+        cmocka_unit_test(test_qwen3_moe_unnormalized_import_gives_transformers_logits),
+        cmocka_unit_test(test_kv_channels_export_then_import_is_bitwise),
         cmocka_unit_test(test_qwen3_attention_bias_is_refused),
         cmocka_unit_test(test_llama3_scaling_with_other_fixed_numbers_is_refused),
         cmocka_unit_test(test_yarn_rope_scaling_is_refused),
