@@ -146,7 +146,8 @@ typedef struct gt_fp8_cast_spec {
     int record; /* 0 (evaluation): the cast leaves meta as it is */
 } gt_fp8_cast_spec;
 /* An FP8 GEMM operand: K-contiguous [rows, K] elements of `format` and their inverse scales
- * (one float, or blockwise [ceil(rows / tile_rows)][ceil(K / GT_FP8_TILE)]). */
+ * (one float, or blockwise gt_fp8_scale_count(rows, K, tile_rows) of them, laid out as
+ * gt_fp8_scale_index says). */
 typedef struct gt_fp8_operand {
     const void *q;
     const float *scale_inv;
@@ -156,10 +157,25 @@ typedef struct gt_fp8_operand {
 /* fp8_gemm's out_fp32 flags (plain 0 / 1 keep their meaning) */
 #define GT_FP8_OUT_FP32 1
 #define GT_FP8_FAST_ACCUM 2
-/* Inverse scales a blockwise cast of [rows, cols] with tile_rows writes */
+/* Blockwise inverse scales of q [rows, cols], in the layout cuBLASLt's block-scaled GEMMs read
+ * (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F / BLK128x128_32F; Transformer Engine's "GEMM ready"
+ * format), on every backend so that the CPU emulation checks the GPU's bits directly:
+ * 1 x 128 tiles (tile_rows 1): rows contiguous, tile (r, t) at t * ld + r with ld = rows
+ * rounded up to 4; 128 x 128 blocks: block (rb, t) at rb * ld + t, ld = ceil(cols / 128)
+ * rounded up to 4 (padding never read). */
+static inline size_t gt_fp8_scale_ld(int rows, int cols, int tile_rows) {
+    int n = tile_rows == 1 ? rows : (cols + GT_FP8_TILE - 1) / GT_FP8_TILE;
+    return (size_t)((n + 3) / 4 * 4);
+}
+static inline size_t gt_fp8_scale_index(int rows, int cols, int tile_rows, int r, int t) {
+    size_t ld = gt_fp8_scale_ld(rows, cols, tile_rows);
+    return tile_rows == 1 ? (size_t)t * ld + (size_t)r : (size_t)(r / tile_rows) * ld + (size_t)t;
+}
+/* Inverse scales a blockwise cast of [rows, cols] with tile_rows writes (padding included) */
 static inline size_t gt_fp8_scale_count(int rows, int cols, int tile_rows) {
-    return (size_t)((rows + tile_rows - 1) / tile_rows) *
-           (size_t)((cols + GT_FP8_TILE - 1) / GT_FP8_TILE);
+    size_t ld = gt_fp8_scale_ld(rows, cols, tile_rows);
+    return tile_rows == 1 ? (size_t)((cols + GT_FP8_TILE - 1) / GT_FP8_TILE) * ld
+                          : (size_t)((rows + tile_rows - 1) / tile_rows) * ld;
 }
 
 /* The Mamba-2 mixer's shapes (model/model_mamba.c). Its input projection zxbcdt [N, in] holds,
