@@ -43,12 +43,22 @@ typedef enum {
     GEMM_KINDS
 } gemm_kind;
 
-static const char *const gemm_names[GEMM_KINDS] = {
-    "matmul_fwd",          "matmul_fwd(bias)", "matmul_bwd_data", "matmul_bwd_data(accumulate)",
-    "matmul_bwd_weight",   "fp8_gemm",         "fp8_gemm(e5m2)",  "fp8_gemm(fp32)",
-    "fp8_gemm(fp32,e5m2)", "fp8_gemm(fast)",   "fp8_gemm(bias)",
-    "fp8_gemm(blockwise)", "fp8_gemm(blockwise,e5m2)", "fp8_gemm(blockwise,bias)",
-    "fp8_gemm(blockwise,fp32)", "fp8_gemm(blockwise,fp32,e5m2)"};
+static const char *const gemm_names[GEMM_KINDS] = {"matmul_fwd",
+                                                   "matmul_fwd(bias)",
+                                                   "matmul_bwd_data",
+                                                   "matmul_bwd_data(accumulate)",
+                                                   "matmul_bwd_weight",
+                                                   "fp8_gemm",
+                                                   "fp8_gemm(e5m2)",
+                                                   "fp8_gemm(fp32)",
+                                                   "fp8_gemm(fp32,e5m2)",
+                                                   "fp8_gemm(fast)",
+                                                   "fp8_gemm(bias)",
+                                                   "fp8_gemm(blockwise)",
+                                                   "fp8_gemm(blockwise,e5m2)",
+                                                   "fp8_gemm(blockwise,bias)",
+                                                   "fp8_gemm(blockwise,fp32)",
+                                                   "fp8_gemm(blockwise,fp32,e5m2)"};
 
 static int is_fp8(int kind) {
     return kind >= GEMM_FP8;
@@ -499,8 +509,7 @@ static int blockwise_kind(gt_backend *b, int f32, int accumulate, gt_fp8_operand
                         "bf16 (a bias only with E4M3 a, not accumulating) or w in 1 x 128 tiles "
                         "into fp32; make the layer sizes and tokens per micro-batch multiples "
                         "of %d (the config rule says which) or use -c fp8_cs",
-                        M, N, K, a.tile_rows, w.tile_rows, GT_FP8_TILE, GT_FP8_TILE,
-                        GT_FP8_TILE);
+                        M, N, K, a.tile_rows, w.tile_rows, GT_FP8_TILE, GT_FP8_TILE, GT_FP8_TILE);
         return -1;
     }
     return kind;

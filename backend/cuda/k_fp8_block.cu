@@ -145,8 +145,9 @@ extern "C" void gt_cuda_fp8_cast_blockwise(gt_backend *b, gt_stream *s, void *q,
     unsigned gx = (unsigned)((cols + BLK_DIM - 1) / BLK_DIM);
     unsigned gy = (unsigned)((rows + BLK_DIM - 1) / BLK_DIM);
     if (gy > GT_MAX_GRID) {
-        gt_backend_fail(b, GT_ERR_INVALID, "fp8_cast: %d rows exceed the cast's grid (%u tiles of %d)",
-                        rows, GT_MAX_GRID, BLK_DIM);
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "fp8_cast: %d rows exceed the cast's grid (%u tiles of %d)", rows,
+                        GT_MAX_GRID, BLK_DIM);
         return;
     }
     if (b->planning) return;
@@ -154,7 +155,7 @@ extern "C" void gt_cuda_fp8_cast_blockwise(gt_backend *b, gt_stream *s, void *q,
     int qr = transpose ? cols : rows, qc = transpose ? rows : cols;
     size_t ld = gt_fp8_scale_ld(qr, qc, spec.tile_rows); /* the layout's stride (backend.h) */
     gt_launch(k_fp8_cast_block, dim3(gx, gy), BLK_THREADS, 0, gt_cuda_ex(b, s), (uint8_t *)q,
-              scale_inv, (const bf16 *)x, rows, cols, transpose != 0,
-              spec.tile_rows == GT_FP8_TILE, spec.format == GT_FP8_E4M3, vec, ld, st);
+              scale_inv, (const bf16 *)x, rows, cols, transpose != 0, spec.tile_rows == GT_FP8_TILE,
+              spec.format == GT_FP8_E4M3, vec, ld, st);
     GT_CUDA_LAUNCHED(b, "fp8_cast(blockwise)");
 }

@@ -31,8 +31,8 @@ static void read_codes(gpu_env *e, float *got, const uint8_t *gq, size_t n, gt_f
 
 /* One blockwise cast of x on both backends; codes, the scales (padding excluded: never
  * written, never read) and the flags compared bitwise */
-static void cast_case(gpu_env *e, const float *x, int rows, int cols, int transpose,
-                      int tile_rows, gt_fp8_format f) {
+static void cast_case(gpu_env *e, const float *x, int rows, int cols, int transpose, int tile_rows,
+                      gt_fp8_format f) {
     size_t n = (size_t)rows * cols;
     int qr = transpose ? cols : rows, qc = transpose ? rows : cols;
     size_t ns = gt_fp8_scale_count(qr, qc, tile_rows);
@@ -151,10 +151,10 @@ static void gemm_case(gpu_env *e, int which, int M, int N, int K) {
     int flags = f32 ? GT_FP8_OUT_FP32 : which == DGRAD_E5M2 ? 0 : GT_FP8_FAST_ACCUM;
     gt_fp8_operand ca = {qa, sa, 1, af}, cw = {qw, sw, wtile, GT_FP8_E4M3};
     gt_fp8_operand gao = {ga, gsa, 1, af}, gwo = {gw, gsw, wtile, GT_FP8_E4M3};
-    e->cpu->ops->fp8_gemm(e->cpu, e->cs, c_out, flags, f32, ca, cw, GT_FP8_BLOCKWISE, c_bias,
-                          c_res, M, N, K);
-    GPU_PLAN(e, e->gpu->ops->fp8_gemm(e->gpu, e->gs, g_out, flags, f32, gao, gwo,
-                                      GT_FP8_BLOCKWISE, g_bias, g_res, M, N, K));
+    e->cpu->ops->fp8_gemm(e->cpu, e->cs, c_out, flags, f32, ca, cw, GT_FP8_BLOCKWISE, c_bias, c_res,
+                          M, N, K);
+    GPU_PLAN(e, e->gpu->ops->fp8_gemm(e->gpu, e->gs, g_out, flags, f32, gao, gwo, GT_FP8_BLOCKWISE,
+                                      g_bias, g_res, M, N, K));
     e->gpu->ops->fp8_gemm(e->gpu, e->gs, g_out, flags, f32, gao, gwo, GT_FP8_BLOCKWISE, g_bias,
                           g_res, M, N, K);
     if (f32)

@@ -1,7 +1,7 @@
 /* fp8 with activation recompute on a real GPU (run on the GPU machine): fp8_cs, fp8_ds and
- * blockwise fp8_sc training with a recomputed linear layer (selective mlp in per-unit graphs, full uniform in
- * the full-iteration graph) gives the losses and master weights of the same recipe without
- * recompute, bit for bit: the recomputed GEMM is the forward's fp8 GEMM on the same casts.
+ * blockwise fp8_sc training with a recomputed linear layer (selective mlp in per-unit graphs, full
+ * uniform in the full-iteration graph) gives the losses and master weights of the same recipe
+ * without recompute, bit for bit: the recomputed GEMM is the forward's fp8 GEMM on the same casts.
  * The CPU emulation of the same property is tests/train/test_recompute_fp8.c. Skips when no
  * GPU can be used. */
 #include "graphs_fixture.h"
