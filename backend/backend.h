@@ -497,9 +497,10 @@ typedef struct gt_backend_ops {
     void (*fp8_cast)(gt_backend *b, gt_stream *s, void *q, float *scale_inv, const void *x,
                      int rows, int cols, int transpose, gt_fp8_cast_spec spec, gt_fp8_meta *meta,
                      gt_step_state *st);
-    /* Optional (NULL: two fp8_casts): per-tensor scaling only, q = fp8(x * scale) [rows, cols]
-     * and qt = fp8(x^T * scale) [cols, rows] with one scale from one reading of x, both inverse
-     * scales written; the same results and scaling state as the two casts. */
+    /* Optional (NULL: two fp8_casts): q = fp8(x * scale) [rows, cols] and qt = fp8(x^T * scale)
+     * [cols, rows] from one reading of x (per tensor: one scale; blockwise: each form's own
+     * tiles, so the 1 x 128 tiles of qt run along x's columns), all inverse scales written; the
+     * same results and scaling state as fp8_cast(transpose 0) then fp8_cast(transpose 1). */
     void (*fp8_cast_pair)(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
                           float *scale_inv_t, const void *x, int rows, int cols,
                           gt_fp8_cast_spec spec, gt_fp8_meta *meta, gt_step_state *st);

@@ -110,13 +110,11 @@ static void cpu_fp8_cast(gt_backend *b, gt_stream *s, void *q, float *scale_inv,
     gt_cpu_submit(b, s, k_fp8_cast, &a, sizeof a);
 }
 
-/* Both casts, one after the other: the second derives (or adds) exactly what the first did */
+/* Both casts, one after the other: the second derives (or adds) exactly what the first did
+ * (blockwise: each form's tiles get their own scales, as two fp8_casts give them) */
 static void cpu_fp8_cast_pair(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
                               float *scale_inv_t, const void *x, int rows, int cols,
                               gt_fp8_cast_spec spec, gt_fp8_meta *meta, gt_step_state *st) {
-    CPU_REQUIRE(b, spec.scaling != GT_FP8_BLOCKWISE,
-                "fp8_cast_pair: per-tensor scaling only (blockwise tiles differ between x and "
-                "x^T); cast twice");
     CPU_REQUIRE(b, qt && scale_inv_t, "fp8_cast_pair: NULL transposed output");
     cpu_fp8_cast(b, s, q, scale_inv, x, rows, cols, 0, spec, meta, st);
     cpu_fp8_cast(b, s, qt, scale_inv_t, x, rows, cols, 1, spec, meta, st);

@@ -312,15 +312,14 @@ static void cuda_fp8_cast(gt_backend *b, gt_stream *s, void *q, float *scale_inv
 static void cuda_fp8_cast_pair(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
                                float *scale_inv_t, const void *x, int rows, int cols,
                                gt_fp8_cast_spec spec, gt_fp8_meta *meta, gt_step_state *st) {
-    if (spec.scaling == GT_FP8_BLOCKWISE) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "fp8_cast_pair: per-tensor scaling only (blockwise tiles differ between x "
-                        "and x^T); cast twice");
-        return;
-    }
     if (!cast_args_ok(b, "fp8_cast_pair", q, scale_inv, x, rows, cols, spec, meta, st)) return;
     if (!qt || !scale_inv_t) {
         gt_backend_fail(b, GT_ERR_INVALID, "fp8_cast_pair: NULL transposed output");
+        return;
+    }
+    if (spec.scaling == GT_FP8_BLOCKWISE) {
+        gt_cuda_fp8_cast_pair_blockwise(b, s, q, scale_inv, qt, scale_inv_t, x, rows, cols, spec,
+                                        st);
         return;
     }
     unsigned *tmp =

@@ -45,12 +45,49 @@ static __device__ __forceinline__ unsigned warp_max_u(unsigned m) {
     return m;
 }
 
-/* x [rows, cols] bf16; q = x (transpose 0) or x^T (1), [qr, qc]; square: one scale for the
- * whole 128 x 128 tile, else one per output row of it; ld: the scales' stride
- * (gt_fp8_scale_ld of q). Grid: (tiles along cols, along rows). */
-__global__ void k_fp8_cast_block(uint8_t *q, float *scale_inv, const bf16 *x, int rows, int cols,
-                                 int transpose, int square, int fmt_e4m3, int vec, size_t ld,
+/* One output form of a staged tile: q = x's tile (transpose 0) or its transpose (1), q
+ * [qr, qc] with its tile corner at (qr0, qc0); square: block_s, the block's scale, else one
+ * scale per output row; ld: the scales' stride (gt_fp8_scale_ld of q) */
+static __device__ void emit_tile(uint8_t *q, float *scale_inv, size_t ld, const bf16 *tile,
+                                 int transpose, int qr, int qc, int qr0, int qc0, int square,
+                                 float block_s, float fmt_max, __nv_fp8_interpretation_t it,
                                  gt_step_state *st) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int qt = qc0 / BLK_DIM; /* the tile's index along q's rows */
+    for (int j = warp; j < BLK_DIM && qr0 + j < qr; j += BLK_WARPS) {
+        float v[4];
+        unsigned rm = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int e = lane + 32 * k; /* element along the output row */
+            bf16 h = transpose ? tile[e * BLK_PITCH + j] : tile[j * BLK_PITCH + e];
+            v[k] = __bfloat162float(h);
+            unsigned b = __float_as_uint(v[k]) & 0x7fffffffu;
+            rm = b > rm ? b : rm; /* the tile's padding is 0: no effect on the max */
+        }
+        float s = block_s;
+        if (!square) {
+            rm = warp_max_u(rm);
+            s = lane == 0 ? block_scale(rm, fmt_max, st) : 0.0f;
+            s = __shfl_sync(0xffffffffu, s, 0);
+            if (lane == 0) scale_inv[(size_t)qt * ld + (size_t)(qr0 + j)] = 1.0f / s;
+        }
+        uint8_t *dst = q + (size_t)(qr0 + j) * qc + qc0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int e = lane + 32 * k;
+            if (qc0 + e < qc) dst[e] = (uint8_t)__nv_cvt_float_to_fp8(v[k] * s, __NV_SATFINITE, it);
+        }
+    }
+}
+
+/* x [rows, cols] bf16 to q = x [rows, cols] (when q) and qt = x^T [cols, rows] (when qt), from
+ * one staging of each tile; square: one scale for the whole 128 x 128 tile (the same for both
+ * forms), else one per output row; ld, ld_t: the scales' strides. Grid: (tiles along cols,
+ * along rows). */
+__global__ void k_fp8_cast_block(uint8_t *q, float *scale_inv, size_t ld, uint8_t *qt,
+                                 float *scale_inv_t, size_t ld_t, const bf16 *x, int rows, int cols,
+                                 int square, int fmt_e4m3, int vec, gt_step_state *st) {
     GT_PDL_ENTRY();
     __shared__ bf16 tile[BLK_DIM * BLK_PITCH];
     __shared__ unsigned sh[BLK_WARPS];
@@ -89,73 +126,69 @@ __global__ void k_fp8_cast_block(uint8_t *q, float *scale_inv, const bf16 *x, in
     __syncthreads();
     float fmt_max = fmt_e4m3 ? 448.0f : 57344.0f;
     __nv_fp8_interpretation_t it = fmt_e4m3 ? __NV_E4M3 : __NV_E5M2;
-    int qr = transpose ? cols : rows, qc = transpose ? rows : cols;
-    int qr0 = transpose ? c0 : r0, qc0 = transpose ? r0 : c0; /* this tile's corner in q */
-    int qt = qc0 / BLK_DIM;                                   /* its tile index along q's rows */
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float block_s = 1.0f;
     if (square) {
         unsigned bm = 0;
         for (int w = 0; w < BLK_WARPS; w++)
             bm = sh[w] > bm ? sh[w] : bm;
-        /* every thread derives the same scale; one records it (and the flag) */
-        block_s = threadIdx.x == 0 ? block_scale(bm, fmt_max, st) : 0.0f;
+        __syncthreads(); /* every thread has read sh before thread 0 reuses it */
+        /* one thread derives the scale (and raises the flag) and records it for both forms */
         if (threadIdx.x == 0) {
-            scale_inv[(size_t)(qr0 / BLK_DIM) * ld + qt] = 1.0f / block_s;
-            sh[0] = __float_as_uint(block_s);
+            float bs = block_scale(bm, fmt_max, st);
+            if (q) scale_inv[(size_t)blockIdx.y * ld + blockIdx.x] = 1.0f / bs;
+            if (qt) scale_inv_t[(size_t)blockIdx.x * ld_t + blockIdx.y] = 1.0f / bs;
+            sh[0] = __float_as_uint(bs);
         }
         __syncthreads();
         block_s = __uint_as_float(sh[0]);
     }
-    for (int j = warp; j < BLK_DIM && qr0 + j < qr; j += BLK_WARPS) {
-        float v[4];
-        unsigned rm = 0;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int e = lane + 32 * k; /* element along the output row */
-            bf16 h = transpose ? tile[e * BLK_PITCH + j] : tile[j * BLK_PITCH + e];
-            v[k] = __bfloat162float(h);
-            unsigned b = __float_as_uint(v[k]) & 0x7fffffffu;
-            rm = b > rm ? b : rm; /* the tile's padding is 0: no effect on the max */
-        }
-        float s = block_s;
-        if (!square) {
-            rm = warp_max_u(rm);
-            s = lane == 0 ? block_scale(rm, fmt_max, st) : 0.0f;
-            s = __shfl_sync(0xffffffffu, s, 0);
-            if (lane == 0) scale_inv[(size_t)qt * ld + (size_t)(qr0 + j)] = 1.0f / s;
-        }
-        uint8_t *dst = q + (size_t)(qr0 + j) * qc + qc0;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int e = lane + 32 * k;
-            if (qc0 + e < qc) dst[e] = (uint8_t)__nv_cvt_float_to_fp8(v[k] * s, __NV_SATFINITE, it);
-        }
-    }
+    if (q)
+        emit_tile(q, scale_inv, ld, tile, 0, rows, cols, r0, c0, square, block_s, fmt_max, it, st);
+    if (qt)
+        emit_tile(qt, scale_inv_t, ld_t, tile, 1, cols, rows, c0, r0, square, block_s, fmt_max, it,
+                  st);
 }
 
-extern "C" void gt_cuda_fp8_cast_blockwise(gt_backend *b, gt_stream *s, void *q, float *scale_inv,
-                                           const void *x, int rows, int cols, int transpose,
-                                           gt_fp8_cast_spec spec, gt_step_state *st) {
+/* The grid's launch for q and/or qt (NULL: not wanted); the caller checked the pointers */
+static void launch_block_cast(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
+                              float *scale_inv_t, const void *x, int rows, int cols,
+                              gt_fp8_cast_spec spec, gt_step_state *st, const char *op) {
     if (spec.tile_rows != 1 && spec.tile_rows != GT_FP8_TILE) {
-        gt_backend_fail(b, GT_ERR_INVALID, "fp8_cast: blockwise tiles are 1 or %d rows (got %d)",
+        gt_backend_fail(b, GT_ERR_INVALID, "%s: blockwise tiles are 1 or %d rows (got %d)", op,
                         GT_FP8_TILE, spec.tile_rows);
         return;
     }
     unsigned gx = (unsigned)((cols + BLK_DIM - 1) / BLK_DIM);
     unsigned gy = (unsigned)((rows + BLK_DIM - 1) / BLK_DIM);
     if (gy > GT_MAX_GRID) {
-        gt_backend_fail(b, GT_ERR_INVALID,
-                        "fp8_cast: %d rows exceed the cast's grid (%u tiles of %d)", rows,
-                        GT_MAX_GRID, BLK_DIM);
+        gt_backend_fail(b, GT_ERR_INVALID, "%s: %d rows exceed the cast's grid (%u tiles of %d)",
+                        op, rows, GT_MAX_GRID, BLK_DIM);
         return;
     }
     if (b->planning) return;
     int vec = al16(x) && cols % 8 == 0;
-    int qr = transpose ? cols : rows, qc = transpose ? rows : cols;
-    size_t ld = gt_fp8_scale_ld(qr, qc, spec.tile_rows); /* the layout's stride (backend.h) */
+    /* the layout's strides (backend.h): q [rows, cols], qt [cols, rows] */
+    size_t ld = gt_fp8_scale_ld(rows, cols, spec.tile_rows);
+    size_t ld_t = gt_fp8_scale_ld(cols, rows, spec.tile_rows);
     gt_launch(k_fp8_cast_block, dim3(gx, gy), BLK_THREADS, 0, gt_cuda_ex(b, s), (uint8_t *)q,
-              scale_inv, (const bf16 *)x, rows, cols, transpose != 0, spec.tile_rows == GT_FP8_TILE,
-              spec.format == GT_FP8_E4M3, vec, ld, st);
-    GT_CUDA_LAUNCHED(b, "fp8_cast(blockwise)");
+              scale_inv, ld, (uint8_t *)qt, scale_inv_t, ld_t, (const bf16 *)x, rows, cols,
+              spec.tile_rows == GT_FP8_TILE, spec.format == GT_FP8_E4M3, vec, st);
+    GT_CUDA_LAUNCHED(b, op);
+}
+
+extern "C" void gt_cuda_fp8_cast_blockwise(gt_backend *b, gt_stream *s, void *q, float *scale_inv,
+                                           const void *x, int rows, int cols, int transpose,
+                                           gt_fp8_cast_spec spec, gt_step_state *st) {
+    if (transpose)
+        launch_block_cast(b, s, NULL, NULL, q, scale_inv, x, rows, cols, spec, st, "fp8_cast");
+    else
+        launch_block_cast(b, s, q, scale_inv, NULL, NULL, x, rows, cols, spec, st, "fp8_cast");
+}
+
+extern "C" void gt_cuda_fp8_cast_pair_blockwise(gt_backend *b, gt_stream *s, void *q,
+                                                float *scale_inv, void *qt, float *scale_inv_t,
+                                                const void *x, int rows, int cols,
+                                                gt_fp8_cast_spec spec, gt_step_state *st) {
+    launch_block_cast(b, s, q, scale_inv, qt, scale_inv_t, x, rows, cols, spec, st,
+                      "fp8_cast_pair");
 }

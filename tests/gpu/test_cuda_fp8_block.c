@@ -1,8 +1,8 @@
 /* The CUDA backend's blockwise fp8 ops (fp8_sc) against the CPU emulation: the casts bitwise
  * (codes, every inverse scale in cuBLASLt's layout, the NaN flag; 1 x 128 tiles and 128 x 128
- * blocks, plain and transposed, E4M3 and E5M2, ragged shapes, all-zero and overflowing
- * tiles), and cuBLASLt's block-scaled GEMMs (forward with a residual and with a bias, data
- * gradient with an E5M2 operand, weight gradient into fp32 accumulating) within fp32
+ * blocks, plain, transposed and both at once, E4M3 and E5M2, ragged shapes, all-zero and
+ * overflowing tiles), and cuBLASLt's block-scaled GEMMs (forward with a residual and with a bias,
+ * data gradient with an E5M2 operand, weight gradient into fp32 accumulating) within fp32
  * summation-order error. The operands' magnitudes change by powers of two from tile to tile,
  * so a scale read from the wrong place is off by O(1). Skips without a GPU. */
 #include "gpu_fixture.h"
@@ -66,6 +66,50 @@ static void cast_case(gpu_env *e, const float *x, int rows, int cols, int transp
     free(got), free(hsi);
 }
 
+/* The pair (both layouts from one reading of x) on both backends, compared bitwise */
+static void pair_case(gpu_env *e, const float *x, int rows, int cols, int tile_rows,
+                      gt_fp8_format f) {
+    size_t n = (size_t)rows * cols;
+    size_t ns = gt_fp8_scale_count(rows, cols, tile_rows);
+    size_t nst = gt_fp8_scale_count(cols, rows, tile_rows);
+    gt_step_state init = default_state(), *cst, *gst, hst;
+    make_states(e, &init, &cst, &gst);
+    float *cq = c_f32(e, NULL, n), *cqt = c_f32(e, NULL, n);
+    float *csi = c_f32(e, NULL, ns), *csit = c_f32(e, NULL, nst);
+    float *got = malloc(n * sizeof *got), *hsi = malloc(ns * sizeof *hsi);
+    float *hsit = malloc(nst * sizeof *hsit);
+    void *gx = g_act(e, x, n);
+    uint8_t *gq = g_alloc(e, n), *gqt = g_alloc(e, n);
+    float *gsi = g_f32(e, NULL, ns), *gsit = g_f32(e, NULL, nst);
+    gt_fp8_cast_spec sp = block_spec(f, tile_rows);
+    gt_backend *g = e->gpu;
+    e->cpu->ops->fp8_cast_pair(e->cpu, e->cs, cq, csi, cqt, csit, x, rows, cols, sp, NULL, cst);
+    GPU_PLAN(e, g->ops->fp8_cast_pair(g, e->gs, gq, gsi, gqt, gsit, gx, rows, cols, sp, NULL, gst));
+    g->ops->fp8_cast_pair(g, e->gs, gq, gsi, gqt, gsit, gx, rows, cols, sp, NULL, gst);
+    g_read_f32(e, hsi, gsi, ns);
+    g_read_f32(e, hsit, gsit, nst);
+    read_state(e, &hst, gst);
+    printf("    blockwise fp8_cast_pair %d x %d tile rows %d format %d\n", rows, cols, tile_rows,
+           (int)f);
+    read_codes(e, got, gq, n, f);
+    assert_memory_equal(got, cq, n * sizeof *got);
+    read_codes(e, got, gqt, n, f);
+    assert_memory_equal(got, cqt, n * sizeof *got);
+    for (int form = 0; form < 2; form++) {
+        int qr = form ? cols : rows, qc = form ? rows : cols;
+        const float *h = form ? hsit : hsi, *c = form ? csit : csi;
+        for (int r = 0; r < qr; r += tile_rows)
+            for (int t = 0; t < (qc + GT_FP8_TILE - 1) / GT_FP8_TILE; t++) {
+                size_t i = gt_fp8_scale_index(qr, qc, tile_rows, r, t);
+                if (memcmp(&h[i], &c[i], sizeof *h) != 0)
+                    fail_msg("pair form %d scale (row %d, tile %d): gpu %.9g cpu %.9g", form, r, t,
+                             (double)h[i], (double)c[i]);
+            }
+    }
+    assert_int_equal(hst.nan_flags, cst->nan_flags);
+    free(got), free(hsi), free(hsit);
+}
+
 static void test_blockwise_casts_match_cpu_bitwise(void **state) {
     gpu_env *e = *state;
     /* whole tiles, ragged edges (partial 128-tiles, columns not multiples of 8), one row */
@@ -78,6 +122,7 @@ static void test_blockwise_casts_match_cpu_bitwise(void **state) {
             for (int t = 0; t < 2; t++) {
                 cast_case(e, x, rows, cols, t, 1, fmts[f]);
                 cast_case(e, x, rows, cols, t, GT_FP8_TILE, fmts[f]);
+                pair_case(e, x, rows, cols, t ? GT_FP8_TILE : 1, fmts[f]);
             }
         free(x);
     }
