@@ -164,8 +164,8 @@ typedef struct gt_fp8_operand {
  * rounded up to 4; 128 x 128 blocks: block (rb, t) at rb * ld + t, ld = ceil(cols / 128)
  * rounded up to 4 (padding never read). */
 static inline size_t gt_fp8_scale_ld(int rows, int cols, int tile_rows) {
-    int n = tile_rows == 1 ? rows : (cols + GT_FP8_TILE - 1) / GT_FP8_TILE;
-    return (size_t)((n + 3) / 4 * 4);
+    size_t n = tile_rows == 1 ? (size_t)rows : (size_t)((cols + GT_FP8_TILE - 1) / GT_FP8_TILE);
+    return (n + 3) / 4 * 4;
 }
 static inline size_t gt_fp8_scale_index(int rows, int cols, int tile_rows, int r, int t) {
     size_t ld = gt_fp8_scale_ld(rows, cols, tile_rows);
