@@ -21,6 +21,14 @@ static float *tiled_vec(gpu_env *e, int rows, int cols) {
     return x;
 }
 
+/* the two floats' bits are equal (NaN codes included) */
+static int same_bits(float a, float b) {
+    uint32_t ua, ub;
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    return ua == ub;
+}
+
 static void read_codes(gpu_env *e, float *got, const uint8_t *gq, size_t n, gt_fp8_format f) {
     uint8_t *hq = malloc(n);
     e->gpu->ops->memcpy_d2h(e->gpu, e->gs, hq, gq, n);
@@ -58,7 +66,7 @@ static void cast_case(gpu_env *e, const float *x, int rows, int cols, int transp
     for (int r = 0; r < qr; r += tile_rows)
         for (int t = 0; t < ntc; t++) {
             size_t i = gt_fp8_scale_index(qr, qc, tile_rows, r, t);
-            if (memcmp(&hsi[i], &csi[i], sizeof *hsi) != 0)
+            if (!same_bits(hsi[i], csi[i]))
                 fail_msg("scale of tile (row %d, tile %d) at %zu: gpu %.9g cpu %.9g", r, t, i,
                          (double)hsi[i], (double)csi[i]);
         }
@@ -101,7 +109,7 @@ static void pair_case(gpu_env *e, const float *x, int rows, int cols, int tile_r
         for (int r = 0; r < qr; r += tile_rows)
             for (int t = 0; t < (qc + GT_FP8_TILE - 1) / GT_FP8_TILE; t++) {
                 size_t i = gt_fp8_scale_index(qr, qc, tile_rows, r, t);
-                if (memcmp(&h[i], &c[i], sizeof *h) != 0)
+                if (!same_bits(h[i], c[i]))
                     fail_msg("pair form %d scale (row %d, tile %d): gpu %.9g cpu %.9g", form, r, t,
                              (double)h[i], (double)c[i]);
             }
