@@ -146,7 +146,8 @@ typedef struct gt_fp8_cast_spec {
     int record; /* 0 (evaluation): the cast leaves meta as it is */
 } gt_fp8_cast_spec;
 /* An FP8 GEMM operand: K-contiguous [rows, K] elements of `format` and their inverse scales
- * (one float, or blockwise [ceil(rows / tile_rows)][ceil(K / GT_FP8_TILE)]). */
+ * (one float, or blockwise gt_fp8_scale_count(rows, K, tile_rows) of them, laid out as
+ * gt_fp8_scale_index says). */
 typedef struct gt_fp8_operand {
     const void *q;
     const float *scale_inv;
@@ -156,10 +157,25 @@ typedef struct gt_fp8_operand {
 /* fp8_gemm's out_fp32 flags (plain 0 / 1 keep their meaning) */
 #define GT_FP8_OUT_FP32 1
 #define GT_FP8_FAST_ACCUM 2
-/* Inverse scales a blockwise cast of [rows, cols] with tile_rows writes */
+/* Blockwise inverse scales of q [rows, cols], in the layout cuBLASLt's block-scaled GEMMs read
+ * (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F / BLK128x128_32F; Transformer Engine's "GEMM ready"
+ * format), on every backend so that the CPU emulation checks the GPU's bits directly:
+ * 1 x 128 tiles (tile_rows 1): rows contiguous, tile (r, t) at t * ld + r with ld = rows
+ * rounded up to 4; 128 x 128 blocks: block (rb, t) at rb * ld + t, ld = ceil(cols / 128)
+ * rounded up to 4 (padding never read). */
+static inline size_t gt_fp8_scale_ld(int rows, int cols, int tile_rows) {
+    size_t n = tile_rows == 1 ? (size_t)rows : (size_t)((cols + GT_FP8_TILE - 1) / GT_FP8_TILE);
+    return (n + 3) / 4 * 4;
+}
+static inline size_t gt_fp8_scale_index(int rows, int cols, int tile_rows, int r, int t) {
+    size_t ld = gt_fp8_scale_ld(rows, cols, tile_rows);
+    return tile_rows == 1 ? (size_t)t * ld + (size_t)r : (size_t)(r / tile_rows) * ld + (size_t)t;
+}
+/* Inverse scales a blockwise cast of [rows, cols] with tile_rows writes (padding included) */
 static inline size_t gt_fp8_scale_count(int rows, int cols, int tile_rows) {
-    return (size_t)((rows + tile_rows - 1) / tile_rows) *
-           (size_t)((cols + GT_FP8_TILE - 1) / GT_FP8_TILE);
+    size_t ld = gt_fp8_scale_ld(rows, cols, tile_rows);
+    return tile_rows == 1 ? (size_t)((cols + GT_FP8_TILE - 1) / GT_FP8_TILE) * ld
+                          : (size_t)((rows + tile_rows - 1) / tile_rows) * ld;
 }
 
 /* How the router turns softmax probabilities into top-k weights (Megatron's
@@ -492,9 +508,10 @@ typedef struct gt_backend_ops {
     void (*fp8_cast)(gt_backend *b, gt_stream *s, void *q, float *scale_inv, const void *x,
                      int rows, int cols, int transpose, gt_fp8_cast_spec spec, gt_fp8_meta *meta,
                      gt_step_state *st);
-    /* Optional (NULL: two fp8_casts): per-tensor scaling only, q = fp8(x * scale) [rows, cols]
-     * and qt = fp8(x^T * scale) [cols, rows] with one scale from one reading of x, both inverse
-     * scales written; the same results and scaling state as the two casts. */
+    /* Optional (NULL: two fp8_casts): q = fp8(x * scale) [rows, cols] and qt = fp8(x^T * scale)
+     * [cols, rows] from one reading of x (per tensor: one scale; blockwise: each form's own
+     * tiles, so the 1 x 128 tiles of qt run along x's columns), all inverse scales written; the
+     * same results and scaling state as fp8_cast(transpose 0) then fp8_cast(transpose 1). */
     void (*fp8_cast_pair)(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
                           float *scale_inv_t, const void *x, int rows, int cols,
                           gt_fp8_cast_spec spec, gt_fp8_meta *meta, gt_step_state *st);

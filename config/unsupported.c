@@ -22,10 +22,6 @@ static bool fp8_hopper(const gt_config *c) {
     return r == GT_FP8_RECIPE_TENSORWISE || r == GT_FP8_RECIPE_DELAYED ||
            r == GT_FP8_RECIPE_BLOCKWISE;
 }
-/* blockwise scaling's tile and block casts exist only in the CPU backend */
-static bool fp8(const gt_config *c) {
-    return c->model.compute_dtype == GT_DTYPE_FP8_SC && c->runtime.device != GT_DEVICE_CPU;
-}
 static bool fp8_blackwell(const gt_config *c) {
     return c->model.compute_dtype == GT_DTYPE_FP8_MX || c->model.compute_dtype == GT_DTYPE_NVFP4;
 }
@@ -43,6 +39,35 @@ static bool mamba(const gt_config *c) {
 }
 static bool has_mamba(const gt_config *c) {
     return strchr(c->model.layer_pattern, 'M') != NULL;
+}
+/* blockwise fp8 on the GPU: cuBLASLt's block-scaled GEMMs take K tiles of 128 whole, and every
+ * width of a dense linear layer is the K of one of its GEMMs (in: the forward, out: the data
+ * gradient, tokens per micro-batch: the weight gradient), so each must be a multiple of 128;
+ * Mamba's projections likewise (hidden size, d_inner, in_proj's width) */
+#define FP8_SC_TILE 128
+static bool fp8_sc_off_tiles(long n) {
+    return n % FP8_SC_TILE != 0;
+}
+static bool fp8_sc_shape(const gt_config *c) {
+    const gt_model_config *m = &c->model;
+    if (m->compute_dtype != GT_DTYPE_FP8_SC || c->runtime.device == GT_DEVICE_CPU) return false;
+    long heads = m->num_attention_heads > 0 ? m->num_attention_heads : 1;
+    long kv = m->num_query_groups > 0 ? m->num_query_groups : heads;
+    long hd = m->hidden_size / heads;
+    long seq = c->dataset.seq_length > 0 ? c->dataset.seq_length : m->seq_length;
+    bool bad = fp8_sc_off_tiles(m->hidden_size) || fp8_sc_off_tiles(heads * hd) ||
+               fp8_sc_off_tiles((heads + 2 * kv) * hd) || fp8_sc_off_tiles(m->ffn_hidden_size) ||
+               fp8_sc_off_tiles((long)c->train.micro_batch_size * seq);
+    if (has_mamba(c)) {
+        long mh = m->mamba_num_heads > 0 ? m->mamba_num_heads
+                  : m->mamba_head_dim > 0
+                      ? (long)m->mamba_expand * m->hidden_size / m->mamba_head_dim
+                      : 0;
+        long inner = mh * m->mamba_head_dim;
+        long in = 2 * inner + 2L * m->mamba_num_groups * m->mamba_state_dim + mh;
+        bad = bad || fp8_sc_off_tiles(inner) || fp8_sc_off_tiles(in);
+    }
+    return bad;
 }
 /* full recompute plans the attention, MLP and MoE blocks (model/recompute.c), not Mamba's */
 static bool mamba_full_recompute(const gt_config *c) {
@@ -86,9 +111,9 @@ static bool pad_vocab(const gt_config *c) {
 
 /* clang-format off */
 static const unsupported k_unsupported[] = {
-    {"engine_no_fp8", {"model.compute_dtype", "runtime.device"}, fp8,
-     "blockwise fp8 (1x128 activation tiles, 128x128 weight blocks) runs only on the CPU backend, which emulates it exactly: the CUDA backend has the per-tensor casts and GEMMs (fp8_cs, fp8_ds), not the tile- and block-scaled ones",
-     "set model.compute_dtype=fp8_cs (-c fp8_cs) or fp8_ds on the GPU, or runtime.device=cpu for the blockwise emulation"},
+    {"engine_no_fp8_blockwise_shape", {"model.compute_dtype", "model.hidden_size", "model.ffn_hidden_size", "train.micro_batch_size"}, fp8_sc_shape,
+     "blockwise fp8 on the GPU runs cuBLASLt's block-scaled GEMMs, which take the reduction dimension in whole 1x128 tiles; every width of a linear layer (hidden size, attention heads x head dim, the qkv width, ffn_hidden_size, Mamba's d_inner and in_proj width) and the tokens per micro-batch (micro_batch_size x seq_length) is the reduction dimension of one of its GEMMs, and this model has one that is not a multiple of 128",
+     "make those sizes multiples of 128, use -c fp8_cs or fp8_ds on the GPU (any multiple of 16), or runtime.device=cpu for the blockwise emulation"},
     {"engine_fp8_blackwell_format", {"model.compute_dtype"}, fp8_blackwell,
      "MXFP8 (-c fp8_mx) and NVFP4 (-c nvfp4) are Blackwell (sm_100) tensor-core formats: Hopper (sm_90) has no such GEMMs and the CPU backend does not emulate them",
      "use an fp8 recipe Hopper runs: -c fp8_cs (current scaling), fp8_ds (delayed scaling) or fp8_sc (blockwise, 1x128 / 128x128 scales)"},

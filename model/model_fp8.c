@@ -117,11 +117,12 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
             }
             qa = max_sz(qa, N * (size_t)(in > out ? in : out));
             qb = max_sz(qb, N * (size_t)(in > out ? in : out));
-            if (blockwise) {
-                sa = max_sz(sa, gt_fp8_scale_count(dm->N, in, 1));
-                sa = max_sz(sa, gt_fp8_scale_count(dm->N, out, 1));
-                sa = max_sz(sa, gt_fp8_scale_count(out, dm->N, 1));
-                sb = max_sz(sb, gt_fp8_scale_count(in, dm->N, 1));
+            if (blockwise) { /* x, dout, dout^T and x^T pass through both buffers */
+                size_t c = max_sz(
+                    max_sz(gt_fp8_scale_count(dm->N, in, 1), gt_fp8_scale_count(dm->N, out, 1)),
+                    max_sz(gt_fp8_scale_count(out, dm->N, 1), gt_fp8_scale_count(in, dm->N, 1)));
+                sa = max_sz(sa, c);
+                sb = max_sz(sb, c);
             }
         }
     }
@@ -192,13 +193,13 @@ static gt_fp8_cast_spec spec_recorded(gt_fp8_format fmt) {
     return (gt_fp8_cast_spec){GT_FP8_DELAYED, fmt, 1, 0};
 }
 
-/* x to q [rows, cols] and qt [cols, rows] with one scale: one pass where the backend has it
- * for this recipe, else two casts (blockwise: the tiles of x and x^T differ) */
+/* x to q [rows, cols] and qt [cols, rows]: one pass where the backend has it (one scale per
+ * tensor, or blockwise each form's own tiles), else two casts */
 static void cast_both(gt_model *m, gt_stream *s, void *q, float *sq, void *qt, float *sqt,
                       const void *x, int rows, int cols, gt_fp8_cast_spec sp, gt_fp8_meta *meta,
                       gt_step_state *st) {
     gt_backend *b = m->b;
-    if (b->ops->fp8_cast_pair && sp.scaling != GT_FP8_BLOCKWISE) {
+    if (b->ops->fp8_cast_pair) {
         b->ops->fp8_cast_pair(b, s, q, sq, qt, sqt, x, rows, cols, sp, meta, st);
         return;
     }
@@ -319,23 +320,26 @@ void gt_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, cons
     gt_backend *b = m->b;
     const gt_fp8_linear *li = fp8_on(m, layer, lin);
     gt_model_fp8 *f = &m->fp8;
-    if (!li || f->scaling == GT_FP8_BLOCKWISE) {
+    if (!li) {
         if (wgrad) gt_linear_bwd_weight(m, s, layer, lin, w, bias, dout, x, st);
         gt_linear_bwd_data(m, s, layer, lin, dx, dout, w, 0, st);
         return;
     }
-    int N = m->dm.N;
+    int N = m->dm.N, blockwise = f->scaling == GT_FP8_BLOCKWISE;
+    int wtile = blockwise ? GT_FP8_TILE : 1;
     weight_t(m, s, li, st);
     /* dout [N, out] for the data gradient and dout^T [out, N] for the weight gradient */
     cast_both(m, s, f->qa, f->sa, f->qb, f->sb, dout, N, li->out, spec_of(f, f->grad_format, 1),
               &f->meta[li->slot + GT_FP8_SLOT_G], st);
     b->ops->fp8_gemm(b, s, dx, 0, 0, (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
-                     (gt_fp8_operand){li->qwt, li->swt, 1, f->fwd_format}, f->scaling, NULL, NULL,
-                     N, li->in, li->out);
+                     (gt_fp8_operand){li->qwt, li->swt, wtile, f->fwd_format}, f->scaling, NULL,
+                     NULL, N, li->in, li->out);
     if (!wgrad) return;
     gt_fp8_operand xt = {li->xt, li->sxt, 1, f->fwd_format};
-    if (!li->xt) { /* qa is free again: x^T [in, N] */
-        b->ops->fp8_cast(b, s, f->qa, f->sa, x, N, li->in, 1, spec_recorded(f->fwd_format),
+    if (!li->xt) { /* qa is free again: x^T [in, N] (blockwise: its tiles run along N) */
+        gt_fp8_cast_spec sx =
+            blockwise ? spec_of(f, f->fwd_format, 1) : spec_recorded(f->fwd_format);
+        b->ops->fp8_cast(b, s, f->qa, f->sa, x, N, li->in, 1, sx,
                          &f->meta[li->slot + GT_FP8_SLOT_X], st);
         xt = (gt_fp8_operand){f->qa, f->sa, 1, f->fwd_format};
     }

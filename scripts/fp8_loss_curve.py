@@ -48,7 +48,7 @@ def main(argv=None):
     p.add_argument("--recipe", default="demo")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--recipes", default="fp8_cs,fp8_ds", help="fp8 recipes to compare")
+    p.add_argument("--recipes", default="fp8_cs,fp8_ds,fp8_sc", help="fp8 recipes to compare")
     p.add_argument("--tail", type=int, default=10, help="logged steps averaged at the end")
     p.add_argument("--tol", type=float, default=0.01, help="relative end-loss difference allowed")
     p.add_argument("--out", help="folder for the metrics files (default: a temporary one)")

@@ -62,13 +62,13 @@ static void k_fp8_cast(const void *p) {
     gt_fp8_format f = a->spec.format;
     int bad = 0;
     if (a->spec.scaling == GT_FP8_BLOCKWISE) {
-        int tr = a->spec.tile_rows, ntc = (qc + GT_FP8_TILE - 1) / GT_FP8_TILE;
+        int tr = a->spec.tile_rows;
         for (int r0 = 0; r0 < qr; r0 += tr)
             for (int c0 = 0; c0 < qc; c0 += GT_FP8_TILE) {
                 int r1 = r0 + tr < qr ? r0 + tr : qr;
                 int c1 = c0 + GT_FP8_TILE < qc ? c0 + GT_FP8_TILE : qc;
                 float scale = pow2_scale(amax_of(a, r0, r1, c0, c1), f, &bad);
-                a->scale_inv[(size_t)(r0 / tr) * ntc + c0 / GT_FP8_TILE] = 1.0f / scale;
+                a->scale_inv[gt_fp8_scale_index(qr, qc, tr, r0, c0 / GT_FP8_TILE)] = 1.0f / scale;
                 for (int i = r0; i < r1; i++)
                     for (int j = c0; j < c1; j++)
                         a->q[(size_t)i * qc + j] = quantize(src_at(a, i, j), scale, f);
@@ -110,13 +110,11 @@ static void cpu_fp8_cast(gt_backend *b, gt_stream *s, void *q, float *scale_inv,
     gt_cpu_submit(b, s, k_fp8_cast, &a, sizeof a);
 }
 
-/* Both casts, one after the other: the second derives (or adds) exactly what the first did */
+/* Both casts, one after the other: the second derives (or adds) exactly what the first did
+ * (blockwise: each form's tiles get their own scales, as two fp8_casts give them) */
 static void cpu_fp8_cast_pair(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
                               float *scale_inv_t, const void *x, int rows, int cols,
                               gt_fp8_cast_spec spec, gt_fp8_meta *meta, gt_step_state *st) {
-    CPU_REQUIRE(b, spec.scaling != GT_FP8_BLOCKWISE,
-                "fp8_cast_pair: per-tensor scaling only (blockwise tiles differ between x and "
-                "x^T); cast twice");
     CPU_REQUIRE(b, qt && scale_inv_t, "fp8_cast_pair: NULL transposed output");
     cpu_fp8_cast(b, s, q, scale_inv, x, rows, cols, 0, spec, meta, st);
     cpu_fp8_cast(b, s, qt, scale_inv_t, x, rows, cols, 1, spec, meta, st);
@@ -139,15 +137,18 @@ static void k_fp8_gemm(const void *p) {
     float tensor_scale = blockwise ? 1.0f : g->a.scale_inv[0] * g->w.scale_inv[0];
     for (int m = 0; m < g->M; m++) {
         const float *arow = qa + (size_t)m * g->K;
-        const float *sa = g->a.scale_inv + (size_t)(m / g->a.tile_rows) * nkt;
         for (int n = 0; n < g->N; n++) {
             const float *wrow = qw + (size_t)n * g->K;
-            const float *sw = g->w.scale_inv + (size_t)(n / g->w.tile_rows) * nkt;
             float acc = 0.0f;
             for (int t = 0; t < nkt; t++) {
                 int k0 = t * GT_FP8_TILE, kc = g->K - k0 < GT_FP8_TILE ? g->K - k0 : GT_FP8_TILE;
                 float part = gt_cpu_gemm_dot(arow + k0, wrow + k0, kc);
-                acc += blockwise ? part * (sa[t] * sw[t]) : part;
+                if (blockwise) {
+                    float sa = g->a.scale_inv[gt_fp8_scale_index(g->M, g->K, g->a.tile_rows, m, t)];
+                    float sw = g->w.scale_inv[gt_fp8_scale_index(g->N, g->K, g->w.tile_rows, n, t)];
+                    part *= sa * sw;
+                }
+                acc += part;
             }
             if (!blockwise) acc *= tensor_scale;
             size_t o = (size_t)m * g->N + n;

@@ -145,8 +145,16 @@ void gt_cuda_register_optim_ops(gt_backend_ops *ops);
 void gt_cuda_register_moe_ops(gt_backend_ops *ops);
 void gt_cuda_register_fp8_ops(gt_backend_ops *ops); /* k_fp8.cu (the fp8 GEMM: cuda_matmul.c) */
 void gt_cuda_register_fp8_bias_ops(gt_backend_ops *ops); /* cuda_fp8_bias.c */
-void gt_cuda_register_mamba_ops(gt_backend_ops *ops);    /* k_mamba.cu */
-void gt_cuda_register_qk_norm_ops(gt_backend_ops *ops);  /* k_qk_norm.cu */
+/* fp8_cast under blockwise scaling (k_fp8_block.cu; fp8_cast checked the pointers) */
+void gt_cuda_fp8_cast_blockwise(gt_backend *b, gt_stream *s, void *q, float *scale_inv,
+                                const void *x, int rows, int cols, int transpose,
+                                gt_fp8_cast_spec spec, gt_step_state *st);
+/* fp8_cast_pair under blockwise scaling: both layouts from one reading of x (k_fp8_block.cu) */
+void gt_cuda_fp8_cast_pair_blockwise(gt_backend *b, gt_stream *s, void *q, float *scale_inv,
+                                     void *qt, float *scale_inv_t, const void *x, int rows,
+                                     int cols, gt_fp8_cast_spec spec, gt_step_state *st);
+void gt_cuda_register_mamba_ops(gt_backend_ops *ops);   /* k_mamba.cu */
+void gt_cuda_register_qk_norm_ops(gt_backend_ops *ops); /* k_qk_norm.cu */
 /* the chunked SSD scan behind the mamba_ssd_* ops, shapes checked (k_mamba_ssd.cu) */
 void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void *xbc,
                            const void *zxbcdt, const void *dt_bias, const void *A_log,

@@ -32,16 +32,40 @@ typedef enum {
     GEMM_FP8_F32_B_E5M2, /* the same, a in E5M2 */
     GEMM_FP8_FAST,       /* GEMM_FP8 with fast accumulation (the forward, GT_FP8_FAST_ACCUM) */
     GEMM_FP8_BIAS,       /* GEMM_FP8 + bias epilogue (bf16 bias; fp8 linear layers with biases) */
+    /* blockwise (fp8_sc): A = w with one scale per 128 x 128 block (BLK128x128_32F) or per 1 x
+     * 128 K tile (VEC128_32F), B = a with one per 1 x 128 K tile; never fast accumulation (the
+     * block-scaled kernels promote every K tile), as PyTorch and Transformer Engine refuse it */
+    GEMM_FP8_BLK,            /* out bf16 (+ C), w blocks x a tiles, E4M3 x E4M3 (forward) */
+    GEMM_FP8_BLK_B_E5M2,     /* the same, a in E5M2 (data gradient under hybrid) */
+    GEMM_FP8_BLK_BIAS,       /* GEMM_FP8_BLK + bias epilogue */
+    GEMM_FP8_VEC_F32,        /* out fp32 (+)=, tiles x tiles, E4M3 x E4M3 (weight gradient) */
+    GEMM_FP8_VEC_F32_B_E5M2, /* the same, a in E5M2 */
     GEMM_KINDS
 } gemm_kind;
 
-static const char *const gemm_names[GEMM_KINDS] = {
-    "matmul_fwd",          "matmul_fwd(bias)", "matmul_bwd_data", "matmul_bwd_data(accumulate)",
-    "matmul_bwd_weight",   "fp8_gemm",         "fp8_gemm(e5m2)",  "fp8_gemm(fp32)",
-    "fp8_gemm(fp32,e5m2)", "fp8_gemm(fast)",   "fp8_gemm(bias)"};
+static const char *const gemm_names[GEMM_KINDS] = {"matmul_fwd",
+                                                   "matmul_fwd(bias)",
+                                                   "matmul_bwd_data",
+                                                   "matmul_bwd_data(accumulate)",
+                                                   "matmul_bwd_weight",
+                                                   "fp8_gemm",
+                                                   "fp8_gemm(e5m2)",
+                                                   "fp8_gemm(fp32)",
+                                                   "fp8_gemm(fp32,e5m2)",
+                                                   "fp8_gemm(fast)",
+                                                   "fp8_gemm(bias)",
+                                                   "fp8_gemm(blockwise)",
+                                                   "fp8_gemm(blockwise,e5m2)",
+                                                   "fp8_gemm(blockwise,bias)",
+                                                   "fp8_gemm(blockwise,fp32)",
+                                                   "fp8_gemm(blockwise,fp32,e5m2)"};
 
 static int is_fp8(int kind) {
     return kind >= GEMM_FP8;
+}
+
+static int is_blockwise(int kind) {
+    return kind >= GEMM_FP8_BLK;
 }
 
 struct gt_cuda_gemm_plan {
@@ -226,9 +250,12 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
     cudaDataType_t atype = CUDA_R_16BF, btype = CUDA_R_16BF, ctype = CUDA_R_16BF;
     if (is_fp8(p->kind)) {
         atype = CUDA_R_8F_E4M3;
-        btype = p->kind == GEMM_FP8_B_E5M2 || p->kind == GEMM_FP8_F32_B_E5M2 ? CUDA_R_8F_E5M2
-                                                                             : CUDA_R_8F_E4M3;
-        if (p->kind == GEMM_FP8_F32 || p->kind == GEMM_FP8_F32_B_E5M2) ctype = CUDA_R_32F;
+        int e5 = p->kind == GEMM_FP8_B_E5M2 || p->kind == GEMM_FP8_F32_B_E5M2 ||
+                 p->kind == GEMM_FP8_BLK_B_E5M2 || p->kind == GEMM_FP8_VEC_F32_B_E5M2;
+        btype = e5 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+        if (p->kind == GEMM_FP8_F32 || p->kind == GEMM_FP8_F32_B_E5M2 ||
+            p->kind == GEMM_FP8_VEC_F32 || p->kind == GEMM_FP8_VEC_F32_B_E5M2)
+            ctype = CUDA_R_32F;
     }
     switch (p->kind) {
     case GEMM_FWD:
@@ -239,6 +266,11 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
     case GEMM_FP8_F32_B_E5M2:
     case GEMM_FP8_FAST:
     case GEMM_FP8_BIAS:
+    case GEMM_FP8_BLK:
+    case GEMM_FP8_BLK_B_E5M2:
+    case GEMM_FP8_BLK_BIAS:
+    case GEMM_FP8_VEC_F32:
+    case GEMM_FP8_VEC_F32_B_E5M2:
         /* out^T[N,M] = (w stored K x N)^T @ (a stored K x M) */
         ta = CUBLAS_OP_T;
         arows = K, acols = N, lda = K;
@@ -272,7 +304,17 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
                                        sizeof fast);
     }
-    if (p->kind == GEMM_FWD_BIAS || p->kind == GEMM_FP8_BIAS) {
+    if (is_blockwise(p->kind)) {
+        /* cuBLASLt's A is graphtrain's w: its blocks (forward, data gradient) or K tiles
+         * (weight gradient); B is a, always K tiles. Scales as gt_fp8_scale_index lays them. */
+        int vec = p->kind == GEMM_FP8_VEC_F32 || p->kind == GEMM_FP8_VEC_F32_B_E5M2;
+        cublasLtMatmulMatrixScale_t am = vec ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                             : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+        cublasLtMatmulMatrixScale_t bm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof am);
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof bm);
+    }
+    if (p->kind == GEMM_FWD_BIAS || p->kind == GEMM_FP8_BIAS || p->kind == GEMM_FP8_BLK_BIAS) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = CUDA_R_16BF;
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
@@ -445,34 +487,68 @@ static void cuda_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, float
     if (dbias) gt_cuda_dbias(b, s, dbias, dout, M, N, accumulate);
 }
 
+/* The blockwise GEMM's kind, or -1 with the error set: the shapes and operands cuBLASLt's
+ * block-scaled GEMMs take on sm_90 (K tiles of 128 whole, the tile-scaled operands' rows a
+ * multiple of 4 so that their scale rows need no padding, w blocks with a's tiles or tiles with
+ * tiles into fp32) */
+static int blockwise_kind(gt_backend *b, int f32, int accumulate, gt_fp8_operand a,
+                          gt_fp8_operand w, const void *bias, const void *res, int M, int N,
+                          int K) {
+    int e5 = a.format == GT_FP8_E5M2;
+    int shape_ok = K % GT_FP8_TILE == 0 && M % 4 == 0 && (w.tile_rows != 1 || N % 4 == 0);
+    int kind = -1;
+    if (a.tile_rows == 1 && w.tile_rows == GT_FP8_TILE && !f32)
+        kind = bias ? GEMM_FP8_BLK_BIAS : e5 ? GEMM_FP8_BLK_B_E5M2 : GEMM_FP8_BLK;
+    else if (a.tile_rows == 1 && w.tile_rows == 1 && f32 && !bias && !res)
+        kind = e5 ? GEMM_FP8_VEC_F32_B_E5M2 : GEMM_FP8_VEC_F32;
+    if (kind < 0 || !shape_ok || (bias && (e5 || accumulate))) {
+        gt_backend_fail(b, GT_ERR_UNSUPPORTED,
+                        "fp8_gemm M=%d N=%d K=%d (blockwise, a tiles of %d rows, w of %d): the "
+                        "CUDA backend's block-scaled GEMMs take K a multiple of %d, M (and N "
+                        "where w has 1 x %d tiles) a multiple of 4, w in 128 x 128 blocks into "
+                        "bf16 (a bias only with E4M3 a, not accumulating) or w in 1 x 128 tiles "
+                        "into fp32; make the layer sizes and tokens per micro-batch multiples "
+                        "of %d (the config rule says which) or use -c fp8_cs",
+                        M, N, K, a.tile_rows, w.tile_rows, GT_FP8_TILE, GT_FP8_TILE, GT_FP8_TILE);
+        return -1;
+    }
+    return kind;
+}
+
 /* out[M,N] (+)= (sa sw) a[M,K] w[N,K]^T (+ res), a and w fp8 with their inverse scales in
  * device memory: cuBLASLt's D = alpha scaleA scaleB (A B) + beta C with A = w, B = a. The scale
  * pointers are set on the plan's descriptor right before each launch (the launch, or the
- * graph capturing it, takes them then). Per-tensor scales only here. */
+ * graph capturing it, takes them then). Per-tensor scales, or blockwise (blockwise_kind). */
 static void cuda_fp8_gemm(gt_backend *b, gt_stream *s, void *out, int out_fp32, int accumulate,
                           gt_fp8_operand a, gt_fp8_operand w, gt_fp8_scaling scaling,
                           const void *bias, const void *res, int M, int N, int K) {
     /* out_fp32 is a flags word (GT_FP8_OUT_FP32, GT_FP8_FAST_ACCUM): the forward's fast
      * accumulation flag does not make a bias GEMM an fp32 one */
-    if (scaling == GT_FP8_BLOCKWISE || w.format != GT_FP8_E4M3 ||
+    if (w.format != GT_FP8_E4M3 ||
         (bias && ((out_fp32 & GT_FP8_OUT_FP32) || accumulate || a.format != GT_FP8_E4M3)) ||
         (res && (res == out || accumulate))) {
         gt_backend_fail(b, GT_ERR_UNSUPPORTED,
-                        "fp8_gemm M=%d N=%d K=%d: the CUDA backend runs per-tensor scales, an "
-                        "E4M3 weight operand, a bias only on a forward (E4M3 x E4M3 into bf16, "
-                        "not accumulating), and res (not aliasing out) without accumulate",
+                        "fp8_gemm M=%d N=%d K=%d: the CUDA backend runs an E4M3 weight operand, "
+                        "a bias only on a forward (E4M3 x E4M3 into bf16, not accumulating), and "
+                        "res (not aliasing out) without accumulate",
                         M, N, K);
         return;
     }
     if (M == 0) return;
     int e5 = a.format == GT_FP8_E5M2, f32 = (out_fp32 & GT_FP8_OUT_FP32) != 0;
-    /* fast accumulation is a permission; it is planned for the forward's kind only */
-    int fast = (out_fp32 & GT_FP8_FAST_ACCUM) && !f32 && !e5;
-    int kind = f32    ? (e5 ? GEMM_FP8_F32_B_E5M2 : GEMM_FP8_F32)
+    int kind;
+    if (scaling == GT_FP8_BLOCKWISE) {
+        kind = blockwise_kind(b, f32, accumulate, a, w, bias, res, M, N, K);
+        if (kind < 0) return;
+    } else {
+        /* fast accumulation is a permission; it is planned for the forward's kind only */
+        int fast = (out_fp32 & GT_FP8_FAST_ACCUM) && !f32 && !e5;
+        kind = f32    ? (e5 ? GEMM_FP8_F32_B_E5M2 : GEMM_FP8_F32)
                : fast ? GEMM_FP8_FAST
                : e5   ? GEMM_FP8_B_E5M2
                       : GEMM_FP8;
-    if (bias) kind = GEMM_FP8_BIAS;
+        if (bias) kind = GEMM_FP8_BIAS;
+    }
     gemm_shape g = {kind, M, N, K, 1, 0, 0, 0};
     if (M > 0 && N > 0 && K > 0 && !b->planning) {
         gt_cuda_gemm_plan *p = plan_get(b, &g);

@@ -1,8 +1,8 @@
 /* FP8 casts and delayed scaling's update on the CUDA backend (backend.h, "FP8 linear layers"),
  * bitwise what the CPU emulation (backend/cpu/cpu_fp8.c) computes: amax as the max of |x|'s bits
  * (order-free, so deterministic), the scale from it by the same float operations, the cast by
- * __nv_cvt_float_to_fp8 with satfinite (round to nearest even). Per-tensor scaling only: the
- * blockwise casts are refused here until their cuBLASLt block-scaled GEMMs are built. */
+ * __nv_cvt_float_to_fp8 with satfinite (round to nearest even). Per-tensor scaling here; the
+ * blockwise casts are k_fp8_block.cu's. */
 #include <cuda_fp8.h>
 #include <float.h>
 
@@ -245,14 +245,7 @@ static int cast_args_ok(gt_backend *b, const char *op, const void *q, const floa
         gt_backend_fail(b, GT_ERR_INVALID, "%s: bad shape %d x %d or NULL tensor", op, rows, cols);
         return 0;
     }
-    if (spec.scaling == GT_FP8_BLOCKWISE) {
-        gt_backend_fail(b, GT_ERR_UNSUPPORTED,
-                        "%s: blockwise scaling (fp8_sc) is not built on the CUDA backend yet; use "
-                        "-c fp8_cs or fp8_ds",
-                        op);
-        return 0;
-    }
-    if (!meta) {
+    if (!meta && spec.scaling != GT_FP8_BLOCKWISE) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "%s: tensorwise and delayed scaling need the tensor's gt_fp8_meta", op);
         return 0;
@@ -296,6 +289,10 @@ static void cuda_fp8_cast(gt_backend *b, gt_stream *s, void *q, float *scale_inv
                           int rows, int cols, int transpose, gt_fp8_cast_spec spec,
                           gt_fp8_meta *meta, gt_step_state *st) {
     if (!cast_args_ok(b, "fp8_cast", q, scale_inv, x, rows, cols, spec, meta, st)) return;
+    if (spec.scaling == GT_FP8_BLOCKWISE) {
+        gt_cuda_fp8_cast_blockwise(b, s, q, scale_inv, x, rows, cols, transpose, spec, st);
+        return;
+    }
     unsigned *tmp = (unsigned *)gt_cuda_scratch(b, GT_SCRATCH_FP8, 2 * sizeof(float), "fp8_cast");
     if (b->planning || !tmp) return;
     gt_cuda_exec ex = gt_cuda_ex(b, s);
@@ -318,6 +315,11 @@ static void cuda_fp8_cast_pair(gt_backend *b, gt_stream *s, void *q, float *scal
     if (!cast_args_ok(b, "fp8_cast_pair", q, scale_inv, x, rows, cols, spec, meta, st)) return;
     if (!qt || !scale_inv_t) {
         gt_backend_fail(b, GT_ERR_INVALID, "fp8_cast_pair: NULL transposed output");
+        return;
+    }
+    if (spec.scaling == GT_FP8_BLOCKWISE) {
+        gt_cuda_fp8_cast_pair_blockwise(b, s, q, scale_inv, qt, scale_inv_t, x, rows, cols, spec,
+                                        st);
         return;
     }
     unsigned *tmp =

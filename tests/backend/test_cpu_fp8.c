@@ -117,7 +117,7 @@ static void test_blockwise_cast_gives_each_1x128_tile_a_power_of_two_scale(void 
     float *x = rand_buf(f, (size_t)R * C, 1.0f), *q = zeros((size_t)R * C);
     for (int i = 0; i < R * C; i++)
         x[i] *= ldexpf(1.0f, (i % C) / 128 * 5 - (i / C) * 3); /* tile (r, t): 2^(5t - 3r) */
-    float sinv[9] = {0};
+    float sinv[12] = {0}; /* cuBLASLt's layout: rows contiguous (padded to 4), tile t at 4t */
     f->b->ops->fp8_cast(f->b, f->s, q, sinv, x, R, C, 0, spec(GT_FP8_BLOCKWISE, GT_FP8_E4M3, 1),
                         NULL, &f->st);
     for (int r = 0; r < R; r++)
@@ -125,7 +125,7 @@ static void test_blockwise_cast_gives_each_1x128_tile_a_power_of_two_scale(void 
             int c0 = t * 128, c1 = c0 + 128 < C ? c0 + 128 : C;
             float scale =
                 ref_pow2_scale(ref_amax(x + (size_t)r * C + c0, (size_t)(c1 - c0)), GT_FP8_E4M3);
-            assert_true(sinv[r * ntc + t] == 1.0f / scale);
+            assert_true(sinv[t * 4 + r] == 1.0f / scale);
             for (int c = c0; c < c1; c++) {
                 float want = ref_q(x[(size_t)r * C + c], scale, GT_FP8_E4M3);
                 if (!same_bits(q[(size_t)r * C + c], want))
@@ -144,7 +144,7 @@ static void test_blockwise_weight_cast_scales_128x128_blocks(void **state) {
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++)
             x[(size_t)i * C + j] *= ldexpf(1.0f, 4 * (i / 128) - 7 * (j / 128));
-    float sinv[4] = {0};
+    float sinv[8] = {0}; /* cuBLASLt's layout: block rows of ceil(C / 128) padded to 4 */
     f->b->ops->fp8_cast(f->b, f->s, q, sinv, x, R, C, 0,
                         spec(GT_FP8_BLOCKWISE, GT_FP8_E4M3, GT_FP8_TILE), NULL, &f->st);
     for (int bi = 0; bi < 2; bi++)
@@ -154,7 +154,7 @@ static void test_blockwise_weight_cast_scales_128x128_blocks(void **state) {
                 for (int j = bj * 128; j < C && j < bj * 128 + 128; j++)
                     amax = fmaxf(amax, fabsf(x[(size_t)i * C + j]));
             float scale = ref_pow2_scale(amax, GT_FP8_E4M3);
-            assert_true(sinv[bi * 2 + bj] == 1.0f / scale);
+            assert_true(sinv[bi * 4 + bj] == 1.0f / scale);
             for (int i = bi * 128; i < R && i < bi * 128 + 128; i++)
                 for (int j = bj * 128; j < C && j < bj * 128 + 128; j++) {
                     float want = ref_q(x[(size_t)i * C + j], scale, GT_FP8_E4M3);
@@ -279,12 +279,14 @@ static void test_tensorwise_gemm_scales_the_fp32_sum_back(void **state) {
  * blocks; the fp32 result accumulates into what out held */
 static void test_blockwise_gemm_scales_each_k_tile_and_accumulates(void **state) {
     fixture *f = *state;
-    int M = 4, N = 130, K = 300, nkt = 3;
+    int M = 4, N = 130, K = 300;
     float *a = fp8_values(f, (size_t)M * K), *w = fp8_values(f, (size_t)N * K);
-    float sa[4 * 3], sw[2 * 3];
-    for (int i = 0; i < M * nkt; i++)
+    /* cuBLASLt's layouts: sa tile (m, t) at t * 4 + m; sw block (n / 128, t) at (n / 128) * 4 +
+     * t (3 K tiles padded to 4) */
+    float sa[3 * 4], sw[2 * 4];
+    for (int i = 0; i < 3 * 4; i++)
         sa[i] = ldexpf(1.0f, -(i % 5));
-    for (int i = 0; i < 2 * nkt; i++)
+    for (int i = 0; i < 2 * 4; i++)
         sw[i] = ldexpf(1.0f, -3 - (i % 4));
     float *out = rand_buf(f, (size_t)M * N, 1.0f), *before = malloc((size_t)M * N * sizeof *out);
     memcpy(before, out, (size_t)M * N * sizeof *out);
@@ -296,7 +298,7 @@ static void test_blockwise_gemm_scales_each_k_tile_and_accumulates(void **state)
         for (int n = 0; n < N; n++) {
             double acc = before[m * N + n], ab = fabs(before[m * N + n]);
             for (int k = 0; k < K; k++) {
-                double s = (double)sa[m * nkt + k / 128] * sw[(n / 128) * nkt + k / 128];
+                double s = (double)sa[(k / 128) * 4 + m] * sw[(n / 128) * 4 + k / 128];
                 double p = (double)a[m * K + k] * w[n * K + k] * s;
                 acc += p, ab += fabs(p);
             }

@@ -250,13 +250,15 @@ static void test_validate_accepts_bridge_harness_flags(void **state) {
 /* What graphtrain cannot run yet is refused by validate, train and bench alike, by name */
 static void test_validate_train_bench_refuse_what_this_engine_cannot_run(void **state) {
     char *out = *state;
-    assert_int_equal(gt_test_run("validate --quiet --recipe llama3_70b -c fp8_sc", out, OUT_MAX),
+    assert_int_equal(gt_test_run("validate --quiet --recipe llama3_70b -c fp8_sc "
+                                 "model.ffn_hidden_size=28600",
+                                 out, OUT_MAX),
                      2);
-    assert_non_null(strstr(out, "error [engine_no_fp8] model.compute_dtype"));
+    assert_non_null(strstr(out, "error [engine_no_fp8_blockwise_shape] model.compute_dtype"));
     assert_non_null(strstr(out, "error [engine_no_tensor_parallel]"));
     assert_non_null(strstr(out, "error [engine_no_pipeline_parallel]"));
     assert_non_null(strstr(out, "error [engine_no_context_parallel]"));
-    const char *settings[] = {"-c fp8_sc runtime.device=cuda",
+    const char *settings[] = {"-c fp8_sc runtime.device=cuda model.ffn_hidden_size=1000",
                               "dataset.packed_sequence=true dataset.pad_to_max_length=true "
                               "dataset.pad_cu_seqlens=true",
                               "model.num_layers=2 model.hybrid_override_pattern=*M "

@@ -49,12 +49,15 @@ static void test_train_runs_fp8_steps_on_the_cpu(void **state) {
     assert_non_null(strstr(out, "replayed"));
 }
 
-static void test_blackwell_formats_and_gpu_blockwise_fp8_are_refused_by_name(void **state) {
+static void
+test_blackwell_formats_and_gpu_blockwise_fp8_off_its_tiles_are_refused_by_name(void **state) {
     char *out = *state;
-    const char *cases[][2] = {{"-c fp8_mx", "engine_fp8_blackwell_format"},
-                              {"-c nvfp4", "engine_fp8_blackwell_format"},
-                              {"-c fp8_sc runtime.device=cuda", "engine_no_fp8"},
-                              {"-c fp8_sc runtime.device=auto", "engine_no_fp8"}};
+    const char *cases[][2] = {
+        {"-c fp8_mx", "engine_fp8_blackwell_format"},
+        {"-c nvfp4", "engine_fp8_blackwell_format"},
+        {"-c fp8_sc runtime.device=cuda model.ffn_hidden_size=1000",
+         "engine_no_fp8_blockwise_shape"},
+        {"-c fp8_sc runtime.device=auto model.hidden_size=576", "engine_no_fp8_blockwise_shape"}};
     const char *cmds[] = {"validate --quiet", "train", "bench --same-process --steps 1"};
     for (int i = 0; i < 4; i++)
         for (int c = 0; c < 3; c++) {
@@ -84,7 +87,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validate_accepts_the_hopper_recipes_on_the_cpu),
         cmocka_unit_test(test_train_runs_fp8_steps_on_the_cpu),
-        cmocka_unit_test(test_blackwell_formats_and_gpu_blockwise_fp8_are_refused_by_name),
+        cmocka_unit_test(
+            test_blackwell_formats_and_gpu_blockwise_fp8_off_its_tiles_are_refused_by_name),
         cmocka_unit_test(test_tune_gemm_peak_needs_a_gpu_and_a_valid_size),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -228,10 +228,19 @@ static const rule_case k_cases[] = {
     {"engine_no_mamba", GT_SEVERITY_ERROR,
      "model.num_layers=2 model.hybrid_override_pattern=*M model.mamba_d_conv=16",
      "model.num_layers=2 model.hybrid_override_pattern=*M model.mamba_d_conv=4"},
-    {"engine_no_fp8", GT_SEVERITY_ERROR, "model.compute_dtype=fp8_sc",
-     "model.compute_dtype=fp8_cs"},
-    {"engine_no_fp8", GT_SEVERITY_ERROR, "model.compute_dtype=fp8_sc runtime.device=cuda",
-     "model.compute_dtype=fp8_sc runtime.device=cpu"},
+    {"engine_no_fp8_blockwise_shape", GT_SEVERITY_ERROR,
+     "model.compute_dtype=fp8_sc model.ffn_hidden_size=1000",
+     "model.compute_dtype=fp8_sc model.ffn_hidden_size=1024"},
+    {"engine_no_fp8_blockwise_shape", GT_SEVERITY_ERROR,
+     "model.compute_dtype=fp8_sc runtime.device=cuda train.micro_batch_size=3 "
+     "model.seq_length=100",
+     "model.compute_dtype=fp8_sc runtime.device=cpu train.micro_batch_size=3 "
+     "model.seq_length=100"},
+    {"engine_no_fp8_blockwise_shape", GT_SEVERITY_ERROR,
+     "model.compute_dtype=fp8_sc runtime.device=cuda model.num_attention_heads=32 "
+     "model.num_query_groups=2", /* qkv width 512 + 2 x 2 x 16 */
+     "model.compute_dtype=fp8_sc runtime.device=cuda model.num_attention_heads=32 "
+     "model.num_query_groups=4"},
     {"engine_fp8_blackwell_format", GT_SEVERITY_ERROR, "model.compute_dtype=nvfp4",
      "model.compute_dtype=fp8_cs"},
     {"engine_fp8_blackwell_format", GT_SEVERITY_ERROR,
@@ -393,18 +402,19 @@ static void test_one_gpu_cannot_hold_tensor_parallel_2(void **state) {
 static void test_unsupported_settings_are_errors_counted_apart(void **state) {
     (void)state;
     gt_config cfg;
-    config_with(&cfg, "model.compute_dtype=fp8_sc dataset.packed_sequence=true "
+    config_with(&cfg, "model.compute_dtype=fp8_sc model.ffn_hidden_size=1000 "
+                      "dataset.packed_sequence=true "
                       "dataset.pad_to_max_length=true dataset.pad_cu_seqlens=true "
                       "train.global_batch_size=6");
     gt_report r;
     assert_int_equal(gt_config_validate(&cfg, &r), 3);
     assert_int_equal(r.unsupported, 2);
-    const gt_finding *f = find(&r, "engine_no_fp8");
+    const gt_finding *f = find(&r, "engine_no_fp8_blockwise_shape");
     assert_non_null(f);
     assert_true(f->unsupported);
     assert_string_equal(f->keys[0], "model.compute_dtype");
     assert_non_null(strstr(f->message, "model.compute_dtype=fp8_sc"));
-    assert_non_null(strstr(f->fix, "model.compute_dtype=fp8_cs"));
+    assert_non_null(strstr(f->fix, "-c fp8_cs"));
     assert_false(find(&r, "global_batch_divisible")->unsupported);
     char *text = NULL;
     size_t tn = 0;

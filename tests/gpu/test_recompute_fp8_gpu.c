@@ -1,7 +1,7 @@
-/* fp8 with activation recompute on a real GPU (run on the GPU machine): fp8_cs and fp8_ds
- * training with a recomputed linear layer (selective mlp in per-unit graphs, full uniform in
- * the full-iteration graph) gives the losses and master weights of the same recipe without
- * recompute, bit for bit: the recomputed GEMM is the forward's fp8 GEMM on the same casts.
+/* fp8 with activation recompute on a real GPU (run on the GPU machine): fp8_cs, fp8_ds and
+ * blockwise fp8_sc training with a recomputed linear layer (selective mlp in per-unit graphs, full
+ * uniform in the full-iteration graph) gives the losses and master weights of the same recipe
+ * without recompute, bit for bit: the recomputed GEMM is the forward's fp8 GEMM on the same casts.
  * The CPU emulation of the same property is tests/train/test_recompute_fp8.c. Skips when no
  * GPU can be used. */
 #include "graphs_fixture.h"
@@ -84,12 +84,26 @@ static void test_gpu_fp8_ds_full_recompute_matches_bitwise(void **state) {
     full_uniform(GT_DTYPE_FP8_DS);
 }
 
+static void test_gpu_fp8_sc_selective_mlp_recompute_matches_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    selective_mlp(GT_DTYPE_FP8_SC);
+}
+
+static void test_gpu_fp8_sc_full_recompute_matches_bitwise(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    full_uniform(GT_DTYPE_FP8_SC);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_fp8_cs_selective_mlp_recompute_matches_bitwise),
         cmocka_unit_test(test_gpu_fp8_ds_selective_mlp_recompute_matches_bitwise),
         cmocka_unit_test(test_gpu_fp8_cs_full_recompute_matches_bitwise),
         cmocka_unit_test(test_gpu_fp8_ds_full_recompute_matches_bitwise),
+        cmocka_unit_test(test_gpu_fp8_sc_selective_mlp_recompute_matches_bitwise),
+        cmocka_unit_test(test_gpu_fp8_sc_full_recompute_matches_bitwise),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
