@@ -42,7 +42,7 @@ from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Q
                           Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 VOCAB = 512
-T = 64
+T = 128  # cuDNN takes head size 128 (qwen3_moe_raw) at sequences that are multiples of 128
 # head size 64: the CUDA attention kernels take 64 and 128
 SHAPE = dict(vocab_size=VOCAB, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=64, intermediate_size=512, rms_norm_eps=1e-6,

@@ -241,6 +241,9 @@ static const rule_case k_cases[] = {
      "model.num_query_groups=2", /* qkv width 512 + 2 x 2 x 16 */
      "model.compute_dtype=fp8_sc runtime.device=cuda model.num_attention_heads=32 "
      "model.num_query_groups=4"},
+    {"engine_no_fp8_blockwise_gpu", GT_SEVERITY_ERROR,
+     "model.compute_dtype=fp8_sc runtime.device=cuda",
+     "model.compute_dtype=fp8_sc runtime.device=cpu"},
     {"engine_fp8_blackwell_format", GT_SEVERITY_ERROR, "model.compute_dtype=nvfp4",
      "model.compute_dtype=fp8_cs"},
     {"engine_fp8_blackwell_format", GT_SEVERITY_ERROR,
