@@ -26,7 +26,7 @@ struct gt_comm {
     float *scratch; /* rank-order sums: every rank's copy of this rank's shard */
     size_t scratch_elems;
     int *counts, *displs, *rcounts, *rdispls; /* [size] each, one block: MPI's shard tables */
-    int skip; /* gt_comm_set_skip: collectives left out (bench's compute-alone timing) */
+    int skip;     /* gt_comm_set_skip: collectives left out (bench's compute-alone timing) */
     int detached; /* gt_comm_set_detached: s does not wait for the collectives */
 };
 

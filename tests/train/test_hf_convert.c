@@ -234,6 +234,7 @@ static void interleave_qk_rows(const gt_config *cfg, float *master) {
     gt_error err = {0};
     assert_int_equal(gt_hf_map_create(&map, cfg, &err), GT_OK);
     int hd = gt_model_head_size(&cfg->model), d = cfg->model.hidden_size;
+    if (hd <= 0 || d <= 0) fail_msg("head size %d, hidden size %d: no rows to reorder", hd, d);
     float *tmp = malloc((size_t)hd * d * sizeof *tmp);
     for (int i = 0; i < map.n; i++) {
         if (!strstr(map.t[i].name, "q_proj.weight") && !strstr(map.t[i].name, "k_proj.weight"))
