@@ -16,6 +16,16 @@ logit error is max |graphtrain - transformers| / max |transformers| over the seq
 graphtrain's CPU backend is fp32 (1e-4 against transformers' fp32), its CUDA backend bf16
 (3e-2 against either); bf16 references get 3e-2. Losses: 1e-4 (CPU) or 2e-2 relative (CUDA).
 
+The noise floor: a model's own bf16 error is not a constant. A random MoE with sharp routers
+(router weights 10x the others, so that few tokens sit near a tie) amplifies bf16 rounding
+through its experts' gates: on the Qwen3-MoE shapes here transformers' bf16 logits differ from
+its own fp32 ones by several times 3e-2. So on CUDA each check also measures
+that floor, F = the error of transformers' bf16 against transformers' fp32 on the same
+positions, and the tolerance is max(3e-2, 1.25 F) against fp32 and max(3e-2, 2 F) against
+bf16 (FLOOR_X): graphtrain may be as far from exact as bf16 itself is, no further.
+`--moe-sweep` prints F beside graphtrain's error for MoE variants (expert count, router
+scale, top-k) to show where it comes from.
+
 MoE models and router ties: graphtrain's CUDA backend computes in bf16, so a token whose k-th
 and (k+1)-th router logits are close may be routed to another expert than in transformers'
 fp32, a jump in the logits no tolerance describes. For each position the script reads
@@ -52,6 +62,10 @@ BF16_U = 2.0 ** -8  # bf16's unit roundoff: 8 significant bits
 SAFETY = 1.0  # margin above the worst-case move of bf16 rounding at every layer
 TOL = {"cpu": {"fp32": 1e-4, "bf16": 3e-2, "loss": 1e-4},
        "cuda": {"fp32": 3e-2, "bf16": 3e-2, "loss": 2e-2}}
+# On CUDA the logit tolerance is also at least this multiple of the measured noise floor:
+# graphtrain's bf16 against fp32 may err as much as transformers' bf16 does (plus a quarter),
+# and two bf16 computations may differ by both their errors
+FLOOR_X = {"fp32": 1.25, "bf16": 2.0}
 
 failures = []
 
@@ -168,22 +182,30 @@ def check_model(gt, work, name, model, device, torch_dev, tokens):
               f"{float(ratio.median()):.3g}; clear (margin > {SAFETY:g} x bound at every "
               f"layer): {int(clear.sum())}/{len(tokens)} positions, near a tie: "
               f"{[i for i in range(len(tokens)) if not clear[i]]}", flush=True)
-    for dt, tdt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        want = hf_logits(model, tokens, tdt, torch_dev)
+    wants = {dt: hf_logits(model, tokens, tdt, torch_dev)
+             for dt, tdt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+    # transformers' own bf16 error against its fp32 on the rows checked: the noise floor of
+    # bf16 for this model (module docstring)
+    floor = rel_err(wants["bf16"], wants["fp32"], clear)
+    if device == "cuda":
+        print(f"     {name} noise floor: transformers bf16 vs its fp32 {floor:.2e}", flush=True)
+    for dt, want in wants.items():
         tol = TOL[device][dt] if dt == "fp32" else TOL[device]["bf16"]
+        if device == "cuda":
+            tol = max(tol, FLOOR_X[dt] * floor)
         agree = f"argmax agrees at {int((got.argmax(-1) == want.argmax(-1)).sum())}/" \
                 f"{len(tokens)} positions"
         if clear is None or (device == "cpu" and dt == "fp32"):  # fp32 both: ties too
             e = rel_err(got, want)
             report(e <= tol, f"{name} logits vs transformers {dt}",
-                   f"graphtrain {device} max error {e:.2e} (tolerance {tol:.0e}), {agree}")
+                   f"graphtrain {device} max error {e:.2e} (tolerance {tol:.2e}), {agree}")
             continue
         e = rel_err(got, want, clear)
         near = int((~clear).sum())
         en = rel_err(got, want, ~clear)
         report(e <= tol and near < len(tokens), f"{name} logits vs transformers {dt}",
                f"graphtrain {device} max error {e:.2e} at the {int(clear.sum())} positions clear "
-               f"of router ties (tolerance {tol:.0e}); {near} near a tie, max error there "
+               f"of router ties (tolerance {tol:.2e}); {near} near a tie, max error there "
                f"{en:.2e}; {agree}")
     run([gt, "export", "--checkpoint", ck, "--to", "hf", back], "graphtrain export")
     again = AutoModelForCausalLM.from_pretrained(back, dtype=torch.float32)
@@ -223,6 +245,57 @@ def check_training(gt, work, device, torch_dev):
            f"difference {e:.2e} (tolerance {tol:.0e})")
 
 
+def moe_sweep(gt, device, torch_dev):
+    """Qwen3-MoE variants with no router choice to get wrong (top-k over every expert, or one
+    expert) and with the router's scale and the expert width varied: per variant the error of
+    graphtrain on `device` against graphtrain's fp32 CPU backend and against transformers in
+    fp32 and bf16, over every position. Information for finding a backend difference; no
+    tolerance applies."""
+    variants = [
+        ("base: 4 experts, top 2, normalized", dict(num_experts=4, num_experts_per_tok=2), 0.5),
+        ("every expert: 4 of 4, normalized", dict(num_experts=4, num_experts_per_tok=4), 0.5),
+        ("every expert, router std 0.05", dict(num_experts=4, num_experts_per_tok=4), 0.05),
+        ("every expert, not normalized", dict(num_experts=4, num_experts_per_tok=4,
+                                              norm_topk_prob=False), 0.5),
+        ("one expert of one", dict(num_experts=1, num_experts_per_tok=1), 0.5),
+        ("one expert of one, width 512", dict(num_experts=1, num_experts_per_tok=1,
+                                              moe_intermediate_size=512), 0.5),
+        ("8 experts, top 8, width 128", dict(num_experts=8, num_experts_per_tok=8,
+                                             moe_intermediate_size=128), 0.5),
+    ]
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, VOCAB, (T,), generator=g).tolist()
+    with tempfile.TemporaryDirectory() as work:
+        for i, (what, over, router_std) in enumerate(variants):
+            cfg = dict(moe_intermediate_size=256, norm_topk_prob=True, decoder_sparse_step=1,
+                       mlp_only_layers=[])
+            cfg.update(over)
+            model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**dict(SHAPE, intermediate_size=512),
+                                                       **cfg))
+            randomize(model, 40 + i)
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if name.endswith("mlp.gate.weight"):
+                        p.mul_(router_std / 0.5)
+            d = os.path.join(work, f"v{i}")
+            hf, ck = os.path.join(d, "hf"), os.path.join(d, "ck")
+            model.save_pretrained(hf, safe_serialization=True)
+            try:
+                run([gt, "import", "--from", "hf", hf, "--out", ck], "graphtrain import")
+                got, _ = gt_logits(gt, ck, tokens, device, os.path.join(d, "a.json"))
+                cpu, _ = gt_logits(gt, ck, tokens, "cpu", os.path.join(d, "b.json"))
+            except RuntimeError as e:
+                print(f"SWEEP {what}: {e}", flush=True)
+                continue
+            f32 = hf_logits(model, tokens, torch.float32, torch_dev)
+            b16 = hf_logits(model, tokens, torch.bfloat16, torch_dev)
+            print(f"SWEEP {what}: graphtrain {device} vs graphtrain cpu {rel_err(got, cpu):.2e}, "
+                  f"vs transformers fp32 {rel_err(got, f32):.2e}, bf16 {rel_err(got, b16):.2e}; "
+                  f"graphtrain cpu vs transformers fp32 {rel_err(cpu, f32):.2e}; transformers "
+                  f"bf16 vs fp32 {rel_err(b16, f32):.2e}", flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--graphtrain", default="build/graphtrain", help="the graphtrain binary")
@@ -230,9 +303,15 @@ def main():
                     help="graphtrain's backend (transformers runs on cuda when there is one)")
     ap.add_argument("--work", default=None, help="folder for the models (default: a temporary one)")
     ap.add_argument("--skip-training", action="store_true", help="only the logits checks")
+    ap.add_argument("--moe-sweep", action="store_true",
+                    help="only Qwen3-MoE variants that take the router's choice away (every "
+                         "expert, one expert), with graphtrain's CPU backend beside the chosen "
+                         "one: where an error between the backends comes from")
     a = ap.parse_args()
     torch_dev = "cuda" if torch.cuda.is_available() else "cpu"
     gt = os.path.abspath(a.graphtrain)
+    if a.moe_sweep:
+        return moe_sweep(os.path.abspath(a.graphtrain), a.device, torch_dev)
     with tempfile.TemporaryDirectory() as tmp:
         work = a.work or tmp
         os.makedirs(work, exist_ok=True)

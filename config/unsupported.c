@@ -98,10 +98,6 @@ static bool cp(const gt_config *c) {
 static bool ep(const gt_config *c) {
     return c->model.expert_model_parallel_size > 1;
 }
-/* blockwise fp8 off the CPU: the casts run on the GPU, the block-scaled GEMMs do not (below) */
-static bool fp8_sc_gpu(const gt_config *c) {
-    return c->model.compute_dtype == GT_DTYPE_FP8_SC && c->runtime.device != GT_DEVICE_CPU;
-}
 static bool offload(const gt_config *c) {
     return c->model.cpu_offloading;
 }
@@ -115,9 +111,6 @@ static bool pad_vocab(const gt_config *c) {
 
 /* clang-format off */
 static const unsupported k_unsupported[] = {
-    {"engine_no_fp8_blockwise_gpu", {"model.compute_dtype", "runtime.device"}, fp8_sc_gpu,
-     "blockwise fp8 on the GPU: the 1x128 / 128x128 casts run there, bitwise the CPU's, but cuBLASLt (13.1, on the H200) offers no algorithm for the block-scaled GEMMs as the CUDA backend describes them (VEC128 / BLK128x128 scales), so a run would stop at planning",
-     "use -c fp8_cs or fp8_ds on the GPU, or runtime.device=cpu for the blockwise emulation"},
     {"engine_no_fp8_blockwise_shape", {"model.compute_dtype", "model.hidden_size", "model.ffn_hidden_size", "train.micro_batch_size"}, fp8_sc_shape,
      "blockwise fp8 on the GPU runs cuBLASLt's block-scaled GEMMs, which take the reduction dimension in whole 1x128 tiles; every width of a linear layer (hidden size, attention heads x head dim, the qkv width, ffn_hidden_size, Mamba's d_inner and in_proj width) and the tokens per micro-batch (micro_batch_size x seq_length) is the reduction dimension of one of its GEMMs, and this model has one that is not a multiple of 128",
      "make those sizes multiples of 128, use -c fp8_cs or fp8_ds on the GPU (any multiple of 16), or runtime.device=cpu for the blockwise emulation"},

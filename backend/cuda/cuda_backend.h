@@ -82,6 +82,7 @@ typedef struct gt_cuda_impl {
     void *lt; /* cublasLtHandle_t */
     void *lt_ws;
     size_t lt_ws_bytes;
+    void *lt_scale_stub; /* device floats the block-scaled descriptors point at while planned */
     gt_cuda_gemm_plan *plans;
     int n_plans, cap_plans;
     struct gt_gemm_table *gemm_table; /* runtime.gemm_table, when made on this machine */

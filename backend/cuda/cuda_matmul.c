@@ -130,6 +130,10 @@ void gt_cuda_matmul_destroy(gt_backend *b) {
         b->ops->free(b, im->lt_ws);
         im->lt_ws = NULL;
     }
+    if (im->lt_scale_stub) {
+        b->ops->free(b, im->lt_scale_stub);
+        im->lt_scale_stub = NULL;
+    }
     if (im->lt) cublasLtDestroy((cublasLtHandle_t)im->lt);
     im->lt = NULL;
     if (im->gemm_table) {
@@ -313,6 +317,22 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
         cublasLtMatmulMatrixScale_t bm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof am);
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof bm);
+        /* cuBLASLt's heuristic refuses block-scaled descriptors without scale pointers
+         * (CUBLAS_STATUS_INVALID_VALUE, no algorithm; dev/cuda/blockwise_probe.c), so they
+         * point at a stub until each launch sets the operands' own */
+        if (!im->lt_scale_stub) {
+            gt_error err = {0};
+            if (b->ops->alloc(b, 256, &im->lt_scale_stub, &err)) {
+                gt_backend_fail(b, GT_ERR_NOMEM, "planning a block-scaled fp8 GEMM: %s",
+                                err.msg);
+                return 0;
+            }
+        }
+        const void *stub = im->lt_scale_stub;
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &stub,
+                                       sizeof stub);
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &stub,
+                                       sizeof stub);
     }
     if (p->kind == GEMM_FWD_BIAS || p->kind == GEMM_FP8_BIAS || p->kind == GEMM_FP8_BLK_BIAS) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;

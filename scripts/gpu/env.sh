@@ -13,6 +13,7 @@
 #   GT_PY_LD_LIBRARY_PATH and PYRUN (a command prefix): python with the library path as it was
 #     before, since torch brings its own libraries. PY: the python (PYTHON, default python3).
 #   GT_SOURCE_DIR, GT_RECIPE_DIR (the tree's recipes/), PATH (+ CUDA tools, python's folder).
+#   GT_WRAPPED: a script that runs $GT with its library path, for python scripts under PYRUN.
 gpu_env() {
   local want=${1:-}
   local run=${GT_GPU_RUN_DIR:-build-gpu-run} pack=${GT_GPU_PACK_DIR:-build-gpu-pack}
@@ -43,6 +44,12 @@ gpu_env() {
   export PATH="$PATH:/usr/local/cuda/bin:$pybin"
   export GT_SOURCE_DIR=$PWD GT_RECIPE_DIR=$PWD/recipes
   export GT_PY_LD_LIBRARY_PATH
+  # GT_WRAPPED: graphtrain for python scripts that run it (bench/hf_parity.py --graphtrain):
+  # under PYRUN python has the library path as it was (torch brings its own libraries), which
+  # a graphtrain it starts would inherit and lack cuDNN, cJSON, ...; the wrapper sets graphtrain's
+  GT_WRAPPED=$PWD/$BUILD/graphtrain-wrapped
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "'$LD_LIBRARY_PATH'" "'$GT'" >"$GT_WRAPPED"
+  chmod +x "$GT_WRAPPED"
 }
 
 # gpu_need_binary: fails with the fix when no graphtrain was found (nothing carried)

@@ -241,9 +241,6 @@ static const rule_case k_cases[] = {
      "model.num_query_groups=2", /* qkv width 512 + 2 x 2 x 16 */
      "model.compute_dtype=fp8_sc runtime.device=cuda model.num_attention_heads=32 "
      "model.num_query_groups=4"},
-    {"engine_no_fp8_blockwise_gpu", GT_SEVERITY_ERROR,
-     "model.compute_dtype=fp8_sc runtime.device=cuda",
-     "model.compute_dtype=fp8_sc runtime.device=cpu"},
     {"engine_fp8_blackwell_format", GT_SEVERITY_ERROR, "model.compute_dtype=nvfp4",
      "model.compute_dtype=fp8_cs"},
     {"engine_fp8_blackwell_format", GT_SEVERITY_ERROR,
@@ -410,10 +407,8 @@ static void test_unsupported_settings_are_errors_counted_apart(void **state) {
                       "dataset.pad_to_max_length=true dataset.pad_cu_seqlens=true "
                       "train.global_batch_size=6");
     gt_report r;
-    /* fp8_sc off the CPU trips engine_no_fp8_blockwise_gpu and the shape rule */
-    assert_int_equal(gt_config_validate(&cfg, &r), 4);
-    assert_int_equal(r.unsupported, 3);
-    assert_non_null(find(&r, "engine_no_fp8_blockwise_gpu"));
+    assert_int_equal(gt_config_validate(&cfg, &r), 3);
+    assert_int_equal(r.unsupported, 2);
     const gt_finding *f = find(&r, "engine_no_fp8_blockwise_shape");
     assert_non_null(f);
     assert_true(f->unsupported);
@@ -426,7 +421,7 @@ static void test_unsupported_settings_are_errors_counted_apart(void **state) {
     FILE *out = open_memstream(&text, &tn);
     gt_report_print(&r, out);
     fclose(out);
-    assert_non_null(strstr(text, "4 errors (3 settings graphtrain cannot run yet)"));
+    assert_non_null(strstr(text, "3 errors (2 settings graphtrain cannot run yet)"));
     free(text);
 }
 

@@ -224,9 +224,6 @@ static void gemm_case(gpu_env *e, int which, int M, int N, int K) {
 }
 
 static void test_blockwise_gemms_match_cpu(void **state) {
-    /* blockwise GEMMs find no cuBLASLt algorithm on the H200 yet (engine_no_fp8_blockwise_gpu,
-     * README "FP8"): skipped until that rule goes */
-    skip();
     gpu_env *e = *state;
     gemm_case(e, FWD, 256, 384, 512);
     gemm_case(e, FWD, 64, 192, 768); /* N off the 128-blocks, K tiles not a multiple of 4 */

@@ -41,9 +41,6 @@ static void test_fp8_full_iteration_replays_bitwise_like_eager(void **state) {
 }
 
 static void test_blockwise_fp8_scoped_and_full_iteration_replay_bitwise_like_eager(void **state) {
-    /* blockwise GEMMs find no cuBLASLt algorithm on the H200 yet (engine_no_fp8_blockwise_gpu,
-     * README "FP8"): skipped until that rule goes */
-    skip();
     (void)state;
     if (!g_have_gpu) skip();
     gt_config c;
@@ -54,9 +51,8 @@ static void test_blockwise_fp8_scoped_and_full_iteration_replay_bitwise_like_eag
 static void test_fp8_gpu_losses_follow_the_cpu_emulation(void **state) {
     (void)state;
     if (!g_have_gpu) skip();
-    /* fp8_sc: refused on the GPU for now (engine_no_fp8_blockwise_gpu) */
-    const gt_compute_dtype recipes[] = {GT_DTYPE_FP8_CS, GT_DTYPE_FP8_DS};
-    for (int r = 0; r < 2; r++) {
+    const gt_compute_dtype recipes[] = {GT_DTYPE_FP8_CS, GT_DTYPE_FP8_DS, GT_DTYPE_FP8_SC};
+    for (int r = 0; r < 3; r++) {
         gt_config c;
         gpu_fp8(&c, recipes[r]);
         c.model.attention_dropout = c.model.hidden_dropout = 0;

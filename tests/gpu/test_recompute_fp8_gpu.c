@@ -85,18 +85,12 @@ static void test_gpu_fp8_ds_full_recompute_matches_bitwise(void **state) {
 }
 
 static void test_gpu_fp8_sc_selective_mlp_recompute_matches_bitwise(void **state) {
-    /* blockwise GEMMs find no cuBLASLt algorithm on the H200 yet (engine_no_fp8_blockwise_gpu,
-     * README "FP8"): skipped until that rule goes */
-    skip();
     (void)state;
     if (!g_have_gpu) skip();
     selective_mlp(GT_DTYPE_FP8_SC);
 }
 
 static void test_gpu_fp8_sc_full_recompute_matches_bitwise(void **state) {
-    /* blockwise GEMMs find no cuBLASLt algorithm on the H200 yet (engine_no_fp8_blockwise_gpu,
-     * README "FP8"): skipped until that rule goes */
-    skip();
     (void)state;
     if (!g_have_gpu) skip();
     full_uniform(GT_DTYPE_FP8_SC);
