@@ -66,6 +66,7 @@ TOL = {"cpu": {"fp32": 1e-4, "bf16": 3e-2, "loss": 1e-4},
 # graphtrain's bf16 against fp32 may err as much as transformers' bf16 does (plus a quarter),
 # and two bf16 computations may differ by both their errors
 FLOOR_X = {"fp32": 1.25, "bf16": 2.0}
+SWEEP_BATCHES = 3  # token batches per --moe-sweep variant
 
 failures = []
 
@@ -133,6 +134,12 @@ def rel_err(got, want, rows=None):
     return float(diff.max() / want.abs().max()) if diff.numel() else 0.0
 
 
+def rel_l2(got, want, rows=None):
+    """||got - want|| / ||want|| over the rows (default all): the measure of the GPU tests"""
+    g, w = (got, want) if rows is None else (got[rows], want[rows])
+    return float((g - w).norm() / w.norm()) if w.numel() else 0.0
+
+
 def router_margins(model, tokens):
     """Per position: the smallest top-k margin over the MoE layers of transformers' fp32 router
     logits, and that margin over its bf16 bound b (module docstring); None for dense models."""
@@ -198,7 +205,9 @@ def check_model(gt, work, name, model, device, torch_dev, tokens):
         if clear is None or (device == "cpu" and dt == "fp32"):  # fp32 both: ties too
             e = rel_err(got, want)
             report(e <= tol, f"{name} logits vs transformers {dt}",
-                   f"graphtrain {device} max error {e:.2e} (tolerance {tol:.2e}), {agree}")
+                   f"graphtrain {device} max error {e:.2e} (tolerance {tol:.2e}), rel L2 "
+                   f"{rel_l2(got, want):.2e} (transformers bf16 vs fp32 "
+                   f"{rel_l2(wants['bf16'], wants['fp32']):.2e}), {agree}")
             continue
         e = rel_err(got, want, clear)
         near = int((~clear).sum())
@@ -206,7 +215,9 @@ def check_model(gt, work, name, model, device, torch_dev, tokens):
         report(e <= tol and near < len(tokens), f"{name} logits vs transformers {dt}",
                f"graphtrain {device} max error {e:.2e} at the {int(clear.sum())} positions clear "
                f"of router ties (tolerance {tol:.2e}); {near} near a tie, max error there "
-               f"{en:.2e}; {agree}")
+               f"{en:.2e}; rel L2 at the clear positions {rel_l2(got, want, clear):.2e} "
+               f"(transformers bf16 vs fp32 {rel_l2(wants['bf16'], wants['fp32'], clear):.2e}); "
+               f"{agree}")
     run([gt, "export", "--checkpoint", ck, "--to", "hf", back], "graphtrain export")
     again = AutoModelForCausalLM.from_pretrained(back, dtype=torch.float32)
     same_class = type(again).__name__ == type(model).__name__
@@ -262,16 +273,18 @@ def moe_sweep(gt, device, torch_dev):
                                               moe_intermediate_size=512), 0.5),
         ("8 experts, top 8, width 128", dict(num_experts=8, num_experts_per_tok=8,
                                              moe_intermediate_size=128), 0.5),
+        ("raw: 4 experts, top 2, not normalized, heads of 128",
+         dict(num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, head_dim=128), 0.5),
     ]
     g = torch.Generator().manual_seed(3)
-    tokens = torch.randint(0, VOCAB, (T,), generator=g).tolist()
+    batches = [torch.randint(0, VOCAB, (T,), generator=g).tolist() for _ in range(SWEEP_BATCHES)]
     with tempfile.TemporaryDirectory() as work:
         for i, (what, over, router_std) in enumerate(variants):
             cfg = dict(moe_intermediate_size=256, norm_topk_prob=True, decoder_sparse_step=1,
                        mlp_only_layers=[])
             cfg.update(over)
-            model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**dict(SHAPE, intermediate_size=512),
-                                                       **cfg))
+            model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**{**SHAPE, "intermediate_size": 512,
+                                                          **cfg}))
             randomize(model, 40 + i)
             with torch.no_grad():
                 for name, p in model.named_parameters():
@@ -282,17 +295,24 @@ def moe_sweep(gt, device, torch_dev):
             model.save_pretrained(hf, safe_serialization=True)
             try:
                 run([gt, "import", "--from", "hf", hf, "--out", ck], "graphtrain import")
-                got, _ = gt_logits(gt, ck, tokens, device, os.path.join(d, "a.json"))
-                cpu, _ = gt_logits(gt, ck, tokens, "cpu", os.path.join(d, "b.json"))
             except RuntimeError as e:
                 print(f"SWEEP {what}: {e}", flush=True)
                 continue
-            f32 = hf_logits(model, tokens, torch.float32, torch_dev)
-            b16 = hf_logits(model, tokens, torch.bfloat16, torch_dev)
-            print(f"SWEEP {what}: graphtrain {device} vs graphtrain cpu {rel_err(got, cpu):.2e}, "
-                  f"vs transformers fp32 {rel_err(got, f32):.2e}, bf16 {rel_err(got, b16):.2e}; "
-                  f"graphtrain cpu vs transformers fp32 {rel_err(cpu, f32):.2e}; transformers "
-                  f"bf16 vs fp32 {rel_err(b16, f32):.2e}", flush=True)
+            for bi, tokens in enumerate(batches):
+                try:
+                    got, _ = gt_logits(gt, ck, tokens, device, os.path.join(d, "a.json"))
+                    cpu, _ = gt_logits(gt, ck, tokens, "cpu", os.path.join(d, "b.json"))
+                except RuntimeError as e:
+                    print(f"SWEEP {what}: {e}", flush=True)
+                    break
+                f32 = hf_logits(model, tokens, torch.float32, torch_dev)
+                b16 = hf_logits(model, tokens, torch.bfloat16, torch_dev)
+                print(f"SWEEP {what} [batch {bi}] max | rel L2: graphtrain {device} vs "
+                      f"graphtrain cpu {rel_err(got, cpu):.2e} | {rel_l2(got, cpu):.2e}, vs "
+                      f"transformers fp32 {rel_err(got, f32):.2e} | {rel_l2(got, f32):.2e}, bf16 "
+                      f"{rel_err(got, b16):.2e} | {rel_l2(got, b16):.2e}; graphtrain cpu vs "
+                      f"transformers fp32 {rel_err(cpu, f32):.2e}; transformers bf16 vs fp32 "
+                      f"{rel_err(b16, f32):.2e} | {rel_l2(b16, f32):.2e}", flush=True)
     return 0
 
 
