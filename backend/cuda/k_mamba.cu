@@ -104,8 +104,8 @@ static __device__ __forceinline__ void cluster_sum(float (*part)[W], float *blk)
  * reads win[KW - K + k]; a window is zeroed where a sequence starts (the taps before it are
  * the zero padding). */
 #define MAXC GT_CUDA_MAMBA_MAX_CONV
-#define CONV_RUN 16  /* tokens a forward thread convolves in order */
-#define CONV_BATCH 4 /* forward loads in flight per thread */
+#define CONV_MIN_RUN 8 /* tokens a forward thread convolves in order, at least */
+#define CONV_BATCH 4   /* forward loads in flight per thread */
 #define CONV_BWD_BATCH 2
 #define KWIN(KT) ((KT) > 0 ? (KT) : MAXC)
 
@@ -166,20 +166,21 @@ conv_start(float (*wk)[V], float (*win)[V], float *b0, const bf16 *x, int ld, co
     }
 }
 
-/* thread (run, channel vector): the vector index fastest, so a warp reads rows coalesced */
+/* thread (run, channel vector): the vector index fastest, so a warp reads rows coalesced;
+ * runs of `run` tokens */
 template <int V, int KT>
 __global__ void __launch_bounds__(MAMBA_THREADS)
     k_conv_fwd(bf16 *__restrict__ xbc, const bf16 *__restrict__ x, int ld,
                const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int N, int T, int C,
-               int Kr) {
+               int Kr, int run) {
     GT_PDL_ENTRY();
     constexpr int KW = KWIN(KT);
     const int K = KT > 0 ? KT : Kr;
     size_t nv = (size_t)(C / V), idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t n0 = idx / nv * CONV_RUN;
+    size_t n0 = idx / nv * (size_t)run;
     int c = (int)(idx % nv) * V;
     if (n0 >= (size_t)N) return;
-    size_t n1 = n0 + CONV_RUN < (size_t)N ? n0 + CONV_RUN : (size_t)N;
+    size_t n1 = n0 + run < (size_t)N ? n0 + run : (size_t)N;
     int t = (int)(n0 % (size_t)T);
     float wk[KW][V], win[KW][V], b0[V];
     conv_start<V, KW>(wk, win, b0, x, ld, w, bias, n0, t, c, K);
@@ -310,7 +311,7 @@ __global__ void __cluster_dims__(1, RED_CLUSTER, 1) __launch_bounds__(RED_THREAD
 
 /* the kernels' instances: the unrolled widths on 16-byte vectors or scalars, the rest generic */
 typedef void (*conv_fwd_fn)(bf16 *, const bf16 *, int, const bf16 *, const bf16 *, int, int, int,
-                            int);
+                            int, int);
 typedef void (*conv_bwd_fn)(bf16 *, int, float *, float *, const bf16 *, const bf16 *, int,
                             const bf16 *, const bf16 *, int, int, int, int, int);
 
@@ -347,17 +348,33 @@ static int conv_vec_ok(int C, int ld, const void *a, const void *b, const void *
     return C % VEC == 0 && ld % VEC == 0 && al16_all(a, b, c, a);
 }
 
+/* The run length that puts the whole convolution in one wave of resident threads (a
+ * partial last wave would leave most SMs idle while it runs), at least CONV_MIN_RUN tokens */
+static int conv_fwd_run(gt_backend *b, conv_fwd_fn k, int N, int nv) {
+    int per_sm = 0, sms = ((const gt_cuda_impl *)b->impl)->sm_count;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, MAMBA_THREADS, 0) !=
+        cudaSuccess) {
+        (void)cudaGetLastError(); /* not the launch's error: the shortest runs instead */
+        per_sm = 0;
+    }
+    size_t resident = (size_t)per_sm * (size_t)(sms > 0 ? sms : 0) * MAMBA_THREADS;
+    size_t runs = resident / (size_t)nv;                                  /* runs side by side */
+    size_t run = runs > 0 ? ((size_t)N + runs - 1) / runs : CONV_MIN_RUN; /* else: waves */
+    return run > CONV_MIN_RUN ? (int)run : CONV_MIN_RUN;
+}
+
 static void cuda_mamba_conv_fwd(gt_backend *b, gt_stream *s, void *xbc, const void *zxbcdt,
                                 const void *w, const void *bias, gt_mamba_shape sh) {
     if (b->planning || !shape_ok(b, "mamba_conv_fwd", sh)) return;
     int C = gt_mamba_conv(sh), ld = gt_mamba_in(sh), N = sh.B * sh.T;
     const bf16 *x = (const bf16 *)zxbcdt + gt_mamba_inner(sh);
     int vec = conv_fast_width(sh.K) && conv_vec_ok(C, ld, x, xbc, x);
-    size_t runs = ((size_t)N + CONV_RUN - 1) / CONV_RUN,
-           threads = runs * (size_t)(C / (vec ? VEC : 1));
+    conv_fwd_fn k = conv_fwd_kernel(vec, sh.K);
+    int nv = C / (vec ? VEC : 1), run = conv_fwd_run(b, k, N, nv);
+    size_t threads = ((size_t)N + run - 1) / run * (size_t)nv;
     unsigned grid = (unsigned)((threads + MAMBA_THREADS - 1) / MAMBA_THREADS);
-    gt_launch(conv_fwd_kernel(vec, sh.K), grid, MAMBA_THREADS, 0, gt_cuda_ex(b, s), (bf16 *)xbc, x,
-              ld, (const bf16 *)w, (const bf16 *)bias, N, sh.T, C, sh.K);
+    gt_launch(k, grid, MAMBA_THREADS, 0, gt_cuda_ex(b, s), (bf16 *)xbc, x, ld, (const bf16 *)w,
+              (const bf16 *)bias, N, sh.T, C, sh.K, run);
     GT_CUDA_LAUNCHED(b, "mamba_conv_fwd");
 }
 
