@@ -2,8 +2,12 @@
  * causal conv1d + SiLU, the z-gated RMSNorm, and the shape checks of the chunked SSD scan
  * (its kernels: k_mamba_ssd.cu). bf16 in and out, fp32 math; every reduction runs in a fixed
  * order (no float atomics), no host sync, no allocation. */
+#include <cooperative_groups.h>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "config/cuda_limits.h"
+
+namespace cg = cooperative_groups;
 
 #define MAMBA_THREADS 256
 
@@ -26,144 +30,351 @@ static int shape_ok(gt_backend *b, const char *op, gt_mamba_shape m) {
     return 0;
 }
 
-/* ---- convolution: x is zxbcdt's xBC slice (row stride ld), C channels ----
- * A thread walks one channel through a run of consecutive tokens and keeps the last taps'
- * inputs (and, backward, the next taps' output gradients) in registers, so every input is read
- * once instead of once per tap; a warp's threads hold neighbouring channels, so each token's
- * row is read coalesced. win[j] holds x[n - (MAXC - 1 - j)]: tap k of K reads win[MAXC - K + k];
- * a window is zeroed where a sequence starts (the taps before it are the zero padding). */
-#define MAXC GT_CUDA_MAMBA_MAX_CONV
-#define CONV_RUN 32   /* tokens a forward thread convolves in order */
-#define CONV_LANES 32 /* token runs of a backward block, their weight sums added in run order */
+/* ---- V channels at a time: V = 8 is one 16-byte load or store (rows, strides and pointers
+ * allowing), V = 1 the scalar path of any shape. Loads keep the raw bits (a bf16 widens to
+ * fp32 by a shift), so a batch of them is in flight before the first is converted. ---- */
+#define VEC 8
 
-static __device__ __forceinline__ void win_push(float *win, float v) {
-#pragma unroll
-    for (int j = 0; j < MAXC - 1; j++)
-        win[j] = win[j + 1];
-    win[MAXC - 1] = v;
+template <int V> static __device__ __forceinline__ uint4 ld_raw(const bf16 *p) {
+    if (V == VEC) return *(const uint4 *)p;
+    return make_uint4(*(const unsigned short *)p, 0u, 0u, 0u);
+}
+static __device__ __forceinline__ float bf16_bits(unsigned bits) {
+    return __uint_as_float(bits << 16);
+}
+template <int V> static __device__ __forceinline__ void unpack_raw(float *f, uint4 u) {
+    if (V == VEC) {
+        unpack8(f, u);
+    } else {
+        f[0] = bf16_bits(u.x & 0xffffu);
+    }
+}
+template <int V> static __device__ __forceinline__ void ldv(float *f, const bf16 *p) {
+    unpack_raw<V>(f, ld_raw<V>(p));
+}
+template <int V> static __device__ __forceinline__ void stv(bf16 *p, const float *f) {
+    if (V == VEC) {
+        st8(p, f);
+    } else {
+        *p = tobf(f[0]);
+    }
+}
+static inline int al16_all(const void *a, const void *b, const void *c, const void *d) {
+    return al16(a) && al16(b) && al16(c) && al16(d);
 }
 
-/* the pre-activation from the window: bias + taps in the CPU's order */
-static __device__ __forceinline__ float win_pre(const float *win, const float *wk, float b0,
-                                                int K) {
-    float acc = b0;
+/* ---- deterministic cross-block sums: a cluster of blocks splits the tokens, each block
+ * adds its runs' partials part[run][slot] in run order into blk[slot], and the cluster's
+ * first block adds the blocks' sums in rank order through distributed shared memory; the
+ * order is fixed by the shape alone, and no global scratch is needed. ---- */
+#define SLAB_CH 32 /* channels (columns) of a block */
+#define RED_THREADS 64
+#define RED_CLUSTER 8 /* blocks of a cluster, along gridDim.y: the portable maximum */
+
+/* Leaves the cluster's sum of slot i in the first block's blk[i], in the thread that
+ * handles i (i = threadIdx.x + j * blockDim.x); every thread of every block must call it. */
+template <int RUNS, int W>
+static __device__ __forceinline__ void cluster_sum(float (*part)[W], float *blk) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < W; i += blockDim.x) {
+        float s = 0.0f;
+        for (int q = 0; q < RUNS; q++)
+            s += part[q][i];
+        blk[i] = s;
+    }
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    if (cl.block_rank() == 0)
+        for (int i = threadIdx.x; i < W; i += blockDim.x) {
+            float s = 0.0f;
+            for (unsigned q = 0; q < cl.num_blocks(); q++)
+                s += cl.map_shared_rank(blk, q)[i];
+            blk[i] = s;
+        }
+    cl.sync(); /* the other blocks' shared memory lives until the first block has read it */
+}
+
+/* ---- convolution: x is zxbcdt's xBC slice (row stride ld), C channels ----
+ * A thread walks V channels through a run of consecutive tokens and keeps the last taps'
+ * inputs (and, backward, the next taps' output gradients) in registers, so every input is read
+ * once instead of once per tap; neighbouring threads hold neighbouring channels, so each
+ * token's row is read coalesced. The width KT is a template parameter for the common widths
+ * (2, 3, 4: windows in registers, unrolled); KT = 0 is the generic path (runtime K up to
+ * MAXC, scalar). KW = the window's length: win[j] holds x[n - (KW - 1 - j)], so tap k of K
+ * reads win[KW - K + k]; a window is zeroed where a sequence starts (the taps before it are
+ * the zero padding). */
+#define MAXC GT_CUDA_MAMBA_MAX_CONV
+#define CONV_MIN_RUN 8 /* tokens a forward thread convolves in order, at least */
+#define CONV_BATCH 4   /* forward loads in flight per thread */
+#define CONV_BWD_BATCH 2
+#define KWIN(KT) ((KT) > 0 ? (KT) : MAXC)
+
+template <int V, int KW>
+static __device__ __forceinline__ void win_push(float (*win)[V], const float *v) {
 #pragma unroll
-    for (int k = 0; k < MAXC; k++)
-        if (k < K) acc += wk[k] * win[MAXC - K + k];
+    for (int j = 0; j < KW - 1; j++)
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            win[j][i] = win[j + 1][i];
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        win[KW - 1][i] = v[i];
+}
+
+template <int V, int KW> static __device__ __forceinline__ void win_zero(float (*win)[V]) {
+#pragma unroll
+    for (int j = 0; j < KW; j++)
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            win[j][i] = 0.0f;
+}
+
+/* channel i's pre-activation from the window: bias + taps in the CPU's order */
+template <int V, int KW>
+static __device__ __forceinline__ float win_pre(float (*win)[V], float (*wk)[V], const float *b0,
+                                                int i, int K) {
+    float acc = b0[i];
+#pragma unroll
+    for (int k = 0; k < KW; k++)
+        if (k < K) acc += wk[k][i] * win[KW - K + k][i];
     return acc;
 }
 
-/* the channel's weights, and its window before token n0 (t0 = n0's position in its sequence) */
-static __device__ __forceinline__ void conv_start(float *wk, float *win, const bf16 *x, int ld,
-                                                  const bf16 *w, size_t n0, int t0, int c, int K) {
+/* the channels' weights and bias, and their window before token n0 (t0 = n0's position in its
+ * sequence) */
+template <int V, int KW>
+static __device__ __forceinline__ void
+conv_start(float (*wk)[V], float (*win)[V], float *b0, const bf16 *x, int ld, const bf16 *w,
+           const bf16 *bias, size_t n0, int t0, int c, int K) {
 #pragma unroll
-    for (int k = 0; k < MAXC; k++)
-        wk[k] = k < K ? ldf(w + (size_t)c * K + k) : 0.0f;
+    for (int i = 0; i < V; i++) {
 #pragma unroll
-    for (int j = 0; j < MAXC; j++) {
-        int back = MAXC - j; /* win[j] before the first push holds x[n0 - back] */
-        win[j] = back < K && t0 - back >= 0 ? ldf(x + (n0 - back) * ld + c) : 0.0f;
+        for (int k = 0; k < KW; k++)
+            wk[k][i] = k < K ? ldf(w + (size_t)(c + i) * K + k) : 0.0f;
+        b0[i] = bias ? ldf(bias + c + i) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < KW; j++) {
+        int back = KW - j; /* win[j] before the first push holds x[n0 - back] */
+        if (back < K && t0 - back >= 0) {
+            ldv<V>(win[j], x + (n0 - back) * ld + c);
+        } else {
+#pragma unroll
+            for (int i = 0; i < V; i++)
+                win[j][i] = 0.0f;
+        }
     }
 }
 
-__global__ void k_conv_fwd(bf16 *xbc, const bf16 *x, int ld, const bf16 *w, const bf16 *bias, int N,
-                           int T, int C, int K) {
+/* thread (run, channel vector): the vector index fastest, so a warp reads rows coalesced;
+ * runs of `run` tokens */
+template <int V, int KT>
+__global__ void __launch_bounds__(MAMBA_THREADS)
+    k_conv_fwd(bf16 *__restrict__ xbc, const bf16 *__restrict__ x, int ld,
+               const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int N, int T, int C,
+               int Kr, int run) {
     GT_PDL_ENTRY();
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    size_t n0 = ((size_t)blockIdx.y * blockDim.y + threadIdx.y) * CONV_RUN;
-    if (c >= C || n0 >= (size_t)N) return;
-    size_t n1 = n0 + CONV_RUN < (size_t)N ? n0 + CONV_RUN : (size_t)N;
+    constexpr int KW = KWIN(KT);
+    const int K = KT > 0 ? KT : Kr;
+    size_t nv = (size_t)(C / V), idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t n0 = idx / nv * (size_t)run;
+    int c = (int)(idx % nv) * V;
+    if (n0 >= (size_t)N) return;
+    size_t n1 = n0 + run < (size_t)N ? n0 + run : (size_t)N;
     int t = (int)(n0 % (size_t)T);
-    float wk[MAXC], win[MAXC], b0 = bias ? ldf(bias + c) : 0.0f;
-    conv_start(wk, win, x, ld, w, n0, t, c, K);
-    for (size_t n = n0; n < n1; n++, t = t + 1 == T ? 0 : t + 1) {
-        if (t == 0)
+    float wk[KW][V], win[KW][V], b0[V];
+    conv_start<V, KW>(wk, win, b0, x, ld, w, bias, n0, t, c, K);
+    for (size_t nb = n0; nb < n1; nb += CONV_BATCH) {
+        uint4 raw[CONV_BATCH];
 #pragma unroll
-            for (int j = 0; j < MAXC; j++)
-                win[j] = 0.0f;
-        win_push(win, ldf(x + n * ld + c));
-        float v = win_pre(win, wk, b0, K);
-        xbc[n * C + c] = tobf(v * sigm(v));
+        for (int u = 0; u < CONV_BATCH; u++)
+            raw[u] = nb + u < n1 ? ld_raw<V>(x + (nb + u) * ld + c) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int u = 0; u < CONV_BATCH; u++) {
+            size_t n = nb + u;
+            if (n >= n1) break;
+            if (t == 0) win_zero<V, KW>(win);
+            float v[V], o[V];
+            unpack_raw<V>(v, raw[u]);
+            win_push<V, KW>(win, v);
+#pragma unroll
+            for (int i = 0; i < V; i++) {
+                float p = win_pre<V, KW>(win, wk, b0, i, K);
+                o[i] = p * sigm(p);
+            }
+            stv<V>(xbc + n * C + c, o);
+            t = t + 1 == T ? 0 : t + 1;
+        }
     }
 }
 
-/* Both gradients in one pass. Lane r of a block owns tokens [n0, n1): it recomputes each
- * token's pre-activation from the input window, g = dy * silu'(pre), adds g x (the weight
- * gradient) and g (the bias gradient), and emits dx[n] = sum_k w_k g[n + K-1-k] once
- * g[n + K-1] is known: K - 1 tokens past n1 are walked for that alone. The lanes' sums are then
- * added in lane order, so the order is fixed without partial buffers. */
-__global__ void __launch_bounds__(32 * CONV_LANES)
-    k_conv_bwd(bf16 *dx, int lddx, float *dw, float *dbias, const bf16 *dy, const bf16 *x, int ld,
-               const bf16 *w, const bf16 *bias, int N, int T, int C, int K, int accumulate) {
+/* Both gradients in one pass. A block holds SLAB_CH channels (SLAB_CH / V threads across) and
+ * RUNS runs of tokens; the RED_CLUSTER blocks of a cluster split the tokens. The thread of a
+ * run [n0, n1) recomputes each token's pre-activation from the input window, g = dy *
+ * silu'(pre), adds g x (the weight gradient) and g (the bias gradient), and emits dx[n] =
+ * sum_k w_k g[n + K-1-k] once g[n + K-1] is known: K - 1 tokens past n1 are walked for that
+ * alone. The partial sums are then added in run and block order (cluster_sum). */
+template <int V, int KT>
+__global__ void __cluster_dims__(1, RED_CLUSTER, 1) __launch_bounds__(RED_THREADS)
+    k_conv_bwd(bf16 *__restrict__ dx, int lddx, float *dw, float *dbias,
+               const bf16 *__restrict__ dy, const bf16 *__restrict__ x, int ld,
+               const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int N, int T, int C,
+               int Kr, int accumulate) {
     GT_PDL_ENTRY();
-    __shared__ float red[CONV_LANES][32][MAXC + 1];
-    int c = blockIdx.x * 32 + threadIdx.x, r = threadIdx.y;
-    size_t per = ((size_t)N + CONV_LANES - 1) / CONV_LANES;
-    size_t n0 = (size_t)r * per, n1 = n0 + per < (size_t)N ? n0 + per : (size_t)N;
-    float acc[MAXC + 1];
+    constexpr int KW = KWIN(KT), SLABV = SLAB_CH / V, RUNS = RED_THREADS / SLABV;
+    constexpr int SLOTS = KW + 1; /* per channel: the K taps' sums (of KW), then the bias's */
+    __shared__ float part[RUNS][SLAB_CH * SLOTS];
+    __shared__ float blk[SLAB_CH * SLOTS];
+    const int K = KT > 0 ? KT : Kr;
+    int lv = threadIdx.x % SLABV, r = threadIdx.x / SLABV, c = blockIdx.x * SLAB_CH + lv * V;
+    size_t runs = (size_t)RED_CLUSTER * RUNS, per = ((size_t)N + runs - 1) / runs;
+    size_t n0 = ((size_t)blockIdx.y * RUNS + r) * per;
+    size_t n1 = n0 + per < (size_t)N ? n0 + per : (size_t)N;
+    float acc[SLOTS][V];
 #pragma unroll
-    for (int k = 0; k <= MAXC; k++)
-        acc[k] = 0.0f;
+    for (int k = 0; k < SLOTS; k++)
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            acc[k][i] = 0.0f;
     if (c < C && n0 < n1) {
         int tm = (int)(n0 % (size_t)T), tn = tm;
-        float wk[MAXC], win[MAXC], gwin[MAXC], b0 = bias ? ldf(bias + c) : 0.0f;
-        conv_start(wk, win, x, ld, w, n0, tm, c, K);
+        float wk[KW][V], win[KW][V], gwin[KW][V], b0[V];
+        conv_start<V, KW>(wk, win, b0, x, ld, w, bias, n0, tm, c, K);
+        win_zero<V, KW>(gwin);
+        size_t mend = n1 + (size_t)(K - 1); /* walked: [n0, mend) */
+        for (size_t mb = n0; mb < mend; mb += CONV_BWD_BATCH) {
+            uint4 rx[CONV_BWD_BATCH], rd[CONV_BWD_BATCH];
 #pragma unroll
-        for (int j = 0; j < MAXC; j++)
-            gwin[j] = 0.0f;
-        for (size_t m = n0; m < n1 + (size_t)(K - 1); m++) {
-            float g = 0.0f;
-            if (m < (size_t)N) {
-                if (tm == 0)
-#pragma unroll
-                    for (int j = 0; j < MAXC; j++)
-                        win[j] = 0.0f;
-                win_push(win, ldf(x + m * ld + c));
-                g = ldf(dy + m * C + c) * silu_grad(win_pre(win, wk, b0, K));
-                if (m < n1) {
-#pragma unroll
-                    for (int k = 0; k < MAXC; k++)
-                        if (k < K) acc[k] += g * win[MAXC - K + k];
-                    acc[MAXC] += g;
-                }
-                tm = tm + 1 == T ? 0 : tm + 1;
+            for (int u = 0; u < CONV_BWD_BATCH; u++) {
+                size_t m = mb + u;
+                int live = m < mend && m < (size_t)N;
+                rx[u] = live ? ld_raw<V>(x + m * ld + c) : make_uint4(0u, 0u, 0u, 0u);
+                rd[u] = live ? ld_raw<V>(dy + m * C + c) : make_uint4(0u, 0u, 0u, 0u);
             }
-            win_push(gwin, g); /* gwin[MAXC - 1 - k] = g[m - k] */
-            if (m < n0 + (size_t)(K - 1)) continue;
-            size_t n = m - (size_t)(K - 1); /* every tap of dx[n] is known */
-            float s = 0.0f;
 #pragma unroll
-            for (int k = 0; k < MAXC; k++)
-                if (k < K && tn + (K - 1 - k) < T) s += wk[k] * gwin[MAXC - 1 - k];
-            dx[n * lddx + c] = tobf(s);
-            tn = tn + 1 == T ? 0 : tn + 1;
+            for (int u = 0; u < CONV_BWD_BATCH; u++) {
+                size_t m = mb + u;
+                if (m >= mend) break;
+                float g[V];
+#pragma unroll
+                for (int i = 0; i < V; i++)
+                    g[i] = 0.0f;
+                if (m < (size_t)N) {
+                    if (tm == 0) win_zero<V, KW>(win);
+                    float xv[V], dv[V];
+                    unpack_raw<V>(xv, rx[u]);
+                    unpack_raw<V>(dv, rd[u]);
+                    win_push<V, KW>(win, xv);
+#pragma unroll
+                    for (int i = 0; i < V; i++)
+                        g[i] = dv[i] * silu_grad(win_pre<V, KW>(win, wk, b0, i, K));
+                    if (m < n1)
+#pragma unroll
+                        for (int i = 0; i < V; i++) {
+#pragma unroll
+                            for (int k = 0; k < KW; k++)
+                                if (k < K) acc[k][i] += g[i] * win[KW - K + k][i];
+                            acc[KW][i] += g[i];
+                        }
+                    tm = tm + 1 == T ? 0 : tm + 1;
+                }
+                win_push<V, KW>(gwin, g); /* gwin[KW - 1 - k][i] = g[m - k] */
+                if (m < n0 + (size_t)(K - 1)) continue;
+                size_t n = m - (size_t)(K - 1); /* every tap of dx[n] is known */
+                float s[V];
+#pragma unroll
+                for (int i = 0; i < V; i++) {
+                    s[i] = 0.0f;
+#pragma unroll
+                    for (int k = 0; k < KW; k++)
+                        if (k < K && tn + (K - 1 - k) < T) s[i] += wk[k][i] * gwin[KW - 1 - k][i];
+                }
+                stv<V>(dx + n * lddx + c, s);
+                tn = tn + 1 == T ? 0 : tn + 1;
+            }
         }
     }
 #pragma unroll
-    for (int k = 0; k <= MAXC; k++)
-        red[r][threadIdx.x][k] = acc[k];
-    __syncthreads();
-    if (r != 0 || c >= C) return;
-    for (int k = 0; k <= K; k++) {
-        int slot = k < K ? k : MAXC;
-        if (k == K && !dbias) break;
-        float s = 0.0f;
-        for (int q = 0; q < CONV_LANES; q++)
-            s += red[q][threadIdx.x][slot];
-        float *o = k < K ? &dw[(size_t)c * K + k] : &dbias[c];
-        *o = accumulate ? *o + s : s;
+    for (int i = 0; i < V; i++)
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++)
+            part[r][(lv * V + i) * SLOTS + k] = acc[k][i];
+    cluster_sum<RUNS, SLAB_CH * SLOTS>(part, blk);
+    if (cg::this_cluster().block_rank() != 0) return;
+    for (int j = threadIdx.x; j < SLAB_CH * SLOTS; j += blockDim.x) {
+        int ch = blockIdx.x * SLAB_CH + j / SLOTS, k = j % SLOTS;
+        if (ch >= C) continue;
+        float *o = k < K ? &dw[(size_t)ch * K + k] : k == KW && dbias ? &dbias[ch] : NULL;
+        if (o) *o = accumulate ? *o + blk[j] : blk[j];
     }
+}
+
+/* the kernels' instances: the unrolled widths on 16-byte vectors or scalars, the rest generic */
+typedef void (*conv_fwd_fn)(bf16 *, const bf16 *, int, const bf16 *, const bf16 *, int, int, int,
+                            int, int);
+typedef void (*conv_bwd_fn)(bf16 *, int, float *, float *, const bf16 *, const bf16 *, int,
+                            const bf16 *, const bf16 *, int, int, int, int, int);
+
+static int conv_fast_width(int K) {
+    return K >= 2 && K <= 4;
+}
+static conv_fwd_fn conv_fwd_kernel(int vec, int K) {
+    switch (conv_fast_width(K) ? K : 0) {
+    case 2:
+        return vec ? k_conv_fwd<VEC, 2> : k_conv_fwd<1, 2>;
+    case 3:
+        return vec ? k_conv_fwd<VEC, 3> : k_conv_fwd<1, 3>;
+    case 4:
+        return vec ? k_conv_fwd<VEC, 4> : k_conv_fwd<1, 4>;
+    default:
+        return k_conv_fwd<1, 0>;
+    }
+}
+static conv_bwd_fn conv_bwd_kernel(int vec, int K) {
+    switch (conv_fast_width(K) ? K : 0) {
+    case 2:
+        return vec ? k_conv_bwd<VEC, 2> : k_conv_bwd<1, 2>;
+    case 3:
+        return vec ? k_conv_bwd<VEC, 3> : k_conv_bwd<1, 3>;
+    case 4:
+        return vec ? k_conv_bwd<VEC, 4> : k_conv_bwd<1, 4>;
+    default:
+        return k_conv_bwd<1, 0>;
+    }
+}
+
+/* 16-byte vectors need the channel count, the row strides and the pointers in steps of 8 */
+static int conv_vec_ok(int C, int ld, const void *a, const void *b, const void *c) {
+    return C % VEC == 0 && ld % VEC == 0 && al16_all(a, b, c, a);
+}
+
+/* The run length that puts the whole convolution in one wave of resident threads (a
+ * partial last wave would leave most SMs idle while it runs), at least CONV_MIN_RUN tokens */
+static int conv_fwd_run(gt_backend *b, conv_fwd_fn k, int N, int nv) {
+    int per_sm = 0, sms = ((const gt_cuda_impl *)b->impl)->sm_count;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, MAMBA_THREADS, 0) !=
+        cudaSuccess) {
+        (void)cudaGetLastError(); /* not the launch's error: the shortest runs instead */
+        per_sm = 0;
+    }
+    size_t resident = (size_t)per_sm * (size_t)(sms > 0 ? sms : 0) * MAMBA_THREADS;
+    size_t runs = resident / (size_t)nv;                                  /* runs side by side */
+    size_t run = runs > 0 ? ((size_t)N + runs - 1) / runs : CONV_MIN_RUN; /* else: waves */
+    return run > CONV_MIN_RUN ? (int)run : CONV_MIN_RUN;
 }
 
 static void cuda_mamba_conv_fwd(gt_backend *b, gt_stream *s, void *xbc, const void *zxbcdt,
                                 const void *w, const void *bias, gt_mamba_shape sh) {
     if (b->planning || !shape_ok(b, "mamba_conv_fwd", sh)) return;
     int C = gt_mamba_conv(sh), ld = gt_mamba_in(sh), N = sh.B * sh.T;
-    dim3 block(32, MAMBA_THREADS / 32);
-    dim3 grid((C + 31) / 32, (N + CONV_RUN * block.y - 1) / (CONV_RUN * block.y));
-    gt_launch(k_conv_fwd, grid, block, 0, gt_cuda_ex(b, s), (bf16 *)xbc,
-              (const bf16 *)zxbcdt + gt_mamba_inner(sh), ld, (const bf16 *)w, (const bf16 *)bias, N,
-              sh.T, C, sh.K);
+    const bf16 *x = (const bf16 *)zxbcdt + gt_mamba_inner(sh);
+    int vec = conv_fast_width(sh.K) && conv_vec_ok(C, ld, x, xbc, x);
+    conv_fwd_fn k = conv_fwd_kernel(vec, sh.K);
+    int nv = C / (vec ? VEC : 1), run = conv_fwd_run(b, k, N, nv);
+    size_t threads = ((size_t)N + run - 1) / run * (size_t)nv;
+    unsigned grid = (unsigned)((threads + MAMBA_THREADS - 1) / MAMBA_THREADS);
+    gt_launch(k, grid, MAMBA_THREADS, 0, gt_cuda_ex(b, s), (bf16 *)xbc, x, ld, (const bf16 *)w,
+              (const bf16 *)bias, N, sh.T, C, sh.K, run);
     GT_CUDA_LAUNCHED(b, "mamba_conv_fwd");
 }
 
@@ -172,9 +383,13 @@ static void cuda_mamba_conv_bwd(gt_backend *b, gt_stream *s, void *dzxbcdt, floa
                                 const void *bias, gt_mamba_shape sh, int accumulate) {
     if (b->planning || !shape_ok(b, "mamba_conv_bwd", sh)) return;
     int C = gt_mamba_conv(sh), di = gt_mamba_inner(sh), ld = gt_mamba_in(sh), N = sh.B * sh.T;
-    gt_launch(k_conv_bwd, (C + 31) / 32, dim3(32, CONV_LANES), 0, gt_cuda_ex(b, s),
-              (bf16 *)dzxbcdt + di, ld, dw, dbias, (const bf16 *)dxbc, (const bf16 *)zxbcdt + di,
-              ld, (const bf16 *)w, (const bf16 *)bias, N, sh.T, C, sh.K, accumulate != 0);
+    bf16 *dx = (bf16 *)dzxbcdt + di;
+    const bf16 *x = (const bf16 *)zxbcdt + di;
+    int vec = conv_fast_width(sh.K) && conv_vec_ok(C, ld, dx, x, dxbc);
+    dim3 grid((C + SLAB_CH - 1) / SLAB_CH, RED_CLUSTER);
+    gt_launch(conv_bwd_kernel(vec, sh.K), grid, RED_THREADS, 0, gt_cuda_ex(b, s), dx, ld, dw, dbias,
+              (const bf16 *)dxbc, x, ld, (const bf16 *)w, (const bf16 *)bias, N, sh.T, C, sh.K,
+              accumulate != 0);
     GT_CUDA_LAUNCHED(b, "mamba_conv_bwd");
 }
 
@@ -197,84 +412,236 @@ static void cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dz
                           A_log, D, ws, sh, accumulate);
 }
 
-/* ---- gated RMSNorm: u = y * silu(z), out = u * rstd * w per group of gs channels; a block
- * per (token, group) ---- */
+/* ---- gated RMSNorm: u = y * silu(z), out = u * rstd * w per group of gs channels ----
+ * A warp per row (a token's group): lane l holds the row's vectors l, l + 32, ... (V channels
+ * each, so a warp reads 32 consecutive vectors at a time), the first GN_HOLD of them in
+ * registers between the passes (the rest, of rows wider than 32 * GN_HOLD vectors, are read
+ * again); sums per lane in vector order, then a fixed shuffle tree. */
+#define GN_WARPS 4
+#define GN_HOLD 8
 
-__global__ void k_gnorm_fwd(bf16 *out, float *rstd, const bf16 *y, const bf16 *z, int ldz,
-                            const bf16 *w, int di, int G, float eps) {
+static __device__ __forceinline__ float gate(float yv, float zv) {
+    return yv * zv * sigm(zv);
+}
+
+template <int V>
+__global__ void __launch_bounds__(GN_WARPS *GT_WARP)
+    k_gnorm_fwd(bf16 *__restrict__ out, float *__restrict__ rstd, const bf16 *__restrict__ y,
+                const bf16 *__restrict__ z, int ldz, const bf16 *__restrict__ w, int di, int G,
+                size_t rows, float eps) {
     GT_PDL_ENTRY();
-    __shared__ float red[32];
-    size_t n = blockIdx.x / G;
-    int g = blockIdx.x % G, gs = di / G;
+    size_t row = (size_t)blockIdx.x * GN_WARPS + threadIdx.x / GT_WARP;
+    if (row >= rows) return; /* the whole warp: rows are warp-uniform */
+    int lane = threadIdx.x % GT_WARP, g = (int)(row % (size_t)G), gs = di / G, nvec = gs / V;
+    size_t n = row / (size_t)G;
     const bf16 *yr = y + n * di + (size_t)g * gs, *zr = z + n * ldz + (size_t)g * gs;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < gs; i += blockDim.x) {
-        float zv = ldf(zr + i), u = ldf(yr + i) * zv * sigm(zv);
-        ss += u * u;
-    }
-    ss = block_sum(ss, red);
-    float r = rsqrtf(ss / (float)gs + eps);
-    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+    const bf16 *wg = w + (size_t)g * gs;
     bf16 *o = out + n * di + (size_t)g * gs;
-    for (int i = threadIdx.x; i < gs; i += blockDim.x) {
-        float zv = ldf(zr + i), u = ldf(yr + i) * zv * sigm(zv);
-        o[i] = tobf(u * r * ldf(w + (size_t)g * gs + i));
-    }
-}
-
-/* dw[di] (+)= sum_n dout * u * rstd. A block: GN_X channels x GN_LANES lanes, lane r summing
- * its run of consecutive tokens, then the lanes added in lane order (a fixed order without
- * partial buffers); half-warps read 32 contiguous bytes of a row. */
-#define GN_X 16
-#define GN_LANES 64
-__global__ void __launch_bounds__(GN_X *GN_LANES)
-    k_gnorm_bwd_weight(float *dw, const bf16 *dout, const bf16 *y, const bf16 *z, int ldz,
-                       const float *rstd, int N, int di, int G, int accumulate) {
-    GT_PDL_ENTRY();
-    __shared__ float red[GN_LANES][GN_X];
-    int c = blockIdx.x * GN_X + threadIdx.x, r = threadIdx.y, gs = di / G;
-    int per = (N + GN_LANES - 1) / GN_LANES, n0 = r * per, n1 = n0 + per < N ? n0 + per : N;
-    float acc = 0.0f;
-    if (c < di)
-        for (int n = n0; n < n1; n++) {
-            float zv = ldf(z + (size_t)n * ldz + c);
-            float u = ldf(y + (size_t)n * di + c) * zv * sigm(zv);
-            acc += ldf(dout + (size_t)n * di + c) * u * rstd[(size_t)n * G + c / gs];
+    float u[GN_HOLD][V], ss = 0.0f;
+#pragma unroll
+    for (int h = 0; h < GN_HOLD; h++) {
+        int j = lane + h * GT_WARP;
+        if (j >= nvec) break;
+        float yv[V], zv[V];
+        ldv<V>(yv, yr + (size_t)j * V);
+        ldv<V>(zv, zr + (size_t)j * V);
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            u[h][i] = gate(yv[i], zv[i]);
+            ss += u[h][i] * u[h][i];
         }
-    red[r][threadIdx.x] = acc;
-    __syncthreads();
-    if (r != 0 || c >= di) return;
-    float s = 0.0f;
-    for (int q = 0; q < GN_LANES; q++)
-        s += red[q][threadIdx.x];
-    dw[c] = accumulate ? dw[c] + s : s;
+    }
+    for (int j = lane + GN_HOLD * GT_WARP; j < nvec; j += GT_WARP) {
+        float yv[V], zv[V];
+        ldv<V>(yv, yr + (size_t)j * V);
+        ldv<V>(zv, zr + (size_t)j * V);
+#pragma unroll
+        for (int i = 0; i < V; i++) {
+            float uv = gate(yv[i], zv[i]);
+            ss += uv * uv;
+        }
+    }
+    ss = warp_sum(ss);
+    float r = rsqrtf(ss / (float)gs + eps);
+    if (lane == 0) rstd[row] = r;
+#pragma unroll
+    for (int h = 0; h < GN_HOLD; h++) {
+        int j = lane + h * GT_WARP;
+        if (j >= nvec) break;
+        float wv[V], ov[V];
+        ldv<V>(wv, wg + (size_t)j * V);
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            ov[i] = u[h][i] * r * wv[i];
+        stv<V>(o + (size_t)j * V, ov);
+    }
+    for (int j = lane + GN_HOLD * GT_WARP; j < nvec; j += GT_WARP) {
+        float yv[V], zv[V], wv[V], ov[V];
+        ldv<V>(yv, yr + (size_t)j * V);
+        ldv<V>(zv, zr + (size_t)j * V);
+        ldv<V>(wv, wg + (size_t)j * V);
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            ov[i] = gate(yv[i], zv[i]) * r * wv[i];
+        stv<V>(o + (size_t)j * V, ov);
+    }
 }
 
-/* dy and dz of one (token, group); each thread reads y[i] before it writes dy[i], so dy may
- * alias y (the weight kernel runs first) */
-__global__ void k_gnorm_bwd_data(bf16 *dy, bf16 *dz, int lddz, const bf16 *dout, const bf16 *y,
-                                 const bf16 *z, int ldz, const bf16 *w, const float *rstd, int di,
-                                 int G) {
+/* dw[di] (+)= sum_n dout * u * rstd: a block's threads hold V columns each over a run of
+ * consecutive tokens (SLAB_CH columns across, RUNS runs), the cluster's blocks split the
+ * tokens, and the partial sums are added in run and block order (cluster_sum). */
+#define GN_BATCH 4
+template <int V>
+__global__ void __cluster_dims__(1, RED_CLUSTER, 1) __launch_bounds__(RED_THREADS)
+    k_gnorm_bwd_weight(float *dw, const bf16 *__restrict__ dout, const bf16 *__restrict__ y,
+                       const bf16 *__restrict__ z, int ldz, const float *__restrict__ rstd, int N,
+                       int di, int G, int accumulate) {
     GT_PDL_ENTRY();
-    __shared__ float red[32];
-    size_t n = blockIdx.x / G;
-    int g = blockIdx.x % G, gs = di / G;
-    size_t o = n * di + (size_t)g * gs;
+    constexpr int SLABV = SLAB_CH / V, RUNS = RED_THREADS / SLABV;
+    __shared__ float part[RUNS][SLAB_CH];
+    __shared__ float blk[SLAB_CH];
+    int lv = threadIdx.x % SLABV, r = threadIdx.x / SLABV, c = blockIdx.x * SLAB_CH + lv * V;
+    int runs = RED_CLUSTER * RUNS, per = (N + runs - 1) / runs;
+    int n0 = ((int)blockIdx.y * RUNS + r) * per, n1 = n0 + per < N ? n0 + per : N;
+    float acc[V];
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        acc[i] = 0.0f;
+    if (c < di) {
+        int g = c / (di / G); /* a vector's channels share a group: gs is a multiple of V */
+        for (int nb = n0; nb < n1; nb += GN_BATCH) {
+            uint4 rd[GN_BATCH], ry[GN_BATCH], rz[GN_BATCH];
+            float rs[GN_BATCH];
+#pragma unroll
+            for (int q = 0; q < GN_BATCH; q++) {
+                size_t n = (size_t)(nb + q);
+                int live = nb + q < n1;
+                uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+                rd[q] = live ? ld_raw<V>(dout + n * di + c) : zero;
+                ry[q] = live ? ld_raw<V>(y + n * di + c) : zero;
+                rz[q] = live ? ld_raw<V>(z + n * ldz + c) : zero;
+                rs[q] = live ? rstd[n * G + g] : 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < GN_BATCH; q++) {
+                if (nb + q >= n1) break;
+                float dv[V], yv[V], zv[V];
+                unpack_raw<V>(dv, rd[q]);
+                unpack_raw<V>(yv, ry[q]);
+                unpack_raw<V>(zv, rz[q]);
+#pragma unroll
+                for (int i = 0; i < V; i++)
+                    acc[i] += dv[i] * gate(yv[i], zv[i]) * rs[q];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < V; i++)
+        part[r][lv * V + i] = acc[i];
+    cluster_sum<RUNS, SLAB_CH>(part, blk);
+    if (cg::this_cluster().block_rank() != 0) return;
+    for (int j = threadIdx.x; j < SLAB_CH; j += blockDim.x) {
+        int ch = blockIdx.x * SLAB_CH + j;
+        if (ch < di) dw[ch] = accumulate ? dw[ch] + blk[j] : blk[j];
+    }
+}
+
+/* the gradients of V channels from their y, z, dout, w and the row's rstd r and k =
+ * (sum dout w u) / gs r^3, in the CPU's order */
+template <int V>
+static __device__ __forceinline__ void gn_grads(bf16 *dy, bf16 *dz, const float *yv,
+                                                const float *zv, const float *dv, const float *wv,
+                                                float r, float k) {
+    float gy[V], gz[V];
+#pragma unroll
+    for (int i = 0; i < V; i++) {
+        float sz = zv[i] * sigm(zv[i]), du = r * wv[i] * dv[i] - k * (yv[i] * sz);
+        gy[i] = du * sz;
+        gz[i] = du * yv[i] * silu_grad(zv[i]);
+    }
+    stv<V>(dy, gy);
+    stv<V>(dz, gz);
+}
+
+/* dy and dz of one row (a warp, as the forward): the row's y, z, dout stay in registers (raw
+ * bf16) between the dot product and the gradients. Each lane reads y[j] before it writes
+ * dy[j], so dy may alias y (the weight kernel runs first): no __restrict__ on either. */
+template <int V>
+__global__ void __launch_bounds__(GN_WARPS *GT_WARP)
+    k_gnorm_bwd_data(bf16 *dy, bf16 *__restrict__ dz, int lddz, const bf16 *__restrict__ dout,
+                     const bf16 *y, const bf16 *__restrict__ z, int ldz, const bf16 *__restrict__ w,
+                     const float *__restrict__ rstd, int di, int G, size_t rows) {
+    GT_PDL_ENTRY();
+    size_t row = (size_t)blockIdx.x * GN_WARPS + threadIdx.x / GT_WARP;
+    if (row >= rows) return; /* the whole warp */
+    int lane = threadIdx.x % GT_WARP, g = (int)(row % (size_t)G), gs = di / G, nvec = gs / V;
+    size_t n = row / (size_t)G, o = n * di + (size_t)g * gs;
     const bf16 *zr = z + n * ldz + (size_t)g * gs, *wg = w + (size_t)g * gs;
-    float r = rstd[blockIdx.x], dot = 0.0f;
-    for (int i = threadIdx.x; i < gs; i += blockDim.x) {
-        float zv = ldf(zr + i), u = ldf(y + o + i) * zv * sigm(zv);
-        dot += ldf(dout + o + i) * ldf(wg + i) * u;
-    }
-    dot = block_sum(dot, red);
-    float k = dot / (float)gs * r * r * r;
     bf16 *dzr = dz + n * lddz + (size_t)g * gs;
-    for (int i = threadIdx.x; i < gs; i += blockDim.x) {
-        float zv = ldf(zr + i), sz = zv * sigm(zv), yi = ldf(y + o + i), u = yi * sz;
-        float du = r * ldf(wg + i) * ldf(dout + o + i) - k * u;
-        dy[o + i] = tobf(du * sz);
-        dzr[i] = tobf(du * yi * silu_grad(zv));
+    float r = rstd[row], dot = 0.0f;
+    uint4 ry[GN_HOLD], rz[GN_HOLD], rd[GN_HOLD];
+#pragma unroll
+    for (int h = 0; h < GN_HOLD; h++) {
+        int j = lane + h * GT_WARP;
+        if (j >= nvec) break;
+        ry[h] = ld_raw<V>(y + o + (size_t)j * V);
+        rz[h] = ld_raw<V>(zr + (size_t)j * V);
+        rd[h] = ld_raw<V>(dout + o + (size_t)j * V);
     }
+#pragma unroll
+    for (int h = 0; h < GN_HOLD; h++) {
+        int j = lane + h * GT_WARP;
+        if (j >= nvec) break;
+        float yv[V], zv[V], dv[V], wv[V];
+        unpack_raw<V>(yv, ry[h]);
+        unpack_raw<V>(zv, rz[h]);
+        unpack_raw<V>(dv, rd[h]);
+        ldv<V>(wv, wg + (size_t)j * V);
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            dot += dv[i] * wv[i] * gate(yv[i], zv[i]);
+    }
+    for (int j = lane + GN_HOLD * GT_WARP; j < nvec; j += GT_WARP) {
+        float yv[V], zv[V], dv[V], wv[V];
+        ldv<V>(yv, y + o + (size_t)j * V);
+        ldv<V>(zv, zr + (size_t)j * V);
+        ldv<V>(dv, dout + o + (size_t)j * V);
+        ldv<V>(wv, wg + (size_t)j * V);
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            dot += dv[i] * wv[i] * gate(yv[i], zv[i]);
+    }
+    dot = warp_sum(dot);
+    float k = dot / (float)gs * r * r * r;
+#pragma unroll
+    for (int h = 0; h < GN_HOLD; h++) {
+        int j = lane + h * GT_WARP;
+        if (j >= nvec) break;
+        float yv[V], zv[V], dv[V], wv[V];
+        unpack_raw<V>(yv, ry[h]);
+        unpack_raw<V>(zv, rz[h]);
+        unpack_raw<V>(dv, rd[h]);
+        ldv<V>(wv, wg + (size_t)j * V);
+        gn_grads<V>(dy + o + (size_t)j * V, dzr + (size_t)j * V, yv, zv, dv, wv, r, k);
+    }
+    for (int j = lane + GN_HOLD * GT_WARP; j < nvec; j += GT_WARP) {
+        float yv[V], zv[V], dv[V], wv[V];
+        ldv<V>(yv, y + o + (size_t)j * V);
+        ldv<V>(zv, zr + (size_t)j * V);
+        ldv<V>(dv, dout + o + (size_t)j * V);
+        ldv<V>(wv, wg + (size_t)j * V);
+        gn_grads<V>(dy + o + (size_t)j * V, dzr + (size_t)j * V, yv, zv, dv, wv, r, k);
+    }
+}
+
+/* 16-byte vectors need the group size and z's row stride in steps of 8 and aligned pointers */
+static int gnorm_vec_ok(int gs, int ldz, const void *a, const void *b, const void *c,
+                        const void *d) {
+    return gs % VEC == 0 && ldz % VEC == 0 && al16_all(a, b, c, d);
+}
+
+static unsigned gnorm_blocks(size_t rows) {
+    return (unsigned)((rows + GN_WARPS - 1) / GN_WARPS);
 }
 
 static void cuda_mamba_gated_norm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd,
@@ -285,10 +652,12 @@ static void cuda_mamba_gated_norm_fwd(gt_backend *b, gt_stream *s, void *out, fl
         gt_backend_fail(b, GT_ERR_INVALID, "mamba_gated_norm_fwd: eps is %g; it must be > 0", eps);
         return;
     }
-    int di = gt_mamba_inner(sh);
-    gt_launch(k_gnorm_fwd, sh.B * sh.T * sh.G, MAMBA_THREADS, 0, gt_cuda_ex(b, s), (bf16 *)out,
-              rstd, (const bf16 *)y, (const bf16 *)zxbcdt, gt_mamba_in(sh), (const bf16 *)w, di,
-              sh.G, eps);
+    int di = gt_mamba_inner(sh), in = gt_mamba_in(sh);
+    size_t rows = (size_t)sh.B * sh.T * sh.G;
+    int vec = gnorm_vec_ok(di / sh.G, in, out, y, zxbcdt, w);
+    gt_launch(vec ? k_gnorm_fwd<VEC> : k_gnorm_fwd<1>, gnorm_blocks(rows), GN_WARPS * GT_WARP, 0,
+              gt_cuda_ex(b, s), (bf16 *)out, rstd, (const bf16 *)y, (const bf16 *)zxbcdt, in,
+              (const bf16 *)w, di, sh.G, rows, eps);
     GT_CUDA_LAUNCHED(b, "mamba_gated_norm_fwd");
 }
 
@@ -298,14 +667,17 @@ static void cuda_mamba_gated_norm_bwd(gt_backend *b, gt_stream *s, void *dy, voi
                                       gt_mamba_shape sh, int accumulate) {
     if (b->planning || !shape_ok(b, "mamba_gated_norm_bwd", sh)) return;
     int di = gt_mamba_inner(sh), in = gt_mamba_in(sh), N = sh.B * sh.T;
+    size_t rows = (size_t)N * sh.G;
+    int vec = gnorm_vec_ok(di / sh.G, in, dout, y, zxbcdt, w) && al16_all(dy, dzxbcdt, dy, dy);
     gt_cuda_exec ex = gt_cuda_ex(b, s);
-    gt_launch(k_gnorm_bwd_weight, (di + GN_X - 1) / GN_X, dim3(GN_X, GN_LANES), 0, ex, dw,
+    dim3 grid((di + SLAB_CH - 1) / SLAB_CH, RED_CLUSTER);
+    gt_launch(vec ? k_gnorm_bwd_weight<VEC> : k_gnorm_bwd_weight<1>, grid, RED_THREADS, 0, ex, dw,
               (const bf16 *)dout, (const bf16 *)y, (const bf16 *)zxbcdt, in, rstd, N, di, sh.G,
               accumulate != 0);
     GT_CUDA_LAUNCHED(b, "mamba_gated_norm_bwd (weight)");
-    gt_launch(k_gnorm_bwd_data, N * sh.G, MAMBA_THREADS, 0, ex, (bf16 *)dy, (bf16 *)dzxbcdt, in,
-              (const bf16 *)dout, (const bf16 *)y, (const bf16 *)zxbcdt, in, (const bf16 *)w, rstd,
-              di, sh.G);
+    gt_launch(vec ? k_gnorm_bwd_data<VEC> : k_gnorm_bwd_data<1>, gnorm_blocks(rows),
+              GN_WARPS * GT_WARP, 0, ex, (bf16 *)dy, (bf16 *)dzxbcdt, in, (const bf16 *)dout,
+              (const bf16 *)y, (const bf16 *)zxbcdt, in, (const bf16 *)w, rstd, di, sh.G, rows);
     GT_CUDA_LAUNCHED(b, "mamba_gated_norm_bwd (data)");
 }
 

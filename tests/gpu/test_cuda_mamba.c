@@ -2,8 +2,9 @@
  * SSD scan and gated RMSNorm, forward and backward, against the CPU ops (the sequential scan)
  * on the same bf16-rounded inputs (relative L2 error; the scan's tolerance derived from its
  * bf16 tensor-core operands, and shown to catch a wrong decay), with overwritten and
- * accumulated gradients; two runs bitwise equal; a captured graph of all six replays bitwise like
- * eager; a shape past the kernels' limits is an error. */
+ * accumulated gradients, the conv and norm kernels also on shapes that reach each of their
+ * paths (vector and scalar, unrolled and generic widths); two runs bitwise equal; a captured graph
+ * of all six replays bitwise like eager; a shape past the kernels' limits is an error. */
 #include "gpu_fixture.h"
 
 #define TOL_GRAD 1e-3 /* fp32 parameter gradients summed in another order */
@@ -40,6 +41,25 @@ static const gt_mamba_shape k_shapes[] = {
     {.B = 1, .T = 520, .H = 2, .P = 32, .G = 1, .S = 64, .K = 4, .chunk = 256},
 };
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
+
+/* Shapes for the conv and gated-norm kernels alone (k_mamba.cu picks its path by shape): H = 8
+ * or 32 make every row stride a multiple of 8 (the 16-byte path), H = 3 not (the scalar
+ * path); conv widths 2 and 3 on vectors across several sequences, a sequence shorter than
+ * the width, the generic widths 6 and 8; norm rows longer than a warp holds in registers
+ * (2560 channels on vectors, 300 scalar); the hybrid workload's layout (d_inner 2048, one
+ * group of 128 states, width 4) over a 2048-token sequence. */
+static const gt_mamba_shape k_kernel_shapes[] = {
+    {.B = 3, .T = 45, .H = 8, .P = 8, .G = 2, .S = 16, .K = 2, .chunk = 16},
+    {.B = 2, .T = 130, .H = 8, .P = 8, .G = 2, .S = 16, .K = 3, .chunk = 16},
+    {.B = 4, .T = 3, .H = 8, .P = 8, .G = 2, .S = 16, .K = 4, .chunk = 3},
+    {.B = 2, .T = 70, .H = 8, .P = 8, .G = 2, .S = 16, .K = 6, .chunk = 16},
+    {.B = 2, .T = 33, .H = 3, .P = 6, .G = 3, .S = 8, .K = 8, .chunk = 16},
+    {.B = 2, .T = 1000, .H = 8, .P = 8, .G = 2, .S = 16, .K = 4, .chunk = 64},
+    {.B = 2, .T = 20, .H = 8, .P = 320, .G = 1, .S = 16, .K = 4, .chunk = 16},
+    {.B = 2, .T = 20, .H = 3, .P = 100, .G = 1, .S = 16, .K = 3, .chunk = 16},
+    {.B = 1, .T = 2048, .H = 32, .P = 64, .G = 1, .S = 128, .K = 4, .chunk = 256},
+};
+#define N_KERNEL_SHAPES (int)(sizeof k_kernel_shapes / sizeof k_kernel_shapes[0])
 
 /* Host inputs of one shape (bf16-rounded) and their sizes. */
 typedef struct mamba_in {
@@ -151,6 +171,15 @@ static void test_conv_matches_cpu(void **state) {
     for (int i = 0; i < N_SHAPES; i++)
         for (int acc = 0; acc <= 1; acc++)
             conv_case(e, k_shapes[i], acc);
+}
+
+static void test_conv_paths_match_cpu(void **state) {
+    gpu_env *e = *state;
+    for (int i = 0; i < N_KERNEL_SHAPES; i++)
+        for (int acc = 0; acc <= 1; acc++) {
+            conv_case(e, k_kernel_shapes[i], acc);
+            env_free_all(e);
+        }
 }
 
 /* ddt_bias[h] is the sum of d(dt) over every token, whose terms cancel (random dy), so its
@@ -320,6 +349,15 @@ static void test_gated_norm_matches_cpu(void **state) {
             gnorm_case(e, k_shapes[i], acc);
 }
 
+static void test_gated_norm_paths_match_cpu(void **state) {
+    gpu_env *e = *state;
+    for (int i = 0; i < N_KERNEL_SHAPES; i++)
+        for (int acc = 0; acc <= 1; acc++) {
+            gnorm_case(e, k_kernel_shapes[i], acc);
+            env_free_all(e);
+        }
+}
+
 /* Device buffers of all six ops on one shape: the forward chain conv -> scan -> norm, then
  * the backward chain norm -> scan -> conv, as model_mamba.c runs them. */
 typedef struct mamba_dev {
@@ -458,9 +496,11 @@ static void test_conv_wider_than_the_kernels_is_an_error(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_conv_matches_cpu, gpu_free_bufs),
+        cmocka_unit_test_teardown(test_conv_paths_match_cpu, gpu_free_bufs),
         cmocka_unit_test_teardown(test_ssd_scan_matches_cpu, gpu_free_bufs),
         cmocka_unit_test_teardown(test_ssd_tolerance_sees_a_wrong_decay, gpu_free_bufs),
         cmocka_unit_test_teardown(test_gated_norm_matches_cpu, gpu_free_bufs),
+        cmocka_unit_test_teardown(test_gated_norm_paths_match_cpu, gpu_free_bufs),
         cmocka_unit_test_teardown(test_two_runs_are_bitwise_equal, gpu_free_bufs),
         cmocka_unit_test_teardown(test_captured_graph_replays_like_eager_bitwise, gpu_free_bufs),
         cmocka_unit_test_teardown(test_conv_wider_than_the_kernels_is_an_error, gpu_free_bufs),
