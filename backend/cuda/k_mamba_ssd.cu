@@ -2,32 +2,22 @@
  * the sequential scan of cpu_mamba.c): per (sequence b, head h, chunk c of L tokens) the cumsum
  * cs of dt*A, the intra-chunk product (C B^T masked by the decay exp(cs_i - cs_j)) x dt x, the
  * chunk's own state, the states passed from chunk to chunk (sequential over chunks only) and
- * their output exp(cs_i) H C_i, then the D skip; and the backward of all of it. The products
- * run through one tiled tensor-core kernel (k_ck_mm: mma.sync, bf16 operands gathered by the
- * op it is instantiated for, fp32 sums), rounding to bf16 what mamba_ssm's Triton kernels
- * round: x, B, C, dy as they come, the decay- and dt-weighted factors, the fp32 states and
- * their gradients, C B^T and dy x^T after the mask and decay; the cumsums, the state passing,
- * the per-token and per-chunk sums stay fp32. bf16 in and out, sums in a fixed order (no
- * atomics), no host sync, no allocation: the buffers are the op's workspace
- * (gt_mamba_ssd_ws_floats). Every shape runs this one path. */
+ * their output exp(cs_i) H C_i, then the D skip; and the backward of all of it. Each product
+ * runs over every chunk at once as one cuBLASLt strided-batched GEMM (cuda_batched_gemm.c,
+ * fp32 sums) on bf16 operands that one elementwise pass per operand materializes in the
+ * workspace, per chunk and padded to whole chunks (masks and decays applied in fp32 before the
+ * rounding), then a pass that stores the result where it is not the GEMM's own output. They
+ * round to bf16 what mamba_ssm's Triton kernels round: x, B, C, dy as they come, the decay- and
+ * dt-weighted factors, the fp32 states and their gradients, C B^T and dy x^T after the mask and
+ * decay; the cumsums, the state passing, the per-token and per-chunk sums stay fp32. bf16 in and
+ * out, sums in a fixed order (no atomics), no host sync, no allocation: the buffers are the op's
+ * workspace (gt_mamba_ssd_ws_floats). Every shape runs this one path. */
 #include <stdint.h>
 
 #include "backend/cuda/mma_sync.cuh"
 
 #define CK_THREADS 256 /* the elementwise and per-chunk kernels */
-#define CK_TILE 64     /* rows of an output tile of k_ck_mm, and its columns but for wide ones */
-#define CK_WIDE 128    /* columns of a wide tile (products whose columns are the S states) */
-#define CK_BK 32       /* depth of one k step of it */
-#define CK_WM 32       /* a warp's rows and columns of the tile: 2 x 2 warps */
-#define CK_WN 32
-/* Shared-memory row strides (bf16) of the operand tiles: [outer][k] rows of CK_BK + 8 and
- * [k][outer] rows of OT + 8 (OT = 64 or 128 outer) all put the eight 16-byte rows of an
- * ldmatrix in distinct banks and keep every row 16-byte aligned. */
-#define CK_LD_K (CK_BK + 8)
-#define CK_LD_O(OT) ((OT) + 8)
-#define CK_OPERAND(OT) ((OT)*CK_LD_K > CK_BK * CK_LD_O(OT) ? (OT)*CK_LD_K : CK_BK * CK_LD_O(OT))
-/* Threads of a k_ck_mm block of TN columns: 2 x (TN / CK_WN) warps of CK_WM x CK_WN */
-#define CK_MM_THREADS(TN) (64 * ((TN) / CK_WN))
+#define CK_VEC 8       /* bf16 an operand kernel's thread writes at once (16 bytes) */
 /* PyTorch's softplus switches to the identity past this (beta 1), as cpu_mamba.c */
 #define CK_SOFTPLUS_THRESHOLD 20.0f
 
@@ -59,31 +49,29 @@ typedef struct ck_args {
     float *lt;        /* [B*H][nc]: <dL/d(state out), state out> */
     float *part;      /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
     float *dBp, *dCp; /* [N][H][S] per head, before the sum over a group's heads */
+    bf16 *opa, *opb;  /* one product's operands per chunk (ck_gemm), reused by the next */
+    float *opc;       /* its fp32 result per chunk where that is not the GEMM's own output */
     int B, T, H, P, G, S, L, nc, C, di, in;
+    int fits; /* the layout ends inside gt_mamba_ssd_ws_floats */
 } ck_args;
 
-static ck_args ck_make(gt_mamba_shape sh, float *ws) {
-    ck_args a = {};
-    a.B = sh.B, a.T = sh.T, a.H = sh.H, a.P = sh.P, a.G = sh.G, a.S = sh.S;
-    a.L = gt_mamba_chunk_len(sh);
-    a.nc = (sh.T + a.L - 1) / a.L;
-    a.C = gt_mamba_conv(sh), a.di = gt_mamba_inner(sh), a.in = gt_mamba_in(sh);
-    size_t BH = (size_t)sh.B * sh.H, N = (size_t)sh.B * sh.T, Z = BH * a.nc;
-    size_t LL = (size_t)a.L * a.L, ps = (size_t)sh.P * sh.S;
-    a.dt = ws;
-    a.cs = a.dt + BH * sh.T;
-    a.cb = a.cs + BH * sh.T;
-    a.hin = a.cb + (size_t)sh.B * sh.G * a.nc * LL;
-    a.gs = a.hin + Z * ps;
-    a.dm = a.gs + Z * ps;
-    a.yf = a.dm + Z * LL;
-    a.dxs = a.yf + N * a.di;
-    a.tok = a.dxs + N * a.di;
-    a.lt = a.tok + 3 * BH * sh.T;
-    a.part = a.lt + Z;
-    a.dBp = a.part + 3 * Z;
-    a.dCp = a.dBp + N * sh.H * sh.S;
-    return a;
+/* One product as a batched GEMM over chunks: M x N x K with the chunk's length taken whole
+ * (a shorter last chunk's operands are zero past its end), A stored as ar rows of lda, B as br
+ * rows of ldb, C as M rows of ldc; leading dimensions rounded up to CK_VEC elements so that
+ * every row and every chunk's matrix starts on 16 bytes. */
+typedef struct ck_gemm {
+    int M, N, K, batch, ar, br;
+    int lda, ldb, ldc;
+} ck_gemm;
+
+static int ck_round(int n) {
+    return (int)gt_mamba_ssd_ld((size_t)n);
+}
+
+/* The workspace pointer p rounded up to GT_MAMBA_SSD_WS_ALIGN_FLOATS floats */
+static float *ck_align(void *p) {
+    uintptr_t u = (uintptr_t)p, al = GT_MAMBA_SSD_WS_ALIGN_FLOATS * sizeof(float);
+    return (float *)((u + al - 1) / al * al);
 }
 
 /* One chunk of one head (or group, for CK_CB): token n0 is its first, Lc its length. */
@@ -133,8 +121,8 @@ static __device__ __forceinline__ float ck_dy(const ck_args &a, size_t n, int h,
 }
 
 template <int OP>
-static __device__ __forceinline__ void ck_dims(const ck_args &a, const ck_at &x, int *M, int *N,
-                                               int *K) {
+static __host__ __device__ __forceinline__ void ck_dims(const ck_args &a, const ck_at &x, int *M,
+                                                        int *N, int *K) {
     switch (OP) {
     case CK_CB:
         *M = x.Lc, *N = x.Lc, *K = a.S;
@@ -154,24 +142,6 @@ static __device__ __forceinline__ void ck_dims(const ck_args &a, const ck_at &x,
     default:
         *M = x.Lc, *N = a.S, *K = a.P + a.L;
         break; /* CK_DC, CK_DB */
-    }
-}
-
-/* Whether the k step [k0, k0 + CK_BK) is all masked out for the rows [m0, m0 + CK_TILE). */
-template <int OP> static __device__ __forceinline__ bool ck_skip(const ck_args &a, int k0, int m0) {
-    int k1 = k0 + CK_BK - 1;
-    switch (OP) {
-    case CK_Y:
-    case CK_YF:
-        return k1 < a.L && k0 > m0 + CK_TILE - 1; /* j > every i */
-    case CK_DXS:
-        return k1 < a.L && k1 < m0; /* i < every j */
-    case CK_DC:
-        return k0 >= a.P && k1 < a.P + a.L && k0 - a.P > m0 + CK_TILE - 1;
-    case CK_DB:
-        return k0 >= a.P && k1 - a.P < m0;
-    default:
-        return false;
     }
 }
 
@@ -273,118 +243,115 @@ static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x
     }
 }
 
-/* Which index of a product's operand runs along memory in its gathers (so that a warp's
- * neighbouring lanes read neighbouring bf16 values): A(m, k) along k except where it is x or
- * dy read over the chunk's tokens (k), B(k, n) along n except where it is B, x, Hin or G read
- * as [n][k]. A k-fast operand sits in shared memory as [outer][k], the other as [k][outer]. */
+/* Which index of a product's operand runs along memory where it is read (so that neighbouring
+ * threads read neighbouring values): A(m, k) along k except where it is x or dy read over the
+ * chunk's tokens (k), B(k, n) along n except where it is B, x, Hin or G read as [n][k]. The
+ * materialized operand keeps that order: A as [m][k] where a_k, else [k][m]; B as [k][n] where
+ * b_n, else [n][k]. */
 template <int OP> struct ck_fast {
     static constexpr bool a_k = OP != CK_SLOC && OP != CK_DH;
     static constexpr bool b_n = OP != CK_CB && OP != CK_DM;
 };
 
-/* One operand tile of a k step (OT outer x CK_BK k) gathered into shared memory as bf16, two
- * neighbouring elements a thread at a time by NT threads; zero outside [0, outer_n) x [0, K). */
-template <int OP, bool IS_A, bool K_FAST, int OT, int NT>
-static __device__ __forceinline__ void ck_gather(bf16 *s, const ck_args &a, const ck_at &x, int o0,
-                                                 int outer_n, int k0, int K) {
-#pragma unroll
-    for (int e = threadIdx.x; e < OT * CK_BK / 2; e += NT) {
-        int o, k, o1, k1, at;
-        if (K_FAST) {
-            o = e / (CK_BK / 2), k = 2 * (e % (CK_BK / 2)), o1 = o, k1 = k + 1;
-            at = o * CK_LD_K + k;
-        } else {
-            k = e / (OT / 2), o = 2 * (e % (OT / 2)), o1 = o + 1, k1 = k;
-            at = k * CK_LD_O(OT) + o;
-        }
-        float v0 = 0.0f, v1 = 0.0f;
-        if (o0 + o < outer_n && k0 + k < K)
-            v0 = IS_A ? ck_opa<OP>(a, x, o0 + o, k0 + k) : ck_opb<OP>(a, x, k0 + k, o0 + o);
-        if (o0 + o1 < outer_n && k0 + k1 < K)
-            v1 = IS_A ? ck_opa<OP>(a, x, o0 + o1, k0 + k1) : ck_opb<OP>(a, x, k0 + k1, o0 + o1);
-        *(uint32_t *)(s + at) = gt_pack_bf16(v0, v1);
-    }
+template <int OP> static ck_gemm ck_gemm_of(const ck_args &a) {
+    ck_at whole = {};
+    whole.Lc = a.L;
+    ck_gemm g;
+    ck_dims<OP>(a, whole, &g.M, &g.N, &g.K);
+    g.batch = a.B * a.nc * (OP == CK_CB ? a.G : a.H);
+    g.ar = ck_fast<OP>::a_k ? g.M : g.K;
+    g.lda = ck_round(ck_fast<OP>::a_k ? g.K : g.M);
+    g.br = ck_fast<OP>::b_n ? g.K : g.N;
+    g.ldb = ck_round(ck_fast<OP>::b_n ? g.N : g.K);
+    g.ldc = ck_round(g.N);
+    return g;
 }
 
-/* A fragments (16 m x 16 k) of the warp's two m blocks at row wm, k offset ks. */
-template <bool K_FAST>
-static __device__ __forceinline__ void ck_frag_a(uint32_t (*f)[4], const bf16 *s, int wm, int ks) {
-    int lane = threadIdx.x & 31, mi = lane >> 3, j = lane & 7;
-#pragma unroll
-    for (int i = 0; i < CK_WM / 16; i++) {
-        int m = wm + i * 16;
-        if (K_FAST)
-            gt_ldsm_x4(f[i], s + (m + (lane & 15)) * CK_LD_K + ks + (lane >> 4) * 8);
-        else
-            gt_ldsm_x4_t(f[i], s + (ks + j + (mi >> 1) * 8) * CK_LD_O(CK_TILE) + m + (mi & 1) * 8);
-    }
+/* The larger of *need and product OP's operand and result sizes (elements) */
+template <int OP> static void ck_need(const ck_args &a, size_t *na, size_t *nb, size_t *nc) {
+    ck_gemm g = ck_gemm_of<OP>(a);
+    size_t ea = (size_t)g.batch * g.ar * g.lda, eb = (size_t)g.batch * g.br * g.ldb;
+    size_t ec = (size_t)g.batch * g.M * g.ldc;
+    *na = ea > *na ? ea : *na, *nb = eb > *nb ? eb : *nb, *nc = ec > *nc ? ec : *nc;
 }
 
-/* B fragments (16 k x 8 n) of the warp's four n blocks at column wn, k offset ks, of a tile of
- * TN columns. */
-template <bool N_FAST, int TN>
-static __device__ __forceinline__ void ck_frag_b(uint32_t (*f)[2], const bf16 *s, int wn, int ks) {
-    int lane = threadIdx.x & 31, mi = lane >> 3, j = lane & 7;
-#pragma unroll
-    for (int p = 0; p < CK_WN / 16; p++) {
-        int n = wn + p * 16;
-        uint32_t r[4];
-        if (!N_FAST)
-            gt_ldsm_x4(r, s + (n + j + (mi >> 1) * 8) * CK_LD_K + ks + (mi & 1) * 8);
-        else
-            gt_ldsm_x4_t(r, s + (ks + j + (mi & 1) * 8) * CK_LD_O(TN) + n + (mi >> 1) * 8);
-        f[2 * p][0] = r[0], f[2 * p][1] = r[1], f[2 * p + 1][0] = r[2], f[2 * p + 1][1] = r[3];
-    }
+/* Pointers into the workspace as gt_mamba_ssd_ws_floats counts it, each buffer on 256 bytes */
+static ck_args ck_make(gt_mamba_shape sh, float *ws) {
+    ck_args a = {};
+    a.B = sh.B, a.T = sh.T, a.H = sh.H, a.P = sh.P, a.G = sh.G, a.S = sh.S;
+    a.L = gt_mamba_chunk_len(sh);
+    a.nc = (sh.T + a.L - 1) / a.L;
+    a.C = gt_mamba_conv(sh), a.di = gt_mamba_inner(sh), a.in = gt_mamba_in(sh);
+    size_t BH = (size_t)sh.B * sh.H, N = (size_t)sh.B * sh.T, Z = BH * a.nc;
+    size_t LL = (size_t)a.L * a.L, ps = (size_t)sh.P * sh.S;
+    a.dt = ck_align(ws);
+    a.cs = ck_align(a.dt + BH * sh.T);
+    a.cb = ck_align(a.cs + BH * sh.T);
+    a.hin = ck_align(a.cb + (size_t)sh.B * sh.G * a.nc * LL);
+    a.gs = ck_align(a.hin + Z * ps);
+    a.dm = ck_align(a.gs + Z * ps);
+    a.yf = ck_align(a.dm + Z * LL);
+    a.dxs = ck_align(a.yf + N * a.di);
+    a.tok = ck_align(a.dxs + N * a.di);
+    a.lt = ck_align(a.tok + 3 * BH * sh.T);
+    a.part = ck_align(a.lt + Z);
+    a.dBp = ck_align(a.part + 3 * Z);
+    a.dCp = ck_align(a.dBp + N * sh.H * sh.S);
+    size_t na = 0, nb = 0, nc = 0;
+    ck_need<CK_CB>(a, &na, &nb, &nc);
+    ck_need<CK_SLOC>(a, &na, &nb, &nc);
+    ck_need<CK_Y>(a, &na, &nb, &nc);
+    ck_need<CK_DH>(a, &na, &nb, &nc);
+    ck_need<CK_DM>(a, &na, &nb, &nc);
+    ck_need<CK_DXS>(a, &na, &nb, &nc);
+    ck_need<CK_DC>(a, &na, &nb, &nc);
+    ck_need<CK_DB>(a, &na, &nb, &nc);
+    a.opa = (bf16 *)ck_align(a.dCp + N * sh.H * sh.S);
+    a.opb = (bf16 *)ck_align(a.opa + na);
+    a.opc = ck_align(a.opb + nb);
+    a.fits = a.opc + nc <= ws + gt_mamba_ssd_ws_floats(sh);
+    return a;
 }
 
-/* One CK_TILE x TN output tile of one chunk's product per block (blockIdx.x the chunk,
- * blockIdx.y the tile) on the tensor cores: each k step's operands are gathered (masks and
- * decays applied in fp32) and rounded to bf16 into shared memory, as mamba_ssm rounds the
- * operands of its products, and mma.sync m16n8k16 sums them into fp32 accumulators; warps of
- * CK_WM x CK_WN, the k steps in order. Fragment layout: mma_sync.cuh. A compile-time OP, so
- * each product's gathers inline. */
-template <int OP, int TN>
-__global__ void __launch_bounds__(CK_MM_THREADS(TN)) k_ck_mm(ck_args a, int tiles_n) {
+/* Product OP's A (IS_A) or B operand of chunk blockIdx.x, rows x ld bf16 from the formulas of
+ * ck_opa / ck_opb in fp32, then rounded; zero outside the chunk's own M x K or K x N. A thread
+ * writes CK_VEC neighbouring elements of a row. */
+template <int OP, bool IS_A> __global__ void k_ck_operand(ck_args a, int rows, int ld) {
     GT_PDL_ENTRY();
-    constexpr int NT = CK_MM_THREADS(TN), NWN = TN / CK_WN;
-    __shared__ __align__(16) bf16 As[CK_OPERAND(CK_TILE)], Bs[CK_OPERAND(TN)];
     ck_at x = ck_at_make<OP>(a, blockIdx.x);
     int M, N, K;
     ck_dims<OP>(a, x, &M, &N, &K);
-    int m0 = (int)(blockIdx.y / tiles_n) * CK_TILE, n0 = (int)(blockIdx.y % tiles_n) * TN;
-    if (m0 >= M || n0 >= N) return;
-    if ((OP == CK_CB || OP == CK_DM) && n0 > m0 + CK_TILE - 1) return; /* above the diagonal */
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int wm = (warp / NWN) * CK_WM, wn = (warp % NWN) * CK_WN;
-    float acc[CK_WM / 16][CK_WN / 8][4] = {};
-    for (int k0 = 0; k0 < K; k0 += CK_BK) {
-        if (ck_skip<OP>(a, k0, m0)) continue;
-        ck_gather<OP, true, ck_fast<OP>::a_k, CK_TILE, NT>(As, a, x, m0, M, k0, K);
-        ck_gather<OP, false, !ck_fast<OP>::b_n, TN, NT>(Bs, a, x, n0, N, k0, K);
-        __syncthreads();
+    int per_row = ld / CK_VEC, u = (int)(blockIdx.y * blockDim.x + threadIdx.x);
+    if (u >= rows * per_row) return;
+    int r = u / per_row, c0 = (u % per_row) * CK_VEC;
+    float v[CK_VEC];
 #pragma unroll
-        for (int ks = 0; ks < CK_BK; ks += 16) {
-            uint32_t fa[CK_WM / 16][4], fb[CK_WN / 8][2];
-            ck_frag_a<ck_fast<OP>::a_k>(fa, As, wm, ks);
-            ck_frag_b<ck_fast<OP>::b_n, TN>(fb, Bs, wn, ks);
-#pragma unroll
-            for (int i = 0; i < CK_WM / 16; i++)
-#pragma unroll
-                for (int j = 0; j < CK_WN / 8; j++)
-                    gt_mma_16816(acc[i][j], fa[i], fb[j]);
+    for (int q = 0; q < CK_VEC; q++) {
+        int c = c0 + q;
+        v[q] = 0.0f;
+        if (IS_A) {
+            int m = ck_fast<OP>::a_k ? r : c, k = ck_fast<OP>::a_k ? c : r;
+            if (m < M && k < K) v[q] = ck_opa<OP>(a, x, m, k);
+        } else {
+            int k = ck_fast<OP>::b_n ? r : c, n = ck_fast<OP>::b_n ? c : r;
+            if (n < N && k < K) v[q] = ck_opb<OP>(a, x, k, n);
         }
-        __syncthreads();
     }
-    int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int i = 0; i < CK_WM / 16; i++)
-#pragma unroll
-        for (int j = 0; j < CK_WN / 8; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                int m = m0 + wm + i * 16 + g + (q >> 1) * 8, n = n0 + wn + j * 8 + 2 * t + (q & 1);
-                if (m < M && n < N) ck_store<OP>(a, x, m, n, acc[i][j][q]);
-            }
+    uint4 w;
+    w.x = gt_pack_bf16(v[0], v[1]), w.y = gt_pack_bf16(v[2], v[3]);
+    w.z = gt_pack_bf16(v[4], v[5]), w.w = gt_pack_bf16(v[6], v[7]);
+    bf16 *dst = (IS_A ? a.opa : a.opb) + ((size_t)blockIdx.x * rows + r) * ld + c0;
+    *(uint4 *)dst = w;
+}
+
+/* Product OP's result of chunk blockIdx.x (rows x ldc fp32 in opc) through ck_store */
+template <int OP> __global__ void k_ck_store(ck_args a, int rows, int ldc) {
+    GT_PDL_ENTRY();
+    ck_at x = ck_at_make<OP>(a, blockIdx.x);
+    int M, N, K;
+    ck_dims<OP>(a, x, &M, &N, &K);
+    int u = (int)(blockIdx.y * blockDim.x + threadIdx.x), m = u / ldc, n = u % ldc;
+    if (m < M && n < N) ck_store<OP>(a, x, m, n, a.opc[(size_t)blockIdx.x * rows * ldc + u]);
 }
 
 static __device__ __forceinline__ float ck_sigm(float v) {
@@ -619,31 +586,46 @@ __global__ void k_ck_param_sum(float *ddt_bias, float *dA_log, float *dD, ck_arg
     dD[h] = accumulate ? dD[h] + dd : dd;
 }
 
-static int ck_tiles(int n, int tile) {
-    return (n + tile - 1) / tile;
+static unsigned ck_blocks(size_t threads) {
+    return (unsigned)((threads + CK_THREADS - 1) / CK_THREADS);
 }
 
-/* Launches product OP over every chunk; rows and columns are at most max_m, max_n. Products
- * whose columns are the states take tiles of CK_WIDE columns where S is wider than one of
- * CK_TILE, so that their rows' operand (the costlier gather: decays, the dM loads) is gathered
- * once per row tile rather than once per 64 columns; the others (and CB and dM, whose tiles
- * above the diagonal are skipped as squares) CK_TILE. */
+/* Product OP over every chunk: its operands materialized, one batched GEMM, and its result
+ * stored. CB, Sloc, dH and dM are fp32 matrices per chunk of the GEMM's own layout, so the GEMM
+ * writes them in place where their rows are whole 16-byte units; the others (and those
+ * otherwise) go through opc and ck_store. */
 template <int OP>
-static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int max_m, int max_n,
-                  const char *what) {
-    size_t per = (size_t)a.B * a.nc * (OP == CK_CB ? a.G : a.H);
-    constexpr bool states_wide = OP == CK_SLOC || OP == CK_DH || OP == CK_DC || OP == CK_DB;
-    bool wide = states_wide && max_n > CK_TILE;
-    int tn = ck_tiles(max_n, wide ? CK_WIDE : CK_TILE);
-    dim3 grid((unsigned)per, (unsigned)(ck_tiles(max_m, CK_TILE) * tn));
-    if constexpr (states_wide) {
-        if (wide) {
-            gt_launch(k_ck_mm<OP, CK_WIDE>, grid, CK_MM_THREADS(CK_WIDE), 0, ex, a, tn);
-            GT_CUDA_LAUNCHED(b, what);
-            return;
-        }
-    }
-    gt_launch(k_ck_mm<OP, CK_TILE>, grid, CK_MM_THREADS(CK_TILE), 0, ex, a, tn);
+static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
+    ck_gemm g = ck_gemm_of<OP>(a);
+    gt_launch(k_ck_operand<OP, true>,
+              dim3((unsigned)g.batch, ck_blocks((size_t)g.ar * g.lda / CK_VEC)), CK_THREADS, 0, ex,
+              a, g.ar, g.lda);
+    GT_CUDA_LAUNCHED(b, what);
+    gt_launch(k_ck_operand<OP, false>,
+              dim3((unsigned)g.batch, ck_blocks((size_t)g.br * g.ldb / CK_VEC)), CK_THREADS, 0, ex,
+              a, g.br, g.ldb);
+    GT_CUDA_LAUNCHED(b, what);
+    float *out = a.opc;
+    int ldc = g.ldc;
+    if ((OP == CK_CB || OP == CK_DM) && a.L % 4 == 0) out = OP == CK_CB ? a.cb : a.dm, ldc = a.L;
+    if ((OP == CK_SLOC || OP == CK_DH) && a.S % 4 == 0)
+        out = OP == CK_SLOC ? a.hin : a.gs, ldc = a.S;
+    gt_cuda_batched_gemm gg = {g.M,
+                               g.N,
+                               g.K,
+                               g.batch,
+                               ck_fast<OP>::a_k,
+                               ck_fast<OP>::b_n,
+                               g.lda,
+                               g.ldb,
+                               ldc,
+                               (int64_t)g.ar * g.lda,
+                               (int64_t)g.br * g.ldb,
+                               (int64_t)g.M * ldc};
+    gt_cuda_batched_gemm_f32(b, ex.cs, &gg, a.opa, a.opb, out, what);
+    if (out != a.opc) return;
+    gt_launch(k_ck_store<OP>, dim3((unsigned)g.batch, ck_blocks((size_t)g.M * g.ldc)), CK_THREADS,
+              0, ex, a, g.M, g.ldc);
     GT_CUDA_LAUNCHED(b, what);
 }
 
@@ -652,8 +634,8 @@ static void ck_states(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const ch
     size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
     gt_launch(k_ck_cumsum, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, what);
-    ck_mm<CK_CB>(b, ex, a, a.L, a.L, what);
-    ck_mm<CK_SLOC>(b, ex, a, a.P, a.S, what);
+    ck_mm<CK_CB>(b, ex, a, what);
+    ck_mm<CK_SLOC>(b, ex, a, what);
     gt_launch(k_ck_pass_fwd, gt_grid((size_t)a.B * a.H * ps, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, what);
 }
@@ -663,10 +645,16 @@ extern "C" void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, cons
                                       const void *D, float *ws, gt_mamba_shape sh) {
     gt_cuda_exec ex = gt_cuda_ex(b, s);
     ck_args a = ck_make(sh, ws);
+    if (!a.fits) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "mamba_ssd_fwd: the chunked scan's workspace layout outgrew "
+                        "gt_mamba_ssd_ws_floats (backend.h and k_mamba_ssd.cu disagree)");
+        return;
+    }
     a.xbc = (const bf16 *)xbc, a.zx = (const bf16 *)zxbcdt, a.dt_bias = (const bf16 *)dt_bias;
     a.A_log = (const bf16 *)A_log, a.D = (const bf16 *)D, a.y = (bf16 *)y;
     ck_states(b, ex, a, "mamba_ssd_fwd (states)");
-    ck_mm<CK_Y>(b, ex, a, a.L, a.P, "mamba_ssd_fwd (output)");
+    ck_mm<CK_Y>(b, ex, a, "mamba_ssd_fwd (output)");
 }
 
 extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt,
@@ -676,22 +664,28 @@ extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, v
                                       gt_mamba_shape sh, int accumulate) {
     gt_cuda_exec ex = gt_cuda_ex(b, s);
     ck_args a = ck_make(sh, ws);
+    if (!a.fits) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "mamba_ssd_bwd: the chunked scan's workspace layout outgrew "
+                        "gt_mamba_ssd_ws_floats (backend.h and k_mamba_ssd.cu disagree)");
+        return;
+    }
     a.xbc = (const bf16 *)xbc, a.zx = (const bf16 *)zxbcdt, a.dt_bias = (const bf16 *)dt_bias;
     a.A_log = (const bf16 *)A_log, a.D = (const bf16 *)D, a.dy = (const bf16 *)dy;
     a.dxbc = (bf16 *)dxbc, a.dzx = (bf16 *)dzxbcdt;
     size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
     size_t NH = (size_t)a.B * a.T * a.H, total = (size_t)a.B * a.T * 2 * a.G * a.S;
     ck_states(b, ex, a, "mamba_ssd_bwd (states)");
-    ck_mm<CK_YF>(b, ex, a, a.L, a.P, "mamba_ssd_bwd (output)");
-    ck_mm<CK_DH>(b, ex, a, a.P, a.S, "mamba_ssd_bwd (dH)");
+    ck_mm<CK_YF>(b, ex, a, "mamba_ssd_bwd (output)");
+    ck_mm<CK_DH>(b, ex, a, "mamba_ssd_bwd (dH)");
     gt_launch(k_ck_pass_bwd, gt_grid((size_t)a.B * a.H * ps, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (state passing)");
     gt_launch(k_ck_lt, (unsigned)Z, CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (chunk ends)");
-    ck_mm<CK_DM>(b, ex, a, a.L, a.L, "mamba_ssd_bwd (dM)");
-    ck_mm<CK_DXS>(b, ex, a, a.L, a.P, "mamba_ssd_bwd (dx)");
-    ck_mm<CK_DC>(b, ex, a, a.L, a.S, "mamba_ssd_bwd (dC)");
-    ck_mm<CK_DB>(b, ex, a, a.L, a.S, "mamba_ssd_bwd (dB)");
+    ck_mm<CK_DM>(b, ex, a, "mamba_ssd_bwd (dM)");
+    ck_mm<CK_DXS>(b, ex, a, "mamba_ssd_bwd (dx)");
+    ck_mm<CK_DC>(b, ex, a, "mamba_ssd_bwd (dC)");
+    ck_mm<CK_DB>(b, ex, a, "mamba_ssd_bwd (dB)");
     gt_launch(k_ck_tok, gt_grid(NH * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (token sums)");
     gt_launch(k_ck_chunk_bwd, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);
