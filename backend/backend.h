@@ -220,12 +220,12 @@ static inline size_t gt_mamba_ssd_ld(size_t n) {
  * enough for every backend. The CPU's: dt and its gradient, A, dA, dD and one head's states
  * over time. The CUDA chunked scan's (k_mamba_ssd.cu lays it out, each buffer 256-byte
  * aligned): dt and its cumsum per (sequence, head, token), C B^T per (sequence, group, chunk),
- * two states per (sequence, head, chunk), dy x^T per chunk, two fp32 copies of y's shape, three
- * sums per token and head, four per chunk, per-head dB and dC [N][H][S] before the sum over a
- * group's heads, and the largest chunk product's bf16 operands and fp32 result per chunk
- * (CB: L x S by L x S into L x L per group; Sloc, dH: L x P by L x S into P x S; y, dx:
- * L x (L + S) by (L + S) x P into L x P; dM: L x P by L x P into L x L; dC, dB: L x (P + L) by
- * (P + L) x S into L x S; rows padded by gt_mamba_ssd_ld). */
+ * two states per (sequence, head, chunk), dy x^T per chunk, two fp32 copies of y's shape and
+ * per-head dB and dC before the sum over a group's heads (these four with the tokens padded to
+ * whole chunks), three sums per token and head, four per chunk, and the largest chunk product's
+ * bf16 operands and fp32 result per chunk (CB: L x S by L x S into L x L per group; Sloc, dH: L x P
+ * by L x S into P x S; y, dx: L x (L + S) by (L + S) x P into L x P; dM: L x P by L x P into L x L;
+ * dC, dB: L x (P + L) by (P + L) x S into L x S; rows padded by gt_mamba_ssd_ld). */
 static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
     size_t N = (size_t)m.B * m.T, H = (size_t)m.H, ps = (size_t)m.P * (size_t)m.S;
     size_t L = (size_t)gt_mamba_chunk_len(m), nc = ((size_t)m.T + L - 1) / L;
@@ -233,7 +233,7 @@ static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
     size_t P = (size_t)m.P, S = (size_t)m.S;
     size_t cpu = 2 * N * H + 3 * H + ((size_t)m.T + 1) * ps;
     size_t cuda = 5 * BH * m.T + (size_t)m.B * m.G * nc * L * L + 2 * Z * ps + Z * L * L +
-                  2 * N * H * m.P + 4 * Z + 2 * N * H * m.S;
+                  2 * Z * L * P + 4 * Z + 2 * Z * L * S;
     size_t opa[5] = {ZG * L * gt_mamba_ssd_ld(S), Z * L * gt_mamba_ssd_ld(P),
                      Z * L * gt_mamba_ssd_ld(L + S), Z * L * gt_mamba_ssd_ld(P),
                      Z * L * gt_mamba_ssd_ld(P + L)};

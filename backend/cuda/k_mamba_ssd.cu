@@ -44,11 +44,11 @@ typedef struct ck_args {
     float *hin;       /* [B*H][nc][P][S]: the chunk's own state, then the state entering it */
     float *gs;        /* [B*H][nc][P][S]: dL/dHin of the chunk's outputs, then dL/d(state out) */
     float *dm;        /* [B*H][nc][L][L] */
-    float *yf, *dxs;  /* [N][H][P] */
+    float *yf, *dxs;  /* [B*H][nc*L][P]: tokens padded to whole chunks */
     float *tok;       /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
     float *lt;        /* [B*H][nc]: <dL/d(state out), state out> */
     float *part;      /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
-    float *dBp, *dCp; /* [N][H][S] per head, before the sum over a group's heads */
+    float *dBp, *dCp; /* [B*H][nc*L][S] per head, before the sum over a group's heads */
     bf16 *opa, *opb;  /* one product's operands per chunk (ck_gemm), reused by the next */
     float *opc;       /* its fp32 result per chunk where that is not the GEMM's own output */
     int B, T, H, P, G, S, L, nc, C, di, in;
@@ -206,11 +206,13 @@ static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x,
     }
 }
 
+/* Product OP's result v at (m, n) of chunk x where it goes; where the GEMM wrote it there
+ * already (in_place), only what is made of it (dx's dxbc) */
 template <int OP>
 static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x, int m, int n,
-                                                float v) {
+                                                float v, bool in_place) {
     size_t LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
-    size_t hp = (size_t)x.h * a.P;
+    size_t hp = (size_t)x.h * a.P, zp = (x.z * a.L + m) * a.P + n, zs = (x.z * a.L + m) * a.S + n;
     switch (OP) {
     case CK_CB:
         a.cb[(size_t)(x.cb - a.cb) + (size_t)m * a.L + n] = v;
@@ -222,7 +224,7 @@ static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x
         a.y[(x.n0 + m) * a.di + hp + n] = tobf(v + x.Dh * ck_x(a, x.n0 + m, x.h, n));
         break;
     case CK_YF:
-        a.yf[(x.n0 + m) * a.di + hp + n] = v;
+        a.yf[zp] = v;
         break;
     case CK_DH:
         a.gs[x.z * ps + (size_t)m * a.S + n] = v;
@@ -231,14 +233,14 @@ static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x
         a.dm[x.z * LL + (size_t)m * a.L + n] = v;
         break;
     case CK_DXS:
-        a.dxs[(x.n0 + m) * a.di + hp + n] = v;
+        if (!in_place) a.dxs[zp] = v;
         a.dxbc[(x.n0 + m) * a.C + hp + n] = tobf(x.dt[m] * v + x.Dh * ck_dy(a, x.n0 + m, x.h, n));
         break;
     case CK_DC:
-        a.dCp[((x.n0 + m) * a.H + x.h) * a.S + n] = v;
+        a.dCp[zs] = v;
         break;
     default:
-        a.dBp[((x.n0 + m) * a.H + x.h) * a.S + n] = v;
+        a.dBp[zs] = v;
         break; /* CK_DB */
     }
 }
@@ -282,7 +284,7 @@ static ck_args ck_make(gt_mamba_shape sh, float *ws) {
     a.L = gt_mamba_chunk_len(sh);
     a.nc = (sh.T + a.L - 1) / a.L;
     a.C = gt_mamba_conv(sh), a.di = gt_mamba_inner(sh), a.in = gt_mamba_in(sh);
-    size_t BH = (size_t)sh.B * sh.H, N = (size_t)sh.B * sh.T, Z = BH * a.nc;
+    size_t BH = (size_t)sh.B * sh.H, Z = BH * a.nc;
     size_t LL = (size_t)a.L * a.L, ps = (size_t)sh.P * sh.S;
     a.dt = ck_align(ws);
     a.cs = ck_align(a.dt + BH * sh.T);
@@ -291,12 +293,12 @@ static ck_args ck_make(gt_mamba_shape sh, float *ws) {
     a.gs = ck_align(a.hin + Z * ps);
     a.dm = ck_align(a.gs + Z * ps);
     a.yf = ck_align(a.dm + Z * LL);
-    a.dxs = ck_align(a.yf + N * a.di);
-    a.tok = ck_align(a.dxs + N * a.di);
+    a.dxs = ck_align(a.yf + Z * a.L * sh.P);
+    a.tok = ck_align(a.dxs + Z * a.L * sh.P);
     a.lt = ck_align(a.tok + 3 * BH * sh.T);
     a.part = ck_align(a.lt + Z);
     a.dBp = ck_align(a.part + 3 * Z);
-    a.dCp = ck_align(a.dBp + N * sh.H * sh.S);
+    a.dCp = ck_align(a.dBp + Z * a.L * sh.S);
     size_t na = 0, nb = 0, nc = 0;
     ck_need<CK_CB>(a, &na, &nb, &nc);
     ck_need<CK_SLOC>(a, &na, &nb, &nc);
@@ -306,7 +308,7 @@ static ck_args ck_make(gt_mamba_shape sh, float *ws) {
     ck_need<CK_DXS>(a, &na, &nb, &nc);
     ck_need<CK_DC>(a, &na, &nb, &nc);
     ck_need<CK_DB>(a, &na, &nb, &nc);
-    a.opa = (bf16 *)ck_align(a.dCp + N * sh.H * sh.S);
+    a.opa = (bf16 *)ck_align(a.dCp + Z * a.L * sh.S);
     a.opb = (bf16 *)ck_align(a.opa + na);
     a.opc = ck_align(a.opb + nb);
     a.fits = a.opc + nc <= ws + gt_mamba_ssd_ws_floats(sh);
@@ -344,14 +346,17 @@ template <int OP, bool IS_A> __global__ void k_ck_operand(ck_args a, int rows, i
     *(uint4 *)dst = w;
 }
 
-/* Product OP's result of chunk blockIdx.x (rows x ldc fp32 in opc) through ck_store */
-template <int OP> __global__ void k_ck_store(ck_args a, int rows, int ldc) {
+/* Product OP's result of chunk blockIdx.x (rows x ldc fp32 at src) through ck_store; src is
+ * its own destination (in_place) or opc */
+template <int OP>
+__global__ void k_ck_store(ck_args a, const float *src, int rows, int ldc, bool in_place) {
     GT_PDL_ENTRY();
     ck_at x = ck_at_make<OP>(a, blockIdx.x);
     int M, N, K;
     ck_dims<OP>(a, x, &M, &N, &K);
     int u = (int)(blockIdx.y * blockDim.x + threadIdx.x), m = u / ldc, n = u % ldc;
-    if (m < M && n < N) ck_store<OP>(a, x, m, n, a.opc[(size_t)blockIdx.x * rows * ldc + u]);
+    if (m < M && n < N)
+        ck_store<OP>(a, x, m, n, src[(size_t)blockIdx.x * rows * ldc + u], in_place);
 }
 
 static __device__ __forceinline__ float ck_sigm(float v) {
@@ -489,7 +494,7 @@ __global__ void k_ck_tok(ck_args a) {
     for (size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; w < NH; w += nw) {
         size_t n = w / a.H;
         int h = (int)(w % a.H);
-        size_t o = n * a.di + (size_t)h * a.P;
+        size_t o = (((n / a.T) * a.H + h) * a.nc * a.L + n % a.T) * a.P;
         float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f;
         for (int p = lane; p < a.P; p += 32) {
             float xv = ck_x(a, n, h, p), dyv = ck_dy(a, n, h, p);
@@ -553,13 +558,13 @@ __global__ void k_ck_bc_sum(ck_args a) {
     int per = a.H / a.G, GS = a.G * a.S;
     size_t total = (size_t)a.B * a.T * 2 * GS;
     GT_GRID_STRIDE(i, total) {
-        size_t n = i / (2 * (size_t)GS);
+        size_t n = i / (2 * (size_t)GS), b = n / a.T, t = n % a.T;
         int j = (int)(i % (2 * (size_t)GS)), which = j / GS, gs = j % GS;
         int g = gs / a.S, s = gs % a.S;
         const float *src = which ? a.dCp : a.dBp;
         float acc = 0.0f;
         for (int q = 0; q < per; q++)
-            acc += src[(n * a.H + (size_t)g * per + q) * a.S + s];
+            acc += src[((b * a.H + (size_t)g * per + q) * a.nc * a.L + t) * a.S + s];
         a.dxbc[n * a.C + a.di + (size_t)which * GS + gs] = tobf(acc);
     }
 }
@@ -590,10 +595,34 @@ static unsigned ck_blocks(size_t threads) {
     return (unsigned)((threads + CK_THREADS - 1) / CK_THREADS);
 }
 
+/* Where the GEMM of product OP writes its result itself: the fp32 matrices per chunk of its
+ * own layout (rows of N), where those rows are whole 16-byte units; else NULL (y, which is
+ * made of the result, and the others otherwise: they go through opc and ck_store). */
+template <int OP> static float *ck_in_place(const ck_args &a) {
+    int n = OP == CK_CB || OP == CK_DM ? a.L : OP == CK_YF || OP == CK_DXS ? a.P : a.S;
+    if (OP == CK_Y || n % 4 != 0) return NULL;
+    switch (OP) {
+    case CK_CB:
+        return a.cb;
+    case CK_DM:
+        return a.dm;
+    case CK_SLOC:
+        return a.hin;
+    case CK_DH:
+        return a.gs;
+    case CK_YF:
+        return a.yf;
+    case CK_DXS:
+        return a.dxs;
+    case CK_DC:
+        return a.dCp;
+    default:
+        return a.dBp; /* CK_DB */
+    }
+}
+
 /* Product OP over every chunk: its operands materialized, one batched GEMM, and its result
- * stored. CB, Sloc, dH and dM are fp32 matrices per chunk of the GEMM's own layout, so the GEMM
- * writes them in place where their rows are whole 16-byte units; the others (and those
- * otherwise) go through opc and ck_store. */
+ * stored (ck_in_place) or made into what it gives (y, dx's dxbc) by ck_store. */
 template <int OP>
 static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
     ck_gemm g = ck_gemm_of<OP>(a);
@@ -605,11 +634,9 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *
               dim3((unsigned)g.batch, ck_blocks((size_t)g.br * g.ldb / CK_VEC)), CK_THREADS, 0, ex,
               a, g.br, g.ldb);
     GT_CUDA_LAUNCHED(b, what);
-    float *out = a.opc;
-    int ldc = g.ldc;
-    if ((OP == CK_CB || OP == CK_DM) && a.L % 4 == 0) out = OP == CK_CB ? a.cb : a.dm, ldc = a.L;
-    if ((OP == CK_SLOC || OP == CK_DH) && a.S % 4 == 0)
-        out = OP == CK_SLOC ? a.hin : a.gs, ldc = a.S;
+    float *out = ck_in_place<OP>(a);
+    int ldc = out ? g.N : g.ldc;
+    if (!out) out = a.opc;
     gt_cuda_batched_gemm gg = {g.M,
                                g.N,
                                g.K,
@@ -623,9 +650,10 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *
                                (int64_t)g.br * g.ldb,
                                (int64_t)g.M * ldc};
     gt_cuda_batched_gemm_f32(b, ex.cs, &gg, a.opa, a.opb, out, what);
-    if (out != a.opc) return;
-    gt_launch(k_ck_store<OP>, dim3((unsigned)g.batch, ck_blocks((size_t)g.M * g.ldc)), CK_THREADS,
-              0, ex, a, g.M, g.ldc);
+    bool in_place = out != a.opc;
+    if (in_place && OP != CK_DXS) return;
+    gt_launch(k_ck_store<OP>, dim3((unsigned)g.batch, ck_blocks((size_t)g.M * ldc)), CK_THREADS, 0,
+              ex, a, (const float *)out, g.M, ldc, in_place);
     GT_CUDA_LAUNCHED(b, what);
 }
 
