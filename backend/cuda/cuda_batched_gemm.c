@@ -4,6 +4,7 @@
  * no device work, so even a first use inside a capture is safe) and kept until the backend is
  * destroyed, so every call of a shape runs the same algorithm. */
 #include <cublasLt.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,10 +50,36 @@ static void set_batch(cublasLtMatrixLayout_t l, int count, int64_t stride) {
                                      sizeof stride);
 }
 
+/* One algorithm for plan p from cuBLASLt's heuristic: no workspace, 16-byte operands, and no
+ * split-K reduction where masked */
+static int heuristic(cublasLtHandle_t lt, gt_cuda_batched_plan *p, int masked) {
+    cublasLtMatmulPreference_t pref = NULL;
+    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return 0;
+    size_t ws = 0;
+    uint32_t align = BATCHED_ALIGN_BYTES, scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    if (masked)
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                             &scheme, sizeof scheme);
+    cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &align, sizeof align);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc,
+                                                       pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found < 1) return 0;
+    p->algo = res.algo;
+    return 1;
+}
+
 /* Row-major C[M][N] = A B is column-major C^T[N x M] = B^T A^T: cuBLASLt's first operand is
  * B's buffer (N x K column-major when stored [K][N], else K x N transposed), its second A's
- * (K x M when stored [M][K], else M x K transposed). The preference allows no workspace and
- * no split-K reduction, so the sums run in one fixed order inside one kernel. */
+ * (K x M when stored [M][K], else M x K transposed). */
 static int plan_build(cublasLtHandle_t lt, gt_cuda_batched_plan *p) {
     const gt_cuda_batched_gemm *g = &p->g;
     cublasOperation_t tx = g->b_kn ? CUBLAS_OP_N : CUBLAS_OP_T;
@@ -70,27 +97,12 @@ static int plan_build(cublasLtHandle_t lt, gt_cuda_batched_plan *p) {
     set_batch(p->la, g->count, g->sb);
     set_batch(p->lb, g->count, g->sa);
     set_batch(p->lc, g->count, g->sc);
-    cublasLtMatmulPreference_t pref = NULL;
-    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return 0;
-    size_t ws = 0;
-    uint32_t align = BATCHED_ALIGN_BYTES, scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof ws);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme,
-                                         sizeof scheme);
-    cublasLtMatmulPreferenceAttributes_t attrs[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; i++)
-        cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &align, sizeof align);
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, p->desc, p->la, p->lb, p->lc, p->lc,
-                                                       pref, 1, &res, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || found < 1) return 0;
-    p->algo = res.algo;
-    return 1;
+    /* no split-K reduction first; where that leaves no algorithm, without the mask (with no
+     * workspace, only an in-place reduction can remain; the plan keeps whichever it gets, so
+     * every call of the shape still runs the same kernel) */
+    for (int masked = 1; masked >= 0; masked--)
+        if (heuristic(lt, p, masked)) return 1;
+    return 0;
 }
 
 static gt_cuda_batched_plan *plan_get(gt_backend *b, const gt_cuda_batched_gemm *g,
