@@ -225,7 +225,8 @@ static inline size_t gt_mamba_ssd_ld(size_t n) {
  * whole chunks), three sums per token and head, four per chunk, and the largest chunk product's
  * bf16 operands and fp32 result per chunk (CB: L x S by L x S into L x L per group; Sloc, dH: L x P
  * by L x S into P x S; y, dx: L x (L + S) by (L + S) x P into L x P; dM: L x P by L x P into L x L;
- * dC, dB: L x (P + L) by (P + L) x S into L x S; rows padded by gt_mamba_ssd_ld). */
+ * dC, dB: L x (P + L) by (P + L) x S into L x S; rows padded by gt_mamba_ssd_ld; the result
+ * only where the GEMM does not write it in place: k_mamba_ssd.cu's ck_in_place). */
 static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
     size_t N = (size_t)m.B * m.T, H = (size_t)m.H, ps = (size_t)m.P * (size_t)m.S;
     size_t L = (size_t)gt_mamba_chunk_len(m), nc = ((size_t)m.T + L - 1) / L;
@@ -240,9 +241,12 @@ static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
     size_t opb[5] = {ZG * L * gt_mamba_ssd_ld(S), Z * L * gt_mamba_ssd_ld(S),
                      Z * (L + S) * gt_mamba_ssd_ld(P), Z * L * gt_mamba_ssd_ld(P),
                      Z * (P + L) * gt_mamba_ssd_ld(S)};
-    size_t opc[5] = {ZG * L * gt_mamba_ssd_ld(L), Z * P * gt_mamba_ssd_ld(S),
-                     Z * L * gt_mamba_ssd_ld(P), Z * L * gt_mamba_ssd_ld(L),
-                     Z * L * gt_mamba_ssd_ld(S)};
+    /* the results the GEMMs cannot write in place (rows of L, P or S floats no multiple of 4;
+     * y's always) */
+    size_t opc[5] = {L % 4 ? ZG * L * gt_mamba_ssd_ld(L) : 0,
+                     S % 4 ? Z * P * gt_mamba_ssd_ld(S) : 0, Z * L * gt_mamba_ssd_ld(P),
+                     L % 4 ? Z * L * gt_mamba_ssd_ld(L) : 0,
+                     S % 4 ? Z * L * gt_mamba_ssd_ld(S) : 0};
     size_t na = 0, nb = 0, nr = 0;
     for (int i = 0; i < 5; i++) {
         na = opa[i] > na ? opa[i] : na;

@@ -269,11 +269,42 @@ template <int OP> static ck_gemm ck_gemm_of(const ck_args &a) {
     return g;
 }
 
-/* The larger of *need and product OP's operand and result sizes (elements) */
+/* Whether the GEMM of product OP writes its result where it goes: the fp32 matrices per chunk
+ * of its own layout (rows of N), where those rows are whole 16-byte units. Not y, which is made
+ * of the result, nor the others otherwise: they go through opc and ck_store. */
+template <int OP> static bool ck_in_place(const ck_args &a) {
+    int n = OP == CK_CB || OP == CK_DM ? a.L : OP == CK_YF || OP == CK_DXS ? a.P : a.S;
+    return OP != CK_Y && n % 4 == 0;
+}
+
+/* Product OP's fp32 result buffer (of those written in place) */
+template <int OP> static float *ck_result(const ck_args &a) {
+    switch (OP) {
+    case CK_CB:
+        return a.cb;
+    case CK_DM:
+        return a.dm;
+    case CK_SLOC:
+        return a.hin;
+    case CK_DH:
+        return a.gs;
+    case CK_YF:
+        return a.yf;
+    case CK_DXS:
+        return a.dxs;
+    case CK_DC:
+        return a.dCp;
+    default:
+        return a.dBp; /* CK_DB */
+    }
+}
+
+/* The larger of *need and product OP's operand and result sizes (elements; the result only
+ * where the GEMM does not write it in place) */
 template <int OP> static void ck_need(const ck_args &a, size_t *na, size_t *nb, size_t *nc) {
     ck_gemm g = ck_gemm_of<OP>(a);
     size_t ea = (size_t)g.batch * g.ar * g.lda, eb = (size_t)g.batch * g.br * g.ldb;
-    size_t ec = (size_t)g.batch * g.M * g.ldc;
+    size_t ec = ck_in_place<OP>(a) ? 0 : (size_t)g.batch * g.M * g.ldc;
     *na = ea > *na ? ea : *na, *nb = eb > *nb ? eb : *nb, *nc = ec > *nc ? ec : *nc;
 }
 
@@ -595,32 +626,6 @@ static unsigned ck_blocks(size_t threads) {
     return (unsigned)((threads + CK_THREADS - 1) / CK_THREADS);
 }
 
-/* Where the GEMM of product OP writes its result itself: the fp32 matrices per chunk of its
- * own layout (rows of N), where those rows are whole 16-byte units; else NULL (y, which is
- * made of the result, and the others otherwise: they go through opc and ck_store). */
-template <int OP> static float *ck_in_place(const ck_args &a) {
-    int n = OP == CK_CB || OP == CK_DM ? a.L : OP == CK_YF || OP == CK_DXS ? a.P : a.S;
-    if (OP == CK_Y || n % 4 != 0) return NULL;
-    switch (OP) {
-    case CK_CB:
-        return a.cb;
-    case CK_DM:
-        return a.dm;
-    case CK_SLOC:
-        return a.hin;
-    case CK_DH:
-        return a.gs;
-    case CK_YF:
-        return a.yf;
-    case CK_DXS:
-        return a.dxs;
-    case CK_DC:
-        return a.dCp;
-    default:
-        return a.dBp; /* CK_DB */
-    }
-}
-
 /* Product OP over every chunk: its operands materialized, one batched GEMM, and its result
  * stored (ck_in_place) or made into what it gives (y, dx's dxbc) by ck_store. */
 template <int OP>
@@ -634,9 +639,9 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *
               dim3((unsigned)g.batch, ck_blocks((size_t)g.br * g.ldb / CK_VEC)), CK_THREADS, 0, ex,
               a, g.br, g.ldb);
     GT_CUDA_LAUNCHED(b, what);
-    float *out = ck_in_place<OP>(a);
-    int ldc = out ? g.N : g.ldc;
-    if (!out) out = a.opc;
+    bool in_place = ck_in_place<OP>(a);
+    float *out = in_place ? ck_result<OP>(a) : a.opc;
+    int ldc = in_place ? g.N : g.ldc;
     gt_cuda_batched_gemm gg = {g.M,
                                g.N,
                                g.K,
@@ -650,7 +655,6 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *
                                (int64_t)g.br * g.ldb,
                                (int64_t)g.M * ldc};
     gt_cuda_batched_gemm_f32(b, ex.cs, &gg, a.opa, a.opb, out, what);
-    bool in_place = out != a.opc;
     if (in_place && OP != CK_DXS) return;
     gt_launch(k_ck_store<OP>, dim3((unsigned)g.batch, ck_blocks((size_t)g.M * ldc)), CK_THREADS, 0,
               ex, a, (const float *)out, g.M, ldc, in_place);
