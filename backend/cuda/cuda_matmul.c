@@ -324,8 +324,7 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
         if (!im->lt_scale_stub) {
             gt_error err = {0};
             if (b->ops->alloc(b, 256, &im->lt_scale_stub, &err)) {
-                gt_backend_fail(b, GT_ERR_NOMEM, "planning a block-scaled fp8 GEMM: %s",
-                                err.msg);
+                gt_backend_fail(b, GT_ERR_NOMEM, "planning a block-scaled fp8 GEMM: %s", err.msg);
                 return 0;
             }
         }
