@@ -141,7 +141,8 @@ __global__ void k_ck_lt(ck_args a) {
     if (threadIdx.x == 0) a.lt[z] = s;
 }
 
-/* tok = x . dxs, dy . yf, dy . x per (token, head): a warp each, lanes over p, a fixed tree */
+/* tok = x . dxs, dy . yf, dy . x per (token, head): a warp each, lanes over p, a fixed tree;
+ * and dx's slice of dxbc, dt dxs + D dy, from the same loads */
 __global__ void k_ck_tok(ck_args a) {
     GT_PDL_ENTRY();
     size_t NH = (size_t)a.B * a.T * a.H, BHT = NH, nw = (size_t)gridDim.x * blockDim.x / 32;
@@ -150,16 +151,17 @@ __global__ void k_ck_tok(ck_args a) {
         size_t n = w / a.H;
         int h = (int)(w % a.H);
         size_t o = (((n / a.T) * a.H + h) * a.nc * a.L + n % a.T) * a.P;
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f;
+        size_t q = ((n / a.T) * a.H + h) * a.T + n % a.T;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, dt = a.dt[q], Dh = ldf(a.D + h);
         for (int p = lane; p < a.P; p += 32) {
-            float xv = ck_x(a, n, h, p), dyv = ck_dy(a, n, h, p);
-            s0 += xv * a.dxs[o + p];
+            float xv = ck_x(a, n, h, p), dyv = ck_dy(a, n, h, p), dxs = a.dxs[o + p];
+            s0 += xv * dxs;
             s1 += dyv * a.yf[o + p];
             s2 += dyv * xv;
+            a.dxbc[n * a.C + (size_t)h * a.P + p] = tobf(dt * dxs + Dh * dyv);
         }
         s0 = warp_sum(s0), s1 = warp_sum(s1), s2 = warp_sum(s2);
         if (lane == 0) {
-            size_t q = ((n / a.T) * a.H + h) * a.T + n % a.T;
             a.tok[q] = s0;
             a.tok[BHT + q] = s1;
             a.tok[2 * BHT + q] = s2;

@@ -2,9 +2,9 @@
  * every chunk at once: one elementwise pass materializes both bf16 operands per chunk in the
  * workspace (ck_opa / ck_opb: the masks and decays in fp32, then the rounding mamba_ssm's
  * Triton kernels do), one cuBLASLt strided-batched GEMM sums them in fp32
- * (cuda_batched_gemm.c), and where its result is not already where it goes, or is made into
- * something else (y, dx's dxbc), a pass stores it (ck_store). Chunks are taken whole: a shorter
- * last chunk's operands are zero past its end. */
+ * (cuda_batched_gemm.c), writing its fp32 result in place where the layouts allow; else, and
+ * for y (made of its result and D x), a pass stores it (ck_store). Chunks are taken whole: a
+ * shorter last chunk's operands are zero past its end. */
 #include "backend/cuda/mamba_ssd.cuh"
 
 #define CK_VEC 8 /* bf16 an operand kernel's thread writes at once (16 bytes) */
@@ -114,11 +114,10 @@ static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x,
     }
 }
 
-/* Product OP's result v at (m, n) of chunk x where it goes; where the GEMM wrote it there
- * already (in_place), only what is made of it (dx's dxbc) */
+/* Product OP's result v at (m, n) of chunk x where it goes (y's made into y = v + D x) */
 template <int OP>
 static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x, int m, int n,
-                                                float v, bool in_place) {
+                                                float v) {
     size_t LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
     size_t hp = (size_t)x.h * a.P, zp = (x.z * a.L + m) * a.P + n, zs = (x.z * a.L + m) * a.S + n;
     switch (OP) {
@@ -141,8 +140,7 @@ static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x
         a.dm[x.z * LL + (size_t)m * a.L + n] = v;
         break;
     case CK_DXS:
-        if (!in_place) a.dxs[zp] = v;
-        a.dxbc[(x.n0 + m) * a.C + hp + n] = tobf(x.dt[m] * v + x.Dh * ck_dy(a, x.n0 + m, x.h, n));
+        a.dxs[zp] = v; /* dx's dxbc is made of it beside the token sums (k_ck_tok) */
         break;
     case CK_DC:
         a.dCp[zs] = v;
@@ -296,17 +294,14 @@ template <int OP> __global__ void k_ck_operands(ck_args a, ck_gemm g, unsigned b
                               (int)((blockIdx.y - blocks_a) * blockDim.x + threadIdx.x), a.opb);
 }
 
-/* Product OP's result of chunk blockIdx.x (rows x ldc fp32 at src) through ck_store; src is
- * its own destination (in_place) or opc */
-template <int OP>
-__global__ void k_ck_store(ck_args a, const float *src, int rows, int ldc, bool in_place) {
+/* Product OP's result of chunk blockIdx.x (rows x ldc fp32 in opc) through ck_store */
+template <int OP> __global__ void k_ck_store(ck_args a, int rows, int ldc) {
     GT_PDL_ENTRY();
     ck_at x = ck_at_make<OP>(a, blockIdx.x);
     int M, N, K;
     ck_dims<OP>(a, x, &M, &N, &K);
     int u = (int)(blockIdx.y * blockDim.x + threadIdx.x), m = u / ldc, n = u % ldc;
-    if (m < M && n < N)
-        ck_store<OP>(a, x, m, n, src[(size_t)blockIdx.x * rows * ldc + u], in_place);
+    if (m < M && n < N) ck_store<OP>(a, x, m, n, a.opc[(size_t)blockIdx.x * rows * ldc + u]);
 }
 
 static unsigned ck_blocks(size_t threads) {
@@ -314,7 +309,7 @@ static unsigned ck_blocks(size_t threads) {
 }
 
 /* Product OP over every chunk: its operands materialized, one batched GEMM, and its result
- * stored (ck_in_place) or made into what it gives (y, dx's dxbc) by ck_store. */
+ * stored (ck_in_place) or stored by ck_store. */
 template <int OP>
 static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
     ck_gemm g = ck_gemm_of<OP>(a);
@@ -339,9 +334,9 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *
                                (int64_t)g.br * g.ldb,
                                (int64_t)g.M * ldc};
     gt_cuda_batched_gemm_f32(b, ex.cs, &gg, a.opa, a.opb, out, what);
-    if (in_place && OP != CK_DXS) return;
+    if (in_place) return;
     gt_launch(k_ck_store<OP>, dim3((unsigned)g.batch, ck_blocks((size_t)g.M * ldc)), CK_THREADS, 0,
-              ex, a, (const float *)out, g.M, ldc, in_place);
+              ex, a, g.M, ldc);
     GT_CUDA_LAUNCHED(b, what);
 }
 
