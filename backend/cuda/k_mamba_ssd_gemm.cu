@@ -283,15 +283,17 @@ static __device__ __forceinline__ void ck_operand(const ck_args &a, const ck_at 
 
 /* Both operands of product OP (ck_gemm g) for chunk blockIdx.x, one launch: the first
  * blocks_a rows of blocks A's, the others B's; a thread writes CK_VEC neighbouring elements */
-template <int OP> __global__ void k_ck_operands(ck_args a, ck_gemm g, unsigned blocks_a) {
+template <int OP>
+__global__ void k_ck_operands(ck_args a, ck_gemm g, unsigned blocks_a, unsigned blocks) {
     GT_PDL_ENTRY();
     ck_at x = ck_at_make<OP>(a, blockIdx.x);
-    if (blockIdx.y < blocks_a)
-        ck_operand<OP, true>(a, x, g.ar, g.lda, (int)(blockIdx.y * blockDim.x + threadIdx.x),
-                             a.opa);
-    else
-        ck_operand<OP, false>(a, x, g.br, g.ldb,
-                              (int)((blockIdx.y - blocks_a) * blockDim.x + threadIdx.x), a.opb);
+    for (unsigned y = blockIdx.y; y < blocks; y += gridDim.y) {
+        if (y < blocks_a)
+            ck_operand<OP, true>(a, x, g.ar, g.lda, (int)(y * blockDim.x + threadIdx.x), a.opa);
+        else
+            ck_operand<OP, false>(a, x, g.br, g.ldb,
+                                  (int)((y - blocks_a) * blockDim.x + threadIdx.x), a.opb);
+    }
 }
 
 /* Product OP's result of chunk blockIdx.x (rows x ldc fp32 in opc) through ck_store */
@@ -300,23 +302,31 @@ template <int OP> __global__ void k_ck_store(ck_args a, int rows, int ldc) {
     ck_at x = ck_at_make<OP>(a, blockIdx.x);
     int M, N, K;
     ck_dims<OP>(a, x, &M, &N, &K);
-    int u = (int)(blockIdx.y * blockDim.x + threadIdx.x), m = u / ldc, n = u % ldc;
-    if (m < M && n < N) ck_store<OP>(a, x, m, n, a.opc[(size_t)blockIdx.x * rows * ldc + u]);
+    for (int u = (int)(blockIdx.y * blockDim.x + threadIdx.x); u < rows * ldc;
+         u += (int)(gridDim.y * blockDim.x)) {
+        int m = u / ldc, n = u % ldc;
+        if (m < M && n < N) ck_store<OP>(a, x, m, n, a.opc[(size_t)blockIdx.x * rows * ldc + u]);
+    }
 }
 
+/* Blocks of CK_THREADS over `threads` items */
 static unsigned ck_blocks(size_t threads) {
     return (unsigned)((threads + CK_THREADS - 1) / CK_THREADS);
 }
+/* The grid's rows for `blocks` rows of blocks: the loops above take the rest past the limit */
+static unsigned ck_grid_y(unsigned blocks) {
+    return blocks < GT_MAX_GRID ? blocks : GT_MAX_GRID;
+}
 
-/* Product OP over every chunk: its operands materialized, one batched GEMM, and its result
- * stored (ck_in_place) or stored by ck_store. */
+/* Product OP over every chunk: its operands materialized, one batched GEMM, its result written
+ * in place by the GEMM (ck_in_place) or stored from opc by ck_store. */
 template <int OP>
 static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
     ck_gemm g = ck_gemm_of<OP>(a);
     unsigned blocks_a = ck_blocks((size_t)g.ar * g.lda / CK_VEC);
     unsigned blocks_b = ck_blocks((size_t)g.br * g.ldb / CK_VEC);
-    gt_launch(k_ck_operands<OP>, dim3((unsigned)g.batch, blocks_a + blocks_b), CK_THREADS, 0, ex, a,
-              g, blocks_a);
+    gt_launch(k_ck_operands<OP>, dim3((unsigned)g.batch, ck_grid_y(blocks_a + blocks_b)),
+              CK_THREADS, 0, ex, a, g, blocks_a, blocks_a + blocks_b);
     GT_CUDA_LAUNCHED(b, what);
     bool in_place = ck_in_place<OP>(a);
     float *out = in_place ? ck_result<OP>(a) : a.opc;
@@ -335,8 +345,8 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *
                                (int64_t)g.M * ldc};
     gt_cuda_batched_gemm_f32(b, ex.cs, &gg, a.opa, a.opb, out, what);
     if (in_place) return;
-    gt_launch(k_ck_store<OP>, dim3((unsigned)g.batch, ck_blocks((size_t)g.M * ldc)), CK_THREADS, 0,
-              ex, a, g.M, ldc);
+    gt_launch(k_ck_store<OP>, dim3((unsigned)g.batch, ck_grid_y(ck_blocks((size_t)g.M * ldc))),
+              CK_THREADS, 0, ex, a, g.M, ldc);
     GT_CUDA_LAUNCHED(b, what);
 }
 
