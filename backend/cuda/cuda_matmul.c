@@ -126,6 +126,7 @@ void gt_cuda_matmul_destroy(gt_backend *b) {
     free(im->plans);
     im->plans = NULL;
     im->n_plans = im->cap_plans = 0;
+    gt_cuda_batched_gemm_destroy(b); /* before the handle they were made with */
     if (im->lt_ws) {
         b->ops->free(b, im->lt_ws);
         im->lt_ws = NULL;
@@ -323,8 +324,7 @@ static int plan_build(gt_backend *b, gt_cuda_gemm_plan *p) {
         if (!im->lt_scale_stub) {
             gt_error err = {0};
             if (b->ops->alloc(b, 256, &im->lt_scale_stub, &err)) {
-                gt_backend_fail(b, GT_ERR_NOMEM, "planning a block-scaled fp8 GEMM: %s",
-                                err.msg);
+                gt_backend_fail(b, GT_ERR_NOMEM, "planning a block-scaled fp8 GEMM: %s", err.msg);
                 return 0;
             }
         }

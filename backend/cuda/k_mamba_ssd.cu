@@ -3,389 +3,16 @@
  * cs of dt*A, the intra-chunk product (C B^T masked by the decay exp(cs_i - cs_j)) x dt x, the
  * chunk's own state, the states passed from chunk to chunk (sequential over chunks only) and
  * their output exp(cs_i) H C_i, then the D skip; and the backward of all of it. The products
- * run through one tiled tensor-core kernel (k_ck_mm: mma.sync, bf16 operands gathered by the
- * op it is instantiated for, fp32 sums), rounding to bf16 what mamba_ssm's Triton kernels
- * round: x, B, C, dy as they come, the decay- and dt-weighted factors, the fp32 states and
- * their gradients, C B^T and dy x^T after the mask and decay; the cumsums, the state passing,
- * the per-token and per-chunk sums stay fp32. bf16 in and out, sums in a fixed order (no
- * atomics), no host sync, no allocation: the buffers are the op's workspace
- * (gt_mamba_ssd_ws_floats). Every shape runs this one path. */
-#include <stdint.h>
+ * are batched GEMMs over every chunk (k_mamba_ssd_gemm.cu) on bf16 operands rounded where
+ * mamba_ssm's Triton kernels round them: x, B, C, dy as they come, the decay- and dt-weighted
+ * factors, the fp32 states and their gradients, C B^T and dy x^T after the mask and decay; the
+ * cumsums, the state passing, the per-token and per-chunk sums (this file) stay fp32. bf16 in
+ * and out, sums in a fixed order (no atomics), no host sync, no allocation: the buffers are the
+ * op's workspace (gt_mamba_ssd_ws_floats). Every shape runs this one path. */
+#include "backend/cuda/mamba_ssd.cuh"
 
-#include "backend/cuda/mma_sync.cuh"
-
-#define CK_THREADS 256 /* the elementwise and per-chunk kernels */
-#define CK_TILE 64     /* rows of an output tile of k_ck_mm, and its columns but for wide ones */
-#define CK_WIDE 128    /* columns of a wide tile (products whose columns are the S states) */
-#define CK_BK 32       /* depth of one k step of it */
-#define CK_WM 32       /* a warp's rows and columns of the tile: 2 x 2 warps */
-#define CK_WN 32
-/* Shared-memory row strides (bf16) of the operand tiles: [outer][k] rows of CK_BK + 8 and
- * [k][outer] rows of OT + 8 (OT = 64 or 128 outer) all put the eight 16-byte rows of an
- * ldmatrix in distinct banks and keep every row 16-byte aligned. */
-#define CK_LD_K (CK_BK + 8)
-#define CK_LD_O(OT) ((OT) + 8)
-#define CK_OPERAND(OT) ((OT)*CK_LD_K > CK_BK * CK_LD_O(OT) ? (OT)*CK_LD_K : CK_BK * CK_LD_O(OT))
-/* Threads of a k_ck_mm block of TN columns: 2 x (TN / CK_WN) warps of CK_WM x CK_WN */
-#define CK_MM_THREADS(TN) (64 * ((TN) / CK_WN))
 /* PyTorch's softplus switches to the identity past this (beta 1), as cpu_mamba.c */
 #define CK_SOFTPLUS_THRESHOLD 20.0f
-
-/* The products; the comments give out[m][n] = sum_k a(m, k) b(k, n) of one chunk, with
- * E_ij = exp(cs_i - cs_j), w_j = exp(cs_last - cs_j), xs_j = dt_j x_j, dM_ij = dy_i . x_j. */
-enum {
-    CK_CB,   /* per (b, g, c): CB[i][j] = C_i . B_j, j <= i (k over S) */
-    CK_SLOC, /* Sloc[p][s] = sum_j w_j xs_j[p] B_j[s] (k over the chunk) */
-    CK_Y,    /* y[i][p] = sum_j<=i CB_ij E_ij xs_j[p] + exp(cs_i) sum_s Hin[p][s] C_i[s]; + D x */
-    CK_YF,   /* the same into fp32, without D (the backward's dcs needs it) */
-    CK_DH,   /* dHin[p][s] = sum_i exp(cs_i) dy_i[p] C_i[s] */
-    CK_DM,   /* dM[i][j] = dy_i . x_j, j <= i (k over P) */
-    CK_DXS,  /* dxs[j][p] = sum_i>=j CB_ij E_ij dy_i[p] + w_j sum_s B_j[s] G[p][s] */
-    CK_DC,   /* dC_i[s] = exp(cs_i) sum_p dy_i[p] Hin[p][s] + sum_j<=i dt_j dM_ij E_ij B_j[s] */
-    CK_DB,   /* dB_j[s] = w_j sum_p xs_j[p] G[p][s] + sum_i>=j dt_j dM_ij E_ij C_i[s] */
-};
-
-/* Pointers into the workspace (laid out as gt_mamba_ssd_ws_floats counts them) and shapes. */
-typedef struct ck_args {
-    const bf16 *xbc, *zx, *dt_bias, *A_log, *D, *dy;
-    bf16 *y, *dxbc, *dzx;
-    float *dt, *cs;   /* [B*H][T]: softplus'd dt, cumsum of dt*A within the chunk */
-    float *cb;        /* [B*G][nc][L][L] */
-    float *hin;       /* [B*H][nc][P][S]: the chunk's own state, then the state entering it */
-    float *gs;        /* [B*H][nc][P][S]: dL/dHin of the chunk's outputs, then dL/d(state out) */
-    float *dm;        /* [B*H][nc][L][L] */
-    float *yf, *dxs;  /* [N][H][P] */
-    float *tok;       /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
-    float *lt;        /* [B*H][nc]: <dL/d(state out), state out> */
-    float *part;      /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
-    float *dBp, *dCp; /* [N][H][S] per head, before the sum over a group's heads */
-    int B, T, H, P, G, S, L, nc, C, di, in;
-} ck_args;
-
-static ck_args ck_make(gt_mamba_shape sh, float *ws) {
-    ck_args a = {};
-    a.B = sh.B, a.T = sh.T, a.H = sh.H, a.P = sh.P, a.G = sh.G, a.S = sh.S;
-    a.L = gt_mamba_chunk_len(sh);
-    a.nc = (sh.T + a.L - 1) / a.L;
-    a.C = gt_mamba_conv(sh), a.di = gt_mamba_inner(sh), a.in = gt_mamba_in(sh);
-    size_t BH = (size_t)sh.B * sh.H, N = (size_t)sh.B * sh.T, Z = BH * a.nc;
-    size_t LL = (size_t)a.L * a.L, ps = (size_t)sh.P * sh.S;
-    a.dt = ws;
-    a.cs = a.dt + BH * sh.T;
-    a.cb = a.cs + BH * sh.T;
-    a.hin = a.cb + (size_t)sh.B * sh.G * a.nc * LL;
-    a.gs = a.hin + Z * ps;
-    a.dm = a.gs + Z * ps;
-    a.yf = a.dm + Z * LL;
-    a.dxs = a.yf + N * a.di;
-    a.tok = a.dxs + N * a.di;
-    a.lt = a.tok + 3 * BH * sh.T;
-    a.part = a.lt + Z;
-    a.dBp = a.part + 3 * Z;
-    a.dCp = a.dBp + N * sh.H * sh.S;
-    return a;
-}
-
-/* One chunk of one head (or group, for CK_CB): token n0 is its first, Lc its length. */
-typedef struct ck_at {
-    int h, g, c, Lc;
-    size_t z, n0;
-    const float *cs, *dt, *cb, *dm;
-    const float *hin, *gs;
-    float csl, A, Dh;
-} ck_at;
-
-template <int OP> static __device__ __forceinline__ ck_at ck_at_make(const ck_args &a, size_t z) {
-    ck_at x;
-    int c = (int)(z % a.nc);
-    size_t bq = z / a.nc; /* b*H + h, or b*G + g for CK_CB */
-    int per = OP == CK_CB ? a.G : a.H;
-    int b = (int)(bq / per);
-    x.z = z, x.c = c;
-    x.h = OP == CK_CB ? 0 : (int)(bq % per);
-    x.g = OP == CK_CB ? (int)(bq % per) : x.h / (a.H / a.G);
-    x.Lc = min(a.L, a.T - c * a.L);
-    x.n0 = (size_t)b * a.T + (size_t)c * a.L;
-    size_t bh = (size_t)b * a.H + x.h, LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
-    x.cs = a.cs + bh * a.T + (size_t)c * a.L;
-    x.dt = a.dt + bh * a.T + (size_t)c * a.L;
-    x.cb = a.cb + (((size_t)b * a.G + x.g) * a.nc + c) * LL;
-    x.dm = a.dm + (bh * a.nc + c) * LL;
-    x.hin = a.hin + (bh * a.nc + c) * ps;
-    x.gs = a.gs + (bh * a.nc + c) * ps;
-    x.csl = OP == CK_CB ? 0.0f : x.cs[x.Lc - 1];
-    x.A = -expf(ldf(a.A_log + x.h));
-    x.Dh = ldf(a.D + x.h);
-    return x;
-}
-
-static __device__ __forceinline__ float ck_x(const ck_args &a, size_t n, int h, int p) {
-    return ldf(a.xbc + n * a.C + (size_t)h * a.P + p);
-}
-static __device__ __forceinline__ float ck_b(const ck_args &a, size_t n, int g, int s) {
-    return ldf(a.xbc + n * a.C + a.di + (size_t)g * a.S + s);
-}
-static __device__ __forceinline__ float ck_c(const ck_args &a, size_t n, int g, int s) {
-    return ldf(a.xbc + n * a.C + a.di + (size_t)(a.G + g) * a.S + s);
-}
-static __device__ __forceinline__ float ck_dy(const ck_args &a, size_t n, int h, int p) {
-    return ldf(a.dy + n * a.di + (size_t)h * a.P + p);
-}
-
-template <int OP>
-static __device__ __forceinline__ void ck_dims(const ck_args &a, const ck_at &x, int *M, int *N,
-                                               int *K) {
-    switch (OP) {
-    case CK_CB:
-        *M = x.Lc, *N = x.Lc, *K = a.S;
-        break;
-    case CK_SLOC:
-    case CK_DH:
-        *M = a.P, *N = a.S, *K = x.Lc;
-        break;
-    case CK_Y:
-    case CK_YF:
-    case CK_DXS:
-        *M = x.Lc, *N = a.P, *K = a.L + a.S;
-        break;
-    case CK_DM:
-        *M = x.Lc, *N = x.Lc, *K = a.P;
-        break;
-    default:
-        *M = x.Lc, *N = a.S, *K = a.P + a.L;
-        break; /* CK_DC, CK_DB */
-    }
-}
-
-/* Whether the k step [k0, k0 + CK_BK) is all masked out for the rows [m0, m0 + CK_TILE). */
-template <int OP> static __device__ __forceinline__ bool ck_skip(const ck_args &a, int k0, int m0) {
-    int k1 = k0 + CK_BK - 1;
-    switch (OP) {
-    case CK_Y:
-    case CK_YF:
-        return k1 < a.L && k0 > m0 + CK_TILE - 1; /* j > every i */
-    case CK_DXS:
-        return k1 < a.L && k1 < m0; /* i < every j */
-    case CK_DC:
-        return k0 >= a.P && k1 < a.P + a.L && k0 - a.P > m0 + CK_TILE - 1;
-    case CK_DB:
-        return k0 >= a.P && k1 - a.P < m0;
-    default:
-        return false;
-    }
-}
-
-template <int OP>
-static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x, int m, int k) {
-    switch (OP) {
-    case CK_CB:
-        return ck_c(a, x.n0 + m, x.g, k);
-    case CK_SLOC:
-        return __expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
-    case CK_Y:
-    case CK_YF:
-        if (k < a.L) return k <= m ? x.cb[(size_t)m * a.L + k] * __expf(x.cs[m] - x.cs[k]) : 0.0f;
-        return __expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
-    case CK_DH:
-        return ck_dy(a, x.n0 + k, x.h, m) * __expf(x.cs[k]);
-    case CK_DM:
-        return ck_dy(a, x.n0 + m, x.h, k);
-    case CK_DXS:
-        if (k < a.L)
-            return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * __expf(x.cs[k] - x.cs[m])
-                                      : 0.0f;
-        return __expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
-    case CK_DC: {
-        if (k < a.P) return __expf(x.cs[m]) * ck_dy(a, x.n0 + m, x.h, k);
-        int j = k - a.P;
-        return j <= m ? x.dt[j] * x.dm[(size_t)m * a.L + j] * __expf(x.cs[m] - x.cs[j]) : 0.0f;
-    }
-    default: { /* CK_DB */
-        if (k < a.P) return __expf(x.csl - x.cs[m]) * x.dt[m] * ck_x(a, x.n0 + m, x.h, k);
-        int i = k - a.P;
-        return i >= m && i < x.Lc ? x.dt[m] * x.dm[(size_t)i * a.L + m] * __expf(x.cs[i] - x.cs[m])
-                                  : 0.0f;
-    }
-    }
-}
-
-template <int OP>
-static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x, int k, int n) {
-    switch (OP) {
-    case CK_CB:
-        return ck_b(a, x.n0 + n, x.g, k);
-    case CK_SLOC:
-        return ck_b(a, x.n0 + k, x.g, n);
-    case CK_Y:
-    case CK_YF:
-        if (k < a.L) return k < x.Lc ? x.dt[k] * ck_x(a, x.n0 + k, x.h, n) : 0.0f;
-        return x.hin[(size_t)n * a.S + (k - a.L)];
-    case CK_DH:
-        return ck_c(a, x.n0 + k, x.g, n);
-    case CK_DM:
-        return ck_x(a, x.n0 + n, x.h, k);
-    case CK_DXS:
-        if (k < a.L) return k < x.Lc ? ck_dy(a, x.n0 + k, x.h, n) : 0.0f;
-        return x.gs[(size_t)n * a.S + (k - a.L)];
-    case CK_DC:
-        if (k < a.P) return x.hin[(size_t)k * a.S + n];
-        return k - a.P < x.Lc ? ck_b(a, x.n0 + (k - a.P), x.g, n) : 0.0f;
-    default: /* CK_DB */
-        if (k < a.P) return x.gs[(size_t)k * a.S + n];
-        return k - a.P < x.Lc ? ck_c(a, x.n0 + (k - a.P), x.g, n) : 0.0f;
-    }
-}
-
-template <int OP>
-static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x, int m, int n,
-                                                float v) {
-    size_t LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
-    size_t hp = (size_t)x.h * a.P;
-    switch (OP) {
-    case CK_CB:
-        a.cb[(size_t)(x.cb - a.cb) + (size_t)m * a.L + n] = v;
-        break;
-    case CK_SLOC:
-        a.hin[x.z * ps + (size_t)m * a.S + n] = v;
-        break;
-    case CK_Y:
-        a.y[(x.n0 + m) * a.di + hp + n] = tobf(v + x.Dh * ck_x(a, x.n0 + m, x.h, n));
-        break;
-    case CK_YF:
-        a.yf[(x.n0 + m) * a.di + hp + n] = v;
-        break;
-    case CK_DH:
-        a.gs[x.z * ps + (size_t)m * a.S + n] = v;
-        break;
-    case CK_DM:
-        a.dm[x.z * LL + (size_t)m * a.L + n] = v;
-        break;
-    case CK_DXS:
-        a.dxs[(x.n0 + m) * a.di + hp + n] = v;
-        a.dxbc[(x.n0 + m) * a.C + hp + n] = tobf(x.dt[m] * v + x.Dh * ck_dy(a, x.n0 + m, x.h, n));
-        break;
-    case CK_DC:
-        a.dCp[((x.n0 + m) * a.H + x.h) * a.S + n] = v;
-        break;
-    default:
-        a.dBp[((x.n0 + m) * a.H + x.h) * a.S + n] = v;
-        break; /* CK_DB */
-    }
-}
-
-/* Which index of a product's operand runs along memory in its gathers (so that a warp's
- * neighbouring lanes read neighbouring bf16 values): A(m, k) along k except where it is x or
- * dy read over the chunk's tokens (k), B(k, n) along n except where it is B, x, Hin or G read
- * as [n][k]. A k-fast operand sits in shared memory as [outer][k], the other as [k][outer]. */
-template <int OP> struct ck_fast {
-    static constexpr bool a_k = OP != CK_SLOC && OP != CK_DH;
-    static constexpr bool b_n = OP != CK_CB && OP != CK_DM;
-};
-
-/* One operand tile of a k step (OT outer x CK_BK k) gathered into shared memory as bf16, two
- * neighbouring elements a thread at a time by NT threads; zero outside [0, outer_n) x [0, K). */
-template <int OP, bool IS_A, bool K_FAST, int OT, int NT>
-static __device__ __forceinline__ void ck_gather(bf16 *s, const ck_args &a, const ck_at &x, int o0,
-                                                 int outer_n, int k0, int K) {
-#pragma unroll
-    for (int e = threadIdx.x; e < OT * CK_BK / 2; e += NT) {
-        int o, k, o1, k1, at;
-        if (K_FAST) {
-            o = e / (CK_BK / 2), k = 2 * (e % (CK_BK / 2)), o1 = o, k1 = k + 1;
-            at = o * CK_LD_K + k;
-        } else {
-            k = e / (OT / 2), o = 2 * (e % (OT / 2)), o1 = o + 1, k1 = k;
-            at = k * CK_LD_O(OT) + o;
-        }
-        float v0 = 0.0f, v1 = 0.0f;
-        if (o0 + o < outer_n && k0 + k < K)
-            v0 = IS_A ? ck_opa<OP>(a, x, o0 + o, k0 + k) : ck_opb<OP>(a, x, k0 + k, o0 + o);
-        if (o0 + o1 < outer_n && k0 + k1 < K)
-            v1 = IS_A ? ck_opa<OP>(a, x, o0 + o1, k0 + k1) : ck_opb<OP>(a, x, k0 + k1, o0 + o1);
-        *(uint32_t *)(s + at) = gt_pack_bf16(v0, v1);
-    }
-}
-
-/* A fragments (16 m x 16 k) of the warp's two m blocks at row wm, k offset ks. */
-template <bool K_FAST>
-static __device__ __forceinline__ void ck_frag_a(uint32_t (*f)[4], const bf16 *s, int wm, int ks) {
-    int lane = threadIdx.x & 31, mi = lane >> 3, j = lane & 7;
-#pragma unroll
-    for (int i = 0; i < CK_WM / 16; i++) {
-        int m = wm + i * 16;
-        if (K_FAST)
-            gt_ldsm_x4(f[i], s + (m + (lane & 15)) * CK_LD_K + ks + (lane >> 4) * 8);
-        else
-            gt_ldsm_x4_t(f[i], s + (ks + j + (mi >> 1) * 8) * CK_LD_O(CK_TILE) + m + (mi & 1) * 8);
-    }
-}
-
-/* B fragments (16 k x 8 n) of the warp's four n blocks at column wn, k offset ks, of a tile of
- * TN columns. */
-template <bool N_FAST, int TN>
-static __device__ __forceinline__ void ck_frag_b(uint32_t (*f)[2], const bf16 *s, int wn, int ks) {
-    int lane = threadIdx.x & 31, mi = lane >> 3, j = lane & 7;
-#pragma unroll
-    for (int p = 0; p < CK_WN / 16; p++) {
-        int n = wn + p * 16;
-        uint32_t r[4];
-        if (!N_FAST)
-            gt_ldsm_x4(r, s + (n + j + (mi >> 1) * 8) * CK_LD_K + ks + (mi & 1) * 8);
-        else
-            gt_ldsm_x4_t(r, s + (ks + j + (mi & 1) * 8) * CK_LD_O(TN) + n + (mi >> 1) * 8);
-        f[2 * p][0] = r[0], f[2 * p][1] = r[1], f[2 * p + 1][0] = r[2], f[2 * p + 1][1] = r[3];
-    }
-}
-
-/* One CK_TILE x TN output tile of one chunk's product per block (blockIdx.x the chunk,
- * blockIdx.y the tile) on the tensor cores: each k step's operands are gathered (masks and
- * decays applied in fp32) and rounded to bf16 into shared memory, as mamba_ssm rounds the
- * operands of its products, and mma.sync m16n8k16 sums them into fp32 accumulators; warps of
- * CK_WM x CK_WN, the k steps in order. Fragment layout: mma_sync.cuh. A compile-time OP, so
- * each product's gathers inline. */
-template <int OP, int TN>
-__global__ void __launch_bounds__(CK_MM_THREADS(TN)) k_ck_mm(ck_args a, int tiles_n) {
-    GT_PDL_ENTRY();
-    constexpr int NT = CK_MM_THREADS(TN), NWN = TN / CK_WN;
-    __shared__ __align__(16) bf16 As[CK_OPERAND(CK_TILE)], Bs[CK_OPERAND(TN)];
-    ck_at x = ck_at_make<OP>(a, blockIdx.x);
-    int M, N, K;
-    ck_dims<OP>(a, x, &M, &N, &K);
-    int m0 = (int)(blockIdx.y / tiles_n) * CK_TILE, n0 = (int)(blockIdx.y % tiles_n) * TN;
-    if (m0 >= M || n0 >= N) return;
-    if ((OP == CK_CB || OP == CK_DM) && n0 > m0 + CK_TILE - 1) return; /* above the diagonal */
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int wm = (warp / NWN) * CK_WM, wn = (warp % NWN) * CK_WN;
-    float acc[CK_WM / 16][CK_WN / 8][4] = {};
-    for (int k0 = 0; k0 < K; k0 += CK_BK) {
-        if (ck_skip<OP>(a, k0, m0)) continue;
-        ck_gather<OP, true, ck_fast<OP>::a_k, CK_TILE, NT>(As, a, x, m0, M, k0, K);
-        ck_gather<OP, false, !ck_fast<OP>::b_n, TN, NT>(Bs, a, x, n0, N, k0, K);
-        __syncthreads();
-#pragma unroll
-        for (int ks = 0; ks < CK_BK; ks += 16) {
-            uint32_t fa[CK_WM / 16][4], fb[CK_WN / 8][2];
-            ck_frag_a<ck_fast<OP>::a_k>(fa, As, wm, ks);
-            ck_frag_b<ck_fast<OP>::b_n, TN>(fb, Bs, wn, ks);
-#pragma unroll
-            for (int i = 0; i < CK_WM / 16; i++)
-#pragma unroll
-                for (int j = 0; j < CK_WN / 8; j++)
-                    gt_mma_16816(acc[i][j], fa[i], fb[j]);
-        }
-        __syncthreads();
-    }
-    int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int i = 0; i < CK_WM / 16; i++)
-#pragma unroll
-        for (int j = 0; j < CK_WN / 8; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                int m = m0 + wm + i * 16 + g + (q >> 1) * 8, n = n0 + wn + j * 8 + 2 * t + (q & 1);
-                if (m < M && n < N) ck_store<OP>(a, x, m, n, acc[i][j][q]);
-            }
-}
 
 static __device__ __forceinline__ float ck_sigm(float v) {
     return 1.0f / (1.0f + expf(-v));
@@ -514,7 +141,8 @@ __global__ void k_ck_lt(ck_args a) {
     if (threadIdx.x == 0) a.lt[z] = s;
 }
 
-/* tok = x . dxs, dy . yf, dy . x per (token, head): a warp each, lanes over p, a fixed tree */
+/* tok = x . dxs, dy . yf, dy . x per (token, head): a warp each, lanes over p, a fixed tree;
+ * and dx's slice of dxbc, dt dxs + D dy, from the same loads */
 __global__ void k_ck_tok(ck_args a) {
     GT_PDL_ENTRY();
     size_t NH = (size_t)a.B * a.T * a.H, BHT = NH, nw = (size_t)gridDim.x * blockDim.x / 32;
@@ -522,17 +150,18 @@ __global__ void k_ck_tok(ck_args a) {
     for (size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; w < NH; w += nw) {
         size_t n = w / a.H;
         int h = (int)(w % a.H);
-        size_t o = n * a.di + (size_t)h * a.P;
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f;
+        size_t o = (((n / a.T) * a.H + h) * a.nc * a.L + n % a.T) * a.P;
+        size_t q = ((n / a.T) * a.H + h) * a.T + n % a.T;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, dt = a.dt[q], Dh = ldf(a.D + h);
         for (int p = lane; p < a.P; p += 32) {
-            float xv = ck_x(a, n, h, p), dyv = ck_dy(a, n, h, p);
-            s0 += xv * a.dxs[o + p];
+            float xv = ck_x(a, n, h, p), dyv = ck_dy(a, n, h, p), dxs = a.dxs[o + p];
+            s0 += xv * dxs;
             s1 += dyv * a.yf[o + p];
             s2 += dyv * xv;
+            a.dxbc[n * a.C + (size_t)h * a.P + p] = tobf(dt * dxs + Dh * dyv);
         }
         s0 = warp_sum(s0), s1 = warp_sum(s1), s2 = warp_sum(s2);
         if (lane == 0) {
-            size_t q = ((n / a.T) * a.H + h) * a.T + n % a.T;
             a.tok[q] = s0;
             a.tok[BHT + q] = s1;
             a.tok[2 * BHT + q] = s2;
@@ -586,13 +215,13 @@ __global__ void k_ck_bc_sum(ck_args a) {
     int per = a.H / a.G, GS = a.G * a.S;
     size_t total = (size_t)a.B * a.T * 2 * GS;
     GT_GRID_STRIDE(i, total) {
-        size_t n = i / (2 * (size_t)GS);
+        size_t n = i / (2 * (size_t)GS), b = n / a.T, t = n % a.T;
         int j = (int)(i % (2 * (size_t)GS)), which = j / GS, gs = j % GS;
         int g = gs / a.S, s = gs % a.S;
         const float *src = which ? a.dCp : a.dBp;
         float acc = 0.0f;
         for (int q = 0; q < per; q++)
-            acc += src[(n * a.H + (size_t)g * per + q) * a.S + s];
+            acc += src[((b * a.H + (size_t)g * per + q) * a.nc * a.L + t) * a.S + s];
         a.dxbc[n * a.C + a.di + (size_t)which * GS + gs] = tobf(acc);
     }
 }
@@ -619,41 +248,13 @@ __global__ void k_ck_param_sum(float *ddt_bias, float *dA_log, float *dD, ck_arg
     dD[h] = accumulate ? dD[h] + dd : dd;
 }
 
-static int ck_tiles(int n, int tile) {
-    return (n + tile - 1) / tile;
-}
-
-/* Launches product OP over every chunk; rows and columns are at most max_m, max_n. Products
- * whose columns are the states take tiles of CK_WIDE columns where S is wider than one of
- * CK_TILE, so that their rows' operand (the costlier gather: decays, the dM loads) is gathered
- * once per row tile rather than once per 64 columns; the others (and CB and dM, whose tiles
- * above the diagonal are skipped as squares) CK_TILE. */
-template <int OP>
-static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int max_m, int max_n,
-                  const char *what) {
-    size_t per = (size_t)a.B * a.nc * (OP == CK_CB ? a.G : a.H);
-    constexpr bool states_wide = OP == CK_SLOC || OP == CK_DH || OP == CK_DC || OP == CK_DB;
-    bool wide = states_wide && max_n > CK_TILE;
-    int tn = ck_tiles(max_n, wide ? CK_WIDE : CK_TILE);
-    dim3 grid((unsigned)per, (unsigned)(ck_tiles(max_m, CK_TILE) * tn));
-    if constexpr (states_wide) {
-        if (wide) {
-            gt_launch(k_ck_mm<OP, CK_WIDE>, grid, CK_MM_THREADS(CK_WIDE), 0, ex, a, tn);
-            GT_CUDA_LAUNCHED(b, what);
-            return;
-        }
-    }
-    gt_launch(k_ck_mm<OP, CK_TILE>, grid, CK_MM_THREADS(CK_TILE), 0, ex, a, tn);
-    GT_CUDA_LAUNCHED(b, what);
-}
-
 /* dt, cs, CB and the states entering every chunk: the forward's start, the backward's too */
 static void ck_states(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
     size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
     gt_launch(k_ck_cumsum, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, what);
-    ck_mm<CK_CB>(b, ex, a, a.L, a.L, what);
-    ck_mm<CK_SLOC>(b, ex, a, a.P, a.S, what);
+    gt_ssd_product(b, ex, a, CK_CB, what);
+    gt_ssd_product(b, ex, a, CK_SLOC, what);
     gt_launch(k_ck_pass_fwd, gt_grid((size_t)a.B * a.H * ps, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, what);
 }
@@ -662,11 +263,17 @@ extern "C" void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, cons
                                       const void *zxbcdt, const void *dt_bias, const void *A_log,
                                       const void *D, float *ws, gt_mamba_shape sh) {
     gt_cuda_exec ex = gt_cuda_ex(b, s);
-    ck_args a = ck_make(sh, ws);
+    ck_args a = gt_ssd_args(sh, ws);
+    if (!a.fits) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "mamba_ssd_fwd: the chunked scan's workspace layout outgrew "
+                        "gt_mamba_ssd_ws_floats (backend.h and k_mamba_ssd.cu disagree)");
+        return;
+    }
     a.xbc = (const bf16 *)xbc, a.zx = (const bf16 *)zxbcdt, a.dt_bias = (const bf16 *)dt_bias;
     a.A_log = (const bf16 *)A_log, a.D = (const bf16 *)D, a.y = (bf16 *)y;
     ck_states(b, ex, a, "mamba_ssd_fwd (states)");
-    ck_mm<CK_Y>(b, ex, a, a.L, a.P, "mamba_ssd_fwd (output)");
+    gt_ssd_product(b, ex, a, CK_Y, "mamba_ssd_fwd (output)");
 }
 
 extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt,
@@ -675,23 +282,29 @@ extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, v
                                       const void *A_log, const void *D, float *ws,
                                       gt_mamba_shape sh, int accumulate) {
     gt_cuda_exec ex = gt_cuda_ex(b, s);
-    ck_args a = ck_make(sh, ws);
+    ck_args a = gt_ssd_args(sh, ws);
+    if (!a.fits) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "mamba_ssd_bwd: the chunked scan's workspace layout outgrew "
+                        "gt_mamba_ssd_ws_floats (backend.h and k_mamba_ssd.cu disagree)");
+        return;
+    }
     a.xbc = (const bf16 *)xbc, a.zx = (const bf16 *)zxbcdt, a.dt_bias = (const bf16 *)dt_bias;
     a.A_log = (const bf16 *)A_log, a.D = (const bf16 *)D, a.dy = (const bf16 *)dy;
     a.dxbc = (bf16 *)dxbc, a.dzx = (bf16 *)dzxbcdt;
     size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
     size_t NH = (size_t)a.B * a.T * a.H, total = (size_t)a.B * a.T * 2 * a.G * a.S;
     ck_states(b, ex, a, "mamba_ssd_bwd (states)");
-    ck_mm<CK_YF>(b, ex, a, a.L, a.P, "mamba_ssd_bwd (output)");
-    ck_mm<CK_DH>(b, ex, a, a.P, a.S, "mamba_ssd_bwd (dH)");
+    gt_ssd_product(b, ex, a, CK_YF, "mamba_ssd_bwd (output)");
+    gt_ssd_product(b, ex, a, CK_DH, "mamba_ssd_bwd (dH)");
     gt_launch(k_ck_pass_bwd, gt_grid((size_t)a.B * a.H * ps, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (state passing)");
     gt_launch(k_ck_lt, (unsigned)Z, CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (chunk ends)");
-    ck_mm<CK_DM>(b, ex, a, a.L, a.L, "mamba_ssd_bwd (dM)");
-    ck_mm<CK_DXS>(b, ex, a, a.L, a.P, "mamba_ssd_bwd (dx)");
-    ck_mm<CK_DC>(b, ex, a, a.L, a.S, "mamba_ssd_bwd (dC)");
-    ck_mm<CK_DB>(b, ex, a, a.L, a.S, "mamba_ssd_bwd (dB)");
+    gt_ssd_product(b, ex, a, CK_DM, "mamba_ssd_bwd (dM)");
+    gt_ssd_product(b, ex, a, CK_DXS, "mamba_ssd_bwd (dx)");
+    gt_ssd_product(b, ex, a, CK_DC, "mamba_ssd_bwd (dC)");
+    gt_ssd_product(b, ex, a, CK_DB, "mamba_ssd_bwd (dB)");
     gt_launch(k_ck_tok, gt_grid(NH * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (token sums)");
     gt_launch(k_ck_chunk_bwd, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);

@@ -30,7 +30,9 @@
 #define SLOW_DT_BIAS_SHIFT (-3.0f)
 
 /* chunk lengths 4 .. 256; sequences that a chunk does not divide (and one it does); groups of
- * one to four heads; S not a multiple of 32; the hybrid workload's P = 64, S = 128 */
+ * one to four heads; S not a multiple of 32; the hybrid workload's P = 64, S = 128; P, S and a
+ * chunk length that are no multiples of 4, whose products' GEMMs cannot write their fp32
+ * results in place (k_mamba_ssd.cu's ck_in_place) and go through the store pass */
 static const gt_mamba_shape k_shapes[] = {
     {.B = 2, .T = 37, .H = 4, .P = 8, .G = 2, .S = 16, .K = 4, .chunk = 16},
     {.B = 1, .T = 50, .H = 3, .P = 6, .G = 3, .S = 40, .K = 3, .chunk = 8},
@@ -39,6 +41,7 @@ static const gt_mamba_shape k_shapes[] = {
     {.B = 1, .T = 300, .H = 4, .P = 64, .G = 2, .S = 128, .K = 4, .chunk = 128},
     {.B = 1, .T = 256, .H = 8, .P = 64, .G = 2, .S = 128, .K = 4, .chunk = 128},
     {.B = 1, .T = 520, .H = 2, .P = 32, .G = 1, .S = 64, .K = 4, .chunk = 256},
+    {.B = 2, .T = 50, .H = 3, .P = 6, .G = 1, .S = 18, .K = 3, .chunk = 7},
 };
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 

@@ -1,0 +1,386 @@
+/* The chunk products of the SSD scan (k_mamba_ssd.cu; mamba_ssd.cuh names them), each over
+ * every chunk at once: one elementwise pass materializes both bf16 operands per chunk in the
+ * workspace (ck_opa / ck_opb: the masks and decays in fp32, then the rounding mamba_ssm's
+ * Triton kernels do), one cuBLASLt strided-batched GEMM sums them in fp32
+ * (cuda_batched_gemm.c), writing its fp32 result in place where the layouts allow; else, and
+ * for y (made of its result and D x), a pass stores it (ck_store). Chunks are taken whole: a
+ * shorter last chunk's operands are zero past its end. */
+#include "backend/cuda/mamba_ssd.cuh"
+
+#define CK_VEC 8 /* bf16 an operand kernel's thread writes at once (16 bytes) */
+
+/* One product as a batched GEMM over chunks: M x N x K with the chunk's length taken whole
+ * (a shorter last chunk's operands are zero past its end), A stored as ar rows of lda, B as br
+ * rows of ldb, C as M rows of ldc; leading dimensions rounded up to CK_VEC elements so that
+ * every row and every chunk's matrix starts on 16 bytes. */
+typedef struct ck_gemm {
+    int M, N, K, batch, ar, br;
+    int lda, ldb, ldc;
+} ck_gemm;
+
+static int ck_round(int n) {
+    return (int)gt_mamba_ssd_ld((size_t)n);
+}
+
+/* The workspace pointer p rounded up to GT_MAMBA_SSD_WS_ALIGN_FLOATS floats */
+static float *ck_align(void *p) {
+    uintptr_t u = (uintptr_t)p, al = GT_MAMBA_SSD_WS_ALIGN_FLOATS * sizeof(float);
+    return (float *)((u + al - 1) / al * al);
+}
+
+template <int OP>
+static __host__ __device__ __forceinline__ void ck_dims(const ck_args &a, const ck_at &x, int *M,
+                                                        int *N, int *K) {
+    switch (OP) {
+    case CK_CB:
+        *M = x.Lc, *N = x.Lc, *K = a.S;
+        break;
+    case CK_SLOC:
+    case CK_DH:
+        *M = a.P, *N = a.S, *K = x.Lc;
+        break;
+    case CK_Y:
+    case CK_YF:
+    case CK_DXS:
+        *M = x.Lc, *N = a.P, *K = a.L + a.S;
+        break;
+    case CK_DM:
+        *M = x.Lc, *N = x.Lc, *K = a.P;
+        break;
+    default:
+        *M = x.Lc, *N = a.S, *K = a.P + a.L;
+        break; /* CK_DC, CK_DB */
+    }
+}
+
+template <int OP>
+static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x, int m, int k) {
+    switch (OP) {
+    case CK_CB:
+        return ck_c(a, x.n0 + m, x.g, k);
+    case CK_SLOC:
+        return __expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
+    case CK_Y:
+    case CK_YF:
+        if (k < a.L) return k <= m ? x.cb[(size_t)m * a.L + k] * __expf(x.cs[m] - x.cs[k]) : 0.0f;
+        return __expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
+    case CK_DH:
+        return ck_dy(a, x.n0 + k, x.h, m) * __expf(x.cs[k]);
+    case CK_DM:
+        return ck_dy(a, x.n0 + m, x.h, k);
+    case CK_DXS:
+        if (k < a.L)
+            return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * __expf(x.cs[k] - x.cs[m])
+                                      : 0.0f;
+        return __expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
+    case CK_DC: {
+        if (k < a.P) return __expf(x.cs[m]) * ck_dy(a, x.n0 + m, x.h, k);
+        int j = k - a.P;
+        return j <= m ? x.dt[j] * x.dm[(size_t)m * a.L + j] * __expf(x.cs[m] - x.cs[j]) : 0.0f;
+    }
+    default: { /* CK_DB */
+        if (k < a.P) return __expf(x.csl - x.cs[m]) * x.dt[m] * ck_x(a, x.n0 + m, x.h, k);
+        int i = k - a.P;
+        return i >= m && i < x.Lc ? x.dt[m] * x.dm[(size_t)i * a.L + m] * __expf(x.cs[i] - x.cs[m])
+                                  : 0.0f;
+    }
+    }
+}
+
+template <int OP>
+static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x, int k, int n) {
+    switch (OP) {
+    case CK_CB:
+        return ck_b(a, x.n0 + n, x.g, k);
+    case CK_SLOC:
+        return ck_b(a, x.n0 + k, x.g, n);
+    case CK_Y:
+    case CK_YF:
+        if (k < a.L) return k < x.Lc ? x.dt[k] * ck_x(a, x.n0 + k, x.h, n) : 0.0f;
+        return x.hin[(size_t)n * a.S + (k - a.L)];
+    case CK_DH:
+        return ck_c(a, x.n0 + k, x.g, n);
+    case CK_DM:
+        return ck_x(a, x.n0 + n, x.h, k);
+    case CK_DXS:
+        if (k < a.L) return k < x.Lc ? ck_dy(a, x.n0 + k, x.h, n) : 0.0f;
+        return x.gs[(size_t)n * a.S + (k - a.L)];
+    case CK_DC:
+        if (k < a.P) return x.hin[(size_t)k * a.S + n];
+        return k - a.P < x.Lc ? ck_b(a, x.n0 + (k - a.P), x.g, n) : 0.0f;
+    default: /* CK_DB */
+        if (k < a.P) return x.gs[(size_t)k * a.S + n];
+        return k - a.P < x.Lc ? ck_c(a, x.n0 + (k - a.P), x.g, n) : 0.0f;
+    }
+}
+
+/* Product OP's result v at (m, n) of chunk x where it goes (y's made into y = v + D x) */
+template <int OP>
+static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x, int m, int n,
+                                                float v) {
+    size_t LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
+    size_t hp = (size_t)x.h * a.P, zp = (x.z * a.L + m) * a.P + n, zs = (x.z * a.L + m) * a.S + n;
+    switch (OP) {
+    case CK_CB:
+        a.cb[(size_t)(x.cb - a.cb) + (size_t)m * a.L + n] = v;
+        break;
+    case CK_SLOC:
+        a.hin[x.z * ps + (size_t)m * a.S + n] = v;
+        break;
+    case CK_Y:
+        a.y[(x.n0 + m) * a.di + hp + n] = tobf(v + x.Dh * ck_x(a, x.n0 + m, x.h, n));
+        break;
+    case CK_YF:
+        a.yf[zp] = v;
+        break;
+    case CK_DH:
+        a.gs[x.z * ps + (size_t)m * a.S + n] = v;
+        break;
+    case CK_DM:
+        a.dm[x.z * LL + (size_t)m * a.L + n] = v;
+        break;
+    case CK_DXS:
+        a.dxs[zp] = v; /* dx's dxbc is made of it beside the token sums (k_ck_tok) */
+        break;
+    case CK_DC:
+        a.dCp[zs] = v;
+        break;
+    default:
+        a.dBp[zs] = v;
+        break; /* CK_DB */
+    }
+}
+
+/* Which index of a product's operand runs along memory where it is read (so that neighbouring
+ * threads read neighbouring values): A(m, k) along k except where it is x or dy read over the
+ * chunk's tokens (k), B(k, n) along n except where it is B, x, Hin or G read as [n][k]. The
+ * materialized operand keeps that order: A as [m][k] where a_k, else [k][m]; B as [k][n] where
+ * b_n, else [n][k]. */
+template <int OP> struct ck_fast {
+    static constexpr bool a_k = OP != CK_SLOC && OP != CK_DH;
+    static constexpr bool b_n = OP != CK_CB && OP != CK_DM;
+};
+
+template <int OP> static ck_gemm ck_gemm_of(const ck_args &a) {
+    ck_at whole = {};
+    whole.Lc = a.L;
+    ck_gemm g;
+    ck_dims<OP>(a, whole, &g.M, &g.N, &g.K);
+    g.batch = a.B * a.nc * (OP == CK_CB ? a.G : a.H);
+    g.ar = ck_fast<OP>::a_k ? g.M : g.K;
+    g.lda = ck_round(ck_fast<OP>::a_k ? g.K : g.M);
+    g.br = ck_fast<OP>::b_n ? g.K : g.N;
+    g.ldb = ck_round(ck_fast<OP>::b_n ? g.N : g.K);
+    g.ldc = ck_round(g.N);
+    return g;
+}
+
+/* Whether the GEMM of product OP writes its result where it goes: the fp32 matrices per chunk
+ * of its own layout (rows of N), where those rows are whole 16-byte units. Not y, which is made
+ * of the result, nor the others otherwise: they go through opc and ck_store. */
+template <int OP> static bool ck_in_place(const ck_args &a) {
+    int n = OP == CK_CB || OP == CK_DM ? a.L : OP == CK_YF || OP == CK_DXS ? a.P : a.S;
+    return OP != CK_Y && n % 4 == 0;
+}
+
+/* Product OP's fp32 result buffer (of those written in place) */
+template <int OP> static float *ck_result(const ck_args &a) {
+    switch (OP) {
+    case CK_CB:
+        return a.cb;
+    case CK_DM:
+        return a.dm;
+    case CK_SLOC:
+        return a.hin;
+    case CK_DH:
+        return a.gs;
+    case CK_YF:
+        return a.yf;
+    case CK_DXS:
+        return a.dxs;
+    case CK_DC:
+        return a.dCp;
+    default:
+        return a.dBp; /* CK_DB */
+    }
+}
+
+/* The larger of *need and product OP's operand and result sizes (elements; the result only
+ * where the GEMM does not write it in place) */
+template <int OP> static void ck_need(const ck_args &a, size_t *na, size_t *nb, size_t *nc) {
+    ck_gemm g = ck_gemm_of<OP>(a);
+    size_t ea = (size_t)g.batch * g.ar * g.lda, eb = (size_t)g.batch * g.br * g.ldb;
+    size_t ec = ck_in_place<OP>(a) ? 0 : (size_t)g.batch * g.M * g.ldc;
+    *na = ea > *na ? ea : *na, *nb = eb > *nb ? eb : *nb, *nc = ec > *nc ? ec : *nc;
+}
+
+ck_args gt_ssd_args(gt_mamba_shape sh, float *ws) {
+    ck_args a = {};
+    a.B = sh.B, a.T = sh.T, a.H = sh.H, a.P = sh.P, a.G = sh.G, a.S = sh.S;
+    a.L = gt_mamba_chunk_len(sh);
+    a.nc = (sh.T + a.L - 1) / a.L;
+    a.C = gt_mamba_conv(sh), a.di = gt_mamba_inner(sh), a.in = gt_mamba_in(sh);
+    size_t BH = (size_t)sh.B * sh.H, Z = BH * a.nc;
+    size_t LL = (size_t)a.L * a.L, ps = (size_t)sh.P * sh.S;
+    a.dt = ck_align(ws);
+    a.cs = ck_align(a.dt + BH * sh.T);
+    a.cb = ck_align(a.cs + BH * sh.T);
+    a.hin = ck_align(a.cb + (size_t)sh.B * sh.G * a.nc * LL);
+    a.gs = ck_align(a.hin + Z * ps);
+    a.dm = ck_align(a.gs + Z * ps);
+    a.yf = ck_align(a.dm + Z * LL);
+    a.dxs = ck_align(a.yf + Z * a.L * sh.P);
+    a.tok = ck_align(a.dxs + Z * a.L * sh.P);
+    a.lt = ck_align(a.tok + 3 * BH * sh.T);
+    a.part = ck_align(a.lt + Z);
+    a.dBp = ck_align(a.part + 3 * Z);
+    a.dCp = ck_align(a.dBp + Z * a.L * sh.S);
+    size_t na = 0, nb = 0, nc = 0;
+    ck_need<CK_CB>(a, &na, &nb, &nc);
+    ck_need<CK_SLOC>(a, &na, &nb, &nc);
+    ck_need<CK_Y>(a, &na, &nb, &nc);
+    ck_need<CK_DH>(a, &na, &nb, &nc);
+    ck_need<CK_DM>(a, &na, &nb, &nc);
+    ck_need<CK_DXS>(a, &na, &nb, &nc);
+    ck_need<CK_DC>(a, &na, &nb, &nc);
+    ck_need<CK_DB>(a, &na, &nb, &nc);
+    a.opa = (bf16 *)ck_align(a.dCp + Z * a.L * sh.S);
+    a.opb = (bf16 *)ck_align(a.opa + na);
+    a.opc = ck_align(a.opb + nb);
+    a.fits = a.opc + nc <= ws + gt_mamba_ssd_ws_floats(sh);
+    return a;
+}
+
+/* CK_VEC neighbouring elements (unit u of rows x ld) of product OP's A (IS_A) or B operand of
+ * chunk x into dst, from the formulas of ck_opa / ck_opb in fp32, then rounded; zero outside
+ * the chunk's own M x K or K x N */
+template <int OP, bool IS_A>
+static __device__ __forceinline__ void ck_operand(const ck_args &a, const ck_at &x, int rows,
+                                                  int ld, int u, bf16 *dst) {
+    int M, N, K;
+    ck_dims<OP>(a, x, &M, &N, &K);
+    int per_row = ld / CK_VEC;
+    if (u >= rows * per_row) return;
+    int r = u / per_row, c0 = (u % per_row) * CK_VEC;
+    float v[CK_VEC];
+#pragma unroll
+    for (int q = 0; q < CK_VEC; q++) {
+        int c = c0 + q;
+        v[q] = 0.0f;
+        if (IS_A) {
+            int m = ck_fast<OP>::a_k ? r : c, k = ck_fast<OP>::a_k ? c : r;
+            if (m < M && k < K) v[q] = ck_opa<OP>(a, x, m, k);
+        } else {
+            int k = ck_fast<OP>::b_n ? r : c, n = ck_fast<OP>::b_n ? c : r;
+            if (n < N && k < K) v[q] = ck_opb<OP>(a, x, k, n);
+        }
+    }
+    uint4 w;
+    w.x = gt_pack_bf16(v[0], v[1]), w.y = gt_pack_bf16(v[2], v[3]);
+    w.z = gt_pack_bf16(v[4], v[5]), w.w = gt_pack_bf16(v[6], v[7]);
+    *(uint4 *)(dst + ((size_t)x.z * rows + r) * ld + c0) = w;
+}
+
+/* Both operands of product OP (ck_gemm g) for chunk blockIdx.x, one launch: the first
+ * blocks_a rows of blocks A's, the others B's; a thread writes CK_VEC neighbouring elements */
+template <int OP>
+__global__ void k_ck_operands(ck_args a, ck_gemm g, unsigned blocks_a, unsigned blocks) {
+    GT_PDL_ENTRY();
+    ck_at x = ck_at_make<OP>(a, blockIdx.x);
+    for (unsigned y = blockIdx.y; y < blocks; y += gridDim.y) {
+        if (y < blocks_a)
+            ck_operand<OP, true>(a, x, g.ar, g.lda, (int)(y * blockDim.x + threadIdx.x), a.opa);
+        else
+            ck_operand<OP, false>(a, x, g.br, g.ldb,
+                                  (int)((y - blocks_a) * blockDim.x + threadIdx.x), a.opb);
+    }
+}
+
+/* Product OP's result of chunk blockIdx.x (rows x ldc fp32 in opc) through ck_store */
+template <int OP> __global__ void k_ck_store(ck_args a, int rows, int ldc) {
+    GT_PDL_ENTRY();
+    ck_at x = ck_at_make<OP>(a, blockIdx.x);
+    int M, N, K;
+    ck_dims<OP>(a, x, &M, &N, &K);
+    for (int u = (int)(blockIdx.y * blockDim.x + threadIdx.x); u < rows * ldc;
+         u += (int)(gridDim.y * blockDim.x)) {
+        int m = u / ldc, n = u % ldc;
+        if (m < M && n < N) ck_store<OP>(a, x, m, n, a.opc[(size_t)blockIdx.x * rows * ldc + u]);
+    }
+}
+
+/* Blocks of CK_THREADS over `threads` items */
+static unsigned ck_blocks(size_t threads) {
+    return (unsigned)((threads + CK_THREADS - 1) / CK_THREADS);
+}
+/* The grid's rows for `blocks` rows of blocks: the loops above take the rest past the limit */
+static unsigned ck_grid_y(unsigned blocks) {
+    return blocks < GT_MAX_GRID ? blocks : GT_MAX_GRID;
+}
+
+/* Product OP over every chunk: its operands materialized, one batched GEMM, its result written
+ * in place by the GEMM (ck_in_place) or stored from opc by ck_store. */
+template <int OP>
+static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
+    ck_gemm g = ck_gemm_of<OP>(a);
+    unsigned blocks_a = ck_blocks((size_t)g.ar * g.lda / CK_VEC);
+    unsigned blocks_b = ck_blocks((size_t)g.br * g.ldb / CK_VEC);
+    gt_launch(k_ck_operands<OP>, dim3((unsigned)g.batch, ck_grid_y(blocks_a + blocks_b)),
+              CK_THREADS, 0, ex, a, g, blocks_a, blocks_a + blocks_b);
+    GT_CUDA_LAUNCHED(b, what);
+    bool in_place = ck_in_place<OP>(a);
+    float *out = in_place ? ck_result<OP>(a) : a.opc;
+    int ldc = in_place ? g.N : g.ldc;
+    gt_cuda_batched_gemm gg = {g.M,
+                               g.N,
+                               g.K,
+                               g.batch,
+                               ck_fast<OP>::a_k,
+                               ck_fast<OP>::b_n,
+                               g.lda,
+                               g.ldb,
+                               ldc,
+                               (int64_t)g.ar * g.lda,
+                               (int64_t)g.br * g.ldb,
+                               (int64_t)g.M * ldc};
+    gt_cuda_batched_gemm_f32(b, ex.cs, &gg, a.opa, a.opb, out, what);
+    if (in_place) return;
+    gt_launch(k_ck_store<OP>, dim3((unsigned)g.batch, ck_grid_y(ck_blocks((size_t)g.M * ldc))),
+              CK_THREADS, 0, ex, a, g.M, ldc);
+    GT_CUDA_LAUNCHED(b, what);
+}
+
+void gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, const char *what) {
+    switch (op) {
+    case CK_CB:
+        ck_mm<CK_CB>(b, ex, a, what);
+        break;
+    case CK_SLOC:
+        ck_mm<CK_SLOC>(b, ex, a, what);
+        break;
+    case CK_Y:
+        ck_mm<CK_Y>(b, ex, a, what);
+        break;
+    case CK_YF:
+        ck_mm<CK_YF>(b, ex, a, what);
+        break;
+    case CK_DH:
+        ck_mm<CK_DH>(b, ex, a, what);
+        break;
+    case CK_DM:
+        ck_mm<CK_DM>(b, ex, a, what);
+        break;
+    case CK_DXS:
+        ck_mm<CK_DXS>(b, ex, a, what);
+        break;
+    case CK_DC:
+        ck_mm<CK_DC>(b, ex, a, what);
+        break;
+    case CK_DB:
+        ck_mm<CK_DB>(b, ex, a, what);
+        break;
+    default:
+        gt_backend_fail(b, GT_ERR_INVALID, "%s: no SSD product %d", what, op);
+        break;
+    }
+}

@@ -1,0 +1,99 @@
+/* What the two files of the SSD scan share (k_mamba_ssd.cu: its kernels and launches;
+ * k_mamba_ssd_gemm.cu: its chunk products as batched GEMMs): the products, the workspace's
+ * pointers and the shapes, one chunk's view of them. */
+#ifndef GT_BACKEND_CUDA_MAMBA_SSD_CUH
+#define GT_BACKEND_CUDA_MAMBA_SSD_CUH
+
+#include <stdint.h>
+
+#include "backend/cuda/mma_sync.cuh"
+
+#define CK_THREADS 256 /* the elementwise and per-chunk kernels */
+
+/* The products; the comments give out[m][n] = sum_k a(m, k) b(k, n) of one chunk, with
+ * E_ij = exp(cs_i - cs_j), w_j = exp(cs_last - cs_j), xs_j = dt_j x_j, dM_ij = dy_i . x_j. */
+enum {
+    CK_CB,   /* per (b, g, c): CB[i][j] = C_i . B_j, j <= i (k over S) */
+    CK_SLOC, /* Sloc[p][s] = sum_j w_j xs_j[p] B_j[s] (k over the chunk) */
+    CK_Y,    /* y[i][p] = sum_j<=i CB_ij E_ij xs_j[p] + exp(cs_i) sum_s Hin[p][s] C_i[s]; + D x */
+    CK_YF,   /* the same into fp32, without D (the backward's dcs needs it) */
+    CK_DH,   /* dHin[p][s] = sum_i exp(cs_i) dy_i[p] C_i[s] */
+    CK_DM,   /* dM[i][j] = dy_i . x_j, j <= i (k over P) */
+    CK_DXS,  /* dxs[j][p] = sum_i>=j CB_ij E_ij dy_i[p] + w_j sum_s B_j[s] G[p][s] */
+    CK_DC,   /* dC_i[s] = exp(cs_i) sum_p dy_i[p] Hin[p][s] + sum_j<=i dt_j dM_ij E_ij B_j[s] */
+    CK_DB,   /* dB_j[s] = w_j sum_p xs_j[p] G[p][s] + sum_i>=j dt_j dM_ij E_ij C_i[s] */
+};
+
+/* Pointers into the workspace (laid out as gt_mamba_ssd_ws_floats counts them) and shapes. */
+typedef struct ck_args {
+    const bf16 *xbc, *zx, *dt_bias, *A_log, *D, *dy;
+    bf16 *y, *dxbc, *dzx;
+    float *dt, *cs;   /* [B*H][T]: softplus'd dt, cumsum of dt*A within the chunk */
+    float *cb;        /* [B*G][nc][L][L] */
+    float *hin;       /* [B*H][nc][P][S]: the chunk's own state, then the state entering it */
+    float *gs;        /* [B*H][nc][P][S]: dL/dHin of the chunk's outputs, then dL/d(state out) */
+    float *dm;        /* [B*H][nc][L][L] */
+    float *yf, *dxs;  /* [B*H][nc*L][P]: tokens padded to whole chunks */
+    float *tok;       /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
+    float *lt;        /* [B*H][nc]: <dL/d(state out), state out> */
+    float *part;      /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
+    float *dBp, *dCp; /* [B*H][nc*L][S] per head, before the sum over a group's heads */
+    bf16 *opa, *opb;  /* one product's operands per chunk (ck_gemm), reused by the next */
+    float *opc;       /* its fp32 result per chunk where that is not the GEMM's own output */
+    int B, T, H, P, G, S, L, nc, C, di, in;
+    int fits; /* the layout ends inside gt_mamba_ssd_ws_floats */
+} ck_args;
+
+/* One chunk of one head (or group, for CK_CB): token n0 is its first, Lc its length. */
+typedef struct ck_at {
+    int h, g, c, Lc;
+    size_t z, n0;
+    const float *cs, *dt, *cb, *dm;
+    const float *hin, *gs;
+    float csl, A, Dh;
+} ck_at;
+
+template <int OP> static __device__ __forceinline__ ck_at ck_at_make(const ck_args &a, size_t z) {
+    ck_at x;
+    int c = (int)(z % a.nc);
+    size_t bq = z / a.nc; /* b*H + h, or b*G + g for CK_CB */
+    int per = OP == CK_CB ? a.G : a.H;
+    int b = (int)(bq / per);
+    x.z = z, x.c = c;
+    x.h = OP == CK_CB ? 0 : (int)(bq % per);
+    x.g = OP == CK_CB ? (int)(bq % per) : x.h / (a.H / a.G);
+    x.Lc = min(a.L, a.T - c * a.L);
+    x.n0 = (size_t)b * a.T + (size_t)c * a.L;
+    size_t bh = (size_t)b * a.H + x.h, LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
+    x.cs = a.cs + bh * a.T + (size_t)c * a.L;
+    x.dt = a.dt + bh * a.T + (size_t)c * a.L;
+    x.cb = a.cb + (((size_t)b * a.G + x.g) * a.nc + c) * LL;
+    x.dm = a.dm + (bh * a.nc + c) * LL;
+    x.hin = a.hin + (bh * a.nc + c) * ps;
+    x.gs = a.gs + (bh * a.nc + c) * ps;
+    x.csl = OP == CK_CB ? 0.0f : x.cs[x.Lc - 1];
+    x.A = -expf(ldf(a.A_log + x.h));
+    x.Dh = ldf(a.D + x.h);
+    return x;
+}
+
+static __device__ __forceinline__ float ck_x(const ck_args &a, size_t n, int h, int p) {
+    return ldf(a.xbc + n * a.C + (size_t)h * a.P + p);
+}
+static __device__ __forceinline__ float ck_b(const ck_args &a, size_t n, int g, int s) {
+    return ldf(a.xbc + n * a.C + a.di + (size_t)g * a.S + s);
+}
+static __device__ __forceinline__ float ck_c(const ck_args &a, size_t n, int g, int s) {
+    return ldf(a.xbc + n * a.C + a.di + (size_t)(a.G + g) * a.S + s);
+}
+static __device__ __forceinline__ float ck_dy(const ck_args &a, size_t n, int h, int p) {
+    return ldf(a.dy + n * a.di + (size_t)h * a.P + p);
+}
+
+/* The workspace ws laid out for shape sh as gt_mamba_ssd_ws_floats counts it (fits: the
+ * layout ends inside it), each buffer on 256 bytes; the tensors' pointers are the caller's */
+ck_args gt_ssd_args(gt_mamba_shape sh, float *ws);
+/* Product op (CK_*) over every chunk (k_mamba_ssd_gemm.cu) */
+void gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, const char *what);
+
+#endif
