@@ -25,7 +25,8 @@ static int layer_in_bf16(const gt_config *cfg, int l) {
 int gt_model_fp8_saves_input(const gt_model *m, int layer, int lin) {
     const gt_config *cfg = &m->cfg;
     gt_fp8_recipe r = gt_compute_dtype_fp8_recipe(cfg->model.compute_dtype);
-    if (r != GT_FP8_RECIPE_TENSORWISE && r != GT_FP8_RECIPE_DELAYED) return 0;
+    if (r != GT_FP8_RECIPE_TENSORWISE && r != GT_FP8_RECIPE_DELAYED && r != GT_FP8_RECIPE_BLOCKWISE)
+        return 0;
     if (layer_in_bf16(cfg, layer)) return 0;
     const gt_layer *L = &m->layers[layer];
     /* the o projection's input is the attention output, which the attention backward reads */
@@ -71,7 +72,7 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
      * gradient: made there from the bf16 weight (the scale the step's weight cast recorded),
      * it costs one more read of the weights a step and saves keeping every layer's copy. */
     const gt_train_config *tc = &m->cfg.train;
-    f->wt_in_backward = !blockwise && tc->global_batch_size <= tc->micro_batch_size;
+    f->wt_in_backward = tc->global_batch_size <= tc->micro_batch_size;
     char nm[GT_ARENA_NAME_MAX];
     static const char *const names[GT_LINEARS] = {"qkv", "o", "gate_up", "down"};
     static const char *const mamba_names[GT_LINEARS] = {"in_proj", "", "", "out_proj"};
@@ -112,8 +113,10 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
                 /* half the bytes of the bf16 input it replaces (model_plan.c shares that) */
                 snprintf(nm, sizeof nm, "fp8.layers.%d.%s.x_t", l, name);
                 PLAN(&m->acts, nm, N * (size_t)in * f->elem, &li->xt);
+                /* blockwise: x^T's own 1 x 128 tiles, which run along the tokens */
+                size_t xs = blockwise ? gt_fp8_scale_count(in, dm->N, 1) : 1;
                 snprintf(nm, sizeof nm, "fp8.layers.%d.%s.x_t_scale", l, name);
-                PLAN(&m->acts, nm, sizeof(float), &li->sxt);
+                PLAN(&m->acts, nm, xs * sizeof(float), &li->sxt);
             }
             qa = max_sz(qa, N * (size_t)(in > out ? in : out));
             qb = max_sz(qb, N * (size_t)(in > out ? in : out));
@@ -263,12 +266,17 @@ void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, con
 }
 
 /* The shared w^T of a one-micro-batch step (wt_in_backward), right before its data gradient,
- * with the scale the step's weight cast recorded */
+ * with the scale the step's weight cast recorded; blockwise, from its 128 x 128 blocks again
+ * (the blocks of w^T are those of w transposed, so their scales come out the same, and the
+ * codes are the ones the step's pair cast would have written) */
 static void weight_t(gt_model *m, gt_stream *s, const gt_fp8_linear *li, gt_step_state *st) {
     gt_model_fp8 *f = &m->fp8;
     if (!f->wt_in_backward) return;
+    gt_fp8_cast_spec sp = f->scaling == GT_FP8_BLOCKWISE
+                              ? spec_rec(f, f->fwd_format, GT_FP8_TILE, 0)
+                              : spec_recorded(f->fwd_format);
     m->b->ops->fp8_cast(m->b, s, li->qwt, li->swt, gt_model_param(m, li->weight), li->out, li->in,
-                        1, spec_recorded(f->fwd_format), &f->meta[li->slot + GT_FP8_SLOT_W], st);
+                        1, sp, &f->meta[li->slot + GT_FP8_SLOT_W], st);
 }
 
 void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
