@@ -34,12 +34,15 @@ QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # canonical order, a composition exclusion (U+0958 decomposes); special tokens cut the text
 # before it is normalized (the e and its accent on either side of one stay apart); "cafe\u0301"
 # matches the normalized added token "caf\u00e9" only after NFC, "<think>" (not normalized)
-# matches the raw text
+# matches the raw text; the normalized "end<" loses to the special token it overlaps, which
+# is cut out first. tokenizers decodes a non-ASCII added token through the ByteLevel decoder
+# (caf\u00e9 comes back as caf\ufffd); graphtrain decodes it to its content.
 QWEN_CASES = TEXTS[:5] + [
     "\u1100\u1161\u11a8 \u212b A\u030a \u00c5 x\u0301\u0323 \u0958 \u0915\u093c \ufb01",
     "e<|endoftext|>\u0301 cafe\u0301s caf\u00e9<|im_end|>",
     "<|im_start|>user\nWhat's 12+34? Cafe\u0301 or cafe\u0301?<|im_end|>\n<|im_start|>assistant\n"
     "<think>\n\n</think>\n\n46, cafe\u0301.<|im_end|><|endoftext|>",
+    "the end<|im_end|> the end<b> ende<|endoftext|>",
     "tabs\tand  two  spaces\n\n\nnew  \n lines   end   ",
     "it\u2019s 2024\u20132025: \u00bd\u2153 \u0661\u0662 \u4e00\u4e8c\u4e09 \U0001f468\u200d\U0001f469\u200d\U0001f467",
 ]
@@ -110,7 +113,8 @@ def main():
     llama = Tokenizer.from_str(json.dumps(j))
     qwen = train(qwen_split(), False, QWEN_SPECIALS, normalizers.NFC(), QWEN_CASES)
     qwen.add_tokens([AddedToken("caf\u00e9", normalized=True),
-                     AddedToken("<think>", normalized=False), AddedToken("</think>", normalized=False)])
+                     AddedToken("<think>", normalized=False), AddedToken("</think>", normalized=False),
+                     AddedToken("end<", normalized=True)])
     cases = TEXTS + ["<|endoftext|>a<|endoftext|><|endoftext|> b", "<|begin_of_text|>end—café"
                      "<|end_of_text|>x<|end_of_text|"]
     with open(os.path.join(HERE, "hf_expected.txt"), "w") as f:
