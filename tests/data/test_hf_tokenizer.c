@@ -329,9 +329,10 @@ static void test_nfc_of_a_long_text_is_cut_without_changing_it(void **state) {
     unsigned char *in = malloc(REPEATS * 3), *want = malloc(REPEATS * 2), *out = NULL;
     assert_non_null(in);
     assert_non_null(want);
+    static const unsigned char decomposed[3] = {'e', 0xcc, 0x81}, composed[2] = {0xc3, 0xa9};
     for (size_t i = 0; i < REPEATS; i++) {
-        memcpy(in + 3 * i, "e\xcc\x81", 3);
-        memcpy(want + 2 * i, "\xc3\xa9", 2);
+        memcpy(in + sizeof decomposed * i, decomposed, sizeof decomposed);
+        memcpy(want + sizeof composed * i, composed, sizeof composed);
     }
     size_t n = 0, cap = 0;
     gt_error err = {0};
