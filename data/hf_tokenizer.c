@@ -42,8 +42,9 @@ static int refuse_normalizer(gt_error *err, const char *path, const cJSON *norma
     return refuse(err, path, what);
 }
 
-/* *nfc = 1 for NFC or a Sequence whose members are all NFC (NFC twice is NFC once), 0 for no
- * normalizer (null, absent or an empty Sequence); any other normalizer is refused by type. */
+/* *nfc = 1 for NFC or a Sequence whose members are all NFC or such Sequences (NFC twice is
+ * NFC once), 0 for no normalizer (null, absent or an empty Sequence); any other normalizer is
+ * refused by type. */
 static int read_normalizer(const cJSON *norm, const char *path, int *nfc, gt_error *err) {
     *nfc = 0;
     if (!norm || cJSON_IsNull(norm)) return GT_OK;
@@ -59,10 +60,11 @@ static int read_normalizer(const cJSON *norm, const char *path, int *nfc, gt_err
         return refuse(err, path, "the normalizer Sequence has no normalizers list");
     const cJSON *member;
     cJSON_ArrayForEach(member, list) {
-        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(member, "type");
-        if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "NFC"))
-            return refuse_normalizer(err, path, member);
-        *nfc = 1;
+        if (cJSON_IsNull(member)) return refuse_normalizer(err, path, member);
+        int member_nfc = 0;
+        int rc = read_normalizer(member, path, &member_nfc, err);
+        if (rc) return rc;
+        *nfc |= member_nfc;
     }
     return GT_OK;
 }

@@ -268,7 +268,8 @@ static void test_nfc_inside_a_sequence_normalizes_and_none_does_not(void **state
     char seq_path[400], none_path[400];
     write_qwen_variant(nfc,
                        "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":"
-                       "\"NFC\"},{\"type\":\"NFC\"}]}",
+                       "\"NFC\"},{\"type\":\"Sequence\",\"normalizers\":[{\"type\":"
+                       "\"NFC\"}]}]}",
                        seq_path, sizeof seq_path);
     gt_tokenizer *seq = NULL, *plain = NULL;
     gt_error err = {0};
