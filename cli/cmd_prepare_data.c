@@ -1,9 +1,10 @@
 /* graphtrain prepare-data: turns text files into token shards. Learns a byte-level BPE from
  * the text itself (or uses GPT-2's with --gpt2 encoder.json vocab.bpe), encodes each input
- * file as one document followed by the end-of-document token, checks the round trip, and
- * writes the set (data/shard_set.h): PREFIX_train_NNNNNN.bin, PREFIX_val_000000.bin (the last
- * --val-fraction of the tokens, held out), the vocabulary PREFIX.vocab, and last the manifest
- * PREFIX.manifest that training reads. An existing set is replaced only with --force. */
+ * file as one document followed by the end-of-document token, checks the round trip (against
+ * the NFC-normalized text when a tokenizer.json normalizes), and writes the set
+ * (data/shard_set.h): PREFIX_train_NNNNNN.bin, PREFIX_val_000000.bin (the last --val-fraction
+ * of the tokens, held out), the vocabulary PREFIX.vocab, and last the manifest PREFIX.manifest
+ * that training reads. An existing set is replaced only with --force. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,22 +183,32 @@ static int write_shards(const prep_args *a, const gt_tokenizer *tk, const uint32
 }
 
 /* Encodes each document (input file) followed by the end-of-document token, and checks that
- * each decodes to its bytes exactly. */
+ * each decodes to its bytes exactly, or, when the tokenizer normalizes (NFC), to the text as
+ * the tokenizer normalizes it. */
 static int encode_docs(const gt_tokenizer *tk, const unsigned char *text, const size_t *doc_off,
                        int n_docs, uint32_t **ids, size_t *n_ids, size_t *cap, gt_error *err) {
     uint32_t eod = (uint32_t)gt_tokenizer_eod(tk);
     int rc = GT_OK;
     for (int d = 0; !rc && d < n_docs; d++) {
         size_t first = *n_ids, len = doc_off[d + 1] - doc_off[d];
-        rc = gt_tokenizer_encode(tk, text + doc_off[d], len, ids, n_ids, cap, err);
+        const unsigned char *doc = text + doc_off[d], *want = doc;
+        size_t want_n = len;
+        unsigned char *normalized = NULL;
+        if (gt_tokenizer_normalizes(tk)) {
+            rc = gt_tokenizer_normalize(tk, doc, len, &normalized, &want_n, err);
+            want = normalized;
+        }
+        if (!rc) rc = gt_tokenizer_encode(tk, doc, len, ids, n_ids, cap, err);
         unsigned char *back = NULL;
         size_t back_n = 0;
         if (!rc) rc = gt_tokenizer_decode(tk, *ids + first, *n_ids - first, &back, &back_n, err);
-        if (!rc && (back_n != len || (len && memcmp(back, text + doc_off[d], len))))
+        if (!rc && (back_n != want_n || (want_n && memcmp(back, want, want_n))))
             rc = gt_error_set(err, GT_ERR_INVALID,
-                              "decoding the tokens did not give the input "
-                              "back (a tokenizer bug); nothing was written");
+                              "decoding the tokens did not give the %sinput back (a tokenizer "
+                              "bug); nothing was written",
+                              normalized ? "NFC-normalized " : "");
         free(back);
+        free(normalized);
         if (!rc && *n_ids == *cap) {
             size_t c = *cap ? *cap * 2 : 1024;
             uint32_t *g = realloc(*ids, c * sizeof *g);
@@ -250,9 +261,10 @@ static int prepare(const prep_args *a, gt_error *err) {
                n_ids ? (double)n / (double)n_ids : 0.0, a->n_inputs, now_s() - t1);
     if (!rc) rc = write_shards(a, tk, ids, n_ids, err);
     if (!rc)
-        printf("round trip exact. Train with:\n  graphtrain train "
+        printf("round trip exact%s. Train with:\n  graphtrain train "
                "dataset.source=shards dataset.data_path=%s model.vocab_size=%d\n",
-               a->output, gt_tokenizer_vocab_size(tk));
+               gt_tokenizer_normalizes(tk) ? " (against the NFC-normalized text)" : "", a->output,
+               gt_tokenizer_vocab_size(tk));
     free(text);
     free(ids);
     free(doc_off);

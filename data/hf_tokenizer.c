@@ -1,15 +1,17 @@
 /* Hugging Face tokenizer.json for byte-level BPE (GPT-2, Llama 3, Qwen), parsed with cJSON:
- * model.vocab / model.merges in GPT-2's byte-to-unicode alphabet, added_tokens, and the
+ * model.vocab / model.merges in GPT-2's byte-to-unicode alphabet, added_tokens, the
+ * normalizer (none, or NFC as Qwen2/Qwen3 have it, alone or in a Sequence), and the
  * pre-tokenizer, which must be ByteLevel (GPT-2's regex) or a Sequence of one Split regex
  * (behavior Isolated) and a ByteLevel without its own regex. Anything that would make the
- * encoding differ from Hugging Face's (a normalizer, byte fallback, dropout, word prefixes or
- * suffixes, added-token stripping) is refused naming the setting. */
+ * encoding differ from Hugging Face's (other normalizers, byte fallback, dropout, word
+ * prefixes or suffixes, added-token stripping) is refused naming the setting. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/read_file.h"
+#include "data/nfc.h"
 #include "data/tokenizer_internal.h"
 
 #define GT_HF_MAX_FILE (512u << 20)
@@ -17,7 +19,7 @@
 static int refuse(gt_error *err, const char *path, const char *what) {
     return gt_error_set(err, GT_ERR_UNSUPPORTED,
                         "%s: %s; graphtrain reads byte-level BPE tokenizers (GPT-2, Llama 3, "
-                        "Qwen without NFC) and would encode differently from Hugging Face",
+                        "Qwen) and would encode differently from Hugging Face",
                         path, what);
 }
 
@@ -27,6 +29,44 @@ static int is_null_or_false(const cJSON *j) {
 
 static int empty_string_or_null(const cJSON *j) {
     return !j || cJSON_IsNull(j) || (cJSON_IsString(j) && !j->valuestring[0]);
+}
+
+#define GT_HF_NORMALIZERS_SUPPORTED "supported: none, NFC, or a Sequence of NFC"
+
+static int refuse_normalizer(gt_error *err, const char *path, const cJSON *normalizer) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(normalizer, "type");
+    char what[160];
+    snprintf(what, sizeof what,
+             "normalizer %.60s is not supported (" GT_HF_NORMALIZERS_SUPPORTED ")",
+             cJSON_IsString(type) ? type->valuestring : "without a type");
+    return refuse(err, path, what);
+}
+
+/* *nfc = 1 for NFC or a Sequence whose members are all NFC or such Sequences (NFC twice is
+ * NFC once), 0 for no normalizer (null, absent or an empty Sequence); any other normalizer is
+ * refused by type. */
+static int read_normalizer(const cJSON *norm, const char *path, int *nfc, gt_error *err) {
+    *nfc = 0;
+    if (!norm || cJSON_IsNull(norm)) return GT_OK;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(norm, "type");
+    if (!cJSON_IsString(type)) return refuse_normalizer(err, path, norm);
+    if (!strcmp(type->valuestring, "NFC")) {
+        *nfc = 1;
+        return GT_OK;
+    }
+    if (strcmp(type->valuestring, "Sequence")) return refuse_normalizer(err, path, norm);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(norm, "normalizers");
+    if (!cJSON_IsArray(list))
+        return refuse(err, path, "the normalizer Sequence has no normalizers list");
+    const cJSON *member;
+    cJSON_ArrayForEach(member, list) {
+        if (cJSON_IsNull(member)) return refuse_normalizer(err, path, member);
+        int member_nfc = 0;
+        int rc = read_normalizer(member, path, &member_nfc, err);
+        if (rc) return rc;
+        *nfc |= member_nfc;
+    }
+    return GT_OK;
 }
 
 /* The regex of the pre-tokenizer into *pattern (NULL: GPT-2's). */
@@ -95,11 +135,35 @@ typedef struct hf_tok {
     unsigned char *bytes; /* malloc'ed */
     size_t len;
     int set;
+    int normalized; /* an added token matched in the normalized text */
 } hf_tok;
 
+/* Hugging Face matches a normalized=true added token in the normalized text by its normalized
+ * content; graphtrain matches its content as written, which is the same when the content is
+ * already in NFC (as every such token of Qwen's is), so any other is refused by name. */
+static int check_added_normalization(const cJSON *content, int id, const char *path, int nfc,
+                                     gt_error *err) {
+    if (!nfc) return GT_OK;
+    const unsigned char *c = (const unsigned char *)content->valuestring;
+    size_t n = strlen(content->valuestring);
+    unsigned char *norm = NULL;
+    size_t norm_n = 0, cap = 0;
+    int rc = gt_nfc_append(c, n, &norm, &norm_n, &cap, err);
+    if (!rc && (norm_n != n || memcmp(norm, c, n))) {
+        char what[200];
+        snprintf(what, sizeof what,
+                 "added token %d (%.40s) has normalized=true but its content is not in NFC; "
+                 "write it in NFC or set normalized=false",
+                 id, content->valuestring);
+        rc = refuse(err, path, what);
+    }
+    free(norm);
+    return rc;
+}
+
 /* vocab and added tokens into slots by id; ids must run 0..max without gaps */
-static int collect_tokens(const cJSON *vocab, const cJSON *added, const char *path, hf_tok **out,
-                          int *n_out, gt_error *err) {
+static int collect_tokens(const cJSON *vocab, const cJSON *added, const char *path, int nfc,
+                          hf_tok **out, int *n_out, gt_error *err) {
     int dec[512], max_id = -1;
     gt_tok_byte_decoder(dec);
     const cJSON *e;
@@ -149,6 +213,15 @@ static int collect_tokens(const cJSON *vocab, const cJSON *added, const char *pa
                          content->valuestring, flags[f]);
                 return refuse(err, path, what);
             }
+        const cJSON *normalized = cJSON_GetObjectItemCaseSensitive(e, "normalized");
+        if (!cJSON_IsBool(normalized))
+            return gt_error_set(err, GT_ERR_INVALID,
+                                "%s: added token %d (%.40s) has no \"normalized\": true/false "
+                                "(Hugging Face's tokenizers refuses such a file too)",
+                                path, id, content->valuestring);
+        int rc = cJSON_IsTrue(normalized) ? check_added_normalization(content, id, path, nfc, err)
+                                          : GT_OK;
+        if (rc) return rc;
         size_t n = strlen(content->valuestring);
         hf_tok *s = &t[id];
         if (s->set && (s->len != n || memcmp(s->bytes, content->valuestring, n)))
@@ -162,6 +235,7 @@ static int collect_tokens(const cJSON *vocab, const cJSON *added, const char *pa
         memcpy(s->bytes, content->valuestring, n);
         s->len = n;
         s->set = 3; /* added */
+        s->normalized = cJSON_IsTrue(normalized);
     }
     for (int id = 0; id <= max_id; id++) {
         if (!t[id].set)
@@ -241,6 +315,7 @@ static int read_merges(gt_tokenizer *tk, const cJSON *merges, const char *path, 
 static void sort_added(gt_tokenizer *tk) {
     for (int i = 1; i < tk->n_added; i++) {
         uint32_t id = tk->added[i];
+        unsigned char normalized = tk->added_normalized[i];
         size_t len;
         (void)gt_tokenizer_token(tk, id, &len);
         int j = i - 1;
@@ -249,8 +324,10 @@ static void sort_added(gt_tokenizer *tk) {
             (void)gt_tokenizer_token(tk, tk->added[j], &lj);
             if (lj >= len) break;
             tk->added[j + 1] = tk->added[j];
+            tk->added_normalized[j + 1] = tk->added_normalized[j];
         }
         tk->added[j + 1] = id;
+        tk->added_normalized[j + 1] = normalized;
     }
 }
 
@@ -265,14 +342,8 @@ static int build(gt_tokenizer *tk, const cJSON *root, const char *path, gt_error
                             "%s: no model.vocab object and model.merges list; is it a "
                             "Hugging Face tokenizer.json?",
                             path);
-    if (norm && !cJSON_IsNull(norm)) {
-        const cJSON *nt = cJSON_GetObjectItemCaseSensitive(norm, "type");
-        char what[128];
-        snprintf(what, sizeof what, "normalizer %s is not supported (only none)",
-                 cJSON_IsString(nt) ? nt->valuestring : "?");
-        return refuse(err, path, what);
-    }
-    int rc = check_model(model, path, err);
+    int rc = read_normalizer(norm, path, &tk->nfc, err);
+    if (!rc) rc = check_model(model, path, err);
     const char *pattern = NULL;
     if (!rc)
         rc = read_pre_tokenizer(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), path,
@@ -280,21 +351,26 @@ static int build(gt_tokenizer *tk, const cJSON *root, const char *path, gt_error
     if (!rc && pattern) rc = gt_tok_set_pattern(tk, pattern, err);
     hf_tok *t = NULL;
     int n = 0;
-    if (!rc) rc = collect_tokens(vocab, added, path, &t, &n, err);
+    if (!rc) rc = collect_tokens(vocab, added, path, tk->nfc, &t, &n, err);
     for (int id = 0; !rc && id < n; id++)
         rc = gt_tok_add_token(tk, t[id].bytes, t[id].len, err);
     if (!rc) rc = gt_tok_index_bytes(tk, path, err);
     if (!rc) rc = gt_tok_index_tokens(tk, err);
     if (!rc) rc = read_merges(tk, merges, path, err);
     if (!rc && cJSON_GetArraySize(added) > 0) {
-        tk->added = malloc((size_t)cJSON_GetArraySize(added) * sizeof *tk->added);
-        if (!tk->added) rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
+        size_t n_added = (size_t)cJSON_GetArraySize(added);
+        tk->added = malloc(n_added * sizeof *tk->added);
+        tk->added_normalized = malloc(n_added);
+        if (!tk->added || !tk->added_normalized)
+            rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory");
         const cJSON *e;
         cJSON_ArrayForEach(e, added) {
             if (rc) break;
             uint32_t id = (uint32_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valueint;
+            tk->added_normalized[tk->n_added] = (unsigned char)t[id].normalized;
             tk->added[tk->n_added++] = id;
-            tk->added_first[t[id].bytes[0]] = 1;
+            tk->added_first[t[id].bytes[0]] |=
+                t[id].normalized ? GT_ADDED_NORMALIZED : GT_ADDED_RAW;
         }
         if (!rc) sort_added(tk);
     }

@@ -1,4 +1,4 @@
-/* Tokenizer tables, encoding (added tokens, regex chunks, merges), decoding and the
+/* Tokenizer tables, encoding (added tokens, NFC, regex chunks, merges), decoding and the
  * vocabulary file; see tokenizer.h. Training lives in bpe_train.c, GPT-2 file loading in
  * gpt2_bpe.c, tokenizer.json in hf_tokenizer.c, the regex split in pretok.c. */
 #include "data/tokenizer_internal.h"
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/atomic_file.h"
+#include "data/nfc.h"
 
 #define GT_VOCAB_FILE_MAGIC "graphtrain-tokenizer"
 /* version 2 adds the end-of-document id ("eod N"); version 1 files (none) still load */
@@ -97,6 +98,7 @@ void gt_tokenizer_destroy(gt_tokenizer *tk) {
     free(tk->mh_val);
     gt_pretok_destroy(tk->pretok);
     free(tk->added);
+    free(tk->added_normalized);
     free(tk->th_slot);
     free(tk);
 }
@@ -309,15 +311,91 @@ static int encode_plain(const gt_tokenizer *tk, const unsigned char *text, size_
     return GT_OK;
 }
 
-/* The added token (longest first) whose content starts at text[i], or -1. */
-static int added_at(const gt_tokenizer *tk, const unsigned char *text, size_t n, size_t i) {
-    if (!tk->added_first[text[i]]) return -1;
+/* The added token (longest first) of the kind `bit` (GT_ADDED_*) whose content starts at
+ * text[i], or -1. */
+static int added_at(const gt_tokenizer *tk, const unsigned char *text, size_t n, size_t i,
+                    int bit) {
+    if (!(tk->added_first[text[i]] & bit)) return -1;
     for (int k = 0; k < tk->n_added; k++) {
+        if ((tk->added_normalized[k] ? GT_ADDED_NORMALIZED : GT_ADDED_RAW) != bit) continue;
         size_t len;
         const unsigned char *c = gt_tokenizer_token(tk, tk->added[k], &len);
         if (len && len <= n - i && !memcmp(text + i, c, len)) return k;
     }
     return -1;
+}
+
+/* Where the pieces of a text go: their ids (encoding) or, when ids is NULL, the bytes those
+ * ids decode to (gt_tokenizer_normalize). */
+typedef struct piece_sink {
+    uint32_t **ids;
+    size_t *n_ids, *ids_cap;
+    unsigned char **bytes;
+    size_t *n_bytes, *bytes_cap;
+} piece_sink;
+
+static int append_bytes(const unsigned char *p, size_t m, unsigned char **out, size_t *n,
+                        size_t *cap, gt_error *err) {
+    if (*n + m > *cap) {
+        size_t c = *cap ? *cap * 2 : 4096;
+        while (c < *n + m)
+            c *= 2;
+        unsigned char *b = realloc(*out, c);
+        if (!b) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory normalizing text");
+        *out = b;
+        *cap = c;
+    }
+    if (m) memcpy(*out + *n, p, m);
+    *n += m;
+    return GT_OK;
+}
+
+static int sink_added(const gt_tokenizer *tk, const piece_sink *s, int k, gt_error *err) {
+    if (s->ids) return append_ids(&tk->added[k], 1, s->ids, s->n_ids, s->ids_cap, err);
+    size_t len;
+    const unsigned char *c = gt_tokenizer_token(tk, tk->added[k], &len);
+    return append_bytes(c, len, s->bytes, s->n_bytes, s->bytes_cap, err);
+}
+
+typedef int (*piece_fn)(const gt_tokenizer *tk, const piece_sink *s, const unsigned char *text,
+                        size_t n, gt_error *err);
+
+/* Cuts text at the added tokens of the kind `bit` (leftmost, longest first, as Hugging Face's
+ * matcher) and passes the text between them to `between`. */
+static int split_at_added(const gt_tokenizer *tk, const piece_sink *s, const unsigned char *text,
+                          size_t n, int bit, piece_fn between, gt_error *err) {
+    size_t start = 0;
+    for (size_t i = 0; tk->n_added && i < n; i++) {
+        int k = added_at(tk, text, n, i, bit);
+        if (k < 0) continue;
+        int rc = i > start ? between(tk, s, text + start, i - start, err) : GT_OK;
+        if (!rc) rc = sink_added(tk, s, k, err);
+        if (rc) return rc;
+        size_t len;
+        (void)gt_tokenizer_token(tk, tk->added[k], &len);
+        start = i + len;
+        i = start - 1;
+    }
+    return n > start ? between(tk, s, text + start, n - start, err) : GT_OK;
+}
+
+static int sink_plain(const gt_tokenizer *tk, const piece_sink *s, const unsigned char *text,
+                      size_t n, gt_error *err) {
+    if (s->ids) return encode_plain(tk, text, n, s->ids, s->n_ids, s->ids_cap, err);
+    return append_bytes(text, n, s->bytes, s->n_bytes, s->bytes_cap, err);
+}
+
+/* A piece between raw-matched added tokens: normalized on its own, then cut again at the
+ * added tokens that match the normalized text (Hugging Face's two passes). */
+static int sink_segment(const gt_tokenizer *tk, const piece_sink *s, const unsigned char *text,
+                        size_t n, gt_error *err) {
+    if (!tk->nfc) return split_at_added(tk, s, text, n, GT_ADDED_NORMALIZED, sink_plain, err);
+    unsigned char *nfc = NULL;
+    size_t nfc_n = 0, nfc_cap = 0;
+    int rc = gt_nfc_append(text, n, &nfc, &nfc_n, &nfc_cap, err);
+    if (!rc) rc = split_at_added(tk, s, nfc, nfc_n, GT_ADDED_NORMALIZED, sink_plain, err);
+    free(nfc);
+    return rc;
 }
 
 int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_t n, uint32_t **ids,
@@ -328,19 +406,30 @@ int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_
                             "and added tokens it does not keep; encode with the "
                             "tokenizer.json itself (prepare-data --tokenizer PATH)");
     /* added (special) tokens first, as Hugging Face does: the text between them is split */
-    size_t start = 0;
-    for (size_t i = 0; tk->n_added && i < n; i++) {
-        int k = added_at(tk, text, n, i);
-        if (k < 0) continue;
-        int rc = encode_plain(tk, text + start, i - start, ids, n_ids, cap, err);
-        if (!rc) rc = append_ids(&tk->added[k], 1, ids, n_ids, cap, err);
-        if (rc) return rc;
-        size_t len;
-        (void)gt_tokenizer_token(tk, tk->added[k], &len);
-        start = i + len;
-        i = start - 1;
+    piece_sink s = {.ids = ids, .n_ids = n_ids, .ids_cap = cap};
+    return split_at_added(tk, &s, text, n, GT_ADDED_RAW, sink_segment, err);
+}
+
+int gt_tokenizer_normalizes(const gt_tokenizer *tk) {
+    return tk->nfc;
+}
+
+int gt_tokenizer_normalize(const gt_tokenizer *tk, const unsigned char *text, size_t n,
+                           unsigned char **out, size_t *out_n, gt_error *err) {
+    *out = NULL;
+    *out_n = 0;
+    size_t cap = 0;
+    piece_sink s = {.bytes = out, .n_bytes = out_n, .bytes_cap = &cap};
+    int rc = tk->nfc ? split_at_added(tk, &s, text, n, GT_ADDED_RAW, sink_segment, err)
+                     : append_bytes(text, n, out, out_n, &cap, err);
+    if (!rc && !*out && !(*out = malloc(1))) /* an empty text: a buffer all the same */
+        rc = gt_error_set(err, GT_ERR_NOMEM, "out of host memory normalizing text");
+    if (rc) {
+        free(*out);
+        *out = NULL;
+        *out_n = 0;
     }
-    return encode_plain(tk, text + start, n - start, ids, n_ids, cap, err);
+    return rc;
 }
 
 int gt_tokenizer_decode(const gt_tokenizer *tk, const uint32_t *ids, size_t n, unsigned char **out,

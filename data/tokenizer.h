@@ -26,8 +26,9 @@ int gt_bpe_train(gt_tokenizer **tk, const unsigned char *text, size_t n, int voc
                  gt_error *err);
 /* GPT-2's tokenizer from its two files (byte-to-unicode alphabet, ranked merges). */
 /* A Hugging Face tokenizer.json of a byte-level BPE (GPT-2, Llama 3, Qwen): vocab, merges,
- * added tokens, the ByteLevel pre-tokenizer or a Split regex before it (hf_tokenizer.c);
- * options it cannot honour (normalizers, byte fallback, ...) are refused by name. */
+ * added tokens, the NFC normalizer (Qwen's) or none, the ByteLevel pre-tokenizer or a Split
+ * regex before it (hf_tokenizer.c); options it cannot honour (other normalizers, byte
+ * fallback, ...) are refused by name. */
 int gt_tokenizer_load_hf(gt_tokenizer **tk, const char *tokenizer_json, gt_error *err);
 int gt_tokenizer_load_gpt2(gt_tokenizer **tk, const char *encoder_json, const char *vocab_bpe,
                            gt_error *err);
@@ -52,6 +53,15 @@ const unsigned char *gt_tokenizer_token(const gt_tokenizer *tk, uint32_t id, siz
 /* Appends the ids of text to *ids (a malloc'ed array grown as needed; *n used, *cap size). */
 int gt_tokenizer_encode(const gt_tokenizer *tk, const unsigned char *text, size_t n, uint32_t **ids,
                         size_t *n_ids, size_t *cap, gt_error *err);
+/* 1 when encoding normalizes the text first (a tokenizer.json's NFC normalizer): the ids then
+ * decode to gt_tokenizer_normalize's text, not always to the input's bytes. */
+int gt_tokenizer_normalizes(const gt_tokenizer *tk);
+/* The bytes the ids of text decode to, into a malloc'ed *out of *out_n bytes: as Hugging Face
+ * does, the added tokens matched in the raw text are cut out first, and each piece between
+ * them is normalized on its own (NFC; invalid UTF-8 bytes kept); a copy of text when the
+ * tokenizer does not normalize. */
+int gt_tokenizer_normalize(const gt_tokenizer *tk, const unsigned char *text, size_t n,
+                           unsigned char **out, size_t *out_n, gt_error *err);
 /* Decodes ids into a malloc'ed byte string *out of *out_n bytes; unknown ids are refused. */
 int gt_tokenizer_decode(const gt_tokenizer *tk, const uint32_t *ids, size_t n, unsigned char **out,
                         size_t *out_n, gt_error *err);

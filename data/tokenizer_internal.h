@@ -10,6 +10,11 @@
  * that file, so a vocabulary file of this kind decodes but does not encode) */
 typedef enum { GT_TOK_BPE = 0, GT_TOK_GPT2 = 1, GT_TOK_HF = 2 } gt_tok_kind;
 
+/* added_first bits: some added token matched in the raw / the normalized text starts with the
+ * byte */
+#define GT_ADDED_RAW 1
+#define GT_ADDED_NORMALIZED 2
+
 struct gt_tokenizer {
     gt_tok_kind kind;
     int n_vocab;
@@ -27,9 +32,13 @@ struct gt_tokenizer {
     gt_pretok *pretok; /* the chunking regex (GPT-2's unless the source says otherwise) */
     int can_encode;    /* 0 for a GT_TOK_HF vocabulary read back from its .vocab file */
     int ignore_merges; /* a chunk that is itself a token is emitted whole (Llama 3) */
+    int nfc;           /* the text is NFC-normalized before the split (nfc.h) */
     int n_added;       /* added / special tokens, matched in the text before the split */
     uint32_t *added;   /* [n_added] their ids, longest content first */
-    unsigned char added_first[256]; /* bytes that start some added token */
+    /* [n_added] 1: matched in the normalized text (Hugging Face's normalized=true), 0: in the
+     * raw text, before normalization */
+    unsigned char *added_normalized;
+    unsigned char added_first[256]; /* GT_ADDED_* bits: bytes that start some added token */
     int32_t *th_slot; /* token bytes -> id + 1 (open addressing, gt_tok_index_tokens) */
     size_t th_cap;
 };

@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in cmake make gcc libyaml-dev libcjson-dev libcmocka-dev zlib1g-dev libpcre2-dev clang \
-         libclang-rt-14-dev fortunes clang-format clang-tidy cppcheck openmpi-bin libopenmpi-dev; do
+for p in cmake make gcc libyaml-dev libcjson-dev libcmocka-dev zlib1g-dev libpcre2-dev \
+         libutf8proc-dev clang libclang-rt-14-dev fortunes clang-format clang-tidy cppcheck \
+         openmpi-bin libopenmpi-dev; do
   have_pkg "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
