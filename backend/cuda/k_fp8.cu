@@ -1,8 +1,9 @@
 /* FP8 casts and delayed scaling's update on the CUDA backend (backend.h, "FP8 linear layers"),
  * bitwise what the CPU emulation (backend/cpu/cpu_fp8.c) computes: amax as the max of |x|'s bits
  * (order-free, so deterministic), the scale from it by the same float operations, the cast by
- * __nv_cvt_float_to_fp8 with satfinite (round to nearest even). Per-tensor scaling here; the
- * blockwise casts are k_fp8_block.cu's. */
+ * the satfinite conversions of cuda_fp8.h (round to nearest even), in pairs where it can. Per-
+ * tensor scaling here; the blockwise casts are k_fp8_block.cu's. Every pass is bound by memory
+ * bandwidth: 16-byte loads, several in flight a thread, and coalesced stores. */
 #include <cuda_fp8.h>
 #include <float.h>
 
@@ -109,11 +110,14 @@ static __device__ __forceinline__ unsigned max_abs_bits8(unsigned m, const float
     return m;
 }
 
-/* The flat passes keep FP8_UNROLL 16-byte loads of a thread in flight before using any, the
- * block's FP8_THREADS threads covering FP8_UNROLL consecutive runs of FP8_THREADS chunks of 8
+/* The flat passes keep several 16-byte loads of a thread in flight before using any (the cast
+ * FP8_UNROLL, the amax pass, which holds nothing else in registers, FP8_AMAX_UNROLL), the
+ * block's FP8_THREADS threads covering that many consecutive runs of FP8_THREADS chunks of 8
  * (each load instruction coalesced); a grid stride on from there. */
 #define FP8_UNROLL 4
 #define FP8_BLOCK_CHUNKS (FP8_THREADS * FP8_UNROLL)
+#define FP8_AMAX_UNROLL 8
+#define FP8_AMAX_BLOCK_CHUNKS (FP8_THREADS * FP8_AMAX_UNROLL)
 /* the amax pass in at most this many blocks (about one resident wave on the H200), each
  * striding on, so that its atomics stay few */
 #define FP8_AMAX_MAX_BLOCKS 1024u
@@ -127,16 +131,16 @@ __global__ void k_fp8_amax(unsigned *amax_bits, const bf16 *x, size_t n, int vec
     unsigned m = 0;
     size_t nv = vec ? n / 8 : 0;
     const uint4 *xv = (const uint4 *)x;
-    for (size_t i0 = (size_t)blockIdx.x * FP8_BLOCK_CHUNKS + threadIdx.x; i0 < nv;
-         i0 += (size_t)gridDim.x * FP8_BLOCK_CHUNKS) {
-        uint4 u[FP8_UNROLL];
+    for (size_t i0 = (size_t)blockIdx.x * FP8_AMAX_BLOCK_CHUNKS + threadIdx.x; i0 < nv;
+         i0 += (size_t)gridDim.x * FP8_AMAX_BLOCK_CHUNKS) {
+        uint4 u[FP8_AMAX_UNROLL];
 #pragma unroll
-        for (int k = 0; k < FP8_UNROLL; k++) {
+        for (int k = 0; k < FP8_AMAX_UNROLL; k++) {
             size_t i = i0 + (size_t)k * FP8_THREADS;
             u[k] = i < nv ? xv[i] : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
-        for (int k = 0; k < FP8_UNROLL; k++) {
+        for (int k = 0; k < FP8_AMAX_UNROLL; k++) {
             float f[8];
             unpack8(f, u[k]);
             m = max_abs_bits8(m, f);
@@ -200,33 +204,39 @@ __global__ void k_fp8_cast_flat(uint8_t *q, float *scale_inv, const bf16 *x, siz
     if (c.mode == SCALE_META) block_amax_done(c, m, sh, st);
 }
 
-/* The transposing cast in FP8_TILE_DIM x FP8_TILE_DIM tiles of x [rows, cols]: each block reads
- * its tile once, coalesced, converts it once, and writes q [rows, cols] (when q) straight from
- * registers and qt [cols, rows] (when qt) from the codes in shared memory, so both writes are
- * coalesced too; the transposed read a plain kernel would make strides through memory.
+/* The transposing cast in FP8_TILE_ROWS x FP8_TILE_COLS tiles of x [rows, cols]: each block
+ * reads its tile once, coalesced, converts it once, and writes q [rows, cols] (when q) straight
+ * from registers and qt [cols, rows] (when qt) from the codes in shared memory, so both writes
+ * are coalesced too; the transposed read a plain kernel would make strides through memory.
  *
- * Loading: thread t reads the 16-byte chunk (t % 16) of the tile rows t / 16 + 16 p, p < 8, all
- * eight loads in flight at once, and stores each row's 8 codes as two words in the shared tile.
- * Transposing: a tile column's 128 codes are one 128-byte stretch of a qt row, 8 threads' 16-
- * byte stores; thread (warp w, lane l) reads word 4 w + l / 8 (tile columns 4 (4 w + l / 8) + 0..3)
- * of tile rows 16 (l % 8) + 0..15, turns each 4 x 4 block of bytes around in registers (byte
- * permutes) and stores 16 bytes to each of those 4 qt rows. A warp's 32 reads of one step fall
- * on the same row offset of 8 row groups; the shared words are swizzled (word w of row r lives
- * at w ^ 4 (r / 16)) so that they hit 32 distinct banks, and the loading's stores do too. */
-#define FP8_TILE_DIM 128
-#define FP8_TILE_THREADS 256
-#define FP8_TILE_WORDS (FP8_TILE_DIM / 4) /* a tile row's codes, 4 a word */
-#define FP8_TILE_LOAD_ROWS (FP8_TILE_THREADS / (FP8_TILE_DIM / 8)) /* rows a load step covers */
-#define FP8_TILE_LOADS (FP8_TILE_DIM / FP8_TILE_LOAD_ROWS)         /* a thread's loads */
+ * Loading: 16 threads cover a tile row in 16-byte chunks; thread t reads chunk t % 16 of tile
+ * rows t / 16 + FP8_TILE_LOAD_ROWS p, its FP8_TILE_LOADS loads in flight at once, and stores each
+ * row's 8 codes as two words in the shared tile. Transposing: a tile column's codes are one
+ * stretch of a qt row, FP8_TILE_SEGS threads' 16-byte stores; thread t takes segment
+ * seg = t % FP8_TILE_SEGS (tile rows 16 seg .. 16 seg + 15) of word w = t / FP8_TILE_SEGS (tile
+ * columns 4 w .. 4 w + 3), turns each 4 x 4 block of bytes around in registers (byte permutes)
+ * and stores 16 bytes to each of those 4 qt rows. A warp's 32 reads of one step fall on the
+ * same row offset of every segment; the shared words are swizzled (word w of row r lives at
+ * w ^ (r / 16) * FP8_TILE_SWIZZLE) so that they hit 32 distinct banks, and the loading's stores
+ * do too. 64-row tiles rather than 128: the same eight loads a thread, half the threads and
+ * shared memory a block, so twice the blocks fit an SM and one block's loads overlap another's
+ * transpose and stores (dev/cuda/fp8_cast_bench measures either). */
+#define FP8_TILE_ROWS 64
+#define FP8_TILE_COLS 128
+#define FP8_TILE_THREADS (2 * FP8_TILE_ROWS)
+#define FP8_TILE_WORDS (FP8_TILE_COLS / 4)                          /* a tile row's codes */
+#define FP8_TILE_LOAD_ROWS (FP8_TILE_THREADS / (FP8_TILE_COLS / 8)) /* rows of a load step */
+#define FP8_TILE_LOADS (FP8_TILE_ROWS / FP8_TILE_LOAD_ROWS)         /* a thread's loads */
 #define FP8_TILE_SPAN 16 /* tile rows one transposing thread reads: its 16-byte qt stores */
-static_assert(FP8_TILE_THREADS / GT_WARP * 4 == FP8_TILE_WORDS &&
-                  GT_WARP / 4 * FP8_TILE_SPAN == FP8_TILE_DIM &&
-                  FP8_TILE_LOAD_ROWS == FP8_TILE_SPAN,
-              "the tile kernel's thread maps assume 128 x 128 tiles and 256 threads");
-
+#define FP8_TILE_SEGS (FP8_TILE_ROWS / FP8_TILE_SPAN)     /* threads per qt row stretch */
+#define FP8_TILE_SWIZZLE (FP8_TILE_WORDS / FP8_TILE_SEGS) /* a warp's words of one segment */
+static_assert(FP8_TILE_COLS == 128 && (FP8_TILE_ROWS == 64 || FP8_TILE_ROWS == 128) &&
+                  FP8_TILE_SEGS * FP8_TILE_WORDS == FP8_TILE_THREADS &&
+                  GT_WARP / FP8_TILE_SEGS == FP8_TILE_SWIZZLE,
+              "the tile kernel's thread maps assume 128-column tiles of 64 or 128 rows");
 /* the shared word of tile row r's codes 4 w .. 4 w + 3 (the swizzle above) */
 static __device__ __forceinline__ int tile_word(int r, int w) {
-    return w ^ ((r / FP8_TILE_SPAN) * 4);
+    return w ^ ((r / FP8_TILE_SPAN) * FP8_TILE_SWIZZLE);
 }
 
 /* x's 8 bf16 at row r, columns cc .. cc + 7 as 16 bytes, zeros past the edges; one 16-byte load
@@ -280,15 +290,15 @@ __global__ void __launch_bounds__(FP8_TILE_THREADS)
                      int rows, int cols, int vec_in, int vec_q, int vec_qt, cast_scale c,
                      gt_step_state *st) {
     GT_PDL_ENTRY();
-    __shared__ __align__(16) unsigned tile[FP8_TILE_DIM][FP8_TILE_WORDS];
+    __shared__ __align__(16) unsigned tile[FP8_TILE_ROWS][FP8_TILE_WORDS];
     __shared__ unsigned sh[FP8_TILE_THREADS / GT_WARP];
     float s = scale_of(c);
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
         publish_scale(c, s, q ? scale_inv : scale_inv_t, q && qt ? scale_inv_t : NULL, st);
     __nv_fp8_interpretation_t it = c.fmt == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2;
-    int r0 = blockIdx.y * FP8_TILE_DIM, c0 = blockIdx.x * FP8_TILE_DIM;
-    int chunk = threadIdx.x % (FP8_TILE_DIM / 8); /* tile columns 8 chunk .. 8 chunk + 7 */
-    int row0 = threadIdx.x / (FP8_TILE_DIM / 8);  /* tile rows row0 + FP8_TILE_LOAD_ROWS p */
+    int r0 = blockIdx.y * FP8_TILE_ROWS, c0 = blockIdx.x * FP8_TILE_COLS;
+    int chunk = threadIdx.x % (FP8_TILE_COLS / 8); /* tile columns 8 chunk .. 8 chunk + 7 */
+    int row0 = threadIdx.x / (FP8_TILE_COLS / 8);  /* tile rows row0 + FP8_TILE_LOAD_ROWS p */
     int cc = c0 + 8 * chunk;
     uint4 raw[FP8_TILE_LOADS];
 #pragma unroll
@@ -315,8 +325,7 @@ __global__ void __launch_bounds__(FP8_TILE_THREADS)
     if (c.mode == SCALE_META) block_amax_done(c, m, sh, st); /* holds a __syncthreads */
     if (!qt) return;
     __syncthreads();
-    int lane = threadIdx.x % GT_WARP, seg = lane % (GT_WARP / 4);
-    int w = 4 * (threadIdx.x / GT_WARP) + lane / (GT_WARP / 4); /* tile columns 4 w .. 4 w + 3 */
+    int seg = threadIdx.x % FP8_TILE_SEGS, w = threadIdx.x / FP8_TILE_SEGS;
     int qc = r0 + FP8_TILE_SPAN * seg; /* the qt columns (x's rows) this thread writes */
     if (qc >= rows) return;
     unsigned a[FP8_TILE_SPAN];
@@ -359,9 +368,9 @@ static int cast_args_ok(gt_backend *b, const char *op, const void *q, const floa
                         "%s: tensorwise and delayed scaling need the tensor's gt_fp8_meta", op);
         return 0;
     }
-    if ((size_t)(rows + FP8_TILE_DIM - 1) / FP8_TILE_DIM > GT_MAX_GRID) {
+    if ((size_t)(rows + FP8_TILE_ROWS - 1) / FP8_TILE_ROWS > GT_MAX_GRID) {
         gt_backend_fail(b, GT_ERR_INVALID, "%s: %d rows exceed the cast's grid (%u tiles of %d)",
-                        op, rows, GT_MAX_GRID, FP8_TILE_DIM);
+                        op, rows, GT_MAX_GRID, FP8_TILE_ROWS);
         return 0;
     }
     return 1;
@@ -377,7 +386,7 @@ static cast_scale begin_cast(gt_backend *b, gt_cuda_exec ex, const void *x, size
     c.mode = SCALE_CURRENT;
     GT_CUDA_OP(b, cudaMemsetAsync(tmp, 0, sizeof(unsigned), ex.cs));
     int vec = al16(x);
-    unsigned grid = gt_grid(vec ? n / 8 / FP8_UNROLL + 1 : n, FP8_THREADS);
+    unsigned grid = gt_grid(vec ? n / 8 / FP8_AMAX_UNROLL + 1 : n, FP8_THREADS);
     if (grid > FP8_AMAX_MAX_BLOCKS) grid = FP8_AMAX_MAX_BLOCKS;
     gt_launch(k_fp8_amax, grid, FP8_THREADS, 0, ex, tmp, (const bf16 *)x, n, vec, st);
     return c;
@@ -385,8 +394,8 @@ static cast_scale begin_cast(gt_backend *b, gt_cuda_exec ex, const void *x, size
 
 static void launch_tiles(gt_cuda_exec ex, void *q, void *qt, float *si, float *sit, const void *x,
                          int rows, int cols, cast_scale c, gt_step_state *st) {
-    dim3 grid((unsigned)((cols + FP8_TILE_DIM - 1) / FP8_TILE_DIM),
-              (unsigned)((rows + FP8_TILE_DIM - 1) / FP8_TILE_DIM));
+    dim3 grid((unsigned)((cols + FP8_TILE_COLS - 1) / FP8_TILE_COLS),
+              (unsigned)((rows + FP8_TILE_ROWS - 1) / FP8_TILE_ROWS));
     int vec_in = al16(x) && cols % 8 == 0;
     int vec_q = q && al8(q) && cols % 8 == 0;
     int vec_qt = !qt                                     ? 0
