@@ -1,8 +1,9 @@
 /* FP8 casts and delayed scaling's update on the CUDA backend (backend.h, "FP8 linear layers"),
  * bitwise what the CPU emulation (backend/cpu/cpu_fp8.c) computes: amax as the max of |x|'s bits
  * (order-free, so deterministic), the scale from it by the same float operations, the cast by
- * __nv_cvt_float_to_fp8 with satfinite (round to nearest even). Per-tensor scaling here; the
- * blockwise casts are k_fp8_block.cu's. */
+ * the satfinite conversions of cuda_fp8.h (round to nearest even), in pairs where it can. Per-
+ * tensor scaling here; the blockwise casts are k_fp8_block.cu's. Every pass is bound by memory
+ * bandwidth: 16-byte loads, several in flight a thread, and coalesced stores. */
 #include <cuda_fp8.h>
 #include <float.h>
 
@@ -87,6 +88,40 @@ static __device__ __forceinline__ uint8_t to_fp8(float v, float s, __nv_fp8_inte
     return (uint8_t)__nv_cvt_float_to_fp8(v * s, __NV_SATFINITE, it);
 }
 
+/* The codes of v[0..7] * s, element k in byte k, converted in pairs: the x2 conversion is the
+ * instruction the scalar one issues with a zero beside it, so each code is the same bits */
+static __device__ __forceinline__ uint2 to_fp8x8(const float *v, float s,
+                                                 __nv_fp8_interpretation_t it) {
+    unsigned h[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        h[k] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * k] * s, v[2 * k + 1] * s), __NV_SATFINITE,
+                                        it);
+    return make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
+}
+
+/* max(m, bits of |v[k]|) over the 8 */
+static __device__ __forceinline__ unsigned max_abs_bits8(unsigned m, const float *v) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        unsigned b = abs_bits(v[k]);
+        m = b > m ? b : m;
+    }
+    return m;
+}
+
+/* The flat cast keeps FP8_UNROLL 16-byte loads of a thread in flight before using any, the
+ * block's FP8_THREADS threads covering FP8_UNROLL consecutive runs of FP8_THREADS chunks of 8
+ * (each load instruction coalesced), a grid stride on from there; its grid fits the tensor. */
+#define FP8_UNROLL 4
+#define FP8_BLOCK_CHUNKS (FP8_THREADS * FP8_UNROLL)
+/* The amax pass runs in at most FP8_AMAX_MAX_BLOCKS blocks (about one resident wave on the
+ * H200, so that its atomics stay few), one chunk a thread for a tensor that fits them, and
+ * for a larger one up to FP8_AMAX_UNROLL loads in flight a thread, the grid's chunk k * (grid
+ * threads) + thread each: every thread gets work, each load instruction stays coalesced. */
+#define FP8_AMAX_MAX_BLOCKS 1024u
+#define FP8_AMAX_UNROLL 8
+
 /* *amax_bits = max(*amax_bits, bits of |x|) over the n elements, 8 a thread where x is 16-byte
  * aligned; a non-finite block max sets GT_NAN_FP8 */
 __global__ void k_fp8_amax(unsigned *amax_bits, const bf16 *x, size_t n, int vec,
@@ -95,13 +130,21 @@ __global__ void k_fp8_amax(unsigned *amax_bits, const bf16 *x, size_t n, int vec
     __shared__ unsigned sh[FP8_THREADS / GT_WARP];
     unsigned m = 0;
     size_t nv = vec ? n / 8 : 0;
-    GT_GRID_STRIDE(i, nv) {
-        float f[8];
-        ld8(f, x + 8 * i);
+    const uint4 *xv = (const uint4 *)x;
+    size_t grid_threads = (size_t)gridDim.x * blockDim.x;
+    for (size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < nv;
+         i0 += grid_threads * FP8_AMAX_UNROLL) {
+        uint4 u[FP8_AMAX_UNROLL];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            unsigned b = abs_bits(f[k]);
-            m = b > m ? b : m;
+        for (int k = 0; k < FP8_AMAX_UNROLL; k++) {
+            size_t i = i0 + (size_t)k * grid_threads;
+            u[k] = i < nv ? xv[i] : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int k = 0; k < FP8_AMAX_UNROLL; k++) {
+            float f[8];
+            unpack8(f, u[k]);
+            m = max_abs_bits8(m, f);
         }
     }
     GT_GRID_STRIDE(i, n - 8 * nv) {
@@ -132,19 +175,25 @@ __global__ void k_fp8_cast_flat(uint8_t *q, float *scale_inv, const bf16 *x, siz
     __nv_fp8_interpretation_t it = c.fmt == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2;
     unsigned m = 0;
     size_t nv = vec ? n / 8 : 0;
-    GT_GRID_STRIDE(i, nv) {
-        float f[8];
-        ld8(f, x + 8 * i);
-        uint8_t o[8];
+    const uint4 *xv = (const uint4 *)x;
+    uint2 *qv = (uint2 *)q;
+    for (size_t i0 = (size_t)blockIdx.x * FP8_BLOCK_CHUNKS + threadIdx.x; i0 < nv;
+         i0 += (size_t)gridDim.x * FP8_BLOCK_CHUNKS) {
+        uint4 u[FP8_UNROLL];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            unsigned b = abs_bits(f[k]);
-            m = b > m ? b : m;
-            o[k] = to_fp8(f[k], s, it);
+        for (int k = 0; k < FP8_UNROLL; k++) {
+            size_t i = i0 + (size_t)k * FP8_THREADS;
+            u[k] = i < nv ? xv[i] : make_uint4(0, 0, 0, 0);
         }
-        uint2 u;
-        memcpy(&u, o, 8);
-        *(uint2 *)(q + 8 * i) = u;
+#pragma unroll
+        for (int k = 0; k < FP8_UNROLL; k++) {
+            size_t i = i0 + (size_t)k * FP8_THREADS;
+            if (i >= nv) break;
+            float f[8];
+            unpack8(f, u[k]);
+            m = max_abs_bits8(m, f);
+            qv[i] = to_fp8x8(f, s, it);
+        }
     }
     GT_GRID_STRIDE(i, n - 8 * nv) {
         size_t e = 8 * nv + i;
@@ -156,81 +205,151 @@ __global__ void k_fp8_cast_flat(uint8_t *q, float *scale_inv, const bf16 *x, siz
     if (c.mode == SCALE_META) block_amax_done(c, m, sh, st);
 }
 
-/* The transposing cast in FP8_TILE x FP8_TILE tiles of x [rows, cols]: each block reads its tile
- * once, coalesced, converts it once, and writes q [rows, cols] (when q) straight from registers
- * and qt [cols, rows] (when qt) from the codes in shared memory, so both writes are coalesced
- * too; the transposed read a plain kernel would make strides through memory. Thread t covers 8
- * consecutive columns of a row (vec: 16-byte loads where cols % 8 == 0 and x is aligned). */
-#define FP8_TILE_DIM 64
-#define FP8_TILE_THREADS 256
-#define FP8_TILE_PAD 4 /* shared rows 68 bytes apart: the column reads spread over the banks */
+/* The transposing cast in FP8_TILE_ROWS x FP8_TILE_COLS tiles of x [rows, cols]: each block
+ * reads its tile once, coalesced, converts it once, and writes q [rows, cols] (when q) straight
+ * from registers and qt [cols, rows] (when qt) from the codes in shared memory, so both writes
+ * are coalesced too; the transposed read a plain kernel would make strides through memory.
+ *
+ * Loading: 16 threads cover a tile row in 16-byte chunks; thread t reads chunk t % 16 of tile
+ * rows t / 16 + FP8_TILE_LOAD_ROWS p, its FP8_TILE_LOADS loads in flight at once, and stores each
+ * row's 8 codes as two words in the shared tile. Transposing: a tile column's codes are one
+ * stretch of a qt row, FP8_TILE_SEGS threads' 16-byte stores; thread t takes segment
+ * seg = t % FP8_TILE_SEGS (tile rows 16 seg .. 16 seg + 15) of word w = t / FP8_TILE_SEGS (tile
+ * columns 4 w .. 4 w + 3), turns each 4 x 4 block of bytes around in registers (byte permutes)
+ * and stores 16 bytes to each of those 4 qt rows. A warp's 32 reads of one step fall on the
+ * same row offset of every segment; the shared words are swizzled (word w of row r lives at
+ * w ^ (r / 16) * FP8_TILE_SWIZZLE) so that they hit 32 distinct banks, and the loading's stores
+ * do too. 64-row tiles rather than 128: the same eight loads a thread, half the threads and
+ * shared memory a block, so twice the blocks fit an SM and one block's loads overlap another's
+ * transpose and stores (dev/cuda/fp8_cast_bench measures either). */
+#define FP8_TILE_ROWS 64
+#define FP8_TILE_COLS 128
+#define FP8_TILE_THREADS (2 * FP8_TILE_ROWS)
+#define FP8_TILE_WORDS (FP8_TILE_COLS / 4)                          /* a tile row's codes */
+#define FP8_TILE_LOAD_ROWS (FP8_TILE_THREADS / (FP8_TILE_COLS / 8)) /* rows of a load step */
+#define FP8_TILE_LOADS (FP8_TILE_ROWS / FP8_TILE_LOAD_ROWS)         /* a thread's loads */
+#define FP8_TILE_SPAN 16 /* tile rows one transposing thread reads: its 16-byte qt stores */
+#define FP8_TILE_SEGS (FP8_TILE_ROWS / FP8_TILE_SPAN)     /* threads per qt row stretch */
+#define FP8_TILE_SWIZZLE (FP8_TILE_WORDS / FP8_TILE_SEGS) /* a warp's words of one segment */
+static_assert(FP8_TILE_COLS == 128 && (FP8_TILE_ROWS == 64 || FP8_TILE_ROWS == 128) &&
+                  FP8_TILE_SEGS * FP8_TILE_WORDS == FP8_TILE_THREADS &&
+                  GT_WARP / FP8_TILE_SEGS == FP8_TILE_SWIZZLE,
+              "the tile kernel's thread maps assume 128-column tiles of 64 or 128 rows");
+/* the shared word of tile row r's codes 4 w .. 4 w + 3 (the swizzle above) */
+static __device__ __forceinline__ int tile_word(int r, int w) {
+    return w ^ ((r / FP8_TILE_SPAN) * FP8_TILE_SWIZZLE);
+}
 
-__global__ void k_fp8_cast_tiles(uint8_t *q, uint8_t *qt, float *scale_inv, float *scale_inv_t,
-                                 const bf16 *x, int rows, int cols, int vec_in, int vec_q,
-                                 int vec_qt, cast_scale c, gt_step_state *st) {
+/* x's 8 bf16 at row r, columns cc .. cc + 7 as 16 bytes, zeros past the edges; one 16-byte load
+ * where the chunk is whole and aligned (vec) */
+static __device__ __forceinline__ uint4 load_chunk(const bf16 *x, int rows, int cols, int r, int cc,
+                                                   int vec) {
+    if (r >= rows) return make_uint4(0, 0, 0, 0);
+    const unsigned short *src = (const unsigned short *)x + (size_t)r * cols + cc;
+    if (vec && cc + 8 <= cols) return *(const uint4 *)src;
+    unsigned w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (cc + k < cols) w[k / 2] |= (unsigned)src[k] << (16 * (k % 2));
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* the first n (> 0) of the 16 bytes u at dst: one 16-byte store where all 16 fit and
+ * align >= 2 (dst 16-byte aligned), 8-byte halves where align >= 1, else bytes */
+static __device__ __forceinline__ void store16(uint8_t *dst, uint4 u, int n, int align) {
+    if (n >= 16 && align >= 2) {
+        *(uint4 *)dst = u;
+        return;
+    }
+    unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (n >= 8 * h + 8 && align >= 1) {
+            *(uint2 *)(dst + 8 * h) = make_uint2(w[2 * h], w[2 * h + 1]);
+            continue;
+        }
+#pragma unroll
+        for (int k = 8 * h; k < 8 * h + 8; k++)
+            if (k < n) dst[k] = (uint8_t)(w[k / 4] >> (8 * (k % 4)));
+    }
+}
+
+/* b[k] = byte k of a[0], a[1], a[2], a[3]: a 4 x 4 block of bytes transposed */
+static __device__ __forceinline__ void transpose4x4(unsigned *b, const unsigned *a) {
+    unsigned lo01 = __byte_perm(a[0], a[1], 0x5140), hi01 = __byte_perm(a[0], a[1], 0x7362);
+    unsigned lo23 = __byte_perm(a[2], a[3], 0x5140), hi23 = __byte_perm(a[2], a[3], 0x7362);
+    b[0] = __byte_perm(lo01, lo23, 0x5410);
+    b[1] = __byte_perm(lo01, lo23, 0x7632);
+    b[2] = __byte_perm(hi01, hi23, 0x5410);
+    b[3] = __byte_perm(hi01, hi23, 0x7632);
+}
+
+/* vec_in: x 16-byte aligned and cols % 8 == 0; vec_q: q 8-byte aligned and cols % 8 == 0;
+ * vec_qt: 2 where qt is 16-byte aligned and rows % 16 == 0, 1 where 8-byte and rows % 8 == 0 */
+__global__ void __launch_bounds__(FP8_TILE_THREADS)
+    k_fp8_cast_tiles(uint8_t *q, uint8_t *qt, float *scale_inv, float *scale_inv_t, const bf16 *x,
+                     int rows, int cols, int vec_in, int vec_q, int vec_qt, cast_scale c,
+                     gt_step_state *st) {
     GT_PDL_ENTRY();
-    __shared__ uint8_t tile[FP8_TILE_DIM][FP8_TILE_DIM + FP8_TILE_PAD];
+    __shared__ __align__(16) unsigned tile[FP8_TILE_ROWS][FP8_TILE_WORDS];
     __shared__ unsigned sh[FP8_TILE_THREADS / GT_WARP];
     float s = scale_of(c);
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
         publish_scale(c, s, q ? scale_inv : scale_inv_t, q && qt ? scale_inv_t : NULL, st);
     __nv_fp8_interpretation_t it = c.fmt == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2;
-    int r0 = blockIdx.y * FP8_TILE_DIM, c0 = blockIdx.x * FP8_TILE_DIM;
-    int tc = (threadIdx.x % (FP8_TILE_DIM / 8)) * 8; /* this thread's 8 columns in the tile */
-    int tr0 = threadIdx.x / (FP8_TILE_DIM / 8);      /* its first row; rows step by 32 */
-    const int rstep = FP8_TILE_THREADS / (FP8_TILE_DIM / 8);
-    unsigned m = 0;
-    for (int tr = tr0; tr < FP8_TILE_DIM; tr += rstep) {
-        int r = r0 + tr, cc = c0 + tc;
-        if (r >= rows) break;
-        float f[8];
-        int full = cc + 8 <= cols;
-        const bf16 *src = x + (size_t)r * cols + cc;
-        if (full && vec_in)
-            ld8(f, src);
-        else
-            for (int k = 0; k < 8; k++)
-                f[k] = cc + k < cols ? ldf(src + k) : 0.0f;
-        uint8_t o[8];
+    int r0 = blockIdx.y * FP8_TILE_ROWS, c0 = blockIdx.x * FP8_TILE_COLS;
+    int chunk = threadIdx.x % (FP8_TILE_COLS / 8); /* tile columns 8 chunk .. 8 chunk + 7 */
+    int row0 = threadIdx.x / (FP8_TILE_COLS / 8);  /* tile rows row0 + FP8_TILE_LOAD_ROWS p */
+    int cc = c0 + 8 * chunk;
+    uint4 raw[FP8_TILE_LOADS];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            unsigned b = abs_bits(f[k]);
-            m = b > m ? b : m;
-            o[k] = to_fp8(f[k], s, it);
-            tile[tr][tc + k] = o[k];
-        }
-        if (q) {
+    for (int p = 0; p < FP8_TILE_LOADS; p++)
+        raw[p] = load_chunk(x, rows, cols, r0 + row0 + FP8_TILE_LOAD_ROWS * p, cc, vec_in);
+    unsigned m = 0;
+#pragma unroll
+    for (int p = 0; p < FP8_TILE_LOADS; p++) {
+        int tr = row0 + FP8_TILE_LOAD_ROWS * p, r = r0 + tr;
+        float f[8];
+        unpack8(f, raw[p]);
+        m = max_abs_bits8(m, f);
+        uint2 codes = to_fp8x8(f, s, it);
+        *(uint2 *)&tile[tr][tile_word(tr, 2 * chunk)] = codes;
+        if (q && r < rows) {
             uint8_t *dst = q + (size_t)r * cols + cc;
-            if (full && vec_q) {
-                uint2 u;
-                memcpy(&u, o, 8);
-                *(uint2 *)dst = u;
-            } else {
+            if (vec_q && cc + 8 <= cols)
+                *(uint2 *)dst = codes;
+            else
                 for (int k = 0; k < 8 && cc + k < cols; k++)
-                    dst[k] = o[k];
-            }
+                    dst[k] = (uint8_t)((k < 4 ? codes.x : codes.y) >> (8 * (k % 4)));
         }
     }
     if (c.mode == SCALE_META) block_amax_done(c, m, sh, st); /* holds a __syncthreads */
     if (!qt) return;
     __syncthreads();
-    /* qt row (c0 + j), columns r0 + i .. r0 + i + 7: tile[i .. i + 7][j] */
-    for (int j = tr0; j < FP8_TILE_DIM; j += rstep) {
-        int qr = c0 + j, qc = r0 + tc;
-        if (qr >= cols) break;
-        uint8_t o[8];
+    int seg = threadIdx.x % FP8_TILE_SEGS, w = threadIdx.x / FP8_TILE_SEGS;
+    int qc = r0 + FP8_TILE_SPAN * seg; /* the qt columns (x's rows) this thread writes */
+    if (qc >= rows) return;
+    unsigned a[FP8_TILE_SPAN];
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            o[k] = tile[tc + k][j];
-        uint8_t *dst = qt + (size_t)qr * rows + qc;
-        if (qc + 8 <= rows && vec_qt) {
-            uint2 u;
-            memcpy(&u, o, 8);
-            *(uint2 *)dst = u;
-        } else {
-            for (int k = 0; k < 8 && qc + k < rows; k++)
-                dst[k] = o[k];
-        }
+    for (int i = 0; i < FP8_TILE_SPAN; i++) {
+        int tr = FP8_TILE_SPAN * seg + i;
+        a[i] = tile[tr][tile_word(tr, w)];
+    }
+    unsigned b[4][FP8_TILE_SPAN / 4]; /* b[k][g]: column 4 w + k of tile rows 4 g .. 4 g + 3 */
+#pragma unroll
+    for (int g = 0; g < FP8_TILE_SPAN / 4; g++) {
+        unsigned t[4];
+        transpose4x4(t, a + 4 * g);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            b[k][g] = t[k];
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        int qr = c0 + 4 * w + k;
+        if (qr >= cols) break;
+        store16(qt + (size_t)qr * rows + qc, make_uint4(b[k][0], b[k][1], b[k][2], b[k][3]),
+                rows - qc, vec_qt);
     }
 }
 
@@ -250,9 +369,9 @@ static int cast_args_ok(gt_backend *b, const char *op, const void *q, const floa
                         "%s: tensorwise and delayed scaling need the tensor's gt_fp8_meta", op);
         return 0;
     }
-    if ((size_t)(rows + FP8_TILE_DIM - 1) / FP8_TILE_DIM > GT_MAX_GRID) {
+    if ((size_t)(rows + FP8_TILE_ROWS - 1) / FP8_TILE_ROWS > GT_MAX_GRID) {
         gt_backend_fail(b, GT_ERR_INVALID, "%s: %d rows exceed the cast's grid (%u tiles of %d)",
-                        op, rows, GT_MAX_GRID, FP8_TILE_DIM);
+                        op, rows, GT_MAX_GRID, FP8_TILE_ROWS);
         return 0;
     }
     return 1;
@@ -269,18 +388,21 @@ static cast_scale begin_cast(gt_backend *b, gt_cuda_exec ex, const void *x, size
     GT_CUDA_OP(b, cudaMemsetAsync(tmp, 0, sizeof(unsigned), ex.cs));
     int vec = al16(x);
     unsigned grid = gt_grid(vec ? n / 8 + 1 : n, FP8_THREADS);
-    if (grid > 1024) grid = 1024;
+    if (grid > FP8_AMAX_MAX_BLOCKS) grid = FP8_AMAX_MAX_BLOCKS;
     gt_launch(k_fp8_amax, grid, FP8_THREADS, 0, ex, tmp, (const bf16 *)x, n, vec, st);
     return c;
 }
 
 static void launch_tiles(gt_cuda_exec ex, void *q, void *qt, float *si, float *sit, const void *x,
                          int rows, int cols, cast_scale c, gt_step_state *st) {
-    dim3 grid((unsigned)((cols + FP8_TILE_DIM - 1) / FP8_TILE_DIM),
-              (unsigned)((rows + FP8_TILE_DIM - 1) / FP8_TILE_DIM));
+    dim3 grid((unsigned)((cols + FP8_TILE_COLS - 1) / FP8_TILE_COLS),
+              (unsigned)((rows + FP8_TILE_ROWS - 1) / FP8_TILE_ROWS));
     int vec_in = al16(x) && cols % 8 == 0;
-    int vec_q = !q || (al8(q) && cols % 8 == 0);
-    int vec_qt = !qt || (al8(qt) && rows % 8 == 0);
+    int vec_q = q && al8(q) && cols % 8 == 0;
+    int vec_qt = !qt                                     ? 0
+                 : al16(qt) && rows % FP8_TILE_SPAN == 0 ? 2
+                 : al8(qt) && rows % 8 == 0              ? 1
+                                                         : 0;
     gt_launch(k_fp8_cast_tiles, grid, FP8_TILE_THREADS, 0, ex, (uint8_t *)q, (uint8_t *)qt, si, sit,
               (const bf16 *)x, rows, cols, vec_in, vec_q, vec_qt, c, st);
 }
@@ -302,7 +424,7 @@ static void cuda_fp8_cast(gt_backend *b, gt_stream *s, void *q, float *scale_inv
         launch_tiles(ex, NULL, q, NULL, scale_inv, x, rows, cols, c, st);
     } else {
         int vec = al16(x) && al8(q);
-        unsigned grid = gt_grid(vec ? n / 8 + 1 : n, FP8_THREADS);
+        unsigned grid = gt_grid(vec ? n / 8 / FP8_UNROLL + 1 : n, FP8_THREADS);
         gt_launch(k_fp8_cast_flat, grid, FP8_THREADS, 0, ex, (uint8_t *)q, scale_inv,
                   (const bf16 *)x, n, vec, c, st);
     }

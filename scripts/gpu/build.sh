@@ -33,8 +33,9 @@ for lib in libcmocka.so.0 libcjson.so.1; do
 done
 # the dev/ tools (dev/CMakeLists.txt): the cuBLASLt sweeps (gemm_sweep, gemm_variants), the
 # block-scaled fp8 probe (blockwise_probe), the Mamba conv/norm timings (mamba_ew_bench), the
-# own GEMMs against cuBLASLt (own_vs_lt), the batched weight gradients (wgrad_batch)
-for tool in gemm_sweep gemm_variants blockwise_probe mamba_ew_bench own_vs_lt wgrad_batch; do
+# own GEMMs against cuBLASLt (own_vs_lt), the batched weight gradients (wgrad_batch), the
+# per-tensor fp8 casts' bandwidth (fp8_cast_bench)
+for tool in gemm_sweep gemm_variants blockwise_probe mamba_ew_bench own_vs_lt wgrad_batch fp8_cast_bench; do
   if [ -x "$BUILD/dev/$tool" ]; then
     cp "$BUILD/dev/$tool" "$RUN/"
   else
