@@ -221,7 +221,7 @@ __global__ void k_fp8_cast_flat(uint8_t *q, float *scale_inv, const bf16 *x, siz
  * w ^ (r / 16) * FP8_TILE_SWIZZLE) so that they hit 32 distinct banks, and the loading's stores
  * do too. 64-row tiles rather than 128: the same eight loads a thread, half the threads and
  * shared memory a block, so twice the blocks fit an SM and one block's loads overlap another's
- * transpose and stores (dev/cuda/fp8_cast_bench measures either). */
+ * transpose and stores (dev/cuda/fp8_cast_bench.c measures either). */
 #define FP8_TILE_ROWS 64
 #define FP8_TILE_COLS 128
 #define FP8_TILE_THREADS (2 * FP8_TILE_ROWS)
