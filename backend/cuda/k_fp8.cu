@@ -110,17 +110,17 @@ static __device__ __forceinline__ unsigned max_abs_bits8(unsigned m, const float
     return m;
 }
 
-/* The flat cast keeps FP8_UNROLL 16-byte loads of a thread in flight before using any, the
- * block's FP8_THREADS threads covering FP8_UNROLL consecutive runs of FP8_THREADS chunks of 8
- * (each load instruction coalesced), a grid stride on from there; its grid fits the tensor. */
+/* The flat passes keep several 16-byte loads of a thread in flight before using any (the cast
+ * FP8_UNROLL, the amax pass, which holds nothing else in registers, FP8_AMAX_UNROLL), the
+ * block's FP8_THREADS threads covering that many consecutive runs of FP8_THREADS chunks of 8
+ * (each load instruction coalesced); a grid stride on from there. */
 #define FP8_UNROLL 4
 #define FP8_BLOCK_CHUNKS (FP8_THREADS * FP8_UNROLL)
-/* The amax pass runs in at most FP8_AMAX_MAX_BLOCKS blocks (about one resident wave on the
- * H200, so that its atomics stay few), one chunk a thread for a tensor that fits them, and
- * for a larger one up to FP8_AMAX_UNROLL loads in flight a thread, the grid's chunk k * (grid
- * threads) + thread each: every thread gets work, each load instruction stays coalesced. */
-#define FP8_AMAX_MAX_BLOCKS 1024u
 #define FP8_AMAX_UNROLL 8
+#define FP8_AMAX_BLOCK_CHUNKS (FP8_THREADS * FP8_AMAX_UNROLL)
+/* the amax pass in at most this many blocks (about one resident wave on the H200), each
+ * striding on, so that its atomics stay few */
+#define FP8_AMAX_MAX_BLOCKS 1024u
 
 /* *amax_bits = max(*amax_bits, bits of |x|) over the n elements, 8 a thread where x is 16-byte
  * aligned; a non-finite block max sets GT_NAN_FP8 */
@@ -131,13 +131,12 @@ __global__ void k_fp8_amax(unsigned *amax_bits, const bf16 *x, size_t n, int vec
     unsigned m = 0;
     size_t nv = vec ? n / 8 : 0;
     const uint4 *xv = (const uint4 *)x;
-    size_t grid_threads = (size_t)gridDim.x * blockDim.x;
-    for (size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < nv;
-         i0 += grid_threads * FP8_AMAX_UNROLL) {
+    for (size_t i0 = (size_t)blockIdx.x * FP8_AMAX_BLOCK_CHUNKS + threadIdx.x; i0 < nv;
+         i0 += (size_t)gridDim.x * FP8_AMAX_BLOCK_CHUNKS) {
         uint4 u[FP8_AMAX_UNROLL];
 #pragma unroll
         for (int k = 0; k < FP8_AMAX_UNROLL; k++) {
-            size_t i = i0 + (size_t)k * grid_threads;
+            size_t i = i0 + (size_t)k * FP8_THREADS;
             u[k] = i < nv ? xv[i] : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
@@ -221,7 +220,7 @@ __global__ void k_fp8_cast_flat(uint8_t *q, float *scale_inv, const bf16 *x, siz
  * w ^ (r / 16) * FP8_TILE_SWIZZLE) so that they hit 32 distinct banks, and the loading's stores
  * do too. 64-row tiles rather than 128: the same eight loads a thread, half the threads and
  * shared memory a block, so twice the blocks fit an SM and one block's loads overlap another's
- * transpose and stores (dev/cuda/fp8_cast_bench measures either). */
+ * transpose and stores (dev/cuda/fp8_cast_bench.c measures either). */
 #define FP8_TILE_ROWS 64
 #define FP8_TILE_COLS 128
 #define FP8_TILE_THREADS (2 * FP8_TILE_ROWS)
@@ -387,7 +386,7 @@ static cast_scale begin_cast(gt_backend *b, gt_cuda_exec ex, const void *x, size
     c.mode = SCALE_CURRENT;
     GT_CUDA_OP(b, cudaMemsetAsync(tmp, 0, sizeof(unsigned), ex.cs));
     int vec = al16(x);
-    unsigned grid = gt_grid(vec ? n / 8 + 1 : n, FP8_THREADS);
+    unsigned grid = gt_grid(vec ? n / 8 / FP8_AMAX_UNROLL + 1 : n, FP8_THREADS);
     if (grid > FP8_AMAX_MAX_BLOCKS) grid = FP8_AMAX_MAX_BLOCKS;
     gt_launch(k_fp8_amax, grid, FP8_THREADS, 0, ex, tmp, (const bf16 *)x, n, vec, st);
     return c;
