@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_mamba.h"
+#include "mamba_terms.h"
 
 static int setup(void **state) {
     return fixture_setup(state, 0x4d414d42u);
@@ -88,6 +89,7 @@ static void test_dt_softplus_follows_pytorch_and_its_backward_matches(void **sta
 
 /* ---- SSD scan ---- */
 static const gt_ssd_shape SH = {2, 6, 4, 3, 2, 5}; /* B T H P G S: two heads per group */
+#define SH_H_MAX 4                                 /* SH's H, for arrays per head */
 typedef struct scan_case {
     float *x, *dt, *A, *Bm, *Cm, *D, *up, *y, *state;
 } scan_case;
@@ -176,6 +178,39 @@ static void test_ssd_scan_backward_matches_finite_differences(void **state) {
     scan_case_free(&c);
 }
 
+/* A dL/dA is the sum over tokens of terms made of what the backward returns (mamba_terms.h),
+ * the decomposition the GPU test bounds dA_log's error by */
+static void test_ssd_dA_is_the_sum_of_its_token_terms(void **state) {
+    fixture *f = *state;
+    scan_case c = scan_case_make(f);
+    float *dx = zeros(n_x()), *ddt = zeros(n_dt()), *dA = zeros(SH.H), *dB = zeros(n_bc());
+    float *dC = zeros(n_bc()), *dD = zeros(SH.H);
+    float *scratch = zeros(gt_cpu_ssd_scan_bwd_scratch(SH));
+    gt_cpu_ssd_scan_bwd(dx, ddt, dA, dB, dC, dD, c.up, c.x, c.dt, c.A, c.Bm, c.Cm, c.D, SH, scratch,
+                        0);
+    double sum[SH_H_MAX], mag[SH_H_MAX];
+    size_t ld = (size_t)SH.H * SH.P;
+    mamba_dA_terms(sum, mag, c.dt, ddt, c.x, dx, ld, c.up, ld, c.D, (size_t)SH.B * SH.T, SH.H,
+                   SH.P);
+    for (int h = 0; h < SH.H; h++) {
+        double want = (double)c.A[h] * dA[h];
+        printf("    head %d: A dL/dA %.6e, sum of the terms %.6e (sum of |terms| %.3e)\n", h, want,
+               sum[h], mag[h]);
+        assert_true(fabs(sum[h] - want) <= 1e-5 * mag[h]);
+    }
+    /* a wrong decomposition (the D skip left in dx) does not sum to it */
+    for (size_t i = 0; i < n_x(); i++)
+        dx[i] += c.D[(i / SH.P) % SH.H] * c.up[i];
+    mamba_dA_terms(sum, mag, c.dt, ddt, c.x, dx, ld, c.up, ld, c.D, (size_t)SH.B * SH.T, SH.H,
+                   SH.P);
+    int off = 0;
+    for (int h = 0; h < SH.H; h++)
+        off += fabs(sum[h] - (double)c.A[h] * dA[h]) > 1e-3 * mag[h];
+    assert_true(off > 0);
+    free(dx), free(ddt), free(dA), free(dB), free(dC), free(dD), free(scratch);
+    scan_case_free(&c);
+}
+
 /* ---- gated RMSNorm ---- */
 enum { GN = 3, GC = 8, GG = 2 };
 typedef struct gnorm_case {
@@ -243,6 +278,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_dt_softplus_follows_pytorch_and_its_backward_matches,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_ssd_scan_equals_the_quadratic_form, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ssd_dA_is_the_sum_of_its_token_terms, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ssd_scan_backward_matches_finite_differences, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_gated_rmsnorm_normalizes_each_group_of_the_gated_input,
