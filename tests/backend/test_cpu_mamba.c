@@ -160,21 +160,37 @@ static void test_ssd_scan_equals_the_quadratic_form(void **state) {
     scan_case_free(&c);
 }
 
+/* The scan's backward of L = sum(up * y), every gradient */
+typedef struct scan_grads {
+    float *dx, *ddt, *dA, *dB, *dC, *dD;
+} scan_grads;
+
+static scan_grads scan_grads_of(const scan_case *c) {
+    scan_grads g = {zeros(n_x()),  zeros(n_dt()), zeros(SH.H),
+                    zeros(n_bc()), zeros(n_bc()), zeros(SH.H)};
+    float *scratch = zeros(gt_cpu_ssd_scan_bwd_scratch(SH));
+    gt_cpu_ssd_scan_bwd(g.dx, g.ddt, g.dA, g.dB, g.dC, g.dD, c->up, c->x, c->dt, c->A, c->Bm, c->Cm,
+                        c->D, SH, scratch, 0);
+    free(scratch);
+    return g;
+}
+
+static void scan_grads_free(scan_grads *g) {
+    free(g->dx), free(g->ddt), free(g->dA), free(g->dB), free(g->dC), free(g->dD);
+}
+
 static void test_ssd_scan_backward_matches_finite_differences(void **state) {
     fixture *f = *state;
     scan_case c = scan_case_make(f);
-    float *dx = zeros(n_x()), *ddt = zeros(n_dt()), *dA = zeros(SH.H), *dB = zeros(n_bc());
-    float *dC = zeros(n_bc()), *dD = zeros(SH.H);
-    float *scratch = zeros(gt_cpu_ssd_scan_bwd_scratch(SH));
-    gt_cpu_ssd_scan_bwd(dx, ddt, dA, dB, dC, dD, c.up, c.x, c.dt, c.A, c.Bm, c.Cm, c.D, SH, scratch,
-                        0);
+    scan_grads g = scan_grads_of(&c);
+    float *dx = g.dx, *ddt = g.ddt, *dA = g.dA, *dB = g.dB, *dC = g.dC, *dD = g.dD;
     assert_true(fd_max_err(scan_loss, &c, c.x, n_x(), dx, "ssd dx") < FD_REL_TOL);
     assert_true(fd_max_err(scan_loss, &c, c.dt, n_dt(), ddt, "ssd ddt") < FD_REL_TOL);
     assert_true(fd_max_err(scan_loss, &c, c.A, SH.H, dA, "ssd dA") < FD_REL_TOL);
     assert_true(fd_max_err(scan_loss, &c, c.Bm, n_bc(), dB, "ssd dB") < FD_REL_TOL);
     assert_true(fd_max_err(scan_loss, &c, c.Cm, n_bc(), dC, "ssd dC") < FD_REL_TOL);
     assert_true(fd_max_err(scan_loss, &c, c.D, SH.H, dD, "ssd dD") < FD_REL_TOL);
-    free(dx), free(ddt), free(dA), free(dB), free(dC), free(dD), free(scratch);
+    scan_grads_free(&g);
     scan_case_free(&c);
 }
 
@@ -183,11 +199,8 @@ static void test_ssd_scan_backward_matches_finite_differences(void **state) {
 static void test_ssd_dA_is_the_sum_of_its_token_terms(void **state) {
     fixture *f = *state;
     scan_case c = scan_case_make(f);
-    float *dx = zeros(n_x()), *ddt = zeros(n_dt()), *dA = zeros(SH.H), *dB = zeros(n_bc());
-    float *dC = zeros(n_bc()), *dD = zeros(SH.H);
-    float *scratch = zeros(gt_cpu_ssd_scan_bwd_scratch(SH));
-    gt_cpu_ssd_scan_bwd(dx, ddt, dA, dB, dC, dD, c.up, c.x, c.dt, c.A, c.Bm, c.Cm, c.D, SH, scratch,
-                        0);
+    scan_grads g = scan_grads_of(&c);
+    float *dx = g.dx, *ddt = g.ddt, *dA = g.dA;
     double sum[SH_H_MAX], mag[SH_H_MAX];
     size_t ld = (size_t)SH.H * SH.P;
     mamba_dA_terms(sum, mag, c.dt, ddt, c.x, dx, ld, c.up, ld, c.D, (size_t)SH.B * SH.T, SH.H,
@@ -207,7 +220,7 @@ static void test_ssd_dA_is_the_sum_of_its_token_terms(void **state) {
     for (int h = 0; h < SH.H; h++)
         off += fabs(sum[h] - (double)c.A[h] * dA[h]) > 1e-3 * mag[h];
     assert_true(off > 0);
-    free(dx), free(ddt), free(dA), free(dB), free(dC), free(dD), free(scratch);
+    scan_grads_free(&g);
     scan_case_free(&c);
 }
 
