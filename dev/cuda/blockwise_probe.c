@@ -50,12 +50,14 @@ static size_t scale_count(int rows, int K, int blk) {
 static void make_operand(int rows, int K, int blk, uint8_t *q, float *s, float *deq) {
     for (size_t i = 0; i < (size_t)rows * K; i++) {
         uint8_t c;
-        do c = (uint8_t)(rng = rng * 6364136223846793005ull + 1442695040888963407ull, rng >> 56);
+        do
+            c = (uint8_t)(rng = rng * 6364136223846793005ull + 1442695040888963407ull, rng >> 56);
         while (((c >> 3) & 15) == 15); /* keep away from NaN / the top binade */
         q[i] = c;
     }
     size_t n = scale_count(rows, K, blk);
-    for (size_t i = 0; i < n; i++) s[i] = 0.25f + 0.75f * fabsf(uniform());
+    for (size_t i = 0; i < n; i++)
+        s[i] = 0.25f + 0.75f * fabsf(uniform());
     for (int r = 0; r < rows; r++)
         for (int k = 0; k < K; k++)
             deq[(size_t)r * K + k] =
@@ -84,10 +86,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     size_t wn = (size_t)N * K, an = (size_t)M * K;
-    size_t ws_max = scale_count(N, K, 0) > scale_count(N, K, 1) ? scale_count(N, K, 0)
-                                                                  : scale_count(N, K, 1);
-    size_t as_max = scale_count(M, K, 0) > scale_count(M, K, 1) ? scale_count(M, K, 0)
-                                                                  : scale_count(M, K, 1);
+    size_t ws_max =
+        scale_count(N, K, 0) > scale_count(N, K, 1) ? scale_count(N, K, 0) : scale_count(N, K, 1);
+    size_t as_max =
+        scale_count(M, K, 0) > scale_count(M, K, 1) ? scale_count(M, K, 0) : scale_count(M, K, 1);
     uint8_t *hw = malloc(wn), *ha = malloc(an);
     float *hsw = malloc(ws_max * 4), *hsa = malloc(as_max * 4);
     float *dw = malloc(wn * 4), *da = malloc(an * 4), *ref = malloc((size_t)M * N * 4);
