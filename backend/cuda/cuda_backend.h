@@ -89,7 +89,7 @@ typedef struct gt_cuda_impl {
     struct gt_gemm_table *gemm_table; /* runtime.gemm_table, when made on this machine */
     int gemm_table_used, gemm_table_refused, gemm_table_mismatch;
     gt_cuda_gemm_tune *gemm_tune;  /* NULL until graphtrain tune-gemm times a plan */
-    gt_cuda_batched_plan *batched; /* the workspace GEMMs' plans, made on first use */
+    gt_cuda_batched_plan *batched; /* the workspace GEMMs' plans (cuda_batched_gemm.c) */
     int n_batched, cap_batched;
     /* scratch: one allocation carved into GT_SCRATCH_COUNT regions */
     void *scratch_base;
@@ -167,6 +167,9 @@ void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcd
                            float *dA_log, float *dD, const void *dy, const void *xbc,
                            const void *zxbcdt, const void *dt_bias, const void *A_log,
                            const void *D, float *ws, gt_mamba_shape sh, int accumulate);
+/* their batched GEMMs' plans for shape sh, the forward's or (backward) the backward's: called
+ * in the planning pass (k_mamba_ssd_gemm.cu) */
+void gt_cuda_mamba_ssd_plan(gt_backend *b, gt_mamba_shape sh, int backward);
 
 /* One-time kernel attributes (large dynamic shared memory); at backend creation.
  * sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */
@@ -184,8 +187,9 @@ void gt_cuda_rope_destroy(gt_backend *b);
 
 /* C[M][N] (fp32, row-major, ldc) = A B for `count` GEMMs lying sa, sb, sc elements apart:
  * bf16 A stored [M][lda] (a_mk) or [K][lda], B stored [K][ldb] (b_kn) or [N][ldb], fp32 sums
- * in one fixed order; every pointer, leading dimension and stride 16-byte aligned. Planned on
- * first use and kept (cuda_batched_gemm.c); errors are sticky, naming `what`. */
+ * in one fixed order; every pointer, leading dimension and stride 16-byte aligned. Planned by
+ * gt_cuda_batched_gemm_plan in the planning pass (or on first use) and kept
+ * (cuda_batched_gemm.c); errors are sticky, naming `what`. */
 typedef struct gt_cuda_batched_gemm {
     int M, N, K, count;
     int a_mk, b_kn;
@@ -193,6 +197,7 @@ typedef struct gt_cuda_batched_gemm {
 } gt_cuda_batched_gemm;
 void gt_cuda_batched_gemm_f32(gt_backend *b, cudaStream_t cs, const gt_cuda_batched_gemm *g,
                               const void *A, const void *B, float *C, const char *what);
+void gt_cuda_batched_gemm_plan(gt_backend *b, const gt_cuda_batched_gemm *g, const char *what);
 void gt_cuda_batched_gemm_destroy(gt_backend *b);
 
 /* cuda_matmul.c: plan storage lifetime */

@@ -1,8 +1,10 @@
 /* Row-major strided-batched GEMMs of bf16 operands into fp32 through cuBLASLt, for kernels
  * that materialize their operands in a workspace (the SSD scan's chunk products,
- * k_mamba_ssd.cu). A plan per shape is made on its first use (host calls only: no allocation,
- * no device work, so even a first use inside a capture is safe) and kept until the backend is
- * destroyed, so every call of a shape runs the same algorithm. */
+ * k_mamba_ssd.cu). A plan per shape is made in the trainer's planning pass
+ * (gt_cuda_batched_gemm_plan), or on the first use of a shape that pass did not see (an op
+ * called directly, as the GPU tests do: host calls only, no device work, so even inside a
+ * capture), and kept until the backend is destroyed, so every call of a shape runs the same
+ * algorithm. */
 #include <cublasLt.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -134,6 +136,10 @@ static gt_cuda_batched_plan *plan_get(gt_backend *b, const gt_cuda_batched_gemm 
     }
     im->n_batched++;
     return p;
+}
+
+void gt_cuda_batched_gemm_plan(gt_backend *b, const gt_cuda_batched_gemm *g, const char *what) {
+    if (g->M > 0 && g->N > 0 && g->K > 0 && g->count > 0) (void)plan_get(b, g, what);
 }
 
 void gt_cuda_batched_gemm_f32(gt_backend *b, cudaStream_t cs, const gt_cuda_batched_gemm *g,

@@ -348,15 +348,32 @@ static int conv_vec_ok(int C, int ld, const void *a, const void *b, const void *
     return C % VEC == 0 && ld % VEC == 0 && al16_all(a, b, c, a);
 }
 
+/* Resident blocks per SM of a forward kernel, asked of the runtime once per kernel (it depends
+ * on the kernel's registers and the device alone, and a query per launch is host work every
+ * step); 0 where the query fails (the shortest runs instead) */
+#define CONV_FWD_KERNELS 16
+static int conv_fwd_blocks_per_sm(conv_fwd_fn k) {
+    static struct {
+        conv_fwd_fn k;
+        int per_sm;
+    } known[CONV_FWD_KERNELS];
+    static int n_known;
+    for (int i = 0; i < n_known; i++)
+        if (known[i].k == k) return known[i].per_sm;
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, MAMBA_THREADS, 0) !=
+        cudaSuccess) {
+        (void)cudaGetLastError(); /* not the launch's error */
+        return 0;
+    }
+    if (n_known < CONV_FWD_KERNELS) known[n_known].k = k, known[n_known++].per_sm = per_sm;
+    return per_sm;
+}
+
 /* The run length that puts the whole convolution in one wave of resident threads (a
  * partial last wave would leave most SMs idle while it runs), at least CONV_MIN_RUN tokens */
 static int conv_fwd_run(gt_backend *b, conv_fwd_fn k, int N, int nv) {
-    int per_sm = 0, sms = ((const gt_cuda_impl *)b->impl)->sm_count;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, MAMBA_THREADS, 0) !=
-        cudaSuccess) {
-        (void)cudaGetLastError(); /* not the launch's error: the shortest runs instead */
-        per_sm = 0;
-    }
+    int per_sm = conv_fwd_blocks_per_sm(k), sms = ((const gt_cuda_impl *)b->impl)->sm_count;
     size_t resident = (size_t)per_sm * (size_t)(sms > 0 ? sms : 0) * MAMBA_THREADS;
     size_t runs = resident / (size_t)nv;                                  /* runs side by side */
     size_t run = runs > 0 ? ((size_t)N + runs - 1) / runs : CONV_MIN_RUN; /* else: waves */
@@ -398,7 +415,11 @@ static void cuda_mamba_conv_bwd(gt_backend *b, gt_stream *s, void *dzxbcdt, floa
 static void cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void *xbc,
                                const void *zxbcdt, const void *dt_bias, const void *A_log,
                                const void *D, float *ws, gt_mamba_shape sh) {
-    if (b->planning || !shape_ok(b, "mamba_ssd_fwd", sh)) return;
+    if (!shape_ok(b, "mamba_ssd_fwd", sh)) return;
+    if (b->planning) { /* the products' GEMM plans now, not in the first step */
+        gt_cuda_mamba_ssd_plan(b, sh, 0);
+        return;
+    }
     gt_cuda_mamba_ssd_fwd(b, s, y, xbc, zxbcdt, dt_bias, A_log, D, ws, sh);
 }
 
@@ -407,7 +428,11 @@ static void cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dz
                                const void *xbc, const void *zxbcdt, const void *dt_bias,
                                const void *A_log, const void *D, float *ws, gt_mamba_shape sh,
                                int accumulate) {
-    if (b->planning || !shape_ok(b, "mamba_ssd_bwd", sh)) return;
+    if (!shape_ok(b, "mamba_ssd_bwd", sh)) return;
+    if (b->planning) {
+        gt_cuda_mamba_ssd_plan(b, sh, 1);
+        return;
+    }
     gt_cuda_mamba_ssd_bwd(b, s, dxbc, dzxbcdt, ddt_bias, dA_log, dD, dy, xbc, zxbcdt, dt_bias,
                           A_log, D, ws, sh, accumulate);
 }

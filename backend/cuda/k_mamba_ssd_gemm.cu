@@ -214,12 +214,18 @@ template <int OP> static void ck_need(const ck_args &a, size_t *na, size_t *nb, 
     *na = ea > *na ? ea : *na, *nb = eb > *nb ? eb : *nb, *nc = ec > *nc ? ec : *nc;
 }
 
-ck_args gt_ssd_args(gt_mamba_shape sh, float *ws) {
+/* The shape's sizes alone (what the products' GEMM shapes are made of) */
+static ck_args ck_shape_args(gt_mamba_shape sh) {
     ck_args a = {};
     a.B = sh.B, a.T = sh.T, a.H = sh.H, a.P = sh.P, a.G = sh.G, a.S = sh.S;
     a.L = gt_mamba_chunk_len(sh);
     a.nc = (sh.T + a.L - 1) / a.L;
     a.C = gt_mamba_conv(sh), a.di = gt_mamba_inner(sh), a.in = gt_mamba_in(sh);
+    return a;
+}
+
+ck_args gt_ssd_args(gt_mamba_shape sh, float *ws) {
+    ck_args a = ck_shape_args(sh);
     size_t BH = (size_t)sh.B * sh.H, Z = BH * a.nc;
     size_t LL = (size_t)a.L * a.L, ps = (size_t)sh.P * sh.S;
     a.dt = ck_align(ws);
@@ -318,6 +324,25 @@ static unsigned ck_grid_y(unsigned blocks) {
     return blocks < GT_MAX_GRID ? blocks : GT_MAX_GRID;
 }
 
+/* Product OP's batched GEMM: into its own buffer where the GEMM writes in place (rows of N),
+ * else into opc (rows of ldc) */
+template <int OP> static gt_cuda_batched_gemm ck_batched(const ck_args &a) {
+    ck_gemm g = ck_gemm_of<OP>(a);
+    int ldc = ck_in_place<OP>(a) ? g.N : g.ldc;
+    return gt_cuda_batched_gemm{g.M,
+                                g.N,
+                                g.K,
+                                g.batch,
+                                ck_fast<OP>::a_k,
+                                ck_fast<OP>::b_n,
+                                g.lda,
+                                g.ldb,
+                                ldc,
+                                (int64_t)g.ar * g.lda,
+                                (int64_t)g.br * g.ldb,
+                                (int64_t)g.M * ldc};
+}
+
 /* Product OP over every chunk: its operands materialized, one batched GEMM, its result written
  * in place by the GEMM (ck_in_place) or stored from opc by ck_store. */
 template <int OP>
@@ -331,18 +356,7 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *
     bool in_place = ck_in_place<OP>(a);
     float *out = in_place ? ck_result<OP>(a) : a.opc;
     int ldc = in_place ? g.N : g.ldc;
-    gt_cuda_batched_gemm gg = {g.M,
-                               g.N,
-                               g.K,
-                               g.batch,
-                               ck_fast<OP>::a_k,
-                               ck_fast<OP>::b_n,
-                               g.lda,
-                               g.ldb,
-                               ldc,
-                               (int64_t)g.ar * g.lda,
-                               (int64_t)g.br * g.ldb,
-                               (int64_t)g.M * ldc};
+    gt_cuda_batched_gemm gg = ck_batched<OP>(a);
     gt_cuda_batched_gemm_f32(b, ex.cs, &gg, a.opa, a.opb, out, what);
     if (in_place) return;
     gt_launch(k_ck_store<OP>, dim3((unsigned)g.batch, ck_grid_y(ck_blocks((size_t)g.M * ldc))),
@@ -383,4 +397,26 @@ void gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, co
         gt_backend_fail(b, GT_ERR_INVALID, "%s: no SSD product %d", what, op);
         break;
     }
+}
+
+template <int OP> static void ck_plan(gt_backend *b, const ck_args &a, const char *what) {
+    gt_cuda_batched_gemm gg = ck_batched<OP>(a);
+    gt_cuda_batched_gemm_plan(b, &gg, what);
+}
+
+extern "C" void gt_cuda_mamba_ssd_plan(gt_backend *b, gt_mamba_shape sh, int backward) {
+    ck_args a = ck_shape_args(sh);
+    const char *what = backward ? "mamba_ssd_bwd (planning)" : "mamba_ssd_fwd (planning)";
+    ck_plan<CK_CB>(b, a, what);
+    ck_plan<CK_SLOC>(b, a, what);
+    if (!backward) {
+        ck_plan<CK_Y>(b, a, what);
+        return;
+    }
+    ck_plan<CK_YF>(b, a, what);
+    ck_plan<CK_DH>(b, a, what);
+    ck_plan<CK_DM>(b, a, what);
+    ck_plan<CK_DXS>(b, a, what);
+    ck_plan<CK_DC>(b, a, what);
+    ck_plan<CK_DB>(b, a, what);
 }
