@@ -209,23 +209,6 @@ __global__ void k_ck_chunk_bwd(ck_args a) {
     }
 }
 
-/* dB and dC of group g at token n: its heads' shares summed in head order */
-__global__ void k_ck_bc_sum(ck_args a) {
-    GT_PDL_ENTRY();
-    int per = a.H / a.G, GS = a.G * a.S;
-    size_t total = (size_t)a.B * a.T * 2 * GS;
-    GT_GRID_STRIDE(i, total) {
-        size_t n = i / (2 * (size_t)GS), b = n / a.T, t = n % a.T;
-        int j = (int)(i % (2 * (size_t)GS)), which = j / GS, gs = j % GS;
-        int g = gs / a.S, s = gs % a.S;
-        const float *src = which ? a.dCp : a.dBp;
-        float acc = 0.0f;
-        for (int q = 0; q < per; q++)
-            acc += src[((b * a.H + (size_t)g * per + q) * a.nc * a.L + t) * a.S + s];
-        a.dxbc[n * a.C + a.di + (size_t)which * GS + gs] = tobf(acc);
-    }
-}
-
 /* ddt_bias, dA_log (dA/dA_log = A), dD: the chunks' sums; a warp per head, its lanes over
  * the (sequence, chunk) pairs (so their loads are in flight together), then a fixed tree */
 __global__ void k_ck_param_sum(float *ddt_bias, float *dA_log, float *dD, ck_args a,
@@ -293,7 +276,7 @@ extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, v
     a.A_log = (const bf16 *)A_log, a.D = (const bf16 *)D, a.dy = (const bf16 *)dy;
     a.dxbc = (bf16 *)dxbc, a.dzx = (bf16 *)dzxbcdt;
     size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
-    size_t NH = (size_t)a.B * a.T * a.H, total = (size_t)a.B * a.T * 2 * a.G * a.S;
+    size_t NH = (size_t)a.B * a.T * a.H;
     ck_states(b, ex, a, "mamba_ssd_bwd (states)");
     gt_ssd_product(b, ex, a, CK_YF, "mamba_ssd_bwd (output)");
     gt_ssd_product(b, ex, a, CK_DH, "mamba_ssd_bwd (dH)");
@@ -309,8 +292,6 @@ extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, v
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (token sums)");
     gt_launch(k_ck_chunk_bwd, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (dt)");
-    gt_launch(k_ck_bc_sum, gt_grid(total, CK_THREADS), CK_THREADS, 0, ex, a);
-    GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (dB, dC)");
     gt_launch(k_ck_param_sum, (unsigned)a.H, 32, 0, ex, ddt_bias, dA_log, dD, a, accumulate != 0);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (parameters)");
 }

@@ -47,10 +47,31 @@ static __host__ __device__ __forceinline__ void ck_dims(const ck_args &a, const 
     case CK_DM:
         *M = x.Lc, *N = x.Lc, *K = a.P;
         break;
-    default:
-        *M = x.Lc, *N = a.S, *K = a.P + a.L;
-        break; /* CK_DC, CK_DB */
+    default: /* CK_DC, CK_DB: k over the group's heads' P, then the chunk */
+        *M = x.Lc, *N = a.S, *K = a.H / a.G * a.P + a.L;
+        break;
     }
+}
+
+/* Row b*H + h of head x.h + q, for a product run per group (ck_per_group) */
+static __device__ __forceinline__ size_t ck_bh(const ck_args &a, const ck_at &x, int q) {
+    return (size_t)x.b * a.H + x.h + q;
+}
+/* cs of head x.h + q at token i of the chunk (per group) */
+static __device__ __forceinline__ float ck_cs_q(const ck_args &a, const ck_at &x, int q, int i) {
+    return a.cs[ck_bh(a, x, q) * a.T + (size_t)x.c * a.L + i];
+}
+/* The second part of dB's and dC's operand, summed over the group's heads in head order:
+ * sum_h dt_j dM_ij exp(cs_i - cs_j), j <= i < Lc */
+static __device__ __forceinline__ float ck_dm_sum(const ck_args &a, const ck_at &x, int i, int j) {
+    size_t LL = (size_t)a.L * a.L, o = (size_t)x.c * a.L;
+    float acc = 0.0f;
+    for (int q = 0; q < a.H / a.G; q++) {
+        size_t bh = ck_bh(a, x, q);
+        const float *cs = a.cs + bh * a.T + o, *dt = a.dt + bh * a.T + o;
+        acc += dt[j] * a.dm[(bh * a.nc + x.c) * LL + (size_t)i * a.L + j] * __expf(cs[i] - cs[j]);
+    }
+    return acc;
 }
 
 template <int OP>
@@ -74,15 +95,20 @@ static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x,
                                       : 0.0f;
         return __expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
     case CK_DC: {
-        if (k < a.P) return __expf(x.cs[m]) * ck_dy(a, x.n0 + m, x.h, k);
-        int j = k - a.P;
-        return j <= m ? x.dt[j] * x.dm[(size_t)m * a.L + j] * __expf(x.cs[m] - x.cs[j]) : 0.0f;
+        int PP = a.H / a.G * a.P, q = k / a.P;
+        if (k < PP) return __expf(ck_cs_q(a, x, q, m)) * ck_dy(a, x.n0 + m, x.h + q, k % a.P);
+        int j = k - PP;
+        return j <= m ? ck_dm_sum(a, x, m, j) : 0.0f;
     }
     default: { /* CK_DB */
-        if (k < a.P) return __expf(x.csl - x.cs[m]) * x.dt[m] * ck_x(a, x.n0 + m, x.h, k);
-        int i = k - a.P;
-        return i >= m && i < x.Lc ? x.dt[m] * x.dm[(size_t)i * a.L + m] * __expf(x.cs[i] - x.cs[m])
-                                  : 0.0f;
+        int PP = a.H / a.G * a.P, q = k / a.P;
+        if (k < PP) {
+            size_t o = ck_bh(a, x, q) * a.T + (size_t)x.c * a.L;
+            float w = __expf(a.cs[o + x.Lc - 1] - a.cs[o + m]);
+            return w * a.dt[o + m] * ck_x(a, x.n0 + m, x.h + q, k % a.P);
+        }
+        int i = k - PP;
+        return i >= m && i < x.Lc ? ck_dm_sum(a, x, i, m) : 0.0f;
     }
     }
 }
@@ -106,11 +132,16 @@ static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x,
         if (k < a.L) return k < x.Lc ? ck_dy(a, x.n0 + k, x.h, n) : 0.0f;
         return x.gs[(size_t)n * a.S + (k - a.L)];
     case CK_DC:
-        if (k < a.P) return x.hin[(size_t)k * a.S + n];
-        return k - a.P < x.Lc ? ck_b(a, x.n0 + (k - a.P), x.g, n) : 0.0f;
-    default: /* CK_DB */
-        if (k < a.P) return x.gs[(size_t)k * a.S + n];
-        return k - a.P < x.Lc ? ck_c(a, x.n0 + (k - a.P), x.g, n) : 0.0f;
+    default: { /* CK_DB */
+        int PP = a.H / a.G * a.P;
+        if (k < PP) {
+            size_t ps = (size_t)a.P * a.S, e = (size_t)(k % a.P) * a.S + n;
+            size_t at = (ck_bh(a, x, k / a.P) * a.nc + x.c) * ps + e;
+            return OP == CK_DC ? a.hin[at] : a.gs[at];
+        }
+        if (k - PP >= x.Lc) return 0.0f;
+        return OP == CK_DC ? ck_b(a, x.n0 + (k - PP), x.g, n) : ck_c(a, x.n0 + (k - PP), x.g, n);
+    }
     }
 }
 
@@ -119,7 +150,7 @@ template <int OP>
 static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x, int m, int n,
                                                 float v) {
     size_t LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
-    size_t hp = (size_t)x.h * a.P, zp = (x.z * a.L + m) * a.P + n, zs = (x.z * a.L + m) * a.S + n;
+    size_t hp = (size_t)x.h * a.P, zp = (x.z * a.L + m) * a.P + n;
     switch (OP) {
     case CK_CB:
         a.cb[(size_t)(x.cb - a.cb) + (size_t)m * a.L + n] = v;
@@ -142,12 +173,12 @@ static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x
     case CK_DXS:
         a.dxs[zp] = v; /* dx's dxbc is made of it beside the token sums (k_ck_tok) */
         break;
-    case CK_DC:
-        a.dCp[zs] = v;
+    case CK_DC: /* the group's dC slice of dxbc */
+        a.dxbc[(x.n0 + m) * a.C + a.di + (size_t)(a.G + x.g) * a.S + n] = tobf(v);
         break;
-    default:
-        a.dBp[zs] = v;
-        break; /* CK_DB */
+    default: /* CK_DB */
+        a.dxbc[(x.n0 + m) * a.C + a.di + (size_t)x.g * a.S + n] = tobf(v);
+        break;
     }
 }
 
@@ -166,7 +197,7 @@ template <int OP> static ck_gemm ck_gemm_of(const ck_args &a) {
     whole.Lc = a.L;
     ck_gemm g;
     ck_dims<OP>(a, whole, &g.M, &g.N, &g.K);
-    g.batch = a.B * a.nc * (OP == CK_CB ? a.G : a.H);
+    g.batch = a.B * a.nc * (ck_per_group(OP) ? a.G : a.H);
     g.ar = ck_fast<OP>::a_k ? g.M : g.K;
     g.lda = ck_round(ck_fast<OP>::a_k ? g.K : g.M);
     g.br = ck_fast<OP>::b_n ? g.K : g.N;
@@ -176,11 +207,12 @@ template <int OP> static ck_gemm ck_gemm_of(const ck_args &a) {
 }
 
 /* Whether the GEMM of product OP writes its result where it goes: the fp32 matrices per chunk
- * of its own layout (rows of N), where those rows are whole 16-byte units. Not y, which is made
- * of the result, nor the others otherwise: they go through opc and ck_store. */
+ * of its own layout (rows of N), where those rows are whole 16-byte units. Not y, dB and dC,
+ * which are bf16 slices of other tensors, nor the others otherwise: they go through opc and
+ * ck_store. */
 template <int OP> static bool ck_in_place(const ck_args &a) {
     int n = OP == CK_CB || OP == CK_DM ? a.L : OP == CK_YF || OP == CK_DXS ? a.P : a.S;
-    return OP != CK_Y && n % 4 == 0;
+    return OP != CK_Y && OP != CK_DC && OP != CK_DB && n % 4 == 0;
 }
 
 /* Product OP's fp32 result buffer (of those written in place) */
@@ -196,12 +228,8 @@ template <int OP> static float *ck_result(const ck_args &a) {
         return a.gs;
     case CK_YF:
         return a.yf;
-    case CK_DXS:
+    default: /* CK_DXS */
         return a.dxs;
-    case CK_DC:
-        return a.dCp;
-    default:
-        return a.dBp; /* CK_DB */
     }
 }
 
@@ -239,8 +267,6 @@ ck_args gt_ssd_args(gt_mamba_shape sh, float *ws) {
     a.tok = ck_align(a.dxs + Z * a.L * sh.P);
     a.lt = ck_align(a.tok + 3 * BH * sh.T);
     a.part = ck_align(a.lt + Z);
-    a.dBp = ck_align(a.part + 3 * Z);
-    a.dCp = ck_align(a.dBp + Z * a.L * sh.S);
     size_t na = 0, nb = 0, nc = 0;
     ck_need<CK_CB>(a, &na, &nb, &nc);
     ck_need<CK_SLOC>(a, &na, &nb, &nc);
@@ -250,7 +276,7 @@ ck_args gt_ssd_args(gt_mamba_shape sh, float *ws) {
     ck_need<CK_DXS>(a, &na, &nb, &nc);
     ck_need<CK_DC>(a, &na, &nb, &nc);
     ck_need<CK_DB>(a, &na, &nb, &nc);
-    a.opa = (bf16 *)ck_align(a.dCp + Z * a.L * sh.S);
+    a.opa = (bf16 *)ck_align(a.part + 3 * Z);
     a.opb = (bf16 *)ck_align(a.opa + na);
     a.opc = ck_align(a.opb + nb);
     a.fits = a.opc + nc <= ws + gt_mamba_ssd_ws_floats(sh);

@@ -20,9 +20,17 @@ enum {
     CK_DH,   /* dHin[p][s] = sum_i exp(cs_i) dy_i[p] C_i[s] */
     CK_DM,   /* dM[i][j] = dy_i . x_j, j <= i (k over P) */
     CK_DXS,  /* dxs[j][p] = sum_i>=j CB_ij E_ij dy_i[p] + w_j sum_s B_j[s] G[p][s] */
-    CK_DC,   /* dC_i[s] = exp(cs_i) sum_p dy_i[p] Hin[p][s] + sum_j<=i dt_j dM_ij E_ij B_j[s] */
-    CK_DB,   /* dB_j[s] = w_j sum_p xs_j[p] G[p][s] + sum_i>=j dt_j dM_ij E_ij C_i[s] */
+    /* dB and dC per (b, g, c), the group's heads h summed inside the product: over (h, p)
+     * in the first part of k, and in the operand for the second (B and C are the group's) */
+    CK_DC, /* dC_i[s] = sum_h exp(cs_i) sum_p dy_i[p] Hin[p][s] + sum_j<=i (sum_h dt_j dM_ij
+              E_ij) B_j[s] */
+    CK_DB, /* dB_j[s] = sum_h w_j sum_p xs_j[p] G[p][s] + sum_i>=j (sum_h dt_j dM_ij E_ij) C_i[s] */
 };
+
+/* Whether product OP runs per (sequence, group, chunk) rather than per (sequence, head, chunk) */
+static __host__ __device__ __forceinline__ constexpr bool ck_per_group(int op) {
+    return op == CK_CB || op == CK_DC || op == CK_DB;
+}
 
 /* Pointers into the workspace (laid out as gt_mamba_ssd_ws_floats counts them) and shapes. */
 typedef struct ck_args {
@@ -37,16 +45,16 @@ typedef struct ck_args {
     float *tok;       /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
     float *lt;        /* [B*H][nc]: <dL/d(state out), state out> */
     float *part;      /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
-    float *dBp, *dCp; /* [B*H][nc*L][S] per head, before the sum over a group's heads */
     bf16 *opa, *opb;  /* one product's operands per chunk (ck_gemm), reused by the next */
     float *opc;       /* its fp32 result per chunk where that is not the GEMM's own output */
     int B, T, H, P, G, S, L, nc, C, di, in;
     int fits; /* the layout ends inside gt_mamba_ssd_ws_floats */
 } ck_args;
 
-/* One chunk of one head (or group, for CK_CB): token n0 is its first, Lc its length. */
+/* One chunk of one head (or group, where ck_per_group: h is then the group's first head):
+ * token n0 is its first, Lc its length. */
 typedef struct ck_at {
-    int h, g, c, Lc;
+    int b, h, g, c, Lc;
     size_t z, n0;
     const float *cs, *dt, *cb, *dm;
     const float *hin, *gs;
@@ -56,12 +64,12 @@ typedef struct ck_at {
 template <int OP> static __device__ __forceinline__ ck_at ck_at_make(const ck_args &a, size_t z) {
     ck_at x;
     int c = (int)(z % a.nc);
-    size_t bq = z / a.nc; /* b*H + h, or b*G + g for CK_CB */
-    int per = OP == CK_CB ? a.G : a.H;
+    size_t bq = z / a.nc; /* b*H + h, or b*G + g where ck_per_group */
+    int per = ck_per_group(OP) ? a.G : a.H;
     int b = (int)(bq / per);
-    x.z = z, x.c = c;
-    x.h = OP == CK_CB ? 0 : (int)(bq % per);
-    x.g = OP == CK_CB ? (int)(bq % per) : x.h / (a.H / a.G);
+    x.z = z, x.c = c, x.b = b;
+    x.g = ck_per_group(OP) ? (int)(bq % per) : (int)(bq % per) / (a.H / a.G);
+    x.h = ck_per_group(OP) ? x.g * (a.H / a.G) : (int)(bq % per);
     x.Lc = min(a.L, a.T - c * a.L);
     x.n0 = (size_t)b * a.T + (size_t)c * a.L;
     size_t bh = (size_t)b * a.H + x.h, LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
@@ -71,7 +79,7 @@ template <int OP> static __device__ __forceinline__ ck_at ck_at_make(const ck_ar
     x.dm = a.dm + (bh * a.nc + c) * LL;
     x.hin = a.hin + (bh * a.nc + c) * ps;
     x.gs = a.gs + (bh * a.nc + c) * ps;
-    x.csl = OP == CK_CB ? 0.0f : x.cs[x.Lc - 1];
+    x.csl = x.cs[x.Lc - 1];
     x.A = -expf(ldf(a.A_log + x.h));
     x.Dh = ldf(a.D + x.h);
     return x;
