@@ -216,11 +216,24 @@ static inline int gt_mamba_chunk_len(gt_mamba_shape m) {
 static inline size_t gt_mamba_ssd_ld(size_t n) {
     return (n + 7) / 8 * 8;
 }
+/* fp32 the SSD scan's forward leaves for its backward (the op's state argument), one per
+ * layer: the CUDA chunked scan's (k_mamba_ssd_gemm.cu lays it out, each buffer 256-byte
+ * aligned) dt and its cumsum per (sequence, head, token), C B^T per (sequence, group, chunk),
+ * the state entering every (sequence, head, chunk) and y without D (tokens padded to whole
+ * chunks), so that its backward recomputes none of them; the CPU's sequential scan keeps none
+ * (its backward runs the scan again), so 0 there. */
+static inline size_t gt_mamba_ssd_state_floats(gt_mamba_shape m, gt_backend_kind kind) {
+    if (kind != GT_BACKEND_CUDA) return 0;
+    size_t L = (size_t)gt_mamba_chunk_len(m), nc = ((size_t)m.T + L - 1) / L;
+    size_t BH = (size_t)m.B * m.H, Z = BH * nc, ps = (size_t)m.P * (size_t)m.S;
+    return 2 * BH * m.T + (size_t)m.B * m.G * nc * L * L + Z * ps + Z * L * m.P +
+           6 * GT_MAMBA_SSD_WS_ALIGN_FLOATS;
+}
 /* fp32 workspace the SSD scan ops take (forward and backward), no value kept between them:
  * enough for every backend. The CPU's: dt and its gradient, A, dA, dD and one head's states
- * over time. The CUDA chunked scan's (k_mamba_ssd.cu lays it out, each buffer 256-byte
- * aligned): dt and its cumsum per (sequence, head, token), C B^T per (sequence, group, chunk),
- * two states per (sequence, head, chunk), dy x^T per chunk, two fp32 copies of y's shape (with
+ * over time. The CUDA chunked scan's (k_mamba_ssd_gemm.cu lays it out, each buffer 256-byte
+ * aligned; what the forward leaves for the backward is the state's, above): the states'
+ * gradients per (sequence, head, chunk), dy x^T per chunk, an fp32 copy of y's shape (dx's,
  * the tokens padded to whole chunks), three sums per token and head, four per chunk, and the
  * largest chunk product's bf16 operands and fp32 result per chunk (CB: L x S by L x S into
  * L x L per group; Sloc, dH: L x P by L x S into P x S; y, dx: L x (L + S) by (L + S) x P into
@@ -233,8 +246,7 @@ static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
     size_t BH = (size_t)m.B * H, Z = BH * nc, ZG = (size_t)m.B * m.G * nc;
     size_t P = (size_t)m.P, S = (size_t)m.S, RP = (m.G > 0 ? H / (size_t)m.G : 1) * P;
     size_t cpu = 2 * N * H + 3 * H + ((size_t)m.T + 1) * ps;
-    size_t cuda = 5 * BH * m.T + (size_t)m.B * m.G * nc * L * L + 2 * Z * ps + Z * L * L +
-                  2 * Z * L * P + 4 * Z;
+    size_t cuda = 3 * BH * m.T + Z * ps + Z * L * L + Z * L * P + 4 * Z;
     size_t opa[5] = {ZG * L * gt_mamba_ssd_ld(S), Z * L * gt_mamba_ssd_ld(P),
                      Z * L * gt_mamba_ssd_ld(L + S), Z * L * gt_mamba_ssd_ld(P),
                      ZG * L * gt_mamba_ssd_ld(RP + L)};
@@ -245,16 +257,15 @@ static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
      * y's, dC's and dB's always) */
     size_t opc[5] = {L % 4 ? ZG * L * gt_mamba_ssd_ld(L) : 0,
                      S % 4 ? Z * P * gt_mamba_ssd_ld(S) : 0, Z * L * gt_mamba_ssd_ld(P),
-                     L % 4 ? Z * L * gt_mamba_ssd_ld(L) : 0,
-                     ZG * L * gt_mamba_ssd_ld(S)};
+                     L % 4 ? Z * L * gt_mamba_ssd_ld(L) : 0, ZG * L * gt_mamba_ssd_ld(S)};
     size_t na = 0, nb = 0, nr = 0;
     for (int i = 0; i < 5; i++) {
         na = opa[i] > na ? opa[i] : na;
         nb = opb[i] > nb ? opb[i] : nb;
         nr = opc[i] > nr ? opc[i] : nr;
     }
-    /* 14 buffers, each start rounded up, and the bf16 operands counted as floats */
-    cuda += 15 * GT_MAMBA_SSD_WS_ALIGN_FLOATS + (na + 1) / 2 + (nb + 1) / 2 + nr;
+    /* 9 buffers, each start rounded up, and the bf16 operands counted as floats */
+    cuda += 10 * GT_MAMBA_SSD_WS_ALIGN_FLOATS + (na + 1) / 2 + (nb + 1) / 2 + nr;
     return cpu > cuda ? cpu : cuda;
 }
 /* Llama 3.1's rotary scaling constants, fixed in Megatron's apply_rope_scaling (and Llama
@@ -582,16 +593,19 @@ typedef struct gt_backend_ops {
                            gt_mamba_shape sh, int accumulate);
     /* y[N, di] = the SSD scan per sequence from zero state over x, B, C of xbc, with
      * dt = softplus(zxbcdt's dt + dt_bias), A = -exp(A_log) and the skip D (all [H]):
-     * S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t + D x_t (cpu_mamba.h) */
+     * S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t + D x_t (cpu_mamba.h);
+     * ws: gt_mamba_ssd_ws_floats of scratch; state: gt_mamba_ssd_state_floats(sh, kind),
+     * written for the backward of the same inputs (NULL where that is 0) */
     void (*mamba_ssd_fwd)(gt_backend *b, gt_stream *s, void *y, const void *xbc, const void *zxbcdt,
                           const void *dt_bias, const void *A_log, const void *D, float *ws,
-                          gt_mamba_shape sh);
+                          float *state, gt_mamba_shape sh);
     /* dxbc[N, conv] (overwritten), the dt slice of dzxbcdt (overwritten), ddt_bias, dA_log, dD
-     * [H] (+)= from dy[N, di]; ws as the forward's */
+     * [H] (+)= from dy[N, di]; ws as the forward's, state as the forward of these inputs left
+     * it */
     void (*mamba_ssd_bwd)(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt, float *ddt_bias,
                           float *dA_log, float *dD, const void *dy, const void *xbc,
                           const void *zxbcdt, const void *dt_bias, const void *A_log, const void *D,
-                          float *ws, gt_mamba_shape sh, int accumulate);
+                          float *ws, const float *state, gt_mamba_shape sh, int accumulate);
     /* out[N, di] = rmsnorm(y * silu(z)) * w over G groups of di/G channels (z: zxbcdt's z
      * slice; mamba_ssm's RMSNormGated, norm after the gate); rstd[N, G] kept */
     void (*mamba_gated_norm_fwd)(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *y,

@@ -125,6 +125,8 @@ typedef struct gt_mamba_block {
     void *y;        /* [N, di] the scan's output */
     void *g;        /* [N, di] the gated norm's output, out_proj's input */
     float *grstd;   /* [N, G] the gated norm's statistics */
+    float *ssd;     /* [gt_mamba_ssd_state_floats] what the scan's forward keeps for its
+                       backward (NULL where the backend keeps none) */
 } gt_mamba_block;
 
 typedef struct gt_layer {

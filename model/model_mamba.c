@@ -134,7 +134,7 @@ void gt_mamba_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state
     gt_linear_fwd(m, s, layer, GT_LIN_MAMBA_IN, mb->zxbcdt, mb->ln, mb->in_w, -1, NULL, train, st);
     b->ops->mamba_conv_fwd(b, s, mb->xbc, mb->zxbcdt, P(conv_w), P(conv_b), ms);
     b->ops->mamba_ssd_fwd(b, s, mb->y, mb->xbc, mb->zxbcdt, P(dt_bias), P(A_log), P(D), m->sc.mws,
-                          ms);
+                          mb->ssd, ms);
     b->ops->mamba_gated_norm_fwd(b, s, mb->g, mb->grstd, mb->y, mb->zxbcdt, P(gnorm_w), dm->eps,
                                  ms);
 #undef P
@@ -159,7 +159,7 @@ void gt_mamba_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     b->ops->mamba_gated_norm_bwd(b, s, m->sc.mdy, dz, G(gnorm_w), m->sc.a, mb->y, mb->zxbcdt,
                                  P(gnorm_w), mb->grstd, ms, acc);
     b->ops->mamba_ssd_bwd(b, s, m->sc.mdxbc, dz, G(dt_bias), G(A_log), G(D), m->sc.mdy, mb->xbc,
-                          mb->zxbcdt, P(dt_bias), P(A_log), P(D), m->sc.mws, ms, acc);
+                          mb->zxbcdt, P(dt_bias), P(A_log), P(D), m->sc.mws, mb->ssd, ms, acc);
     b->ops->mamba_conv_bwd(b, s, dz, G(conv_w), G(conv_b), m->sc.mdxbc, mb->zxbcdt, P(conv_w),
                            P(conv_b), ms, acc);
     gt_linear_bwd_weight(m, s, layer, GT_LIN_MAMBA_IN, mb->in_w, -1, dz, mb->ln, st);

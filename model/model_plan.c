@@ -450,6 +450,12 @@ static int plan_arenas(gt_model *m, gt_error *err) {
             ACT(0, "layers.%d.mamba.y", N * di * ae, &mb->y);
             ACT(0, "layers.%d.mamba.g", N * di * ae, &mb->g);
             ACT(0, "layers.%d.mamba.gate_rstd", N * (size_t)ms.G * sizeof(float), &mb->grstd);
+            /* planned without a backend (a memory estimate): the device the config names */
+            gt_backend_kind kind = m->b                                     ? m->b->kind
+                                   : m->cfg.runtime.device == GT_DEVICE_CPU ? GT_BACKEND_CPU
+                                                                            : GT_BACKEND_CUDA;
+            size_t ssd = gt_mamba_ssd_state_floats(ms, kind) * sizeof(float);
+            if (ssd) ACT(0, "layers.%d.mamba.ssd_state", ssd, &mb->ssd);
             if (N * di > sc_a) sc_a = N * di; /* out_proj's input gradient */
             if (N * in > sc_b) sc_b = N * in; /* in_proj's output gradient */
         }

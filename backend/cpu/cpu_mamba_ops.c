@@ -104,7 +104,8 @@ static void k_ssd_fwd(const void *p) {
 
 static void cpu_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void *xbc,
                               const void *zxbcdt, const void *dt_bias, const void *A_log,
-                              const void *D, float *ws, gt_mamba_shape sh) {
+                              const void *D, float *ws, float *state, gt_mamba_shape sh) {
+    (void)state; /* the sequential scan keeps none: gt_mamba_ssd_state_floats is 0 here */
     REQUIRE_SHAPE(b, "mamba_ssd_fwd", sh);
     mamba_args a = {
         .out = y, .in = xbc, .zx = zxbcdt, .p1 = dt_bias, .p2 = A_log, .p3 = D, .ws = ws, .sh = sh};
@@ -139,8 +140,9 @@ static void k_ssd_bwd(const void *p) {
 static void cpu_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt,
                               float *ddt_bias, float *dA_log, float *dD, const void *dy,
                               const void *xbc, const void *zxbcdt, const void *dt_bias,
-                              const void *A_log, const void *D, float *ws, gt_mamba_shape sh,
-                              int accumulate) {
+                              const void *A_log, const void *D, float *ws, const float *state,
+                              gt_mamba_shape sh, int accumulate) {
+    (void)state; /* its backward runs the scan again */
     REQUIRE_SHAPE(b, "mamba_ssd_bwd", sh);
     mamba_args a = {.out = dxbc,
                     .out2 = dzxbcdt,

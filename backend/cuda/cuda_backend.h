@@ -162,11 +162,12 @@ void gt_cuda_register_qk_norm_ops(gt_backend_ops *ops); /* k_qk_norm.cu */
 /* the chunked SSD scan behind the mamba_ssd_* ops, shapes checked (k_mamba_ssd.cu) */
 void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void *xbc,
                            const void *zxbcdt, const void *dt_bias, const void *A_log,
-                           const void *D, float *ws, gt_mamba_shape sh);
+                           const void *D, float *ws, float *state, gt_mamba_shape sh);
 void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt, float *ddt_bias,
                            float *dA_log, float *dD, const void *dy, const void *xbc,
                            const void *zxbcdt, const void *dt_bias, const void *A_log,
-                           const void *D, float *ws, gt_mamba_shape sh, int accumulate);
+                           const void *D, float *ws, const float *state, gt_mamba_shape sh,
+                           int accumulate);
 /* their batched GEMMs' plans for shape sh, the forward's or (backward) the backward's: called
  * in the planning pass (k_mamba_ssd_gemm.cu) */
 void gt_cuda_mamba_ssd_plan(gt_backend *b, gt_mamba_shape sh, int backward);

@@ -414,27 +414,39 @@ static void cuda_mamba_conv_bwd(gt_backend *b, gt_stream *s, void *dzxbcdt, floa
 
 static void cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void *xbc,
                                const void *zxbcdt, const void *dt_bias, const void *A_log,
-                               const void *D, float *ws, gt_mamba_shape sh) {
+                               const void *D, float *ws, float *state, gt_mamba_shape sh) {
     if (!shape_ok(b, "mamba_ssd_fwd", sh)) return;
+    if (!state && !b->planning) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "mamba_ssd_fwd: no state buffer given (the CUDA scan "
+                        "keeps gt_mamba_ssd_state_floats floats for its backward)");
+        return;
+    }
     if (b->planning) { /* the products' GEMM plans now, not in the first step */
         gt_cuda_mamba_ssd_plan(b, sh, 0);
         return;
     }
-    gt_cuda_mamba_ssd_fwd(b, s, y, xbc, zxbcdt, dt_bias, A_log, D, ws, sh);
+    gt_cuda_mamba_ssd_fwd(b, s, y, xbc, zxbcdt, dt_bias, A_log, D, ws, state, sh);
 }
 
 static void cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt,
                                float *ddt_bias, float *dA_log, float *dD, const void *dy,
                                const void *xbc, const void *zxbcdt, const void *dt_bias,
-                               const void *A_log, const void *D, float *ws, gt_mamba_shape sh,
-                               int accumulate) {
+                               const void *A_log, const void *D, float *ws, const float *state,
+                               gt_mamba_shape sh, int accumulate) {
     if (!shape_ok(b, "mamba_ssd_bwd", sh)) return;
+    if (!state && !b->planning) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "mamba_ssd_bwd: no state buffer given (the forward's "
+                        "of the same inputs, gt_mamba_ssd_state_floats floats)");
+        return;
+    }
     if (b->planning) {
         gt_cuda_mamba_ssd_plan(b, sh, 1);
         return;
     }
     gt_cuda_mamba_ssd_bwd(b, s, dxbc, dzxbcdt, ddt_bias, dA_log, dD, dy, xbc, zxbcdt, dt_bias,
-                          A_log, D, ws, sh, accumulate);
+                          A_log, D, ws, state, sh, accumulate);
 }
 
 /* ---- gated RMSNorm: u = y * silu(z), out = u * rstd * w per group of gs channels ----

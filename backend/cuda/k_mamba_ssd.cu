@@ -8,7 +8,9 @@
  * factors, the fp32 states and their gradients, C B^T and dy x^T after the mask and decay; the
  * cumsums, the state passing, the per-token and per-chunk sums (this file) stay fp32. bf16 in
  * and out, sums in a fixed order (no atomics), no host sync, no allocation: the buffers are the
- * op's workspace (gt_mamba_ssd_ws_floats). Every shape runs this one path. */
+ * op's workspace (gt_mamba_ssd_ws_floats) and the state the forward leaves for the backward
+ * (gt_mamba_ssd_state_floats: dt, cs, C B^T, the states entering the chunks and y without D),
+ * so that the backward recomputes none of the forward. Every shape runs this one path. */
 #include "backend/cuda/mamba_ssd.cuh"
 
 /* PyTorch's softplus switches to the identity past this (beta 1), as cpu_mamba.c */
@@ -209,6 +211,18 @@ __global__ void k_ck_chunk_bwd(ck_args a) {
     }
 }
 
+/* y = yf + D x per (token, head, p): the forward's output from the fp32 sum it keeps */
+__global__ void k_ck_y(ck_args a) {
+    GT_PDL_ENTRY();
+    size_t total = (size_t)a.B * a.T * a.di;
+    GT_GRID_STRIDE(i, total) {
+        size_t n = i / a.di, b = n / a.T, t = n % a.T;
+        int hp = (int)(i % a.di), h = hp / a.P, p = hp % a.P;
+        float yf = a.yf[(((b * a.H + h) * a.nc * a.L) + t) * a.P + p];
+        a.y[i] = tobf(yf + ldf(a.D + h) * ldf(a.xbc + n * a.C + hp));
+    }
+}
+
 /* ddt_bias, dA_log (dA/dA_log = A), dD: the chunks' sums; a warp per head, its lanes over
  * the (sequence, chunk) pairs (so their loads are in flight together), then a fixed tree */
 __global__ void k_ck_param_sum(float *ddt_bias, float *dA_log, float *dD, ck_args a,
@@ -231,7 +245,7 @@ __global__ void k_ck_param_sum(float *ddt_bias, float *dA_log, float *dD, ck_arg
     dD[h] = accumulate ? dD[h] + dd : dd;
 }
 
-/* dt, cs, CB and the states entering every chunk: the forward's start, the backward's too */
+/* dt, cs, CB and the states entering every chunk: the forward's start */
 static void ck_states(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
     size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
     gt_launch(k_ck_cumsum, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);
@@ -244,32 +258,37 @@ static void ck_states(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const ch
 
 extern "C" void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void *xbc,
                                       const void *zxbcdt, const void *dt_bias, const void *A_log,
-                                      const void *D, float *ws, gt_mamba_shape sh) {
+                                      const void *D, float *ws, float *state, gt_mamba_shape sh) {
     gt_cuda_exec ex = gt_cuda_ex(b, s);
-    ck_args a = gt_ssd_args(sh, ws);
+    ck_args a = gt_ssd_args(sh, ws, state);
     if (!a.fits) {
         gt_backend_fail(b, GT_ERR_INVALID,
-                        "mamba_ssd_fwd: the chunked scan's workspace layout outgrew "
-                        "gt_mamba_ssd_ws_floats (backend.h and k_mamba_ssd.cu disagree)");
+                        "mamba_ssd_fwd: the chunked scan's workspace or state layout outgrew "
+                        "gt_mamba_ssd_ws_floats or gt_mamba_ssd_state_floats (backend.h and "
+                        "k_mamba_ssd_gemm.cu disagree)");
         return;
     }
     a.xbc = (const bf16 *)xbc, a.zx = (const bf16 *)zxbcdt, a.dt_bias = (const bf16 *)dt_bias;
     a.A_log = (const bf16 *)A_log, a.D = (const bf16 *)D, a.y = (bf16 *)y;
     ck_states(b, ex, a, "mamba_ssd_fwd (states)");
-    gt_ssd_product(b, ex, a, CK_Y, "mamba_ssd_fwd (output)");
+    gt_ssd_product(b, ex, a, CK_YF, "mamba_ssd_fwd (output)");
+    gt_launch(k_ck_y, gt_grid((size_t)a.B * a.T * a.di, CK_THREADS), CK_THREADS, 0, ex, a);
+    GT_CUDA_LAUNCHED(b, "mamba_ssd_fwd (output)");
 }
 
 extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt,
                                       float *ddt_bias, float *dA_log, float *dD, const void *dy,
                                       const void *xbc, const void *zxbcdt, const void *dt_bias,
                                       const void *A_log, const void *D, float *ws,
-                                      gt_mamba_shape sh, int accumulate) {
+                                      const float *state, gt_mamba_shape sh, int accumulate) {
     gt_cuda_exec ex = gt_cuda_ex(b, s);
-    ck_args a = gt_ssd_args(sh, ws);
+    /* the state is only read here (ck_args holds the forward's writable pointers) */
+    ck_args a = gt_ssd_args(sh, ws, (float *)state);
     if (!a.fits) {
         gt_backend_fail(b, GT_ERR_INVALID,
-                        "mamba_ssd_bwd: the chunked scan's workspace layout outgrew "
-                        "gt_mamba_ssd_ws_floats (backend.h and k_mamba_ssd.cu disagree)");
+                        "mamba_ssd_bwd: the chunked scan's workspace or state layout outgrew "
+                        "gt_mamba_ssd_ws_floats or gt_mamba_ssd_state_floats (backend.h and "
+                        "k_mamba_ssd_gemm.cu disagree)");
         return;
     }
     a.xbc = (const bf16 *)xbc, a.zx = (const bf16 *)zxbcdt, a.dt_bias = (const bf16 *)dt_bias;
@@ -277,8 +296,6 @@ extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, v
     a.dxbc = (bf16 *)dxbc, a.dzx = (bf16 *)dzxbcdt;
     size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
     size_t NH = (size_t)a.B * a.T * a.H;
-    ck_states(b, ex, a, "mamba_ssd_bwd (states)");
-    gt_ssd_product(b, ex, a, CK_YF, "mamba_ssd_bwd (output)");
     gt_ssd_product(b, ex, a, CK_DH, "mamba_ssd_bwd (dH)");
     gt_launch(k_ck_pass_bwd, gt_grid((size_t)a.B * a.H * ps, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (state passing)");

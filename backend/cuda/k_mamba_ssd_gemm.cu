@@ -39,7 +39,6 @@ static __host__ __device__ __forceinline__ void ck_dims(const ck_args &a, const 
     case CK_DH:
         *M = a.P, *N = a.S, *K = x.Lc;
         break;
-    case CK_Y:
     case CK_YF:
     case CK_DXS:
         *M = x.Lc, *N = a.P, *K = a.L + a.S;
@@ -81,7 +80,6 @@ static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x,
         return ck_c(a, x.n0 + m, x.g, k);
     case CK_SLOC:
         return __expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
-    case CK_Y:
     case CK_YF:
         if (k < a.L) return k <= m ? x.cb[(size_t)m * a.L + k] * __expf(x.cs[m] - x.cs[k]) : 0.0f;
         return __expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
@@ -120,7 +118,6 @@ static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x,
         return ck_b(a, x.n0 + n, x.g, k);
     case CK_SLOC:
         return ck_b(a, x.n0 + k, x.g, n);
-    case CK_Y:
     case CK_YF:
         if (k < a.L) return k < x.Lc ? x.dt[k] * ck_x(a, x.n0 + k, x.h, n) : 0.0f;
         return x.hin[(size_t)n * a.S + (k - a.L)];
@@ -150,16 +147,13 @@ template <int OP>
 static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x, int m, int n,
                                                 float v) {
     size_t LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
-    size_t hp = (size_t)x.h * a.P, zp = (x.z * a.L + m) * a.P + n;
+    size_t zp = (x.z * a.L + m) * a.P + n;
     switch (OP) {
     case CK_CB:
         a.cb[(size_t)(x.cb - a.cb) + (size_t)m * a.L + n] = v;
         break;
     case CK_SLOC:
         a.hin[x.z * ps + (size_t)m * a.S + n] = v;
-        break;
-    case CK_Y:
-        a.y[(x.n0 + m) * a.di + hp + n] = tobf(v + x.Dh * ck_x(a, x.n0 + m, x.h, n));
         break;
     case CK_YF:
         a.yf[zp] = v;
@@ -207,12 +201,12 @@ template <int OP> static ck_gemm ck_gemm_of(const ck_args &a) {
 }
 
 /* Whether the GEMM of product OP writes its result where it goes: the fp32 matrices per chunk
- * of its own layout (rows of N), where those rows are whole 16-byte units. Not y, dB and dC,
- * which are bf16 slices of other tensors, nor the others otherwise: they go through opc and
+ * of its own layout (rows of N), where those rows are whole 16-byte units. Not dB and dC,
+ * which are bf16 slices of dxbc, nor the others otherwise: they go through opc and
  * ck_store. */
 template <int OP> static bool ck_in_place(const ck_args &a) {
     int n = OP == CK_CB || OP == CK_DM ? a.L : OP == CK_YF || OP == CK_DXS ? a.P : a.S;
-    return OP != CK_Y && OP != CK_DC && OP != CK_DB && n % 4 == 0;
+    return OP != CK_DC && OP != CK_DB && n % 4 == 0;
 }
 
 /* Product OP's fp32 result buffer (of those written in place) */
@@ -252,25 +246,27 @@ static ck_args ck_shape_args(gt_mamba_shape sh) {
     return a;
 }
 
-ck_args gt_ssd_args(gt_mamba_shape sh, float *ws) {
+ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state) {
     ck_args a = ck_shape_args(sh);
     size_t BH = (size_t)sh.B * sh.H, Z = BH * a.nc;
     size_t LL = (size_t)a.L * a.L, ps = (size_t)sh.P * sh.S;
-    a.dt = ck_align(ws);
+    a.dt = ck_align(state);
     a.cs = ck_align(a.dt + BH * sh.T);
     a.cb = ck_align(a.cs + BH * sh.T);
     a.hin = ck_align(a.cb + (size_t)sh.B * sh.G * a.nc * LL);
-    a.gs = ck_align(a.hin + Z * ps);
+    a.yf = ck_align(a.hin + Z * ps);
+    int state_fits =
+        a.yf + Z * a.L * sh.P <= state + gt_mamba_ssd_state_floats(sh, GT_BACKEND_CUDA);
+    a.gs = ck_align(ws);
     a.dm = ck_align(a.gs + Z * ps);
-    a.yf = ck_align(a.dm + Z * LL);
-    a.dxs = ck_align(a.yf + Z * a.L * sh.P);
+    a.dxs = ck_align(a.dm + Z * LL);
     a.tok = ck_align(a.dxs + Z * a.L * sh.P);
     a.lt = ck_align(a.tok + 3 * BH * sh.T);
     a.part = ck_align(a.lt + Z);
     size_t na = 0, nb = 0, nc = 0;
     ck_need<CK_CB>(a, &na, &nb, &nc);
     ck_need<CK_SLOC>(a, &na, &nb, &nc);
-    ck_need<CK_Y>(a, &na, &nb, &nc);
+    ck_need<CK_YF>(a, &na, &nb, &nc);
     ck_need<CK_DH>(a, &na, &nb, &nc);
     ck_need<CK_DM>(a, &na, &nb, &nc);
     ck_need<CK_DXS>(a, &na, &nb, &nc);
@@ -279,7 +275,7 @@ ck_args gt_ssd_args(gt_mamba_shape sh, float *ws) {
     a.opa = (bf16 *)ck_align(a.part + 3 * Z);
     a.opb = (bf16 *)ck_align(a.opa + na);
     a.opc = ck_align(a.opb + nb);
-    a.fits = a.opc + nc <= ws + gt_mamba_ssd_ws_floats(sh);
+    a.fits = state_fits && a.opc + nc <= ws + gt_mamba_ssd_ws_floats(sh);
     return a;
 }
 
@@ -398,9 +394,6 @@ void gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, co
     case CK_SLOC:
         ck_mm<CK_SLOC>(b, ex, a, what);
         break;
-    case CK_Y:
-        ck_mm<CK_Y>(b, ex, a, what);
-        break;
     case CK_YF:
         ck_mm<CK_YF>(b, ex, a, what);
         break;
@@ -432,14 +425,13 @@ template <int OP> static void ck_plan(gt_backend *b, const ck_args &a, const cha
 
 extern "C" void gt_cuda_mamba_ssd_plan(gt_backend *b, gt_mamba_shape sh, int backward) {
     ck_args a = ck_shape_args(sh);
-    const char *what = backward ? "mamba_ssd_bwd (planning)" : "mamba_ssd_fwd (planning)";
-    ck_plan<CK_CB>(b, a, what);
-    ck_plan<CK_SLOC>(b, a, what);
-    if (!backward) {
-        ck_plan<CK_Y>(b, a, what);
+    if (!backward) { /* the states and y, which the backward then reads from the state */
+        ck_plan<CK_CB>(b, a, "mamba_ssd_fwd (planning)");
+        ck_plan<CK_SLOC>(b, a, "mamba_ssd_fwd (planning)");
+        ck_plan<CK_YF>(b, a, "mamba_ssd_fwd (planning)");
         return;
     }
-    ck_plan<CK_YF>(b, a, what);
+    const char *what = "mamba_ssd_bwd (planning)";
     ck_plan<CK_DH>(b, a, what);
     ck_plan<CK_DM>(b, a, what);
     ck_plan<CK_DXS>(b, a, what);

@@ -15,8 +15,8 @@
 enum {
     CK_CB,   /* per (b, g, c): CB[i][j] = C_i . B_j, j <= i (k over S) */
     CK_SLOC, /* Sloc[p][s] = sum_j w_j xs_j[p] B_j[s] (k over the chunk) */
-    CK_Y,    /* y[i][p] = sum_j<=i CB_ij E_ij xs_j[p] + exp(cs_i) sum_s Hin[p][s] C_i[s]; + D x */
-    CK_YF,   /* the same into fp32, without D (the backward's dcs needs it) */
+    CK_YF,   /* y[i][p] - D x_i[p] = sum_j<=i CB_ij E_ij xs_j[p] + exp(cs_i) sum_s Hin[p][s] C_i[s]
+                (fp32, kept in the state: the backward's dcs needs it) */
     CK_DH,   /* dHin[p][s] = sum_i exp(cs_i) dy_i[p] C_i[s] */
     CK_DM,   /* dM[i][j] = dy_i . x_j, j <= i (k over P) */
     CK_DXS,  /* dxs[j][p] = sum_i>=j CB_ij E_ij dy_i[p] + w_j sum_s B_j[s] G[p][s] */
@@ -36,19 +36,22 @@ static __host__ __device__ __forceinline__ constexpr bool ck_per_group(int op) {
 typedef struct ck_args {
     const bf16 *xbc, *zx, *dt_bias, *A_log, *D, *dy;
     bf16 *y, *dxbc, *dzx;
-    float *dt, *cs;   /* [B*H][T]: softplus'd dt, cumsum of dt*A within the chunk */
-    float *cb;        /* [B*G][nc][L][L] */
-    float *hin;       /* [B*H][nc][P][S]: the chunk's own state, then the state entering it */
-    float *gs;        /* [B*H][nc][P][S]: dL/dHin of the chunk's outputs, then dL/d(state out) */
-    float *dm;        /* [B*H][nc][L][L] */
-    float *yf, *dxs;  /* [B*H][nc*L][P]: tokens padded to whole chunks */
-    float *tok;       /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
-    float *lt;        /* [B*H][nc]: <dL/d(state out), state out> */
-    float *part;      /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
-    bf16 *opa, *opb;  /* one product's operands per chunk (ck_gemm), reused by the next */
-    float *opc;       /* its fp32 result per chunk where that is not the GEMM's own output */
+    /* the state (the forward writes it, the backward reads it) */
+    float *dt, *cs; /* [B*H][T]: softplus'd dt, cumsum of dt*A within the chunk */
+    float *cb;      /* [B*G][nc][L][L] */
+    float *hin;     /* [B*H][nc][P][S]: the chunk's own state, then the state entering it */
+    float *yf;      /* [B*H][nc*L][P]: y - D x, tokens padded to whole chunks */
+    /* the workspace */
+    float *gs;       /* [B*H][nc][P][S]: dL/dHin of the chunk's outputs, then dL/d(state out) */
+    float *dm;       /* [B*H][nc][L][L] */
+    float *dxs;      /* [B*H][nc*L][P]: tokens padded to whole chunks */
+    float *tok;      /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
+    float *lt;       /* [B*H][nc]: <dL/d(state out), state out> */
+    float *part;     /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
+    bf16 *opa, *opb; /* one product's operands per chunk (ck_gemm), reused by the next */
+    float *opc;      /* its fp32 result per chunk where that is not the GEMM's own output */
     int B, T, H, P, G, S, L, nc, C, di, in;
-    int fits; /* the layout ends inside gt_mamba_ssd_ws_floats */
+    int fits; /* the layouts end inside gt_mamba_ssd_ws_floats and gt_mamba_ssd_state_floats */
 } ck_args;
 
 /* One chunk of one head (or group, where ck_per_group: h is then the group's first head):
@@ -98,9 +101,10 @@ static __device__ __forceinline__ float ck_dy(const ck_args &a, size_t n, int h,
     return ldf(a.dy + n * a.di + (size_t)h * a.P + p);
 }
 
-/* The workspace ws laid out for shape sh as gt_mamba_ssd_ws_floats counts it (fits: the
- * layout ends inside it), each buffer on 256 bytes; the tensors' pointers are the caller's */
-ck_args gt_ssd_args(gt_mamba_shape sh, float *ws);
+/* The workspace ws and the state laid out for shape sh as gt_mamba_ssd_ws_floats and
+ * gt_mamba_ssd_state_floats count them (fits: both layouts end inside them), each buffer on
+ * 256 bytes; the tensors' pointers are the caller's */
+ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state);
 /* Product op (CK_*) over every chunk (k_mamba_ssd_gemm.cu) */
 void gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, const char *what);
 

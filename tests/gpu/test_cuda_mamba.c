@@ -255,20 +255,21 @@ static void ssd_case(gpu_env *e, gt_mamba_shape sh, int accumulate) {
     float *c_gb = c_f32(e, gb0, H), *c_ga = c_f32(e, ga0, H), *c_gd = c_f32(e, gd0, H);
     float *c_xbc = c_f32(e, m.xbc, N * C), *c_zx = c_f32(e, m.zx, N * in);
     float *c_bias = c_f32(e, m.dt_bias, H), *c_A = c_f32(e, m.A_log, H), *c_D = c_f32(e, m.D, H);
-    e->cpu->ops->mamba_ssd_fwd(e->cpu, e->cs, c_y, c_xbc, c_zx, c_bias, c_A, c_D, c_ws, sh);
+    e->cpu->ops->mamba_ssd_fwd(e->cpu, e->cs, c_y, c_xbc, c_zx, c_bias, c_A, c_D, c_ws, NULL, sh);
     e->cpu->ops->mamba_ssd_bwd(e->cpu, e->cs, c_dxbc, c_dz, c_gb, c_ga, c_gd,
-                               c_f32(e, m.dy, N * di), c_xbc, c_zx, c_bias, c_A, c_D, c_ws, sh,
-                               accumulate);
+                               c_f32(e, m.dy, N * di), c_xbc, c_zx, c_bias, c_A, c_D, c_ws, NULL,
+                               sh, accumulate);
     void *g_xbc = g_act(e, m.xbc, N * C), *g_zx = g_act(e, m.zx, N * in);
     void *g_bias = g_act(e, m.dt_bias, H), *g_A = g_act(e, m.A_log, H), *g_D = g_act(e, m.D, H);
     void *g_y = g_act(e, NULL, N * di), *g_dxbc = g_act(e, NULL, N * C);
     void *g_dz = g_act(e, m.dz0, N * in);
-    float *g_ws = g_f32(e, NULL, ws);
+    float *g_ws = g_f32(e, NULL, ws),
+          *g_st = g_f32(e, NULL, gt_mamba_ssd_state_floats(sh, GT_BACKEND_CUDA));
     float *g_gb = g_f32(e, gb0, H), *g_ga = g_f32(e, ga0, H), *g_gd = g_f32(e, gd0, H);
-    e->gpu->ops->mamba_ssd_fwd(e->gpu, e->gs, g_y, g_xbc, g_zx, g_bias, g_A, g_D, g_ws, sh);
+    e->gpu->ops->mamba_ssd_fwd(e->gpu, e->gs, g_y, g_xbc, g_zx, g_bias, g_A, g_D, g_ws, g_st, sh);
     e->gpu->ops->mamba_ssd_bwd(e->gpu, e->gs, g_dxbc, g_dz, g_gb, g_ga, g_gd,
-                               g_act(e, m.dy, N * di), g_xbc, g_zx, g_bias, g_A, g_D, g_ws, sh,
-                               accumulate);
+                               g_act(e, m.dy, N * di), g_xbc, g_zx, g_bias, g_A, g_D, g_ws, g_st,
+                               sh, accumulate);
     float *got = malloc(N * in * sizeof *got);
     g_read_act(e, got, g_y, N * di);
     EXPECT_CLOSE("mamba_ssd_fwd y", got, c_y, N * di, TOL_SSD);
@@ -321,13 +322,14 @@ static void test_ssd_tolerance_sees_a_wrong_decay(void **state) {
         float *c_ws = c_f32(e, NULL, ws), *c_y = c_f32(e, NULL, N * di);
         float *c_y_wrong = c_f32(e, NULL, N * di);
         e->cpu->ops->mamba_ssd_fwd(e->cpu, e->cs, c_y, c_xbc, c_zx, c_bias, c_f32(e, m.A_log, H),
-                                   c_D, c_ws, sh);
+                                   c_D, c_ws, NULL, sh);
         e->cpu->ops->mamba_ssd_fwd(e->cpu, e->cs, c_y_wrong, c_xbc, c_zx, c_bias,
-                                   c_f32(e, wrong_A, H), c_D, c_ws, sh);
+                                   c_f32(e, wrong_A, H), c_D, c_ws, NULL, sh);
         void *g_y = g_act(e, NULL, N * di);
-        e->gpu->ops->mamba_ssd_fwd(e->gpu, e->gs, g_y, g_act(e, m.xbc, N * C),
-                                   g_act(e, m.zx, N * in), g_act(e, m.dt_bias, H),
-                                   g_act(e, m.A_log, H), g_act(e, m.D, H), g_f32(e, NULL, ws), sh);
+        e->gpu->ops->mamba_ssd_fwd(
+            e->gpu, e->gs, g_y, g_act(e, m.xbc, N * C), g_act(e, m.zx, N * in),
+            g_act(e, m.dt_bias, H), g_act(e, m.A_log, H), g_act(e, m.D, H), g_f32(e, NULL, ws),
+            g_f32(e, NULL, gt_mamba_ssd_state_floats(sh, GT_BACKEND_CUDA)), sh);
         float *got = malloc(N * di * sizeof *got);
         g_read_act(e, got, g_y, N * di);
         double cpu_gap = rel_l2(c_y_wrong, c_y, N * di), gpu_gap = rel_l2(got, c_y_wrong, N * di);
@@ -403,7 +405,7 @@ static void test_gated_norm_paths_match_cpu(void **state) {
 typedef struct mamba_dev {
     gt_mamba_shape sh;
     void *zx, *conv_w, *conv_b, *dt_bias, *A_log, *D, *gw, *xbc, *y, *out, *dout, *dy, *dxbc, *dz;
-    float *rstd, *ws, *g_cw, *g_cb, *g_db, *g_da, *g_dd, *g_gw;
+    float *rstd, *ws, *st, *g_cw, *g_cb, *g_db, *g_da, *g_dd, *g_gw;
 } mamba_dev;
 
 static mamba_dev upload(gpu_env *e, const mamba_in *m) {
@@ -425,6 +427,7 @@ static mamba_dev upload(gpu_env *e, const mamba_in *m) {
     d.dz = g_act(e, NULL, N * m->in);
     d.rstd = g_f32(e, NULL, N * m->sh.G);
     d.ws = g_f32(e, NULL, gt_mamba_ssd_ws_floats(m->sh));
+    d.st = g_f32(e, NULL, gt_mamba_ssd_state_floats(m->sh, GT_BACKEND_CUDA));
     d.g_cw = g_f32(e, NULL, m->C * m->sh.K);
     d.g_cb = g_f32(e, NULL, m->C);
     d.g_db = g_f32(e, NULL, H);
@@ -438,12 +441,13 @@ static void run_all(gpu_env *e, const mamba_dev *d) {
     gt_backend *b = e->gpu;
     gt_stream *s = e->gs;
     b->ops->mamba_conv_fwd(b, s, d->xbc, d->zx, d->conv_w, d->conv_b, d->sh);
-    b->ops->mamba_ssd_fwd(b, s, d->y, d->xbc, d->zx, d->dt_bias, d->A_log, d->D, d->ws, d->sh);
+    b->ops->mamba_ssd_fwd(b, s, d->y, d->xbc, d->zx, d->dt_bias, d->A_log, d->D, d->ws, d->st,
+                          d->sh);
     b->ops->mamba_gated_norm_fwd(b, s, d->out, d->rstd, d->y, d->zx, d->gw, 1e-5f, d->sh);
     b->ops->mamba_gated_norm_bwd(b, s, d->dy, d->dz, d->g_gw, d->dout, d->y, d->zx, d->gw, d->rstd,
                                  d->sh, 0);
     b->ops->mamba_ssd_bwd(b, s, d->dxbc, d->dz, d->g_db, d->g_da, d->g_dd, d->dy, d->xbc, d->zx,
-                          d->dt_bias, d->A_log, d->D, d->ws, d->sh, 0);
+                          d->dt_bias, d->A_log, d->D, d->ws, d->st, d->sh, 0);
     b->ops->mamba_conv_bwd(b, s, d->dz, d->g_cw, d->g_cb, d->dxbc, d->zx, d->conv_w, d->conv_b,
                            d->sh, 0);
 }

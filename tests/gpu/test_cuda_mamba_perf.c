@@ -21,16 +21,16 @@ static int cmp_float(const void *a, const void *b) {
 typedef struct ssd_ctx {
     gt_mamba_shape sh;
     void *xbc, *zx, *dt_bias, *A_log, *D, *y, *dy, *dxbc, *dz;
-    float *ws, *gb, *ga, *gd;
+    float *ws, *st, *gb, *ga, *gd; /* st: the state the forward keeps for the backward */
 } ssd_ctx;
 
 static void run_fwd(gpu_env *e, const ssd_ctx *c) {
     e->gpu->ops->mamba_ssd_fwd(e->gpu, e->gs, c->y, c->xbc, c->zx, c->dt_bias, c->A_log, c->D,
-                               c->ws, c->sh);
+                               c->ws, c->st, c->sh);
 }
 static void run_bwd(gpu_env *e, const ssd_ctx *c) {
     e->gpu->ops->mamba_ssd_bwd(e->gpu, e->gs, c->dxbc, c->dz, c->gb, c->ga, c->gd, c->dy, c->xbc,
-                               c->zx, c->dt_bias, c->A_log, c->D, c->ws, c->sh, 0);
+                               c->zx, c->dt_bias, c->A_log, c->D, c->ws, c->st, c->sh, 0);
 }
 
 /* Median milliseconds of the forward (what 1), backward (2) or both (3). */
@@ -73,6 +73,7 @@ static ssd_ctx make_ctx(gpu_env *e, gt_mamba_shape sh) {
     c.A_log = g_act(e, hA, H), c.dt_bias = g_act(e, hb, H), c.D = g_act(e, hD, H);
     c.y = g_act(e, NULL, N * di), c.dxbc = g_act(e, NULL, N * C), c.dz = g_act(e, hz, N * in);
     c.ws = g_f32(e, NULL, gt_mamba_ssd_ws_floats(sh));
+    c.st = g_f32(e, NULL, gt_mamba_ssd_state_floats(sh, GT_BACKEND_CUDA));
     c.gb = g_f32(e, NULL, H), c.ga = g_f32(e, NULL, H), c.gd = g_f32(e, NULL, H);
     free(hA), free(hb), free(hx), free(hz), free(hdy), free(hD);
     return c;
@@ -86,6 +87,7 @@ static void test_ssd_speed_at_the_hybrid_shapes(void **state) {
         gt_mamba_shape sh = {
             .B = 4, .T = 2048, .H = 32, .P = 64, .G = 8, .S = 128, .K = 4, .chunk = chunks[i]};
         ssd_ctx c = make_ctx(e, sh);
+        /* the forward's timing leaves the state the backward's reads */
         float f = time_ms(e, &c, 1), b = time_ms(e, &c, 2), fb = time_ms(e, &c, 3);
         printf("    mamba ssd B%d T%d H%d P%d G%d S%d chunk %d: fwd %.3f ms, bwd %.3f ms, "
                "fwd+bwd %.3f ms\n",
