@@ -51,16 +51,16 @@ typedef struct gt_model_fp8 {
     gt_fp8_scaling scaling;
     gt_fp8_format fwd_format, grad_format;
     int history_len, use_max, margin;
-    size_t elem;        /* bytes per fp8 element */
-    gt_fp8_linear *lin; /* [num_layers * GT_LINEARS] */
-    int n_meta;         /* GT_FP8_SLOTS per linear that is on */
-    gt_fp8_meta *meta;  /* [n_meta] device */
-    float *history;     /* [n_meta * history_len] device (delayed scaling) */
-    void *qa, *qb;      /* scratch: a GEMM's two casts of activations or gradients */
-    int wt_in_backward; /* one micro-batch a step: w^T cast before each data gradient into one
-                         * buffer the layers share, not kept per layer from the step's start */
-    void *wt;           /* that buffer (the largest weight's bytes), or NULL */
-    float *sa, *sb;     /* their inverse scales */
+    size_t elem;         /* bytes per fp8 element */
+    gt_fp8_linear *lin;  /* [num_layers * GT_LINEARS] */
+    int n_meta;          /* GT_FP8_SLOTS per linear that is on */
+    gt_fp8_meta *meta;   /* [n_meta] device */
+    float *history;      /* [n_meta * history_len] device (delayed scaling) */
+    void *qa, *qb;       /* scratch: a GEMM's two casts of activations or gradients */
+    int wt_in_backward;  /* one micro-batch a step: w^T cast before each data gradient into one
+                          * buffer the layers share, not kept per layer from the step's start */
+    void *wt;            /* that buffer (the largest weight's bytes), or NULL */
+    float *sa, *sb;      /* their inverse scales */
     gt_fp8_experts *moe; /* [num_layers * GT_MOE_LINEARS] */
     int moe_on;          /* expert linears that are on */
 } gt_model_fp8;

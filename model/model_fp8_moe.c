@@ -101,8 +101,8 @@ void gt_model_fp8_cast_experts(gt_model *m, gt_stream *s, int record, gt_step_st
                     b->ops->fp8_cast(b, s, q, x->sw + e, we, x->out, x->in, 0, sp, meta, st);
                 else
                     gt_model_fp8_cast_both(m, s, q, x->sw + e,
-                                           slice(x->qwt, e, x->in, x->out, f->elem), x->swt + e,
-                                           we, x->out, x->in, sp, meta, st);
+                                           slice(x->qwt, e, x->in, x->out, f->elem), x->swt + e, we,
+                                           x->out, x->in, sp, meta, st);
             }
         }
 }
@@ -114,7 +114,8 @@ void gt_moe_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out,
     const gt_moe_block *mb = &m->layers[layer].moe;
     const gt_fp8_experts *xe = experts_on(m, layer, lin);
     int w = lin == GT_MOE_LIN_GU ? mb->gu_w : mb->down_w;
-    int in = lin == GT_MOE_LIN_GU ? dm->d : dm->fe, nout = lin == GT_MOE_LIN_GU ? 2 * dm->fe : dm->d;
+    int in = lin == GT_MOE_LIN_GU ? dm->d : dm->fe,
+        nout = lin == GT_MOE_LIN_GU ? 2 * dm->fe : dm->d;
     if (!xe) {
         b->ops->moe_matmul_fwd(b, s, out, x, gt_model_param(m, w), mb->offsets, dm->R, dm->E, nout,
                                in);
@@ -124,10 +125,9 @@ void gt_moe_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out,
     b->ops->fp8_cast(b, s, f->qa, f->sa, x, dm->R, in, 0,
                      gt_model_fp8_spec(f, f->fwd_format, 1, record),
                      &f->meta[xe->slot + GT_FP8_MOE_SLOT_X], st);
-    b->ops->moe_fp8_matmul(b, s, out, GT_FP8_FAST_ACCUM,
-                           (gt_fp8_operand){f->qa, f->sa, 1, f->fwd_format},
-                           (gt_fp8_operand){xe->qw, xe->sw, 1, f->fwd_format}, mb->offsets, dm->R,
-                           dm->E, nout, in);
+    b->ops->moe_fp8_matmul(
+        b, s, out, GT_FP8_FAST_ACCUM, (gt_fp8_operand){f->qa, f->sa, 1, f->fwd_format},
+        (gt_fp8_operand){xe->qw, xe->sw, 1, f->fwd_format}, mb->offsets, dm->R, dm->E, nout, in);
 }
 
 void gt_moe_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
@@ -137,7 +137,8 @@ void gt_moe_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, 
     const gt_moe_block *mb = &m->layers[layer].moe;
     const gt_fp8_experts *xe = experts_on(m, layer, lin);
     int w = lin == GT_MOE_LIN_GU ? mb->gu_w : mb->down_w;
-    int in = lin == GT_MOE_LIN_GU ? dm->d : dm->fe, nout = lin == GT_MOE_LIN_GU ? 2 * dm->fe : dm->d;
+    int in = lin == GT_MOE_LIN_GU ? dm->d : dm->fe,
+        nout = lin == GT_MOE_LIN_GU ? 2 * dm->fe : dm->d;
     int R = dm->R, E = dm->E;
     if (!xe) {
         b->ops->moe_matmul_bwd_weight(b, s, gt_model_grad(m, w), dout, x, mb->offsets, R, E, nout,
@@ -163,8 +164,7 @@ void gt_moe_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, 
     /* qa is free again: x^T [in, R] with the scale the forward recorded for x */
     b->ops->fp8_cast(b, s, f->qa, f->sa, x, R, in, 1, gt_model_fp8_spec_recorded(f->fwd_format),
                      &f->meta[xe->slot + GT_FP8_MOE_SLOT_X], st);
-    b->ops->moe_fp8_matmul_wgrad(b, s, gt_model_grad(m, w),
-                                 (gt_fp8_operand){f->qb, f->sb, 1, f->grad_format},
-                                 (gt_fp8_operand){f->qa, f->sa, 1, f->fwd_format}, mb->offsets, R,
-                                 E, nout, in, m->grad_acc);
+    b->ops->moe_fp8_matmul_wgrad(
+        b, s, gt_model_grad(m, w), (gt_fp8_operand){f->qb, f->sb, 1, f->grad_format},
+        (gt_fp8_operand){f->qa, f->sa, 1, f->fwd_format}, mb->offsets, R, E, nout, in, m->grad_acc);
 }

@@ -187,8 +187,7 @@ void gt_moe_experts_recompute(gt_model *m, gt_stream *s, int layer, gt_step_stat
         gt_moe_linear_fwd(m, s, layer, GT_MOE_LIN_GU, e->gue, e->xe, 0, st);
     }
     if (rc & (GT_RC_MOE | GT_RC_MOE_ACT)) b->ops->swiglu_fwd(b, s, e->he, e->gue, dm->R, dm->fe);
-    if (rc & GT_RC_MOE)
-        gt_moe_linear_fwd(m, s, layer, GT_MOE_LIN_DOWN, e->ye, e->he, 0, st);
+    if (rc & GT_RC_MOE) gt_moe_linear_fwd(m, s, layer, GT_MOE_LIN_DOWN, e->ye, e->he, 0, st);
 }
 
 /* The router's norm alone (layernorm without moe); with moe the experts' backward did it. */

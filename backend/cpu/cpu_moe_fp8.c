@@ -68,8 +68,8 @@ static void cpu_moe_fp8_matmul(gt_backend *b, gt_stream *s, void *out, int flags
 }
 
 static void cpu_moe_fp8_matmul_wgrad(gt_backend *b, gt_stream *s, float *dw, gt_fp8_operand g,
-                                     gt_fp8_operand x, const int32_t *offsets, int R, int E,
-                                     int Nf, int K, int accumulate) {
+                                     gt_fp8_operand x, const int32_t *offsets, int R, int E, int Nf,
+                                     int K, int accumulate) {
     CPU_REQUIRE(b, R >= 0 && E > 0 && Nf > 0 && K > 0,
                 "moe_fp8_matmul_wgrad: bad shape R=%d E=%d Nf=%d K=%d", R, E, Nf, K);
     CPU_REQUIRE(b, dw && g.q && x.q && g.scale_inv && x.scale_inv && offsets,

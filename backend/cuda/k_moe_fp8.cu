@@ -22,8 +22,8 @@
 #define FM_BK 128 /* fp8 codes (bytes) of a k step */
 #define FM_STAGES 3
 #define FM_THREADS 128
-#define FM_LD (FM_BK + 16)                   /* bytes of a [outer][k] row: conflict-free */
-#define FM_OPERAND_BYTES (FM_TILE * FM_LD)   /* 18432 */
+#define FM_LD (FM_BK + 16)                 /* bytes of a [outer][k] row: conflict-free */
+#define FM_OPERAND_BYTES (FM_TILE * FM_LD) /* 18432 */
 #define FM_SMEM (FM_STAGES * 2 * FM_OPERAND_BYTES)
 #define FM_LD_C (FM_TILE + 4) /* fp32 staging of a finished weight-gradient tile */
 #define FM_SIMT_THREADS 256
@@ -36,7 +36,7 @@ template <int FA, int FB>
 static __device__ __forceinline__ void fm_mma(float *c, const uint32_t *a, const uint32_t *b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 #define FM_MMA(TA, TB)                                                                             \
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB ".f32 {%0,%1,%2,%3}, "       \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB ".f32 {%0,%1,%2,%3}, "         \
                  "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                        \
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                  \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
@@ -101,8 +101,8 @@ static __device__ __forceinline__ void fm_frag_a(uint32_t (*a)[4], const uint8_t
     int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        gt_ldsm_x4(a[i], (const bf16 *)(s + (m0 + i * 16 + (lane & 15)) * FM_LD + ks +
-                                        (lane >> 4) * 16));
+        gt_ldsm_x4(a[i],
+                   (const bf16 *)(s + (m0 + i * 16 + (lane & 15)) * FM_LD + ks + (lane >> 4) * 16));
 }
 
 /* B fragments (32 k x 8 n) of the warp's eight n tiles at byte ks */
@@ -112,16 +112,16 @@ static __device__ __forceinline__ void fm_frag_b(uint32_t (*b)[2], const uint8_t
 #pragma unroll
     for (int p = 0; p < 4; p++) {
         uint32_t r[4];
-        gt_ldsm_x4(r, (const bf16 *)(s + (n0 + p * 16 + j + (mi >> 1) * 8) * FM_LD + ks +
-                                     (mi & 1) * 16));
+        gt_ldsm_x4(
+            r, (const bf16 *)(s + (n0 + p * 16 + j + (mi >> 1) * 8) * FM_LD + ks + (mi & 1) * 16));
         b[2 * p][0] = r[0], b[2 * p][1] = r[1], b[2 * p + 1][0] = r[2], b[2 * p + 1][1] = r[3];
     }
 }
 
 /* The pipelined main loop over `iters` k steps, k_moe_mma.cu's mm_mainloop with fp8 MMAs */
 template <int FA, int FB, typename Load>
-static __device__ __forceinline__ void fm_mainloop(float (*acc)[8][4], unsigned char *sm,
-                                                   int iters, Load load) {
+static __device__ __forceinline__ void fm_mainloop(float (*acc)[8][4], unsigned char *sm, int iters,
+                                                   Load load) {
     int warp = threadIdx.x >> 5, wm = (warp >> 1) * 64, wn = (warp & 1) * 64;
 #pragma unroll
     for (int st = 0; st < FM_STAGES - 1; st++) {
@@ -232,8 +232,8 @@ __global__ void __launch_bounds__(FM_THREADS)
 /* ---- the SIMT kernels for the other shapes ---- */
 
 static __device__ __forceinline__ float fp8_value(uint8_t v, int fmt) {
-    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, fmt == FMT_E4M3 ? __NV_E4M3
-                                                                                    : __NV_E5M2);
+    __half_raw h =
+        __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)v, fmt == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2);
     return __half2float(__half(h));
 }
 
@@ -273,7 +273,8 @@ __global__ void k_moe_fp8_dw_simt(float *dw, const uint8_t *G, const uint8_t *X,
 
 /* ---- launchers ---- */
 
-#define FM_KERNEL(NAME, FA, FB) (FA ? (FB ? NAME<1, 1> : NAME<1, 0>) : (FB ? NAME<0, 1> : NAME<0, 0>))
+#define FM_KERNEL(NAME, FA, FB)                                                                    \
+    (FA ? (FB ? NAME<1, 1> : NAME<1, 0>) : (FB ? NAME<0, 1> : NAME<0, 0>))
 
 extern "C" cudaError_t gt_cuda_moe_fp8_init(void) {
     void (*mm[4])(bf16 *, const uint8_t *, const uint8_t *, const float *, const float *,
@@ -299,9 +300,9 @@ static int al16p(const void *p) {
     return ((uintptr_t)p & 15u) == 0;
 }
 
-static void cuda_moe_fp8_matmul(gt_backend *b, gt_stream *s, void *out, int flags,
-                                gt_fp8_operand a, gt_fp8_operand w, const int32_t *offsets, int R,
-                                int E, int Nf, int K) {
+static void cuda_moe_fp8_matmul(gt_backend *b, gt_stream *s, void *out, int flags, gt_fp8_operand a,
+                                gt_fp8_operand w, const int32_t *offsets, int R, int E, int Nf,
+                                int K) {
     (void)flags; /* mma.sync sums in the tensor cores' own fp32 accumulator either way */
     if (R < 0 || E <= 0 || Nf <= 0 || K <= 0 || !out || !a.q || !w.q || !a.scale_inv ||
         !w.scale_inv || !offsets || !fm_fmt_ok(a.format) || !fm_fmt_ok(w.format)) {
@@ -340,8 +341,7 @@ static void cuda_moe_fp8_matmul_wgrad(gt_backend *b, gt_stream *s, float *dw, gt
     gt_cuda_exec cs = gt_cuda_ex(b, s);
     int fg = g.format == GT_FP8_E5M2, fx = x.format == GT_FP8_E5M2;
     const uint8_t *qg = (const uint8_t *)g.q, *qx = (const uint8_t *)x.q;
-    if (R > 0 && al16p(dw) && al16p(qg) && al16p(qx) && R % 16 == 0 && Nf % 8 == 0 &&
-        K % 8 == 0) {
+    if (R > 0 && al16p(dw) && al16p(qg) && al16p(qx) && R % 16 == 0 && Nf % 8 == 0 && K % 8 == 0) {
         dim3 grid((K + FM_TILE - 1) / FM_TILE, (Nf + FM_TILE - 1) / FM_TILE, E);
         gt_launch(FM_KERNEL(k_moe_fp8_dw, fg, fx), grid, FM_THREADS, FM_SMEM, cs, dw, qg, qx,
                   g.scale_inv, x.scale_inv, offsets, R, Nf, K, accumulate != 0);

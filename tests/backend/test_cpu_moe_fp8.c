@@ -81,8 +81,8 @@ static void test_fp8_expert_forward_is_each_groups_fp8_product_times_its_scales(
                 assert_true(got == SENTINEL);
                 continue;
             }
-            double want = dotd(qx + (size_t)r * K, qw + ((size_t)e * NF + n) * K, K) *
-                          ((double)sx * sw[e]);
+            double want =
+                dotd(qx + (size_t)r * K, qw + ((size_t)e * NF + n) * K, K) * ((double)sx * sw[e]);
             assert_close(got, want, "out", r * NF + n);
         }
     }
@@ -136,8 +136,8 @@ static void test_fp8_expert_weight_gradient_sums_each_experts_rows(void **state)
             }
     for (int acc = 0; acc < 2; acc++) {
         f->b->ops->moe_fp8_matmul_wgrad(f->b, f->s, dw, (gt_fp8_operand){qdt, &sd, 1, GT_FP8_E5M2},
-                                        (gt_fp8_operand){qxt, &sx, 1, GT_FP8_E4M3}, k_offsets, R,
-                                        E, NF, K, acc);
+                                        (gt_fp8_operand){qxt, &sx, 1, GT_FP8_E4M3}, k_offsets, R, E,
+                                        NF, K, acc);
         for (size_t i = 0; i < n_dw; i++) /* the expert without rows: zeros, then still zeros */
             assert_close(dw[i], (acc ? 2.0 : 1.0) * want[i], "dw", (int)i);
     }

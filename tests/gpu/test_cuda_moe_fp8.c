@@ -85,10 +85,9 @@ static void wgrad_case(gpu_env *e, int R, int E, int Nf, int K, const int32_t *o
     e->cpu->ops->moe_fp8_matmul_wgrad(e->cpu, e->cs, c_dw, (gt_fp8_operand){qg, sg, 1, GT_FP8_E5M2},
                                       (gt_fp8_operand){qx, sx, 1, GT_FP8_E4M3}, offsets, R, E, Nf,
                                       K, accumulate);
-    e->gpu->ops->moe_fp8_matmul_wgrad(e->gpu, e->gs, g_dw,
-                                      (gt_fp8_operand){gg, gsg, 1, GT_FP8_E5M2},
-                                      (gt_fp8_operand){gx, gsx, 1, GT_FP8_E4M3}, goff, R, E, Nf, K,
-                                      accumulate);
+    e->gpu->ops->moe_fp8_matmul_wgrad(
+        e->gpu, e->gs, g_dw, (gt_fp8_operand){gg, gsg, 1, GT_FP8_E5M2},
+        (gt_fp8_operand){gx, gsx, 1, GT_FP8_E4M3}, goff, R, E, Nf, K, accumulate);
     g_read_f32(e, got, g_dw, n);
     char what[96];
     snprintf(what, sizeof what, "moe_fp8_matmul_wgrad R=%d E=%d %dx%d%s", R, E, Nf, K,

@@ -3,8 +3,8 @@
  * and in one full-iteration graph (dropless and drop-and-pad, one and two micro-batches, dropout
  * on); each trains like fp32 within a stated tolerance; every expert's weight copy is the cast
  * of its own weights with its own scale; the experts' GEMMs do change the loss (against the
- * same model with them switched back to bf16); first_last_layers_bf16 keeps those layers' experts in
- * bf16. */
+ * same model with them switched back to bf16); first_last_layers_bf16 keeps those layers' experts
+ * in bf16. */
 #include "graphs_fixture.h"
 #include "model/model_internal.h"
 #include "shard_fixture.h"
@@ -147,7 +147,8 @@ static void test_each_expert_weight_is_cast_with_its_own_scale(void **state) {
         float scale = GT_FP8_E4M3_MAX / amax;
         assert_float_equal(x->sw[e], 1.0f / scale, 0);
         for (int i = 0; i < rows * cols; i++) {
-            float want = gt_fp8_to_float(gt_fp8_from_float(we[i] * scale, GT_FP8_E4M3), GT_FP8_E4M3);
+            float want =
+                gt_fp8_to_float(gt_fp8_from_float(we[i] * scale, GT_FP8_E4M3), GT_FP8_E4M3);
             if (q[(size_t)e * rows * cols + i] != want)
                 fail_msg("expert %d element %d: %g, want %g", e, i,
                          (double)q[(size_t)e * rows * cols + i], (double)want);
