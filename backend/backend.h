@@ -581,6 +581,22 @@ typedef struct gt_backend_ops {
      * Engine takes it, since its weight gradient is an fp8 GEMM without a bias output */
     void (*bias_grad)(gt_backend *b, gt_stream *s, float *dbias, const void *dout, int M, int N,
                       int accumulate);
+    /* ---- FP8 grouped expert GEMMs (optional, as the FP8 ops above; per-tensor scaling) ----
+     * The MoE counterparts of fp8_gemm over device offsets, both operands K-contiguous.
+     * out[R, Nf] (act): rows [offsets[e], offsets[e+1]) of a.q [R, K] times w.q[e] [Nf, K]^T
+     * ([E][Nf][K]), each sum scaled back by a.scale_inv[0] * w.scale_inv[e] (one inverse
+     * scale for all of a, one per expert's weight); rows outside every group are left
+     * untouched. flags: GT_FP8_FAST_ACCUM as fp8_gemm's. The forward (w the weights) and the
+     * data gradient (a the output gradient, w the transposed weight copies) alike. */
+    void (*moe_fp8_matmul)(gt_backend *b, gt_stream *s, void *out, int flags, gt_fp8_operand a,
+                           gt_fp8_operand w, const int32_t *offsets, int R, int E, int Nf, int K);
+    /* dw[e][Nf, K] (+)= sum over expert e's rows r, columns [offsets[e], offsets[e+1]) of the
+     * transposed operands, of g.q[n, r] x.q[k, r] (g [Nf, R], x [K, R]), in fp32, scaled back by
+     * g.scale_inv[0] * x.scale_inv[0]; accumulate 0 overwrites, zeros for an expert without
+     * rows. The weight gradient of the experts. */
+    void (*moe_fp8_matmul_wgrad)(gt_backend *b, gt_stream *s, float *dw, gt_fp8_operand g,
+                                 gt_fp8_operand x, const int32_t *offsets, int R, int E, int Nf,
+                                 int K, int accumulate);
     /* ---- Mamba-2 mixer (gt_mamba_shape; act tensors, parameters in act dtype) ---- */
     /* xbc[N, conv] = silu(bias + causal depthwise conv of zxbcdt's xBC slice with w[conv, K]),
      * x = 0 before each sequence's first token */

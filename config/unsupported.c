@@ -25,8 +25,9 @@ static bool fp8_hopper(const gt_config *c) {
 static bool fp8_blackwell(const gt_config *c) {
     return c->model.compute_dtype == GT_DTYPE_FP8_MX || c->model.compute_dtype == GT_DTYPE_NVFP4;
 }
-static bool fp8_moe(const gt_config *c) {
-    return fp8_hopper(c) && c->model.num_moe_experts > 0;
+/* the expert GEMMs take per-tensor scales (model/model_fp8_moe.c), not blockwise tiles */
+static bool fp8_blockwise_moe(const gt_config *c) {
+    return c->model.compute_dtype == GT_DTYPE_FP8_SC && c->model.num_moe_experts > 0;
 }
 static bool packed(const gt_config *c) {
     return c->dataset.packed_sequence;
@@ -117,9 +118,9 @@ static const unsupported k_unsupported[] = {
     {"engine_fp8_blackwell_format", {"model.compute_dtype"}, fp8_blackwell,
      "MXFP8 (-c fp8_mx) and NVFP4 (-c nvfp4) are Blackwell (sm_100) tensor-core formats: Hopper (sm_90) has no such GEMMs and the CPU backend does not emulate them",
      "use an fp8 recipe Hopper runs: -c fp8_cs (current scaling), fp8_ds (delayed scaling) or fp8_sc (blockwise, 1x128 / 128x128 scales)"},
-    {"engine_no_fp8_moe", {"model.compute_dtype", "model.num_moe_experts"}, fp8_moe,
-     "fp8 expert GEMMs (the grouped gate/up and down GEMMs) are not implemented: the experts would compute in bf16",
-     "set model.compute_dtype=bf16 (-c bf16) for MoE models"},
+    {"engine_no_fp8_blockwise_moe", {"model.compute_dtype", "model.num_moe_experts"}, fp8_blockwise_moe,
+     "blockwise fp8 expert GEMMs (the grouped gate/up and down GEMMs with 1x128 / 128x128 scales) are not implemented: graphtrain's fp8 experts take per-tensor scales (one per expert weight, one for all routed tokens), which -c fp8_sc does not promise",
+     "use -c fp8_cs (current scaling) or fp8_ds (delayed scaling) for MoE models, whose expert GEMMs run in fp8 with per-tensor scales, or -c bf16"},
     {"engine_no_packed_sequences", {"dataset.packed_sequence"}, packed,
      "packed sequences (several documents per sequence, cu_seqlens) are not implemented: the loader feeds fixed-length sequences and attention would cross document boundaries",
      "set dataset.packed_sequence=false"},

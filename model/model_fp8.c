@@ -129,6 +129,7 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
             }
         }
     }
+    if ((rc = gt_model_fp8_plan_experts(m, &qa, &qb, &wt, err))) return rc;
     if (f->n_meta == 0) return GT_OK;
     PLAN(&m->params, "fp8.scaling", (size_t)f->n_meta * sizeof(gt_fp8_meta), &f->meta);
     if (f->scaling == GT_FP8_DELAYED)
@@ -145,6 +146,8 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
 void gt_model_fp8_release(gt_model *m) {
     free(m->fp8.lin);
     m->fp8.lin = NULL;
+    free(m->fp8.moe);
+    m->fp8.moe = NULL;
 }
 
 int gt_model_fp8_init(gt_model *m, gt_error *err) {
@@ -157,18 +160,28 @@ int gt_model_fp8_init(gt_model *m, gt_error *err) {
                             "model.compute_dtype: the %s backend has no fp8 ops yet; set "
                             "runtime.device=cpu (the fp8 emulation) or model.compute_dtype=bf16",
                             b->name);
+    if (f->moe_on && (!b->ops->moe_fp8_matmul || !b->ops->moe_fp8_matmul_wgrad))
+        return gt_error_set(err, GT_ERR_UNSUPPORTED,
+                            "model.compute_dtype: the %s backend has no fp8 expert GEMMs yet; set "
+                            "runtime.device=cpu (the fp8 emulation) or model.compute_dtype=bf16",
+                            b->name);
     if (b->fp8_bytes != f->elem)
         return gt_error_set(err, GT_ERR_INVALID,
                             "the %s backend stores fp8 elements in %zu bytes, the plan in %zu",
                             b->name, b->fp8_bytes, f->elem);
     for (int i = 0; f->wt_in_backward && i < m->num_layers * GT_LINEARS; i++)
         if (f->lin[i].on) f->lin[i].qwt = f->wt; /* the arena bound the shared buffer */
+    for (int i = 0; f->wt_in_backward && f->moe && i < m->num_layers * GT_MOE_LINEARS; i++)
+        if (f->moe[i].on) f->moe[i].qwt = f->wt;
     gt_fp8_meta *h = malloc((size_t)f->n_meta * sizeof *h);
     if (!h) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory initializing fp8");
-    for (int i = 0; i < f->n_meta; i++) {
-        gt_fp8_format fmt = i % GT_FP8_SLOTS == GT_FP8_SLOT_G ? f->grad_format : f->fwd_format;
-        h[i] = (gt_fp8_meta){1.0f, 1.0f, 0.0f, (int32_t)fmt};
-    }
+    /* every slot in the forward's format but the output gradients' */
+    for (int i = 0; i < f->n_meta; i++)
+        h[i] = (gt_fp8_meta){1.0f, 1.0f, 0.0f, (int32_t)f->fwd_format};
+    for (int i = 0; i < m->num_layers * GT_LINEARS; i++)
+        if (f->lin[i].on) h[f->lin[i].slot + GT_FP8_SLOT_G].format = (int32_t)f->grad_format;
+    for (int i = 0; f->moe && i < m->num_layers * GT_MOE_LINEARS; i++)
+        if (f->moe[i].on) h[f->moe[i].slot + GT_FP8_MOE_SLOT_G].format = (int32_t)f->grad_format;
     b->ops->memcpy_h2d(b, NULL, f->meta, h, (size_t)f->n_meta * sizeof *h);
     if (f->history)
         b->ops->memset0(b, NULL, f->history,
@@ -180,9 +193,14 @@ int gt_model_fp8_init(gt_model *m, gt_error *err) {
 
 /* Casts of an evaluation (record 0) leave the scaling state alone, so evaluating changes no
  * later training step: delayed scaling reads its scales but adds nothing to the step's amax. */
+gt_fp8_cast_spec gt_model_fp8_spec(const gt_model_fp8 *f, gt_fp8_format fmt, int tile_rows,
+                                   int record) {
+    return (gt_fp8_cast_spec){f->scaling, fmt, tile_rows, record};
+}
+
 static gt_fp8_cast_spec spec_rec(const gt_model_fp8 *f, gt_fp8_format fmt, int tile_rows,
                                  int record) {
-    return (gt_fp8_cast_spec){f->scaling, fmt, tile_rows, record};
+    return gt_model_fp8_spec(f, fmt, tile_rows, record);
 }
 
 static gt_fp8_cast_spec spec_of(const gt_model_fp8 *f, gt_fp8_format fmt, int tile_rows) {
@@ -192,15 +210,19 @@ static gt_fp8_cast_spec spec_of(const gt_model_fp8 *f, gt_fp8_format fmt, int ti
 /* A cast with the scale the tensor's meta holds, recording nothing: under current scaling the
  * forward's cast of the same x (saved unchanged for the backward) recorded exactly the scale
  * a fresh amax would give, and under delayed scaling that cast already added x's amax. */
-static gt_fp8_cast_spec spec_recorded(gt_fp8_format fmt) {
+gt_fp8_cast_spec gt_model_fp8_spec_recorded(gt_fp8_format fmt) {
     return (gt_fp8_cast_spec){GT_FP8_DELAYED, fmt, 1, 0};
+}
+
+static gt_fp8_cast_spec spec_recorded(gt_fp8_format fmt) {
+    return gt_model_fp8_spec_recorded(fmt);
 }
 
 /* x to q [rows, cols] and qt [cols, rows]: one pass where the backend has it (one scale per
  * tensor, or blockwise each form's own tiles), else two casts */
-static void cast_both(gt_model *m, gt_stream *s, void *q, float *sq, void *qt, float *sqt,
-                      const void *x, int rows, int cols, gt_fp8_cast_spec sp, gt_fp8_meta *meta,
-                      gt_step_state *st) {
+void gt_model_fp8_cast_both(gt_model *m, gt_stream *s, void *q, float *sq, void *qt, float *sqt,
+                            const void *x, int rows, int cols, gt_fp8_cast_spec sp,
+                            gt_fp8_meta *meta, gt_step_state *st) {
     gt_backend *b = m->b;
     if (b->ops->fp8_cast_pair) {
         b->ops->fp8_cast_pair(b, s, q, sq, qt, sqt, x, rows, cols, sp, meta, st);
@@ -208,6 +230,12 @@ static void cast_both(gt_model *m, gt_stream *s, void *q, float *sq, void *qt, f
     }
     b->ops->fp8_cast(b, s, q, sq, x, rows, cols, 0, sp, meta, st);
     b->ops->fp8_cast(b, s, qt, sqt, x, rows, cols, 1, sp, meta, st);
+}
+
+static void cast_both(gt_model *m, gt_stream *s, void *q, float *sq, void *qt, float *sqt,
+                      const void *x, int rows, int cols, gt_fp8_cast_spec sp, gt_fp8_meta *meta,
+                      gt_step_state *st) {
+    gt_model_fp8_cast_both(m, s, q, sq, qt, sqt, x, rows, cols, sp, meta, st);
 }
 
 void gt_model_fp8_cast_weights(gt_model *m, gt_stream *s, int record, gt_step_state *st) {
@@ -227,6 +255,7 @@ void gt_model_fp8_cast_weights(gt_model *m, gt_stream *s, int record, gt_step_st
             else
                 cast_both(m, s, li->qw, li->sw, li->qwt, li->swt, w, li->out, li->in, sp, meta, st);
         }
+    gt_model_fp8_cast_experts(m, s, record, st);
 }
 
 void gt_model_fp8_step_end(gt_model *m, gt_stream *s, gt_step_state *st) {

@@ -28,21 +28,41 @@ typedef struct gt_fp8_linear {
     float *sxt;      /* its inverse scale */
 } gt_fp8_linear;
 
+/* The experts' grouped GEMMs of a MoE layer, in the order of their fp8 state */
+enum { GT_MOE_LIN_GU, GT_MOE_LIN_DOWN, GT_MOE_LINEARS };
+/* Scaling slots of one expert linear: all routed tokens' input (one scale: the rows of every
+ * expert are one tensor, cast once, whatever the routing), the gradient of its output (the
+ * same), then one per expert's weight (Transformer Engine's GroupedLinear quantizes each
+ * expert's weight on its own); GT_FP8_MOE_SLOT_W + E slots in all */
+enum { GT_FP8_MOE_SLOT_X, GT_FP8_MOE_SLOT_G, GT_FP8_MOE_SLOT_W };
+
+typedef struct gt_fp8_experts {
+    int on;          /* this layer's expert GEMMs run in fp8 */
+    int weight;      /* parameter tensor index: [E][out][in] */
+    int in, out;     /* each expert's weight [out, in] */
+    int slot;        /* meta[slot + GT_FP8_MOE_SLOT_*], weights from GT_FP8_MOE_SLOT_W */
+    void *qw, *qwt;  /* [E][out][in] and [E][in][out] fp8 copies; qwt the shared fp8.w_t
+                      * scratch when wt_in_backward */
+    float *sw, *swt; /* [E] inverse scales of each */
+} gt_fp8_experts;
+
 typedef struct gt_model_fp8 {
     int enabled;
     gt_fp8_scaling scaling;
     gt_fp8_format fwd_format, grad_format;
     int history_len, use_max, margin;
-    size_t elem;        /* bytes per fp8 element */
-    gt_fp8_linear *lin; /* [num_layers * GT_LINEARS] */
-    int n_meta;         /* GT_FP8_SLOTS per linear that is on */
-    gt_fp8_meta *meta;  /* [n_meta] device */
-    float *history;     /* [n_meta * history_len] device (delayed scaling) */
-    void *qa, *qb;      /* scratch: a GEMM's two casts of activations or gradients */
-    int wt_in_backward; /* one micro-batch a step: w^T cast before each data gradient into one
-                         * buffer the layers share, not kept per layer from the step's start */
-    void *wt;           /* that buffer (the largest weight's bytes), or NULL */
-    float *sa, *sb;     /* their inverse scales */
+    size_t elem;         /* bytes per fp8 element */
+    gt_fp8_linear *lin;  /* [num_layers * GT_LINEARS] */
+    int n_meta;          /* GT_FP8_SLOTS per linear that is on */
+    gt_fp8_meta *meta;   /* [n_meta] device */
+    float *history;      /* [n_meta * history_len] device (delayed scaling) */
+    void *qa, *qb;       /* scratch: a GEMM's two casts of activations or gradients */
+    int wt_in_backward;  /* one micro-batch a step: w^T cast before each data gradient into one
+                          * buffer the layers share, not kept per layer from the step's start */
+    void *wt;            /* that buffer (the largest weight's bytes), or NULL */
+    float *sa, *sb;      /* their inverse scales */
+    gt_fp8_experts *moe; /* [num_layers * GT_MOE_LINEARS] */
+    int moe_on;          /* expert linears that are on */
 } gt_model_fp8;
 
 /* 1 when the configuration runs its linear layers in fp8 */
@@ -85,5 +105,26 @@ void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, 
  * (it must run before the linear's next forward). */
 void gt_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
                    const void *x, int w, int bias, int wgrad, gt_step_state *st);
+
+/* The experts' grouped GEMMs (model_fp8_moe.c), bf16 or fp8 as the layer's dense linears:
+ * out[R, out] = x[R, in] @ w[e]^T over the layer's offsets; record as gt_linear_fwd's */
+void gt_moe_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, const void *x,
+                       int record, gt_step_state *st);
+/* dx[R, in] = dout @ w[e] and the weight gradient dw[e] (+)= dout^T @ x per group; under fp8
+ * dout is cast once to both layouts and x^T takes the scale the forward recorded for x */
+void gt_moe_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
+                       const void *x, gt_step_state *st);
+
+/* Shared with model_fp8_moe.c: the cast specs and the two-layout cast of model_fp8.c */
+gt_fp8_cast_spec gt_model_fp8_spec(const gt_model_fp8 *f, gt_fp8_format fmt, int tile_rows,
+                                   int record);
+gt_fp8_cast_spec gt_model_fp8_spec_recorded(gt_fp8_format fmt);
+void gt_model_fp8_cast_both(gt_model *m, gt_stream *s, void *q, float *sq, void *qt, float *sqt,
+                            const void *x, int rows, int cols, gt_fp8_cast_spec sp,
+                            gt_fp8_meta *meta, gt_step_state *st);
+/* model_fp8_moe.c's parts of planning (after the dense linears: grows *qa, *qb, *wt, the
+ * shared scratch's elements and bytes), of the weight casts and of init's checks */
+int gt_model_fp8_plan_experts(gt_model *m, size_t *qa, size_t *qb, size_t *wt, gt_error *err);
+void gt_model_fp8_cast_experts(gt_model *m, gt_stream *s, int record, gt_step_state *st);
 
 #endif

@@ -64,11 +64,9 @@ void gt_moe_experts_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     gt_moe_block *e = &m->layers[layer].moe;
-    b->ops->moe_matmul_fwd(b, s, e->gue, e->xe, gt_model_param(m, e->gu_w), e->offsets, dm->R,
-                           dm->E, 2 * dm->fe, dm->d);
+    gt_moe_linear_fwd(m, s, layer, GT_MOE_LIN_GU, e->gue, e->xe, train, st);
     b->ops->swiglu_fwd(b, s, e->he, e->gue, dm->R, dm->fe);
-    b->ops->moe_matmul_fwd(b, s, e->ye, e->he, gt_model_param(m, e->down_w), e->offsets, dm->R,
-                           dm->E, dm->d, dm->fe);
+    gt_moe_linear_fwd(m, s, layer, GT_MOE_LIN_DOWN, e->ye, e->he, train, st);
     b->ops->moe_combine_fwd(b, s, m->sc.y, e->ye, e->topk_w, e->token_slot, dm->N, dm->k, dm->d);
     gt_model_residual_out(m, s, m->res[e->res_out], m->res[e->res_in], m->sc.y, layer,
                           GT_SITE_MOE_OUT, train, st);
@@ -83,13 +81,7 @@ void gt_moe_experts_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st)
     /* sc.r: gradient of the expert outputs, later of the expert inputs */
     b->ops->moe_combine_bwd(b, s, m->sc.r, m->sc.dtopk_w, dy, e->ye, e->topk_w, e->token_slot,
                             e->slot_token, dm->N, dm->R, dm->k, dm->d);
-    b->ops->moe_matmul_bwd_weight(b, s, gt_model_grad(m, e->down_w), m->sc.r, e->he, e->offsets,
-                                  dm->R, dm->E, dm->d, dm->fe, m->grad_acc);
-    b->ops->moe_matmul_bwd_data(b, s, m->sc.a, m->sc.r, gt_model_param(m, e->down_w), e->offsets,
-                                dm->R, dm->E, dm->d, dm->fe);
+    gt_moe_linear_bwd(m, s, layer, GT_MOE_LIN_DOWN, m->sc.a, m->sc.r, e->he, st);
     b->ops->swiglu_bwd(b, s, m->sc.bb, m->sc.a, e->gue, dm->R, dm->fe);
-    b->ops->moe_matmul_bwd_weight(b, s, gt_model_grad(m, e->gu_w), m->sc.bb, e->xe, e->offsets,
-                                  dm->R, dm->E, 2 * dm->fe, dm->d, m->grad_acc);
-    b->ops->moe_matmul_bwd_data(b, s, m->sc.r, m->sc.bb, gt_model_param(m, e->gu_w), e->offsets,
-                                dm->R, dm->E, 2 * dm->fe, dm->d);
+    gt_moe_linear_bwd(m, s, layer, GT_MOE_LIN_GU, m->sc.r, m->sc.bb, e->xe, st);
 }

@@ -184,13 +184,10 @@ void gt_moe_experts_recompute(gt_model *m, gt_stream *s, int layer, gt_step_stat
         b->ops->moe_permute(b, s, e->slot_token, e->token_slot, e->offsets, e->topk_idx, dm->N,
                             dm->E, dm->k, dm->capacity);
         b->ops->moe_gather(b, s, e->xe, e->ln, e->slot_token, dm->R, dm->k, dm->d);
-        b->ops->moe_matmul_fwd(b, s, e->gue, e->xe, gt_model_param(m, e->gu_w), e->offsets, dm->R,
-                               dm->E, 2 * dm->fe, dm->d);
+        gt_moe_linear_fwd(m, s, layer, GT_MOE_LIN_GU, e->gue, e->xe, 0, st);
     }
     if (rc & (GT_RC_MOE | GT_RC_MOE_ACT)) b->ops->swiglu_fwd(b, s, e->he, e->gue, dm->R, dm->fe);
-    if (rc & GT_RC_MOE)
-        b->ops->moe_matmul_fwd(b, s, e->ye, e->he, gt_model_param(m, e->down_w), e->offsets, dm->R,
-                               dm->E, dm->d, dm->fe);
+    if (rc & GT_RC_MOE) gt_moe_linear_fwd(m, s, layer, GT_MOE_LIN_DOWN, e->ye, e->he, 0, st);
 }
 
 /* The router's norm alone (layernorm without moe); with moe the experts' backward did it. */

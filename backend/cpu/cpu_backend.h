@@ -20,6 +20,7 @@ void gt_cpu_register_optim_ops(gt_backend_ops *ops);
 void gt_cpu_register_moe_ops(gt_backend_ops *ops);
 void gt_cpu_register_fp8_ops(gt_backend_ops *ops);      /* cpu_fp8.c */
 void gt_cpu_register_fp8_bias_ops(gt_backend_ops *ops); /* cpu_fp8_bias.c, by the one above */
+void gt_cpu_register_moe_fp8_ops(gt_backend_ops *ops);  /* cpu_moe_fp8.c, by the one above */
 void gt_cpu_register_mamba_ops(gt_backend_ops *ops);
 /* called by gt_cpu_register_dense_ops: rope and attention (cpu_attention.c), cross entropy
  * and loss_accumulate (cpu_loss.c) */

@@ -220,4 +220,5 @@ void gt_cpu_register_fp8_ops(gt_backend_ops *ops) {
     ops->fp8_gemm = cpu_fp8_gemm;
     ops->fp8_amax_update = cpu_fp8_amax_update;
     gt_cpu_register_fp8_bias_ops(ops);
+    gt_cpu_register_moe_fp8_ops(ops);
 }

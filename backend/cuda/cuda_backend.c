@@ -475,6 +475,7 @@ int gt_backend_create_cuda(gt_backend **out, int device, const gt_cuda_config *o
     gt_cuda_register_optim_ops(ops);
     gt_cuda_register_moe_ops(ops);
     gt_cuda_register_fp8_ops(ops);
+    gt_cuda_register_moe_fp8_ops(ops);
     gt_cuda_register_fp8_bias_ops(ops);
     gt_cuda_register_mamba_ops(ops);
     gt_cuda_register_qk_norm_ops(ops);

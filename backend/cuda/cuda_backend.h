@@ -147,7 +147,8 @@ void gt_cuda_register_loss_ops(gt_backend_ops *ops);
 void gt_cuda_register_attention_ops(gt_backend_ops *ops);
 void gt_cuda_register_optim_ops(gt_backend_ops *ops);
 void gt_cuda_register_moe_ops(gt_backend_ops *ops);
-void gt_cuda_register_fp8_ops(gt_backend_ops *ops); /* k_fp8.cu (the fp8 GEMM: cuda_matmul.c) */
+void gt_cuda_register_fp8_ops(gt_backend_ops *ops);     /* k_fp8.cu (the fp8 GEMM: cuda_matmul.c) */
+void gt_cuda_register_moe_fp8_ops(gt_backend_ops *ops); /* k_moe_fp8.cu: the fp8 expert GEMMs */
 void gt_cuda_register_fp8_bias_ops(gt_backend_ops *ops); /* cuda_fp8_bias.c */
 /* fp8_cast under blockwise scaling (k_fp8_block.cu; fp8_cast checked the pointers) */
 void gt_cuda_fp8_cast_blockwise(gt_backend *b, gt_stream *s, void *q, float *scale_inv,

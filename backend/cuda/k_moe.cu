@@ -735,6 +735,7 @@ static void cuda_moe_matmul_bwd_weight(gt_backend *b, gt_stream *s, float *dw, c
 
 extern "C" int gt_cuda_moe_init(int sm90, gt_error *err) {
     cudaError_t e = gt_cuda_grouped_mm_mma_init();
+    if (e == cudaSuccess) e = gt_cuda_moe_fp8_init();
     /* the wgmma kernels exist only as sm_90a code: elsewhere there is nothing to set up */
     if (e == cudaSuccess && sm90) e = gt_cuda_grouped_mm_wgmma_init();
     if (e != cudaSuccess)

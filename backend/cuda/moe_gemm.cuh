@@ -101,4 +101,8 @@ int gt_cuda_grouped_mm_dw_wgmma(gt_cuda_exec cs, float *dw, const bf16 *dout, co
                                 const int32_t *offsets, int R, int E, int Nf, int K,
                                 int accumulate);
 
+/* fp8 (k_moe_fp8.cu): gt_cuda_moe_fp8_init allows the mma.sync fp8 kernels' dynamic shared
+ * memory (the same 108 KiB as the bf16 mma kernels) */
+extern "C" cudaError_t gt_cuda_moe_fp8_init(void);
+
 #endif
