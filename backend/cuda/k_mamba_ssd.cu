@@ -301,10 +301,8 @@ extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, v
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (state passing)");
     gt_launch(k_ck_lt, (unsigned)Z, CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (chunk ends)");
-    gt_ssd_product(b, ex, a, CK_DM, "mamba_ssd_bwd (dM)");
     gt_ssd_product(b, ex, a, CK_DXS, "mamba_ssd_bwd (dx)");
-    gt_ssd_product(b, ex, a, CK_DC, "mamba_ssd_bwd (dC)");
-    gt_ssd_product(b, ex, a, CK_DB, "mamba_ssd_bwd (dB)");
+    gt_ssd_product(b, ex, a, CK_DC, "mamba_ssd_bwd (dB, dC)");
     gt_launch(k_ck_tok, gt_grid(NH * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (token sums)");
     gt_launch(k_ck_chunk_bwd, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);

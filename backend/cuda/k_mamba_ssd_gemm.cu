@@ -28,6 +28,12 @@ static float *ck_align(void *p) {
     return (float *)((u + al - 1) / al * al);
 }
 
+/* Where the chunk's part of dB's and dC's k starts: after the group's heads' P, rounded up to
+ * whole 16-byte units so that k_mamba_ssd_dm.cu writes it apart from the rest */
+static __host__ __device__ __forceinline__ int ck_kp(const ck_args &a) {
+    return (a.H / a.G * a.P + 7) / 8 * 8;
+}
+
 template <int OP>
 static __host__ __device__ __forceinline__ void ck_dims(const ck_args &a, const ck_at &x, int *M,
                                                         int *N, int *K) {
@@ -43,11 +49,8 @@ static __host__ __device__ __forceinline__ void ck_dims(const ck_args &a, const 
     case CK_DXS:
         *M = x.Lc, *N = a.P, *K = a.L + a.S;
         break;
-    case CK_DM:
-        *M = x.Lc, *N = x.Lc, *K = a.P;
-        break;
-    default: /* CK_DC, CK_DB: k over the group's heads' P, then the chunk */
-        *M = x.Lc, *N = a.S, *K = a.H / a.G * a.P + a.L;
+    default: /* CK_DC, CK_DB: k over the group's heads' P (padded: ck_kp), then the chunk */
+        *M = x.Lc, *N = a.S, *K = ck_kp(a) + a.L;
         break;
     }
 }
@@ -60,19 +63,6 @@ static __device__ __forceinline__ size_t ck_bh(const ck_args &a, const ck_at &x,
 static __device__ __forceinline__ float ck_cs_q(const ck_args &a, const ck_at &x, int q, int i) {
     return a.cs[ck_bh(a, x, q) * a.T + (size_t)x.c * a.L + i];
 }
-/* The second part of dB's and dC's operand, summed over the group's heads in head order:
- * sum_h dt_j dM_ij exp(cs_i - cs_j), j <= i < Lc */
-static __device__ __forceinline__ float ck_dm_sum(const ck_args &a, const ck_at &x, int i, int j) {
-    size_t LL = (size_t)a.L * a.L, o = (size_t)x.c * a.L;
-    float acc = 0.0f;
-    for (int q = 0; q < a.H / a.G; q++) {
-        size_t bh = ck_bh(a, x, q);
-        const float *cs = a.cs + bh * a.T + o, *dt = a.dt + bh * a.T + o;
-        acc += dt[j] * a.dm[(bh * a.nc + x.c) * LL + (size_t)i * a.L + j] * __expf(cs[i] - cs[j]);
-    }
-    return acc;
-}
-
 template <int OP>
 static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x, int m, int k) {
     switch (OP) {
@@ -85,28 +75,22 @@ static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x,
         return __expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
     case CK_DH:
         return ck_dy(a, x.n0 + k, x.h, m) * __expf(x.cs[k]);
-    case CK_DM:
-        return ck_dy(a, x.n0 + m, x.h, k);
     case CK_DXS:
         if (k < a.L)
             return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * __expf(x.cs[k] - x.cs[m])
                                       : 0.0f;
         return __expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
-    case CK_DC: {
+    case CK_DC: { /* k past the heads' P: k_mamba_ssd_dm.cu's, never asked here */
         int PP = a.H / a.G * a.P, q = k / a.P;
-        if (k < PP) return __expf(ck_cs_q(a, x, q, m)) * ck_dy(a, x.n0 + m, x.h + q, k % a.P);
-        int j = k - PP;
-        return j <= m ? ck_dm_sum(a, x, m, j) : 0.0f;
+        if (k >= PP) return 0.0f;
+        return __expf(ck_cs_q(a, x, q, m)) * ck_dy(a, x.n0 + m, x.h + q, k % a.P);
     }
-    default: { /* CK_DB */
+    default: { /* CK_DB, as CK_DC */
         int PP = a.H / a.G * a.P, q = k / a.P;
-        if (k < PP) {
-            size_t o = ck_bh(a, x, q) * a.T + (size_t)x.c * a.L;
-            float w = __expf(a.cs[o + x.Lc - 1] - a.cs[o + m]);
-            return w * a.dt[o + m] * ck_x(a, x.n0 + m, x.h + q, k % a.P);
-        }
-        int i = k - PP;
-        return i >= m && i < x.Lc ? ck_dm_sum(a, x, i, m) : 0.0f;
+        if (k >= PP) return 0.0f;
+        size_t o = ck_bh(a, x, q) * a.T + (size_t)x.c * a.L;
+        float w = __expf(a.cs[o + x.Lc - 1] - a.cs[o + m]);
+        return w * a.dt[o + m] * ck_x(a, x.n0 + m, x.h + q, k % a.P);
     }
     }
 }
@@ -123,8 +107,6 @@ static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x,
         return x.hin[(size_t)n * a.S + (k - a.L)];
     case CK_DH:
         return ck_c(a, x.n0 + k, x.g, n);
-    case CK_DM:
-        return ck_x(a, x.n0 + n, x.h, k);
     case CK_DXS:
         if (k < a.L) return k < x.Lc ? ck_dy(a, x.n0 + k, x.h, n) : 0.0f;
         return x.gs[(size_t)n * a.S + (k - a.L)];
@@ -136,18 +118,18 @@ static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x,
             size_t at = (ck_bh(a, x, k / a.P) * a.nc + x.c) * ps + e;
             return OP == CK_DC ? a.hin[at] : a.gs[at];
         }
-        if (k - PP >= x.Lc) return 0.0f;
-        return OP == CK_DC ? ck_b(a, x.n0 + (k - PP), x.g, n) : ck_c(a, x.n0 + (k - PP), x.g, n);
+        int j = k - ck_kp(a); /* between PP and ck_kp: padding */
+        if (j < 0 || j >= x.Lc) return 0.0f;
+        return OP == CK_DC ? ck_b(a, x.n0 + j, x.g, n) : ck_c(a, x.n0 + j, x.g, n);
     }
     }
 }
 
-/* Product OP's result v at (m, n) of chunk x where it goes (y's made into y = v + D x) */
+/* Product OP's result v at (m, n) of chunk x where it goes */
 template <int OP>
 static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x, int m, int n,
                                                 float v) {
-    size_t LL = (size_t)a.L * a.L, ps = (size_t)a.P * a.S;
-    size_t zp = (x.z * a.L + m) * a.P + n;
+    size_t ps = (size_t)a.P * a.S, zp = (x.z * a.L + m) * a.P + n;
     switch (OP) {
     case CK_CB:
         a.cb[(size_t)(x.cb - a.cb) + (size_t)m * a.L + n] = v;
@@ -160,9 +142,6 @@ static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x
         break;
     case CK_DH:
         a.gs[x.z * ps + (size_t)m * a.S + n] = v;
-        break;
-    case CK_DM:
-        a.dm[x.z * LL + (size_t)m * a.L + n] = v;
         break;
     case CK_DXS:
         a.dxs[zp] = v; /* dx's dxbc is made of it beside the token sums (k_ck_tok) */
@@ -183,7 +162,7 @@ static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x
  * b_n, else [n][k]. */
 template <int OP> struct ck_fast {
     static constexpr bool a_k = OP != CK_SLOC && OP != CK_DH;
-    static constexpr bool b_n = OP != CK_CB && OP != CK_DM;
+    static constexpr bool b_n = OP != CK_CB;
 };
 
 template <int OP> static ck_gemm ck_gemm_of(const ck_args &a) {
@@ -205,7 +184,7 @@ template <int OP> static ck_gemm ck_gemm_of(const ck_args &a) {
  * which are bf16 slices of dxbc, nor the others otherwise: they go through opc and
  * ck_store. */
 template <int OP> static bool ck_in_place(const ck_args &a) {
-    int n = OP == CK_CB || OP == CK_DM ? a.L : OP == CK_YF || OP == CK_DXS ? a.P : a.S;
+    int n = OP == CK_CB ? a.L : OP == CK_YF || OP == CK_DXS ? a.P : a.S;
     return OP != CK_DC && OP != CK_DB && n % 4 == 0;
 }
 
@@ -214,8 +193,6 @@ template <int OP> static float *ck_result(const ck_args &a) {
     switch (OP) {
     case CK_CB:
         return a.cb;
-    case CK_DM:
-        return a.dm;
     case CK_SLOC:
         return a.hin;
     case CK_DH:
@@ -258,8 +235,7 @@ ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state) {
     int state_fits =
         a.yf + Z * a.L * sh.P <= state + gt_mamba_ssd_state_floats(sh, GT_BACKEND_CUDA);
     a.gs = ck_align(ws);
-    a.dm = ck_align(a.gs + Z * ps);
-    a.dxs = ck_align(a.dm + Z * LL);
+    a.dxs = ck_align(a.gs + Z * ps);
     a.tok = ck_align(a.dxs + Z * a.L * sh.P);
     a.lt = ck_align(a.tok + 3 * BH * sh.T);
     a.part = ck_align(a.lt + Z);
@@ -268,12 +244,13 @@ ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state) {
     ck_need<CK_SLOC>(a, &na, &nb, &nc);
     ck_need<CK_YF>(a, &na, &nb, &nc);
     ck_need<CK_DH>(a, &na, &nb, &nc);
-    ck_need<CK_DM>(a, &na, &nb, &nc);
     ck_need<CK_DXS>(a, &na, &nb, &nc);
     ck_need<CK_DC>(a, &na, &nb, &nc);
     ck_need<CK_DB>(a, &na, &nb, &nc);
+    ck_gemm db = ck_gemm_of<CK_DB>(a);
     a.opa = (bf16 *)ck_align(a.part + 3 * Z);
-    a.opb = (bf16 *)ck_align(a.opa + na);
+    a.opa2 = (bf16 *)ck_align(a.opa + na);
+    a.opb = (bf16 *)ck_align(a.opa2 + (size_t)db.batch * db.ar * db.lda);
     a.opc = ck_align(a.opb + nb);
     a.fits = state_fits && a.opc + nc <= ws + gt_mamba_ssd_ws_floats(sh);
     return a;
@@ -281,7 +258,7 @@ ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state) {
 
 /* CK_VEC neighbouring elements (unit u of rows x ld) of product OP's A (IS_A) or B operand of
  * chunk x into dst, from the formulas of ck_opa / ck_opb in fp32, then rounded; zero outside
- * the chunk's own M x K or K x N */
+ * the chunk's own M x K or K x N. dB's and dC's A past ck_kp is k_mamba_ssd_dm.cu's. */
 template <int OP, bool IS_A>
 static __device__ __forceinline__ void ck_operand(const ck_args &a, const ck_at &x, int rows,
                                                   int ld, int u, bf16 *dst) {
@@ -290,6 +267,7 @@ static __device__ __forceinline__ void ck_operand(const ck_args &a, const ck_at 
     int per_row = ld / CK_VEC;
     if (u >= rows * per_row) return;
     int r = u / per_row, c0 = (u % per_row) * CK_VEC;
+    if (IS_A && (OP == CK_DC || OP == CK_DB) && c0 >= ck_kp(a)) return;
     float v[CK_VEC];
 #pragma unroll
     for (int q = 0; q < CK_VEC; q++) {
@@ -309,6 +287,12 @@ static __device__ __forceinline__ void ck_operand(const ck_args &a, const ck_at 
     *(uint4 *)(dst + ((size_t)x.z * rows + r) * ld + c0) = w;
 }
 
+/* Product OP's A operand: dB's beside dC's (both made before either product), the others
+ * in opa */
+template <int OP> static __host__ __device__ __forceinline__ bf16 *ck_abuf(const ck_args &a) {
+    return OP == CK_DB ? a.opa2 : a.opa;
+}
+
 /* Both operands of product OP (ck_gemm g) for chunk blockIdx.x, one launch: the first
  * blocks_a rows of blocks A's, the others B's; a thread writes CK_VEC neighbouring elements */
 template <int OP>
@@ -317,7 +301,8 @@ __global__ void k_ck_operands(ck_args a, ck_gemm g, unsigned blocks_a, unsigned 
     ck_at x = ck_at_make<OP>(a, blockIdx.x);
     for (unsigned y = blockIdx.y; y < blocks; y += gridDim.y) {
         if (y < blocks_a)
-            ck_operand<OP, true>(a, x, g.ar, g.lda, (int)(y * blockDim.x + threadIdx.x), a.opa);
+            ck_operand<OP, true>(a, x, g.ar, g.lda, (int)(y * blockDim.x + threadIdx.x),
+                                 ck_abuf<OP>(a));
         else
             ck_operand<OP, false>(a, x, g.br, g.ldb,
                                   (int)((y - blocks_a) * blockDim.x + threadIdx.x), a.opb);
@@ -379,7 +364,7 @@ static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *
     float *out = in_place ? ck_result<OP>(a) : a.opc;
     int ldc = in_place ? g.N : g.ldc;
     gt_cuda_batched_gemm gg = ck_batched<OP>(a);
-    gt_cuda_batched_gemm_f32(b, ex.cs, &gg, a.opa, a.opb, out, what);
+    gt_cuda_batched_gemm_f32(b, ex.cs, &gg, ck_abuf<OP>(a), a.opb, out, what);
     if (in_place) return;
     gt_launch(k_ck_store<OP>, dim3((unsigned)g.batch, ck_grid_y(ck_blocks((size_t)g.M * ldc))),
               CK_THREADS, 0, ex, a, g.M, ldc);
@@ -400,18 +385,16 @@ void gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, co
     case CK_DH:
         ck_mm<CK_DH>(b, ex, a, what);
         break;
-    case CK_DM:
-        ck_mm<CK_DM>(b, ex, a, what);
-        break;
     case CK_DXS:
         ck_mm<CK_DXS>(b, ex, a, what);
         break;
-    case CK_DC:
+    case CK_DC: { /* dB and dC: M into both A operands, then the two products */
+        ck_gemm g = ck_gemm_of<CK_DC>(a);
+        gt_ssd_msum(b, ex, a, g.lda, ck_kp(a), what);
         ck_mm<CK_DC>(b, ex, a, what);
-        break;
-    case CK_DB:
         ck_mm<CK_DB>(b, ex, a, what);
         break;
+    }
     default:
         gt_backend_fail(b, GT_ERR_INVALID, "%s: no SSD product %d", what, op);
         break;
@@ -433,7 +416,6 @@ extern "C" void gt_cuda_mamba_ssd_plan(gt_backend *b, gt_mamba_shape sh, int bac
     }
     const char *what = "mamba_ssd_bwd (planning)";
     ck_plan<CK_DH>(b, a, what);
-    ck_plan<CK_DM>(b, a, what);
     ck_plan<CK_DXS>(b, a, what);
     ck_plan<CK_DC>(b, a, what);
     ck_plan<CK_DB>(b, a, what);

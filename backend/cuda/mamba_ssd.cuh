@@ -18,13 +18,12 @@ enum {
     CK_YF,   /* y[i][p] - D x_i[p] = sum_j<=i CB_ij E_ij xs_j[p] + exp(cs_i) sum_s Hin[p][s] C_i[s]
                 (fp32, kept in the state: the backward's dcs needs it) */
     CK_DH,   /* dHin[p][s] = sum_i exp(cs_i) dy_i[p] C_i[s] */
-    CK_DM,   /* dM[i][j] = dy_i . x_j, j <= i (k over P) */
     CK_DXS,  /* dxs[j][p] = sum_i>=j CB_ij E_ij dy_i[p] + w_j sum_s B_j[s] G[p][s] */
     /* dB and dC per (b, g, c), the group's heads h summed inside the product: over (h, p)
-     * in the first part of k, and in the operand for the second (B and C are the group's) */
-    CK_DC, /* dC_i[s] = sum_h exp(cs_i) sum_p dy_i[p] Hin[p][s] + sum_j<=i (sum_h dt_j dM_ij
-              E_ij) B_j[s] */
-    CK_DB, /* dB_j[s] = sum_h w_j sum_p xs_j[p] G[p][s] + sum_i>=j (sum_h dt_j dM_ij E_ij) C_i[s] */
+     * in the first part of k, and in the operand for the second, M_ij = sum_h dt_j dM_ij E_ij
+     * with dM_ij = dy_i . x_j (k_mamba_ssd_dm.cu makes it; B and C are the group's) */
+    CK_DC, /* dC_i[s] = sum_h exp(cs_i) sum_p dy_i[p] Hin[p][s] + sum_j<=i M_ij B_j[s] */
+    CK_DB, /* dB_j[s] = sum_h w_j sum_p xs_j[p] G[p][s] + sum_i>=j M_ij C_i[s] */
 };
 
 /* Whether product OP runs per (sequence, group, chunk) rather than per (sequence, head, chunk) */
@@ -43,12 +42,12 @@ typedef struct ck_args {
     float *yf;      /* [B*H][nc*L][P]: y - D x, tokens padded to whole chunks */
     /* the workspace */
     float *gs;       /* [B*H][nc][P][S]: dL/dHin of the chunk's outputs, then dL/d(state out) */
-    float *dm;       /* [B*H][nc][L][L] */
     float *dxs;      /* [B*H][nc*L][P]: tokens padded to whole chunks */
     float *tok;      /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
     float *lt;       /* [B*H][nc]: <dL/d(state out), state out> */
     float *part;     /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
     bf16 *opa, *opb; /* one product's operands per chunk (ck_gemm), reused by the next */
+    bf16 *opa2;      /* dB's first operand, made beside dC's (k_mamba_ssd_dm.cu) */
     float *opc;      /* its fp32 result per chunk where that is not the GEMM's own output */
     int B, T, H, P, G, S, L, nc, C, di, in;
     int fits; /* the layouts end inside gt_mamba_ssd_ws_floats and gt_mamba_ssd_state_floats */
@@ -59,7 +58,7 @@ typedef struct ck_args {
 typedef struct ck_at {
     int b, h, g, c, Lc;
     size_t z, n0;
-    const float *cs, *dt, *cb, *dm;
+    const float *cs, *dt, *cb;
     const float *hin, *gs;
     float csl, A, Dh;
 } ck_at;
@@ -79,7 +78,6 @@ template <int OP> static __device__ __forceinline__ ck_at ck_at_make(const ck_ar
     x.cs = a.cs + bh * a.T + (size_t)c * a.L;
     x.dt = a.dt + bh * a.T + (size_t)c * a.L;
     x.cb = a.cb + (((size_t)b * a.G + x.g) * a.nc + c) * LL;
-    x.dm = a.dm + (bh * a.nc + c) * LL;
     x.hin = a.hin + (bh * a.nc + c) * ps;
     x.gs = a.gs + (bh * a.nc + c) * ps;
     x.csl = x.cs[x.Lc - 1];
@@ -105,7 +103,12 @@ static __device__ __forceinline__ float ck_dy(const ck_args &a, size_t n, int h,
  * gt_mamba_ssd_state_floats count them (fits: both layouts end inside them), each buffer on
  * 256 bytes; the tensors' pointers are the caller's */
 ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state);
-/* Product op (CK_*) over every chunk (k_mamba_ssd_gemm.cu) */
+/* Product op (CK_*) over every chunk (k_mamba_ssd_gemm.cu); CK_DC stands for dB and dC
+ * together (their shared operand, then both products) */
 void gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, const char *what);
+/* M into dC's (opa) and dB's (opa2) first operands, rows of lda, from column kp
+ * (k_mamba_ssd_dm.cu) */
+void gt_ssd_msum(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int lda, int kp,
+                 const char *what);
 
 #endif

@@ -1,0 +1,103 @@
+/* The second part of dB's and dC's first operands (k_mamba_ssd_gemm.cu), per (sequence b, group
+ * g, chunk c): M[i][j] = sum over the group's heads h of dt_j exp(cs_i - cs_j) dy_i . x_j, for
+ * j <= i < Lc (each head with its own dt, cs, dy and x), 0 elsewhere. Tensor cores make each
+ * head's dy x^T of a 64 x 64 tile in registers, the decay and dt weight it there, the heads'
+ * terms are summed in head order, and the sum is rounded to bf16 once and written into both
+ * operands: dC's rows i at columns kp + j, dB's rows j at columns kp + i. No fp32 dy x^T per
+ * head goes through memory. */
+#include "backend/cuda/mamba_ssd.cuh"
+
+#define MS_TILE 64        /* rows i and columns j a block makes */
+#define MS_KS 32          /* p a shared slab holds */
+#define MS_LD (MS_KS + 8) /* a slab's row stride: 80 bytes, so ldmatrix's rows hit distinct banks  \
+                           */
+#define MS_OLD (MS_TILE + 8) /* the staged result's row stride */
+#define MS_THREADS 128       /* four warps, 16 rows i each */
+
+/* Block (z, ti, tj): chunk z of (b, g) as ck_at_make<CK_DC> numbers it, rows i0 = 64 ti and
+ * columns j0 = 64 tj of its M; lda the operands' row stride, kp the column M starts at. */
+__global__ void __launch_bounds__(MS_THREADS)
+    k_ck_msum(ck_args a, bf16 *dc_a, bf16 *db_a, int lda, int kp) {
+    GT_PDL_ENTRY();
+    __shared__ __align__(16) bf16 sy[MS_TILE][MS_LD];
+    __shared__ __align__(16) bf16 sx[MS_TILE][MS_LD];
+    __shared__ __align__(16) bf16 so[MS_TILE][MS_OLD];
+    __shared__ float csi[MS_TILE], csj[MS_TILE], dtj[MS_TILE];
+    ck_at x = ck_at_make<CK_DC>(a, blockIdx.x);
+    int i0 = (int)blockIdx.y * MS_TILE, j0 = (int)blockIdx.z * MS_TILE;
+    int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    float sum[8][4] = {};
+    /* a tile with no j <= i inside the chunk is zero */
+    bool live = j0 < i0 + MS_TILE && i0 < x.Lc;
+    for (int q = 0; live && q < a.H / a.G; q++) {
+        int h = x.h + q;
+        size_t o = ((size_t)x.b * a.H + h) * a.T + (size_t)x.c * a.L;
+        __syncthreads(); /* the last head's epilogue has read csi, csj, dtj */
+        if (tid < MS_TILE) {
+            int i = i0 + tid;
+            csi[tid] = i < x.Lc ? a.cs[o + i] : 0.0f;
+        } else {
+            int r = tid - MS_TILE, j = j0 + r;
+            csj[r] = j < x.Lc ? a.cs[o + j] : 0.0f;
+            dtj[r] = j < x.Lc ? a.dt[o + j] : 0.0f;
+        }
+        float acc[8][4] = {};
+        for (int p0 = 0; p0 < a.P; p0 += MS_KS) {
+            __syncthreads(); /* the last slab's fragments are loaded */
+            const bf16 zero = __float2bfloat16(0.0f);
+            for (int e = tid; e < MS_TILE * MS_KS; e += MS_THREADS) {
+                int r = e / MS_KS, k = e % MS_KS, p = p0 + k, i = i0 + r, j = j0 + r;
+                size_t hp = (size_t)h * a.P + p;
+                sy[r][k] = i < x.Lc && p < a.P ? a.dy[(x.n0 + i) * a.di + hp] : zero;
+                sx[r][k] = j < x.Lc && p < a.P ? a.xbc[(x.n0 + j) * a.C + hp] : zero;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int kk = 0; kk < MS_KS; kk += 16) {
+                uint32_t af[4];
+                gt_ldsm_x4(af, &sy[warp * 16 + lane % 16][kk + (lane / 16) * 8]);
+#pragma unroll
+                for (int nb = 0; nb < 8; nb += 2) {
+                    /* matrices (nb, k 0-7), (nb, k 8-15), (nb+1, k 0-7), (nb+1, k 8-15) */
+                    uint32_t bfr[4];
+                    int mi = lane / 8;
+                    gt_ldsm_x4(bfr, &sx[nb * 8 + (mi / 2) * 8 + lane % 8][kk + (mi % 2) * 8]);
+                    gt_mma_16816(acc[nb], af, bfr);
+                    gt_mma_16816(acc[nb + 1], af, bfr + 2);
+                }
+            }
+        }
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = warp * 16 + g + (e / 2) * 8, cc = nb * 8 + 2 * t + e % 2;
+                int i = i0 + r, j = j0 + cc;
+                if (j <= i && i < x.Lc)
+                    sum[nb][e] += acc[nb][e] * dtj[cc] * __expf(csi[r] - csj[cc]);
+            }
+    }
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            so[warp * 16 + g + (e / 2) * 8][nb * 8 + 2 * t + e % 2] = __float2bfloat16(sum[nb][e]);
+    __syncthreads();
+    size_t base = (size_t)blockIdx.x * a.L;
+    for (int e = tid; e < MS_TILE * MS_TILE; e += MS_THREADS) { /* dC's: along j */
+        int r = e / MS_TILE, cc = e % MS_TILE, i = i0 + r, j = j0 + cc;
+        if (i < a.L && j < a.L) dc_a[(base + i) * lda + kp + j] = so[r][cc];
+    }
+    for (int e = tid; e < MS_TILE * MS_TILE; e += MS_THREADS) { /* dB's: along i */
+        int cc = e / MS_TILE, r = e % MS_TILE, i = i0 + r, j = j0 + cc;
+        if (i < a.L && j < a.L) db_a[(base + j) * lda + kp + i] = so[r][cc];
+    }
+}
+
+void gt_ssd_msum(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int lda, int kp,
+                 const char *what) {
+    unsigned tiles = (unsigned)((a.L + MS_TILE - 1) / MS_TILE);
+    dim3 grid((unsigned)(a.B * a.G * a.nc), tiles, tiles);
+    gt_launch(k_ck_msum, grid, MS_THREADS, 0, ex, a, a.opa, a.opa2, lda, kp);
+    GT_CUDA_LAUNCHED(b, what);
+}
