@@ -227,7 +227,10 @@ static void expect_dA_log(const char *what, const float *got, const float *want,
     double worst = 0.0;
     for (int h = 0; h < H; h++) {
         double cpu = (double)want[h] - (g0 ? g0[h] : 0.0);
-        if (!(fabs(sum[h] - cpu) <= 1e-4 * mag[h] + 1e-30))
+        /* the CPU's own fp32 sums (P x S states over the sequence) differ from the terms'
+         * double sum by a few 1e-4 of their magnitude (the H200 run saw 1.7e-4 at P = S =
+         * 128); a wrong decomposition is off by the magnitude itself */
+        if (!(fabs(sum[h] - cpu) <= 2e-3 * mag[h] + 1e-30))
             fail_msg("%s: the CPU's terms sum to %.6e, its dA_log is %.6e (the test's "
                      "decomposition is wrong)",
                      what, sum[h], cpu);
