@@ -134,9 +134,12 @@ static void k_fp8_cast_experts(const void *p) {
     const experts_args *g = p;
     size_t n = (size_t)g->rows * g->cols;
     for (int e = 0; e < g->count; e++) {
-        cast_args a = {NULL,      NULL,       g->x + (size_t)e * n, g->rows,
-                       g->cols,   0,          g->spec,              g->meta + e,
-                       g->st};
+        cast_args a = {.x = g->x + (size_t)e * n,
+                       .rows = g->rows,
+                       .cols = g->cols,
+                       .spec = g->spec,
+                       .meta = g->meta + e,
+                       .st = g->st};
         if (g->q) {
             a.q = g->q + (size_t)e * n;
             a.scale_inv = g->scale_inv + e;

@@ -488,8 +488,8 @@ static void cuda_fp8_cast_pair(gt_backend *b, gt_stream *s, void *q, float *scal
 static void cuda_fp8_cast_experts(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
                                   float *scale_inv_t, const void *x, int count, int rows, int cols,
                                   gt_fp8_cast_spec spec, gt_fp8_meta *meta, gt_step_state *st) {
-    if (!cast_args_ok(b, "fp8_cast_experts", q ? q : qt, q ? scale_inv : scale_inv_t, x, rows,
-                      cols, spec, meta, st))
+    if (!cast_args_ok(b, "fp8_cast_experts", q ? q : qt, q ? scale_inv : scale_inv_t, x, rows, cols,
+                      spec, meta, st))
         return;
     if (count <= 0 || (unsigned)count > GT_MAX_GRID || spec.scaling == GT_FP8_BLOCKWISE ||
         (q && !scale_inv) || (qt && !scale_inv_t)) {

@@ -225,9 +225,9 @@ static void experts_case(gpu_env *e, int count, int rows, int cols, gt_fp8_scali
     int wq = which & 1, wt = (which & 2) != 0;
     e->cpu->ops->fp8_cast_experts(e->cpu, e->cs, wq ? cq : NULL, wq ? csi : NULL, wt ? cqt : NULL,
                                   wt ? csi + count : NULL, x, count, rows, cols, sp, cm, cst);
-    GPU_PLAN(e, g->ops->fp8_cast_experts(g, e->gs, wq ? gq : NULL, wq ? gsi : NULL,
-                                         wt ? gqt : NULL, wt ? gsi + count : NULL, gx, count, rows,
-                                         cols, sp, gm, gst));
+    GPU_PLAN(e,
+             g->ops->fp8_cast_experts(g, e->gs, wq ? gq : NULL, wq ? gsi : NULL, wt ? gqt : NULL,
+                                      wt ? gsi + count : NULL, gx, count, rows, cols, sp, gm, gst));
     g->ops->fp8_cast_experts(g, e->gs, wq ? gq : NULL, wq ? gsi : NULL, wt ? gqt : NULL,
                              wt ? gsi + count : NULL, gx, count, rows, cols, sp, gm, gst);
     g_sync(e);
@@ -253,8 +253,8 @@ static void experts_case(gpu_env *e, int count, int rows, int cols, gt_fp8_scali
  * blocks split among them) */
 static void test_fp8_expert_weight_casts_match_cpu_bitwise(void **state) {
     gpu_env *e = *state;
-    const int shapes[][3] = {{5, 136, 264}, {3, 37, 129}, {1, 200, 96}, {64, 128, 256},
-                             {4, 24, 520}};
+    const int shapes[][3] = {
+        {5, 136, 264}, {3, 37, 129}, {1, 200, 96}, {64, 128, 256}, {4, 24, 520}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int c = shapes[i][0], r = shapes[i][1], k = shapes[i][2];
         for (int which = 1; which <= 3; which++) {
