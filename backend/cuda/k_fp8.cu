@@ -312,8 +312,14 @@ __global__ void __launch_bounds__(FP8_TILE_THREADS)
     __shared__ unsigned sh[FP8_TILE_THREADS / GT_WARP];
     size_t zoff = (size_t)blockIdx.z * rows * cols;
     x += zoff;
-    if (q) q += zoff, scale_inv += blockIdx.z;
-    if (qt) qt += zoff, scale_inv_t += blockIdx.z;
+    if (q) {
+        q += zoff;
+        scale_inv += blockIdx.z;
+    }
+    if (qt) {
+        qt += zoff;
+        scale_inv_t += blockIdx.z;
+    }
     c = scale_at(c, blockIdx.z);
     float s = scale_of(c);
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
