@@ -597,6 +597,15 @@ typedef struct gt_backend_ops {
     void (*moe_fp8_matmul_wgrad)(gt_backend *b, gt_stream *s, float *dw, gt_fp8_operand g,
                                  gt_fp8_operand x, const int32_t *offsets, int R, int E, int Nf,
                                  int K, int accumulate);
+    /* The experts' weight casts, every expert in one pass: each of the count tensors x[e]
+     * [rows, cols] (x + e rows cols elements) cast on its own with meta[e], into q[e]
+     * [rows, cols] (when q) and qt[e] [cols, rows] (when qt; at least one of the two), inverse
+     * scales scale_inv[e] / scale_inv_t[e]: the codes, scales, scaling state and flags that
+     * fp8_cast(transpose 0) into q[e] then fp8_cast(transpose 1) into qt[e] of each slice
+     * give. Per-tensor scaling only (tensorwise or delayed). */
+    void (*fp8_cast_experts)(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
+                             float *scale_inv_t, const void *x, int count, int rows, int cols,
+                             gt_fp8_cast_spec spec, gt_fp8_meta *meta, gt_step_state *st);
     /* ---- Mamba-2 mixer (gt_mamba_shape; act tensors, parameters in act dtype) ---- */
     /* xbc[N, conv] = silu(bias + causal depthwise conv of zxbcdt's xBC slice with w[conv, K]),
      * x = 0 before each sequence's first token */

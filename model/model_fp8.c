@@ -160,7 +160,8 @@ int gt_model_fp8_init(gt_model *m, gt_error *err) {
                             "model.compute_dtype: the %s backend has no fp8 ops yet; set "
                             "runtime.device=cpu (the fp8 emulation) or model.compute_dtype=bf16",
                             b->name);
-    if (f->moe_on && (!b->ops->moe_fp8_matmul || !b->ops->moe_fp8_matmul_wgrad))
+    if (f->moe_on &&
+        (!b->ops->moe_fp8_matmul || !b->ops->moe_fp8_matmul_wgrad || !b->ops->fp8_cast_experts))
         return gt_error_set(err, GT_ERR_UNSUPPORTED,
                             "model.compute_dtype: the %s backend has no fp8 expert GEMMs yet; set "
                             "runtime.device=cpu (the fp8 emulation) or model.compute_dtype=bf16",

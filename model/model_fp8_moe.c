@@ -2,9 +2,10 @@
  * GroupedLinear runs them under per-tensor recipes (fp8_cs, fp8_ds): E4M3 forward operands,
  * the gradient's format for the output gradient, fp32 accumulation. Scales, all graph-safe
  * (none depends on how many rows an expert got, so nothing reads the offsets on the host):
- * one per expert's weight, each cast on its own once per step after the optimizer, and one
- * for all routed tokens' activations [R, in] and one for all rows of the output gradient
- * [R, out], each cast in one pass over the rows whatever the routing. The layers
+ * one per expert's weight, each cast on its own once per step after the optimizer (all of a
+ * layer's experts in one fp8_cast_experts), and one for all routed tokens' activations
+ * [R, in] and one for all rows of the output gradient [R, out], each cast in one pass over
+ * the rows whatever the routing. The layers
  * model.first_last_layers_bf16 keeps in bf16 keep bf16 experts too. Blockwise (fp8_sc) is
  * refused for MoE models by config/unsupported.c (engine_no_fp8_blockwise_moe). */
 #include <stdlib.h>
@@ -77,33 +78,21 @@ int gt_model_fp8_plan_experts(gt_model *m, size_t *qa, size_t *qb, size_t *wt, g
     return GT_OK;
 }
 
-/* expert e's slice of a [E][rows][cols] tensor of elem-byte elements */
-static void *slice(const void *p, int e, int rows, int cols, size_t elem) {
-    return (char *)p + (size_t)e * rows * cols * elem;
-}
-
+/* Each expert's weight cast on its own (its amax, scale and meta), all of a layer's experts in
+ * one fp8_cast_experts: a layer's launches do not grow with its experts. */
 void gt_model_fp8_cast_experts(gt_model *m, gt_stream *s, int record, gt_step_state *st) {
     gt_model_fp8 *f = &m->fp8;
     gt_backend *b = m->b;
     if (!f->moe) return;
-    int E = m->dm.E;
     for (int l = 0; l < m->num_layers; l++)
         for (int i = 0; i < GT_MOE_LINEARS; i++) {
             const gt_fp8_experts *x = experts_on(m, l, i);
             if (!x) continue;
-            const void *w = gt_model_param(m, x->weight);
             gt_fp8_cast_spec sp = gt_model_fp8_spec(f, f->fwd_format, 1, record);
-            for (int e = 0; e < E; e++) {
-                gt_fp8_meta *meta = &f->meta[x->slot + GT_FP8_MOE_SLOT_W + e];
-                const void *we = slice(w, e, x->out, x->in, m->act_elem);
-                void *q = slice(x->qw, e, x->out, x->in, f->elem);
-                if (f->wt_in_backward)
-                    b->ops->fp8_cast(b, s, q, x->sw + e, we, x->out, x->in, 0, sp, meta, st);
-                else
-                    gt_model_fp8_cast_both(m, s, q, x->sw + e,
-                                           slice(x->qwt, e, x->in, x->out, f->elem), x->swt + e, we,
-                                           x->out, x->in, sp, meta, st);
-            }
+            int wt = !f->wt_in_backward; /* the transposed copies now, or in the backward */
+            b->ops->fp8_cast_experts(b, s, x->qw, x->sw, wt ? x->qwt : NULL, wt ? x->swt : NULL,
+                                     gt_model_param(m, x->weight), m->dm.E, x->out, x->in, sp,
+                                     &f->meta[x->slot + GT_FP8_MOE_SLOT_W], st);
         }
 }
 
@@ -149,11 +138,9 @@ void gt_moe_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, 
     }
     gt_model_fp8 *f = &m->fp8;
     if (f->wt_in_backward) /* each expert's w^T with the scale the step's weight cast recorded */
-        for (int e = 0; e < E; e++)
-            b->ops->fp8_cast(b, s, slice(xe->qwt, e, in, nout, f->elem), xe->swt + e,
-                             slice(gt_model_param(m, w), e, nout, in, m->act_elem), nout, in, 1,
-                             gt_model_fp8_spec_recorded(f->fwd_format),
-                             &f->meta[xe->slot + GT_FP8_MOE_SLOT_W + e], st);
+        b->ops->fp8_cast_experts(b, s, NULL, NULL, xe->qwt, xe->swt, gt_model_param(m, w), E, nout,
+                                 in, gt_model_fp8_spec_recorded(f->fwd_format),
+                                 &f->meta[xe->slot + GT_FP8_MOE_SLOT_W], st);
     /* dout [R, out] for the data gradient and dout^T [out, R] for the weight gradient */
     gt_model_fp8_cast_both(m, s, f->qa, f->sa, f->qb, f->sb, dout, R, nout,
                            gt_model_fp8_spec(f, f->grad_format, 1, 1),

@@ -120,6 +120,54 @@ static void cpu_fp8_cast_pair(gt_backend *b, gt_stream *s, void *q, float *scale
     cpu_fp8_cast(b, s, qt, scale_inv_t, x, rows, cols, 1, spec, meta, st);
 }
 
+typedef struct experts_args {
+    float *q, *scale_inv, *qt, *scale_inv_t;
+    const float *x;
+    int count, rows, cols;
+    gt_fp8_cast_spec spec;
+    gt_fp8_meta *meta;
+    gt_step_state *st;
+} experts_args;
+
+/* Expert by expert, each slice's fp8_cast(transpose 0) then fp8_cast(transpose 1), exactly */
+static void k_fp8_cast_experts(const void *p) {
+    const experts_args *g = p;
+    size_t n = (size_t)g->rows * g->cols;
+    for (int e = 0; e < g->count; e++) {
+        cast_args a = {.x = g->x + (size_t)e * n,
+                       .rows = g->rows,
+                       .cols = g->cols,
+                       .spec = g->spec,
+                       .meta = g->meta + e,
+                       .st = g->st};
+        if (g->q) {
+            a.q = g->q + (size_t)e * n;
+            a.scale_inv = g->scale_inv + e;
+            k_fp8_cast(&a);
+        }
+        if (g->qt) {
+            a.q = g->qt + (size_t)e * n;
+            a.scale_inv = g->scale_inv_t + e;
+            a.transpose = 1;
+            k_fp8_cast(&a);
+        }
+    }
+}
+
+static void cpu_fp8_cast_experts(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
+                                 float *scale_inv_t, const void *x, int count, int rows, int cols,
+                                 gt_fp8_cast_spec spec, gt_fp8_meta *meta, gt_step_state *st) {
+    CPU_REQUIRE(b, count > 0 && rows > 0 && cols > 0, "fp8_cast_experts: bad shape %d x %d x %d",
+                count, rows, cols);
+    CPU_REQUIRE(b, (q || qt) && (!q || scale_inv) && (!qt || scale_inv_t) && x && meta && st,
+                "fp8_cast_experts: NULL tensor");
+    CPU_REQUIRE(b, spec.scaling != GT_FP8_BLOCKWISE,
+                "fp8_cast_experts: per-tensor scaling only (tensorwise or delayed)");
+    spec.tile_rows = 1;
+    experts_args a = {q, scale_inv, qt, scale_inv_t, x, count, rows, cols, spec, meta, st};
+    gt_cpu_submit(b, s, k_fp8_cast_experts, &a, sizeof a);
+}
+
 typedef struct gemm_args {
     float *out;
     int out_fp32, accumulate;
@@ -217,6 +265,7 @@ static void cpu_fp8_amax_update(gt_backend *b, gt_stream *s, gt_fp8_meta *meta, 
 void gt_cpu_register_fp8_ops(gt_backend_ops *ops) {
     ops->fp8_cast = cpu_fp8_cast;
     ops->fp8_cast_pair = cpu_fp8_cast_pair;
+    ops->fp8_cast_experts = cpu_fp8_cast_experts;
     ops->fp8_gemm = cpu_fp8_gemm;
     ops->fp8_amax_update = cpu_fp8_amax_update;
     gt_cpu_register_fp8_bias_ops(ops);

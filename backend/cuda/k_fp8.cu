@@ -45,6 +45,13 @@ typedef struct cast_scale {
     gt_fp8_meta *meta;
 } cast_scale;
 
+/* The scale source of tensor e of a batched cast (fp8_cast_experts): its own amax and meta */
+static __device__ cast_scale scale_at(cast_scale c, unsigned e) {
+    c.amax_bits += e;
+    c.meta += e;
+    return c;
+}
+
 static __device__ float scale_of(const cast_scale &c) {
     if (c.mode == SCALE_META) return c.meta->scale;
     return scale_from_amax(__uint_as_float(*c.amax_bits), 1.0f, c.fmt, 0);
@@ -123,10 +130,13 @@ static __device__ __forceinline__ unsigned max_abs_bits8(unsigned m, const float
 #define FP8_AMAX_MAX_BLOCKS 1024u
 
 /* *amax_bits = max(*amax_bits, bits of |x|) over the n elements, 8 a thread where x is 16-byte
- * aligned; a non-finite block max sets GT_NAN_FP8 */
+ * aligned; a non-finite block max sets GT_NAN_FP8. Batched (fp8_cast_experts), blockIdx.y is
+ * the tensor: amax_bits[y] of the n elements from x + y n. */
 __global__ void k_fp8_amax(unsigned *amax_bits, const bf16 *x, size_t n, int vec,
                            gt_step_state *st) {
     GT_PDL_ENTRY();
+    amax_bits += blockIdx.y;
+    x += (size_t)blockIdx.y * n;
     __shared__ unsigned sh[FP8_THREADS / GT_WARP];
     unsigned m = 0;
     size_t nv = vec ? n / 8 : 0;
@@ -164,11 +174,16 @@ __global__ void k_fp8_amax(unsigned *amax_bits, const bf16 *x, size_t n, int vec
 }
 
 /* q[e] = fp8(x[e] * scale) over n elements in order (no transpose), 8 a thread where x is 16-
- * and q 8-byte aligned */
+ * and q 8-byte aligned. Batched, blockIdx.y is the tensor: x + y n to q + y n, scale_inv[y],
+ * its own scale source (scale_at). */
 __global__ void k_fp8_cast_flat(uint8_t *q, float *scale_inv, const bf16 *x, size_t n, int vec,
                                 cast_scale c, gt_step_state *st) {
     GT_PDL_ENTRY();
     __shared__ unsigned sh[FP8_THREADS / GT_WARP];
+    x += (size_t)blockIdx.y * n;
+    q += (size_t)blockIdx.y * n;
+    scale_inv += blockIdx.y;
+    c = scale_at(c, blockIdx.y);
     float s = scale_of(c);
     if (blockIdx.x == 0 && threadIdx.x == 0) publish_scale(c, s, scale_inv, NULL, st);
     __nv_fp8_interpretation_t it = c.fmt == FMT_E4M3 ? __NV_E4M3 : __NV_E5M2;
@@ -284,7 +299,10 @@ static __device__ __forceinline__ void transpose4x4(unsigned *b, const unsigned 
 }
 
 /* vec_in: x 16-byte aligned and cols % 8 == 0; vec_q: q 8-byte aligned and cols % 8 == 0;
- * vec_qt: 2 where qt is 16-byte aligned and rows % 16 == 0, 1 where 8-byte and rows % 8 == 0 */
+ * vec_qt: 2 where qt is 16-byte aligned and rows % 16 == 0, 1 where 8-byte and rows % 8 == 0
+ * (either condition on cols or rows keeps every tensor of a batch as aligned as the first).
+ * Batched, blockIdx.z is the tensor: x + z rows cols to q and qt at the same offset, the
+ * inverse scales [z], its own scale source (scale_at). */
 __global__ void __launch_bounds__(FP8_TILE_THREADS)
     k_fp8_cast_tiles(uint8_t *q, uint8_t *qt, float *scale_inv, float *scale_inv_t, const bf16 *x,
                      int rows, int cols, int vec_in, int vec_q, int vec_qt, cast_scale c,
@@ -292,6 +310,17 @@ __global__ void __launch_bounds__(FP8_TILE_THREADS)
     GT_PDL_ENTRY();
     __shared__ __align__(16) unsigned tile[FP8_TILE_ROWS][FP8_TILE_WORDS];
     __shared__ unsigned sh[FP8_TILE_THREADS / GT_WARP];
+    size_t zoff = (size_t)blockIdx.z * rows * cols;
+    x += zoff;
+    if (q) {
+        q += zoff;
+        scale_inv += blockIdx.z;
+    }
+    if (qt) {
+        qt += zoff;
+        scale_inv_t += blockIdx.z;
+    }
+    c = scale_at(c, blockIdx.z);
     float s = scale_of(c);
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
         publish_scale(c, s, q ? scale_inv : scale_inv_t, q && qt ? scale_inv_t : NULL, st);
@@ -377,25 +406,30 @@ static int cast_args_ok(gt_backend *b, const char *op, const void *q, const floa
 }
 
 /* Current scaling's amax pass (the scale needs the whole tensor's amax before any element is
- * cast); delayed scaling needs none. Returns the cast's scale source. */
-static cast_scale begin_cast(gt_backend *b, gt_cuda_exec ex, const void *x, size_t n,
+ * cast); delayed scaling needs none. Returns the cast's scale source. count tensors of n
+ * elements each (fp8_cast_experts; 1 for one tensor): tmp[e] and meta[e] are tensor e's, the
+ * pass's blocks split among them. */
+static cast_scale begin_cast(gt_backend *b, gt_cuda_exec ex, const void *x, size_t n, int count,
                              gt_fp8_cast_spec spec, gt_fp8_meta *meta, unsigned *tmp,
                              gt_step_state *st) {
     cast_scale c = {SCALE_META, spec.record, (int)spec.format, tmp, meta};
     if (spec.scaling != GT_FP8_TENSORWISE) return c;
     c.mode = SCALE_CURRENT;
-    GT_CUDA_OP(b, cudaMemsetAsync(tmp, 0, sizeof(unsigned), ex.cs));
-    int vec = al16(x);
+    GT_CUDA_OP(b, cudaMemsetAsync(tmp, 0, (size_t)count * sizeof(unsigned), ex.cs));
+    int vec = al16(x) && (count == 1 || n % 8 == 0); /* every tensor 16-byte aligned */
     unsigned grid = gt_grid(vec ? n / 8 / FP8_AMAX_UNROLL + 1 : n, FP8_THREADS);
-    if (grid > FP8_AMAX_MAX_BLOCKS) grid = FP8_AMAX_MAX_BLOCKS;
-    gt_launch(k_fp8_amax, grid, FP8_THREADS, 0, ex, tmp, (const bf16 *)x, n, vec, st);
+    unsigned cap = FP8_AMAX_MAX_BLOCKS / (unsigned)count;
+    if (cap < 1) cap = 1;
+    if (grid > cap) grid = cap;
+    gt_launch(k_fp8_amax, dim3(grid, (unsigned)count), FP8_THREADS, 0, ex, tmp, (const bf16 *)x, n,
+              vec, st);
     return c;
 }
 
 static void launch_tiles(gt_cuda_exec ex, void *q, void *qt, float *si, float *sit, const void *x,
-                         int rows, int cols, cast_scale c, gt_step_state *st) {
+                         int rows, int cols, int count, cast_scale c, gt_step_state *st) {
     dim3 grid((unsigned)((cols + FP8_TILE_COLS - 1) / FP8_TILE_COLS),
-              (unsigned)((rows + FP8_TILE_ROWS - 1) / FP8_TILE_ROWS));
+              (unsigned)((rows + FP8_TILE_ROWS - 1) / FP8_TILE_ROWS), (unsigned)count);
     int vec_in = al16(x) && cols % 8 == 0;
     int vec_q = q && al8(q) && cols % 8 == 0;
     int vec_qt = !qt                                     ? 0
@@ -418,9 +452,9 @@ static void cuda_fp8_cast(gt_backend *b, gt_stream *s, void *q, float *scale_inv
     if (b->planning || !tmp) return;
     gt_cuda_exec ex = gt_cuda_ex(b, s);
     size_t n = (size_t)rows * cols;
-    cast_scale c = begin_cast(b, ex, x, n, spec, meta, tmp, st);
+    cast_scale c = begin_cast(b, ex, x, n, 1, spec, meta, tmp, st);
     if (transpose) {
-        launch_tiles(ex, NULL, q, NULL, scale_inv, x, rows, cols, c, st);
+        launch_tiles(ex, NULL, q, NULL, scale_inv, x, rows, cols, 1, c, st);
     } else {
         int vec = al16(x) && al8(q);
         unsigned grid = gt_grid(vec ? n / 8 / FP8_UNROLL + 1 : n, FP8_THREADS);
@@ -447,9 +481,45 @@ static void cuda_fp8_cast_pair(gt_backend *b, gt_stream *s, void *q, float *scal
         (unsigned *)gt_cuda_scratch(b, GT_SCRATCH_FP8, 2 * sizeof(float), "fp8_cast_pair");
     if (b->planning || !tmp) return;
     gt_cuda_exec ex = gt_cuda_ex(b, s);
-    cast_scale c = begin_cast(b, ex, x, (size_t)rows * cols, spec, meta, tmp, st);
-    launch_tiles(ex, q, qt, scale_inv, scale_inv_t, x, rows, cols, c, st);
+    cast_scale c = begin_cast(b, ex, x, (size_t)rows * cols, 1, spec, meta, tmp, st);
+    launch_tiles(ex, q, qt, scale_inv, scale_inv_t, x, rows, cols, 1, c, st);
     GT_CUDA_LAUNCHED(b, "fp8_cast_pair");
+}
+
+/* The experts' weights, every expert in the same launches (its amax pass, then the flat cast
+ * where only q is wanted, else the tile kernel), grid.y or grid.z the expert: the launches a
+ * layer's weights cost no longer grow with the experts, and each expert's codes, scale and
+ * meta are those fp8_cast / fp8_cast_pair give its slice, since each block reads only its own
+ * expert's elements, amax and meta. */
+static void cuda_fp8_cast_experts(gt_backend *b, gt_stream *s, void *q, float *scale_inv, void *qt,
+                                  float *scale_inv_t, const void *x, int count, int rows, int cols,
+                                  gt_fp8_cast_spec spec, gt_fp8_meta *meta, gt_step_state *st) {
+    if (!cast_args_ok(b, "fp8_cast_experts", q ? q : qt, q ? scale_inv : scale_inv_t, x, rows, cols,
+                      spec, meta, st))
+        return;
+    if (count <= 0 || (unsigned)count > GT_MAX_GRID || spec.scaling == GT_FP8_BLOCKWISE ||
+        (q && !scale_inv) || (qt && !scale_inv_t)) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "fp8_cast_experts: bad arguments (count %d, at most %u; per-tensor "
+                        "scaling only; each output with its inverse scales)",
+                        count, GT_MAX_GRID);
+        return;
+    }
+    size_t n = (size_t)rows * cols;
+    unsigned *tmp = (unsigned *)gt_cuda_scratch(
+        b, GT_SCRATCH_FP8, (size_t)(count > 2 ? count : 2) * sizeof(unsigned), "fp8_cast_experts");
+    if (b->planning || !tmp) return;
+    gt_cuda_exec ex = gt_cuda_ex(b, s);
+    cast_scale c = begin_cast(b, ex, x, n, count, spec, meta, tmp, st);
+    if (qt) {
+        launch_tiles(ex, q, qt, scale_inv, scale_inv_t, x, rows, cols, count, c, st);
+    } else {
+        int vec = al16(x) && al8(q) && n % 8 == 0; /* every expert's slice aligned too */
+        unsigned grid = gt_grid(vec ? n / 8 / FP8_UNROLL + 1 : n, FP8_THREADS);
+        gt_launch(k_fp8_cast_flat, dim3(grid, (unsigned)count), FP8_THREADS, 0, ex, (uint8_t *)q,
+                  scale_inv, (const bf16 *)x, n, vec, c, st);
+    }
+    GT_CUDA_LAUNCHED(b, "fp8_cast_experts");
 }
 
 /* One thread per tensor: TE's amax_and_scale_update, as the CPU's k_fp8_amax_update */
@@ -496,5 +566,6 @@ static void cuda_fp8_amax_update(gt_backend *b, gt_stream *s, gt_fp8_meta *meta,
 extern "C" void gt_cuda_register_fp8_ops(gt_backend_ops *ops) {
     ops->fp8_cast = cuda_fp8_cast;
     ops->fp8_cast_pair = cuda_fp8_cast_pair;
+    ops->fp8_cast_experts = cuda_fp8_cast_experts;
     ops->fp8_amax_update = cuda_fp8_amax_update;
 }

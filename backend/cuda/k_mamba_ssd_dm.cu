@@ -7,21 +7,24 @@
  * head goes through memory. */
 #include "backend/cuda/mamba_ssd.cuh"
 
-#define MS_TILE 64        /* rows i and columns j a block makes */
-#define MS_KS 32          /* p a shared slab holds */
-#define MS_LD (MS_KS + 8) /* a slab's row stride: 80 bytes, so ldmatrix's rows hit distinct banks  \
-                           */
+#define MS_TILE 64 /* rows i and columns j a block makes */
+#define MS_KS 32   /* p a shared slab holds */
+#define MS_LD                                                                                      \
+    (MS_KS + 8) /* a slab's row stride: 80 bytes, so ldmatrix's rows hit distinct banks            \
+                 */
 #define MS_OLD (MS_TILE + 8) /* the staged result's row stride */
 #define MS_THREADS 128       /* four warps, 16 rows i each */
 
 /* Block (z, ti, tj): chunk z of (b, g) as ck_at_make<CK_DC> numbers it, rows i0 = 64 ti and
- * columns j0 = 64 tj of its M; lda the operands' row stride, kp the column M starts at. */
+ * columns j0 = 64 tj of its M; lda the operands' row stride, kp the column M starts at.
+ * vec_in: dy's and x's rows and head slices lie on 16 bytes (loads of 8); vec_out: so do the
+ * operands' rows of M (the chunk a whole number of 8 rows: stores of 8). */
 __global__ void __launch_bounds__(MS_THREADS)
-    k_ck_msum(ck_args a, bf16 *dc_a, bf16 *db_a, int lda, int kp) {
+    k_ck_msum(ck_args a, bf16 *dc_a, bf16 *db_a, int lda, int kp, int vec_in, int vec_out) {
     GT_PDL_ENTRY();
     __shared__ __align__(16) bf16 sy[MS_TILE][MS_LD];
     __shared__ __align__(16) bf16 sx[MS_TILE][MS_LD];
-    __shared__ __align__(16) bf16 so[MS_TILE][MS_OLD];
+    __shared__ __align__(16) bf16 so[MS_TILE][MS_OLD], sot[MS_TILE][MS_OLD]; /* M, M^T */
     __shared__ float csi[MS_TILE], csj[MS_TILE], dtj[MS_TILE];
     ck_at x = ck_at_make<CK_DC>(a, blockIdx.x);
     int i0 = (int)blockIdx.y * MS_TILE, j0 = (int)blockIdx.z * MS_TILE;
@@ -45,7 +48,17 @@ __global__ void __launch_bounds__(MS_THREADS)
         for (int p0 = 0; p0 < a.P; p0 += MS_KS) {
             __syncthreads(); /* the last slab's fragments are loaded */
             const bf16 zero = __float2bfloat16(0.0f);
-            for (int e = tid; e < MS_TILE * MS_KS; e += MS_THREADS) {
+            for (int e = tid; vec_in && e < MS_TILE * MS_KS / 8; e += MS_THREADS) {
+                int r = e / (MS_KS / 8), k = e % (MS_KS / 8) * 8, p = p0 + k, i = i0 + r;
+                int j = j0 + r;
+                size_t hp = (size_t)h * a.P + p;
+                uint4 vy = {0, 0, 0, 0}, vx = {0, 0, 0, 0};
+                if (i < x.Lc && p < a.P) vy = *(const uint4 *)(a.dy + (x.n0 + i) * a.di + hp);
+                if (j < x.Lc && p < a.P) vx = *(const uint4 *)(a.xbc + (x.n0 + j) * a.C + hp);
+                *(uint4 *)&sy[r][k] = vy;
+                *(uint4 *)&sx[r][k] = vx;
+            }
+            for (int e = tid; !vec_in && e < MS_TILE * MS_KS; e += MS_THREADS) {
                 int r = e / MS_KS, k = e % MS_KS, p = p0 + k, i = i0 + r, j = j0 + r;
                 size_t hp = (size_t)h * a.P + p;
                 sy[r][k] = i < x.Lc && p < a.P ? a.dy[(x.n0 + i) * a.di + hp] : zero;
@@ -80,17 +93,31 @@ __global__ void __launch_bounds__(MS_THREADS)
 #pragma unroll
     for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            so[warp * 16 + g + (e / 2) * 8][nb * 8 + 2 * t + e % 2] = __float2bfloat16(sum[nb][e]);
+        for (int e = 0; e < 4; e++) {
+            int r = warp * 16 + g + (e / 2) * 8, cc = nb * 8 + 2 * t + e % 2;
+            so[r][cc] = sot[cc][r] = __float2bfloat16(sum[nb][e]);
+        }
     __syncthreads();
     size_t base = (size_t)blockIdx.x * a.L;
+    if (vec_out) { /* rows of 8 whole: a row's 8 stay inside the chunk together */
+        for (int e = tid; e < MS_TILE * MS_TILE / 8; e += MS_THREADS) {
+            int r = e / (MS_TILE / 8), c8 = e % (MS_TILE / 8) * 8;
+            if (i0 + r < a.L && j0 + c8 < a.L)
+                *(uint4 *)(dc_a + (base + i0 + r) * lda + kp + j0 + c8) =
+                    *(const uint4 *)&so[r][c8];
+            if (j0 + r < a.L && i0 + c8 < a.L)
+                *(uint4 *)(db_a + (base + j0 + r) * lda + kp + i0 + c8) =
+                    *(const uint4 *)&sot[r][c8];
+        }
+        return;
+    }
     for (int e = tid; e < MS_TILE * MS_TILE; e += MS_THREADS) { /* dC's: along j */
         int r = e / MS_TILE, cc = e % MS_TILE, i = i0 + r, j = j0 + cc;
         if (i < a.L && j < a.L) dc_a[(base + i) * lda + kp + j] = so[r][cc];
     }
     for (int e = tid; e < MS_TILE * MS_TILE; e += MS_THREADS) { /* dB's: along i */
         int cc = e / MS_TILE, r = e % MS_TILE, i = i0 + r, j = j0 + cc;
-        if (i < a.L && j < a.L) db_a[(base + j) * lda + kp + i] = so[r][cc];
+        if (i < a.L && j < a.L) db_a[(base + j) * lda + kp + i] = sot[cc][r];
     }
 }
 
@@ -98,6 +125,10 @@ void gt_ssd_msum(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int lda, int 
                  const char *what) {
     unsigned tiles = (unsigned)((a.L + MS_TILE - 1) / MS_TILE);
     dim3 grid((unsigned)(a.B * a.G * a.nc), tiles, tiles);
-    gt_launch(k_ck_msum, grid, MS_THREADS, 0, ex, a, a.opa, a.opa2, lda, kp);
+    uintptr_t in_at = (uintptr_t)a.dy | (uintptr_t)a.xbc,
+              out_at = (uintptr_t)a.opa | (uintptr_t)a.opa2;
+    int vec_in = a.P % 8 == 0 && a.di % 8 == 0 && a.C % 8 == 0 && in_at % 16 == 0;
+    int vec_out = a.L % 8 == 0 && lda % 8 == 0 && kp % 8 == 0 && out_at % 16 == 0;
+    gt_launch(k_ck_msum, grid, MS_THREADS, 0, ex, a, a.opa, a.opa2, lda, kp, vec_in, vec_out);
     GT_CUDA_LAUNCHED(b, what);
 }

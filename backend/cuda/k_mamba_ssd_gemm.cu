@@ -259,6 +259,47 @@ ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state) {
 /* CK_VEC neighbouring elements (unit u of rows x ld) of product OP's A (IS_A) or B operand of
  * chunk x into dst, from the formulas of ck_opa / ck_opb in fp32, then rounded; zero outside
  * the chunk's own M x K or K x N. dB's and dC's A past ck_kp is k_mamba_ssd_dm.cu's. */
+/* dB's and dC's operands (OP CK_DC or CK_DB), CK_VEC neighbouring elements of row r from
+ * column c0, as ck_opa / ck_opb give them but with the head and p of k found once a unit (k
+ * runs along A's rows; B's k is its row) instead of two divisions an element */
+template <int OP, bool IS_A>
+static __device__ __forceinline__ void ck_dbc_unit(const ck_args &a, const ck_at &x, int r, int c0,
+                                                   int M, int N, int K, float *v) {
+    int PP = a.H / a.G * a.P;
+    if (IS_A) { /* m = r, k = c0 + i: only k < ck_kp comes here */
+        if (r >= M) return;
+        int q = c0 / a.P, p = c0 - q * a.P;
+        for (int i = 0; i < CK_VEC && c0 + i < PP; i++) {
+            size_t o = ck_bh(a, x, q) * a.T + (size_t)x.c * a.L;
+            if (OP == CK_DC)
+                v[i] = __expf(a.cs[o + r]) * ck_dy(a, x.n0 + r, x.h + q, p);
+            else
+                v[i] = __expf(a.cs[o + x.Lc - 1] - a.cs[o + r]) * a.dt[o + r] *
+                       ck_x(a, x.n0 + r, x.h + q, p);
+            if (++p == a.P) p = 0, q++;
+        }
+        return;
+    }
+    int k = r; /* B: n = c0 + i */
+    if (k >= K) return;
+    if (k < PP) {
+        int q = k / a.P, p = k - q * a.P;
+        size_t ps = (size_t)a.P * a.S;
+        const float *src =
+            (OP == CK_DC ? a.hin : a.gs) + (ck_bh(a, x, q) * a.nc + x.c) * ps + (size_t)p * a.S;
+#pragma unroll
+        for (int i = 0; i < CK_VEC; i++)
+            if (c0 + i < N) v[i] = src[c0 + i];
+        return;
+    }
+    int j = k - ck_kp(a); /* between PP and ck_kp: padding */
+    if (j < 0 || j >= x.Lc) return;
+#pragma unroll
+    for (int i = 0; i < CK_VEC; i++)
+        if (c0 + i < N)
+            v[i] = OP == CK_DC ? ck_b(a, x.n0 + j, x.g, c0 + i) : ck_c(a, x.n0 + j, x.g, c0 + i);
+}
+
 template <int OP, bool IS_A>
 static __device__ __forceinline__ void ck_operand(const ck_args &a, const ck_at &x, int rows,
                                                   int ld, int u, bf16 *dst) {
@@ -270,9 +311,12 @@ static __device__ __forceinline__ void ck_operand(const ck_args &a, const ck_at 
     if (IS_A && (OP == CK_DC || OP == CK_DB) && c0 >= ck_kp(a)) return;
     float v[CK_VEC];
 #pragma unroll
-    for (int q = 0; q < CK_VEC; q++) {
-        int c = c0 + q;
+    for (int q = 0; q < CK_VEC; q++)
         v[q] = 0.0f;
+    if (OP == CK_DC || OP == CK_DB) ck_dbc_unit<OP, IS_A>(a, x, r, c0, M, N, K, v);
+#pragma unroll
+    for (int q = 0; q < CK_VEC && OP != CK_DC && OP != CK_DB; q++) {
+        int c = c0 + q;
         if (IS_A) {
             int m = ck_fast<OP>::a_k ? r : c, k = ck_fast<OP>::a_k ? c : r;
             if (m < M && k < K) v[q] = ck_opa<OP>(a, x, m, k);

@@ -207,8 +207,8 @@ static void test_ssd_dA_is_the_sum_of_its_token_terms(void **state) {
                    SH.P);
     for (int h = 0; h < SH.H; h++) {
         double want = (double)c.A[h] * dA[h];
-        printf("    head %d: A dL/dA %.6e, sum of the terms %.6e (sum of |terms| %.3e)\n", h, want,
-               sum[h], mag[h]);
+        printf("    head %d: A dL/dA %.6e, sum of the terms %.6e (its terms' parts %.3e)\n", h,
+               want, sum[h], mag[h]);
         assert_true(fabs(sum[h] - want) <= 1e-5 * mag[h]);
     }
     /* a wrong decomposition (the D skip left in dx) does not sum to it */

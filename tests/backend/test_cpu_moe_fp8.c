@@ -2,7 +2,8 @@
  * the same fp8 values written here: the forward (E4M3 x E4M3, one scale for the routed rows,
  * one per expert's weight), the data gradient (the E5M2 gradient times the transposed weight
  * copies) and the weight gradient (the transposed gradient and input over each expert's
- * columns), rows outside every group left alone, empty experts, accumulation, bad shapes. */
+ * columns), rows outside every group left alone, empty experts, accumulation, bad shapes;
+ * and the experts' weight casts (fp8_cast_experts), bitwise each expert's own fp8_cast. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,61 @@ static void test_fp8_expert_weight_gradient_sums_each_experts_rows(void **state)
     free(dout), free(x), free(qdt), free(qxt), free(dw), free(want);
 }
 
+/* fp8_cast_experts against each expert's own fp8_cast (q) then fp8_cast transposed (qt) with
+ * the same metas, bitwise: codes, inverse scales, scaling state and flags. which: 1 q, 2 qt,
+ * 3 both. Delayed scaling starts from metas with their own scales and amaxes. */
+static void experts_cast_case(fixture *f, gt_fp8_cast_spec sp, int which, int nan_expert) {
+    enum { ROWS = 5, COLS = 7 };
+    size_t n = (size_t)ROWS * COLS;
+    float *w = expert_weights(f, ROWS, COLS);
+    if (nan_expert >= 0) w[(size_t)nan_expert * n + 3] = NAN;
+    float *q1 = zeros(E * n), *qt1 = zeros(E * n), *q2 = zeros(E * n), *qt2 = zeros(E * n);
+    float s1[E] = {0}, st1[E] = {0}, s2[E] = {0}, st2[E] = {0};
+    gt_fp8_meta m1[E], m2[E];
+    for (int e = 0; e < E; e++)
+        m1[e] = m2[e] = (gt_fp8_meta){2.0f + (float)e, 1.0f / (2.0f + (float)e), 0.01f * (float)e,
+                                      (int32_t)sp.format};
+    gt_step_state st0 = f->st;
+    for (int e = 0; e < E; e++) {
+        if (which & 1)
+            f->b->ops->fp8_cast(f->b, f->s, q1 + e * n, s1 + e, w + e * n, ROWS, COLS, 0, sp,
+                                m1 + e, &f->st);
+        if (which & 2)
+            f->b->ops->fp8_cast(f->b, f->s, qt1 + e * n, st1 + e, w + e * n, ROWS, COLS, 1, sp,
+                                m1 + e, &f->st);
+    }
+    uint32_t flags1 = f->st.nan_flags;
+    if (nan_expert >= 0) assert_true(flags1 & GT_NAN_FP8);
+    f->st = st0;
+    f->b->ops->fp8_cast_experts(f->b, f->s, which & 1 ? q2 : NULL, which & 1 ? s2 : NULL,
+                                which & 2 ? qt2 : NULL, which & 2 ? st2 : NULL, w, E, ROWS, COLS,
+                                sp, m2, &f->st);
+    gt_error err = {0};
+    assert_int_equal(gt_backend_check(f->b, &err), GT_OK);
+    assert_int_equal(f->st.nan_flags, flags1);
+    f->st = st0;
+    assert_memory_equal(q1, q2, E * n * sizeof *q1);
+    assert_memory_equal(qt1, qt2, E * n * sizeof *qt1);
+    assert_memory_equal(s1, s2, sizeof s1);
+    assert_memory_equal(st1, st2, sizeof st1);
+    assert_memory_equal(m1, m2, sizeof m1);
+    free(w), free(q1), free(qt1), free(q2), free(qt2);
+}
+
+static void test_fp8_expert_weight_casts_equal_each_experts_own_casts_bitwise(void **state) {
+    fixture *f = *state;
+    for (int which = 1; which <= 3; which++) {
+        experts_cast_case(f, current(GT_FP8_E4M3), which, -1);
+        experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_DELAYED, GT_FP8_E4M3, 1, 1}, which, -1);
+        experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_DELAYED, GT_FP8_E5M2, 1, 0}, which, -1);
+        experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_TENSORWISE, GT_FP8_E4M3, 1, 0}, which, -1);
+    }
+    /* one expert's NaN flags the step and leaves the others' scales their own */
+    experts_cast_case(f, current(GT_FP8_E4M3), 3, 1);
+    experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_DELAYED, GT_FP8_E4M3, 1, 1}, 3, 2);
+    assert_true(f->st.nan_flags == 0);
+}
+
 static void test_bad_fp8_expert_arguments_are_reported_not_run(void **state) {
     fixture *f = *state;
     float q[4] = {0}, s[1] = {1}, out[4];
@@ -157,6 +213,16 @@ static void test_bad_fp8_expert_arguments_are_reported_not_run(void **state) {
     f->b->ops->moe_fp8_matmul_wgrad(f->b, f->s, out, op, op, NULL, 2, 1, 2, 2, 0);
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "NULL operand"));
+    gt_fp8_meta m = fresh(GT_FP8_E4M3);
+    f->b->ops->fp8_cast_experts(f->b, f->s, NULL, NULL, NULL, NULL, q, 1, 2, 2,
+                                current(GT_FP8_E4M3), &m, &f->st);
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "fp8_cast_experts: NULL tensor"));
+    f->b->ops->fp8_cast_experts(f->b, f->s, q, s, NULL, NULL, q, 1, 2, 2,
+                                (gt_fp8_cast_spec){GT_FP8_BLOCKWISE, GT_FP8_E4M3, 1, 1}, &m,
+                                &f->st);
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "per-tensor scaling only"));
 }
 
 int main(void) {
@@ -164,6 +230,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_expert_forward_is_each_groups_fp8_product_times_its_scales),
         cmocka_unit_test(test_fp8_expert_data_gradient_takes_the_transposed_weight_copies),
         cmocka_unit_test(test_fp8_expert_weight_gradient_sums_each_experts_rows),
+        cmocka_unit_test(test_fp8_expert_weight_casts_equal_each_experts_own_casts_bitwise),
         cmocka_unit_test(test_bad_fp8_expert_arguments_are_reported_not_run),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

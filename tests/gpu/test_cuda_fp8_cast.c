@@ -2,7 +2,8 @@
  * bitwise, on the paths of their vectorized kernels: shapes off the 128 x 128 tiles and the
  * 16-byte chunks, pointers off the 16- and 8-byte alignments the fast loads and stores need
  * (with the bytes around each output left as they were), and inputs with NaN, infinities,
- * saturating and underflowing values. test_cuda_fp8.c covers the casts' scaling modes. */
+ * saturating and underflowing values; and the experts' batched weight casts
+ * (fp8_cast_experts). test_cuda_fp8.c covers the casts' scaling modes. */
 #include "core/fp8.h"
 #include "gpu_fixture.h"
 
@@ -187,6 +188,86 @@ static void test_fp8_flat_casts_of_large_tensors_match_cpu_bitwise(void **state)
     }
 }
 
+/* fp8_cast_experts (every expert of a layer's weights in one pass) on both backends, bitwise:
+ * count tensors [rows, cols] at their own magnitudes, each with its own starting meta (delayed
+ * scaling: its own scale and amax so far); which: 1 q, 2 qt, 3 both; nan_expert >= 0 puts a NaN
+ * in that expert (the flag, that expert's meta, the others' untouched by it).
+ * tests/backend/test_cpu_moe_fp8.c checks the CPU's against each expert's own fp8_cast. */
+static void experts_case(gpu_env *e, int count, int rows, int cols, gt_fp8_scaling sc,
+                         gt_fp8_format f, int record, int which, int nan_expert) {
+    size_t n = (size_t)rows * cols, all = (size_t)count * n;
+    printf("    experts %d x %d x %d scaling %d format %d record %d which %d nan %d\n", count, rows,
+           cols, (int)sc, (int)f, record, which, nan_expert);
+    float *x = rand_vec(e, all, 1.0f);
+    for (int k = 0; k < count; k++)
+        for (size_t i = 0; i < n; i++)
+            x[(size_t)k * n + i] = bf16_round(x[(size_t)k * n + i] * ldexpf(1.0f, k % 9 - 4));
+    if (nan_expert >= 0) x[(size_t)nan_expert * n + n / 2] = NAN;
+    gt_step_state init = default_state(), *cst, *gst, hst;
+    make_states(e, &init, &cst, &gst);
+    gt_fp8_meta *m0 = malloc((size_t)count * sizeof *m0), *hm = malloc((size_t)count * sizeof *hm);
+    for (int k = 0; k < count; k++) {
+        float scale = sc == GT_FP8_DELAYED ? 3.0f + (float)k : 1.0f;
+        m0[k] = (gt_fp8_meta){scale, 1.0f / scale, sc == GT_FP8_DELAYED ? 0.125f * (float)k : 0.0f,
+                              (int32_t)f};
+    }
+    gt_fp8_meta *cm = c_alloc(e, (size_t)count * sizeof *cm);
+    gt_fp8_meta *gm = g_alloc(e, (size_t)count * sizeof *gm);
+    memcpy(cm, m0, (size_t)count * sizeof *cm);
+    gt_backend *g = e->gpu;
+    g->ops->memcpy_h2d(g, e->gs, gm, m0, (size_t)count * sizeof *gm);
+    float *cq = c_f32(e, NULL, all), *cqt = c_f32(e, NULL, all);
+    float *csi = c_f32(e, NULL, 2 * (size_t)count), *gsi = g_f32(e, NULL, 2 * (size_t)count);
+    float *hsi = calloc(2 * (size_t)count, sizeof *hsi);
+    const void *gx = g_act(e, x, all);
+    uint8_t *gq = g_alloc(e, all + GUARD), *gqt = g_alloc(e, all + GUARD);
+    gt_fp8_cast_spec sp = {sc, f, 1, record};
+    int wq = which & 1, wt = (which & 2) != 0;
+    e->cpu->ops->fp8_cast_experts(e->cpu, e->cs, wq ? cq : NULL, wq ? csi : NULL, wt ? cqt : NULL,
+                                  wt ? csi + count : NULL, x, count, rows, cols, sp, cm, cst);
+    GPU_PLAN(e,
+             g->ops->fp8_cast_experts(g, e->gs, wq ? gq : NULL, wq ? gsi : NULL, wt ? gqt : NULL,
+                                      wt ? gsi + count : NULL, gx, count, rows, cols, sp, gm, gst));
+    g->ops->fp8_cast_experts(g, e->gs, wq ? gq : NULL, wq ? gsi : NULL, wt ? gqt : NULL,
+                             wt ? gsi + count : NULL, gx, count, rows, cols, sp, gm, gst);
+    g_sync(e);
+    g->ops->memcpy_d2h(g, e->gs, hm, gm, (size_t)count * sizeof *hm);
+    g->ops->memcpy_d2h(g, e->gs, hsi, gsi, 2 * (size_t)count * sizeof *hsi);
+    read_state(e, &hst, gst);
+    if (wq) expect_codes(e, gq, 0, cq, all, f);
+    if (wt) expect_codes(e, gqt, 0, cqt, all, f);
+    if (wq) assert_memory_equal(hsi, csi, (size_t)count * sizeof *hsi);
+    if (wt) assert_memory_equal(hsi + count, csi + count, (size_t)count * sizeof *hsi);
+    for (int k = 0; k < count; k++)
+        expect_meta(&hm[k], &cm[k]);
+    assert_int_equal(hst.nan_flags, cst->nan_flags);
+    if (nan_expert >= 0 && (record || sc == GT_FP8_TENSORWISE))
+        assert_true(hst.nan_flags & GT_NAN_FP8);
+    free(x), free(m0), free(hm), free(hsi);
+    env_free_all(e);
+}
+
+/* The moe recipe's layouts (the forward's q only, or both, and the backward's qt only with the
+ * scale the forward recorded), shapes off the tiles and off the 8-element chunks (every
+ * expert's slice then unaligned: the scalar paths), one expert, and 64 experts (the amax pass's
+ * blocks split among them) */
+static void test_fp8_expert_weight_casts_match_cpu_bitwise(void **state) {
+    gpu_env *e = *state;
+    const int shapes[][3] = {
+        {5, 136, 264}, {3, 37, 129}, {1, 200, 96}, {64, 128, 256}, {4, 24, 520}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int c = shapes[i][0], r = shapes[i][1], k = shapes[i][2];
+        for (int which = 1; which <= 3; which++) {
+            experts_case(e, c, r, k, GT_FP8_TENSORWISE, GT_FP8_E4M3, 1, which, -1);
+            experts_case(e, c, r, k, GT_FP8_DELAYED, GT_FP8_E4M3, 1, which, -1);
+            experts_case(e, c, r, k, GT_FP8_DELAYED, GT_FP8_E5M2, 0, which, -1);
+        }
+    }
+    experts_case(e, 5, 136, 264, GT_FP8_TENSORWISE, GT_FP8_E4M3, 1, 3, 2);
+    experts_case(e, 5, 136, 264, GT_FP8_DELAYED, GT_FP8_E4M3, 1, 1, 4);
+    experts_case(e, 3, 37, 129, GT_FP8_TENSORWISE, GT_FP8_E4M3, 0, 2, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_fp8_casts_of_shapes_off_the_tiles_match_cpu_bitwise,
@@ -197,6 +278,7 @@ int main(void) {
                                   gpu_free_bufs),
         cmocka_unit_test_teardown(test_fp8_flat_casts_of_large_tensors_match_cpu_bitwise,
                                   gpu_free_bufs),
+        cmocka_unit_test_teardown(test_fp8_expert_weight_casts_match_cpu_bitwise, gpu_free_bufs),
     };
     return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
 }

@@ -10,7 +10,9 @@
 #include <math.h>
 #include <stddef.h>
 
-/* Per head h: sum[h] = sum_n q_{n,h} and mag[h] = sum_n |q_{n,h}| over the N tokens. dt and ddt
+/* Per head h: sum[h] = sum_n q_{n,h} and mag[h] = the sum over the N tokens of the magnitudes
+ * of q's parts, |dt ddt| + sum_p |x (dx - D dy)|: q is the small difference of those two
+ * (A g_t dt_t), and an op's error in q follows the error of each part, not q's size. dt and ddt
  * (dL/d(dt) after softplus) are [N][H]; x, dx and dy rows of ld_x, ld_x and ld_y floats hold head
  * h's P values at h * P. */
 static inline void mamba_dA_terms(double *sum, double *mag, const float *dt, const float *ddt,
@@ -19,14 +21,16 @@ static inline void mamba_dA_terms(double *sum, double *mag, const float *dt, con
     for (int h = 0; h < H; h++) {
         double s = 0.0, m = 0.0;
         for (size_t n = 0; n < N; n++) {
-            double q = (double)dt[n * H + h] * ddt[n * H + h];
+            double q = (double)dt[n * H + h] * ddt[n * H + h], parts = fabs(q);
             for (int p = 0; p < P; p++) {
                 size_t i = n * ld_x + (size_t)h * P + p;
-                q -= (double)x[i] *
-                     ((double)dx[i] - (double)D[h] * dy[n * ld_y + (size_t)h * P + p]);
+                double v = (double)x[i] *
+                           ((double)dx[i] - (double)D[h] * dy[n * ld_y + (size_t)h * P + p]);
+                q -= v;
+                parts += fabs(v);
             }
             s += q;
-            m += fabs(q);
+            m += parts;
         }
         sum[h] = s, mag[h] = m;
     }
