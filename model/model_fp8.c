@@ -16,7 +16,7 @@ int gt_model_fp8_configured(const gt_config *cfg) {
            r == GT_FP8_RECIPE_BLOCKWISE;
 }
 
-static int layer_in_bf16(const gt_config *cfg, int l) {
+int gt_model_fp8_layer_in_bf16(const gt_config *cfg, int l) {
     const gt_model_config *mc = &cfg->model;
     return mc->first_last_layers_bf16 && (l < mc->num_layers_at_start_in_bf16 ||
                                           l >= mc->num_layers - mc->num_layers_at_end_in_bf16);
@@ -27,7 +27,7 @@ int gt_model_fp8_saves_input(const gt_model *m, int layer, int lin) {
     gt_fp8_recipe r = gt_compute_dtype_fp8_recipe(cfg->model.compute_dtype);
     if (r != GT_FP8_RECIPE_TENSORWISE && r != GT_FP8_RECIPE_DELAYED && r != GT_FP8_RECIPE_BLOCKWISE)
         return 0;
-    if (layer_in_bf16(cfg, layer)) return 0;
+    if (gt_model_fp8_layer_in_bf16(cfg, layer)) return 0;
     const gt_layer *L = &m->layers[layer];
     /* the o projection's input is the attention output, which the attention backward reads */
     return lin == GT_LIN_QKV ? L->has_attn : (lin == GT_LIN_GU || lin == GT_LIN_DOWN) && L->has_mlp;
@@ -36,15 +36,6 @@ int gt_model_fp8_saves_input(const gt_model *m, int layer, int lin) {
 static gt_fp8_linear *lin_of(const gt_model *m, int layer, int lin) {
     return m->fp8.lin ? &m->fp8.lin[(size_t)layer * GT_LINEARS + lin] : NULL;
 }
-
-static size_t max_sz(size_t a, size_t b) {
-    return a > b ? a : b;
-}
-
-#define PLAN(arena, name, bytes, ptr)                                                              \
-    do {                                                                                           \
-        if ((rc = gt_arena_add(arena, name, bytes, (void **)(ptr), err))) return rc;               \
-    } while (0)
 
 int gt_model_fp8_plan(gt_model *m, gt_error *err) {
     gt_model_fp8 *f = &m->fp8;
@@ -88,7 +79,7 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
                                    mb ? L->mamba.out_w : L->mlp.down_w};
         for (int i = 0; i < GT_LINEARS; i++) {
             gt_fp8_linear *li = lin_of(m, l, i);
-            if (!dims[i][0] || layer_in_bf16(&m->cfg, l)) continue;
+            if (!dims[i][0] || gt_model_fp8_layer_in_bf16(&m->cfg, l)) continue;
             int in = dims[i][1], out = dims[i][2];
             *li = (gt_fp8_linear){1,    weights[i], in,   out,  f->n_meta, NULL,
                                   NULL, NULL,       NULL, NULL, NULL};
@@ -100,7 +91,7 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
             snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w", l, name);
             PLAN(&m->params, nm, wbytes, &li->qw);
             if (f->wt_in_backward) {
-                wt = max_sz(wt, wbytes);
+                wt = gt_max_size(wt, wbytes);
             } else {
                 snprintf(nm, sizeof nm, "fp8.layers.%d.%s.w_t", l, name);
                 PLAN(&m->params, nm, wbytes, &li->qwt);
@@ -118,14 +109,15 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
                 snprintf(nm, sizeof nm, "fp8.layers.%d.%s.x_t_scale", l, name);
                 PLAN(&m->acts, nm, xs * sizeof(float), &li->sxt);
             }
-            qa = max_sz(qa, N * (size_t)(in > out ? in : out));
-            qb = max_sz(qb, N * (size_t)(in > out ? in : out));
+            qa = gt_max_size(qa, N * (size_t)(in > out ? in : out));
+            qb = gt_max_size(qb, N * (size_t)(in > out ? in : out));
             if (blockwise) { /* x, dout, dout^T and x^T pass through both buffers */
-                size_t c = max_sz(
-                    max_sz(gt_fp8_scale_count(dm->N, in, 1), gt_fp8_scale_count(dm->N, out, 1)),
-                    max_sz(gt_fp8_scale_count(out, dm->N, 1), gt_fp8_scale_count(in, dm->N, 1)));
-                sa = max_sz(sa, c);
-                sb = max_sz(sb, c);
+                size_t c = gt_max_size(gt_max_size(gt_fp8_scale_count(dm->N, in, 1),
+                                                   gt_fp8_scale_count(dm->N, out, 1)),
+                                       gt_max_size(gt_fp8_scale_count(out, dm->N, 1),
+                                                   gt_fp8_scale_count(in, dm->N, 1)));
+                sa = gt_max_size(sa, c);
+                sb = gt_max_size(sb, c);
             }
         }
     }

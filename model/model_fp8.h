@@ -67,6 +67,9 @@ typedef struct gt_model_fp8 {
 
 /* 1 when the configuration runs its linear layers in fp8 */
 int gt_model_fp8_configured(const gt_config *cfg);
+/* 1 when layer l stays in bf16 under an fp8 recipe (model.first_last_layers_bf16 and the
+ * counts of layers it keeps at the start and the end) */
+int gt_model_fp8_layer_in_bf16(const gt_config *cfg, int l);
 /* 1 when linear `lin` of `layer` keeps its input for the backward only as the fp8 x^T its
  * forward saves (per-tensor recipes; qkv, gate/up, down, whose bf16 inputs nothing else
  * reads backward), so the bf16 input's buffer may be one shared by the layers. */

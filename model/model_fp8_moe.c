@@ -13,25 +13,10 @@
 
 #include "model/model_internal.h"
 
-static int layer_in_bf16(const gt_config *cfg, int l) {
-    const gt_model_config *mc = &cfg->model;
-    return mc->first_last_layers_bf16 && (l < mc->num_layers_at_start_in_bf16 ||
-                                          l >= mc->num_layers - mc->num_layers_at_end_in_bf16);
-}
-
 static const gt_fp8_experts *experts_on(const gt_model *m, int layer, int lin) {
     const gt_fp8_experts *x = m->fp8.moe ? &m->fp8.moe[(size_t)layer * GT_MOE_LINEARS + lin] : NULL;
     return x && x->on ? x : NULL;
 }
-
-static size_t max_sz(size_t a, size_t b) {
-    return a > b ? a : b;
-}
-
-#define PLAN(arena, name, bytes, ptr)                                                              \
-    do {                                                                                           \
-        if ((rc = gt_arena_add(arena, name, bytes, (void **)(ptr), err))) return rc;               \
-    } while (0)
 
 int gt_model_fp8_plan_experts(gt_model *m, size_t *qa, size_t *qb, size_t *wt, gt_error *err) {
     gt_model_fp8 *f = &m->fp8;
@@ -39,7 +24,7 @@ int gt_model_fp8_plan_experts(gt_model *m, size_t *qa, size_t *qb, size_t *wt, g
     if (f->scaling == GT_FP8_BLOCKWISE) return GT_OK; /* refused by the config's rules */
     int any = 0, rc;
     for (int l = 0; l < m->num_layers; l++)
-        any |= m->layers[l].has_moe && !layer_in_bf16(&m->cfg, l);
+        any |= m->layers[l].has_moe && !gt_model_fp8_layer_in_bf16(&m->cfg, l);
     if (!any) return GT_OK;
     f->moe = calloc((size_t)m->num_layers * GT_MOE_LINEARS, sizeof *f->moe);
     if (!f->moe) return gt_error_set(err, GT_ERR_NOMEM, "out of host memory planning fp8 experts");
@@ -48,7 +33,7 @@ int gt_model_fp8_plan_experts(gt_model *m, size_t *qa, size_t *qb, size_t *wt, g
     static const char *const names[GT_MOE_LINEARS] = {"gate_up", "down"};
     for (int l = 0; l < m->num_layers; l++) {
         const gt_layer *L = &m->layers[l];
-        if (!L->has_moe || layer_in_bf16(&m->cfg, l)) continue;
+        if (!L->has_moe || gt_model_fp8_layer_in_bf16(&m->cfg, l)) continue;
         int dims[GT_MOE_LINEARS][3] = {{L->moe.gu_w, dm->d, 2 * dm->fe},
                                        {L->moe.down_w, dm->fe, dm->d}};
         for (int i = 0; i < GT_MOE_LINEARS; i++) {
@@ -61,7 +46,7 @@ int gt_model_fp8_plan_experts(gt_model *m, size_t *qa, size_t *qb, size_t *wt, g
             snprintf(nm, sizeof nm, "fp8.layers.%d.moe.%s.w", l, names[i]);
             PLAN(&m->params, nm, wbytes, &x->qw);
             if (f->wt_in_backward) {
-                *wt = max_sz(*wt, wbytes);
+                *wt = gt_max_size(*wt, wbytes);
             } else {
                 snprintf(nm, sizeof nm, "fp8.layers.%d.moe.%s.w_t", l, names[i]);
                 PLAN(&m->params, nm, wbytes, &x->qwt);
@@ -71,8 +56,8 @@ int gt_model_fp8_plan_experts(gt_model *m, size_t *qa, size_t *qb, size_t *wt, g
             snprintf(nm, sizeof nm, "fp8.layers.%d.moe.%s.w_t_scales", l, names[i]);
             PLAN(&m->params, nm, E * sizeof(float), &x->swt);
             /* the routed rows of x, dout and their transposes pass through both buffers */
-            *qa = max_sz(*qa, R * (size_t)(in > out ? in : out));
-            *qb = max_sz(*qb, R * (size_t)(in > out ? in : out));
+            *qa = gt_max_size(*qa, R * (size_t)(in > out ? in : out));
+            *qb = gt_max_size(*qb, R * (size_t)(in > out ? in : out));
         }
     }
     return GT_OK;
@@ -96,15 +81,23 @@ void gt_model_fp8_cast_experts(gt_model *m, gt_stream *s, int record, gt_step_st
         }
 }
 
+/* Expert linear lin's weight tensor and its input and output widths */
+static void expert_linear(const gt_model *m, const gt_moe_block *mb, int lin, int *w, int *in,
+                          int *nout) {
+    const gt_model_dims *dm = &m->dm;
+    *w = lin == GT_MOE_LIN_GU ? mb->gu_w : mb->down_w;
+    *in = lin == GT_MOE_LIN_GU ? dm->d : dm->fe;
+    *nout = lin == GT_MOE_LIN_GU ? 2 * dm->fe : dm->d;
+}
+
 void gt_moe_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, const void *x,
                        int record, gt_step_state *st) {
     gt_backend *b = m->b;
     const gt_model_dims *dm = &m->dm;
     const gt_moe_block *mb = &m->layers[layer].moe;
     const gt_fp8_experts *xe = experts_on(m, layer, lin);
-    int w = lin == GT_MOE_LIN_GU ? mb->gu_w : mb->down_w;
-    int in = lin == GT_MOE_LIN_GU ? dm->d : dm->fe,
-        nout = lin == GT_MOE_LIN_GU ? 2 * dm->fe : dm->d;
+    int w, in, nout;
+    expert_linear(m, mb, lin, &w, &in, &nout);
     if (!xe) {
         b->ops->moe_matmul_fwd(b, s, out, x, gt_model_param(m, w), mb->offsets, dm->R, dm->E, nout,
                                in);
@@ -125,9 +118,8 @@ void gt_moe_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, 
     const gt_model_dims *dm = &m->dm;
     const gt_moe_block *mb = &m->layers[layer].moe;
     const gt_fp8_experts *xe = experts_on(m, layer, lin);
-    int w = lin == GT_MOE_LIN_GU ? mb->gu_w : mb->down_w;
-    int in = lin == GT_MOE_LIN_GU ? dm->d : dm->fe,
-        nout = lin == GT_MOE_LIN_GU ? 2 * dm->fe : dm->d;
+    int w, in, nout;
+    expert_linear(m, mb, lin, &w, &in, &nout);
     int R = dm->R, E = dm->E;
     if (!xe) {
         b->ops->moe_matmul_bwd_weight(b, s, gt_model_grad(m, w), dout, x, mb->offsets, R, E, nout,

@@ -297,4 +297,15 @@ void gt_model_hook_layer_written(gt_model *m, gt_stream *s, int l);
 /* layer l's matrices that are final after its units (deferred_ones 0) or after the flush (1) */
 void gt_model_hook_layer_final(gt_model *m, gt_stream *s, int l, int deferred_ones);
 
+/* Adds a named buffer to an arena inside a planning function (its int rc and gt_error *err),
+ * returning the error from it */
+#define PLAN(arena, name, bytes, ptr)                                                              \
+    do {                                                                                           \
+        if ((rc = gt_arena_add(arena, name, bytes, (void **)(ptr), err))) return rc;               \
+    } while (0)
+
+static inline size_t gt_max_size(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
 #endif

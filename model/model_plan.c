@@ -354,11 +354,6 @@ static double flops_per_token(const gt_model *m) {
     return 6.0 * n_active + 6.0 * attn_layers * (double)dm->T * dm->d + scan_flops;
 }
 
-#define PLAN(arena, name, bytes, ptr)                                                              \
-    do {                                                                                           \
-        if ((rc = gt_arena_add(arena, name, bytes, (void **)(ptr), err))) return rc;               \
-    } while (0)
-
 static int plan_arenas(gt_model *m, gt_error *err) {
     const gt_model_dims *dm = &m->dm;
     size_t N = (size_t)dm->N, d = (size_t)dm->d, ae = m->act_elem, R = (size_t)dm->R;

@@ -73,13 +73,7 @@ static void test_fp8_moe_trains_like_fp32(void **state) {
     char dir[256], prefix[300], kv[400];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(prefix, sizeof prefix, "%s/fp8_moe_pattern", dir);
-    enum { N = 8192 };
-    uint32_t *tok = malloc(N * sizeof *tok);
-    assert_non_null(tok);
-    for (int i = 0; i < N; i++)
-        tok[i] = (uint32_t)(i % PERIOD);
-    gt_test_write_set(prefix, 64, tok, N, NULL, 0);
-    free(tok);
+    gt_test_write_pattern_set(prefix, 64, 8192, PERIOD, 0);
     gt_config c;
     gt_error err = {0};
     with_recipe(&c, GT_DTYPE_BF16); /* the CPU backend computes bf16 as fp32 */

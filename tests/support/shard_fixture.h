@@ -5,6 +5,7 @@
 #define GT_TESTS_SHARD_FIXTURE_H
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "data/shard_set.h"
 #include "testlib.h"
@@ -21,6 +22,19 @@ static inline void gt_test_write_set(const char *prefix, int vocab, const uint32
     if (!rc) rc = gt_shard_set_commit(&w, NULL, &err);
     gt_shard_set_end(&w);
     if (rc) fail_msg("writing the shard set %s: %s", prefix, err.msg);
+}
+
+/* A set of n training tokens repeating 0..period-1 (every next token predictable, so a model
+ * that learns drives its loss down), plus n_val validation tokens of the same sequence from
+ * its fourth token when n_val > 0. */
+static inline void gt_test_write_pattern_set(const char *prefix, int vocab, int n, int period,
+                                             int n_val) {
+    uint32_t *tok = malloc((size_t)n * sizeof *tok);
+    if (!tok) fail_msg("out of memory for a pattern of %d tokens", n);
+    for (int i = 0; i < n; i++)
+        tok[i] = (uint32_t)(i % period);
+    gt_test_write_set(prefix, vocab, tok, n, n_val > 0 ? tok + 3 : NULL, n_val);
+    free(tok);
 }
 
 #endif

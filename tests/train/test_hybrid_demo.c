@@ -22,13 +22,7 @@ static void test_hybrid_demo_recipe_trains_with_the_loss_falling(void **state) {
     char dir[256], prefix[300], data[400], recipes[1024];
     gt_test_tmpdir(dir, sizeof dir);
     snprintf(prefix, sizeof prefix, "%s/pattern", dir);
-    enum { N = 8192 };
-    uint32_t *tok = malloc(N * sizeof *tok);
-    assert_non_null(tok);
-    for (int i = 0; i < N; i++)
-        tok[i] = (uint32_t)(i % PERIOD);
-    gt_test_write_set(prefix, VOCAB, tok, N, tok + 3, 1024);
-    free(tok);
+    gt_test_write_pattern_set(prefix, VOCAB, 8192, PERIOD, 1024);
     setenv("GT_RECIPE_DIR", gt_test_source_path("recipes", recipes, sizeof recipes), 1);
     snprintf(data, sizeof data, "dataset.data_path=%s", prefix);
     char *argv[] = {"train",

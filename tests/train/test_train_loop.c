@@ -42,13 +42,7 @@ static void tiny_config(gt_config *c) {
 
 /* A shard of a repeating sequence 0..PERIOD-1 (next token fully predictable) plus a val shard. */
 static void write_pattern_shards(const char *prefix) {
-    enum { N = 4096 };
-    uint32_t *tok = malloc(N * sizeof *tok);
-    assert_non_null(tok);
-    for (int i = 0; i < N; i++)
-        tok[i] = (uint32_t)(i % PERIOD);
-    gt_test_write_set(prefix, 64, tok, N, tok + 3, 512);
-    free(tok);
+    gt_test_write_pattern_set(prefix, 64, 4096, PERIOD, 512);
 }
 
 static void test_tiny_model_loss_falls_on_repetitive_shard(void **state) {
