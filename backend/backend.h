@@ -229,43 +229,27 @@ static inline size_t gt_mamba_ssd_state_floats(gt_mamba_shape m, gt_backend_kind
     return 2 * BH * m.T + (size_t)m.B * m.G * nc * L * L + Z * ps + Z * L * m.P +
            6 * GT_MAMBA_SSD_WS_ALIGN_FLOATS;
 }
+/* Head widths up to which the CUDA scan's dx product also makes dx and the per-token sums in
+ * its epilogue (a block holds a token's whole head row); wider heads keep an fp32 dx */
+#define GT_MAMBA_SSD_TOK_MAX_P 64
 /* fp32 workspace the SSD scan ops take (forward and backward), no value kept between them:
  * enough for every backend. The CPU's: dt and its gradient, A, dA, dD and one head's states
  * over time. The CUDA chunked scan's (k_mamba_ssd_gemm.cu lays it out, each buffer 256-byte
  * aligned; what the forward leaves for the backward is the state's, above): the states'
  * gradients per (sequence, head, chunk), an fp32 copy of y's shape (dx's, the tokens padded to
- * whole chunks), three sums per token and head, four per chunk, dB's first operand beside dC's
- * and the largest chunk product's bf16 operands and fp32 result per chunk (CB: L x S by L x S
- * into L x L per group; Sloc, dH: L x P by L x S into P x S; y, dx: L x (L + S) by (L + S) x P
- * into L x P; dC, dB per group of R = H/G heads: L x (RP + L) by (RP + L) x S into L x S, RP
- * the heads' R P rounded by gt_mamba_ssd_ld; rows padded by gt_mamba_ssd_ld; the result only
- * where the GEMM does not write it in place: k_mamba_ssd_gemm.cu's ck_in_place). */
+ * whole chunks) where P > GT_MAMBA_SSD_TOK_MAX_P, three sums per token and head, four per
+ * chunk, and dC's and dB's decay-weighted dy x^T per (sequence, group, chunk) in bf16 (L rows
+ * of L rounded by gt_mamba_ssd_ld). */
 static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
     size_t N = (size_t)m.B * m.T, H = (size_t)m.H, ps = (size_t)m.P * (size_t)m.S;
     size_t L = (size_t)gt_mamba_chunk_len(m), nc = ((size_t)m.T + L - 1) / L;
     size_t BH = (size_t)m.B * H, Z = BH * nc, ZG = (size_t)m.B * m.G * nc;
-    size_t P = (size_t)m.P, S = (size_t)m.S;
-    size_t RP = gt_mamba_ssd_ld((m.G > 0 ? H / (size_t)m.G : 1) * P);
     size_t cpu = 2 * N * H + 3 * H + ((size_t)m.T + 1) * ps;
-    size_t dbc_a = ZG * L * gt_mamba_ssd_ld(RP + L); /* dB's and dC's first operands */
-    size_t cuda = 3 * BH * m.T + Z * ps + Z * L * P + 4 * Z + (dbc_a + 1) / 2;
-    size_t opa[4] = {ZG * L * gt_mamba_ssd_ld(S), Z * L * gt_mamba_ssd_ld(P),
-                     Z * L * gt_mamba_ssd_ld(L + S), dbc_a};
-    size_t opb[4] = {ZG * L * gt_mamba_ssd_ld(S), Z * L * gt_mamba_ssd_ld(S),
-                     Z * (L + S) * gt_mamba_ssd_ld(P), ZG * (RP + L) * gt_mamba_ssd_ld(S)};
-    /* the results the GEMMs cannot write in place (rows of L, P or S floats no multiple of 4;
-     * dC's and dB's always) */
-    size_t opc[4] = {L % 4 ? ZG * L * gt_mamba_ssd_ld(L) : 0,
-                     S % 4 ? Z * P * gt_mamba_ssd_ld(S) : 0, P % 4 ? Z * L * gt_mamba_ssd_ld(P) : 0,
-                     ZG * L * gt_mamba_ssd_ld(S)};
-    size_t na = 0, nb = 0, nr = 0;
-    for (int i = 0; i < 4; i++) {
-        na = opa[i] > na ? opa[i] : na;
-        nb = opb[i] > nb ? opb[i] : nb;
-        nr = opc[i] > nr ? opc[i] : nr;
-    }
-    /* 9 buffers, each start rounded up, and the bf16 operands counted as floats */
-    cuda += 10 * GT_MAMBA_SSD_WS_ALIGN_FLOATS + (na + 1) / 2 + (nb + 1) / 2 + nr;
+    size_t dxs = m.P > GT_MAMBA_SSD_TOK_MAX_P ? Z * L * (size_t)m.P : 0;
+    size_t mm = ZG * L * gt_mamba_ssd_ld(L); /* bf16, each of dC's and dB's */
+    /* 7 buffers, each start rounded up, and the bf16 ones counted as floats */
+    size_t cuda =
+        Z * ps + dxs + 3 * BH * m.T + 4 * Z + 2 * ((mm + 1) / 2) + 7 * GT_MAMBA_SSD_WS_ALIGN_FLOATS;
     return cpu > cuda ? cpu : cuda;
 }
 /* Llama 3.1's rotary scaling constants, fixed in Megatron's apply_rope_scaling (and Llama

@@ -35,9 +35,8 @@ typedef enum {
     GT_SCRATCH_COUNT
 } gt_scratch_kind;
 
-typedef struct gt_cuda_gemm_plan gt_cuda_gemm_plan;       /* cuda_matmul.c */
-typedef struct gt_cuda_gemm_tune gt_cuda_gemm_tune;       /* cuda_matmul.c: tune-gemm's timing */
-typedef struct gt_cuda_batched_plan gt_cuda_batched_plan; /* cuda_batched_gemm.c */
+typedef struct gt_cuda_gemm_plan gt_cuda_gemm_plan; /* cuda_matmul.c */
+typedef struct gt_cuda_gemm_tune gt_cuda_gemm_tune; /* cuda_matmul.c: tune-gemm's timing */
 
 /* One planned attention shape and the kernels the choosers (config/kernel_choice.h) gave it:
  * the launch runs exactly these. */
@@ -88,9 +87,7 @@ typedef struct gt_cuda_impl {
     int n_plans, cap_plans;
     struct gt_gemm_table *gemm_table; /* runtime.gemm_table, when made on this machine */
     int gemm_table_used, gemm_table_refused, gemm_table_mismatch;
-    gt_cuda_gemm_tune *gemm_tune;  /* NULL until graphtrain tune-gemm times a plan */
-    gt_cuda_batched_plan *batched; /* the workspace GEMMs' plans (cuda_batched_gemm.c) */
-    int n_batched, cap_batched;
+    gt_cuda_gemm_tune *gemm_tune; /* NULL until graphtrain tune-gemm times a plan */
     /* scratch: one allocation carved into GT_SCRATCH_COUNT regions */
     void *scratch_base;
     size_t scratch_need[GT_SCRATCH_COUNT]; /* recorded while planning */
@@ -169,9 +166,6 @@ void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcd
                            const void *zxbcdt, const void *dt_bias, const void *A_log,
                            const void *D, float *ws, const float *state, gt_mamba_shape sh,
                            int accumulate);
-/* their batched GEMMs' plans for shape sh, the forward's or (backward) the backward's: called
- * in the planning pass (k_mamba_ssd_gemm.cu) */
-void gt_cuda_mamba_ssd_plan(gt_backend *b, gt_mamba_shape sh, int backward);
 
 /* One-time kernel attributes (large dynamic shared memory); at backend creation.
  * sm90: the device is compute capability 9.0, where the sm_90a (wgmma) kernels run */
@@ -186,21 +180,6 @@ int gt_cuda_loss_init(gt_error *err);
 /* k_attention.cu: rotary tables; plan_finish allocates and fills those not yet built */
 int gt_cuda_rope_plan_finish(gt_backend *b, gt_error *err);
 void gt_cuda_rope_destroy(gt_backend *b);
-
-/* C[M][N] (fp32, row-major, ldc) = A B for `count` GEMMs lying sa, sb, sc elements apart:
- * bf16 A stored [M][lda] (a_mk) or [K][lda], B stored [K][ldb] (b_kn) or [N][ldb], fp32 sums
- * in one fixed order; every pointer, leading dimension and stride 16-byte aligned. Planned by
- * gt_cuda_batched_gemm_plan in the planning pass (or on first use) and kept
- * (cuda_batched_gemm.c); errors are sticky, naming `what`. */
-typedef struct gt_cuda_batched_gemm {
-    int M, N, K, count;
-    int a_mk, b_kn;
-    int64_t lda, ldb, ldc, sa, sb, sc;
-} gt_cuda_batched_gemm;
-void gt_cuda_batched_gemm_f32(gt_backend *b, cudaStream_t cs, const gt_cuda_batched_gemm *g,
-                              const void *A, const void *B, float *C, const char *what);
-void gt_cuda_batched_gemm_plan(gt_backend *b, const gt_cuda_batched_gemm *g, const char *what);
-void gt_cuda_batched_gemm_destroy(gt_backend *b);
 
 /* cuda_matmul.c: plan storage lifetime */
 int gt_cuda_matmul_init(gt_backend *b, gt_error *err);

@@ -126,7 +126,6 @@ void gt_cuda_matmul_destroy(gt_backend *b) {
     free(im->plans);
     im->plans = NULL;
     im->n_plans = im->cap_plans = 0;
-    gt_cuda_batched_gemm_destroy(b); /* before the handle they were made with */
     if (im->lt_ws) {
         b->ops->free(b, im->lt_ws);
         im->lt_ws = NULL;

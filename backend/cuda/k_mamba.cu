@@ -37,6 +37,10 @@ static int shape_ok(gt_backend *b, const char *op, gt_mamba_shape m) {
 
 template <int V> static __device__ __forceinline__ uint4 ld_raw(const bf16 *p) {
     if (V == VEC) return *(const uint4 *)p;
+    if (V == 4) {
+        uint2 u = *(const uint2 *)p;
+        return make_uint4(u.x, u.y, 0u, 0u);
+    }
     return make_uint4(*(const unsigned short *)p, 0u, 0u, 0u);
 }
 static __device__ __forceinline__ float bf16_bits(unsigned bits) {
@@ -45,6 +49,9 @@ static __device__ __forceinline__ float bf16_bits(unsigned bits) {
 template <int V> static __device__ __forceinline__ void unpack_raw(float *f, uint4 u) {
     if (V == VEC) {
         unpack8(f, u);
+    } else if (V == 4) {
+        f[0] = bf16_bits(u.x & 0xffffu), f[1] = bf16_bits(u.x >> 16);
+        f[2] = bf16_bits(u.y & 0xffffu), f[3] = bf16_bits(u.y >> 16);
     } else {
         f[0] = bf16_bits(u.x & 0xffffu);
     }
@@ -55,6 +62,13 @@ template <int V> static __device__ __forceinline__ void ldv(float *f, const bf16
 template <int V> static __device__ __forceinline__ void stv(bf16 *p, const float *f) {
     if (V == VEC) {
         st8(p, f);
+    } else if (V == 4) {
+        __nv_bfloat162 lo = __floats2bfloat162_rn(f[0], f[1]),
+                       hi = __floats2bfloat162_rn(f[2], f[3]);
+        uint2 u;
+        memcpy(&u.x, &lo, 4);
+        memcpy(&u.y, &hi, 4);
+        *(uint2 *)p = u;
     } else {
         *p = tobf(f[0]);
     }
@@ -106,7 +120,9 @@ static __device__ __forceinline__ void cluster_sum(float (*part)[W], float *blk)
 #define MAXC GT_CUDA_MAMBA_MAX_CONV
 #define CONV_MIN_RUN 8 /* tokens a forward thread convolves in order, at least */
 #define CONV_BATCH 4   /* forward loads in flight per thread */
-#define CONV_BWD_BATCH 2
+#define CONV_BWD_BATCH 4
+#define CONV_BWD_THREADS 128 /* runs of a block: enough in flight per SM */
+#define CONV_BWD_V 4         /* channels a backward thread holds: 8 take too many registers */
 #define KWIN(KT) ((KT) > 0 ? (KT) : MAXC)
 
 template <int V, int KW>
@@ -215,13 +231,13 @@ __global__ void __launch_bounds__(MAMBA_THREADS)
  * sum_k w_k g[n + K-1-k] once g[n + K-1] is known: K - 1 tokens past n1 are walked for that
  * alone. The partial sums are then added in run and block order (cluster_sum). */
 template <int V, int KT>
-__global__ void __cluster_dims__(1, RED_CLUSTER, 1) __launch_bounds__(RED_THREADS)
+__global__ void __cluster_dims__(1, RED_CLUSTER, 1) __launch_bounds__(CONV_BWD_THREADS)
     k_conv_bwd(bf16 *__restrict__ dx, int lddx, float *dw, float *dbias,
                const bf16 *__restrict__ dy, const bf16 *__restrict__ x, int ld,
                const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int N, int T, int C,
                int Kr, int accumulate) {
     GT_PDL_ENTRY();
-    constexpr int KW = KWIN(KT), SLABV = SLAB_CH / V, RUNS = RED_THREADS / SLABV;
+    constexpr int KW = KWIN(KT), SLABV = SLAB_CH / V, RUNS = CONV_BWD_THREADS / SLABV;
     constexpr int SLOTS = KW + 1; /* per channel: the K taps' sums (of KW), then the bias's */
     __shared__ float part[RUNS][SLAB_CH * SLOTS];
     __shared__ float blk[SLAB_CH * SLOTS];
@@ -333,11 +349,11 @@ static conv_fwd_fn conv_fwd_kernel(int vec, int K) {
 static conv_bwd_fn conv_bwd_kernel(int vec, int K) {
     switch (conv_fast_width(K) ? K : 0) {
     case 2:
-        return vec ? k_conv_bwd<VEC, 2> : k_conv_bwd<1, 2>;
+        return vec ? k_conv_bwd<CONV_BWD_V, 2> : k_conv_bwd<1, 2>;
     case 3:
-        return vec ? k_conv_bwd<VEC, 3> : k_conv_bwd<1, 3>;
+        return vec ? k_conv_bwd<CONV_BWD_V, 3> : k_conv_bwd<1, 3>;
     case 4:
-        return vec ? k_conv_bwd<VEC, 4> : k_conv_bwd<1, 4>;
+        return vec ? k_conv_bwd<CONV_BWD_V, 4> : k_conv_bwd<1, 4>;
     default:
         return k_conv_bwd<1, 0>;
     }
@@ -404,9 +420,9 @@ static void cuda_mamba_conv_bwd(gt_backend *b, gt_stream *s, void *dzxbcdt, floa
     const bf16 *x = (const bf16 *)zxbcdt + di;
     int vec = conv_fast_width(sh.K) && conv_vec_ok(C, ld, dx, x, dxbc);
     dim3 grid((C + SLAB_CH - 1) / SLAB_CH, RED_CLUSTER);
-    gt_launch(conv_bwd_kernel(vec, sh.K), grid, RED_THREADS, 0, gt_cuda_ex(b, s), dx, ld, dw, dbias,
-              (const bf16 *)dxbc, x, ld, (const bf16 *)w, (const bf16 *)bias, N, sh.T, C, sh.K,
-              accumulate != 0);
+    gt_launch(conv_bwd_kernel(vec, sh.K), grid, CONV_BWD_THREADS, 0, gt_cuda_ex(b, s), dx, ld, dw,
+              dbias, (const bf16 *)dxbc, x, ld, (const bf16 *)w, (const bf16 *)bias, N, sh.T, C,
+              sh.K, accumulate != 0);
     GT_CUDA_LAUNCHED(b, "mamba_conv_bwd");
 }
 
@@ -422,10 +438,7 @@ static void cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void 
                         "keeps gt_mamba_ssd_state_floats floats for its backward)");
         return;
     }
-    if (b->planning) { /* the products' GEMM plans now, not in the first step */
-        gt_cuda_mamba_ssd_plan(b, sh, 0);
-        return;
-    }
+    if (b->planning) return;
     gt_cuda_mamba_ssd_fwd(b, s, y, xbc, zxbcdt, dt_bias, A_log, D, ws, state, sh);
 }
 
@@ -441,10 +454,7 @@ static void cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dz
                         "of the same inputs, gt_mamba_ssd_state_floats floats)");
         return;
     }
-    if (b->planning) {
-        gt_cuda_mamba_ssd_plan(b, sh, 1);
-        return;
-    }
+    if (b->planning) return;
     gt_cuda_mamba_ssd_bwd(b, s, dxbc, dzxbcdt, ddt_bias, dA_log, dD, dy, xbc, zxbcdt, dt_bias,
                           A_log, D, ws, state, sh, accumulate);
 }

@@ -273,7 +273,7 @@ extern "C" void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, cons
     a.xbc = (const bf16 *)xbc, a.zx = (const bf16 *)zxbcdt, a.dt_bias = (const bf16 *)dt_bias;
     a.A_log = (const bf16 *)A_log, a.D = (const bf16 *)D, a.y = (bf16 *)y;
     ck_states(b, ex, a, "mamba_ssd_fwd (states)");
-    gt_ssd_product(b, ex, a, CK_YF, "mamba_ssd_fwd (output)");
+    if (gt_ssd_product(b, ex, a, CK_YF, "mamba_ssd_fwd (output)")) return;
     gt_launch(k_ck_y, (unsigned)((size_t)a.B * a.T), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_fwd (output)");
 }
@@ -303,10 +303,12 @@ extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, v
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (state passing)");
     gt_launch(k_ck_lt, (unsigned)Z, CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (chunk ends)");
-    gt_ssd_product(b, ex, a, CK_DXS, "mamba_ssd_bwd (dx)");
+    int tok_done = gt_ssd_product(b, ex, a, CK_DXS, "mamba_ssd_bwd (dx)");
     gt_ssd_product(b, ex, a, CK_DC, "mamba_ssd_bwd (dB, dC)");
-    gt_launch(k_ck_tok, gt_grid(NH * 32, CK_THREADS), CK_THREADS, 0, ex, a);
-    GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (token sums)");
+    if (!tok_done) {
+        gt_launch(k_ck_tok, gt_grid(NH * 32, CK_THREADS), CK_THREADS, 0, ex, a);
+        GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (token sums)");
+    }
     gt_launch(k_ck_chunk_bwd, gt_grid(Z * 32, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (dt)");
     gt_launch(k_ck_param_sum, (unsigned)a.H, 32, 0, ex, ddt_bias, dA_log, dD, a, accumulate != 0);

@@ -3,12 +3,12 @@
  * j <= i < Lc (each head with its own dt, cs, dy and x), 0 elsewhere. Tensor cores make each
  * head's dy x^T of a 64 x 64 tile in registers, the decay and dt weight it there, the heads'
  * terms are summed in head order, and the sum is rounded to bf16 once and written into both
- * operands: dC's rows i at columns kp + j, dB's rows j at columns kp + i. No fp32 dy x^T per
- * head goes through memory. */
+ * operands: dC's (m_dc) rows i at columns j, dB's (m_db) rows j at columns i, rows of ldm. No fp32
+ * dy x^T per head goes through memory. */
 #include "backend/cuda/mamba_ssd.cuh"
 
 #define MS_TILE 64 /* rows i and columns j a block makes */
-#define MS_KS 32   /* p a shared slab holds */
+#define MS_KS 64   /* p a shared slab holds: the hybrid's whole head */
 #define MS_LD                                                                                      \
     (MS_KS + 8) /* a slab's row stride: 80 bytes, so ldmatrix's rows hit distinct banks            \
                  */
@@ -16,11 +16,10 @@
 #define MS_THREADS 128       /* four warps, 16 rows i each */
 
 /* Block (z, ti, tj): chunk z of (b, g) as ck_at_make<CK_DC> numbers it, rows i0 = 64 ti and
- * columns j0 = 64 tj of its M; lda the operands' row stride, kp the column M starts at.
+ * columns j0 = 64 tj of its M.
  * vec_in: dy's and x's rows and head slices lie on 16 bytes (loads of 8); vec_out: so do the
  * operands' rows of M (the chunk a whole number of 8 rows: stores of 8). */
-__global__ void __launch_bounds__(MS_THREADS)
-    k_ck_msum(ck_args a, bf16 *dc_a, bf16 *db_a, int lda, int kp, int vec_in, int vec_out) {
+__global__ void __launch_bounds__(MS_THREADS) k_ck_msum(ck_args a, int vec_in, int vec_out) {
     GT_PDL_ENTRY();
     __shared__ __align__(16) bf16 sy[MS_TILE][MS_LD];
     __shared__ __align__(16) bf16 sx[MS_TILE][MS_LD];
@@ -98,37 +97,34 @@ __global__ void __launch_bounds__(MS_THREADS)
             so[r][cc] = sot[cc][r] = __float2bfloat16(sum[nb][e]);
         }
     __syncthreads();
-    size_t base = (size_t)blockIdx.x * a.L;
+    size_t base = (size_t)blockIdx.x * a.L, ld = (size_t)a.ldm;
     if (vec_out) { /* rows of 8 whole: a row's 8 stay inside the chunk together */
         for (int e = tid; e < MS_TILE * MS_TILE / 8; e += MS_THREADS) {
             int r = e / (MS_TILE / 8), c8 = e % (MS_TILE / 8) * 8;
             if (i0 + r < a.L && j0 + c8 < a.L)
-                *(uint4 *)(dc_a + (base + i0 + r) * lda + kp + j0 + c8) =
-                    *(const uint4 *)&so[r][c8];
+                *(uint4 *)(a.m_dc + (base + i0 + r) * ld + j0 + c8) = *(const uint4 *)&so[r][c8];
             if (j0 + r < a.L && i0 + c8 < a.L)
-                *(uint4 *)(db_a + (base + j0 + r) * lda + kp + i0 + c8) =
-                    *(const uint4 *)&sot[r][c8];
+                *(uint4 *)(a.m_db + (base + j0 + r) * ld + i0 + c8) = *(const uint4 *)&sot[r][c8];
         }
         return;
     }
     for (int e = tid; e < MS_TILE * MS_TILE; e += MS_THREADS) { /* dC's: along j */
         int r = e / MS_TILE, cc = e % MS_TILE, i = i0 + r, j = j0 + cc;
-        if (i < a.L && j < a.L) dc_a[(base + i) * lda + kp + j] = so[r][cc];
+        if (i < a.L && j < a.L) a.m_dc[(base + i) * ld + j] = so[r][cc];
     }
     for (int e = tid; e < MS_TILE * MS_TILE; e += MS_THREADS) { /* dB's: along i */
         int cc = e / MS_TILE, r = e % MS_TILE, i = i0 + r, j = j0 + cc;
-        if (i < a.L && j < a.L) db_a[(base + j) * lda + kp + i] = sot[cc][r];
+        if (i < a.L && j < a.L) a.m_db[(base + j) * ld + i] = sot[cc][r];
     }
 }
 
-void gt_ssd_msum(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int lda, int kp,
-                 const char *what) {
+void gt_ssd_msum(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
     unsigned tiles = (unsigned)((a.L + MS_TILE - 1) / MS_TILE);
     dim3 grid((unsigned)(a.B * a.G * a.nc), tiles, tiles);
     uintptr_t in_at = (uintptr_t)a.dy | (uintptr_t)a.xbc,
-              out_at = (uintptr_t)a.opa | (uintptr_t)a.opa2;
+              out_at = (uintptr_t)a.m_dc | (uintptr_t)a.m_db;
     int vec_in = a.P % 8 == 0 && a.di % 8 == 0 && a.C % 8 == 0 && in_at % 16 == 0;
-    int vec_out = a.L % 8 == 0 && lda % 8 == 0 && kp % 8 == 0 && out_at % 16 == 0;
-    gt_launch(k_ck_msum, grid, MS_THREADS, 0, ex, a, a.opa, a.opa2, lda, kp, vec_in, vec_out);
+    int vec_out = a.L % 8 == 0 && a.ldm % 8 == 0 && out_at % 16 == 0;
+    gt_launch(k_ck_msum, grid, MS_THREADS, 0, ex, a, vec_in, vec_out);
     GT_CUDA_LAUNCHED(b, what);
 }

@@ -1,26 +1,11 @@
 /* The chunk products of the SSD scan (k_mamba_ssd.cu; mamba_ssd.cuh names them), each over
- * every chunk at once: one elementwise pass materializes both bf16 operands per chunk in the
- * workspace (ck_opa / ck_opb: the masks and decays in fp32, then the rounding mamba_ssm's
- * Triton kernels do), one cuBLASLt strided-batched GEMM sums them in fp32
- * (cuda_batched_gemm.c), writing its fp32 result in place where the layouts allow; else, and
- * for y (made of its result and D x), a pass stores it (ck_store). Chunks are taken whole: a
- * shorter last chunk's operands are zero past its end. */
+ * every chunk at once, one kernel a product (k_ck_fused): a block makes one tile of one
+ * chunk's product, its operands formed from ck_opa / ck_opb (the masks and decays in fp32,
+ * then the rounding to bf16 mamba_ssm's Triton kernels do) straight into shared memory,
+ * summed on tensor cores in fp32 and stored where the product goes (ck_store). No operand
+ * goes through global memory but dB's and dC's decay-weighted dy x^T (k_mamba_ssd_dm.cu).
+ * Chunks are taken whole: a shorter last chunk's operands are zero past its end. */
 #include "backend/cuda/mamba_ssd.cuh"
-
-#define CK_VEC 8 /* bf16 an operand kernel's thread writes at once (16 bytes) */
-
-/* One product as a batched GEMM over chunks: M x N x K with the chunk's length taken whole
- * (a shorter last chunk's operands are zero past its end), A stored as ar rows of lda, B as br
- * rows of ldb, C as M rows of ldc; leading dimensions rounded up to CK_VEC elements so that
- * every row and every chunk's matrix starts on 16 bytes. */
-typedef struct ck_gemm {
-    int M, N, K, batch, ar, br;
-    int lda, ldb, ldc;
-} ck_gemm;
-
-static int ck_round(int n) {
-    return (int)gt_mamba_ssd_ld((size_t)n);
-}
 
 /* The workspace pointer p rounded up to GT_MAMBA_SSD_WS_ALIGN_FLOATS floats */
 static float *ck_align(void *p) {
@@ -29,7 +14,7 @@ static float *ck_align(void *p) {
 }
 
 /* Where the chunk's part of dB's and dC's k starts: after the group's heads' P, rounded up to
- * whole 16-byte units so that k_mamba_ssd_dm.cu writes it apart from the rest */
+ * whole 8s so that the 8 a thread forms lie in one part */
 static __host__ __device__ __forceinline__ int ck_kp(const ck_args &a) {
     return (a.H / a.G * a.P + 7) / 8 * 8;
 }
@@ -125,342 +110,532 @@ static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x,
     }
 }
 
+/* Where product OP's result at (m, n) of chunk x goes: element ck_out_at of its fp32 buffer
+ * (ck_out_f32), or of dxbc for dC and dB (bf16 slices) */
+template <int OP> static __device__ __forceinline__ float *ck_out_f32(const ck_args &a) {
+    return OP == CK_CB     ? a.cb
+           : OP == CK_SLOC ? a.hin
+           : OP == CK_YF   ? a.yf
+           : OP == CK_DH   ? a.gs
+           : OP == CK_DXS  ? a.dxs /* dx's dxbc is made of it beside the token sums (k_ck_tok) */
+                           : NULL;
+}
+template <int OP>
+static __device__ __forceinline__ size_t ck_out_at(const ck_args &a, const ck_at &x, int m, int n) {
+    size_t ps = (size_t)a.P * a.S;
+    switch (OP) {
+    case CK_CB:
+        return (size_t)(x.cb - a.cb) + (size_t)m * a.L + n;
+    case CK_SLOC:
+    case CK_DH:
+        return x.z * ps + (size_t)m * a.S + n;
+    case CK_YF:
+    case CK_DXS:
+        return (x.z * a.L + m) * a.P + n;
+    case CK_DC: /* the group's dC slice of dxbc */
+        return (x.n0 + m) * a.C + a.di + (size_t)(a.G + x.g) * a.S + n;
+    default: /* CK_DB */
+        return (x.n0 + m) * a.C + a.di + (size_t)x.g * a.S + n;
+    }
+}
 /* Product OP's result v at (m, n) of chunk x where it goes */
 template <int OP>
 static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x, int m, int n,
                                                 float v) {
-    size_t ps = (size_t)a.P * a.S, zp = (x.z * a.L + m) * a.P + n;
-    switch (OP) {
-    case CK_CB:
-        a.cb[(size_t)(x.cb - a.cb) + (size_t)m * a.L + n] = v;
-        break;
-    case CK_SLOC:
-        a.hin[x.z * ps + (size_t)m * a.S + n] = v;
-        break;
-    case CK_YF:
-        a.yf[zp] = v;
-        break;
-    case CK_DH:
-        a.gs[x.z * ps + (size_t)m * a.S + n] = v;
-        break;
-    case CK_DXS:
-        a.dxs[zp] = v; /* dx's dxbc is made of it beside the token sums (k_ck_tok) */
-        break;
-    case CK_DC: /* the group's dC slice of dxbc */
-        a.dxbc[(x.n0 + m) * a.C + a.di + (size_t)(a.G + x.g) * a.S + n] = tobf(v);
-        break;
-    default: /* CK_DB */
-        a.dxbc[(x.n0 + m) * a.C + a.di + (size_t)x.g * a.S + n] = tobf(v);
-        break;
-    }
+    size_t at = ck_out_at<OP>(a, x, m, n);
+    if (OP == CK_DC || OP == CK_DB)
+        a.dxbc[at] = tobf(v);
+    else
+        ck_out_f32<OP>(a)[at] = v;
+}
+/* The results v0, v1 at (m, n) and (m, n + 1) at once (8 or 4 bytes: the rows and n even) */
+template <int OP>
+static __device__ __forceinline__ void ck_store2(const ck_args &a, const ck_at &x, int m, int n,
+                                                 float v0, float v1) {
+    size_t at = ck_out_at<OP>(a, x, m, n);
+    if (OP == CK_DC || OP == CK_DB)
+        *(__nv_bfloat162 *)(a.dxbc + at) = __floats2bfloat162_rn(v0, v1);
+    else
+        *(float2 *)(ck_out_f32<OP>(a) + at) = make_float2(v0, v1);
 }
 
-/* Which index of a product's operand runs along memory where it is read (so that neighbouring
- * threads read neighbouring values): A(m, k) along k except where it is x or dy read over the
- * chunk's tokens (k), B(k, n) along n except where it is B, x, Hin or G read as [n][k]. The
- * materialized operand keeps that order: A as [m][k] where a_k, else [k][m]; B as [k][n] where
- * b_n, else [n][k]. */
-template <int OP> struct ck_fast {
-    static constexpr bool a_k = OP != CK_SLOC && OP != CK_DH;
-    static constexpr bool b_n = OP != CK_CB;
-};
-
-template <int OP> static ck_gemm ck_gemm_of(const ck_args &a) {
-    ck_at whole = {};
-    whole.Lc = a.L;
-    ck_gemm g;
-    ck_dims<OP>(a, whole, &g.M, &g.N, &g.K);
-    g.batch = a.B * a.nc * (ck_per_group(OP) ? a.G : a.H);
-    g.ar = ck_fast<OP>::a_k ? g.M : g.K;
-    g.lda = ck_round(ck_fast<OP>::a_k ? g.K : g.M);
-    g.br = ck_fast<OP>::b_n ? g.K : g.N;
-    g.ldb = ck_round(ck_fast<OP>::b_n ? g.N : g.K);
-    g.ldc = ck_round(g.N);
-    return g;
-}
-
-/* Whether the GEMM of product OP writes its result where it goes: the fp32 matrices per chunk
- * of its own layout (rows of N), where those rows are whole 16-byte units. Not dB and dC,
- * which are bf16 slices of dxbc, nor the others otherwise: they go through opc and
- * ck_store. */
-template <int OP> static bool ck_in_place(const ck_args &a) {
-    int n = OP == CK_CB ? a.L : OP == CK_YF || OP == CK_DXS ? a.P : a.S;
-    return OP != CK_DC && OP != CK_DB && n % 4 == 0;
-}
-
-/* Product OP's fp32 result buffer (of those written in place) */
-template <int OP> static float *ck_result(const ck_args &a) {
-    switch (OP) {
-    case CK_CB:
-        return a.cb;
-    case CK_SLOC:
-        return a.hin;
-    case CK_DH:
-        return a.gs;
-    case CK_YF:
-        return a.yf;
-    default: /* CK_DXS */
-        return a.dxs;
-    }
-}
-
-/* The larger of *need and product OP's operand and result sizes (elements; the result only
- * where the GEMM does not write it in place) */
-template <int OP> static void ck_need(const ck_args &a, size_t *na, size_t *nb, size_t *nc) {
-    ck_gemm g = ck_gemm_of<OP>(a);
-    size_t ea = (size_t)g.batch * g.ar * g.lda, eb = (size_t)g.batch * g.br * g.ldb;
-    size_t ec = ck_in_place<OP>(a) ? 0 : (size_t)g.batch * g.M * g.ldc;
-    *na = ea > *na ? ea : *na, *nb = eb > *nb ? eb : *nb, *nc = ec > *nc ? ec : *nc;
-}
-
-/* The shape's sizes alone (what the products' GEMM shapes are made of) */
+/* The shape's sizes alone */
 static ck_args ck_shape_args(gt_mamba_shape sh) {
     ck_args a = {};
     a.B = sh.B, a.T = sh.T, a.H = sh.H, a.P = sh.P, a.G = sh.G, a.S = sh.S;
     a.L = gt_mamba_chunk_len(sh);
     a.nc = (sh.T + a.L - 1) / a.L;
     a.C = gt_mamba_conv(sh), a.di = gt_mamba_inner(sh), a.in = gt_mamba_in(sh);
+    a.ldm = (int)gt_mamba_ssd_ld((size_t)a.L);
     return a;
 }
 
 ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state) {
     ck_args a = ck_shape_args(sh);
-    size_t BH = (size_t)sh.B * sh.H, Z = BH * a.nc;
+    size_t BH = (size_t)sh.B * sh.H, Z = BH * a.nc, ZG = (size_t)sh.B * sh.G * a.nc;
     size_t LL = (size_t)a.L * a.L, ps = (size_t)sh.P * sh.S;
     a.dt = ck_align(state);
     a.cs = ck_align(a.dt + BH * sh.T);
     a.cb = ck_align(a.cs + BH * sh.T);
-    a.hin = ck_align(a.cb + (size_t)sh.B * sh.G * a.nc * LL);
+    a.hin = ck_align(a.cb + ZG * LL);
     a.yf = ck_align(a.hin + Z * ps);
     int state_fits =
         a.yf + Z * a.L * sh.P <= state + gt_mamba_ssd_state_floats(sh, GT_BACKEND_CUDA);
     a.gs = ck_align(ws);
     a.dxs = ck_align(a.gs + Z * ps);
-    a.tok = ck_align(a.dxs + Z * a.L * sh.P);
+    a.tok = ck_align(a.dxs + (sh.P > GT_MAMBA_SSD_TOK_MAX_P ? Z * a.L * sh.P : 0));
     a.lt = ck_align(a.tok + 3 * BH * sh.T);
     a.part = ck_align(a.lt + Z);
-    size_t na = 0, nb = 0, nc = 0;
-    ck_need<CK_CB>(a, &na, &nb, &nc);
-    ck_need<CK_SLOC>(a, &na, &nb, &nc);
-    ck_need<CK_YF>(a, &na, &nb, &nc);
-    ck_need<CK_DH>(a, &na, &nb, &nc);
-    ck_need<CK_DXS>(a, &na, &nb, &nc);
-    ck_need<CK_DC>(a, &na, &nb, &nc);
-    ck_need<CK_DB>(a, &na, &nb, &nc);
-    ck_gemm db = ck_gemm_of<CK_DB>(a);
-    a.opa = (bf16 *)ck_align(a.part + 3 * Z);
-    a.opa2 = (bf16 *)ck_align(a.opa + na);
-    a.opb = (bf16 *)ck_align(a.opa2 + (size_t)db.batch * db.ar * db.lda);
-    a.opc = ck_align(a.opb + nb);
-    a.fits = state_fits && a.opc + nc <= ws + gt_mamba_ssd_ws_floats(sh);
+    a.m_dc = (bf16 *)ck_align(a.part + 3 * Z);
+    a.m_db = (bf16 *)ck_align(a.m_dc + ZG * a.L * a.ldm);
+    a.fits = state_fits && (float *)(a.m_db + ZG * a.L * a.ldm) <= ws + gt_mamba_ssd_ws_floats(sh);
     return a;
 }
 
-/* CK_VEC neighbouring elements (unit u of rows x ld) of product OP's A (IS_A) or B operand of
- * chunk x into dst, from the formulas of ck_opa / ck_opb in fp32, then rounded; zero outside
- * the chunk's own M x K or K x N. dB's and dC's A past ck_kp is k_mamba_ssd_dm.cu's. */
-/* dB's and dC's operands (OP CK_DC or CK_DB), CK_VEC neighbouring elements of row r from
- * column c0, as ck_opa / ck_opb give them but with the head and p of k found once a unit (k
- * runs along A's rows; B's k is its row) instead of two divisions an element */
-template <int OP, bool IS_A>
-static __device__ __forceinline__ void ck_dbc_unit(const ck_args &a, const ck_at &x, int r, int c0,
-                                                   int M, int N, int K, float *v) {
-    int PP = a.H / a.G * a.P;
-    if (IS_A) { /* m = r, k = c0 + i: only k < ck_kp comes here */
-        if (r >= M) return;
-        int q = c0 / a.P, p = c0 - q * a.P;
-        for (int i = 0; i < CK_VEC && c0 + i < PP; i++) {
-            size_t o = ck_bh(a, x, q) * a.T + (size_t)x.c * a.L;
-            if (OP == CK_DC)
-                v[i] = __expf(a.cs[o + r]) * ck_dy(a, x.n0 + r, x.h + q, p);
-            else
-                v[i] = __expf(a.cs[o + x.Lc - 1] - a.cs[o + r]) * a.dt[o + r] *
-                       ck_x(a, x.n0 + r, x.h + q, p);
-            if (++p == a.P) p = 0, q++;
-        }
-        return;
-    }
-    int k = r; /* B: n = c0 + i */
-    if (k >= K) return;
-    if (k < PP) {
+/* dB's M (m_db) or dC's (m_dc), k_mamba_ssd_dm.cu's */
+template <int OP> static __device__ __forceinline__ const bf16 *ck_m(const ck_args &a) {
+    return OP == CK_DB ? a.m_db : a.m_dc;
+}
+
+/* ---- the fused path: each block makes one BM x BN tile of one chunk's product, its operands'
+ * slabs of CF_BK k formed straight into shared memory (bf16, the same values and rounding as
+ * the materialized operands), summed on tensor cores (mma.sync m16n8k16, fp32) in k order and
+ * stored through ck_store: no operand goes through global memory but dB's and dC's M part
+ * (k_mamba_ssd_dm.cu's, read from its buffer), no GEMM library call, no store pass. A thread
+ * forms 8 neighbouring values of an operand at once along the index its source runs along:
+ * one 16-byte load of bf16 or two of fp32 (cf_src says where from), then a factor of the row
+ * or the decays of C B^T (cf_make); the next slab's loads are in flight while the tensor cores
+ * sum the current one. Where the shape or a slab's edge does not allow it, each value comes
+ * from ck_opa / ck_opb alone. ---- */
+#define CF_BK 32    /* k of a slab */
+#define CF_MAXL 256 /* chunk lengths whose dt and cs a block keeps in shared memory */
+
+/* Whether A's 8 from (m, k) run along m (its source runs along m there), else along k */
+template <int OP> static __device__ __forceinline__ bool cf_a_along_m(const ck_args &a, int k) {
+    return OP == CK_SLOC || OP == CK_DH || (OP == CK_DXS && k < a.L);
+}
+/* Whether B's 8 from (k, n) run along k, else along n */
+template <int OP> static __device__ __forceinline__ bool cf_b_along_k(const ck_args &a, int k) {
+    return OP == CK_CB || ((OP == CK_YF || OP == CK_DXS) && k >= a.L);
+}
+/* Whether the operand's 8 can be fp32 (two 16-byte loads): C B^T for y and dx (A), the
+ * states for y, dx, dC and dB (B) */
+template <int OP> struct cf_f32 {
+    static constexpr bool a = OP == CK_YF || OP == CK_DXS;
+    static constexpr bool b = OP == CK_YF || OP == CK_DXS || OP == CK_DC || OP == CK_DB;
+};
+/* dB's or dC's M at (m, j) of chunk x: k_mamba_ssd_dm.cu's */
+template <int OP>
+static __device__ __forceinline__ const bf16 *cf_m_at(const ck_args &a, const ck_at &x, int m,
+                                                      int j) {
+    return ck_m<OP>(a) + ((size_t)x.z * a.L + m) * a.ldm + j;
+}
+/* A(m, k) of product OP alone: dB's and dC's M past ck_kp */
+template <int OP>
+static __device__ __forceinline__ float cf_a1(const ck_args &a, const ck_at &x, int m, int k) {
+    if ((OP == CK_DC || OP == CK_DB) && k >= ck_kp(a))
+        return ldf(cf_m_at<OP>(a, x, m, k - ck_kp(a)));
+    return ck_opa<OP>(a, x, m, k);
+}
+
+/* Where 8 operand values come from: CF_ONE each alone (ck_opa / ck_opb), CF_ZERO none, CF_BF16
+ * 8 bf16 at p times f, CF_F32 8 fp32 at p, CF_CB_ROW y's C B^T row at p (value i kept where
+ * k + i <= m, times exp(cs_m - cs_(k+i))), CF_CB_COL dx's C B^T at p along m (kept where
+ * k >= m + i, times exp(cs_k - cs_(m+i))) */
+enum { CF_ONE, CF_ZERO, CF_BF16, CF_F32, CF_CB_ROW, CF_CB_COL };
+typedef struct cf_src {
+    const void *p;
+    float f;
+    int kind;
+} cf_src;
+static __device__ __forceinline__ cf_src cf_bf16(const bf16 *p, float f) {
+    return cf_src{p, f, CF_BF16};
+}
+static __device__ __forceinline__ cf_src cf_kind(int kind, const float *p = NULL) {
+    return cf_src{p, 1.0f, kind};
+}
+
+/* A's 8 from (m, k) along m (am) or k. vec: the launch's rows and pointers lie on 16 bytes;
+ * am must be cf_a_along_m's there (a slab reaching over two parts of k takes the other part's
+ * values alone), the 8 inside one part of k and inside M x K. */
+template <int OP>
+static __device__ __forceinline__ cf_src cf_a_src(const ck_args &a, const ck_at &x, int m, int k,
+                                                  int M, int K, bool vec, bool am) {
+    if (!vec || am != cf_a_along_m<OP>(a, k)) return cf_kind(CF_ONE);
+    if (am ? m + 8 > M || k >= K : k + 8 > K || m >= M) return cf_kind(CF_ONE);
+    size_t n = x.n0 + m;
+    switch (OP) {
+    case CK_CB:
+        return cf_bf16(a.xbc + n * a.C + a.di + (size_t)(a.G + x.g) * a.S + k, 1.0f);
+    case CK_SLOC: /* along m = p; k = j */
+        return cf_bf16(a.xbc + (x.n0 + k) * a.C + (size_t)x.h * a.P + m,
+                       __expf(x.csl - x.cs[k]) * x.dt[k]);
+    case CK_YF:
+        if (k + 8 <= a.L) /* none of the 8 at or before m: all masked */
+            return cf_kind(k > m ? CF_ZERO : CF_CB_ROW, x.cb + (size_t)m * a.L + k);
+        if (k < a.L) return cf_kind(CF_ONE);
+        return cf_bf16(a.xbc + n * a.C + a.di + (size_t)(a.G + x.g) * a.S + (k - a.L),
+                       __expf(x.cs[m]));
+    case CK_DH: /* along m = p; k = i */
+        return cf_bf16(a.dy + (x.n0 + k) * a.di + (size_t)x.h * a.P + m, __expf(x.cs[k]));
+    case CK_DXS:
+        if (k < a.L)                                     /* along m = j; k = i */
+            return k >= x.Lc || k < m ? cf_kind(CF_ZERO) /* k < m: all 8 masked */
+                                      : cf_kind(CF_CB_COL, x.cb + (size_t)k * a.L + m);
+        return cf_bf16(a.xbc + n * a.C + a.di + (size_t)x.g * a.S + (k - a.L),
+                       __expf(x.csl - x.cs[m]));
+    default: { /* CK_DC, CK_DB: the heads' part, then M */
+        int PP = a.H / a.G * a.P, kp = ck_kp(a);
+        if (k >= kp) return cf_bf16(cf_m_at<OP>(a, x, m, k - kp), 1.0f);
+        if (k + 8 > PP) return cf_kind(CF_ONE);
         int q = k / a.P, p = k - q * a.P;
-        size_t ps = (size_t)a.P * a.S;
-        const float *src =
-            (OP == CK_DC ? a.hin : a.gs) + (ck_bh(a, x, q) * a.nc + x.c) * ps + (size_t)p * a.S;
-#pragma unroll
-        for (int i = 0; i < CK_VEC; i++)
-            if (c0 + i < N) v[i] = src[c0 + i];
-        return;
+        size_t o = ck_bh(a, x, q) * a.T + (size_t)x.c * a.L;
+        if (OP == CK_DC)
+            return cf_bf16(a.dy + n * a.di + (size_t)(x.h + q) * a.P + p, __expf(a.cs[o + m]));
+        return cf_bf16(a.xbc + n * a.C + (size_t)(x.h + q) * a.P + p,
+                       __expf(a.cs[o + x.Lc - 1] - a.cs[o + m]) * a.dt[o + m]);
     }
-    int j = k - ck_kp(a); /* between PP and ck_kp: padding */
-    if (j < 0 || j >= x.Lc) return;
-#pragma unroll
-    for (int i = 0; i < CK_VEC; i++)
-        if (c0 + i < N)
-            v[i] = OP == CK_DC ? ck_b(a, x.n0 + j, x.g, c0 + i) : ck_c(a, x.n0 + j, x.g, c0 + i);
+    }
+}
+/* B's 8 from (k, n) along k (bk) or n, as cf_a_src */
+template <int OP>
+static __device__ __forceinline__ cf_src cf_b_src(const ck_args &a, const ck_at &x, int k, int n,
+                                                  int N, int K, bool vec, bool bk) {
+    if (!vec || bk != cf_b_along_k<OP>(a, k)) return cf_kind(CF_ONE);
+    if (bk ? k + 8 > K || n >= N : n + 8 > N || k >= K) return cf_kind(CF_ONE);
+    switch (OP) {
+    case CK_CB: /* along k = s */
+        return cf_bf16(a.xbc + (x.n0 + n) * a.C + a.di + (size_t)x.g * a.S + k, 1.0f);
+    case CK_SLOC:
+        return cf_bf16(a.xbc + (x.n0 + k) * a.C + a.di + (size_t)x.g * a.S + n, 1.0f);
+    case CK_DH:
+        return cf_bf16(a.xbc + (x.n0 + k) * a.C + a.di + (size_t)(a.G + x.g) * a.S + n, 1.0f);
+    case CK_YF:
+    case CK_DXS:
+        if (k < a.L) {
+            if (k >= x.Lc) return cf_kind(CF_ZERO);
+            if (OP == CK_YF)
+                return cf_bf16(a.xbc + (x.n0 + k) * a.C + (size_t)x.h * a.P + n, x.dt[k]);
+            return cf_bf16(a.dy + (x.n0 + k) * a.di + (size_t)x.h * a.P + n, 1.0f);
+        }
+        /* along k = s */
+        return cf_kind(CF_F32, (OP == CK_YF ? x.hin : x.gs) + (size_t)n * a.S + (k - a.L));
+    default: { /* CK_DC, CK_DB */
+        int PP = a.H / a.G * a.P, kp = ck_kp(a);
+        if (k < PP) {
+            int q = k / a.P, p = k - q * a.P;
+            size_t ps = (size_t)a.P * a.S;
+            return cf_kind(CF_F32, (OP == CK_DC ? a.hin : a.gs) +
+                                       (ck_bh(a, x, q) * a.nc + x.c) * ps + (size_t)p * a.S + n);
+        }
+        int j = k - kp;
+        if (j < 0 || j >= x.Lc) return cf_kind(CF_ZERO);
+        return cf_bf16(a.xbc + (x.n0 + j) * a.C + a.di +
+                           (size_t)(OP == CK_DC ? x.g : a.G + x.g) * a.S + n,
+                       1.0f);
+    }
+    }
 }
 
-template <int OP, bool IS_A>
-static __device__ __forceinline__ void ck_operand(const ck_args &a, const ck_at &x, int rows,
-                                                  int ld, int u, bf16 *dst) {
-    int M, N, K;
-    ck_dims<OP>(a, x, &M, &N, &K);
-    int per_row = ld / CK_VEC;
-    if (u >= rows * per_row) return;
-    int r = u / per_row, c0 = (u % per_row) * CK_VEC;
-    if (IS_A && (OP == CK_DC || OP == CK_DB) && c0 >= ck_kp(a)) return;
-    float v[CK_VEC];
+/* The raw 16 or 32 bytes of src (F32: whether it can be fp32) */
+template <bool F32> static __device__ __forceinline__ void cf_load(const cf_src &s, uint4 *r) {
+    if (s.kind == CF_BF16 || (!F32 && s.kind >= CF_F32)) {
+        r[0] = *(const uint4 *)s.p;
+    } else if (F32 && s.kind >= CF_F32) {
+        r[0] = ((const uint4 *)s.p)[0];
+        r[F32 ? 1 : 0] = ((const uint4 *)s.p)[1];
+    }
+}
+/* The 8 values of kind (factor f) from their raw bytes r, 8 from (m, k) along m (am) or k;
+ * false for CF_ONE (the caller takes them alone) */
+template <bool F32>
+static __device__ __forceinline__ bool cf_make(const ck_at &x, int kind, float f, const uint4 *r,
+                                               int m, int k, float *v) {
+    switch (kind) {
+    case CF_ONE:
+        return false;
+    case CF_ZERO:
 #pragma unroll
-    for (int q = 0; q < CK_VEC; q++)
-        v[q] = 0.0f;
-    if (OP == CK_DC || OP == CK_DB) ck_dbc_unit<OP, IS_A>(a, x, r, c0, M, N, K, v);
+        for (int i = 0; i < 8; i++)
+            v[i] = 0.0f;
+        return true;
+    case CF_BF16:
+        unpack8(v, r[0]);
 #pragma unroll
-    for (int q = 0; q < CK_VEC && OP != CK_DC && OP != CK_DB; q++) {
-        int c = c0 + q;
-        if (IS_A) {
-            int m = ck_fast<OP>::a_k ? r : c, k = ck_fast<OP>::a_k ? c : r;
-            if (m < M && k < K) v[q] = ck_opa<OP>(a, x, m, k);
-        } else {
-            int k = ck_fast<OP>::b_n ? r : c, n = ck_fast<OP>::b_n ? c : r;
-            if (n < N && k < K) v[q] = ck_opb<OP>(a, x, k, n);
+        for (int i = 0; i < 8; i++)
+            v[i] *= f;
+        return true;
+    default:
+        break;
+    }
+    if (!F32) return false;
+    const uint32_t w[8] = {r[0].x, r[0].y, r[0].z, r[0].w, r[F32].x, r[F32].y, r[F32].z, r[F32].w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float u = __uint_as_float(w[i]);
+        if (kind == CF_CB_ROW)
+            u = k + i <= m ? u * __expf(x.cs[m] - x.cs[k + i]) : 0.0f;
+        else if (kind == CF_CB_COL)
+            u = k >= m + i ? u * __expf(x.cs[k] - x.cs[m + i]) : 0.0f;
+        v[i] = u;
+    }
+    return true;
+}
+
+/* dx's epilogue where a block holds whole rows of dxs (every p of its tokens): what k_ck_tok
+ * makes of dxs, from the fragments instead of an fp32 dxs in memory: dx's slice of dxbc, dt
+ * dxs + D dy, and the token sums x . dxs, dy . yf, dy . x, each row's over its quad's lanes
+ * (the columns of each in p order, then the lanes in a fixed tree). r0: the warp's first row. */
+template <int NB>
+static __device__ __forceinline__ void cf_dxs_tok(const ck_args &a, const ck_at &x, float (*acc)[4],
+                                                  int r0, int lane, int M, int N, bool vec) {
+    int g = lane / 4, t = lane % 4;
+    size_t BHT = (size_t)a.B * a.H * a.T;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int m = r0 + g + half * 8;
+        bool live = m < M;
+        size_t n = x.n0 + m, q = ((size_t)x.b * a.H + x.h) * a.T + (size_t)x.c * a.L + m;
+        size_t o = (x.z * a.L + m) * a.P;
+        float dt = live ? x.dt[m] : 0.0f, s0 = 0.0f, s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            int p = nb * 8 + 2 * t;
+            const float *v = &acc[nb][half * 2];
+            if (!live || p >= N) continue;
+            size_t xat = n * a.C + (size_t)x.h * a.P + p, yat = n * a.di + (size_t)x.h * a.P + p;
+            if (vec && p + 1 < N) { /* both columns from 4- and 8-byte loads */
+                float2 xv = __bfloat1622float2(*(const __nv_bfloat162 *)(a.xbc + xat));
+                float2 dv = __bfloat1622float2(*(const __nv_bfloat162 *)(a.dy + yat));
+                float2 yv = *(const float2 *)(a.yf + o + p);
+                s0 += xv.x * v[0], s1 += dv.x * yv.x, s2 += dv.x * xv.x;
+                s0 += xv.y * v[1], s1 += dv.y * yv.y, s2 += dv.y * xv.y;
+                *(__nv_bfloat162 *)(a.dxbc + xat) =
+                    __floats2bfloat162_rn(dt * v[0] + x.Dh * dv.x, dt * v[1] + x.Dh * dv.y);
+                continue;
+            }
+            for (int e = 0; e < 2 && p + e < N; e++) {
+                float xv = ldf(a.xbc + xat + e), dyv = ldf(a.dy + yat + e);
+                s0 += xv * v[e];
+                s1 += dyv * a.yf[o + p + e];
+                s2 += dyv * xv;
+                a.dxbc[xat + e] = tobf(dt * v[e] + x.Dh * dyv);
+            }
+        }
+#pragma unroll
+        for (int w = 1; w < 4; w *= 2) {
+            s0 += __shfl_xor_sync(0xffffffffu, s0, w);
+            s1 += __shfl_xor_sync(0xffffffffu, s1, w);
+            s2 += __shfl_xor_sync(0xffffffffu, s2, w);
+        }
+        if (t == 0 && live) {
+            a.tok[q] = s0;
+            a.tok[BHT + q] = s1;
+            a.tok[2 * BHT + q] = s2;
         }
     }
-    uint4 w;
-    w.x = gt_pack_bf16(v[0], v[1]), w.y = gt_pack_bf16(v[2], v[3]);
-    w.z = gt_pack_bf16(v[4], v[5]), w.w = gt_pack_bf16(v[6], v[7]);
-    *(uint4 *)(dst + ((size_t)x.z * rows + r) * ld + c0) = w;
 }
 
-/* Product OP's A operand: dB's beside dC's (both made before either product), the others
- * in opa */
-template <int OP> static __host__ __device__ __forceinline__ bf16 *ck_abuf(const ck_args &a) {
-    return OP == CK_DB ? a.opa2 : a.opa;
+/* The slab's e-th 8 of A, from (m, k) along m (am) or k, and of B, from (k, n) along k (bk)
+ * or n. Along the slab's rows neighbouring threads take neighbouring 8s; across them (the 8
+ * stored one per row) neighbouring columns, so that a warp's 2-byte stores hit distinct
+ * banks. */
+template <int BM> static __device__ __forceinline__ void cf_unit_a(int e, bool am, int *m, int *k) {
+    if (am)
+        *m = e / CF_BK * 8, *k = e % CF_BK;
+    else
+        *m = e / (CF_BK / 8), *k = e % (CF_BK / 8) * 8;
+}
+template <int BN> static __device__ __forceinline__ void cf_unit_b(int e, bool bk, int *k, int *n) {
+    if (bk)
+        *k = e / BN * 8, *n = e % BN;
+    else
+        *k = e / (BN / 8), *n = e % (BN / 8) * 8;
 }
 
-/* Both operands of product OP (ck_gemm g) for chunk blockIdx.x, one launch: the first
- * blocks_a rows of blocks A's, the others B's; a thread writes CK_VEC neighbouring elements */
-template <int OP>
-__global__ void k_ck_operands(ck_args a, ck_gemm g, unsigned blocks_a, unsigned blocks) {
+/* tok (CK_DXS only): the block's tile holds every column, so that cf_dxs_tok does k_ck_tok's
+ * work and dxs is not stored */
+template <int OP, int BM, int BN>
+__global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int vec, int tok) {
     GT_PDL_ENTRY();
-    ck_at x = ck_at_make<OP>(a, blockIdx.x);
-    for (unsigned y = blockIdx.y; y < blocks; y += gridDim.y) {
-        if (y < blocks_a)
-            ck_operand<OP, true>(a, x, g.ar, g.lda, (int)(y * blockDim.x + threadIdx.x),
-                                 ck_abuf<OP>(a));
-        else
-            ck_operand<OP, false>(a, x, g.br, g.ldb,
-                                  (int)((y - blocks_a) * blockDim.x + threadIdx.x), a.opb);
-    }
-}
-
-/* Product OP's result of chunk blockIdx.x (rows x ldc fp32 in opc) through ck_store */
-template <int OP> __global__ void k_ck_store(ck_args a, int rows, int ldc) {
-    GT_PDL_ENTRY();
+    constexpr int THREADS = BM * 2, NB = BN / 8; /* a warp: 16 rows, every column */
+    constexpr int UA = BM * CF_BK / 8 / THREADS, UB = CF_BK * BN / 8 / THREADS; /* 8s a thread */
+    constexpr bool FA = cf_f32<OP>::a, FB = cf_f32<OP>::b;
+    __shared__ __align__(16) bf16 sa[BM][CF_BK + 8];
+    __shared__ __align__(16) bf16 sb[CF_BK][BN + 8];
+    __shared__ float scs[CF_MAXL], sdt[CF_MAXL];
     ck_at x = ck_at_make<OP>(a, blockIdx.x);
     int M, N, K;
     ck_dims<OP>(a, x, &M, &N, &K);
-    for (int u = (int)(blockIdx.y * blockDim.x + threadIdx.x); u < rows * ldc;
-         u += (int)(gridDim.y * blockDim.x)) {
-        int m = u / ldc, n = u % ldc;
-        if (m < M && n < N) ck_store<OP>(a, x, m, n, a.opc[(size_t)blockIdx.x * rows * ldc + u]);
+    int m0 = (int)blockIdx.y * BM, n0 = (int)blockIdx.z * BN;
+    if (m0 >= M || n0 >= N) return;
+    int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32;
+    if (!ck_per_group(OP) && a.L <= CF_MAXL) { /* the chunk's dt and cs, read many times */
+        for (int i = tid; i < x.Lc; i += THREADS)
+            scs[i] = x.cs[i], sdt[i] = x.dt[i];
+        __syncthreads();
+        x.cs = scs, x.dt = sdt;
     }
+    float acc[NB][4] = {};
+    uint4 ra[UA][FA ? 2 : 1], rb[UB][FB ? 2 : 1];
+    float fa[UA], fb[UB];
+    int ka[UA], kb[UB];
+    /* slab k0's sources and loads; e: the thread's u-th 8 */
+    auto issue = [&](int k0) {
+        bool am = cf_a_along_m<OP>(a, k0), bk = cf_b_along_k<OP>(a, k0);
+#pragma unroll
+        for (int u = 0; u < UA; u++) {
+            int e = tid + u * THREADS;
+            int m, k;
+            cf_unit_a<BM>(e, am, &m, &k);
+            cf_src sr = cf_a_src<OP>(a, x, m0 + m, k0 + k, M, K, vec != 0, am);
+            cf_load<FA>(sr, ra[u]);
+            fa[u] = sr.f, ka[u] = sr.kind;
+        }
+#pragma unroll
+        for (int u = 0; u < UB; u++) {
+            int e = tid + u * THREADS;
+            int k, n;
+            cf_unit_b<BN>(e, bk, &k, &n);
+            cf_src sr = cf_b_src<OP>(a, x, k0 + k, n0 + n, N, K, vec != 0, bk);
+            cf_load<FB>(sr, rb[u]);
+            fb[u] = sr.f, kb[u] = sr.kind;
+        }
+    };
+    issue(0);
+    for (int k0 = 0; k0 < K; k0 += CF_BK) {
+        __syncthreads(); /* the last slab's fragments are loaded */
+        bool am = cf_a_along_m<OP>(a, k0), bk = cf_b_along_k<OP>(a, k0);
+#pragma unroll
+        for (int u = 0; u < UA; u++) {
+            int e = tid + u * THREADS;
+            int m, k;
+            cf_unit_a<BM>(e, am, &m, &k);
+            float v[8];
+            if (!cf_make<FA>(x, ka[u], fa[u], ra[u], m0 + m, k0 + k, v))
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    int mi = m0 + m + (am ? i : 0), ki = k0 + k + (am ? 0 : i);
+                    v[i] = mi < M && ki < K ? cf_a1<OP>(a, x, mi, ki) : 0.0f;
+                }
+            if (am) {
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    sa[m + i][k] = __float2bfloat16(v[i]);
+            } else {
+                st8(&sa[m][k], v);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UB; u++) {
+            int e = tid + u * THREADS;
+            int k, n;
+            cf_unit_b<BN>(e, bk, &k, &n);
+            float v[8];
+            if (!cf_make<FB>(x, kb[u], fb[u], rb[u], 0, 0, v))
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    int ki = k0 + k + (bk ? i : 0), ni = n0 + n + (bk ? 0 : i);
+                    v[i] = ni < N && ki < K ? ck_opb<OP>(a, x, ki, ni) : 0.0f;
+                }
+            if (bk) {
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    sb[k + i][n] = __float2bfloat16(v[i]);
+            } else {
+                st8(&sb[k][n], v);
+            }
+        }
+        __syncthreads();
+        if (k0 + CF_BK < K) issue(k0 + CF_BK); /* in flight during the products below */
+#pragma unroll
+        for (int kk = 0; kk < CF_BK; kk += 16) {
+            uint32_t af[4];
+            gt_ldsm_x4(af, &sa[warp * 16 + lane % 16][kk + (lane / 16) * 8]);
+            int mi = lane / 8;
+#pragma unroll
+            for (int nb = 0; nb < NB; nb += 2) {
+                /* matrices (k 0-7, nb), (k 8-15, nb), (k 0-7, nb+1), (k 8-15, nb+1), transposed */
+                uint32_t bfr[4];
+                gt_ldsm_x4_t(bfr, &sb[kk + (mi % 2) * 8 + lane % 8][(nb + mi / 2) * 8]);
+                gt_mma_16816(acc[nb], af, bfr);
+                gt_mma_16816(acc[nb + 1], af, bfr + 2);
+            }
+        }
+    }
+    if (OP == CK_DXS && tok) {
+        cf_dxs_tok<NB>(a, x, acc, m0 + warp * 16, lane, M, N, vec != 0);
+        return;
+    }
+    int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            int m = m0 + warp * 16 + g + half * 8, n = n0 + nb * 8 + 2 * t;
+            const float *v = &acc[nb][half * 2];
+            if (m >= M || n >= N) continue;
+            size_t yat = (x.n0 + m) * a.di + (size_t)x.h * a.P + n; /* y = (y - D x) + D x */
+            if (vec && n + 1 < N) {
+                ck_store2<OP>(a, x, m, n, v[0], v[1]);
+                if (OP == CK_YF) {
+                    float2 xv = __bfloat1622float2(*(
+                        const __nv_bfloat162 *)(a.xbc + (x.n0 + m) * a.C + (size_t)x.h * a.P + n));
+                    *(__nv_bfloat162 *)(a.y + yat) =
+                        __floats2bfloat162_rn(v[0] + x.Dh * xv.x, v[1] + x.Dh * xv.y);
+                }
+                continue;
+            }
+            for (int e = 0; e < 2 && n + e < N; e++) {
+                ck_store<OP>(a, x, m, n + e, v[e]);
+                if (OP == CK_YF) a.y[yat + e] = tobf(v[e] + x.Dh * ck_x(a, x.n0 + m, x.h, n + e));
+            }
+        }
 }
 
-/* Blocks of CK_THREADS over `threads` items */
-static unsigned ck_blocks(size_t threads) {
-    return (unsigned)((threads + CK_THREADS - 1) / CK_THREADS);
-}
-/* The grid's rows for `blocks` rows of blocks: the loops above take the rest past the limit */
-static unsigned ck_grid_y(unsigned blocks) {
-    return blocks < GT_MAX_GRID ? blocks : GT_MAX_GRID;
-}
-
-/* Product OP's batched GEMM: into its own buffer where the GEMM writes in place (rows of N),
- * else into opc (rows of ldc) */
-template <int OP> static gt_cuda_batched_gemm ck_batched(const ck_args &a) {
-    ck_gemm g = ck_gemm_of<OP>(a);
-    int ldc = ck_in_place<OP>(a) ? g.N : g.ldc;
-    return gt_cuda_batched_gemm{g.M,
-                                g.N,
-                                g.K,
-                                g.batch,
-                                ck_fast<OP>::a_k,
-                                ck_fast<OP>::b_n,
-                                g.lda,
-                                g.ldb,
-                                ldc,
-                                (int64_t)g.ar * g.lda,
-                                (int64_t)g.br * g.ldb,
-                                (int64_t)g.M * ldc};
+/* Whether the vector forms of cf_a_src / cf_b_src hold for the launch: every row, head and group
+ * slice and chunk of 8 whole bf16 (16 bytes) and the tensors on 16 bytes */
+static int cf_vec(const ck_args &a) {
+    uintptr_t at = (uintptr_t)a.xbc | (uintptr_t)a.dy | (uintptr_t)a.m_dc | (uintptr_t)a.m_db;
+    return a.C % 8 == 0 && a.di % 8 == 0 && a.P % 8 == 0 && a.S % 8 == 0 && a.L % 8 == 0 &&
+           a.ldm % 8 == 0 && at % 16 == 0;
 }
 
-/* Product OP over every chunk: its operands materialized, one batched GEMM, its result written
- * in place by the GEMM (ck_in_place) or stored from opc by ck_store. */
-template <int OP>
-static void ck_mm(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
-    ck_gemm g = ck_gemm_of<OP>(a);
-    unsigned blocks_a = ck_blocks((size_t)g.ar * g.lda / CK_VEC);
-    unsigned blocks_b = ck_blocks((size_t)g.br * g.ldb / CK_VEC);
-    gt_launch(k_ck_operands<OP>, dim3((unsigned)g.batch, ck_grid_y(blocks_a + blocks_b)),
-              CK_THREADS, 0, ex, a, g, blocks_a, blocks_a + blocks_b);
+/* Product OP over every chunk by k_ck_fused: BM rows (64 or 128) and BN columns a block */
+template <int OP, int BM, int BN>
+static int ck_fused(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what) {
+    ck_at whole = {}; /* a chunk's M and N taken whole */
+    whole.Lc = a.L;
+    int M, N, K;
+    ck_dims<OP>(a, whole, &M, &N, &K);
+    unsigned batch = (unsigned)(a.B * a.nc * (ck_per_group(OP) ? a.G : a.H));
+    dim3 grid(batch, (unsigned)((M + BM - 1) / BM), (unsigned)((N + BN - 1) / BN));
+    int tok = OP == CK_DXS && grid.z == 1;
+    gt_launch(k_ck_fused<OP, BM, BN>, grid, BM * 2, 0, ex, a, cf_vec(a), tok);
     GT_CUDA_LAUNCHED(b, what);
-    bool in_place = ck_in_place<OP>(a);
-    float *out = in_place ? ck_result<OP>(a) : a.opc;
-    int ldc = in_place ? g.N : g.ldc;
-    gt_cuda_batched_gemm gg = ck_batched<OP>(a);
-    gt_cuda_batched_gemm_f32(b, ex.cs, &gg, ck_abuf<OP>(a), a.opb, out, what);
-    if (in_place) return;
-    gt_launch(k_ck_store<OP>, dim3((unsigned)g.batch, ck_grid_y(ck_blocks((size_t)g.M * ldc))),
-              CK_THREADS, 0, ex, a, g.M, ldc);
-    GT_CUDA_LAUNCHED(b, what);
+    return OP == CK_YF || tok;
 }
 
-void gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, const char *what) {
+int gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, const char *what) {
     switch (op) {
     case CK_CB:
-        ck_mm<CK_CB>(b, ex, a, what);
-        break;
+        return ck_fused<CK_CB, 128, 128>(b, ex, a, what);
     case CK_SLOC:
-        ck_mm<CK_SLOC>(b, ex, a, what);
-        break;
+        return ck_fused<CK_SLOC, 64, 128>(b, ex, a, what);
     case CK_YF:
-        ck_mm<CK_YF>(b, ex, a, what);
-        break;
+        return ck_fused<CK_YF, 128, 64>(b, ex, a, what);
     case CK_DH:
-        ck_mm<CK_DH>(b, ex, a, what);
-        break;
+        return ck_fused<CK_DH, 64, 128>(b, ex, a, what);
     case CK_DXS:
-        ck_mm<CK_DXS>(b, ex, a, what);
-        break;
+        return ck_fused<CK_DXS, 128, GT_MAMBA_SSD_TOK_MAX_P>(b, ex, a, what);
     case CK_DC: { /* dB and dC: M into both A operands, then the two products */
-        ck_gemm g = ck_gemm_of<CK_DC>(a);
-        gt_ssd_msum(b, ex, a, g.lda, ck_kp(a), what);
-        ck_mm<CK_DC>(b, ex, a, what);
-        ck_mm<CK_DB>(b, ex, a, what);
-        break;
+        gt_ssd_msum(b, ex, a, what);
+        ck_fused<CK_DC, 128, 128>(b, ex, a, what);
+        ck_fused<CK_DB, 128, 128>(b, ex, a, what);
+        return 0;
     }
     default:
         gt_backend_fail(b, GT_ERR_INVALID, "%s: no SSD product %d", what, op);
-        break;
+        return 0;
     }
-}
-
-template <int OP> static void ck_plan(gt_backend *b, const ck_args &a, const char *what) {
-    gt_cuda_batched_gemm gg = ck_batched<OP>(a);
-    gt_cuda_batched_gemm_plan(b, &gg, what);
-}
-
-extern "C" void gt_cuda_mamba_ssd_plan(gt_backend *b, gt_mamba_shape sh, int backward) {
-    ck_args a = ck_shape_args(sh);
-    if (!backward) { /* the states and y, which the backward then reads from the state */
-        ck_plan<CK_CB>(b, a, "mamba_ssd_fwd (planning)");
-        ck_plan<CK_SLOC>(b, a, "mamba_ssd_fwd (planning)");
-        ck_plan<CK_YF>(b, a, "mamba_ssd_fwd (planning)");
-        return;
-    }
-    const char *what = "mamba_ssd_bwd (planning)";
-    ck_plan<CK_DH>(b, a, what);
-    ck_plan<CK_DXS>(b, a, what);
-    ck_plan<CK_DC>(b, a, what);
-    ck_plan<CK_DB>(b, a, what);
 }

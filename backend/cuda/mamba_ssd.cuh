@@ -1,6 +1,6 @@
-/* What the two files of the SSD scan share (k_mamba_ssd.cu: its kernels and launches;
- * k_mamba_ssd_gemm.cu: its chunk products as batched GEMMs): the products, the workspace's
- * pointers and the shapes, one chunk's view of them. */
+/* What the files of the SSD scan share (k_mamba_ssd.cu: its kernels and launches;
+ * k_mamba_ssd_gemm.cu: its chunk products on tensor cores; k_mamba_ssd_dm.cu: dB's and dC's
+ * M): the products, the workspace's pointers and the shapes, one chunk's view of them. */
 #ifndef GT_BACKEND_CUDA_MAMBA_SSD_CUH
 #define GT_BACKEND_CUDA_MAMBA_SSD_CUH
 
@@ -41,15 +41,15 @@ typedef struct ck_args {
     float *hin;     /* [B*H][nc][P][S]: the chunk's own state, then the state entering it */
     float *yf;      /* [B*H][nc*L][P]: y - D x, tokens padded to whole chunks */
     /* the workspace */
-    float *gs;       /* [B*H][nc][P][S]: dL/dHin of the chunk's outputs, then dL/d(state out) */
-    float *dxs;      /* [B*H][nc*L][P]: tokens padded to whole chunks */
-    float *tok;      /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
-    float *lt;       /* [B*H][nc]: <dL/d(state out), state out> */
-    float *part;     /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
-    bf16 *opa, *opb; /* one product's operands per chunk (ck_gemm), reused by the next */
-    bf16 *opa2;      /* dB's first operand, made beside dC's (k_mamba_ssd_dm.cu) */
-    float *opc;      /* its fp32 result per chunk where that is not the GEMM's own output */
+    float *gs;         /* [B*H][nc][P][S]: dL/dHin of the chunk's outputs, then dL/d(state out) */
+    float *dxs;        /* [B*H][nc*L][P], tokens padded to whole chunks; only where P >
+                          GT_MAMBA_SSD_TOK_MAX_P (else dx's product makes dx and tok itself) */
+    float *tok;        /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
+    float *lt;         /* [B*H][nc]: <dL/d(state out), state out> */
+    float *part;       /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
+    bf16 *m_dc, *m_db; /* [B*G*nc][L][ldm]: dC's M (rows i) and dB's (rows j, M^T) */
     int B, T, H, P, G, S, L, nc, C, di, in;
+    int ldm;  /* L rounded up to whole 16-byte rows of bf16 */
     int fits; /* the layouts end inside gt_mamba_ssd_ws_floats and gt_mamba_ssd_state_floats */
 } ck_args;
 
@@ -104,11 +104,10 @@ static __device__ __forceinline__ float ck_dy(const ck_args &a, size_t n, int h,
  * 256 bytes; the tensors' pointers are the caller's */
 ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state);
 /* Product op (CK_*) over every chunk (k_mamba_ssd_gemm.cu); CK_DC stands for dB and dC
- * together (their shared operand, then both products) */
-void gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, const char *what);
-/* M into dC's (opa) and dB's (opa2) first operands, rows of lda, from column kp
- * (k_mamba_ssd_dm.cu) */
-void gt_ssd_msum(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int lda, int kp,
-                 const char *what);
+ * together (their shared operand, then both products). 1 where its epilogue did the pass that
+ * follows it as well: y for CK_YF (k_ck_y's), dx and the token sums for CK_DXS (k_ck_tok's). */
+int gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, const char *what);
+/* M into m_dc and M^T into m_db (k_mamba_ssd_dm.cu) */
+void gt_ssd_msum(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what);
 
 #endif

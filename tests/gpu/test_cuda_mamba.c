@@ -32,8 +32,10 @@
 
 /* chunk lengths 4 .. 256; sequences that a chunk does not divide (and one it does); groups of
  * one to four heads; S not a multiple of 32; the hybrid workload's P = 64, S = 128; P, S and a
- * chunk length that are no multiples of 4, whose products' GEMMs cannot write their fp32
- * results in place (k_mamba_ssd.cu's ck_in_place) and go through the store pass */
+ * chunk length that are no multiples of 8, whose chunk products form every operand value
+ * alone instead of 8 from one load (k_mamba_ssd_gemm.cu's cf_vec); a chunk of 16 that splits
+ * a product's k slab between its two parts; P = 128, whose dx product stores dx in fp32 for
+ * the token-sum pass (P > GT_MAMBA_SSD_TOK_MAX_P) */
 static const gt_mamba_shape k_shapes[] = {
     {.B = 2, .T = 37, .H = 4, .P = 8, .G = 2, .S = 16, .K = 4, .chunk = 16},
     {.B = 1, .T = 50, .H = 3, .P = 6, .G = 3, .S = 40, .K = 3, .chunk = 8},
