@@ -211,20 +211,6 @@ __global__ void k_ck_chunk_bwd(ck_args a) {
     }
 }
 
-/* y = yf + D x per (token, head, p): the forward's output from the fp32 sum it keeps; a block
- * per token (32-bit index math within it), its threads along the token's d_inner */
-__global__ void k_ck_y(ck_args a) {
-    GT_PDL_ENTRY();
-    size_t n = blockIdx.x, b = n / a.T, t = n % a.T;
-    const float *yf = a.yf + (b * a.H * a.nc * a.L + t) * a.P;
-    size_t zs = (size_t)a.nc * a.L * a.P; /* one head's rows of yf */
-    for (int hp = (int)threadIdx.x; hp < a.di; hp += (int)blockDim.x) {
-        int h = hp / a.P, p = hp - h * a.P;
-        float v = yf[(size_t)h * zs + p] + ldf(a.D + h) * ldf(a.xbc + n * a.C + hp);
-        a.y[n * a.di + hp] = tobf(v);
-    }
-}
-
 /* ddt_bias, dA_log (dA/dA_log = A), dD: the chunks' sums; a warp per head, its lanes over
  * the (sequence, chunk) pairs (so their loads are in flight together), then a fixed tree */
 __global__ void k_ck_param_sum(float *ddt_bias, float *dA_log, float *dD, ck_args a,
@@ -273,9 +259,7 @@ extern "C" void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, cons
     a.xbc = (const bf16 *)xbc, a.zx = (const bf16 *)zxbcdt, a.dt_bias = (const bf16 *)dt_bias;
     a.A_log = (const bf16 *)A_log, a.D = (const bf16 *)D, a.y = (bf16 *)y;
     ck_states(b, ex, a, "mamba_ssd_fwd (states)");
-    if (gt_ssd_product(b, ex, a, CK_YF, "mamba_ssd_fwd (output)")) return;
-    gt_launch(k_ck_y, (unsigned)((size_t)a.B * a.T), CK_THREADS, 0, ex, a);
-    GT_CUDA_LAUNCHED(b, "mamba_ssd_fwd (output)");
+    gt_ssd_product(b, ex, a, CK_YF, "mamba_ssd_fwd (output)"); /* y itself too */
 }
 
 extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, void *dzxbcdt,

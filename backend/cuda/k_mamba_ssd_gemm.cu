@@ -613,7 +613,7 @@ static int ck_fused(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char
     int tok = OP == CK_DXS && grid.z == 1;
     gt_launch(k_ck_fused<OP, BM, BN>, grid, BM * 2, 0, ex, a, cf_vec(a), tok);
     GT_CUDA_LAUNCHED(b, what);
-    return OP == CK_YF || tok;
+    return tok;
 }
 
 int gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, const char *what) {

@@ -104,8 +104,8 @@ static __device__ __forceinline__ float ck_dy(const ck_args &a, size_t n, int h,
  * 256 bytes; the tensors' pointers are the caller's */
 ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state);
 /* Product op (CK_*) over every chunk (k_mamba_ssd_gemm.cu); CK_DC stands for dB and dC
- * together (their shared operand, then both products). 1 where its epilogue did the pass that
- * follows it as well: y for CK_YF (k_ck_y's), dx and the token sums for CK_DXS (k_ck_tok's). */
+ * together (their shared operand, then both products). CK_YF's epilogue makes y as well
+ * (y - D x plus D x). 1 where CK_DXS's epilogue made dx and the token sums (k_ck_tok's work). */
 int gt_ssd_product(gt_backend *b, gt_cuda_exec ex, const ck_args &a, int op, const char *what);
 /* M into m_dc and M^T into m_db (k_mamba_ssd_dm.cu) */
 void gt_ssd_msum(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const char *what);
