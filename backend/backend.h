@@ -218,39 +218,49 @@ static inline size_t gt_mamba_ssd_ld(size_t n) {
 }
 /* fp32 the SSD scan's forward leaves for its backward (the op's state argument), one per
  * layer: the CUDA chunked scan's (k_mamba_ssd_gemm.cu lays it out, each buffer 256-byte
- * aligned) dt and its cumsum per (sequence, head, token), C B^T per (sequence, group, chunk),
- * the state entering every (sequence, head, chunk) and y without D (tokens padded to whole
- * chunks), so that its backward recomputes none of them; the CPU's sequential scan keeps none
- * (its backward runs the scan again), so 0 there. */
+ * aligned) dt and its cumsum per (sequence, head, token) and C B^T per (sequence, group,
+ * chunk) in fp32, the state entering every (sequence, head, chunk) and y without D (tokens
+ * padded to whole chunks) in bf16, so that its backward recomputes none of them; the CPU's
+ * sequential scan keeps none (its backward runs the scan again), so 0 there. */
 static inline size_t gt_mamba_ssd_state_floats(gt_mamba_shape m, gt_backend_kind kind) {
     if (kind != GT_BACKEND_CUDA) return 0;
     size_t L = (size_t)gt_mamba_chunk_len(m), nc = ((size_t)m.T + L - 1) / L;
     size_t BH = (size_t)m.B * m.H, Z = BH * nc, ps = (size_t)m.P * (size_t)m.S;
-    return 2 * BH * m.T + (size_t)m.B * m.G * nc * L * L + Z * ps + Z * L * m.P +
-           6 * GT_MAMBA_SSD_WS_ALIGN_FLOATS;
+    return 2 * BH * m.T + (size_t)m.B * m.G * nc * L * L + (Z * ps + 1) / 2 +
+           (Z * L * m.P + 1) / 2 + 6 * GT_MAMBA_SSD_WS_ALIGN_FLOATS;
 }
 /* Head widths up to which the CUDA scan's dx product also makes dx and the per-token sums in
  * its epilogue (a block holds a token's whole head row); wider heads keep an fp32 dx */
 #define GT_MAMBA_SSD_TOK_MAX_P 64
-/* fp32 workspace the SSD scan ops take (forward and backward), no value kept between them:
- * enough for every backend. The CPU's: dt and its gradient, A, dA, dD and one head's states
- * over time. The CUDA chunked scan's (k_mamba_ssd_gemm.cu lays it out, each buffer 256-byte
- * aligned; what the forward leaves for the backward is the state's, above): the states'
- * gradients per (sequence, head, chunk), an fp32 copy of y's shape (dx's, the tokens padded to
- * whole chunks) where P > GT_MAMBA_SSD_TOK_MAX_P, three sums per token and head, four per
- * chunk, and dC's and dB's decay-weighted dy x^T per (sequence, group, chunk) in bf16 (L rows
- * of L rounded by gt_mamba_ssd_ld). */
-static inline size_t gt_mamba_ssd_ws_floats(gt_mamba_shape m) {
+/* The CUDA scan's state-passing blocks: this many entries of one (sequence, head)'s state
+ * each, every block one part of each chunk's <dL/d(state out), state out> */
+#define GT_MAMBA_SSD_PASS_ENTRIES 1024
+/* The CUDA gated norm's backward: tokens a block takes (its weight gradient's parts, one per
+ * GT_MAMBA_GNORM_TOKENS tokens and channel, are the Mamba workspace's) */
+#define GT_MAMBA_GNORM_TOKENS 64
+/* fp32 workspace the Mamba ops take (the SSD scan's forward and backward, the gated norm's
+ * backward), no value kept between them: enough for every backend. The CPU's: dt and its gradient,
+ * A, dA, dD and one head's states over time. The CUDA chunked scan's (k_mamba_ssd_gemm.cu lays it
+ * out, each buffer 256-byte aligned; what the forward leaves for the backward is the state's,
+ * above): the chunks' own states (forward) or their states' gradients (backward) per (sequence,
+ * head, chunk) in fp32, the passed gradients in bf16, an fp32 copy of y's shape (dx's, the tokens
+ * padded to whole chunks) where P > GT_MAMBA_SSD_TOK_MAX_P, three sums per token and head, three
+ * per chunk and the parts of one per chunk, and dC's and dB's decay-weighted dy x^T per (sequence,
+ * group, chunk) in bf16 (L rows of L rounded by gt_mamba_ssd_ld). */
+static inline size_t gt_mamba_ws_floats(gt_mamba_shape m) {
     size_t N = (size_t)m.B * m.T, H = (size_t)m.H, ps = (size_t)m.P * (size_t)m.S;
     size_t L = (size_t)gt_mamba_chunk_len(m), nc = ((size_t)m.T + L - 1) / L;
     size_t BH = (size_t)m.B * H, Z = BH * nc, ZG = (size_t)m.B * m.G * nc;
+    size_t nlt = (ps + GT_MAMBA_SSD_PASS_ENTRIES - 1) / GT_MAMBA_SSD_PASS_ENTRIES;
     size_t cpu = 2 * N * H + 3 * H + ((size_t)m.T + 1) * ps;
     size_t dxs = m.P > GT_MAMBA_SSD_TOK_MAX_P ? Z * L * (size_t)m.P : 0;
     size_t mm = ZG * L * gt_mamba_ssd_ld(L); /* bf16, each of dC's and dB's */
-    /* 7 buffers, each start rounded up, and the bf16 ones counted as floats */
-    size_t cuda =
-        Z * ps + dxs + 3 * BH * m.T + 4 * Z + 2 * ((mm + 1) / 2) + 7 * GT_MAMBA_SSD_WS_ALIGN_FLOATS;
-    return cpu > cuda ? cpu : cuda;
+    /* 8 buffers, each start rounded up, and the bf16 ones counted as floats */
+    size_t cuda = Z * ps + (Z * ps + 1) / 2 + dxs + 3 * BH * m.T + Z * nlt + 3 * Z +
+                  2 * ((mm + 1) / 2) + 8 * GT_MAMBA_SSD_WS_ALIGN_FLOATS;
+    size_t gnorm = (N + GT_MAMBA_GNORM_TOKENS - 1) / GT_MAMBA_GNORM_TOKENS * H * m.P;
+    size_t most = cpu > cuda ? cpu : cuda;
+    return most > gnorm ? most : gnorm;
 }
 /* Llama 3.1's rotary scaling constants, fixed in Megatron's apply_rope_scaling (and Llama
  * 3.1's config: low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192) */
@@ -603,7 +613,7 @@ typedef struct gt_backend_ops {
     /* y[N, di] = the SSD scan per sequence from zero state over x, B, C of xbc, with
      * dt = softplus(zxbcdt's dt + dt_bias), A = -exp(A_log) and the skip D (all [H]):
      * S_t = exp(dt_t A) S_{t-1} + dt_t x_t B_t^T, y_t = S_t C_t + D x_t (cpu_mamba.h);
-     * ws: gt_mamba_ssd_ws_floats of scratch; state: gt_mamba_ssd_state_floats(sh, kind),
+     * ws: gt_mamba_ws_floats of scratch; state: gt_mamba_ssd_state_floats(sh, kind),
      * written for the backward of the same inputs (NULL where that is 0) */
     void (*mamba_ssd_fwd)(gt_backend *b, gt_stream *s, void *y, const void *xbc, const void *zxbcdt,
                           const void *dt_bias, const void *A_log, const void *D, float *ws,
@@ -619,10 +629,12 @@ typedef struct gt_backend_ops {
      * slice; mamba_ssm's RMSNormGated, norm after the gate); rstd[N, G] kept */
     void (*mamba_gated_norm_fwd)(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *y,
                                  const void *zxbcdt, const void *w, float eps, gt_mamba_shape sh);
-    /* dy[N, di] and the z slice of dzxbcdt (overwritten) from dout; dw[di] (+)= */
+    /* dy[N, di] and the z slice of dzxbcdt (overwritten) from dout; dw[di] (+)=; ws:
+     * gt_mamba_ws_floats of scratch (NULL: the CUDA backend reads the inputs twice, once for
+     * dw) */
     void (*mamba_gated_norm_bwd)(gt_backend *b, gt_stream *s, void *dy, void *dzxbcdt, float *dw,
                                  const void *dout, const void *y, const void *zxbcdt, const void *w,
-                                 const float *rstd, gt_mamba_shape sh, int accumulate);
+                                 const float *rstd, float *ws, gt_mamba_shape sh, int accumulate);
 
     void (*destroy)(gt_backend *b);
 } gt_backend_ops;

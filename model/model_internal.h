@@ -154,7 +154,7 @@ typedef struct gt_model_scratch {
     float *dtopk_w; /* [N, k] */
     void *mdy;      /* [N, di] Mamba: the scan output's gradient */
     void *mdxbc;    /* [N, conv] Mamba: the convolution output's gradient */
-    float *mws;     /* [gt_mamba_ssd_ws_floats] the SSD scan's workspace */
+    float *mws;     /* [gt_mamba_ws_floats] the Mamba ops' workspace */
     void *logits;   /* [N, V] logits, then their gradient */
     float *losses;  /* [N] */
 } gt_model_scratch;

@@ -157,7 +157,7 @@ void gt_mamba_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_linear_bwd_weight(m, s, layer, GT_LIN_MAMBA_OUT, mb->out_w, -1, dy, mb->g, st);
     gt_linear_bwd_data(m, s, layer, GT_LIN_MAMBA_OUT, m->sc.a, dy, mb->out_w, 0, st);
     b->ops->mamba_gated_norm_bwd(b, s, m->sc.mdy, dz, G(gnorm_w), m->sc.a, mb->y, mb->zxbcdt,
-                                 P(gnorm_w), mb->grstd, ms, acc);
+                                 P(gnorm_w), mb->grstd, m->sc.mws, ms, acc);
     b->ops->mamba_ssd_bwd(b, s, m->sc.mdxbc, dz, G(dt_bias), G(A_log), G(D), m->sc.mdy, mb->xbc,
                           mb->zxbcdt, P(dt_bias), P(A_log), P(D), m->sc.mws, mb->ssd, ms, acc);
     b->ops->mamba_conv_bwd(b, s, dz, G(conv_w), G(conv_b), m->sc.mdxbc, mb->zxbcdt, P(conv_w),

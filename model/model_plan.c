@@ -473,7 +473,7 @@ static int plan_arenas(gt_model *m, gt_error *err) {
         gt_mamba_shape ms = dm->ms;
         PLAN(&m->scratch, "mamba.dy", N * (size_t)gt_mamba_inner(ms) * ae, &sc->mdy);
         PLAN(&m->scratch, "mamba.dxbc", N * (size_t)gt_mamba_conv(ms) * ae, &sc->mdxbc);
-        PLAN(&m->scratch, "mamba.ssd_ws", gt_mamba_ssd_ws_floats(ms) * sizeof(float), &sc->mws);
+        PLAN(&m->scratch, "mamba.ssd_ws", gt_mamba_ws_floats(ms) * sizeof(float), &sc->mws);
     }
     PLAN(&m->scratch, "logits", N * dm->V * ae, &sc->logits);
     PLAN(&m->scratch, "losses", N * sizeof(float), &sc->losses);

@@ -41,6 +41,7 @@ template <int V> static __device__ __forceinline__ uint4 ld_raw(const bf16 *p) {
         uint2 u = *(const uint2 *)p;
         return make_uint4(u.x, u.y, 0u, 0u);
     }
+    if (V == 2) return make_uint4(*(const unsigned *)p, 0u, 0u, 0u);
     return make_uint4(*(const unsigned short *)p, 0u, 0u, 0u);
 }
 static __device__ __forceinline__ float bf16_bits(unsigned bits) {
@@ -52,6 +53,8 @@ template <int V> static __device__ __forceinline__ void unpack_raw(float *f, uin
     } else if (V == 4) {
         f[0] = bf16_bits(u.x & 0xffffu), f[1] = bf16_bits(u.x >> 16);
         f[2] = bf16_bits(u.y & 0xffffu), f[3] = bf16_bits(u.y >> 16);
+    } else if (V == 2) {
+        f[0] = bf16_bits(u.x & 0xffffu), f[1] = bf16_bits(u.x >> 16);
     } else {
         f[0] = bf16_bits(u.x & 0xffffu);
     }
@@ -69,6 +72,8 @@ template <int V> static __device__ __forceinline__ void stv(bf16 *p, const float
         memcpy(&u.x, &lo, 4);
         memcpy(&u.y, &hi, 4);
         *(uint2 *)p = u;
+    } else if (V == 2) {
+        *(__nv_bfloat162 *)p = __floats2bfloat162_rn(f[0], f[1]);
     } else {
         *p = tobf(f[0]);
     }
@@ -118,11 +123,13 @@ static __device__ __forceinline__ void cluster_sum(float (*part)[W], float *blk)
  * reads win[KW - K + k]; a window is zeroed where a sequence starts (the taps before it are
  * the zero padding). */
 #define MAXC GT_CUDA_MAMBA_MAX_CONV
-#define CONV_MIN_RUN 8 /* tokens a forward thread convolves in order, at least */
-#define CONV_BATCH 4   /* forward loads in flight per thread */
-#define CONV_BWD_BATCH 4
+#define CONV_MIN_RUN 8       /* tokens a forward thread convolves in order, at least */
+#define CONV_BATCH 4         /* forward loads in flight per thread */
+#define CONV_BWD_INFLIGHT 16 /* channel-tokens a backward thread has loads in flight for */
 #define CONV_BWD_THREADS 128 /* runs of a block: enough in flight per SM */
-#define CONV_BWD_V 4         /* channels a backward thread holds: 8 take too many registers */
+#define CONV_BWD_V                                                                                 \
+    2 /* channels a backward thread holds: 4 took 127 registers and 8 spilled; 2                   \
+         leave room for 8 tokens' loads in flight (CONV_BWD_INFLIGHT) */
 #define KWIN(KT) ((KT) > 0 ? (KT) : MAXC)
 
 template <int V, int KW>
@@ -238,6 +245,7 @@ __global__ void __cluster_dims__(1, RED_CLUSTER, 1) __launch_bounds__(CONV_BWD_T
                int Kr, int accumulate) {
     GT_PDL_ENTRY();
     constexpr int KW = KWIN(KT), SLABV = SLAB_CH / V, RUNS = CONV_BWD_THREADS / SLABV;
+    constexpr int BATCH = CONV_BWD_INFLIGHT / V > 1 ? CONV_BWD_INFLIGHT / V : 1;
     constexpr int SLOTS = KW + 1; /* per channel: the K taps' sums (of KW), then the bias's */
     __shared__ float part[RUNS][SLAB_CH * SLOTS];
     __shared__ float blk[SLAB_CH * SLOTS];
@@ -258,17 +266,17 @@ __global__ void __cluster_dims__(1, RED_CLUSTER, 1) __launch_bounds__(CONV_BWD_T
         conv_start<V, KW>(wk, win, b0, x, ld, w, bias, n0, tm, c, K);
         win_zero<V, KW>(gwin);
         size_t mend = n1 + (size_t)(K - 1); /* walked: [n0, mend) */
-        for (size_t mb = n0; mb < mend; mb += CONV_BWD_BATCH) {
-            uint4 rx[CONV_BWD_BATCH], rd[CONV_BWD_BATCH];
+        for (size_t mb = n0; mb < mend; mb += BATCH) {
+            uint4 rx[BATCH], rd[BATCH];
 #pragma unroll
-            for (int u = 0; u < CONV_BWD_BATCH; u++) {
+            for (int u = 0; u < BATCH; u++) {
                 size_t m = mb + u;
                 int live = m < mend && m < (size_t)N;
                 rx[u] = live ? ld_raw<V>(x + m * ld + c) : make_uint4(0u, 0u, 0u, 0u);
                 rd[u] = live ? ld_raw<V>(dy + m * C + c) : make_uint4(0u, 0u, 0u, 0u);
             }
 #pragma unroll
-            for (int u = 0; u < CONV_BWD_BATCH; u++) {
+            for (int u = 0; u < BATCH; u++) {
                 size_t m = mb + u;
                 if (m >= mend) break;
                 float g[V];
@@ -681,6 +689,91 @@ __global__ void __launch_bounds__(GN_WARPS *GT_WARP)
     }
 }
 
+/* dy, dz and dw's parts together where a row's group fits a warp's lanes in one vector each
+ * (gs <= GNF_MAX_GS): block (t, g) takes GNF_TOKENS tokens of group g, each warp every
+ * GNF_WARPS-th of them, two rows' loads in flight at once, the row's gradients as
+ * k_gnorm_bwd_data makes them, and each lane sums its channels' dout u rstd over its rows;
+ * the warps' sums are added in warp order into part[t][channel] (k_gnorm_dw_sum adds the
+ * blocks' parts in order). So y, z and dout are read once for both gradients. dy may alias y,
+ * as k_gnorm_bwd_data's. */
+#define GNF_WARPS 4
+#define GNF_TOKENS GT_MAMBA_GNORM_TOKENS /* its parts are the workspace's (backend.h) */
+#define GNF_ROWS 2                       /* rows a warp has in flight */
+#define GNF_MAX_GS (GT_WARP * VEC)
+__global__ void __launch_bounds__(GNF_WARPS *GT_WARP)
+    k_gnorm_bwd_fused(bf16 *dy, bf16 *__restrict__ dz, int lddz, const bf16 *__restrict__ dout,
+                      const bf16 *y, const bf16 *__restrict__ z, int ldz,
+                      const bf16 *__restrict__ w, const float *__restrict__ rstd,
+                      float *__restrict__ part, int N, int di, int G) {
+    GT_PDL_ENTRY();
+    __shared__ float sp[GNF_WARPS][GNF_MAX_GS];
+    int warp = threadIdx.x / GT_WARP, lane = threadIdx.x % GT_WARP, g = blockIdx.y;
+    int gs = di / G, c = g * gs + lane * VEC;
+    bool has = lane * VEC < gs;
+    float wv[VEC], acc[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; i++)
+        wv[i] = 0.0f, acc[i] = 0.0f;
+    if (has) ldv<VEC>(wv, w + c);
+    int t0 = (int)blockIdx.x * GNF_TOKENS;
+    for (int q0 = 0; q0 < GNF_TOKENS / GNF_WARPS; q0 += GNF_ROWS) {
+        uint4 ry[GNF_ROWS], rz[GNF_ROWS], rd[GNF_ROWS];
+        float r[GNF_ROWS];
+#pragma unroll
+        for (int u = 0; u < GNF_ROWS; u++) {
+            int n = t0 + warp + (q0 + u) * GNF_WARPS;
+            bool live = n < N && has;
+            uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+            ry[u] = live ? ld_raw<VEC>(y + (size_t)n * di + c) : zero;
+            rz[u] = live ? ld_raw<VEC>(z + (size_t)n * ldz + c) : zero;
+            rd[u] = live ? ld_raw<VEC>(dout + (size_t)n * di + c) : zero;
+            r[u] = n < N ? rstd[(size_t)n * G + g] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < GNF_ROWS; u++) {
+            int n = t0 + warp + (q0 + u) * GNF_WARPS;
+            if (n >= N) break; /* the whole warp */
+            float yv[VEC], zv[VEC], dv[VEC], dot = 0.0f;
+            unpack_raw<VEC>(yv, ry[u]);
+            unpack_raw<VEC>(zv, rz[u]);
+            unpack_raw<VEC>(dv, rd[u]);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) {
+                float gt = gate(yv[i], zv[i]);
+                dot += dv[i] * wv[i] * gt;
+                acc[i] += dv[i] * gt * r[u];
+            }
+            dot = warp_sum(dot);
+            float k = dot / (float)gs * r[u] * r[u] * r[u];
+            if (has)
+                gn_grads<VEC>(dy + (size_t)n * di + c, dz + (size_t)n * lddz + c, yv, zv, dv, wv,
+                              r[u], k);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; i++)
+        if (has) sp[warp][lane * VEC + i] = acc[i];
+    __syncthreads();
+    for (int j = threadIdx.x; j < gs; j += blockDim.x) {
+        float sum = 0.0f;
+        for (int q = 0; q < GNF_WARPS; q++)
+            sum += sp[q][j];
+        part[(size_t)blockIdx.x * di + g * gs + j] = sum;
+    }
+}
+
+/* dw (+)= the blocks' parts of k_gnorm_bwd_fused, in block order: a thread a channel */
+__global__ void k_gnorm_dw_sum(float *dw, const float *__restrict__ part, int blocks, int di,
+                               int accumulate) {
+    GT_PDL_ENTRY();
+    int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= di) return;
+    float sum = 0.0f;
+    for (int q = 0; q < blocks; q++)
+        sum += part[(size_t)q * di + c];
+    dw[c] = accumulate ? dw[c] + sum : sum;
+}
+
 /* 16-byte vectors need the group size and z's row stride in steps of 8 and aligned pointers */
 static int gnorm_vec_ok(int gs, int ldz, const void *a, const void *b, const void *c,
                         const void *d) {
@@ -711,12 +804,23 @@ static void cuda_mamba_gated_norm_fwd(gt_backend *b, gt_stream *s, void *out, fl
 static void cuda_mamba_gated_norm_bwd(gt_backend *b, gt_stream *s, void *dy, void *dzxbcdt,
                                       float *dw, const void *dout, const void *y,
                                       const void *zxbcdt, const void *w, const float *rstd,
-                                      gt_mamba_shape sh, int accumulate) {
+                                      float *ws, gt_mamba_shape sh, int accumulate) {
     if (b->planning || !shape_ok(b, "mamba_gated_norm_bwd", sh)) return;
     int di = gt_mamba_inner(sh), in = gt_mamba_in(sh), N = sh.B * sh.T;
     size_t rows = (size_t)N * sh.G;
     int vec = gnorm_vec_ok(di / sh.G, in, dout, y, zxbcdt, w) && al16_all(dy, dzxbcdt, dy, dy);
     gt_cuda_exec ex = gt_cuda_ex(b, s);
+    if (vec && di / sh.G <= GNF_MAX_GS && ws) { /* both gradients from one pass */
+        int blocks = (N + GNF_TOKENS - 1) / GNF_TOKENS;
+        gt_launch(k_gnorm_bwd_fused, dim3((unsigned)blocks, (unsigned)sh.G), GNF_WARPS * GT_WARP, 0,
+                  ex, (bf16 *)dy, (bf16 *)dzxbcdt, in, (const bf16 *)dout, (const bf16 *)y,
+                  (const bf16 *)zxbcdt, in, (const bf16 *)w, rstd, ws, N, di, sh.G);
+        GT_CUDA_LAUNCHED(b, "mamba_gated_norm_bwd");
+        gt_launch(k_gnorm_dw_sum, (unsigned)((di + MAMBA_THREADS - 1) / MAMBA_THREADS),
+                  MAMBA_THREADS, 0, ex, dw, (const float *)ws, blocks, di, accumulate != 0);
+        GT_CUDA_LAUNCHED(b, "mamba_gated_norm_bwd (weight)");
+        return;
+    }
     dim3 grid((di + SLAB_CH - 1) / SLAB_CH, RED_CLUSTER);
     gt_launch(vec ? k_gnorm_bwd_weight<VEC> : k_gnorm_bwd_weight<1>, grid, RED_THREADS, 0, ex, dw,
               (const bf16 *)dout, (const bf16 *)y, (const bf16 *)zxbcdt, in, rstd, N, di, sh.G,

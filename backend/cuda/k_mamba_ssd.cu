@@ -5,12 +5,14 @@
  * their output exp(cs_i) H C_i, then the D skip; and the backward of all of it. The products
  * are batched GEMMs over every chunk (k_mamba_ssd_gemm.cu) on bf16 operands rounded where
  * mamba_ssm's Triton kernels round them: x, B, C, dy as they come, the decay- and dt-weighted
- * factors, the fp32 states and their gradients, C B^T and dy x^T after the mask and decay; the
- * cumsums, the state passing, the per-token and per-chunk sums (this file) stay fp32. bf16 in
- * and out, sums in a fixed order (no atomics), no host sync, no allocation: the buffers are the
- * op's workspace (gt_mamba_ssd_ws_floats) and the state the forward leaves for the backward
- * (gt_mamba_ssd_state_floats: dt, cs, C B^T, the states entering the chunks and y without D),
- * so that the backward recomputes none of the forward. Every shape runs this one path. */
+ * factors, the states and their gradients, C B^T and dy x^T after the mask and decay; the
+ * cumsums, the state passing, the per-token and per-chunk sums (this file) sum in fp32, and the
+ * passed states and their gradients are kept in bf16, which is what the products read them as
+ * (and how mamba_ssm passes its states). bf16 in and out, sums in a fixed order (no atomics),
+ * no host sync, no allocation: the buffers are the op's workspace (gt_mamba_ws_floats) and
+ * the state the forward leaves for the backward (gt_mamba_ssd_state_floats: dt, cs, C B^T, the
+ * states entering the chunks and y without D), so that the backward recomputes none of the
+ * forward. Every shape runs this one path. */
 #include "backend/cuda/mamba_ssd.cuh"
 
 /* PyTorch's softplus switches to the identity past this (beta 1), as cpu_mamba.c */
@@ -70,77 +72,159 @@ static __device__ __forceinline__ float ck_cs_last(const ck_args &a, size_t bh, 
 /* Chunks whose state entries and decays the passing kernels load before using any: loads
  * issued together, not one dependent round trip per chunk behind the previous store */
 #define CK_PASS_BATCH 8
+/* State entries a passing thread takes: neighbours, one 16-byte load of fp32 where the state's
+ * size allows (ck_pass_vec), else one at a time */
+#define CK_PASS_V 4
 
-/* In place over hin: the chunk's own state becomes the state entering it,
- * H_0 = 0, H_{c+1} = exp(cs_last_c) H_c + Sloc_c; a thread per (b, h, state entry), the
- * neighbouring entries on neighbouring lanes */
-__global__ void k_ck_pass_fwd(ck_args a) {
+/* Whether the passing kernels' 4 entries are 16 bytes of fp32 and 8 of bf16 on their bounds */
+static int ck_pass_vec(const ck_args &a) {
+    uintptr_t at = (uintptr_t)a.st | (uintptr_t)a.hin | (uintptr_t)a.gs;
+    return ((size_t)a.P * a.S) % CK_PASS_V == 0 && at % 16 == 0;
+}
+/* The V fp32 at p */
+template <bool VEC> static __device__ __forceinline__ void ck_ld4(float *v, const float *p) {
+    if (VEC) {
+        float4 u = *(const float4 *)p;
+        v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
+    } else {
+#pragma unroll
+        for (int j = 0; j < CK_PASS_V; j++)
+            v[j] = p[j];
+    }
+}
+/* The V bf16 at p, widened */
+template <bool VEC> static __device__ __forceinline__ void ck_ld4(float *v, const bf16 *p) {
+    if (VEC) {
+        uint2 u = *(const uint2 *)p;
+        float2 lo = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x);
+        float2 hi = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+        v[0] = lo.x, v[1] = lo.y, v[2] = hi.x, v[3] = hi.y;
+    } else {
+#pragma unroll
+        for (int j = 0; j < CK_PASS_V; j++)
+            v[j] = ldf(p + j);
+    }
+}
+/* v rounded to bf16 at p */
+template <bool VEC> static __device__ __forceinline__ void ck_st4(bf16 *p, const float *v) {
+    if (VEC) {
+        __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]),
+                       hi = __floats2bfloat162_rn(v[2], v[3]);
+        uint2 u;
+        u.x = *(const uint32_t *)&lo, u.y = *(const uint32_t *)&hi;
+        *(uint2 *)p = u;
+    } else {
+#pragma unroll
+        for (int j = 0; j < CK_PASS_V; j++)
+            p[j] = tobf(v[j]);
+    }
+}
+
+/* The states entering the chunks, H_0 = 0, H_{c+1} = exp(cs_last_c) H_c + Sloc_c, from the
+ * chunks' own states Sloc (st, fp32), summed in fp32 and stored in bf16 (hin); a thread per
+ * (b, h, CK_PASS_V state entries), the neighbouring entries on neighbouring lanes. Where the
+ * state's size is no multiple of CK_PASS_V (!VEC), a thread's entries may reach into the next
+ * row (b, h), which has its own decays. */
+template <bool VEC> __global__ void k_ck_pass_fwd(ck_args a) {
     GT_PDL_ENTRY();
-    size_t ps = (size_t)a.P * a.S, total = (size_t)a.B * a.H * ps;
-    GT_GRID_STRIDE(i, total) {
-        size_t bh = i / ps, e = i % ps;
-        float *v = a.hin + bh * a.nc * ps + e, st = 0.0f;
+    size_t ps = (size_t)a.P * a.S, rows = (size_t)a.B * a.H, total = rows * ps;
+    GT_GRID_STRIDE(i, (total + CK_PASS_V - 1) / CK_PASS_V) {
+        size_t e0 = i * CK_PASS_V;
+        if (!VEC && (e0 % ps + CK_PASS_V > ps || e0 + CK_PASS_V > total)) {
+            for (size_t e = e0; e < e0 + CK_PASS_V && e < total; e++) { /* one at a time */
+                size_t bh = e / ps, at = bh * a.nc * ps + e % ps;
+                float st = 0.0f;
+                for (int c = 0; c < a.nc; c++) {
+                    a.hin[at + (size_t)c * ps] = tobf(st);
+                    st = expf(ck_cs_last(a, bh, c)) * st + a.st[at + (size_t)c * ps];
+                }
+            }
+            continue;
+        }
+        size_t bh = e0 / ps, at = bh * a.nc * ps + e0 % ps;
+        float st[CK_PASS_V] = {};
         for (int c0 = 0; c0 < a.nc; c0 += CK_PASS_BATCH) {
-            float own[CK_PASS_BATCH], cl[CK_PASS_BATCH];
+            float sl[CK_PASS_BATCH][CK_PASS_V], cl[CK_PASS_BATCH];
 #pragma unroll
             for (int q = 0; q < CK_PASS_BATCH; q++)
                 if (c0 + q < a.nc) {
-                    own[q] = v[(size_t)(c0 + q) * ps];
-                    cl[q] = ck_cs_last(a, bh, c0 + q);
+                    ck_ld4<VEC>(sl[q], a.st + at + (size_t)(c0 + q) * ps);
+                    cl[q] = expf(ck_cs_last(a, bh, c0 + q));
                 }
 #pragma unroll
             for (int q = 0; q < CK_PASS_BATCH; q++)
                 if (c0 + q < a.nc) {
-                    v[(size_t)(c0 + q) * ps] = st;
-                    st = expf(cl[q]) * st + own[q];
+                    ck_st4<VEC>(a.hin + at + (size_t)(c0 + q) * ps, st);
+#pragma unroll
+                    for (int j = 0; j < CK_PASS_V; j++)
+                        st[j] = cl[q] * st[j] + sl[q][j];
                 }
         }
     }
 }
 
-/* In place over gs, backwards over chunks: dL/dHin of chunk c's outputs becomes
- * G_{c+1} = dL/d(the state leaving chunk c); G_c = dHin_c + exp(cs_last_c) G_{c+1}, G_nc = 0 */
-__global__ void k_ck_pass_bwd(ck_args a) {
-    GT_PDL_ENTRY();
-    size_t ps = (size_t)a.P * a.S, total = (size_t)a.B * a.H * ps;
-    GT_GRID_STRIDE(i, total) {
-        size_t bh = i / ps, e = i % ps;
-        float *v = a.gs + bh * a.nc * ps + e, g = 0.0f;
-        for (int r0 = 0; r0 < a.nc; r0 += CK_PASS_BATCH) {
-            float own[CK_PASS_BATCH], cl[CK_PASS_BATCH];
-#pragma unroll
-            for (int q = 0; q < CK_PASS_BATCH; q++) {
-                int c = a.nc - 1 - (r0 + q);
-                if (c >= 0) {
-                    own[q] = v[(size_t)c * ps];
-                    cl[q] = ck_cs_last(a, bh, c);
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < CK_PASS_BATCH; q++) {
-                int c = a.nc - 1 - (r0 + q);
-                if (c >= 0) {
-                    v[(size_t)c * ps] = g;
-                    g = own[q] + expf(cl[q]) * g;
-                }
-            }
-        }
-    }
-}
-
-/* lt[b,h,c] = <G_{c+1}, H_{c+1}>: the state leaving chunk c is exp(cs_last) times all it sums,
- * so this is the loss's derivative by cs_last through it; a block per chunk */
-__global__ void k_ck_lt(ck_args a) {
+/* Backwards over chunks, from dL/dHin of chunk c's outputs (st, fp32):
+ * G_{c+1} = dL/d(the state leaving chunk c), G_c = dHin_c + exp(cs_last_c) G_{c+1}, G_nc = 0,
+ * summed in fp32 and stored in bf16 (gs); and lt, <G_{c+1}, H_{c+1}> (the state leaving chunk c
+ * is exp(cs_last) times all it sums, so this is the loss's derivative by cs_last through it),
+ * each block's part of it over its entries (a fixed tree). Block (bh, q) takes entries
+ * q GT_MAMBA_SSD_PASS_ENTRIES on of row bh, CK_PASS_V neighbours a thread. */
+template <bool VEC>
+__global__ void __launch_bounds__(GT_MAMBA_SSD_PASS_ENTRIES / CK_PASS_V) k_ck_pass_bwd(ck_args a) {
     GT_PDL_ENTRY();
     __shared__ float red[32];
-    size_t z = blockIdx.x, ps = (size_t)a.P * a.S;
-    int c = (int)(z % a.nc);
-    float s = 0.0f;
-    if (c + 1 < a.nc)
-        for (size_t e = threadIdx.x; e < ps; e += blockDim.x)
-            s += a.gs[z * ps + e] * a.hin[(z + 1) * ps + e];
-    s = block_sum(s, red);
-    if (threadIdx.x == 0) a.lt[z] = s;
+    size_t ps = (size_t)a.P * a.S, bh = blockIdx.x;
+    size_t e0 = (size_t)blockIdx.y * GT_MAMBA_SSD_PASS_ENTRIES + threadIdx.x * CK_PASS_V;
+    bool whole = e0 + CK_PASS_V <= ps; /* else the entries past ps are none */
+    size_t at = bh * a.nc * ps + (e0 < ps ? e0 : 0);
+    float g[CK_PASS_V] = {};
+    for (int r0 = 0; r0 < a.nc; r0 += CK_PASS_BATCH) {
+        float own[CK_PASS_BATCH][CK_PASS_V], hn[CK_PASS_BATCH][CK_PASS_V], cl[CK_PASS_BATCH];
+        float lt[CK_PASS_BATCH];
+#pragma unroll
+        for (int q = 0; q < CK_PASS_BATCH; q++) {
+            int c = a.nc - 1 - (r0 + q);
+#pragma unroll
+            for (int j = 0; j < CK_PASS_V; j++)
+                own[q][j] = 0.0f, hn[q][j] = 0.0f;
+            cl[q] = c >= 0 ? expf(ck_cs_last(a, bh, c)) : 0.0f;
+            if (c < 0) continue;
+            if (whole) {
+                ck_ld4<VEC>(own[q], a.st + at + (size_t)c * ps);
+                if (c + 1 < a.nc) ck_ld4<VEC>(hn[q], a.hin + at + (size_t)(c + 1) * ps);
+            } else {
+#pragma unroll
+                for (int j = 0; j < CK_PASS_V; j++) {
+                    if (e0 + j >= ps) break;
+                    own[q][j] = a.st[at + (size_t)c * ps + j];
+                    if (c + 1 < a.nc) hn[q][j] = ldf(a.hin + at + (size_t)(c + 1) * ps + j);
+                }
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < CK_PASS_BATCH; q++) {
+            int c = a.nc - 1 - (r0 + q);
+            lt[q] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < CK_PASS_V; j++)
+                lt[q] += g[j] * hn[q][j];
+            if (c >= 0 && whole) ck_st4<VEC>(a.gs + at + (size_t)c * ps, g);
+            if (c >= 0 && !whole)
+#pragma unroll
+                for (int j = 0; j < CK_PASS_V; j++)
+                    if (e0 + j < ps) a.gs[at + (size_t)c * ps + j] = tobf(g[j]);
+#pragma unroll
+            for (int j = 0; j < CK_PASS_V; j++)
+                g[j] = own[q][j] + cl[q] * g[j];
+        }
+#pragma unroll
+        for (int q = 0; q < CK_PASS_BATCH; q++) {
+            int c = a.nc - 1 - (r0 + q);
+            if (c < 0) break; /* the same for the whole block */
+            float sum = block_sum(lt[q], red);
+            if (threadIdx.x == 0) a.lt[(bh * a.nc + c) * a.nlt + blockIdx.y] = sum;
+        }
+    }
 }
 
 /* tok = x . dxs, dy . yf, dy . x per (token, head): a warp each, lanes over p, a fixed tree;
@@ -158,7 +242,7 @@ __global__ void k_ck_tok(ck_args a) {
         for (int p = lane; p < a.P; p += 32) {
             float xv = ck_x(a, n, h, p), dyv = ck_dy(a, n, h, p), dxs = a.dxs[o + p];
             s0 += xv * dxs;
-            s1 += dyv * a.yf[o + p];
+            s1 += dyv * ldf(a.yf + o + p);
             s2 += dyv * xv;
             a.dxbc[n * a.C + (size_t)h * a.P + p] = tobf(dt * dxs + Dh * dyv);
         }
@@ -190,8 +274,11 @@ __global__ void k_ck_chunk_bwd(ck_args a) {
             float dt = 0.0f, xdxs = 0.0f, dcs = 0.0f;
             if (i >= 0) {
                 dt = a.dt[q], xdxs = a.tok[q];
-                dcs = a.tok[BHT + q] - dt * xdxs + (i == Lc - 1 ? a.lt[z] : 0.0f);
+                dcs = a.tok[BHT + q] - dt * xdxs;
             }
+            if (i == Lc - 1) /* lt's parts, in order */
+                for (int k = 0; k < a.nlt; k++)
+                    dcs += a.lt[z * a.nlt + k];
             float da = carry + ck_warp_scan(dcs, lane);
             carry = __shfl_sync(0xffffffffu, da, 31);
             if (i < 0) continue;
@@ -240,7 +327,9 @@ static void ck_states(gt_backend *b, gt_cuda_exec ex, const ck_args &a, const ch
     GT_CUDA_LAUNCHED(b, what);
     gt_ssd_product(b, ex, a, CK_CB, what);
     gt_ssd_product(b, ex, a, CK_SLOC, what);
-    gt_launch(k_ck_pass_fwd, gt_grid((size_t)a.B * a.H * ps, CK_THREADS), CK_THREADS, 0, ex, a);
+    size_t passers = ((size_t)a.B * a.H * ps + CK_PASS_V - 1) / CK_PASS_V;
+    gt_launch(ck_pass_vec(a) ? k_ck_pass_fwd<true> : k_ck_pass_fwd<false>,
+              gt_grid(passers, CK_THREADS), CK_THREADS, 0, ex, a);
     GT_CUDA_LAUNCHED(b, what);
 }
 
@@ -252,7 +341,7 @@ extern "C" void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, cons
     if (!a.fits) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "mamba_ssd_fwd: the chunked scan's workspace or state layout outgrew "
-                        "gt_mamba_ssd_ws_floats or gt_mamba_ssd_state_floats (backend.h and "
+                        "gt_mamba_ws_floats or gt_mamba_ssd_state_floats (backend.h and "
                         "k_mamba_ssd_gemm.cu disagree)");
         return;
     }
@@ -273,20 +362,19 @@ extern "C" void gt_cuda_mamba_ssd_bwd(gt_backend *b, gt_stream *s, void *dxbc, v
     if (!a.fits) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "mamba_ssd_bwd: the chunked scan's workspace or state layout outgrew "
-                        "gt_mamba_ssd_ws_floats or gt_mamba_ssd_state_floats (backend.h and "
+                        "gt_mamba_ws_floats or gt_mamba_ssd_state_floats (backend.h and "
                         "k_mamba_ssd_gemm.cu disagree)");
         return;
     }
     a.xbc = (const bf16 *)xbc, a.zx = (const bf16 *)zxbcdt, a.dt_bias = (const bf16 *)dt_bias;
     a.A_log = (const bf16 *)A_log, a.D = (const bf16 *)D, a.dy = (const bf16 *)dy;
     a.dxbc = (bf16 *)dxbc, a.dzx = (bf16 *)dzxbcdt;
-    size_t Z = (size_t)a.B * a.H * a.nc, ps = (size_t)a.P * a.S;
-    size_t NH = (size_t)a.B * a.T * a.H;
+    size_t Z = (size_t)a.B * a.H * a.nc, NH = (size_t)a.B * a.T * a.H;
     gt_ssd_product(b, ex, a, CK_DH, "mamba_ssd_bwd (dH)");
-    gt_launch(k_ck_pass_bwd, gt_grid((size_t)a.B * a.H * ps, CK_THREADS), CK_THREADS, 0, ex, a);
+    dim3 pass((unsigned)(a.B * a.H), (unsigned)a.nlt);
+    gt_launch(ck_pass_vec(a) ? k_ck_pass_bwd<true> : k_ck_pass_bwd<false>, pass,
+              GT_MAMBA_SSD_PASS_ENTRIES / CK_PASS_V, 0, ex, a);
     GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (state passing)");
-    gt_launch(k_ck_lt, (unsigned)Z, CK_THREADS, 0, ex, a);
-    GT_CUDA_LAUNCHED(b, "mamba_ssd_bwd (chunk ends)");
     int tok_done = gt_ssd_product(b, ex, a, CK_DXS, "mamba_ssd_bwd (dx)");
     gt_ssd_product(b, ex, a, CK_DC, "mamba_ssd_bwd (dB, dC)");
     if (!tok_done) {

@@ -9,86 +9,106 @@
 
 #define MS_TILE 64 /* rows i and columns j a block makes */
 #define MS_KS 64   /* p a shared slab holds: the hybrid's whole head */
-#define MS_LD                                                                                      \
-    (MS_KS + 8) /* a slab's row stride: 80 bytes, so ldmatrix's rows hit distinct banks            \
-                 */
+/* a slab's row stride: 16 bytes past the row, so that ldmatrix's rows hit distinct banks */
+#define MS_LD (MS_KS + 8)
 #define MS_OLD (MS_TILE + 8) /* the staged result's row stride */
 #define MS_THREADS 128       /* four warps, 16 rows i each */
 
 /* Block (z, ti, tj): chunk z of (b, g) as ck_at_make<CK_DC> numbers it, rows i0 = 64 ti and
- * columns j0 = 64 tj of its M.
- * vec_in: dy's and x's rows and head slices lie on 16 bytes (loads of 8); vec_out: so do the
+ * columns j0 = 64 tj of its M. Its stages, (head, slab of p) in order, go through two shared
+ * buffers: the next stage's copies (cp.async) are in flight while the tensor cores take the
+ * current one.
+ * vec_in: dy's and x's rows and head slices lie on 16 bytes (copies of 8); vec_out: so do the
  * operands' rows of M (the chunk a whole number of 8 rows: stores of 8). */
 __global__ void __launch_bounds__(MS_THREADS) k_ck_msum(ck_args a, int vec_in, int vec_out) {
     GT_PDL_ENTRY();
-    __shared__ __align__(16) bf16 sy[MS_TILE][MS_LD];
-    __shared__ __align__(16) bf16 sx[MS_TILE][MS_LD];
-    __shared__ __align__(16) bf16 so[MS_TILE][MS_OLD], sot[MS_TILE][MS_OLD]; /* M, M^T */
+    /* [stage buffer][dy, x]; after the last stage, M and M^T are staged in buffer 0 */
+    __shared__ __align__(16) bf16 buf[2][2][MS_TILE][MS_LD];
+    static_assert(MS_OLD == MS_LD, "M's staging reuses a slab's rows");
+    bf16(*so)[MS_OLD] = buf[0][0], (*sot)[MS_OLD] = buf[0][1];
     __shared__ float csi[MS_TILE], csj[MS_TILE], dtj[MS_TILE];
     ck_at x = ck_at_make<CK_DC>(a, blockIdx.x);
     int i0 = (int)blockIdx.y * MS_TILE, j0 = (int)blockIdx.z * MS_TILE;
     int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    float sum[8][4] = {};
+    float sum[8][4] = {}, acc[8][4] = {};
     /* a tile with no j <= i inside the chunk is zero */
     bool live = j0 < i0 + MS_TILE && i0 < x.Lc;
-    for (int q = 0; live && q < a.H / a.G; q++) {
-        int h = x.h + q;
-        size_t o = ((size_t)x.b * a.H + h) * a.T + (size_t)x.c * a.L;
-        __syncthreads(); /* the last head's epilogue has read csi, csj, dtj */
-        if (tid < MS_TILE) {
-            int i = i0 + tid;
-            csi[tid] = i < x.Lc ? a.cs[o + i] : 0.0f;
+    int nk = (a.P + MS_KS - 1) / MS_KS, stages = live ? a.H / a.G * nk : 0;
+    /* stage st's slabs of dy (rows i) and x (rows j) into buffer bi */
+    auto load = [&](int st, int bi) {
+        int h = x.h + st / nk, p0 = st % nk * MS_KS;
+        const bf16 zero = __float2bfloat16(0.0f);
+        for (int e = tid; vec_in && e < MS_TILE * MS_KS / 8; e += MS_THREADS) {
+            int r = e / (MS_KS / 8), k = e % (MS_KS / 8) * 8, p = p0 + k, i = i0 + r;
+            int j = j0 + r;
+            size_t hp = (size_t)h * a.P + p;
+            bool oy = i < x.Lc && p < a.P, ox = j < x.Lc && p < a.P;
+            gt_cp_async16(&buf[bi][0][r][k], oy ? a.dy + (x.n0 + i) * a.di + hp : a.dy, oy);
+            gt_cp_async16(&buf[bi][1][r][k], ox ? a.xbc + (x.n0 + j) * a.C + hp : a.xbc, ox);
+        }
+        for (int e = tid; !vec_in && e < MS_TILE * MS_KS; e += MS_THREADS) {
+            int r = e / MS_KS, k = e % MS_KS, p = p0 + k, i = i0 + r, j = j0 + r;
+            size_t hp = (size_t)h * a.P + p;
+            buf[bi][0][r][k] = i < x.Lc && p < a.P ? a.dy[(x.n0 + i) * a.di + hp] : zero;
+            buf[bi][1][r][k] = j < x.Lc && p < a.P ? a.xbc[(x.n0 + j) * a.C + hp] : zero;
+        }
+        gt_cp_commit();
+    };
+    if (stages > 0) load(0, 0);
+    for (int st = 0; st < stages; st++) {
+        int q = st / nk, bi = st & 1;
+        __syncthreads();    /* the last stage's fragments and the last head's decays are read */
+        if (st % nk == 0) { /* a new head: its decays, and its sum from zero */
+            int h = x.h + q;
+            size_t o = ((size_t)x.b * a.H + h) * a.T + (size_t)x.c * a.L;
+            if (tid < MS_TILE) {
+                int i = i0 + tid;
+                csi[tid] = i < x.Lc ? a.cs[o + i] : 0.0f;
+            } else {
+                int r = tid - MS_TILE, j = j0 + r;
+                csj[r] = j < x.Lc ? a.cs[o + j] : 0.0f;
+                dtj[r] = j < x.Lc ? a.dt[o + j] : 0.0f;
+            }
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    acc[nb][e] = 0.0f;
+        }
+        if (st + 1 < stages) {
+            load(st + 1, bi ^ 1);
+            gt_cp_wait<1>(); /* this stage's copies have landed, the next one's may not */
         } else {
-            int r = tid - MS_TILE, j = j0 + r;
-            csj[r] = j < x.Lc ? a.cs[o + j] : 0.0f;
-            dtj[r] = j < x.Lc ? a.dt[o + j] : 0.0f;
+            gt_cp_wait<0>();
         }
-        float acc[8][4] = {};
-        for (int p0 = 0; p0 < a.P; p0 += MS_KS) {
-            __syncthreads(); /* the last slab's fragments are loaded */
-            const bf16 zero = __float2bfloat16(0.0f);
-            for (int e = tid; vec_in && e < MS_TILE * MS_KS / 8; e += MS_THREADS) {
-                int r = e / (MS_KS / 8), k = e % (MS_KS / 8) * 8, p = p0 + k, i = i0 + r;
-                int j = j0 + r;
-                size_t hp = (size_t)h * a.P + p;
-                uint4 vy = {0, 0, 0, 0}, vx = {0, 0, 0, 0};
-                if (i < x.Lc && p < a.P) vy = *(const uint4 *)(a.dy + (x.n0 + i) * a.di + hp);
-                if (j < x.Lc && p < a.P) vx = *(const uint4 *)(a.xbc + (x.n0 + j) * a.C + hp);
-                *(uint4 *)&sy[r][k] = vy;
-                *(uint4 *)&sx[r][k] = vx;
-            }
-            for (int e = tid; !vec_in && e < MS_TILE * MS_KS; e += MS_THREADS) {
-                int r = e / MS_KS, k = e % MS_KS, p = p0 + k, i = i0 + r, j = j0 + r;
-                size_t hp = (size_t)h * a.P + p;
-                sy[r][k] = i < x.Lc && p < a.P ? a.dy[(x.n0 + i) * a.di + hp] : zero;
-                sx[r][k] = j < x.Lc && p < a.P ? a.xbc[(x.n0 + j) * a.C + hp] : zero;
-            }
-            __syncthreads();
+        __syncthreads();
+        bf16(*sy)[MS_LD] = buf[bi][0], (*sx)[MS_LD] = buf[bi][1];
 #pragma unroll
-            for (int kk = 0; kk < MS_KS; kk += 16) {
-                uint32_t af[4];
-                gt_ldsm_x4(af, &sy[warp * 16 + lane % 16][kk + (lane / 16) * 8]);
+        for (int kk = 0; kk < MS_KS; kk += 16) {
+            uint32_t af[4];
+            gt_ldsm_x4(af, &sy[warp * 16 + lane % 16][kk + (lane / 16) * 8]);
 #pragma unroll
-                for (int nb = 0; nb < 8; nb += 2) {
-                    /* matrices (nb, k 0-7), (nb, k 8-15), (nb+1, k 0-7), (nb+1, k 8-15) */
-                    uint32_t bfr[4];
-                    int mi = lane / 8;
-                    gt_ldsm_x4(bfr, &sx[nb * 8 + (mi / 2) * 8 + lane % 8][kk + (mi % 2) * 8]);
-                    gt_mma_16816(acc[nb], af, bfr);
-                    gt_mma_16816(acc[nb + 1], af, bfr + 2);
+            for (int nb = 0; nb < 8; nb += 2) {
+                /* matrices (nb, k 0-7), (nb, k 8-15), (nb+1, k 0-7), (nb+1, k 8-15) */
+                uint32_t bfr[4];
+                int mi = lane / 8;
+                gt_ldsm_x4(bfr, &sx[nb * 8 + (mi / 2) * 8 + lane % 8][kk + (mi % 2) * 8]);
+                gt_mma_16816(acc[nb], af, bfr);
+                gt_mma_16816(acc[nb + 1], af, bfr + 2);
+            }
+        }
+        if (st % nk == nk - 1) /* the head's dy x^T is whole: weighted into the heads' sum */
+#pragma unroll
+            for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = warp * 16 + g + (e / 2) * 8, cc = nb * 8 + 2 * t + e % 2;
+                    int i = i0 + r, j = j0 + cc;
+                    if (j <= i && i < x.Lc)
+                        sum[nb][e] += acc[nb][e] * dtj[cc] * __expf(csi[r] - csj[cc]);
                 }
-            }
-        }
-#pragma unroll
-        for (int nb = 0; nb < 8; nb++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = warp * 16 + g + (e / 2) * 8, cc = nb * 8 + 2 * t + e % 2;
-                int i = i0 + r, j = j0 + cc;
-                if (j <= i && i < x.Lc)
-                    sum[nb][e] += acc[nb][e] * dtj[cc] * __expf(csi[r] - csj[cc]);
-            }
     }
+    __syncthreads(); /* every warp is done with the slabs M is staged over */
 #pragma unroll
     for (int nb = 0; nb < 8; nb++)
 #pragma unroll

@@ -89,19 +89,19 @@ static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x,
         return ck_b(a, x.n0 + k, x.g, n);
     case CK_YF:
         if (k < a.L) return k < x.Lc ? x.dt[k] * ck_x(a, x.n0 + k, x.h, n) : 0.0f;
-        return x.hin[(size_t)n * a.S + (k - a.L)];
+        return ldf(x.hin + (size_t)n * a.S + (k - a.L));
     case CK_DH:
         return ck_c(a, x.n0 + k, x.g, n);
     case CK_DXS:
         if (k < a.L) return k < x.Lc ? ck_dy(a, x.n0 + k, x.h, n) : 0.0f;
-        return x.gs[(size_t)n * a.S + (k - a.L)];
+        return ldf(x.gs + (size_t)n * a.S + (k - a.L));
     case CK_DC:
     default: { /* CK_DB */
         int PP = a.H / a.G * a.P;
         if (k < PP) {
             size_t ps = (size_t)a.P * a.S, e = (size_t)(k % a.P) * a.S + n;
             size_t at = (ck_bh(a, x, k / a.P) * a.nc + x.c) * ps + e;
-            return OP == CK_DC ? a.hin[at] : a.gs[at];
+            return ldf((OP == CK_DC ? a.hin : a.gs) + at);
         }
         int j = k - ck_kp(a); /* between PP and ck_kp: padding */
         if (j < 0 || j >= x.Lc) return 0.0f;
@@ -111,14 +111,18 @@ static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x,
 }
 
 /* Where product OP's result at (m, n) of chunk x goes: element ck_out_at of its fp32 buffer
- * (ck_out_f32), or of dxbc for dC and dB (bf16 slices) */
+ * (ck_out_f32), or of its bf16 one (ck_out_bf16: y - D x, and dxbc's slices for dC and dB) */
+template <int OP> static __device__ __forceinline__ constexpr bool ck_out_is_bf16() {
+    return OP == CK_YF || OP == CK_DC || OP == CK_DB;
+}
 template <int OP> static __device__ __forceinline__ float *ck_out_f32(const ck_args &a) {
-    return OP == CK_CB     ? a.cb
-           : OP == CK_SLOC ? a.hin
-           : OP == CK_YF   ? a.yf
-           : OP == CK_DH   ? a.gs
-           : OP == CK_DXS  ? a.dxs /* dx's dxbc is made of it beside the token sums (k_ck_tok) */
-                           : NULL;
+    return OP == CK_CB                    ? a.cb
+           : OP == CK_SLOC || OP == CK_DH ? a.st
+           : OP == CK_DXS ? a.dxs /* dx's dxbc is made of it beside the token sums (k_ck_tok) */
+                          : NULL;
+}
+template <int OP> static __device__ __forceinline__ bf16 *ck_out_bf16(const ck_args &a) {
+    return OP == CK_YF ? a.yf : a.dxbc;
 }
 template <int OP>
 static __device__ __forceinline__ size_t ck_out_at(const ck_args &a, const ck_at &x, int m, int n) {
@@ -143,8 +147,8 @@ template <int OP>
 static __device__ __forceinline__ void ck_store(const ck_args &a, const ck_at &x, int m, int n,
                                                 float v) {
     size_t at = ck_out_at<OP>(a, x, m, n);
-    if (OP == CK_DC || OP == CK_DB)
-        a.dxbc[at] = tobf(v);
+    if (ck_out_is_bf16<OP>())
+        ck_out_bf16<OP>(a)[at] = tobf(v);
     else
         ck_out_f32<OP>(a)[at] = v;
 }
@@ -153,8 +157,8 @@ template <int OP>
 static __device__ __forceinline__ void ck_store2(const ck_args &a, const ck_at &x, int m, int n,
                                                  float v0, float v1) {
     size_t at = ck_out_at<OP>(a, x, m, n);
-    if (OP == CK_DC || OP == CK_DB)
-        *(__nv_bfloat162 *)(a.dxbc + at) = __floats2bfloat162_rn(v0, v1);
+    if (ck_out_is_bf16<OP>())
+        *(__nv_bfloat162 *)(ck_out_bf16<OP>(a) + at) = __floats2bfloat162_rn(v0, v1);
     else
         *(float2 *)(ck_out_f32<OP>(a) + at) = make_float2(v0, v1);
 }
@@ -167,6 +171,7 @@ static ck_args ck_shape_args(gt_mamba_shape sh) {
     a.nc = (sh.T + a.L - 1) / a.L;
     a.C = gt_mamba_conv(sh), a.di = gt_mamba_inner(sh), a.in = gt_mamba_in(sh);
     a.ldm = (int)gt_mamba_ssd_ld((size_t)a.L);
+    a.nlt = (sh.P * sh.S + GT_MAMBA_SSD_PASS_ENTRIES - 1) / GT_MAMBA_SSD_PASS_ENTRIES;
     return a;
 }
 
@@ -177,18 +182,19 @@ ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state) {
     a.dt = ck_align(state);
     a.cs = ck_align(a.dt + BH * sh.T);
     a.cb = ck_align(a.cs + BH * sh.T);
-    a.hin = ck_align(a.cb + ZG * LL);
-    a.yf = ck_align(a.hin + Z * ps);
+    a.hin = (bf16 *)ck_align(a.cb + ZG * LL);
+    a.yf = (bf16 *)ck_align(a.hin + Z * ps);
     int state_fits =
-        a.yf + Z * a.L * sh.P <= state + gt_mamba_ssd_state_floats(sh, GT_BACKEND_CUDA);
-    a.gs = ck_align(ws);
+        (float *)(a.yf + Z * a.L * sh.P) <= state + gt_mamba_ssd_state_floats(sh, GT_BACKEND_CUDA);
+    a.st = ck_align(ws);
+    a.gs = (bf16 *)ck_align(a.st + Z * ps);
     a.dxs = ck_align(a.gs + Z * ps);
     a.tok = ck_align(a.dxs + (sh.P > GT_MAMBA_SSD_TOK_MAX_P ? Z * a.L * sh.P : 0));
     a.lt = ck_align(a.tok + 3 * BH * sh.T);
-    a.part = ck_align(a.lt + Z);
+    a.part = ck_align(a.lt + Z * a.nlt);
     a.m_dc = (bf16 *)ck_align(a.part + 3 * Z);
     a.m_db = (bf16 *)ck_align(a.m_dc + ZG * a.L * a.ldm);
-    a.fits = state_fits && (float *)(a.m_db + ZG * a.L * a.ldm) <= ws + gt_mamba_ssd_ws_floats(sh);
+    a.fits = state_fits && (float *)(a.m_db + ZG * a.L * a.ldm) <= ws + gt_mamba_ws_floats(sh);
     return a;
 }
 
@@ -218,12 +224,10 @@ template <int OP> static __device__ __forceinline__ bool cf_a_along_m(const ck_a
 template <int OP> static __device__ __forceinline__ bool cf_b_along_k(const ck_args &a, int k) {
     return OP == CK_CB || ((OP == CK_YF || OP == CK_DXS) && k >= a.L);
 }
-/* Whether the operand's 8 can be fp32 (two 16-byte loads): C B^T for y and dx (A), the
- * states for y, dx, dC and dB (B) */
-template <int OP> struct cf_f32 {
-    static constexpr bool a = OP == CK_YF || OP == CK_DXS;
-    static constexpr bool b = OP == CK_YF || OP == CK_DXS || OP == CK_DC || OP == CK_DB;
-};
+/* Whether A's 8 can be fp32 (two 16-byte loads): C B^T for y and dx; B's are all bf16 */
+template <int OP> static __device__ __forceinline__ constexpr bool cf_a_f32() {
+    return OP == CK_YF || OP == CK_DXS;
+}
 /* dB's or dC's M at (m, j) of chunk x: k_mamba_ssd_dm.cu's */
 template <int OP>
 static __device__ __forceinline__ const bf16 *cf_m_at(const ck_args &a, const ck_at &x, int m,
@@ -239,10 +243,10 @@ static __device__ __forceinline__ float cf_a1(const ck_args &a, const ck_at &x, 
 }
 
 /* Where 8 operand values come from: CF_ONE each alone (ck_opa / ck_opb), CF_ZERO none, CF_BF16
- * 8 bf16 at p times f, CF_F32 8 fp32 at p, CF_CB_ROW y's C B^T row at p (value i kept where
+ * 8 bf16 at p times f, CF_CB_ROW y's C B^T row at p (value i kept where
  * k + i <= m, times exp(cs_m - cs_(k+i))), CF_CB_COL dx's C B^T at p along m (kept where
  * k >= m + i, times exp(cs_k - cs_(m+i))) */
-enum { CF_ONE, CF_ZERO, CF_BF16, CF_F32, CF_CB_ROW, CF_CB_COL };
+enum { CF_ONE, CF_ZERO, CF_BF16, CF_CB_ROW, CF_CB_COL };
 typedef struct cf_src {
     const void *p;
     float f;
@@ -319,14 +323,15 @@ static __device__ __forceinline__ cf_src cf_b_src(const ck_args &a, const ck_at 
             return cf_bf16(a.dy + (x.n0 + k) * a.di + (size_t)x.h * a.P + n, 1.0f);
         }
         /* along k = s */
-        return cf_kind(CF_F32, (OP == CK_YF ? x.hin : x.gs) + (size_t)n * a.S + (k - a.L));
+        return cf_bf16((OP == CK_YF ? x.hin : x.gs) + (size_t)n * a.S + (k - a.L), 1.0f);
     default: { /* CK_DC, CK_DB */
         int PP = a.H / a.G * a.P, kp = ck_kp(a);
         if (k < PP) {
             int q = k / a.P, p = k - q * a.P;
             size_t ps = (size_t)a.P * a.S;
-            return cf_kind(CF_F32, (OP == CK_DC ? a.hin : a.gs) +
-                                       (ck_bh(a, x, q) * a.nc + x.c) * ps + (size_t)p * a.S + n);
+            return cf_bf16((OP == CK_DC ? a.hin : a.gs) + (ck_bh(a, x, q) * a.nc + x.c) * ps +
+                               (size_t)p * a.S + n,
+                           1.0f);
         }
         int j = k - kp;
         if (j < 0 || j >= x.Lc) return cf_kind(CF_ZERO);
@@ -337,11 +342,11 @@ static __device__ __forceinline__ cf_src cf_b_src(const ck_args &a, const ck_at 
     }
 }
 
-/* The raw 16 or 32 bytes of src (F32: whether it can be fp32) */
+/* The raw 16 or 32 bytes of src (F32: whether it can be fp32, C B^T's) */
 template <bool F32> static __device__ __forceinline__ void cf_load(const cf_src &s, uint4 *r) {
-    if (s.kind == CF_BF16 || (!F32 && s.kind >= CF_F32)) {
+    if (s.kind == CF_BF16) {
         r[0] = *(const uint4 *)s.p;
-    } else if (F32 && s.kind >= CF_F32) {
+    } else if (F32 && s.kind >= CF_CB_ROW) {
         r[0] = ((const uint4 *)s.p)[0];
         r[F32 ? 1 : 0] = ((const uint4 *)s.p)[1];
     }
@@ -407,7 +412,7 @@ static __device__ __forceinline__ void cf_dxs_tok(const ck_args &a, const ck_at 
             if (vec && p + 1 < N) { /* both columns from 4- and 8-byte loads */
                 float2 xv = __bfloat1622float2(*(const __nv_bfloat162 *)(a.xbc + xat));
                 float2 dv = __bfloat1622float2(*(const __nv_bfloat162 *)(a.dy + yat));
-                float2 yv = *(const float2 *)(a.yf + o + p);
+                float2 yv = __bfloat1622float2(*(const __nv_bfloat162 *)(a.yf + o + p));
                 s0 += xv.x * v[0], s1 += dv.x * yv.x, s2 += dv.x * xv.x;
                 s0 += xv.y * v[1], s1 += dv.y * yv.y, s2 += dv.y * xv.y;
                 *(__nv_bfloat162 *)(a.dxbc + xat) =
@@ -417,7 +422,7 @@ static __device__ __forceinline__ void cf_dxs_tok(const ck_args &a, const ck_at 
             for (int e = 0; e < 2 && p + e < N; e++) {
                 float xv = ldf(a.xbc + xat + e), dyv = ldf(a.dy + yat + e);
                 s0 += xv * v[e];
-                s1 += dyv * a.yf[o + p + e];
+                s1 += dyv * ldf(a.yf + o + p + e);
                 s2 += dyv * xv;
                 a.dxbc[xat + e] = tobf(dt * v[e] + x.Dh * dyv);
             }
@@ -460,7 +465,7 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
     GT_PDL_ENTRY();
     constexpr int THREADS = BM * 2, NB = BN / 8; /* a warp: 16 rows, every column */
     constexpr int UA = BM * CF_BK / 8 / THREADS, UB = CF_BK * BN / 8 / THREADS; /* 8s a thread */
-    constexpr bool FA = cf_f32<OP>::a, FB = cf_f32<OP>::b;
+    constexpr bool FA = cf_a_f32<OP>();
     __shared__ __align__(16) bf16 sa[BM][CF_BK + 8];
     __shared__ __align__(16) bf16 sb[CF_BK][BN + 8];
     __shared__ float scs[CF_MAXL], sdt[CF_MAXL];
@@ -477,7 +482,7 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
         x.cs = scs, x.dt = sdt;
     }
     float acc[NB][4] = {};
-    uint4 ra[UA][FA ? 2 : 1], rb[UB][FB ? 2 : 1];
+    uint4 ra[UA][FA ? 2 : 1], rb[UB][1];
     float fa[UA], fb[UB];
     int ka[UA], kb[UB];
     /* slab k0's sources and loads; e: the thread's u-th 8 */
@@ -498,7 +503,7 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
             int k, n;
             cf_unit_b<BN>(e, bk, &k, &n);
             cf_src sr = cf_b_src<OP>(a, x, k0 + k, n0 + n, N, K, vec != 0, bk);
-            cf_load<FB>(sr, rb[u]);
+            cf_load<false>(sr, rb[u]);
             fb[u] = sr.f, kb[u] = sr.kind;
         }
     };
@@ -532,7 +537,7 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
             int k, n;
             cf_unit_b<BN>(e, bk, &k, &n);
             float v[8];
-            if (!cf_make<FB>(x, kb[u], fb[u], rb[u], 0, 0, v))
+            if (!cf_make<false>(x, kb[u], fb[u], rb[u], 0, 0, v))
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
                     int ki = k0 + k + (bk ? i : 0), ni = n0 + n + (bk ? 0 : i);

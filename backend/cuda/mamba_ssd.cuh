@@ -16,7 +16,7 @@ enum {
     CK_CB,   /* per (b, g, c): CB[i][j] = C_i . B_j, j <= i (k over S) */
     CK_SLOC, /* Sloc[p][s] = sum_j w_j xs_j[p] B_j[s] (k over the chunk) */
     CK_YF,   /* y[i][p] - D x_i[p] = sum_j<=i CB_ij E_ij xs_j[p] + exp(cs_i) sum_s Hin[p][s] C_i[s]
-                (fp32, kept in the state: the backward's dcs needs it) */
+                (kept in the state in bf16: the backward's dcs needs it) */
     CK_DH,   /* dHin[p][s] = sum_i exp(cs_i) dy_i[p] C_i[s] */
     CK_DXS,  /* dxs[j][p] = sum_i>=j CB_ij E_ij dy_i[p] + w_j sum_s B_j[s] G[p][s] */
     /* dB and dC per (b, g, c), the group's heads h summed inside the product: over (h, p)
@@ -31,26 +31,31 @@ static __host__ __device__ __forceinline__ constexpr bool ck_per_group(int op) {
     return op == CK_CB || op == CK_DC || op == CK_DB;
 }
 
-/* Pointers into the workspace (laid out as gt_mamba_ssd_ws_floats counts them) and shapes. */
+/* Pointers into the workspace (laid out as gt_mamba_ws_floats counts them) and shapes. */
 typedef struct ck_args {
     const bf16 *xbc, *zx, *dt_bias, *A_log, *D, *dy;
     bf16 *y, *dxbc, *dzx;
     /* the state (the forward writes it, the backward reads it) */
     float *dt, *cs; /* [B*H][T]: softplus'd dt, cumsum of dt*A within the chunk */
     float *cb;      /* [B*G][nc][L][L] */
-    float *hin;     /* [B*H][nc][P][S]: the chunk's own state, then the state entering it */
-    float *yf;      /* [B*H][nc*L][P]: y - D x, tokens padded to whole chunks */
+    bf16 *hin;      /* [B*H][nc][P][S]: the state entering the chunk (bf16: the products'
+                       operands are, and mamba_ssm passes its states so) */
+    bf16 *yf;       /* [B*H][nc*L][P]: y - D x, tokens padded to whole chunks */
     /* the workspace */
-    float *gs;         /* [B*H][nc][P][S]: dL/dHin of the chunk's outputs, then dL/d(state out) */
+    float *st;         /* [B*H][nc][P][S] fp32: the chunk's own state (forward), dL/dHin of
+                          the chunk's outputs (backward), both summed on in the passing */
+    bf16 *gs;          /* [B*H][nc][P][S]: dL/d(the state leaving the chunk) */
     float *dxs;        /* [B*H][nc*L][P], tokens padded to whole chunks; only where P >
                           GT_MAMBA_SSD_TOK_MAX_P (else dx's product makes dx and tok itself) */
     float *tok;        /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
-    float *lt;         /* [B*H][nc]: <dL/d(state out), state out> */
+    float *lt;         /* [B*H][nc][nlt]: <dL/d(state out), state out>, in parts of
+                          GT_MAMBA_SSD_PASS_ENTRIES state entries (k_ck_pass_bwd's blocks) */
     float *part;       /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
     bf16 *m_dc, *m_db; /* [B*G*nc][L][ldm]: dC's M (rows i) and dB's (rows j, M^T) */
     int B, T, H, P, G, S, L, nc, C, di, in;
     int ldm;  /* L rounded up to whole 16-byte rows of bf16 */
-    int fits; /* the layouts end inside gt_mamba_ssd_ws_floats and gt_mamba_ssd_state_floats */
+    int nlt;  /* the parts of lt: P*S over GT_MAMBA_SSD_PASS_ENTRIES, rounded up */
+    int fits; /* the layouts end inside gt_mamba_ws_floats and gt_mamba_ssd_state_floats */
 } ck_args;
 
 /* One chunk of one head (or group, where ck_per_group: h is then the group's first head):
@@ -59,7 +64,7 @@ typedef struct ck_at {
     int b, h, g, c, Lc;
     size_t z, n0;
     const float *cs, *dt, *cb;
-    const float *hin, *gs;
+    const bf16 *hin, *gs;
     float csl, A, Dh;
 } ck_at;
 
@@ -99,7 +104,7 @@ static __device__ __forceinline__ float ck_dy(const ck_args &a, size_t n, int h,
     return ldf(a.dy + n * a.di + (size_t)h * a.P + p);
 }
 
-/* The workspace ws and the state laid out for shape sh as gt_mamba_ssd_ws_floats and
+/* The workspace ws and the state laid out for shape sh as gt_mamba_ws_floats and
  * gt_mamba_ssd_state_floats count them (fits: both layouts end inside them), each buffer on
  * 256 bytes; the tensors' pointers are the caller's */
 ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state);

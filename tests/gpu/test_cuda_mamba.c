@@ -53,7 +53,9 @@ static const gt_mamba_shape k_shapes[] = {
  * path); conv widths 2 and 3 on vectors across several sequences, a sequence shorter than
  * the width, the generic widths 6 and 8; norm rows longer than a warp holds in registers
  * (2560 channels on vectors, 300 scalar); the hybrid workload's layout (d_inner 2048, one
- * group of 128 states, width 4) over a 2048-token sequence. */
+ * group of 128 states, width 4) over a 2048-token sequence; and its 8 norm groups of 256
+ * channels, the widest the one-pass norm backward takes, over tokens that leave its last
+ * block part-filled. */
 static const gt_mamba_shape k_kernel_shapes[] = {
     {.B = 3, .T = 45, .H = 8, .P = 8, .G = 2, .S = 16, .K = 2, .chunk = 16},
     {.B = 2, .T = 130, .H = 8, .P = 8, .G = 2, .S = 16, .K = 3, .chunk = 16},
@@ -64,6 +66,7 @@ static const gt_mamba_shape k_kernel_shapes[] = {
     {.B = 2, .T = 20, .H = 8, .P = 320, .G = 1, .S = 16, .K = 4, .chunk = 16},
     {.B = 2, .T = 20, .H = 3, .P = 100, .G = 1, .S = 16, .K = 3, .chunk = 16},
     {.B = 1, .T = 2048, .H = 32, .P = 64, .G = 1, .S = 128, .K = 4, .chunk = 256},
+    {.B = 2, .T = 150, .H = 32, .P = 64, .G = 8, .S = 16, .K = 4, .chunk = 64},
 };
 #define N_KERNEL_SHAPES (int)(sizeof k_kernel_shapes / sizeof k_kernel_shapes[0])
 
@@ -256,7 +259,7 @@ static void ssd_case(gpu_env *e, gt_mamba_shape sh, int accumulate) {
                  0x2545F4914F6CDD1Dull;
     mamba_in m = make_inputs(e, sh);
     size_t N = m.N, in = m.in, C = m.C, di = m.di, H = (size_t)sh.H;
-    size_t ws = gt_mamba_ssd_ws_floats(sh);
+    size_t ws = gt_mamba_ws_floats(sh);
     float *gb0 = grad_init(e, H, accumulate), *ga0 = grad_init(e, H, accumulate);
     float *gd0 = grad_init(e, H, accumulate);
     float *c_y = c_f32(e, NULL, N * di), *c_dxbc = c_f32(e, NULL, N * C);
@@ -322,7 +325,7 @@ static void test_ssd_tolerance_sees_a_wrong_decay(void **state) {
         gt_mamba_shape sh = k_shapes[i];
         mamba_in m = make_inputs(e, sh);
         size_t N = m.N, in = m.in, C = m.C, di = m.di, H = (size_t)sh.H;
-        size_t ws = gt_mamba_ssd_ws_floats(sh);
+        size_t ws = gt_mamba_ws_floats(sh);
         float *wrong_A = malloc(H * sizeof *wrong_A);
         for (size_t h = 0; h < H; h++)
             wrong_A[h] = bf16_round(m.A_log[h] + WRONG_A_LOG_SHIFT);
@@ -355,8 +358,10 @@ static void test_ssd_tolerance_sees_a_wrong_decay(void **state) {
     }
 }
 
-static void gnorm_case(gpu_env *e, gt_mamba_shape sh, int accumulate) {
+/* ws: whether the GPU gets a workspace (its one-pass path, where the group fits a warp) */
+static void gnorm_case(gpu_env *e, gt_mamba_shape sh, int accumulate, int ws_given) {
     mamba_in m = make_inputs(e, sh);
+    float *ws = ws_given ? g_f32(e, NULL, gt_mamba_ws_floats(sh)) : NULL;
     size_t N = m.N, in = m.in, di = m.di, G = (size_t)sh.G;
     float eps = 1e-5f;
     float *dw0 = grad_init(e, di, accumulate);
@@ -366,14 +371,14 @@ static void gnorm_case(gpu_env *e, gt_mamba_shape sh, int accumulate) {
     float *c_zx = c_f32(e, m.zx, N * in), *c_w = c_f32(e, m.gw, di);
     e->cpu->ops->mamba_gated_norm_fwd(e->cpu, e->cs, c_out, c_rstd, c_y, c_zx, c_w, eps, sh);
     e->cpu->ops->mamba_gated_norm_bwd(e->cpu, e->cs, c_dy, c_dz, c_dw, c_f32(e, m.dout, N * di),
-                                      c_y, c_zx, c_w, c_rstd, sh, accumulate);
+                                      c_y, c_zx, c_w, c_rstd, NULL, sh, accumulate);
     void *g_y = g_act(e, m.y, N * di), *g_zx = g_act(e, m.zx, N * in), *g_w = g_act(e, m.gw, di);
     void *g_out = g_act(e, NULL, N * di), *g_dy = g_act(e, NULL, N * di);
     void *g_dz = g_act(e, m.dz0, N * in);
     float *g_rstd = g_f32(e, NULL, N * G), *g_dw = g_f32(e, dw0, di);
     e->gpu->ops->mamba_gated_norm_fwd(e->gpu, e->gs, g_out, g_rstd, g_y, g_zx, g_w, eps, sh);
     e->gpu->ops->mamba_gated_norm_bwd(e->gpu, e->gs, g_dy, g_dz, g_dw, g_act(e, m.dout, N * di),
-                                      g_y, g_zx, g_w, g_rstd, sh, accumulate);
+                                      g_y, g_zx, g_w, g_rstd, ws, sh, accumulate);
     float *got = malloc(N * in * sizeof *got);
     g_read_act(e, got, g_out, N * di);
     EXPECT_CLOSE("mamba_gated_norm_fwd out", got, c_out, N * di, TOL_BF16);
@@ -397,16 +402,17 @@ static void test_gated_norm_matches_cpu(void **state) {
     gpu_env *e = *state;
     for (int i = 0; i < N_SHAPES; i++)
         for (int acc = 0; acc <= 1; acc++)
-            gnorm_case(e, k_shapes[i], acc);
+            gnorm_case(e, k_shapes[i], acc, 1);
 }
 
 static void test_gated_norm_paths_match_cpu(void **state) {
     gpu_env *e = *state;
     for (int i = 0; i < N_KERNEL_SHAPES; i++)
-        for (int acc = 0; acc <= 1; acc++) {
-            gnorm_case(e, k_kernel_shapes[i], acc);
-            env_free_all(e);
-        }
+        for (int acc = 0; acc <= 1; acc++)
+            for (int ws = 0; ws <= 1; ws++) {
+                gnorm_case(e, k_kernel_shapes[i], acc, ws);
+                env_free_all(e);
+            }
 }
 
 /* Device buffers of all six ops on one shape: the forward chain conv -> scan -> norm, then
@@ -435,7 +441,7 @@ static mamba_dev upload(gpu_env *e, const mamba_in *m) {
     d.dxbc = g_act(e, NULL, N * m->C);
     d.dz = g_act(e, NULL, N * m->in);
     d.rstd = g_f32(e, NULL, N * m->sh.G);
-    d.ws = g_f32(e, NULL, gt_mamba_ssd_ws_floats(m->sh));
+    d.ws = g_f32(e, NULL, gt_mamba_ws_floats(m->sh));
     d.st = g_f32(e, NULL, gt_mamba_ssd_state_floats(m->sh, GT_BACKEND_CUDA));
     d.g_cw = g_f32(e, NULL, m->C * m->sh.K);
     d.g_cb = g_f32(e, NULL, m->C);
@@ -454,7 +460,7 @@ static void run_all(gpu_env *e, const mamba_dev *d) {
                           d->sh);
     b->ops->mamba_gated_norm_fwd(b, s, d->out, d->rstd, d->y, d->zx, d->gw, 1e-5f, d->sh);
     b->ops->mamba_gated_norm_bwd(b, s, d->dy, d->dz, d->g_gw, d->dout, d->y, d->zx, d->gw, d->rstd,
-                                 d->sh, 0);
+                                 d->ws, d->sh, 0);
     b->ops->mamba_ssd_bwd(b, s, d->dxbc, d->dz, d->g_db, d->g_da, d->g_dd, d->dy, d->xbc, d->zx,
                           d->dt_bias, d->A_log, d->D, d->ws, d->st, d->sh, 0);
     b->ops->mamba_conv_bwd(b, s, d->dz, d->g_cw, d->g_cb, d->dxbc, d->zx, d->conv_w, d->conv_b,

@@ -72,7 +72,7 @@ static ssd_ctx make_ctx(gpu_env *e, gt_mamba_shape sh) {
     c.xbc = g_act(e, hx, N * C), c.zx = g_act(e, hz, N * in), c.dy = g_act(e, hdy, N * di);
     c.A_log = g_act(e, hA, H), c.dt_bias = g_act(e, hb, H), c.D = g_act(e, hD, H);
     c.y = g_act(e, NULL, N * di), c.dxbc = g_act(e, NULL, N * C), c.dz = g_act(e, hz, N * in);
-    c.ws = g_f32(e, NULL, gt_mamba_ssd_ws_floats(sh));
+    c.ws = g_f32(e, NULL, gt_mamba_ws_floats(sh));
     c.st = g_f32(e, NULL, gt_mamba_ssd_state_floats(sh, GT_BACKEND_CUDA));
     c.gb = g_f32(e, NULL, H), c.ga = g_f32(e, NULL, H), c.gd = g_f32(e, NULL, H);
     free(hA), free(hb), free(hx), free(hz), free(hdy), free(hD);
