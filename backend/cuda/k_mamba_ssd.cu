@@ -228,7 +228,8 @@ __global__ void __launch_bounds__(GT_MAMBA_SSD_PASS_ENTRIES / CK_PASS_V) k_ck_pa
 }
 
 /* tok = x . dxs, dy . yf, dy . x per (token, head): a warp each, lanes over p, a fixed tree;
- * and dx's slice of dxbc, dt dxs + D dy, from the same loads */
+ * and dx's slice of dxbc, dt (dxs + C_n.B_n dy) + D dy (dxs without C B^T's diagonal), from the
+ * same loads */
 __global__ void k_ck_tok(ck_args a) {
     GT_PDL_ENTRY();
     size_t NH = (size_t)a.B * a.T * a.H, BHT = NH, nw = (size_t)gridDim.x * blockDim.x / 32;
@@ -238,13 +239,15 @@ __global__ void k_ck_tok(ck_args a) {
         int h = (int)(w % a.H);
         size_t o = (((n / a.T) * a.H + h) * a.nc * a.L + n % a.T) * a.P;
         size_t q = ((n / a.T) * a.H + h) * a.T + n % a.T;
-        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, dt = a.dt[q], Dh = ldf(a.D + h);
+        int t = (int)(n % a.T);
+        float cbd = ck_cb_diag(a, (int)(n / a.T), h / (a.H / a.G), t / a.L, t % a.L);
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, dt = a.dt[q], fd = dt * cbd + ldf(a.D + h);
         for (int p = lane; p < a.P; p += 32) {
             float xv = ck_x(a, n, h, p), dyv = ck_dy(a, n, h, p), dxs = a.dxs[o + p];
             s0 += xv * dxs;
             s1 += dyv * ldf(a.yf + o + p);
             s2 += dyv * xv;
-            a.dxbc[n * a.C + (size_t)h * a.P + p] = tobf(dt * dxs + Dh * dyv);
+            a.dxbc[n * a.C + (size_t)h * a.P + p] = tobf(dt * dxs + fd * dyv);
         }
         s0 = warp_sum(s0), s1 = warp_sum(s1), s2 = warp_sum(s2);
         if (lane == 0) {
@@ -255,8 +258,9 @@ __global__ void k_ck_tok(ck_args a) {
     }
 }
 
-/* Per chunk, backwards over its tokens: dcs_i = dy_i . (y_i - D x_i) - dt_i x_i . dxs_i (+ lt
- * at the last), da = the reverse cumsum of dcs, ddt = x . dxs + da A, dA = sum da dt; the dt
+/* Per chunk, backwards over its tokens: dcs_i = dy_i . yf_i - dt_i x_i . dxs_i (+ lt at the
+ * last; C B^T's diagonal is in neither, mamba_ssd.cuh), da = the reverse cumsum of dcs,
+ * ddt = x . (dxs + CB_ii dy) + da A, dA = sum da dt; the dt
  * slice of dzx and the chunk's sums of ddt_bias, dA and dD. A warp per chunk, its lanes over
  * 32 tokens at a time from the chunk's end (lane 0 the latest), the sums a fixed tree. */
 __global__ void k_ck_chunk_bwd(ck_args a) {
@@ -275,6 +279,7 @@ __global__ void k_ck_chunk_bwd(ck_args a) {
             if (i >= 0) {
                 dt = a.dt[q], xdxs = a.tok[q];
                 dcs = a.tok[BHT + q] - dt * xdxs;
+                xdxs += ck_cb_diag(a, b, h / (a.H / a.G), c, i) * a.tok[2 * BHT + q];
             }
             if (i == Lc - 1) /* lt's parts, in order */
                 for (int k = 0; k < a.nlt; k++)

@@ -56,14 +56,13 @@ static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x,
     case CK_SLOC:
         return __expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
     case CK_YF:
-        if (k < a.L) return k <= m ? x.cb[(size_t)m * a.L + k] * __expf(x.cs[m] - x.cs[k]) : 0.0f;
+        if (k < a.L) return k < m ? x.cb[(size_t)m * a.L + k] * __expf(x.cs[m] - x.cs[k]) : 0.0f;
         return __expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
     case CK_DH:
         return ck_dy(a, x.n0 + k, x.h, m) * __expf(x.cs[k]);
     case CK_DXS:
         if (k < a.L)
-            return k >= m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * __expf(x.cs[k] - x.cs[m])
-                                      : 0.0f;
+            return k > m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * __expf(x.cs[k] - x.cs[m]) : 0.0f;
         return __expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
     case CK_DC: { /* k past the heads' P: k_mamba_ssd_dm.cu's, never asked here */
         int PP = a.H / a.G * a.P, q = k / a.P;
@@ -244,8 +243,8 @@ static __device__ __forceinline__ float cf_a1(const ck_args &a, const ck_at &x, 
 
 /* Where 8 operand values come from: CF_ONE each alone (ck_opa / ck_opb), CF_ZERO none, CF_BF16
  * 8 bf16 at p times f, CF_CB_ROW y's C B^T row at p (value i kept where
- * k + i <= m, times exp(cs_m - cs_(k+i))), CF_CB_COL dx's C B^T at p along m (kept where
- * k >= m + i, times exp(cs_k - cs_(m+i))) */
+ * k + i < m, times exp(cs_m - cs_(k+i))), CF_CB_COL dx's C B^T at p along m (kept where
+ * k > m + i, times exp(cs_k - cs_(m+i))): the diagonal is the epilogues' (ck_cb_diag) */
 enum { CF_ONE, CF_ZERO, CF_BF16, CF_CB_ROW, CF_CB_COL };
 typedef struct cf_src {
     const void *p;
@@ -275,17 +274,17 @@ static __device__ __forceinline__ cf_src cf_a_src(const ck_args &a, const ck_at 
         return cf_bf16(a.xbc + (x.n0 + k) * a.C + (size_t)x.h * a.P + m,
                        __expf(x.csl - x.cs[k]) * x.dt[k]);
     case CK_YF:
-        if (k + 8 <= a.L) /* none of the 8 at or before m: all masked */
-            return cf_kind(k > m ? CF_ZERO : CF_CB_ROW, x.cb + (size_t)m * a.L + k);
+        if (k + 8 <= a.L) /* none of the 8 before m: all masked */
+            return cf_kind(k >= m ? CF_ZERO : CF_CB_ROW, x.cb + (size_t)m * a.L + k);
         if (k < a.L) return cf_kind(CF_ONE);
         return cf_bf16(a.xbc + n * a.C + a.di + (size_t)(a.G + x.g) * a.S + (k - a.L),
                        __expf(x.cs[m]));
     case CK_DH: /* along m = p; k = i */
         return cf_bf16(a.dy + (x.n0 + k) * a.di + (size_t)x.h * a.P + m, __expf(x.cs[k]));
     case CK_DXS:
-        if (k < a.L)                                     /* along m = j; k = i */
-            return k >= x.Lc || k < m ? cf_kind(CF_ZERO) /* k < m: all 8 masked */
-                                      : cf_kind(CF_CB_COL, x.cb + (size_t)k * a.L + m);
+        if (k < a.L)                                      /* along m = j; k = i */
+            return k >= x.Lc || k <= m ? cf_kind(CF_ZERO) /* k <= m: all 8 masked */
+                                       : cf_kind(CF_CB_COL, x.cb + (size_t)k * a.L + m);
         return cf_bf16(a.xbc + n * a.C + a.di + (size_t)x.g * a.S + (k - a.L),
                        __expf(x.csl - x.cs[m]));
     default: { /* CK_DC, CK_DB: the heads' part, then M */
@@ -379,9 +378,9 @@ static __device__ __forceinline__ bool cf_make(const ck_at &x, int kind, float f
     for (int i = 0; i < 8; i++) {
         float u = __uint_as_float(w[i]);
         if (kind == CF_CB_ROW)
-            u = k + i <= m ? u * __expf(x.cs[m] - x.cs[k + i]) : 0.0f;
+            u = k + i < m ? u * __expf(x.cs[m] - x.cs[k + i]) : 0.0f;
         else if (kind == CF_CB_COL)
-            u = k >= m + i ? u * __expf(x.cs[k] - x.cs[m + i]) : 0.0f;
+            u = k > m + i ? u * __expf(x.cs[k] - x.cs[m + i]) : 0.0f;
         v[i] = u;
     }
     return true;
@@ -403,6 +402,8 @@ static __device__ __forceinline__ void cf_dxs_tok(const ck_args &a, const ck_at 
         size_t n = x.n0 + m, q = ((size_t)x.b * a.H + x.h) * a.T + (size_t)x.c * a.L + m;
         size_t o = (x.z * a.L + m) * a.P;
         float dt = live ? x.dt[m] : 0.0f, s0 = 0.0f, s1 = 0.0f, s2 = 0.0f;
+        /* dx = dt (dxs + C_m.B_m dy) + D dy: the diagonal, left out of the product, in fp32 */
+        float fd = live ? dt * x.cb[(size_t)m * a.L + m] + x.Dh : 0.0f;
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
             int p = nb * 8 + 2 * t;
@@ -416,7 +417,7 @@ static __device__ __forceinline__ void cf_dxs_tok(const ck_args &a, const ck_at 
                 s0 += xv.x * v[0], s1 += dv.x * yv.x, s2 += dv.x * xv.x;
                 s0 += xv.y * v[1], s1 += dv.y * yv.y, s2 += dv.y * xv.y;
                 *(__nv_bfloat162 *)(a.dxbc + xat) =
-                    __floats2bfloat162_rn(dt * v[0] + x.Dh * dv.x, dt * v[1] + x.Dh * dv.y);
+                    __floats2bfloat162_rn(dt * v[0] + fd * dv.x, dt * v[1] + fd * dv.y);
                 continue;
             }
             for (int e = 0; e < 2 && p + e < N; e++) {
@@ -424,7 +425,7 @@ static __device__ __forceinline__ void cf_dxs_tok(const ck_args &a, const ck_at 
                 s0 += xv * v[e];
                 s1 += dyv * ldf(a.yf + o + p + e);
                 s2 += dyv * xv;
-                a.dxbc[xat + e] = tobf(dt * v[e] + x.Dh * dyv);
+                a.dxbc[xat + e] = tobf(dt * v[e] + fd * dyv);
             }
         }
 #pragma unroll
@@ -580,20 +581,23 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
             int m = m0 + warp * 16 + g + half * 8, n = n0 + nb * 8 + 2 * t;
             const float *v = &acc[nb][half * 2];
             if (m >= M || n >= N) continue;
-            size_t yat = (x.n0 + m) * a.di + (size_t)x.h * a.P + n; /* y = (y - D x) + D x */
+            /* y = (y - D x - the diagonal) + (C_m.B_m dt_m + D) x: the diagonal, left out of the
+             * product, in fp32 */
+            size_t yat = (x.n0 + m) * a.di + (size_t)x.h * a.P + n;
+            float fd = OP == CK_YF ? x.cb[(size_t)m * a.L + m] * x.dt[m] + x.Dh : 0.0f;
             if (vec && n + 1 < N) {
                 ck_store2<OP>(a, x, m, n, v[0], v[1]);
                 if (OP == CK_YF) {
                     float2 xv = __bfloat1622float2(*(
                         const __nv_bfloat162 *)(a.xbc + (x.n0 + m) * a.C + (size_t)x.h * a.P + n));
                     *(__nv_bfloat162 *)(a.y + yat) =
-                        __floats2bfloat162_rn(v[0] + x.Dh * xv.x, v[1] + x.Dh * xv.y);
+                        __floats2bfloat162_rn(v[0] + fd * xv.x, v[1] + fd * xv.y);
                 }
                 continue;
             }
             for (int e = 0; e < 2 && n + e < N; e++) {
                 ck_store<OP>(a, x, m, n + e, v[e]);
-                if (OP == CK_YF) a.y[yat + e] = tobf(v[e] + x.Dh * ck_x(a, x.n0 + m, x.h, n + e));
+                if (OP == CK_YF) a.y[yat + e] = tobf(v[e] + fd * ck_x(a, x.n0 + m, x.h, n + e));
             }
         }
 }

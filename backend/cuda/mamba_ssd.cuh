@@ -11,14 +11,19 @@
 #define CK_THREADS 256 /* the elementwise and per-chunk kernels */
 
 /* The products; the comments give out[m][n] = sum_k a(m, k) b(k, n) of one chunk, with
- * E_ij = exp(cs_i - cs_j), w_j = exp(cs_last - cs_j), xs_j = dt_j x_j, dM_ij = dy_i . x_j. */
+ * E_ij = exp(cs_i - cs_j), w_j = exp(cs_last - cs_j), xs_j = dt_j x_j, dM_ij = dy_i . x_j.
+ * y's and dx's leave C B^T's diagonal out: it is added in fp32 where y and dx are made, so that
+ * dy_i . yf_i and xs_i . dxs_i, whose difference is the decay's gradient dcs_i, do not both hold
+ * the term CB_ii dt_i dM_ii (often the largest of each), which cancels exactly in dcs but not
+ * once each side is rounded. */
 enum {
     CK_CB,   /* per (b, g, c): CB[i][j] = C_i . B_j, j <= i (k over S) */
     CK_SLOC, /* Sloc[p][s] = sum_j w_j xs_j[p] B_j[s] (k over the chunk) */
-    CK_YF,   /* y[i][p] - D x_i[p] = sum_j<=i CB_ij E_ij xs_j[p] + exp(cs_i) sum_s Hin[p][s] C_i[s]
-                (kept in the state in bf16: the backward's dcs needs it) */
+    CK_YF,   /* yf[i][p] = y - D x - CB_ii xs_i = sum_j<i CB_ij E_ij xs_j[p]
+                + exp(cs_i) sum_s Hin[p][s] C_i[s] (kept in the state in bf16: dcs needs it) */
     CK_DH,   /* dHin[p][s] = sum_i exp(cs_i) dy_i[p] C_i[s] */
-    CK_DXS,  /* dxs[j][p] = sum_i>=j CB_ij E_ij dy_i[p] + w_j sum_s B_j[s] G[p][s] */
+    CK_DXS,  /* dxs[j][p] = sum_i>j CB_ij E_ij dy_i[p] + w_j sum_s B_j[s] G[p][s]
+                (dL/dxs_j less CB_jj dy_j) */
     /* dB and dC per (b, g, c), the group's heads h summed inside the product: over (h, p)
      * in the first part of k, and in the operand for the second, M_ij = sum_h dt_j dM_ij E_ij
      * with dM_ij = dy_i . x_j (k_mamba_ssd_dm.cu makes it; B and C are the group's) */
@@ -57,6 +62,11 @@ typedef struct ck_args {
     int nlt;  /* the parts of lt: P*S over GT_MAMBA_SSD_PASS_ENTRIES, rounded up */
     int fits; /* the layouts end inside gt_mamba_ws_floats and gt_mamba_ssd_state_floats */
 } ck_args;
+
+/* C_i . B_i of token i of chunk c of (sequence b, group g): C B^T's diagonal */
+static __device__ __forceinline__ float ck_cb_diag(const ck_args &a, int b, int g, int c, int i) {
+    return a.cb[(((size_t)b * a.G + g) * a.nc + c) * (size_t)a.L * a.L + (size_t)i * a.L + i];
+}
 
 /* One chunk of one head (or group, where ck_per_group: h is then the group's first head):
  * token n0 is its first, Lc its length. */

@@ -110,9 +110,10 @@ show parity_dense "[dense] " 'PASS|FAIL|hint|Error'
 part parity_moe_export 30 "$GT" bench --recipe moe $PAR_MOE --parity "$LOGS/parity_moe" --parity-steps 20
 part parity_moe 60 "${PYRUN[@]}" bench/torch_reference.py parity "$LOGS/parity_moe"
 show parity_moe "[moe] " 'PASS|FAIL|hint|Error'
-# hybrid (Mamba-2, attention, MLP units; seq 64 over chunks of 48, so one is partial)
+# hybrid (Mamba-2, attention, MLP units; seq 64 over chunks of 48, so one is partial); the
+# recipe's runtime is the CPU, so the GPU run names its device
 PAR_HYB="--recipe hybrid_demo model.init_method_std=0.2 model.mamba_chunk_size=48"
-part parity_hybrid_export 30 "$GT" bench $PAR_HYB --parity "$LOGS/parity_hybrid" --parity-steps 20
+part parity_hybrid_export 30 "$GT" bench $PAR_HYB runtime.device=cuda --parity "$LOGS/parity_hybrid" --parity-steps 20
 part parity_hybrid 60 "${PYRUN[@]}" bench/torch_reference.py parity "$LOGS/parity_hybrid"
 show parity_hybrid "[hybrid] " 'PASS|FAIL|hint|Error'
 CPU="model.vocab_size=512 model.seq_length=32 runtime.device=cpu"
