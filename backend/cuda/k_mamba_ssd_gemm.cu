@@ -459,6 +459,19 @@ template <int BN> static __device__ __forceinline__ void cf_unit_b(int e, bool b
         *k = e / (BN / 8), *n = e % (BN / 8) * 8;
 }
 
+/* The 8 values v into a shared tile of row stride LD from p on: down p's column (one a row)
+ * where down, else along its row (one 16-byte store) */
+template <int LD>
+static __device__ __forceinline__ void cf_put8(bf16 *p, bool down, const float *v) {
+    if (down) {
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            p[i * LD] = __float2bfloat16(v[i]);
+    } else {
+        st8(p, v);
+    }
+}
+
 /* tok (CK_DXS only): the block's tile holds every column, so that cf_dxs_tok does k_ck_tok's
  * work and dxs is not stored */
 template <int OP, int BM, int BN>
@@ -524,13 +537,7 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
                     int mi = m0 + m + (am ? i : 0), ki = k0 + k + (am ? 0 : i);
                     v[i] = mi < M && ki < K ? cf_a1<OP>(a, x, mi, ki) : 0.0f;
                 }
-            if (am) {
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    sa[m + i][k] = __float2bfloat16(v[i]);
-            } else {
-                st8(&sa[m][k], v);
-            }
+            cf_put8<CF_BK + 8>(&sa[m][k], am, v);
         }
 #pragma unroll
         for (int u = 0; u < UB; u++) {
@@ -544,13 +551,7 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
                     int ki = k0 + k + (bk ? i : 0), ni = n0 + n + (bk ? 0 : i);
                     v[i] = ni < N && ki < K ? ck_opb<OP>(a, x, ki, ni) : 0.0f;
                 }
-            if (bk) {
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    sb[k + i][n] = __float2bfloat16(v[i]);
-            } else {
-                st8(&sb[k][n], v);
-            }
+            cf_put8<BN + 8>(&sb[k][n], bk, v);
         }
         __syncthreads();
         if (k0 + CF_BK < K) issue(k0 + CF_BK); /* in flight during the products below */
