@@ -219,7 +219,7 @@ static inline size_t gt_mamba_ssd_ld(size_t n) {
 /* fp32 the SSD scan's forward leaves for its backward (the op's state argument), one per
  * layer: the CUDA chunked scan's (k_mamba_ssd_gemm.cu lays it out, each buffer 256-byte
  * aligned) dt and its cumsum per (sequence, head, token) and C B^T per (sequence, group,
- * chunk) in fp32, the state entering every (sequence, head, chunk) and y without D (tokens
+ * chunk) in fp32, the state entering every (sequence, head, chunk) and y's part from it (tokens
  * padded to whole chunks) in bf16, so that its backward recomputes none of them; the CPU's
  * sequential scan keeps none (its backward runs the scan again), so 0 there. */
 static inline size_t gt_mamba_ssd_state_floats(gt_mamba_shape m, gt_backend_kind kind) {
@@ -235,6 +235,10 @@ static inline size_t gt_mamba_ssd_state_floats(gt_mamba_shape m, gt_backend_kind
 /* The CUDA scan's state-passing blocks: this many entries of one (sequence, head)'s state
  * each, every block one part of each chunk's <dL/d(state out), state out> */
 #define GT_MAMBA_SSD_PASS_ENTRIES 1024
+/* The CUDA scan's dB/dC M blocks (k_mamba_ssd_dm.cu): rows and columns of a chunk's L x L
+ * each; they also make the decay's gradient from the chunk's own products, one part per
+ * block */
+#define GT_MAMBA_SSD_DM_TILE 64
 /* The CUDA gated norm's backward: tokens a block takes (its weight gradient's parts, one per
  * GT_MAMBA_GNORM_TOKENS tokens and channel, are the Mamba workspace's) */
 #define GT_MAMBA_GNORM_TOKENS 64
@@ -244,9 +248,11 @@ static inline size_t gt_mamba_ssd_state_floats(gt_mamba_shape m, gt_backend_kind
  * out, each buffer 256-byte aligned; what the forward leaves for the backward is the state's,
  * above): the chunks' own states (forward) or their states' gradients (backward) per (sequence,
  * head, chunk) in fp32, the passed gradients in bf16, an fp32 copy of y's shape (dx's, the tokens
- * padded to whole chunks) where P > GT_MAMBA_SSD_TOK_MAX_P, three sums per token and head, three
- * per chunk and the parts of one per chunk, and dC's and dB's decay-weighted dy x^T per (sequence,
- * group, chunk) in bf16 (L rows of L rounded by gt_mamba_ssd_ld). */
+ * padded to whole chunks) where P > GT_MAMBA_SSD_TOK_MAX_P, three sums per token and head and
+ * the parts of a fourth (one per GT_MAMBA_SSD_TOK_MAX_P of P), three per chunk and the parts of
+ * one per chunk, dC's and dB's decay-weighted dy x^T per (sequence, group, chunk) in bf16 (L rows
+ * of L rounded by gt_mamba_ssd_ld), and the decay gradient's part from each pair of
+ * GT_MAMBA_SSD_DM_TILE tiles of the chunk per (sequence, head, chunk, token). */
 static inline size_t gt_mamba_ws_floats(gt_mamba_shape m) {
     size_t N = (size_t)m.B * m.T, H = (size_t)m.H, ps = (size_t)m.P * (size_t)m.S;
     size_t L = (size_t)gt_mamba_chunk_len(m), nc = ((size_t)m.T + L - 1) / L;
@@ -255,9 +261,11 @@ static inline size_t gt_mamba_ws_floats(gt_mamba_shape m) {
     size_t cpu = 2 * N * H + 3 * H + ((size_t)m.T + 1) * ps;
     size_t dxs = m.P > GT_MAMBA_SSD_TOK_MAX_P ? Z * L * (size_t)m.P : 0;
     size_t mm = ZG * L * gt_mamba_ssd_ld(L); /* bf16, each of dC's and dB's */
-    /* 8 buffers, each start rounded up, and the bf16 ones counted as floats */
-    size_t cuda = Z * ps + (Z * ps + 1) / 2 + dxs + 3 * BH * m.T + Z * nlt + 3 * Z +
-                  2 * ((mm + 1) / 2) + 8 * GT_MAMBA_SSD_WS_ALIGN_FLOATS;
+    size_t ntok = 3 + ((size_t)m.P + GT_MAMBA_SSD_TOK_MAX_P - 1) / GT_MAMBA_SSD_TOK_MAX_P;
+    size_t nt = (L + GT_MAMBA_SSD_DM_TILE - 1) / GT_MAMBA_SSD_DM_TILE;
+    /* 9 buffers, each start rounded up, and the bf16 ones counted as floats */
+    size_t cuda = Z * ps + (Z * ps + 1) / 2 + dxs + ntok * BH * m.T + Z * nlt + 3 * Z +
+                  2 * ((mm + 1) / 2) + Z * nt * nt * L + 9 * GT_MAMBA_SSD_WS_ALIGN_FLOATS;
     size_t gnorm = (N + GT_MAMBA_GNORM_TOKENS - 1) / GT_MAMBA_GNORM_TOKENS * H * m.P;
     size_t most = cpu > cuda ? cpu : cuda;
     return most > gnorm ? most : gnorm;

@@ -11,8 +11,8 @@
  * (and how mamba_ssm passes its states). bf16 in and out, sums in a fixed order (no atomics),
  * no host sync, no allocation: the buffers are the op's workspace (gt_mamba_ws_floats) and
  * the state the forward leaves for the backward (gt_mamba_ssd_state_floats: dt, cs, C B^T, the
- * states entering the chunks and y without D), so that the backward recomputes none of the
- * forward. Every shape runs this one path. */
+ * states entering the chunks and y's part from them), so that the backward recomputes none of
+ * the forward. Every shape runs this one path. */
 #include "backend/cuda/mamba_ssd.cuh"
 
 /* PyTorch's softplus switches to the identity past this (beta 1), as cpu_mamba.c */
@@ -165,10 +165,11 @@ template <bool VEC> __global__ void k_ck_pass_fwd(ck_args a) {
 
 /* Backwards over chunks, from dL/dHin of chunk c's outputs (st, fp32):
  * G_{c+1} = dL/d(the state leaving chunk c), G_c = dHin_c + exp(cs_last_c) G_{c+1}, G_nc = 0,
- * summed in fp32 and stored in bf16 (gs); and lt, <G_{c+1}, H_{c+1}> (the state leaving chunk c
- * is exp(cs_last) times all it sums, so this is the loss's derivative by cs_last through it),
- * each block's part of it over its entries (a fixed tree). Block (bh, q) takes entries
- * q GT_MAMBA_SSD_PASS_ENTRIES on of row bh, CK_PASS_V neighbours a thread. */
+ * summed in fp32 and stored in bf16 (gs); and lt, exp(cs_last_c) <G_{c+1}, H_c> (the state
+ * leaving chunk c holds the entering one H_c times exp(cs_last_c), so this is the loss's
+ * derivative through it by each of the chunk's decays), each block's part of it over its
+ * entries (a fixed tree). Block (bh, q) takes entries q GT_MAMBA_SSD_PASS_ENTRIES on of row bh,
+ * CK_PASS_V neighbours a thread. */
 template <bool VEC>
 __global__ void __launch_bounds__(GT_MAMBA_SSD_PASS_ENTRIES / CK_PASS_V) k_ck_pass_bwd(ck_args a) {
     GT_PDL_ENTRY();
@@ -179,25 +180,25 @@ __global__ void __launch_bounds__(GT_MAMBA_SSD_PASS_ENTRIES / CK_PASS_V) k_ck_pa
     size_t at = bh * a.nc * ps + (e0 < ps ? e0 : 0);
     float g[CK_PASS_V] = {};
     for (int r0 = 0; r0 < a.nc; r0 += CK_PASS_BATCH) {
-        float own[CK_PASS_BATCH][CK_PASS_V], hn[CK_PASS_BATCH][CK_PASS_V], cl[CK_PASS_BATCH];
+        float own[CK_PASS_BATCH][CK_PASS_V], hc[CK_PASS_BATCH][CK_PASS_V], cl[CK_PASS_BATCH];
         float lt[CK_PASS_BATCH];
 #pragma unroll
         for (int q = 0; q < CK_PASS_BATCH; q++) {
             int c = a.nc - 1 - (r0 + q);
 #pragma unroll
             for (int j = 0; j < CK_PASS_V; j++)
-                own[q][j] = 0.0f, hn[q][j] = 0.0f;
+                own[q][j] = 0.0f, hc[q][j] = 0.0f;
             cl[q] = c >= 0 ? expf(ck_cs_last(a, bh, c)) : 0.0f;
             if (c < 0) continue;
             if (whole) {
                 ck_ld4<VEC>(own[q], a.st + at + (size_t)c * ps);
-                if (c + 1 < a.nc) ck_ld4<VEC>(hn[q], a.hin + at + (size_t)(c + 1) * ps);
+                if (c > 0) ck_ld4<VEC>(hc[q], a.hin + at + (size_t)c * ps); /* H_0 = 0 */
             } else {
 #pragma unroll
                 for (int j = 0; j < CK_PASS_V; j++) {
                     if (e0 + j >= ps) break;
                     own[q][j] = a.st[at + (size_t)c * ps + j];
-                    if (c + 1 < a.nc) hn[q][j] = ldf(a.hin + at + (size_t)(c + 1) * ps + j);
+                    if (c > 0) hc[q][j] = ldf(a.hin + at + (size_t)c * ps + j);
                 }
             }
         }
@@ -207,7 +208,8 @@ __global__ void __launch_bounds__(GT_MAMBA_SSD_PASS_ENTRIES / CK_PASS_V) k_ck_pa
             lt[q] = 0.0f;
 #pragma unroll
             for (int j = 0; j < CK_PASS_V; j++)
-                lt[q] += g[j] * hn[q][j];
+                lt[q] += g[j] * hc[q][j];
+            lt[q] *= cl[q];
             if (c >= 0 && whole) ck_st4<VEC>(a.gs + at + (size_t)c * ps, g);
             if (c >= 0 && !whole)
 #pragma unroll
@@ -227,7 +229,7 @@ __global__ void __launch_bounds__(GT_MAMBA_SSD_PASS_ENTRIES / CK_PASS_V) k_ck_pa
     }
 }
 
-/* tok = x . dxs, dy . yf, dy . x per (token, head): a warp each, lanes over p, a fixed tree;
+/* tok = x . dxs, dy . yhin, dy . x per (token, head): a warp each, lanes over p, a fixed tree;
  * and dx's slice of dxbc, dt (dxs + C_n.B_n dy) + D dy (dxs without C B^T's diagonal), from the
  * same loads */
 __global__ void k_ck_tok(ck_args a) {
@@ -245,7 +247,7 @@ __global__ void k_ck_tok(ck_args a) {
         for (int p = lane; p < a.P; p += 32) {
             float xv = ck_x(a, n, h, p), dyv = ck_dy(a, n, h, p), dxs = a.dxs[o + p];
             s0 += xv * dxs;
-            s1 += dyv * ldf(a.yf + o + p);
+            s1 += dyv * ldf(a.yhin + o + p);
             s2 += dyv * xv;
             a.dxbc[n * a.C + (size_t)h * a.P + p] = tobf(dt * dxs + fd * dyv);
         }
@@ -258,11 +260,36 @@ __global__ void k_ck_tok(ck_args a) {
     }
 }
 
-/* Per chunk, backwards over its tokens: dcs_i = dy_i . yf_i - dt_i x_i . dxs_i (+ lt at the
- * last; C B^T's diagonal is in neither, mamba_ssd.cuh), da = the reverse cumsum of dcs,
- * ddt = x . (dxs + CB_ii dy) + da A, dA = sum da dt; the dt
- * slice of dzx and the chunk's sums of ddt_bias, dA and dD. A warp per chunk, its lanes over
- * 32 tokens at a time from the chunk's end (lane 0 the latest), the sums a fixed tree. */
+/* The decay's gradient from the chunk's own products at token k (k_ck_msum's parts, from the
+ * tiles (ti, tj) whose rows i >= k and columns j < k meet, in a fixed order) */
+static __device__ __forceinline__ float ck_dda_own(const ck_args &a, size_t z, int Lc, int k) {
+    const int T = GT_MAMBA_SSD_DM_TILE;
+    float v = 0.0f;
+    for (int ti = k / T; ti < a.nt && ti * T < Lc; ti++)
+        for (int tj = 0; tj <= ti && tj * T < k; tj++)
+            v += a.dda[((z * a.nt + ti) * a.nt + tj) * a.L + k];
+    return v;
+}
+
+/* x . (dxs's state part) at token row q: tok's fourth sum, its parts in order */
+static __device__ __forceinline__ float ck_tok_state(const ck_args &a, size_t q) {
+    size_t BHT = (size_t)a.B * a.H * a.T;
+    float v = 0.0f;
+    for (int p = 0; p < a.ntp; p++)
+        v += a.tok[(3 + p) * BHT + q];
+    return v;
+}
+
+/* Per chunk, backwards over its tokens: the decay's gradient at token k (dL/d(dt_k A)),
+ *   da_k = sum_i>=k Y_i + lt + sum_j<k T_j + (the chunk's own products' part, k_ck_msum's),
+ * with Y_i = dy_i . yhin_i (through y's state part, exp(cs_i)), T_j = dt_j x_j . (dxs_j's state
+ * part) (through the state leaving the chunk, exp(cs_last - cs_j)) and lt the pass's (through
+ * exp(cs_last) H_c). Each term is formed apart, so that none is the small difference of two
+ * rounded large ones (the chunk's own products, in either of y and dx, sum to none of it); the
+ * sum over j < k is the chunk's total less the suffix (fp32 sums of exact terms). Then
+ * ddt = x . (dxs + CB_ii dy) + da A, dA = sum da dt; the dt slice of dzx and the chunk's sums of
+ * ddt_bias, dA and dD. A warp per chunk, its lanes over 32 tokens at a time from the chunk's
+ * end (lane 0 the latest), the sums a fixed tree. */
 __global__ void k_ck_chunk_bwd(ck_args a) {
     GT_PDL_ENTRY();
     size_t Z = (size_t)a.B * a.H * a.nc, BHT = (size_t)a.B * a.H * a.T;
@@ -271,22 +298,28 @@ __global__ void k_ck_chunk_bwd(ck_args a) {
     for (size_t z = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; z < Z; z += nw) {
         int c = (int)(z % a.nc), bh = (int)(z / a.nc), b = bh / a.H, h = bh % a.H;
         int Lc = min(a.L, a.T - c * a.L);
+        size_t q0 = (size_t)bh * a.T + (size_t)c * a.L;
         float A = -expf(ldf(a.A_log + h)), carry = 0.0f, sb = 0.0f, sA = 0.0f, sD = 0.0f;
+        float tT = 0.0f, lt = 0.0f; /* the chunk's sum of T, lt's parts in order */
+        for (int i = lane; i < Lc; i += 32)
+            tT += a.dt[q0 + i] * ck_tok_state(a, q0 + i);
+        tT = warp_sum(tT);
+        for (int k = 0; k < a.nlt; k++)
+            lt += a.lt[z * a.nlt + k];
         for (int r0 = 0; r0 < Lc; r0 += 32) {
             int i = Lc - 1 - (r0 + lane), t = c * a.L + i;
             size_t q = (size_t)bh * a.T + t, n = (size_t)b * a.T + t;
             float dt = 0.0f, xdxs = 0.0f, dcs = 0.0f;
             if (i >= 0) {
                 dt = a.dt[q], xdxs = a.tok[q];
-                dcs = a.tok[BHT + q] - dt * xdxs;
+                dcs = a.tok[BHT + q] - dt * ck_tok_state(a, q);
                 xdxs += ck_cb_diag(a, b, h / (a.H / a.G), c, i) * a.tok[2 * BHT + q];
             }
-            if (i == Lc - 1) /* lt's parts, in order */
-                for (int k = 0; k < a.nlt; k++)
-                    dcs += a.lt[z * a.nlt + k];
+            if (i == Lc - 1) dcs += lt + tT;
             float da = carry + ck_warp_scan(dcs, lane);
             carry = __shfl_sync(0xffffffffu, da, 31);
             if (i < 0) continue;
+            da += ck_dda_own(a, z, Lc, i);
             float v = ck_dt_pre(a, n, h);
             float gr = (xdxs + da * A) * (v > CK_SOFTPLUS_THRESHOLD ? 1.0f : ck_sigm(v));
             a.dzx[n * a.in + (a.in - a.H) + h] = tobf(gr);

@@ -31,8 +31,8 @@ static __host__ __device__ __forceinline__ void ck_dims(const ck_args &a, const 
         *M = a.P, *N = a.S, *K = x.Lc;
         break;
     case CK_YF:
-    case CK_DXS:
-        *M = x.Lc, *N = a.P, *K = a.L + a.S;
+    case CK_DXS: /* k over the state's S in whole slabs, then the chunk */
+        *M = x.Lc, *N = a.P, *K = ck_ks(a.S) + a.L;
         break;
     default: /* CK_DC, CK_DB: k over the group's heads' P (padded: ck_kp), then the chunk */
         *M = x.Lc, *N = a.S, *K = ck_kp(a) + a.L;
@@ -55,15 +55,19 @@ static __device__ __forceinline__ float ck_opa(const ck_args &a, const ck_at &x,
         return ck_c(a, x.n0 + m, x.g, k);
     case CK_SLOC:
         return __expf(x.csl - x.cs[k]) * x.dt[k] * ck_x(a, x.n0 + k, x.h, m);
-    case CK_YF:
-        if (k < a.L) return k < m ? x.cb[(size_t)m * a.L + k] * __expf(x.cs[m] - x.cs[k]) : 0.0f;
-        return __expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k - a.L);
+    case CK_YF: {
+        int j = k - ck_ks(a.S);
+        if (j >= 0) return j < m ? x.cb[(size_t)m * a.L + j] * __expf(x.cs[m] - x.cs[j]) : 0.0f;
+        return k < a.S ? __expf(x.cs[m]) * ck_c(a, x.n0 + m, x.g, k) : 0.0f;
+    }
     case CK_DH:
         return ck_dy(a, x.n0 + k, x.h, m) * __expf(x.cs[k]);
-    case CK_DXS:
-        if (k < a.L)
-            return k > m && k < x.Lc ? x.cb[(size_t)k * a.L + m] * __expf(x.cs[k] - x.cs[m]) : 0.0f;
-        return __expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k - a.L);
+    case CK_DXS: {
+        int i = k - ck_ks(a.S);
+        if (i >= 0)
+            return i > m && i < x.Lc ? x.cb[(size_t)i * a.L + m] * __expf(x.cs[i] - x.cs[m]) : 0.0f;
+        return k < a.S ? __expf(x.csl - x.cs[m]) * ck_b(a, x.n0 + m, x.g, k) : 0.0f;
+    }
     case CK_DC: { /* k past the heads' P: k_mamba_ssd_dm.cu's, never asked here */
         int PP = a.H / a.G * a.P, q = k / a.P;
         if (k >= PP) return 0.0f;
@@ -86,14 +90,18 @@ static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x,
         return ck_b(a, x.n0 + n, x.g, k);
     case CK_SLOC:
         return ck_b(a, x.n0 + k, x.g, n);
-    case CK_YF:
-        if (k < a.L) return k < x.Lc ? x.dt[k] * ck_x(a, x.n0 + k, x.h, n) : 0.0f;
-        return ldf(x.hin + (size_t)n * a.S + (k - a.L));
+    case CK_YF: {
+        int j = k - ck_ks(a.S);
+        if (j >= 0) return j < x.Lc ? x.dt[j] * ck_x(a, x.n0 + j, x.h, n) : 0.0f;
+        return k < a.S ? ldf(x.hin + (size_t)n * a.S + k) : 0.0f;
+    }
     case CK_DH:
         return ck_c(a, x.n0 + k, x.g, n);
-    case CK_DXS:
-        if (k < a.L) return k < x.Lc ? ck_dy(a, x.n0 + k, x.h, n) : 0.0f;
-        return ldf(x.gs + (size_t)n * a.S + (k - a.L));
+    case CK_DXS: {
+        int i = k - ck_ks(a.S);
+        if (i >= 0) return i < x.Lc ? ck_dy(a, x.n0 + i, x.h, n) : 0.0f;
+        return k < a.S ? ldf(x.gs + (size_t)n * a.S + k) : 0.0f;
+    }
     case CK_DC:
     default: { /* CK_DB */
         int PP = a.H / a.G * a.P;
@@ -110,7 +118,8 @@ static __device__ __forceinline__ float ck_opb(const ck_args &a, const ck_at &x,
 }
 
 /* Where product OP's result at (m, n) of chunk x goes: element ck_out_at of its fp32 buffer
- * (ck_out_f32), or of its bf16 one (ck_out_bf16: y - D x, and dxbc's slices for dC and dB) */
+ * (ck_out_f32), or of its bf16 one (ck_out_bf16: y's part from the entering state, and dxbc's
+ * slices for dC and dB) */
 template <int OP> static __device__ __forceinline__ constexpr bool ck_out_is_bf16() {
     return OP == CK_YF || OP == CK_DC || OP == CK_DB;
 }
@@ -121,7 +130,7 @@ template <int OP> static __device__ __forceinline__ float *ck_out_f32(const ck_a
                           : NULL;
 }
 template <int OP> static __device__ __forceinline__ bf16 *ck_out_bf16(const ck_args &a) {
-    return OP == CK_YF ? a.yf : a.dxbc;
+    return OP == CK_YF ? a.yhin : a.dxbc;
 }
 template <int OP>
 static __device__ __forceinline__ size_t ck_out_at(const ck_args &a, const ck_at &x, int m, int n) {
@@ -171,6 +180,8 @@ static ck_args ck_shape_args(gt_mamba_shape sh) {
     a.C = gt_mamba_conv(sh), a.di = gt_mamba_inner(sh), a.in = gt_mamba_in(sh);
     a.ldm = (int)gt_mamba_ssd_ld((size_t)a.L);
     a.nlt = (sh.P * sh.S + GT_MAMBA_SSD_PASS_ENTRIES - 1) / GT_MAMBA_SSD_PASS_ENTRIES;
+    a.ntp = (sh.P + GT_MAMBA_SSD_TOK_MAX_P - 1) / GT_MAMBA_SSD_TOK_MAX_P;
+    a.nt = (a.L + GT_MAMBA_SSD_DM_TILE - 1) / GT_MAMBA_SSD_DM_TILE;
     return a;
 }
 
@@ -182,18 +193,19 @@ ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state) {
     a.cs = ck_align(a.dt + BH * sh.T);
     a.cb = ck_align(a.cs + BH * sh.T);
     a.hin = (bf16 *)ck_align(a.cb + ZG * LL);
-    a.yf = (bf16 *)ck_align(a.hin + Z * ps);
-    int state_fits =
-        (float *)(a.yf + Z * a.L * sh.P) <= state + gt_mamba_ssd_state_floats(sh, GT_BACKEND_CUDA);
+    a.yhin = (bf16 *)ck_align(a.hin + Z * ps);
+    int state_fits = (float *)(a.yhin + Z * a.L * sh.P) <=
+                     state + gt_mamba_ssd_state_floats(sh, GT_BACKEND_CUDA);
     a.st = ck_align(ws);
     a.gs = (bf16 *)ck_align(a.st + Z * ps);
     a.dxs = ck_align(a.gs + Z * ps);
     a.tok = ck_align(a.dxs + (sh.P > GT_MAMBA_SSD_TOK_MAX_P ? Z * a.L * sh.P : 0));
-    a.lt = ck_align(a.tok + 3 * BH * sh.T);
+    a.lt = ck_align(a.tok + (size_t)(3 + a.ntp) * BH * sh.T);
     a.part = ck_align(a.lt + Z * a.nlt);
     a.m_dc = (bf16 *)ck_align(a.part + 3 * Z);
     a.m_db = (bf16 *)ck_align(a.m_dc + ZG * a.L * a.ldm);
-    a.fits = state_fits && (float *)(a.m_db + ZG * a.L * a.ldm) <= ws + gt_mamba_ws_floats(sh);
+    a.dda = ck_align(a.m_db + ZG * a.L * a.ldm);
+    a.fits = state_fits && a.dda + Z * a.nt * a.nt * a.L <= ws + gt_mamba_ws_floats(sh);
     return a;
 }
 
@@ -212,16 +224,16 @@ template <int OP> static __device__ __forceinline__ const bf16 *ck_m(const ck_ar
  * or the decays of C B^T (cf_make); the next slab's loads are in flight while the tensor cores
  * sum the current one. Where the shape or a slab's edge does not allow it, each value comes
  * from ck_opa / ck_opb alone. ---- */
-#define CF_BK 32    /* k of a slab */
+#define CF_BK CK_SLAB /* k of a slab */
 #define CF_MAXL 256 /* chunk lengths whose dt and cs a block keeps in shared memory */
 
 /* Whether A's 8 from (m, k) run along m (its source runs along m there), else along k */
 template <int OP> static __device__ __forceinline__ bool cf_a_along_m(const ck_args &a, int k) {
-    return OP == CK_SLOC || OP == CK_DH || (OP == CK_DXS && k < a.L);
+    return OP == CK_SLOC || OP == CK_DH || (OP == CK_DXS && k >= ck_ks(a.S));
 }
 /* Whether B's 8 from (k, n) run along k, else along n */
 template <int OP> static __device__ __forceinline__ bool cf_b_along_k(const ck_args &a, int k) {
-    return OP == CK_CB || ((OP == CK_YF || OP == CK_DXS) && k >= a.L);
+    return OP == CK_CB || ((OP == CK_YF || OP == CK_DXS) && k < ck_ks(a.S));
 }
 /* Whether A's 8 can be fp32 (two 16-byte loads): C B^T for y and dx; B's are all bf16 */
 template <int OP> static __device__ __forceinline__ constexpr bool cf_a_f32() {
@@ -273,20 +285,23 @@ static __device__ __forceinline__ cf_src cf_a_src(const ck_args &a, const ck_at 
     case CK_SLOC: /* along m = p; k = j */
         return cf_bf16(a.xbc + (x.n0 + k) * a.C + (size_t)x.h * a.P + m,
                        __expf(x.csl - x.cs[k]) * x.dt[k]);
-    case CK_YF:
-        if (k + 8 <= a.L) /* none of the 8 before m: all masked */
-            return cf_kind(k >= m ? CF_ZERO : CF_CB_ROW, x.cb + (size_t)m * a.L + k);
-        if (k < a.L) return cf_kind(CF_ONE);
-        return cf_bf16(a.xbc + n * a.C + a.di + (size_t)(a.G + x.g) * a.S + (k - a.L),
-                       __expf(x.cs[m]));
+    case CK_YF: {
+        int j = k - ck_ks(a.S);
+        if (j >= 0) /* j >= m: none of the 8 before m, all masked */
+            return cf_kind(j >= m ? CF_ZERO : CF_CB_ROW, x.cb + (size_t)m * a.L + j);
+        if (k >= a.S) return cf_kind(CF_ZERO); /* the state's padding (S is whole 8s: vec) */
+        return cf_bf16(a.xbc + n * a.C + a.di + (size_t)(a.G + x.g) * a.S + k, __expf(x.cs[m]));
+    }
     case CK_DH: /* along m = p; k = i */
         return cf_bf16(a.dy + (x.n0 + k) * a.di + (size_t)x.h * a.P + m, __expf(x.cs[k]));
-    case CK_DXS:
-        if (k < a.L)                                      /* along m = j; k = i */
-            return k >= x.Lc || k <= m ? cf_kind(CF_ZERO) /* k <= m: all 8 masked */
-                                       : cf_kind(CF_CB_COL, x.cb + (size_t)k * a.L + m);
-        return cf_bf16(a.xbc + n * a.C + a.di + (size_t)x.g * a.S + (k - a.L),
-                       __expf(x.csl - x.cs[m]));
+    case CK_DXS: {
+        int i = k - ck_ks(a.S);
+        if (i >= 0)                                       /* along m = j; k = i */
+            return i >= x.Lc || i <= m ? cf_kind(CF_ZERO) /* i <= m: all 8 masked */
+                                       : cf_kind(CF_CB_COL, x.cb + (size_t)i * a.L + m);
+        if (k >= a.S) return cf_kind(CF_ZERO); /* the state's padding (S is whole 8s: vec) */
+        return cf_bf16(a.xbc + n * a.C + a.di + (size_t)x.g * a.S + k, __expf(x.csl - x.cs[m]));
+    }
     default: { /* CK_DC, CK_DB: the heads' part, then M */
         int PP = a.H / a.G * a.P, kp = ck_kp(a);
         if (k >= kp) return cf_bf16(cf_m_at<OP>(a, x, m, k - kp), 1.0f);
@@ -314,15 +329,17 @@ static __device__ __forceinline__ cf_src cf_b_src(const ck_args &a, const ck_at 
     case CK_DH:
         return cf_bf16(a.xbc + (x.n0 + k) * a.C + a.di + (size_t)(a.G + x.g) * a.S + n, 1.0f);
     case CK_YF:
-    case CK_DXS:
-        if (k < a.L) {
-            if (k >= x.Lc) return cf_kind(CF_ZERO);
+    case CK_DXS: {
+        int j = k - ck_ks(a.S);
+        if (j >= 0) {
+            if (j >= x.Lc) return cf_kind(CF_ZERO);
             if (OP == CK_YF)
-                return cf_bf16(a.xbc + (x.n0 + k) * a.C + (size_t)x.h * a.P + n, x.dt[k]);
-            return cf_bf16(a.dy + (x.n0 + k) * a.di + (size_t)x.h * a.P + n, 1.0f);
+                return cf_bf16(a.xbc + (x.n0 + j) * a.C + (size_t)x.h * a.P + n, x.dt[j]);
+            return cf_bf16(a.dy + (x.n0 + j) * a.di + (size_t)x.h * a.P + n, 1.0f);
         }
-        /* along k = s */
-        return cf_bf16((OP == CK_YF ? x.hin : x.gs) + (size_t)n * a.S + (k - a.L), 1.0f);
+        if (k >= a.S) return cf_kind(CF_ZERO); /* along k = s: the state's padding */
+        return cf_bf16((OP == CK_YF ? x.hin : x.gs) + (size_t)n * a.S + k, 1.0f);
+    }
     default: { /* CK_DC, CK_DB */
         int PP = a.H / a.G * a.P, kp = ck_kp(a);
         if (k < PP) {
@@ -341,6 +358,11 @@ static __device__ __forceinline__ cf_src cf_b_src(const ck_args &a, const ck_at 
     }
 }
 
+/* k of product OP counted from the chunk's first token where k runs over the state first */
+template <int OP> static __device__ __forceinline__ int cf_chunk_k(const ck_args &a, int k) {
+    return OP == CK_YF || OP == CK_DXS ? k - ck_ks(a.S) : k;
+}
+
 /* The raw 16 or 32 bytes of src (F32: whether it can be fp32, C B^T's) */
 template <bool F32> static __device__ __forceinline__ void cf_load(const cf_src &s, uint4 *r) {
     if (s.kind == CF_BF16) {
@@ -350,8 +372,9 @@ template <bool F32> static __device__ __forceinline__ void cf_load(const cf_src 
         r[F32 ? 1 : 0] = ((const uint4 *)s.p)[1];
     }
 }
-/* The 8 values of kind (factor f) from their raw bytes r, 8 from (m, k) along m (am) or k;
- * false for CF_ONE (the caller takes them alone) */
+/* The 8 values of kind (factor f) from their raw bytes r, 8 from (m, k) along m (am) or k,
+ * k counted in the chunk for C B^T's kinds (cf_chunk_k); false for CF_ONE (the caller takes them
+ * alone) */
 template <bool F32>
 static __device__ __forceinline__ bool cf_make(const ck_at &x, int kind, float f, const uint4 *r,
                                                int m, int k, float *v) {
@@ -388,7 +411,7 @@ static __device__ __forceinline__ bool cf_make(const ck_at &x, int kind, float f
 
 /* dx's epilogue where a block holds whole rows of dxs (every p of its tokens): what k_ck_tok
  * makes of dxs, from the fragments instead of an fp32 dxs in memory: dx's slice of dxbc, dt
- * dxs + D dy, and the token sums x . dxs, dy . yf, dy . x, each row's over its quad's lanes
+ * dxs + D dy, and the token sums x . dxs, dy . yhin, dy . x, each row's over its quad's lanes
  * (the columns of each in p order, then the lanes in a fixed tree). r0: the warp's first row. */
 template <int NB>
 static __device__ __forceinline__ void cf_dxs_tok(const ck_args &a, const ck_at &x, float (*acc)[4],
@@ -413,7 +436,7 @@ static __device__ __forceinline__ void cf_dxs_tok(const ck_args &a, const ck_at 
             if (vec && p + 1 < N) { /* both columns from 4- and 8-byte loads */
                 float2 xv = __bfloat1622float2(*(const __nv_bfloat162 *)(a.xbc + xat));
                 float2 dv = __bfloat1622float2(*(const __nv_bfloat162 *)(a.dy + yat));
-                float2 yv = __bfloat1622float2(*(const __nv_bfloat162 *)(a.yf + o + p));
+                float2 yv = __bfloat1622float2(*(const __nv_bfloat162 *)(a.yhin + o + p));
                 s0 += xv.x * v[0], s1 += dv.x * yv.x, s2 += dv.x * xv.x;
                 s0 += xv.y * v[1], s1 += dv.y * yv.y, s2 += dv.y * xv.y;
                 *(__nv_bfloat162 *)(a.dxbc + xat) =
@@ -423,7 +446,7 @@ static __device__ __forceinline__ void cf_dxs_tok(const ck_args &a, const ck_at 
             for (int e = 0; e < 2 && p + e < N; e++) {
                 float xv = ldf(a.xbc + xat + e), dyv = ldf(a.dy + yat + e);
                 s0 += xv * v[e];
-                s1 += dyv * ldf(a.yf + o + p + e);
+                s1 += dyv * ldf(a.yhin + o + p + e);
                 s2 += dyv * xv;
                 a.dxbc[xat + e] = tobf(dt * v[e] + fd * dyv);
             }
@@ -438,6 +461,50 @@ static __device__ __forceinline__ void cf_dxs_tok(const ck_args &a, const ck_at 
             a.tok[q] = s0;
             a.tok[BHT + q] = s1;
             a.tok[2 * BHT + q] = s2;
+        }
+    }
+}
+
+/* The state's part of y or dx, whole in acc when the chunk's first slab is next: y's is kept
+ * (yhin, in bf16), dx's dotted with x over the block's columns (tok's fourth sum, part
+ * blockIdx.z), each row's in p order and then over its quad's lanes in a fixed tree. The
+ * decay's gradient takes both apart from the chunk's own products (k_ck_chunk_bwd). r0: the
+ * warp's first row. */
+template <int OP, int NB>
+static __device__ __forceinline__ void cf_state_part(const ck_args &a, const ck_at &x,
+                                                     float (*acc)[4], int r0, int n0, int lane,
+                                                     int M, int N, bool vec) {
+    int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int m = r0 + g + half * 8;
+        float s3 = 0.0f;
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            int n = n0 + nb * 8 + 2 * t;
+            const float *v = &acc[nb][half * 2];
+            if (m >= M || n >= N) continue;
+            bool two = vec && n + 1 < N; /* both columns at once (4-byte bf16 pairs) */
+            if (OP == CK_YF && two) {
+                ck_store2<OP>(a, x, m, n, v[0], v[1]);
+            } else if (OP == CK_YF) {
+                for (int e = 0; e < 2 && n + e < N; e++)
+                    ck_store<OP>(a, x, m, n + e, v[e]);
+            } else if (two) {
+                float2 xv = __bfloat1622float2(
+                    *(const __nv_bfloat162 *)(a.xbc + (x.n0 + m) * a.C + (size_t)x.h * a.P + n));
+                s3 += xv.x * v[0], s3 += xv.y * v[1];
+            } else {
+                for (int e = 0; e < 2 && n + e < N; e++)
+                    s3 += ck_x(a, x.n0 + m, x.h, n + e) * v[e];
+            }
+        }
+        if (OP == CK_DXS) {
+            s3 += __shfl_xor_sync(0xffffffffu, s3, 1);
+            s3 += __shfl_xor_sync(0xffffffffu, s3, 2);
+            size_t BHT = (size_t)a.B * a.H * a.T;
+            size_t q = ((size_t)x.b * a.H + x.h) * a.T + (size_t)x.c * a.L + m;
+            if (t == 0 && m < M) a.tok[(3 + blockIdx.z) * BHT + q] = s3;
         }
     }
 }
@@ -524,6 +591,8 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
     issue(0);
     for (int k0 = 0; k0 < K; k0 += CF_BK) {
         __syncthreads(); /* the last slab's fragments are loaded */
+        if ((OP == CK_YF || OP == CK_DXS) && k0 == ck_ks(a.S))
+            cf_state_part<OP, NB>(a, x, acc, m0 + warp * 16, n0, lane, M, N, vec != 0);
         bool am = cf_a_along_m<OP>(a, k0), bk = cf_b_along_k<OP>(a, k0);
 #pragma unroll
         for (int u = 0; u < UA; u++) {
@@ -531,7 +600,7 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
             int m, k;
             cf_unit_a<BM>(e, am, &m, &k);
             float v[8];
-            if (!cf_make<FA>(x, ka[u], fa[u], ra[u], m0 + m, k0 + k, v))
+            if (!cf_make<FA>(x, ka[u], fa[u], ra[u], m0 + m, cf_chunk_k<OP>(a, k0 + k), v))
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
                     int mi = m0 + m + (am ? i : 0), ki = k0 + k + (am ? 0 : i);
@@ -587,7 +656,7 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
             size_t yat = (x.n0 + m) * a.di + (size_t)x.h * a.P + n;
             float fd = OP == CK_YF ? x.cb[(size_t)m * a.L + m] * x.dt[m] + x.Dh : 0.0f;
             if (vec && n + 1 < N) {
-                ck_store2<OP>(a, x, m, n, v[0], v[1]);
+                if (OP != CK_YF) ck_store2<OP>(a, x, m, n, v[0], v[1]); /* y's: yhin's */
                 if (OP == CK_YF) {
                     float2 xv = __bfloat1622float2(*(
                         const __nv_bfloat162 *)(a.xbc + (x.n0 + m) * a.C + (size_t)x.h * a.P + n));
@@ -597,7 +666,7 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
                 continue;
             }
             for (int e = 0; e < 2 && n + e < N; e++) {
-                ck_store<OP>(a, x, m, n + e, v[e]);
+                if (OP != CK_YF) ck_store<OP>(a, x, m, n + e, v[e]);
                 if (OP == CK_YF) a.y[yat + e] = tobf(v[e] + fd * ck_x(a, x.n0 + m, x.h, n + e));
             }
         }

@@ -12,17 +12,18 @@
 
 /* The products; the comments give out[m][n] = sum_k a(m, k) b(k, n) of one chunk, with
  * E_ij = exp(cs_i - cs_j), w_j = exp(cs_last - cs_j), xs_j = dt_j x_j, dM_ij = dy_i . x_j.
- * y's and dx's leave C B^T's diagonal out: it is added in fp32 where y and dx are made, so that
- * dy_i . yf_i and xs_i . dxs_i, whose difference is the decay's gradient dcs_i, do not both hold
- * the term CB_ii dt_i dM_ii (often the largest of each), which cancels exactly in dcs but not
- * once each side is rounded. */
+ * y's and dx's k runs over the state's S first (padded to whole slabs: ck_ks), then over the
+ * chunk, so that their accumulators hold the state's part alone at the chunk's first slab: y's
+ * keeps it (yhin), dx's its dot with x (the decay's gradient takes both, mamba_ssd.cuh's
+ * k_ck_chunk_bwd, without them cancelling against the chunk's own products). Both leave C B^T's
+ * diagonal out: it is added in fp32 where y and dx are made. */
 enum {
     CK_CB,   /* per (b, g, c): CB[i][j] = C_i . B_j, j <= i (k over S) */
     CK_SLOC, /* Sloc[p][s] = sum_j w_j xs_j[p] B_j[s] (k over the chunk) */
-    CK_YF,   /* yf[i][p] = y - D x - CB_ii xs_i = sum_j<i CB_ij E_ij xs_j[p]
-                + exp(cs_i) sum_s Hin[p][s] C_i[s] (kept in the state in bf16: dcs needs it) */
+    CK_YF,   /* y[i][p] - D x - CB_ii xs_i = exp(cs_i) sum_s Hin[p][s] C_i[s] (yhin, kept in
+                the state in bf16) + sum_j<i CB_ij E_ij xs_j[p] */
     CK_DH,   /* dHin[p][s] = sum_i exp(cs_i) dy_i[p] C_i[s] */
-    CK_DXS,  /* dxs[j][p] = sum_i>j CB_ij E_ij dy_i[p] + w_j sum_s B_j[s] G[p][s]
+    CK_DXS,  /* dxs[j][p] = w_j sum_s B_j[s] G[p][s] + sum_i>j CB_ij E_ij dy_i[p]
                 (dL/dxs_j less CB_jj dy_j) */
     /* dB and dC per (b, g, c), the group's heads h summed inside the product: over (h, p)
      * in the first part of k, and in the operand for the second, M_ij = sum_h dt_j dM_ij E_ij
@@ -30,6 +31,14 @@ enum {
     CK_DC, /* dC_i[s] = sum_h exp(cs_i) sum_p dy_i[p] Hin[p][s] + sum_j<=i M_ij B_j[s] */
     CK_DB, /* dB_j[s] = sum_h w_j sum_p xs_j[p] G[p][s] + sum_i>=j M_ij C_i[s] */
 };
+
+/* k of a product's slab (k_mamba_ssd_gemm.cu): y's and dx's state part is padded to whole
+ * ones */
+#define CK_SLAB 32
+/* Where the chunk's part of y's and dx's k starts: the state's S in whole slabs */
+static __host__ __device__ __forceinline__ int ck_ks(int S) {
+    return (S + CK_SLAB - 1) / CK_SLAB * CK_SLAB;
+}
 
 /* Whether product OP runs per (sequence, group, chunk) rather than per (sequence, head, chunk) */
 static __host__ __device__ __forceinline__ constexpr bool ck_per_group(int op) {
@@ -45,21 +54,27 @@ typedef struct ck_args {
     float *cb;      /* [B*G][nc][L][L] */
     bf16 *hin;      /* [B*H][nc][P][S]: the state entering the chunk (bf16: the products'
                        operands are, and mamba_ssm passes its states so) */
-    bf16 *yf;       /* [B*H][nc*L][P]: y - D x, tokens padded to whole chunks */
+    bf16 *yhin;     /* [B*H][nc*L][P]: y's part from the state entering the chunk, tokens
+                       padded to whole chunks */
     /* the workspace */
     float *st;         /* [B*H][nc][P][S] fp32: the chunk's own state (forward), dL/dHin of
                           the chunk's outputs (backward), both summed on in the passing */
     bf16 *gs;          /* [B*H][nc][P][S]: dL/d(the state leaving the chunk) */
     float *dxs;        /* [B*H][nc*L][P], tokens padded to whole chunks; only where P >
                           GT_MAMBA_SSD_TOK_MAX_P (else dx's product makes dx and tok itself) */
-    float *tok;        /* [3][B*H][T]: x . dxs, dy . yf, dy . x */
+    float *tok;        /* [3 + ntp][B*H][T]: x . dxs, dy . yhin, dy . x, then x . (dxs's
+                          state part) in ntp parts, one per GT_MAMBA_SSD_TOK_MAX_P of p */
     float *lt;         /* [B*H][nc][nlt]: <dL/d(state out), state out>, in parts of
                           GT_MAMBA_SSD_PASS_ENTRIES state entries (k_ck_pass_bwd's blocks) */
     float *part;       /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
     bf16 *m_dc, *m_db; /* [B*G*nc][L][ldm]: dC's M (rows i) and dB's (rows j, M^T) */
+    float *dda;        /* [B*H][nc][nt][nt][L]: the decay gradient's part from the chunk's own
+                          products, per pair of GT_MAMBA_SSD_DM_TILE tiles (k_ck_msum) */
     int B, T, H, P, G, S, L, nc, C, di, in;
     int ldm;  /* L rounded up to whole 16-byte rows of bf16 */
     int nlt;  /* the parts of lt: P*S over GT_MAMBA_SSD_PASS_ENTRIES, rounded up */
+    int ntp;  /* the parts of tok's fourth sum: P over GT_MAMBA_SSD_TOK_MAX_P, rounded up */
+    int nt;   /* dda's tiles of a chunk: L over GT_MAMBA_SSD_DM_TILE, rounded up */
     int fits; /* the layouts end inside gt_mamba_ws_floats and gt_mamba_ssd_state_floats */
 } ck_args;
 
