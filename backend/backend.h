@@ -236,8 +236,8 @@ static inline size_t gt_mamba_ssd_state_floats(gt_mamba_shape m, gt_backend_kind
  * each, every block one part of each chunk's <dL/d(state out), state out> */
 #define GT_MAMBA_SSD_PASS_ENTRIES 1024
 /* The CUDA scan's dB/dC M blocks (k_mamba_ssd_dm.cu): rows and columns of a chunk's L x L
- * each; they also make the decay's gradient from the chunk's own products, one part per
- * block */
+ * each; they also sum the decay gradient's terms from the chunk's own products, per row and
+ * per column of each tile */
 #define GT_MAMBA_SSD_DM_TILE 64
 /* The CUDA gated norm's backward: tokens a block takes (its weight gradient's parts, one per
  * GT_MAMBA_GNORM_TOKENS tokens and channel, are the Mamba workspace's) */
@@ -251,8 +251,8 @@ static inline size_t gt_mamba_ssd_state_floats(gt_mamba_shape m, gt_backend_kind
  * padded to whole chunks) where P > GT_MAMBA_SSD_TOK_MAX_P, three sums per token and head and
  * the parts of a fourth (one per GT_MAMBA_SSD_TOK_MAX_P of P), three per chunk and the parts of
  * one per chunk, dC's and dB's decay-weighted dy x^T per (sequence, group, chunk) in bf16 (L rows
- * of L rounded by gt_mamba_ssd_ld), and the decay gradient's part from each pair of
- * GT_MAMBA_SSD_DM_TILE tiles of the chunk per (sequence, head, chunk, token). */
+ * of L rounded by gt_mamba_ssd_ld), and the chunk products' row and column sums (of the decay
+ * gradient's terms) per GT_MAMBA_SSD_DM_TILE tile and (sequence, head, chunk, token). */
 static inline size_t gt_mamba_ws_floats(gt_mamba_shape m) {
     size_t N = (size_t)m.B * m.T, H = (size_t)m.H, ps = (size_t)m.P * (size_t)m.S;
     size_t L = (size_t)gt_mamba_chunk_len(m), nc = ((size_t)m.T + L - 1) / L;
@@ -265,7 +265,7 @@ static inline size_t gt_mamba_ws_floats(gt_mamba_shape m) {
     size_t nt = (L + GT_MAMBA_SSD_DM_TILE - 1) / GT_MAMBA_SSD_DM_TILE;
     /* 9 buffers, each start rounded up, and the bf16 ones counted as floats */
     size_t cuda = Z * ps + (Z * ps + 1) / 2 + dxs + ntok * BH * m.T + Z * nlt + 3 * Z +
-                  2 * ((mm + 1) / 2) + Z * nt * nt * L + 9 * GT_MAMBA_SSD_WS_ALIGN_FLOATS;
+                  2 * ((mm + 1) / 2) + 2 * Z * nt * L + 9 * GT_MAMBA_SSD_WS_ALIGN_FLOATS;
     size_t gnorm = (N + GT_MAMBA_GNORM_TOKENS - 1) / GT_MAMBA_GNORM_TOKENS * H * m.P;
     size_t most = cpu > cuda ? cpu : cuda;
     return most > gnorm ? most : gnorm;

@@ -260,15 +260,17 @@ __global__ void k_ck_tok(ck_args a) {
     }
 }
 
-/* The decay's gradient from the chunk's own products at token k (k_ck_msum's parts, from the
- * tiles (ti, tj) whose rows i >= k and columns j < k meet, in a fixed order) */
-static __device__ __forceinline__ float ck_dda_own(const ck_args &a, size_t z, int Lc, int k) {
+/* The decay's gradient by cs_k from the chunk's own products: sum_j<k W_kj - sum_i>k W_ik from
+ * k_ck_msum's sums (row k's over the column tiles up to its own, column k's over the row tiles
+ * from its own that the chunk reaches, in order) */
+static __device__ __forceinline__ float ck_dcs_own(const ck_args &a, size_t z, int Lc, int k) {
     const int T = GT_MAMBA_SSD_DM_TILE;
-    float v = 0.0f;
+    float r = 0.0f, c = 0.0f;
+    for (int tj = 0; tj <= k / T; tj++)
+        r += a.dda[((z * 2) * a.nt + tj) * a.L + k];
     for (int ti = k / T; ti < a.nt && ti * T < Lc; ti++)
-        for (int tj = 0; tj <= ti && tj * T < k; tj++)
-            v += a.dda[((z * a.nt + ti) * a.nt + tj) * a.L + k];
-    return v;
+        c += a.dda[((z * 2 + 1) * a.nt + ti) * a.L + k];
+    return r - c;
 }
 
 /* x . (dxs's state part) at token row q: tok's fourth sum, its parts in order */
@@ -281,15 +283,15 @@ static __device__ __forceinline__ float ck_tok_state(const ck_args &a, size_t q)
 }
 
 /* Per chunk, backwards over its tokens: the decay's gradient at token k (dL/d(dt_k A)),
- *   da_k = sum_i>=k Y_i + lt + sum_j<k T_j + (the chunk's own products' part, k_ck_msum's),
- * with Y_i = dy_i . yhin_i (through y's state part, exp(cs_i)), T_j = dt_j x_j . (dxs_j's state
- * part) (through the state leaving the chunk, exp(cs_last - cs_j)) and lt the pass's (through
- * exp(cs_last) H_c). Each term is formed apart, so that none is the small difference of two
- * rounded large ones (the chunk's own products, in either of y and dx, sum to none of it); the
- * sum over j < k is the chunk's total less the suffix (fp32 sums of exact terms). Then
- * ddt = x . (dxs + CB_ii dy) + da A, dA = sum da dt; the dt slice of dzx and the chunk's sums of
- * ddt_bias, dA and dD. A warp per chunk, its lanes over 32 tokens at a time from the chunk's
- * end (lane 0 the latest), the sums a fixed tree. */
+ *   da_k = sum_i>=k (Y_i + own_i) + lt + sum_j<k T_j,
+ * with own_i the chunk's own products' gradient by cs_i (ck_dcs_own), Y_i = dy_i . yhin_i (through
+ * y's state part, exp(cs_i)), T_j = dt_j x_j . (dxs_j's state part) (through the state leaving the
+ * chunk, exp(cs_last - cs_j)) and lt the pass's (through exp(cs_last) H_c). Each term is formed
+ * apart, so that none is the small difference of two sums rounded each its own way (own_i's two
+ * sums are of the same fp32 terms); the sum over j < k is the chunk's total less the suffix (fp32
+ * sums of the same terms). Then ddt = x . (dxs + CB_ii dy) + da A, dA = sum da dt; the dt slice of
+ * dzx and the chunk's sums of ddt_bias, dA and dD. A warp per chunk, its lanes over 32 tokens at a
+ * time from the chunk's end (lane 0 the latest), the sums a fixed tree. */
 __global__ void k_ck_chunk_bwd(ck_args a) {
     GT_PDL_ENTRY();
     size_t Z = (size_t)a.B * a.H * a.nc, BHT = (size_t)a.B * a.H * a.T;
@@ -312,14 +314,13 @@ __global__ void k_ck_chunk_bwd(ck_args a) {
             float dt = 0.0f, xdxs = 0.0f, dcs = 0.0f;
             if (i >= 0) {
                 dt = a.dt[q], xdxs = a.tok[q];
-                dcs = a.tok[BHT + q] - dt * ck_tok_state(a, q);
+                dcs = a.tok[BHT + q] - dt * ck_tok_state(a, q) + ck_dcs_own(a, z, Lc, i);
                 xdxs += ck_cb_diag(a, b, h / (a.H / a.G), c, i) * a.tok[2 * BHT + q];
             }
             if (i == Lc - 1) dcs += lt + tT;
             float da = carry + ck_warp_scan(dcs, lane);
             carry = __shfl_sync(0xffffffffu, da, 31);
             if (i < 0) continue;
-            da += ck_dda_own(a, z, Lc, i);
             float v = ck_dt_pre(a, n, h);
             float gr = (xdxs + da * A) * (v > CK_SOFTPLUS_THRESHOLD ? 1.0f : ck_sigm(v));
             a.dzx[n * a.in + (a.in - a.H) + h] = tobf(gr);

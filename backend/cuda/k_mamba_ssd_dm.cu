@@ -5,53 +5,66 @@
  * terms are summed in head order, and the sum is rounded to bf16 once and written into both
  * operands: dC's (m_dc) rows i at columns j, dB's (m_db) rows j at columns i, rows of ldm. No fp32
  * dy x^T per head goes through memory.
- * The same terms times C_i . B_j are the chunk's own products' part of each head's decay
- * gradient: W_ij = CB_ij dt_j exp(cs_i - cs_j) dy_i . x_j is y_i's term from x_j, and the decays
- * it holds are those of tokens j < k <= i, so the part at token k is the sum of W over i >= k,
- * j < k (mamba_ssm's stable form: each W is formed once, in fp32; the difference of y's and dx's
- * sums that give the same in exact arithmetic would cancel their rounding errors only in part).
- * Each block sums its tile's share per head (dda, k_ck_chunk_bwd adds the tiles). */
+ * The same terms times C_i . B_j are the chunk's own products' terms of each head's decay
+ * gradient: W_ij = CB_ij dt_j exp(cs_i - cs_j) dy_i . x_j is y_i's term from x_j, and it holds
+ * the decays of tokens j < k <= i, so the gradient by cs_k gains sum_j<k W_kj - sum_i>k W_ik.
+ * Each W is formed once here, in fp32, and both sums are of the same W (into dda, per tile:
+ * k_ck_chunk_bwd adds them up); as the difference of dy . y and x . dx, whose products round
+ * their operands to bf16 each its own way, they would cancel only in part. */
 #include "backend/cuda/mamba_ssd.cuh"
 
 #define MS_TILE GT_MAMBA_SSD_DM_TILE /* rows i and columns j a block makes */
-#define MS_KS 64   /* p a shared slab holds: the hybrid's whole head */
+#define MS_KS 64                     /* p a shared slab holds: the hybrid's whole head */
 /* a slab's row stride: 16 bytes past the row, so that ldmatrix's rows hit distinct banks */
 #define MS_LD (MS_KS + 8)
 #define MS_OLD (MS_TILE + 8) /* the staged result's row stride */
 #define MS_THREADS 128       /* four warps, 16 rows i each */
 
-/* The tile's part of head h's decay gradient from W (the fragments w, a warp's 16 rows each):
- * at token k, the sum of W over the tile's i >= k and j < k, for the k of (j0, i0 + MS_TILE)
- * inside the chunk (elsewhere it has none), into dda. Through the shared scratch sw (a free
- * stage buffer): prefix sums along each row, then suffix sums down each column, so that each
- * k's sum is one entry. Every thread takes part (the block's barriers). */
+/* The tile's sums of head h's W (the fragments w, a warp's 16 rows each, 0 where j >= i or
+ * past the chunk) into dda: along each row i over the tile's j (each thread's columns, then its
+ * quad's lanes) and down each column j over the tile's i (each thread's two rows, its column's
+ * 8 lanes, then the 4 warps' in order through colw), fixed trees both. Every thread takes part
+ * (the block's barrier). */
 static __device__ __forceinline__ void ms_dda(const ck_args &a, const ck_at &x, float (*w)[4],
-                                              float (*sw)[MS_TILE + 1], int i0, int j0, int h) {
+                                              float (*colw)[MS_TILE], int i0, int j0, int h) {
     int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    __syncthreads(); /* every warp has read its fragments of the stage buffer */
+    size_t zh = ((size_t)x.b * a.H + h) * a.nc + x.c;
+    float *row = a.dda + ((zh * 2) * a.nt + j0 / MS_TILE) * a.L;
+    float *col = a.dda + ((zh * 2 + 1) * a.nt + i0 / MS_TILE) * a.L;
+    float rs[2] = {0.0f, 0.0f}, cs[8][2];
 #pragma unroll
     for (int nb = 0; nb < 8; nb++)
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            sw[warp * 16 + g + (e / 2) * 8][nb * 8 + 2 * t + e % 2] = w[nb][e];
-    __syncthreads();
-    if (tid < MS_TILE) { /* along row tid: sw[r][c] = sum_j<=c W */
-        float run = 0.0f;
-        for (int c = 0; c < MS_TILE; c++)
-            run += sw[tid][c], sw[tid][c] = run;
+        for (int e = 0; e < 2; e++) {
+            rs[0] += w[nb][e], rs[1] += w[nb][2 + e];
+            cs[nb][e] = w[nb][e] + w[nb][2 + e];
+        }
+#pragma unroll
+    for (int o = 1; o < 4; o *= 2)
+        rs[0] += __shfl_xor_sync(0xffffffffu, rs[0], o),
+            rs[1] += __shfl_xor_sync(0xffffffffu, rs[1], o);
+#pragma unroll
+    for (int o = 4; o < 32; o *= 2)
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                cs[nb][e] += __shfl_xor_sync(0xffffffffu, cs[nb][e], o);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int i = i0 + warp * 16 + g + half * 8;
+        if (t == 0 && i < x.Lc) row[i] = rs[half];
     }
+    if (g == 0)
+#pragma unroll
+        for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                colw[warp][nb * 8 + 2 * t + e] = cs[nb][e];
     __syncthreads();
-    if (tid < MS_TILE) { /* down column tid: sw[r][c] = sum_i>=r sum_j<=c W */
-        float run = 0.0f;
-        for (int r = MS_TILE - 1; r >= 0; r--)
-            run += sw[r][tid], sw[r][tid] = run;
-    }
-    __syncthreads();
-    int ti = i0 / MS_TILE, tj = j0 / MS_TILE, end = min(i0 + MS_TILE, x.Lc);
-    size_t zh = ((size_t)x.b * a.H + h) * a.nc + x.c;
-    float *out = a.dda + ((zh * a.nt + ti) * a.nt + tj) * a.L;
-    for (int k = j0 + 1 + tid; k < end; k += MS_THREADS)
-        out[k] = sw[max(k - i0, 0)][min(k - j0, MS_TILE) - 1];
+    int j = j0 + tid;
+    if (tid < MS_TILE && j < x.Lc)
+        col[j] = colw[0][tid] + colw[1][tid] + colw[2][tid] + colw[3][tid];
 }
 
 /* Block (z, ti, tj): chunk z of (b, g) as ck_at_make<CK_DC> numbers it, rows i0 = 64 ti and
@@ -65,10 +78,10 @@ __global__ void __launch_bounds__(MS_THREADS) k_ck_msum(ck_args a, int vec_in, i
     /* [stage buffer][dy, x]; after the last stage, M and M^T are staged in buffer 0 */
     __shared__ __align__(16) bf16 buf[2][2][MS_TILE][MS_LD];
     static_assert(MS_OLD == MS_LD, "M's staging reuses a slab's rows");
-    static_assert(MS_TILE * (MS_TILE + 1) * sizeof(float) <= sizeof(buf[0]),
-                  "W's sums fit a stage buffer");
     bf16(*so)[MS_OLD] = buf[0][0], (*sot)[MS_OLD] = buf[0][1];
     __shared__ float csi[MS_TILE], csj[MS_TILE], dtj[MS_TILE];
+    __shared__ float colw[MS_THREADS / 32][MS_TILE]; /* W's column sums per warp (ms_dda) */
+    static_assert(MS_THREADS / 32 == 4, "ms_dda sums four warps' column sums");
     ck_at x = ck_at_make<CK_DC>(a, blockIdx.x);
     int i0 = (int)blockIdx.y * MS_TILE, j0 = (int)blockIdx.z * MS_TILE;
     int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -140,8 +153,8 @@ __global__ void __launch_bounds__(MS_THREADS) k_ck_msum(ck_args a, int vec_in, i
             }
         }
         if (st % nk != nk - 1) continue;
-        /* the head's dy x^T is whole: weighted into the heads' sum, and times C B^T (W, in acc)
-         * into its decay gradient's part */
+            /* the head's dy x^T is whole: weighted into the heads' sum, and times C B^T (W, in acc)
+             * into its decay gradient's part */
 #pragma unroll
         for (int nb = 0; nb < 8; nb++)
 #pragma unroll
@@ -155,7 +168,7 @@ __global__ void __launch_bounds__(MS_THREADS) k_ck_msum(ck_args a, int vec_in, i
                 }
                 acc[nb][e] = j < i && i < x.Lc ? m * x.cb[(size_t)i * a.L + j] : 0.0f;
             }
-        ms_dda(a, x, acc, (float(*)[MS_TILE + 1])&buf[bi][0][0][0], i0, j0, x.h + q);
+        ms_dda(a, x, acc, colw, i0, j0, x.h + q);
     }
     __syncthreads(); /* every warp is done with the slabs M is staged over */
 #pragma unroll

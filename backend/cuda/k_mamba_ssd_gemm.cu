@@ -205,7 +205,7 @@ ck_args gt_ssd_args(gt_mamba_shape sh, float *ws, float *state) {
     a.m_dc = (bf16 *)ck_align(a.part + 3 * Z);
     a.m_db = (bf16 *)ck_align(a.m_dc + ZG * a.L * a.ldm);
     a.dda = ck_align(a.m_db + ZG * a.L * a.ldm);
-    a.fits = state_fits && a.dda + Z * a.nt * a.nt * a.L <= ws + gt_mamba_ws_floats(sh);
+    a.fits = state_fits && a.dda + 2 * Z * a.nt * a.L <= ws + gt_mamba_ws_floats(sh);
     return a;
 }
 
@@ -225,7 +225,7 @@ template <int OP> static __device__ __forceinline__ const bf16 *ck_m(const ck_ar
  * sum the current one. Where the shape or a slab's edge does not allow it, each value comes
  * from ck_opa / ck_opb alone. ---- */
 #define CF_BK CK_SLAB /* k of a slab */
-#define CF_MAXL 256 /* chunk lengths whose dt and cs a block keeps in shared memory */
+#define CF_MAXL 256   /* chunk lengths whose dt and cs a block keeps in shared memory */
 
 /* Whether A's 8 from (m, k) run along m (its source runs along m there), else along k */
 template <int OP> static __device__ __forceinline__ bool cf_a_along_m(const ck_args &a, int k) {
@@ -591,7 +591,7 @@ __global__ void __launch_bounds__(BM * 2, 256 / BM) k_ck_fused(ck_args a, int ve
     issue(0);
     for (int k0 = 0; k0 < K; k0 += CF_BK) {
         __syncthreads(); /* the last slab's fragments are loaded */
-        if ((OP == CK_YF || OP == CK_DXS) && k0 == ck_ks(a.S))
+        if ((OP == CK_YF || OP == CK_DXS) && k0 == ck_ks(a.S)) /* acc: the state's part alone */
             cf_state_part<OP, NB>(a, x, acc, m0 + warp * 16, n0, lane, M, N, vec != 0);
         bool am = cf_a_along_m<OP>(a, k0), bk = cf_b_along_k<OP>(a, k0);
 #pragma unroll

@@ -68,8 +68,9 @@ typedef struct ck_args {
                           GT_MAMBA_SSD_PASS_ENTRIES state entries (k_ck_pass_bwd's blocks) */
     float *part;       /* [3][B*H][nc]: ddt_bias, dA, dD per chunk */
     bf16 *m_dc, *m_db; /* [B*G*nc][L][ldm]: dC's M (rows i) and dB's (rows j, M^T) */
-    float *dda;        /* [B*H][nc][nt][nt][L]: the decay gradient's part from the chunk's own
-                          products, per pair of GT_MAMBA_SSD_DM_TILE tiles (k_ck_msum) */
+    float *dda;        /* [B*H][nc][2][nt][L]: the decay gradient's terms W from the chunk's own
+                          products summed per token: [0][tj][i] over row i's j < i in column
+                          tile tj, [1][ti][j] over column j's i > j in row tile ti (k_ck_msum) */
     int B, T, H, P, G, S, L, nc, C, di, in;
     int ldm;  /* L rounded up to whole 16-byte rows of bf16 */
     int nlt;  /* the parts of lt: P*S over GT_MAMBA_SSD_PASS_ENTRIES, rounded up */
