@@ -144,6 +144,11 @@ typedef struct gt_fp8_cast_spec {
     gt_fp8_format format;
     int tile_rows;
     int record; /* 0 (evaluation): the cast leaves meta as it is */
+    /* Tensorwise only (NULL otherwise): x's amax, already taken by the kernel that made x
+     * (rmsnorm_fwd_amax, swiglu_fwd_amax), so the cast skips its own pass over x, which
+     * current scaling needs before it can cast anything. In device memory, as the bits of
+     * max |x| (gt_fp8_amax_bits); NULL: the cast takes the amax itself. */
+    const uint32_t *amax_bits;
 } gt_fp8_cast_spec;
 /* An FP8 GEMM operand: K-contiguous [rows, K] elements of `format` and their inverse scales
  * (one float, or blockwise gt_fp8_scale_count(rows, K, tile_rows) of them, laid out as
@@ -583,6 +588,17 @@ typedef struct gt_backend_ops {
      * Engine takes it, since its weight gradient is an fp8 GEMM without a bias output */
     void (*bias_grad)(gt_backend *b, gt_stream *s, float *dbias, const void *dout, int M, int N,
                       int accumulate);
+    /* Producers that also take their output's amax for the current-scaling cast that follows
+     * (optional: NULL, and the cast takes its own pass over the output). Each is the op of its
+     * name and, besides, *amax_bits = max(*amax_bits, gt_fp8_amax_bits(v)) over every output
+     * value v as stored (act dtype: on a GPU the bf16-rounded value), which is what the cast's
+     * own pass would find; that value goes to the cast as gt_fp8_cast_spec.amax_bits. The
+     * caller zeroes *amax_bits on the stream before (memset0), inside the step, so that
+     * replays start from zero too. */
+    void (*rmsnorm_fwd_amax)(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *inp,
+                             const void *w, int N, int d, float eps, uint32_t *amax_bits);
+    void (*swiglu_fwd_amax)(gt_backend *b, gt_stream *s, void *out, const void *gu, int N, int f,
+                            uint32_t *amax_bits);
     /* ---- FP8 grouped expert GEMMs (optional, as the FP8 ops above; per-tensor scaling) ----
      * The MoE counterparts of fp8_gemm over device offsets, both operands K-contiguous.
      * out[R, Nf] (act): rows [offsets[e], offsets[e+1]) of a.q [R, K] times w.q[e] [Nf, K]^T

@@ -10,6 +10,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef enum { GT_FP8_E4M3, GT_FP8_E5M2 } gt_fp8_format;
 
@@ -91,6 +92,16 @@ static inline float gt_fp8_scale_from_amax(float amax, float prev_scale, gt_fp8_
     float s = (gt_fp8_max(f) / amax) / ldexpf(1.0f, margin);
     if (isinf(s)) return FLT_MAX;
     return s;
+}
+
+/* An amax as bits: max over a tensor x of gt_fp8_amax_bits(x[i]) is the bits of max |x|. For
+ * non-negative floats the integer order is the float order and a NaN's bits lie above Inf's, so
+ * that max is order-free (atomics may fold it in any order, and the result is deterministic)
+ * and keeps a NaN, as a max over the floats that lets NaN win does. */
+static inline uint32_t gt_fp8_amax_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u & 0x7fffffffu;
 }
 
 #endif

@@ -16,18 +16,25 @@ void gt_model_residual_out(gt_model *m, gt_stream *s, void *out, const void *x, 
     b->ops->add(b, s, out, x, y, n);
 }
 
+/* gt_model_proj_residual with inp's amax taken by its producer (gt_linear_fwd_amax; or NULL) */
+static void proj_residual(gt_model *m, gt_stream *s, void *out, const void *x, const void *inp,
+                          const uint32_t *inp_amax, int w, int bias, int layer, int site, int train,
+                          gt_step_state *st) {
+    const gt_model_dims *dm = &m->dm;
+    int lin = site == GT_SITE_ATTN_OUT ? GT_LIN_O : GT_LIN_DOWN;
+    if (!(train && dm->p_hidden > 0)) {
+        gt_linear_fwd_amax(m, s, layer, lin, out, inp, inp_amax, w, bias, x, train, st);
+        return;
+    }
+    gt_linear_fwd_amax(m, s, layer, lin, m->sc.y, inp, inp_amax, w, bias, NULL, train, st);
+    gt_model_residual_out(m, s, out, x, m->sc.y, layer, site, train, st);
+}
+
 void gt_model_proj_residual(gt_model *m, gt_stream *s, void *out, const void *x, const void *inp,
                             int w, int bias, int K, int layer, int site, int train,
                             gt_step_state *st) {
-    const gt_model_dims *dm = &m->dm;
-    int lin = site == GT_SITE_ATTN_OUT ? GT_LIN_O : GT_LIN_DOWN;
     (void)K; /* the weight's own shape: [d, K] */
-    if (!(train && dm->p_hidden > 0)) {
-        gt_linear_fwd(m, s, layer, lin, out, inp, w, bias, x, train, st);
-        return;
-    }
-    gt_linear_fwd(m, s, layer, lin, m->sc.y, inp, w, bias, NULL, train, st);
-    gt_model_residual_out(m, s, out, x, m->sc.y, layer, site, train, st);
+    proj_residual(m, s, out, x, inp, NULL, w, bias, layer, site, train, st);
 }
 
 const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int res_out, int layer, int site,
@@ -63,9 +70,11 @@ void gt_attn_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state 
     gt_attn_block *a = &m->layers[layer].attn;
     const void *x = m->res[a->res_in];
     float p = train ? dm->p_attn : 0.0f;
-    b->ops->rmsnorm_fwd(b, s, a->ln, a->rstd, x, gt_model_param(m, a->norm_w), dm->N, dm->d,
-                        dm->eps);
-    gt_linear_fwd(m, s, layer, GT_LIN_QKV, a->qkv, a->ln, a->qkv_w, a->qkv_b, NULL, train, st);
+    /* the norm takes ln's amax for the qkv cast where that cast needs one */
+    const uint32_t *ln_amax =
+        gt_linear_norm_fwd(m, s, layer, GT_LIN_QKV, a->ln, a->rstd, x, a->norm_w);
+    gt_linear_fwd_amax(m, s, layer, GT_LIN_QKV, a->qkv, a->ln, ln_amax, a->qkv_w, a->qkv_b, NULL,
+                       train, st);
     gt_model_qk_norm_fwd(m, s, layer);
     gt_model_rope_fwd(m, s, a->qkv);
     b->ops->attention_fwd(b, s, a->att, a->lse, a->qkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, p,
@@ -97,16 +106,17 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
 }
 
 void gt_mlp_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *st) {
-    gt_backend *b = m->b;
-    const gt_model_dims *dm = &m->dm;
     gt_mlp_block *p = &m->layers[layer].mlp;
     const void *x = m->res[p->res_in];
-    b->ops->rmsnorm_fwd(b, s, p->ln, p->rstd, x, gt_model_param(m, p->norm_w), dm->N, dm->d,
-                        dm->eps);
-    gt_linear_fwd(m, s, layer, GT_LIN_GU, p->gu, p->ln, p->gu_w, p->gu_b, NULL, train, st);
-    b->ops->swiglu_fwd(b, s, p->h, p->gu, dm->N, dm->f);
-    gt_model_proj_residual(m, s, m->res[p->res_out], x, p->h, p->down_w, p->down_b, dm->f, layer,
-                           GT_SITE_MLP_OUT, train, st);
+    /* the norm and SwiGLU take the amaxes of the gate/up and down casts' inputs where those
+     * casts need them */
+    const uint32_t *ln_amax =
+        gt_linear_norm_fwd(m, s, layer, GT_LIN_GU, p->ln, p->rstd, x, p->norm_w);
+    gt_linear_fwd_amax(m, s, layer, GT_LIN_GU, p->gu, p->ln, ln_amax, p->gu_w, p->gu_b, NULL, train,
+                       st);
+    const uint32_t *h_amax = gt_linear_swiglu_fwd(m, s, layer, GT_LIN_DOWN, p->h, p->gu);
+    proj_residual(m, s, m->res[p->res_out], x, p->h, h_amax, p->down_w, p->down_b, layer,
+                  GT_SITE_MLP_OUT, train, st);
 }
 
 void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {

@@ -128,6 +128,9 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
         PLAN(&m->params, "fp8.amax_history",
              (size_t)f->n_meta * (size_t)f->history_len * sizeof(float), &f->history);
     if (wt) PLAN(&m->scratch, "fp8.w_t", wt, &f->wt);
+    if (f->scaling == GT_FP8_TENSORWISE)
+        PLAN(&m->scratch, "fp8.x_amax", (size_t)m->num_layers * GT_LINEARS * sizeof(uint32_t),
+             &f->x_amax);
     PLAN(&m->scratch, "fp8.cast_a", qa * f->elem, &f->qa);
     PLAN(&m->scratch, "fp8.cast_b", qb * f->elem, &f->qb);
     PLAN(&m->scratch, "fp8.cast_a_scales", sa * sizeof(float), &f->sa);
@@ -188,7 +191,7 @@ int gt_model_fp8_init(gt_model *m, gt_error *err) {
  * later training step: delayed scaling reads its scales but adds nothing to the step's amax. */
 gt_fp8_cast_spec gt_model_fp8_spec(const gt_model_fp8 *f, gt_fp8_format fmt, int tile_rows,
                                    int record) {
-    return (gt_fp8_cast_spec){f->scaling, fmt, tile_rows, record};
+    return (gt_fp8_cast_spec){f->scaling, fmt, tile_rows, record, NULL};
 }
 
 static gt_fp8_cast_spec spec_rec(const gt_model_fp8 *f, gt_fp8_format fmt, int tile_rows,
@@ -204,7 +207,7 @@ static gt_fp8_cast_spec spec_of(const gt_model_fp8 *f, gt_fp8_format fmt, int ti
  * forward's cast of the same x (saved unchanged for the backward) recorded exactly the scale
  * a fresh amax would give, and under delayed scaling that cast already added x's amax. */
 gt_fp8_cast_spec gt_model_fp8_spec_recorded(gt_fp8_format fmt) {
-    return (gt_fp8_cast_spec){GT_FP8_DELAYED, fmt, 1, 0};
+    return (gt_fp8_cast_spec){GT_FP8_DELAYED, fmt, 1, 0, NULL};
 }
 
 static gt_fp8_cast_spec spec_recorded(gt_fp8_format fmt) {
@@ -263,8 +266,50 @@ static const gt_fp8_linear *fp8_on(const gt_model *m, int layer, int lin) {
     return li && li->on ? li : NULL;
 }
 
+/* The slot a producer folds linear `lin`'s input amax into, zeroed on s, when that input is
+ * cast under current scaling and the backend has the producer's op (have_op); else NULL */
+static uint32_t *input_amax_slot(gt_model *m, gt_stream *s, int layer, int lin, int have_op) {
+    gt_model_fp8 *f = &m->fp8;
+    if (!have_op || !fp8_on(m, layer, lin) || f->scaling != GT_FP8_TENSORWISE || !f->x_amax)
+        return NULL;
+    uint32_t *slot = &f->x_amax[(size_t)layer * GT_LINEARS + lin];
+    m->b->ops->memset0(m->b, s, slot, sizeof *slot);
+    return slot;
+}
+
+const uint32_t *gt_linear_norm_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out,
+                                   float *rstd, const void *inp, int norm_w) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    const void *w = gt_model_param(m, norm_w);
+    uint32_t *slot = input_amax_slot(m, s, layer, lin, b->ops->rmsnorm_fwd_amax != NULL);
+    if (slot)
+        b->ops->rmsnorm_fwd_amax(b, s, out, rstd, inp, w, dm->N, dm->d, dm->eps, slot);
+    else
+        b->ops->rmsnorm_fwd(b, s, out, rstd, inp, w, dm->N, dm->d, dm->eps);
+    return slot;
+}
+
+const uint32_t *gt_linear_swiglu_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out,
+                                     const void *gu) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    uint32_t *slot = input_amax_slot(m, s, layer, lin, b->ops->swiglu_fwd_amax != NULL);
+    if (slot)
+        b->ops->swiglu_fwd_amax(b, s, out, gu, dm->N, dm->f, slot);
+    else
+        b->ops->swiglu_fwd(b, s, out, gu, dm->N, dm->f);
+    return slot;
+}
+
 void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, const void *x, int w,
                    int bias, const void *res, int record, gt_step_state *st) {
+    gt_linear_fwd_amax(m, s, layer, lin, out, x, NULL, w, bias, res, record, st);
+}
+
+void gt_linear_fwd_amax(gt_model *m, gt_stream *s, int layer, int lin, void *out, const void *x,
+                        const uint32_t *x_amax, int w, int bias, const void *res, int record,
+                        gt_step_state *st) {
     gt_backend *b = m->b;
     const gt_fp8_linear *li = fp8_on(m, layer, lin);
     if (!li) {
@@ -277,7 +322,8 @@ void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, con
     int wtile = f->scaling == GT_FP8_BLOCKWISE ? GT_FP8_TILE : 1;
     gt_fp8_meta *mx = &f->meta[li->slot + GT_FP8_SLOT_X];
     gt_fp8_cast_spec sx = spec_rec(f, f->fwd_format, 1, record);
-    if (li->xt && record) /* training: x^T for the weight gradient from the same pass */
+    sx.amax_bits = x_amax; /* NULL, or set only under current scaling (input_amax_slot) */
+    if (li->xt && record)  /* training: x^T for the weight gradient from the same pass */
         cast_both(m, s, f->qa, f->sa, li->xt, li->sxt, x, m->dm.N, li->in, sx, mx, st);
     else
         b->ops->fp8_cast(b, s, f->qa, f->sa, x, m->dm.N, li->in, 0, sx, mx, st);

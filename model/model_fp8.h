@@ -63,6 +63,9 @@ typedef struct gt_model_fp8 {
     float *sa, *sb;      /* their inverse scales */
     gt_fp8_experts *moe; /* [num_layers * GT_MOE_LINEARS] */
     int moe_on;          /* expert linears that are on */
+    uint32_t *x_amax;    /* [num_layers * GT_LINEARS] scratch (current scaling): the bits of a
+                          * linear's input amax, which the input's producer folds in for the
+                          * cast (gt_linear_norm_fwd, gt_linear_swiglu_fwd); else NULL */
 } gt_model_fp8;
 
 /* 1 when the configuration runs its linear layers in fp8 */
@@ -95,6 +98,24 @@ int gt_model_fp8_delayed_state(const gt_model *m, gt_fp8_meta **meta, float **hi
  * leaves the scaling state alone */
 void gt_linear_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out, const void *x, int w,
                    int bias, const void *res, int record, gt_step_state *st);
+/* Under current scaling the cast of a linear's input needs the input's amax before it can cast
+ * anything: a pass of its own over the input, unless the kernel that made the input took the
+ * amax as it wrote it (backend.h, rmsnorm_fwd_amax and swiglu_fwd_amax), which saves reading
+ * the input once more. These run that producer for linear `lin` of `layer`: the layer's
+ * RMSNorm into out[N, d] (rstd[N]; norm_w its weight) and SwiGLU of gu[N, 2f] into out[N, f].
+ * Where the linear casts its input under current scaling and the backend has the op, the
+ * producer folds the amax into the linear's slot, zeroed on s just before (inside the step,
+ * so that graph replays start from zero too), and the slot is returned for
+ * gt_linear_fwd_amax; else the plain op runs and NULL is returned. */
+const uint32_t *gt_linear_norm_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out,
+                                   float *rstd, const void *inp, int norm_w);
+const uint32_t *gt_linear_swiglu_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out,
+                                     const void *gu);
+/* gt_linear_fwd whose input x's amax its producer took (x_amax from the two above: the same
+ * codes, scales and state as the cast's own pass gives; NULL: gt_linear_fwd) */
+void gt_linear_fwd_amax(gt_model *m, gt_stream *s, int layer, int lin, void *out, const void *x,
+                        const uint32_t *x_amax, int w, int bias, const void *res, int record,
+                        gt_step_state *st);
 /* dx[N, in] = dout[N, out] @ w */
 void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
                         int w, int accumulate, gt_step_state *st);

@@ -125,11 +125,16 @@ void gt_attn_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st) 
     unsigned rc = m->layers[layer].rc;
     gt_attn_block *a = &m->layers[layer].attn;
     if (rc & GT_RC_MID_RESIDUAL) return; /* the layer's backward began with this forward */
-    if (rc & GT_RC_ATTN_NORM)
+    const uint32_t *ln_amax = NULL;      /* the norm takes it for a qkv cast that follows */
+    if ((rc & GT_RC_ATTN_NORM) && (rc & GT_RC_QKV))
+        ln_amax = gt_linear_norm_fwd(m, s, layer, GT_LIN_QKV, a->ln, a->rstd, m->res[a->res_in],
+                                     a->norm_w);
+    else if (rc & GT_RC_ATTN_NORM)
         b->ops->rmsnorm_fwd(b, s, a->ln, a->rstd, m->res[a->res_in], gt_model_param(m, a->norm_w),
                             dm->N, dm->d, dm->eps);
     if (rc & GT_RC_QKV) {
-        gt_linear_fwd(m, s, layer, GT_LIN_QKV, a->qkv, a->ln, a->qkv_w, a->qkv_b, NULL, 0, st);
+        gt_linear_fwd_amax(m, s, layer, GT_LIN_QKV, a->qkv, a->ln, ln_amax, a->qkv_w, a->qkv_b,
+                           NULL, 0, st);
         gt_model_qk_norm_fwd(m, s, layer);
         gt_model_rope_fwd(m, s, a->qkv);
     }
@@ -154,11 +159,16 @@ void gt_mlp_recompute(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     unsigned rc = m->layers[layer].rc;
     gt_mlp_block *p = &m->layers[layer].mlp;
     mid_residual(m, s, layer, st);
-    if (rc & GT_RC_MLP_NORM)
+    const uint32_t *ln_amax = NULL; /* the norm takes it for a gate/up cast that follows */
+    if ((rc & GT_RC_MLP_NORM) && (rc & GT_RC_MLP))
+        ln_amax = gt_linear_norm_fwd(m, s, layer, GT_LIN_GU, p->ln, p->rstd, m->res[p->res_in],
+                                     p->norm_w);
+    else if (rc & GT_RC_MLP_NORM)
         b->ops->rmsnorm_fwd(b, s, p->ln, p->rstd, m->res[p->res_in], gt_model_param(m, p->norm_w),
                             dm->N, dm->d, dm->eps);
     if (rc & GT_RC_MLP) {
-        gt_linear_fwd(m, s, layer, GT_LIN_GU, p->gu, p->ln, p->gu_w, p->gu_b, NULL, 0, st);
+        gt_linear_fwd_amax(m, s, layer, GT_LIN_GU, p->gu, p->ln, ln_amax, p->gu_w, p->gu_b, NULL, 0,
+                           st);
         b->ops->swiglu_fwd(b, s, p->h, p->gu, dm->N, dm->f);
     }
 }

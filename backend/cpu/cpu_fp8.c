@@ -4,6 +4,7 @@
  * sums back, per tensor or per 128-wide K tile. Fixed summation order, so replays agree. */
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_gemm.h"
 #include "backend/cpu/cpu_ops.h"
@@ -56,6 +57,14 @@ static float amax_of(const cast_args *a, int r0, int r1, int c0, int c1) {
     return m;
 }
 
+/* The float of an amax its producer took as bits (gt_fp8_cast_spec.amax_bits): the max |x|
+ * itself, and amax_of's NAN where x holds a NaN, so that the cast records the same bits */
+static float given_amax(uint32_t bits) {
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return isnan(v) ? NAN : v;
+}
+
 static void k_fp8_cast(const void *p) {
     const cast_args *a = p;
     int qr = a->transpose ? a->cols : a->rows, qc = a->transpose ? a->rows : a->cols;
@@ -74,7 +83,7 @@ static void k_fp8_cast(const void *p) {
                         a->q[(size_t)i * qc + j] = quantize(src_at(a, i, j), scale, f);
             }
     } else {
-        float amax = amax_of(a, 0, qr, 0, qc);
+        float amax = a->spec.amax_bits ? given_amax(*a->spec.amax_bits) : amax_of(a, 0, qr, 0, qc);
         gt_fp8_meta *m = a->meta;
         if (!isfinite(amax)) bad = 1;
         float scale = m->scale, scale_inv = m->scale_inv;
@@ -105,6 +114,8 @@ static void cpu_fp8_cast(gt_backend *b, gt_stream *s, void *q, float *scale_inv,
     CPU_REQUIRE(
         b, spec.scaling != GT_FP8_BLOCKWISE || spec.tile_rows == 1 || spec.tile_rows == GT_FP8_TILE,
         "fp8_cast: blockwise tiles are 1 or %d rows (got %d)", GT_FP8_TILE, spec.tile_rows);
+    CPU_REQUIRE(b, !spec.amax_bits || spec.scaling == GT_FP8_TENSORWISE,
+                "fp8_cast: an amax taken by the producer is for tensorwise scaling only");
     cast_args a = {q, scale_inv, x, rows, cols, transpose != 0, spec, meta, st};
     if (spec.scaling != GT_FP8_BLOCKWISE) a.spec.tile_rows = 1;
     gt_cpu_submit(b, s, k_fp8_cast, &a, sizeof a);
@@ -163,9 +174,50 @@ static void cpu_fp8_cast_experts(gt_backend *b, gt_stream *s, void *q, float *sc
                 "fp8_cast_experts: NULL tensor");
     CPU_REQUIRE(b, spec.scaling != GT_FP8_BLOCKWISE,
                 "fp8_cast_experts: per-tensor scaling only (tensorwise or delayed)");
+    CPU_REQUIRE(b, !spec.amax_bits,
+                "fp8_cast_experts: each expert takes its own amax (spec.amax_bits must be NULL)");
     spec.tile_rows = 1;
     experts_args a = {q, scale_inv, qt, scale_inv_t, x, count, rows, cols, spec, meta, st};
     gt_cpu_submit(b, s, k_fp8_cast_experts, &a, sizeof a);
+}
+
+/* The producers that take their output's amax (backend.h): the plain op, then the amax of
+ * what it stored, which is exactly what the cast's own pass would find (the GPU folds it in as
+ * the producer writes; here one more pass costs nothing that matters). */
+typedef struct amax_args {
+    uint32_t *amax_bits;
+    const float *x;
+    size_t n;
+} amax_args;
+
+static void k_fold_amax(const void *p) {
+    const amax_args *a = p;
+    uint32_t m = *a->amax_bits;
+    for (size_t i = 0; i < a->n; i++) {
+        uint32_t v = gt_fp8_amax_bits(a->x[i]);
+        m = v > m ? v : m;
+    }
+    *a->amax_bits = m;
+}
+
+static void fold_amax(gt_backend *b, gt_stream *s, uint32_t *amax_bits, const void *x, size_t n) {
+    amax_args a = {amax_bits, x, n};
+    gt_cpu_submit(b, s, k_fold_amax, &a, sizeof a);
+}
+
+static void cpu_rmsnorm_fwd_amax(gt_backend *b, gt_stream *s, void *out, float *rstd,
+                                 const void *inp, const void *w, int N, int d, float eps,
+                                 uint32_t *amax_bits) {
+    CPU_REQUIRE(b, amax_bits, "rmsnorm_fwd_amax: NULL amax");
+    b->ops->rmsnorm_fwd(b, s, out, rstd, inp, w, N, d, eps);
+    if (N > 0 && d > 0) fold_amax(b, s, amax_bits, out, (size_t)N * d);
+}
+
+static void cpu_swiglu_fwd_amax(gt_backend *b, gt_stream *s, void *out, const void *gu, int N,
+                                int f, uint32_t *amax_bits) {
+    CPU_REQUIRE(b, amax_bits, "swiglu_fwd_amax: NULL amax");
+    b->ops->swiglu_fwd(b, s, out, gu, N, f);
+    if (N > 0 && f > 0) fold_amax(b, s, amax_bits, out, (size_t)N * f);
 }
 
 typedef struct gemm_args {
@@ -268,6 +320,8 @@ void gt_cpu_register_fp8_ops(gt_backend_ops *ops) {
     ops->fp8_cast_experts = cpu_fp8_cast_experts;
     ops->fp8_gemm = cpu_fp8_gemm;
     ops->fp8_amax_update = cpu_fp8_amax_update;
+    ops->rmsnorm_fwd_amax = cpu_rmsnorm_fwd_amax;
+    ops->swiglu_fwd_amax = cpu_swiglu_fwd_amax;
     gt_cpu_register_fp8_bias_ops(ops);
     gt_cpu_register_moe_fp8_ops(ops);
 }

@@ -136,6 +136,34 @@ static __device__ __forceinline__ void st8(bf16 *p, const float *f) {
     *(uint4 *)p = u;
 }
 
+/* ---- amax for fp8 casts (gt_fp8_cast_spec.amax_bits) ----
+ * |v|'s bits (gt_fp8_amax_bits, core/fp8.h): for non-negative floats the integer order is the
+ * float order and NaN's bits lie above Inf's, so a max over them is order-free and keeps a
+ * NaN, as the CPU's amax does. */
+static __device__ __forceinline__ unsigned gt_abs_bits(float v) {
+    return __float_as_uint(v) & 0x7fffffffu;
+}
+/* The bits of |b| for the bf16 b a kernel stores: the value the cast reads back */
+static __device__ __forceinline__ unsigned gt_abs_bits_bf16(bf16 b) {
+    return gt_abs_bits(__bfloat162float(b));
+}
+/* *amax = max(*amax, m over the block's threads): one atomic a block (an unsigned max, so the
+ * order the blocks land in changes nothing). Every thread of the block calls it (it holds a
+ * __syncthreads); blockDim.x a multiple of 32, sh blockDim.x / 32 unsigned of shared memory. */
+static __device__ __forceinline__ void gt_block_fold_amax(unsigned *amax, unsigned m,
+                                                          unsigned *sh) {
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned o2 = __shfl_xor_sync(0xffffffffu, m, o);
+        m = o2 > m ? o2 : m;
+    }
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+        m = sh[w] > m ? sh[w] : m;
+    if (m) atomicMax(amax, m);
+}
+
 #define GT_GRID_STRIDE(i, n)                                                                       \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
          i += (size_t)gridDim.x * blockDim.x)

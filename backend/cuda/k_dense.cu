@@ -1,7 +1,9 @@
 /* Dense elementwise and row kernels of the CUDA backend: dtype conversion, embedding (with a
  * sort-based deterministic backward), RMSNorm (deterministic dw through per-block partials),
  * add, dropout, SwiGLU, the dbias column sums. bf16 I/O, fp32 math; 16-byte vector kernels
- * where sizes and alignment allow. Cross entropy and the loss sum are in k_loss.cu. */
+ * where sizes and alignment allow. The forward norm and SwiGLU can also fold their output's
+ * amax in for the fp8 cast that reads it next (rmsnorm_fwd_amax, swiglu_fwd_amax). Cross entropy
+ * and the loss sum are in k_loss.cu. */
 #include <string.h>
 
 #include <cub/cub.cuh>
@@ -231,24 +233,55 @@ static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, uint8_t
 
 /* ---- rmsnorm ---- */
 
-/* One warp per row. */
+/* st8 that, when fold, also returns max(m, the bits of each |value| as stored in bf16): the
+ * amax an fp8 cast of the output would read back (rmsnorm_fwd_amax, swiglu_fwd_amax) */
+static __device__ __forceinline__ unsigned st8_fold(bf16 *p, const float *f, unsigned m,
+                                                    bool fold) {
+    bf16 h[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        h[i] = __float2bfloat16(f[i]);
+    uint4 u;
+    memcpy(&u, h, 16);
+    *(uint4 *)p = u;
+    if (fold)
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            unsigned b = gt_abs_bits_bf16(h[i]);
+            m = b > m ? b : m;
+        }
+    return m;
+}
+
+/* One warp per row. amax (or NULL): the output's amax folded in (rmsnorm_fwd_amax), so every
+ * thread reaches the block's fold, rows past N included. */
 __global__ void k_rmsnorm_fwd(bf16 *out, float *rstd, const bf16 *inp, const bf16 *w, int N, int d,
-                              float eps) {
+                              float eps, unsigned *amax) {
     GT_PDL_ENTRY();
+    __shared__ unsigned sh[DENSE_THREADS / GT_WARP];
     int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const bf16 *x = inp + (size_t)row * d;
-    float ss = 0.0f;
-    for (int c = lane; c < d; c += 32) {
-        float v = ldf(x + c);
-        ss += v * v;
+    unsigned m = 0;
+    if (row < N) {
+        const bf16 *x = inp + (size_t)row * d;
+        float ss = 0.0f;
+        for (int c = lane; c < d; c += 32) {
+            float v = ldf(x + c);
+            ss += v * v;
+        }
+        ss = warp_sum(ss);
+        float r = rsqrtf(ss / (float)d + eps);
+        bf16 *o = out + (size_t)row * d;
+        for (int c = lane; c < d; c += 32) {
+            bf16 v = tobf(ldf(x + c) * r * ldf(w + c));
+            o[c] = v;
+            if (amax) {
+                unsigned b = gt_abs_bits_bf16(v);
+                m = b > m ? b : m;
+            }
+        }
+        if (lane == 0) rstd[row] = r;
     }
-    ss = warp_sum(ss);
-    float r = rsqrtf(ss / (float)d + eps);
-    bf16 *o = out + (size_t)row * d;
-    for (int c = lane; c < d; c += 32)
-        o[c] = tobf(ldf(x + c) * r * ldf(w + c));
-    if (lane == 0) rstd[row] = r;
+    if (amax) gt_block_fold_amax(amax, m, sh);
 }
 
 /* Block = `rows` consecutive rows, processed in order; each thread owns the columns
@@ -305,32 +338,36 @@ __global__ void k_rmsnorm_bwd(bf16 *dinp, const bf16 *din, float *dw_part, const
  * summed in row order; partials are then reduced per column. */
 template <int K>
 __global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const bf16 *w, int N,
-                                float eps) {
+                                float eps, unsigned *amax) {
     GT_PDL_ENTRY();
+    __shared__ unsigned sh[DENSE_THREADS / GT_WARP];
     constexpr int d = 256 * K;
     int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const bf16 *x = inp + (size_t)row * d;
-    float xv[K][8], ss = 0.0f;
+    unsigned m = 0;
+    if (row < N) {
+        const bf16 *x = inp + (size_t)row * d;
+        float xv[K][8], ss = 0.0f;
 #pragma unroll
-    for (int k = 0; k < K; k++) {
-        ld8(xv[k], x + 256 * k + 8 * lane);
+        for (int k = 0; k < K; k++) {
+            ld8(xv[k], x + 256 * k + 8 * lane);
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            ss += xv[k][j] * xv[k][j];
+            for (int j = 0; j < 8; j++)
+                ss += xv[k][j] * xv[k][j];
+        }
+        ss = warp_sum(ss);
+        float r = rsqrtf(ss / (float)d + eps);
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            float wv[8];
+            ld8(wv, w + 256 * k + 8 * lane);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                xv[k][j] *= r * wv[j];
+            m = st8_fold(out + (size_t)row * d + 256 * k + 8 * lane, xv[k], m, amax != NULL);
+        }
+        if (lane == 0) rstd[row] = r;
     }
-    ss = warp_sum(ss);
-    float r = rsqrtf(ss / (float)d + eps);
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        float wv[8];
-        ld8(wv, w + 256 * k + 8 * lane);
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            xv[k][j] *= r * wv[j];
-        st8(out + (size_t)row * d + 256 * k + 8 * lane, xv[k]);
-    }
-    if (lane == 0) rstd[row] = r;
+    if (amax) gt_block_fold_amax(amax, m, sh);
 }
 
 /* One warp per row, rpw consecutive rows per warp (ceil(N / 2048): 1 up to N = 2048, 4 at
@@ -407,8 +444,9 @@ __global__ void __launch_bounds__(RMS_BWD_V_WARPS * 32)
     }
 }
 
-static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *inp,
-                             const void *w, int N, int d, float eps) {
+/* rmsnorm_fwd, and with amax (rmsnorm_fwd_amax) the output's amax folded in as it is stored */
+static void rmsnorm_fwd_run(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *inp,
+                            const void *w, int N, int d, float eps, unsigned *amax) {
     if (b->planning || N <= 0 || d <= 0) return;
     if (d % 256 == 0 && d <= 256 * RMS_VEC_MAX_K && al16(out) && al16(inp) && al16(w)) {
         int rows_per_block = DENSE_THREADS / 32, grid = (N + rows_per_block - 1) / rows_per_block;
@@ -417,7 +455,7 @@ static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd
 #define RMS_FWD_V(K)                                                                               \
     case K:                                                                                        \
         gt_launch(k_rmsnorm_fwd_v<K>, grid, DENSE_THREADS, 0, cs, (bf16 *)out, rstd,               \
-                  (const bf16 *)inp, (const bf16 *)w, N, eps);                                     \
+                  (const bf16 *)inp, (const bf16 *)w, N, eps, amax);                               \
         break
             RMS_FWD_V(1);
             RMS_FWD_V(2);
@@ -436,8 +474,24 @@ static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd
     }
     int rows_per_block = DENSE_THREADS / 32;
     gt_launch(k_rmsnorm_fwd, (N + rows_per_block - 1) / rows_per_block, DENSE_THREADS, 0,
-              gt_cuda_ex(b, s), (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)w, N, d, eps);
+              gt_cuda_ex(b, s), (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)w, N, d, eps,
+              amax);
     GT_CUDA_LAUNCHED(b, "rmsnorm_fwd");
+}
+
+static void cuda_rmsnorm_fwd(gt_backend *b, gt_stream *s, void *out, float *rstd, const void *inp,
+                             const void *w, int N, int d, float eps) {
+    rmsnorm_fwd_run(b, s, out, rstd, inp, w, N, d, eps, NULL);
+}
+
+static void cuda_rmsnorm_fwd_amax(gt_backend *b, gt_stream *s, void *out, float *rstd,
+                                  const void *inp, const void *w, int N, int d, float eps,
+                                  uint32_t *amax_bits) {
+    if (!amax_bits) {
+        gt_backend_fail(b, GT_ERR_INVALID, "rmsnorm_fwd_amax: NULL amax");
+        return;
+    }
+    rmsnorm_fwd_run(b, s, out, rstd, inp, w, N, d, eps, (unsigned *)amax_bits);
 }
 
 /* dinp = din (zeros if NULL) + the input gradient; part[gt_rmsnorm_parts(N)][d] = the weight
@@ -655,14 +709,23 @@ static __device__ __forceinline__ float fast_sigmoid(float g) {
     return __fdividef(1.0f, 1.0f + __expf(-g));
 }
 
-__global__ void k_swiglu_fwd(bf16 *out, const bf16 *gu, int N, int f) {
+/* amax (or NULL): the output's amax folded in, one atomic a block (swiglu_fwd_amax) */
+__global__ void k_swiglu_fwd(bf16 *out, const bf16 *gu, int N, int f, unsigned *amax) {
     GT_PDL_ENTRY();
+    __shared__ unsigned sh[DENSE_THREADS / GT_WARP];
     size_t total = (size_t)N * f;
+    unsigned m = 0;
     GT_GRID_STRIDE(i, total) {
         size_t n = i / f, c = i % f;
         float g = ldf(gu + n * 2 * f + c), u = ldf(gu + n * 2 * f + f + c);
-        out[i] = tobf(g * fast_sigmoid(g) * u);
+        bf16 v = tobf(g * fast_sigmoid(g) * u);
+        out[i] = v;
+        if (amax) {
+            unsigned b = gt_abs_bits_bf16(v);
+            m = b > m ? b : m;
+        }
     }
+    if (amax) gt_block_fold_amax(amax, m, sh);
 }
 __global__ void k_swiglu_bwd(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int f) {
     GT_PDL_ENTRY();
@@ -677,9 +740,10 @@ __global__ void k_swiglu_bwd(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N,
 }
 
 /* Eight elements a thread; 32-bit indices (the launcher checks N * f / 8 < 2^31). */
-__global__ void k_swiglu_fwd8(bf16 *out, const bf16 *gu, int N, int f) {
+__global__ void k_swiglu_fwd8(bf16 *out, const bf16 *gu, int N, int f, unsigned *amax) {
     GT_PDL_ENTRY();
-    unsigned f8 = (unsigned)f / 8, total = (unsigned)N * f8;
+    __shared__ unsigned sh[DENSE_THREADS / GT_WARP];
+    unsigned f8 = (unsigned)f / 8, total = (unsigned)N * f8, m = 0;
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += gridDim.x * blockDim.x) {
         unsigned n = i / f8, c = 8 * (i - n * f8);
@@ -690,8 +754,9 @@ __global__ void k_swiglu_fwd8(bf16 *out, const bf16 *gu, int N, int f) {
 #pragma unroll
         for (int k = 0; k < 8; k++)
             g[k] = g[k] * fast_sigmoid(g[k]) * u[k];
-        st8(out + (size_t)n * f + c, g);
+        m = st8_fold(out + (size_t)n * f + c, g, m, amax != NULL);
     }
+    if (amax) gt_block_fold_amax(amax, m, sh);
 }
 __global__ void k_swiglu_bwd8(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int f) {
     GT_PDL_ENTRY();
@@ -715,18 +780,33 @@ __global__ void k_swiglu_bwd8(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N
     }
 }
 
-static void cuda_swiglu_fwd(gt_backend *b, gt_stream *s, void *out, const void *gu, int N, int f) {
+/* swiglu_fwd, and with amax (swiglu_fwd_amax) the output's amax folded in as it is stored */
+static void swiglu_fwd_run(gt_backend *b, gt_stream *s, void *out, const void *gu, int N, int f,
+                           unsigned *amax) {
     if (b->planning || N <= 0 || f <= 0) return;
     size_t total = (size_t)N * f;
     if (f % 8 == 0 && total / 8 < (1u << 31) && al16(out) && al16(gu)) {
         gt_launch(k_swiglu_fwd8, gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
-                  gt_cuda_ex(b, s), (bf16 *)out, (const bf16 *)gu, N, f);
+                  gt_cuda_ex(b, s), (bf16 *)out, (const bf16 *)gu, N, f, amax);
         GT_CUDA_LAUNCHED(b, "swiglu_fwd");
         return;
     }
     gt_launch(k_swiglu_fwd, gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_ex(b, s),
-              (bf16 *)out, (const bf16 *)gu, N, f);
+              (bf16 *)out, (const bf16 *)gu, N, f, amax);
     GT_CUDA_LAUNCHED(b, "swiglu_fwd");
+}
+
+static void cuda_swiglu_fwd(gt_backend *b, gt_stream *s, void *out, const void *gu, int N, int f) {
+    swiglu_fwd_run(b, s, out, gu, N, f, NULL);
+}
+
+static void cuda_swiglu_fwd_amax(gt_backend *b, gt_stream *s, void *out, const void *gu, int N,
+                                 int f, uint32_t *amax_bits) {
+    if (!amax_bits) {
+        gt_backend_fail(b, GT_ERR_INVALID, "swiglu_fwd_amax: NULL amax");
+        return;
+    }
+    swiglu_fwd_run(b, s, out, gu, N, f, (unsigned *)amax_bits);
 }
 static void cuda_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *dout,
                             const void *gu, int N, int f) {
@@ -757,4 +837,7 @@ extern "C" void gt_cuda_register_dense_ops(gt_backend_ops *ops) {
     ops->dropout_bwd = cuda_dropout_bwd;
     ops->swiglu_fwd = cuda_swiglu_fwd;
     ops->swiglu_bwd = cuda_swiglu_bwd;
+    /* the producers of fp8 casts' inputs, with the cast's amax (backend.h, FP8 section) */
+    ops->rmsnorm_fwd_amax = cuda_rmsnorm_fwd_amax;
+    ops->swiglu_fwd_amax = cuda_swiglu_fwd_amax;
 }

@@ -19,12 +19,6 @@ static __device__ float fmt_max(int fmt) {
     return fmt == FMT_E4M3 ? FP8_E4M3_MAX : FP8_E5M2_MAX;
 }
 
-/* |v|'s bits: for non-negative floats the integer order is the float order, and NaN's bits
- * lie above Inf's, so a max over them keeps a NaN as the CPU's amax does */
-static __device__ unsigned abs_bits(float v) {
-    return __float_as_uint(v) & 0x7fffffffu;
-}
-
 /* gt_fp8_scale_from_amax (core/fp8.h) in the same float operations */
 static __device__ float scale_from_amax(float amax, float prev, int fmt, int margin) {
     if (!(amax > 0.0f) || isinf(amax) || isnan(amax)) return prev;
@@ -33,7 +27,8 @@ static __device__ float scale_from_amax(float amax, float prev, int fmt, int mar
 }
 
 /* Where a cast takes its scale: SCALE_CURRENT, from this tensor's amax (bits in tmp[0], from
- * k_fp8_amax just before), every block deriving the same scale by the same float operations;
+ * k_fp8_amax just before, or where the tensor's producer folded them in: spec.amax_bits),
+ * every block deriving the same scale by the same float operations;
  * SCALE_META, the one meta holds (delayed scaling, or a tensor whose scale its earlier cast
  * recorded), with the amax added into meta when the cast records one. */
 #define SCALE_CURRENT 0
@@ -57,16 +52,19 @@ static __device__ float scale_of(const cast_scale &c) {
     return scale_from_amax(__uint_as_float(*c.amax_bits), 1.0f, c.fmt, 0);
 }
 
-/* One thread of the grid: the GEMMs' inverse scale(s) and, under current scaling, the
- * overflow flag and (record) the tensor's meta */
+/* One thread of the grid: the GEMMs' inverse scale(s) and, under current scaling, the flag
+ * (a non-finite amax, or a scale that overflowed: the amax is the whole tensor's, so this one
+ * check covers every element, whoever took the amax) and (record) the tensor's meta */
 static __device__ void publish_scale(const cast_scale &c, float s, float *scale_inv,
                                      float *scale_inv2, gt_step_state *st) {
     float inv = c.mode == SCALE_META ? c.meta->scale_inv : 1.0f / s;
     *scale_inv = inv;
     if (scale_inv2) *scale_inv2 = inv;
     if (c.mode != SCALE_CURRENT) return;
-    float amax = __uint_as_float(*c.amax_bits);
-    if (s == FLT_MAX && amax > 0.0f) atomicOr(&st->nan_flags, (uint32_t)GT_NAN_FP8);
+    unsigned bits = *c.amax_bits;
+    float amax = __uint_as_float(bits);
+    if (bits >= 0x7f800000u || (s == FLT_MAX && amax > 0.0f))
+        atomicOr(&st->nan_flags, (uint32_t)GT_NAN_FP8);
     if (c.record) {
         c.meta->scale = s;
         c.meta->scale_inv = inv;
@@ -111,7 +109,7 @@ static __device__ __forceinline__ uint2 to_fp8x8(const float *v, float s,
 static __device__ __forceinline__ unsigned max_abs_bits8(unsigned m, const float *v) {
 #pragma unroll
     for (int k = 0; k < 8; k++) {
-        unsigned b = abs_bits(v[k]);
+        unsigned b = gt_abs_bits(v[k]);
         m = b > m ? b : m;
     }
     return m;
@@ -130,10 +128,9 @@ static __device__ __forceinline__ unsigned max_abs_bits8(unsigned m, const float
 #define FP8_AMAX_MAX_BLOCKS 1024u
 
 /* *amax_bits = max(*amax_bits, bits of |x|) over the n elements, 8 a thread where x is 16-byte
- * aligned; a non-finite block max sets GT_NAN_FP8. Batched (fp8_cast_experts), blockIdx.y is
- * the tensor: amax_bits[y] of the n elements from x + y n. */
-__global__ void k_fp8_amax(unsigned *amax_bits, const bf16 *x, size_t n, int vec,
-                           gt_step_state *st) {
+ * aligned (a non-finite amax sets GT_NAN_FP8 in the cast: publish_scale). Batched
+ * (fp8_cast_experts), blockIdx.y is the tensor: amax_bits[y] of the n elements from x + y n. */
+__global__ void k_fp8_amax(unsigned *amax_bits, const bf16 *x, size_t n, int vec) {
     GT_PDL_ENTRY();
     amax_bits += blockIdx.y;
     x += (size_t)blockIdx.y * n;
@@ -157,7 +154,7 @@ __global__ void k_fp8_amax(unsigned *amax_bits, const bf16 *x, size_t n, int vec
         }
     }
     GT_GRID_STRIDE(i, n - 8 * nv) {
-        unsigned b = abs_bits(ldf(x + 8 * nv + i));
+        unsigned b = gt_abs_bits(ldf(x + 8 * nv + i));
         m = b > m ? b : m;
     }
     for (int o = 16; o > 0; o >>= 1) {
@@ -169,7 +166,6 @@ __global__ void k_fp8_amax(unsigned *amax_bits, const bf16 *x, size_t n, int vec
     if (threadIdx.x != 0) return;
     for (int w = 0; w < (int)(blockDim.x >> 5); w++)
         m = sh[w] > m ? sh[w] : m;
-    if (m >= 0x7f800000u) atomicOr(&st->nan_flags, (uint32_t)GT_NAN_FP8);
     atomicMax(amax_bits, m);
 }
 
@@ -212,7 +208,7 @@ __global__ void k_fp8_cast_flat(uint8_t *q, float *scale_inv, const bf16 *x, siz
     GT_GRID_STRIDE(i, n - 8 * nv) {
         size_t e = 8 * nv + i;
         float v = ldf(x + e);
-        unsigned b = abs_bits(v);
+        unsigned b = gt_abs_bits(v);
         m = b > m ? b : m;
         q[e] = to_fp8(v, s, it);
     }
@@ -397,6 +393,11 @@ static int cast_args_ok(gt_backend *b, const char *op, const void *q, const floa
                         "%s: tensorwise and delayed scaling need the tensor's gt_fp8_meta", op);
         return 0;
     }
+    if (spec.amax_bits && spec.scaling != GT_FP8_TENSORWISE) {
+        gt_backend_fail(b, GT_ERR_INVALID,
+                        "%s: an amax taken by the producer is for tensorwise scaling only", op);
+        return 0;
+    }
     if ((size_t)(rows + FP8_TILE_ROWS - 1) / FP8_TILE_ROWS > GT_MAX_GRID) {
         gt_backend_fail(b, GT_ERR_INVALID, "%s: %d rows exceed the cast's grid (%u tiles of %d)",
                         op, rows, GT_MAX_GRID, FP8_TILE_ROWS);
@@ -406,15 +407,18 @@ static int cast_args_ok(gt_backend *b, const char *op, const void *q, const floa
 }
 
 /* Current scaling's amax pass (the scale needs the whole tensor's amax before any element is
- * cast); delayed scaling needs none. Returns the cast's scale source. count tensors of n
- * elements each (fp8_cast_experts; 1 for one tensor): tmp[e] and meta[e] are tensor e's, the
- * pass's blocks split among them. */
+ * cast), unless x's producer took the amax already (spec.amax_bits); delayed scaling needs
+ * none. Returns the cast's scale source. count tensors of n elements each (fp8_cast_experts;
+ * 1 for one tensor): tmp[e] and meta[e] are tensor e's, the pass's blocks split among them. */
 static cast_scale begin_cast(gt_backend *b, gt_cuda_exec ex, const void *x, size_t n, int count,
-                             gt_fp8_cast_spec spec, gt_fp8_meta *meta, unsigned *tmp,
-                             gt_step_state *st) {
+                             gt_fp8_cast_spec spec, gt_fp8_meta *meta, unsigned *tmp) {
     cast_scale c = {SCALE_META, spec.record, (int)spec.format, tmp, meta};
     if (spec.scaling != GT_FP8_TENSORWISE) return c;
     c.mode = SCALE_CURRENT;
+    if (spec.amax_bits) {
+        c.amax_bits = (const unsigned *)spec.amax_bits;
+        return c;
+    }
     GT_CUDA_OP(b, cudaMemsetAsync(tmp, 0, (size_t)count * sizeof(unsigned), ex.cs));
     int vec = al16(x) && (count == 1 || n % 8 == 0); /* every tensor 16-byte aligned */
     unsigned grid = gt_grid(vec ? n / 8 / FP8_AMAX_UNROLL + 1 : n, FP8_THREADS);
@@ -422,7 +426,7 @@ static cast_scale begin_cast(gt_backend *b, gt_cuda_exec ex, const void *x, size
     if (cap < 1) cap = 1;
     if (grid > cap) grid = cap;
     gt_launch(k_fp8_amax, dim3(grid, (unsigned)count), FP8_THREADS, 0, ex, tmp, (const bf16 *)x, n,
-              vec, st);
+              vec);
     return c;
 }
 
@@ -452,7 +456,7 @@ static void cuda_fp8_cast(gt_backend *b, gt_stream *s, void *q, float *scale_inv
     if (b->planning || !tmp) return;
     gt_cuda_exec ex = gt_cuda_ex(b, s);
     size_t n = (size_t)rows * cols;
-    cast_scale c = begin_cast(b, ex, x, n, 1, spec, meta, tmp, st);
+    cast_scale c = begin_cast(b, ex, x, n, 1, spec, meta, tmp);
     if (transpose) {
         launch_tiles(ex, NULL, q, NULL, scale_inv, x, rows, cols, 1, c, st);
     } else {
@@ -481,7 +485,7 @@ static void cuda_fp8_cast_pair(gt_backend *b, gt_stream *s, void *q, float *scal
         (unsigned *)gt_cuda_scratch(b, GT_SCRATCH_FP8, 2 * sizeof(float), "fp8_cast_pair");
     if (b->planning || !tmp) return;
     gt_cuda_exec ex = gt_cuda_ex(b, s);
-    cast_scale c = begin_cast(b, ex, x, (size_t)rows * cols, 1, spec, meta, tmp, st);
+    cast_scale c = begin_cast(b, ex, x, (size_t)rows * cols, 1, spec, meta, tmp);
     launch_tiles(ex, q, qt, scale_inv, scale_inv_t, x, rows, cols, 1, c, st);
     GT_CUDA_LAUNCHED(b, "fp8_cast_pair");
 }
@@ -498,10 +502,11 @@ static void cuda_fp8_cast_experts(gt_backend *b, gt_stream *s, void *q, float *s
                       spec, meta, st))
         return;
     if (count <= 0 || (unsigned)count > GT_MAX_GRID || spec.scaling == GT_FP8_BLOCKWISE ||
-        (q && !scale_inv) || (qt && !scale_inv_t)) {
+        spec.amax_bits || (q && !scale_inv) || (qt && !scale_inv_t)) {
         gt_backend_fail(b, GT_ERR_INVALID,
                         "fp8_cast_experts: bad arguments (count %d, at most %u; per-tensor "
-                        "scaling only; each output with its inverse scales)",
+                        "scaling only, each expert its own amax; each output with its inverse "
+                        "scales)",
                         count, GT_MAX_GRID);
         return;
     }
@@ -510,7 +515,7 @@ static void cuda_fp8_cast_experts(gt_backend *b, gt_stream *s, void *q, float *s
         b, GT_SCRATCH_FP8, (size_t)(count > 2 ? count : 2) * sizeof(unsigned), "fp8_cast_experts");
     if (b->planning || !tmp) return;
     gt_cuda_exec ex = gt_cuda_ex(b, s);
-    cast_scale c = begin_cast(b, ex, x, n, count, spec, meta, tmp, st);
+    cast_scale c = begin_cast(b, ex, x, n, count, spec, meta, tmp);
     if (qt) {
         launch_tiles(ex, q, qt, scale_inv, scale_inv_t, x, rows, cols, count, c, st);
     } else {

@@ -122,7 +122,7 @@ static int bench_shape(bench *k, int rows, int cols) {
     for (int kind = CAST_PAIR; kind <= CAST_PLAIN; kind++)
         for (int current = 0; current < 2; current++) {
             gt_fp8_cast_spec spec = {current ? GT_FP8_TENSORWISE : GT_FP8_DELAYED, GT_FP8_E4M3, 1,
-                                     1};
+                                     1, NULL};
             double t = time_cast(k, kind, rows, cols, spec);
             if (t < 0) return -1;
             /* bf16 read by the cast (and the amax pass), one fp8 byte per output element */

@@ -1,7 +1,9 @@
 /* The CPU backend's fp8 ops (backend/cpu/cpu_fp8.c) against a plain scalar emulation written
  * here: casts bitwise (scale from amax, round to nearest even with saturation, per tensor, per
  * 1x128 tile, per 128x128 block, transposed), GEMMs against double sums of the same fp8 values,
- * delayed scaling's amax history step by step as Transformer Engine rolls it, and the NaN flag. */
+ * delayed scaling's amax history step by step as Transformer Engine rolls it, the NaN flag, and
+ * the producers that take their output's amax for the cast (the cast then gives exactly what
+ * its own amax pass gives). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -58,7 +60,7 @@ static void assert_bits(const float *got, const float *want, size_t n, const cha
 }
 
 static gt_fp8_cast_spec spec(gt_fp8_scaling sc, gt_fp8_format f, int tile_rows) {
-    return (gt_fp8_cast_spec){sc, f, tile_rows, 1};
+    return (gt_fp8_cast_spec){sc, f, tile_rows, 1, NULL};
 }
 
 static gt_fp8_meta meta_of(float scale, gt_fp8_format f) {
@@ -235,6 +237,119 @@ static void test_scale_overflow_sets_the_fp8_nan_flag(void **state) {
     f->st.nan_flags = 0;
 }
 
+/* ---- the amax a producer takes for the cast of its output ---- */
+
+static uint32_t ref_amax_bits(const float *x, size_t n) {
+    uint32_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = gt_fp8_amax_bits(x[i]) > m ? gt_fp8_amax_bits(x[i]) : m;
+    return m;
+}
+
+/* out [N, d] of rmsnorm_fwd_amax and its amax; the same through rmsnorm_fwd, bitwise */
+static float *norm_with_amax(fixture *f, const float *x, int N, int d, uint32_t *amax) {
+    float *w = rand_buf(f, (size_t)d, 2.0f), *out = zeros((size_t)N * d),
+          *ref = zeros((size_t)N * d);
+    float *rstd = zeros((size_t)N), *rstd_ref = zeros((size_t)N);
+    f->b->ops->rmsnorm_fwd_amax(f->b, f->s, out, rstd, x, w, N, d, 1e-5f, amax);
+    f->b->ops->rmsnorm_fwd(f->b, f->s, ref, rstd_ref, x, w, N, d, 1e-5f);
+    assert_bits(out, ref, (size_t)N * d, "rmsnorm_fwd_amax out");
+    assert_bits(rstd, rstd_ref, (size_t)N, "rmsnorm_fwd_amax rstd");
+    free(w), free(ref), free(rstd), free(rstd_ref);
+    return out;
+}
+
+static void test_producers_fold_the_amax_of_what_they_store(void **state) {
+    fixture *f = *state;
+    int N = 6, d = 40, F = 24;
+    float *x = rand_buf(f, (size_t)N * d, 3.0f);
+    uint32_t amax = 0;
+    float *out = norm_with_amax(f, x, N, d, &amax);
+    assert_int_equal(amax, ref_amax_bits(out, (size_t)N * d));
+    /* a max: a larger value already there stays */
+    uint32_t big = gt_fp8_amax_bits(1e6f), held = big;
+    free(norm_with_amax(f, x, N, d, &held));
+    assert_int_equal(held, big);
+    float *gu = rand_buf(f, (size_t)N * 2 * F, 4.0f), *h = zeros((size_t)N * F);
+    float *href = zeros((size_t)N * F);
+    amax = 0;
+    f->b->ops->swiglu_fwd_amax(f->b, f->s, h, gu, N, F, &amax);
+    f->b->ops->swiglu_fwd(f->b, f->s, href, gu, N, F);
+    assert_bits(h, href, (size_t)N * F, "swiglu_fwd_amax out");
+    assert_int_equal(amax, ref_amax_bits(h, (size_t)N * F));
+    /* a NaN in the output wins, as in the cast's own pass */
+    gu[7] = NAN;
+    amax = 0;
+    f->b->ops->swiglu_fwd_amax(f->b, f->s, h, gu, N, F, &amax);
+    assert_true(amax > 0x7f800000u);
+    free(x), free(out), free(gu), free(h), free(href);
+}
+
+/* A cast of x [R, C] with and without x's amax given, every layout and scaling state equal */
+static void cast_given_vs_own(fixture *f, const float *x, int R, int C, gt_fp8_format fmt,
+                              int record) {
+    size_t n = (size_t)R * C;
+    uint32_t amax = ref_amax_bits(x, n);
+    for (int mode = 0; mode < 3; mode++) {
+        float *q[2] = {zeros(n), zeros(n)}, *qt[2] = {zeros(n), zeros(n)}, si[2][2] = {{0}};
+        gt_fp8_meta m[2] = {meta_of(3.0f, fmt), meta_of(3.0f, fmt)};
+        uint32_t flags[2];
+        for (int given = 0; given < 2; given++) {
+            gt_fp8_cast_spec sp = {GT_FP8_TENSORWISE, fmt, 1, record, given ? &amax : NULL};
+            f->st.nan_flags = 0;
+            if (mode == 2)
+                f->b->ops->fp8_cast_pair(f->b, f->s, q[given], &si[given][0], qt[given],
+                                         &si[given][1], x, R, C, sp, &m[given], &f->st);
+            else
+                f->b->ops->fp8_cast(f->b, f->s, q[given], &si[given][0], x, R, C, mode, sp,
+                                    &m[given], &f->st);
+            flags[given] = f->st.nan_flags;
+        }
+        assert_bits(q[1], q[0], n, "q");
+        assert_bits(qt[1], qt[0], n, "q^T");
+        assert_memory_equal(si[1], si[0], sizeof si[0]);
+        assert_memory_equal(&m[1], &m[0], sizeof m[0]);
+        assert_int_equal(flags[1], flags[0]);
+        free(q[0]), free(q[1]), free(qt[0]), free(qt[1]);
+    }
+    f->st.nan_flags = 0;
+}
+
+static void test_cast_with_the_producer_amax_equals_its_own_pass(void **state) {
+    fixture *f = *state;
+    int R = 9, C = 70;
+    float *x = rand_buf(f, (size_t)R * C, 5.0f);
+    for (int record = 0; record < 2; record++) {
+        cast_given_vs_own(f, x, R, C, GT_FP8_E4M3, record);
+        cast_given_vs_own(f, x, R, C, GT_FP8_E5M2, record);
+    }
+    /* an all-zero tensor (scale 1), an infinity and a NaN (the flag, the recorded NaN) */
+    float *z = zeros((size_t)R * C);
+    cast_given_vs_own(f, z, R, C, GT_FP8_E4M3, 1);
+    x[5] = INFINITY;
+    cast_given_vs_own(f, x, R, C, GT_FP8_E4M3, 1);
+    x[17] = -NAN;
+    cast_given_vs_own(f, x, R, C, GT_FP8_E4M3, 1);
+    free(x), free(z);
+}
+
+/* The cast reads the amax it is given, not its input: twice the amax, half the scale */
+static void test_cast_scales_by_the_amax_it_is_given(void **state) {
+    fixture *f = *state;
+    int R = 4, C = 33;
+    float *x = rand_buf(f, (size_t)R * C, 2.0f), *q = zeros((size_t)R * C), sinv = 0;
+    float twice = 2.0f * ref_amax(x, (size_t)R * C);
+    uint32_t bits = gt_fp8_amax_bits(twice);
+    gt_fp8_meta m = meta_of(1, GT_FP8_E4M3);
+    gt_fp8_cast_spec sp = {GT_FP8_TENSORWISE, GT_FP8_E4M3, 1, 1, &bits};
+    f->b->ops->fp8_cast(f->b, f->s, q, &sinv, x, R, C, 0, sp, &m, &f->st);
+    float scale = GT_FP8_E4M3_MAX / twice;
+    assert_true(m.amax == twice && m.scale == scale && sinv == 1.0f / scale);
+    for (int i = 0; i < R * C; i++)
+        assert_true(same_bits(q[i], ref_q(x[i], scale, GT_FP8_E4M3)));
+    free(x), free(q);
+}
+
 /* ---- GEMMs ---- */
 
 /* fp8 values (codes of E4M3 times a scale of 2^-2) */
@@ -381,6 +496,20 @@ static void test_bad_fp8_arguments_are_reported_not_run(void **state) {
     f->b->ops->fp8_amax_update(f->b, f->s, NULL, NULL, 1, 0, 0, 0, &f->st);
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "history_len"));
+    /* a given amax is current scaling's; delayed scaling and the experts take their own */
+    uint32_t amax = gt_fp8_amax_bits(4.0f);
+    gt_fp8_meta m = meta_of(1, GT_FP8_E4M3);
+    gt_fp8_cast_spec sp = {GT_FP8_DELAYED, GT_FP8_E4M3, 1, 1, &amax};
+    f->b->ops->fp8_cast(f->b, f->s, q, s, x, 2, 2, 0, sp, &m, &f->st);
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "tensorwise"));
+    sp.scaling = GT_FP8_TENSORWISE;
+    f->b->ops->fp8_cast_experts(f->b, f->s, q, s, NULL, NULL, x, 1, 2, 2, sp, &m, &f->st);
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "amax"));
+    f->b->ops->rmsnorm_fwd_amax(f->b, f->s, q, s, x, x, 1, 4, 1e-5f, NULL);
+    assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "amax"));
 }
 
 int main(void) {
@@ -393,6 +522,9 @@ int main(void) {
         cmocka_unit_test(test_all_zero_tensor_keeps_scale_one),
         cmocka_unit_test(test_nan_or_inf_amax_sets_the_fp8_nan_flag),
         cmocka_unit_test(test_scale_overflow_sets_the_fp8_nan_flag),
+        cmocka_unit_test(test_producers_fold_the_amax_of_what_they_store),
+        cmocka_unit_test(test_cast_with_the_producer_amax_equals_its_own_pass),
+        cmocka_unit_test(test_cast_scales_by_the_amax_it_is_given),
         cmocka_unit_test(test_tensorwise_gemm_scales_the_fp32_sum_back),
         cmocka_unit_test(test_blockwise_gemm_scales_each_k_tile_and_accumulates),
         cmocka_unit_test(test_delayed_scale_from_most_recent_amax),

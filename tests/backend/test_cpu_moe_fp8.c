@@ -28,7 +28,7 @@ static int teardown(void **state) {
 }
 
 static gt_fp8_cast_spec current(gt_fp8_format f) {
-    return (gt_fp8_cast_spec){GT_FP8_TENSORWISE, f, 1, 1};
+    return (gt_fp8_cast_spec){GT_FP8_TENSORWISE, f, 1, 1, NULL};
 }
 
 static gt_fp8_meta fresh(gt_fp8_format f) {
@@ -192,13 +192,16 @@ static void test_fp8_expert_weight_casts_equal_each_experts_own_casts_bitwise(vo
     fixture *f = *state;
     for (int which = 1; which <= 3; which++) {
         experts_cast_case(f, current(GT_FP8_E4M3), which, -1);
-        experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_DELAYED, GT_FP8_E4M3, 1, 1}, which, -1);
-        experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_DELAYED, GT_FP8_E5M2, 1, 0}, which, -1);
-        experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_TENSORWISE, GT_FP8_E4M3, 1, 0}, which, -1);
+        experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_DELAYED, GT_FP8_E4M3, 1, 1, NULL}, which,
+                          -1);
+        experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_DELAYED, GT_FP8_E5M2, 1, 0, NULL}, which,
+                          -1);
+        experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_TENSORWISE, GT_FP8_E4M3, 1, 0, NULL}, which,
+                          -1);
     }
     /* one expert's NaN flags the step and leaves the others' scales their own */
     experts_cast_case(f, current(GT_FP8_E4M3), 3, 1);
-    experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_DELAYED, GT_FP8_E4M3, 1, 1}, 3, 2);
+    experts_cast_case(f, (gt_fp8_cast_spec){GT_FP8_DELAYED, GT_FP8_E4M3, 1, 1, NULL}, 3, 2);
     assert_true(f->st.nan_flags == 0);
 }
 
@@ -219,7 +222,7 @@ static void test_bad_fp8_expert_arguments_are_reported_not_run(void **state) {
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "fp8_cast_experts: NULL tensor"));
     f->b->ops->fp8_cast_experts(f->b, f->s, q, s, NULL, NULL, q, 1, 2, 2,
-                                (gt_fp8_cast_spec){GT_FP8_BLOCKWISE, GT_FP8_E4M3, 1, 1}, &m,
+                                (gt_fp8_cast_spec){GT_FP8_BLOCKWISE, GT_FP8_E4M3, 1, 1, NULL}, &m,
                                 &f->st);
     assert_int_equal(gt_backend_check(f->b, &err), GT_ERR_INVALID);
     assert_non_null(strstr(err.msg, "per-tensor scaling only"));

@@ -3,14 +3,16 @@
  * tiles and both layouts at once, on ragged shapes, with a recorded scale), the NaN flag,
  * delayed scaling's update bitwise, and cuBLASLt's fp8 GEMMs (bf16 out with a residual, fp32
  * out accumulating, an E5M2 operand, the forward's fast accumulation) within fp32
- * summation-order error. */
+ * summation-order error; and the norm and SwiGLU that take their output's amax for the cast
+ * (the amax the bits of the stored output's max, the casts that take it bitwise those of their
+ * own amax pass and of the CPU's cast of the same values). */
 #include "gpu_fixture.h"
 
 #define R 64
 #define C 48
 
 static gt_fp8_cast_spec spec(gt_fp8_scaling sc, gt_fp8_format f) {
-    return (gt_fp8_cast_spec){sc, f, 1, 1};
+    return (gt_fp8_cast_spec){sc, f, 1, 1, NULL};
 }
 
 static gt_fp8_meta meta_of(float scale, gt_fp8_format f) {
@@ -44,7 +46,7 @@ static void cast_case(gpu_env *e, gt_fp8_scaling sc, gt_fp8_format f, int mode, 
     float *csi = c_f32(e, NULL, 2), *gsi = g_f32(e, NULL, 2), hsi[2];
     void *gx = g_act(e, x, n);
     uint8_t *gq = g_alloc(e, n), *gqt = g_alloc(e, n);
-    gt_fp8_cast_spec sp = {sc, f, 1, record};
+    gt_fp8_cast_spec sp = {sc, f, 1, record, NULL};
     gt_backend *g = e->gpu;
     if (mode == 2) {
         e->cpu->ops->fp8_cast_pair(e->cpu, e->cs, cq, csi, cqt, csi + 1, x, rows, cols, sp, cm,
@@ -218,6 +220,193 @@ static void test_fp8_gemms_match_cpu(void **state) {
     gemm_case(e, 256, 128, 1024, GT_FP8_FAST_ACCUM, GT_FP8_E4M3);
 }
 
+/* ---- the amax the producers take for the cast of their output (rmsnorm_fwd_amax,
+ * swiglu_fwd_amax; gt_fp8_cast_spec.amax_bits) ---- */
+
+static uint32_t host_amax_bits(const float *x, size_t n) {
+    uint32_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = gt_fp8_amax_bits(x[i]) > m ? gt_fp8_amax_bits(x[i]) : m;
+    return m;
+}
+
+static float float_of_bits(uint32_t u) {
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+/* The GPU's codes at gq decoded against the CPU's values, NaN's sign aside (the GPU's satfinite
+ * conversion makes every NaN 0x7f, the CPU keeps the sign) */
+static void expect_codes_like_cpu(gpu_env *e, const uint8_t *gq, const float *want, size_t n,
+                                  gt_fp8_format f) {
+    float *got = malloc(n * sizeof *got);
+    read_codes(e, got, gq, n, f);
+    for (size_t i = 0; i < n; i++)
+        if (isnan(want[i]) && isnan(got[i])) got[i] = want[i];
+    assert_memory_equal(got, want, n * sizeof *got);
+    free(got);
+}
+
+/* The GPU's meta as the CPU's, bitwise, but for a NaN amax's payload (the GPU's is its bf16
+ * NaN's, the CPU's the canonical NaN its amax returns) */
+static void expect_meta_like_cpu(const gt_fp8_meta *got, const gt_fp8_meta *want) {
+    gt_fp8_meta g = *got;
+    if (isnan(want->amax) && isnan(g.amax)) g.amax = want->amax;
+    assert_memory_equal(&g, want, sizeof g);
+}
+
+/* The GPU's cast of gout [rows, cols] (its producer's output; hout the same values downloaded)
+ * with the amax its producer took (gamax) against the cast's own amax pass over gout, bitwise
+ * (codes, inverse scales, meta, flags), and both against the CPU's cast of hout: mode 0 plain,
+ * 1 transposed, 2 the pair */
+static void given_amax_cast_case(gpu_env *e, const void *gout, const float *hout,
+                                 const uint32_t *gamax, int rows, int cols, gt_fp8_format f,
+                                 int mode) {
+    size_t n = (size_t)rows * cols;
+    gt_backend *g = e->gpu;
+    gt_step_state init = default_state(), *cst, *gst[2], hst[2];
+    make_states(e, &init, &cst, &gst[0]);
+    make_states(e, &init, &cst, &gst[1]);
+    gt_fp8_meta m0 = meta_of(2.0f, f), hm[2];
+    gt_fp8_meta *cm = c_alloc(e, sizeof *cm);
+    *cm = m0;
+    float *cq = c_f32(e, NULL, n), *cqt = c_f32(e, NULL, n), *csi = c_f32(e, NULL, 2);
+    gt_fp8_cast_spec csp = {GT_FP8_TENSORWISE, f, 1, 1, NULL};
+    if (mode == 2)
+        e->cpu->ops->fp8_cast_pair(e->cpu, e->cs, cq, csi, cqt, csi + 1, hout, rows, cols, csp, cm,
+                                   cst);
+    else
+        e->cpu->ops->fp8_cast(e->cpu, e->cs, mode ? cqt : cq, csi, hout, rows, cols, mode, csp, cm,
+                              cst);
+    uint8_t *gq[2], *gqt[2];
+    float hsi[2][2];
+    for (int given = 0; given < 2; given++) {
+        gt_fp8_meta *gm = g_alloc(e, sizeof *gm);
+        g->ops->memcpy_h2d(g, e->gs, gm, &m0, sizeof m0);
+        float *gsi = g_f32(e, NULL, 2);
+        gq[given] = g_alloc(e, n), gqt[given] = g_alloc(e, n);
+        gt_fp8_cast_spec sp = {GT_FP8_TENSORWISE, f, 1, 1, given ? gamax : NULL};
+        gt_step_state *st = gst[given];
+        if (mode == 2) {
+            GPU_PLAN(e, g->ops->fp8_cast_pair(g, e->gs, gq[given], gsi, gqt[given], gsi + 1, gout,
+                                              rows, cols, sp, gm, st));
+            g->ops->fp8_cast_pair(g, e->gs, gq[given], gsi, gqt[given], gsi + 1, gout, rows, cols,
+                                  sp, gm, st);
+        } else {
+            uint8_t *out = mode ? gqt[given] : gq[given];
+            GPU_PLAN(e, g->ops->fp8_cast(g, e->gs, out, gsi, gout, rows, cols, mode, sp, gm, st));
+            g->ops->fp8_cast(g, e->gs, out, gsi, gout, rows, cols, mode, sp, gm, st);
+        }
+        g->ops->memcpy_d2h(g, e->gs, &hm[given], gm, sizeof *gm);
+        g->ops->memcpy_d2h(g, e->gs, hsi[given], gsi, sizeof hsi[given]);
+        read_state(e, &hst[given], st);
+    }
+    printf("    cast of the producer's output: format %d mode %d %d x %d, amax 0x%08x\n", (int)f,
+           mode, rows, cols, (unsigned)host_amax_bits(hout, n));
+    /* the producer's amax against the cast's own pass: the very same bytes and state */
+    uint8_t *h0 = malloc(n), *h1 = malloc(n);
+    for (int t = 0; t < 2; t++) {
+        if ((t == 0 && mode == 1) || (t == 1 && mode == 0)) continue;
+        g->ops->memcpy_d2h(g, e->gs, h0, t ? gqt[0] : gq[0], n);
+        g->ops->memcpy_d2h(g, e->gs, h1, t ? gqt[1] : gq[1], n);
+        g_sync(e);
+        assert_memory_equal(h1, h0, n);
+        expect_codes_like_cpu(e, t ? gqt[1] : gq[1], t ? cqt : cq, n, f);
+    }
+    free(h0), free(h1);
+    assert_memory_equal(hsi[1], hsi[0], (mode == 2 ? 2 : 1) * sizeof(float));
+    assert_memory_equal(&hm[1], &hm[0], sizeof hm[0]);
+    assert_int_equal(hst[1].nan_flags, hst[0].nan_flags);
+    /* and the CPU's cast of the same values */
+    assert_memory_equal(hsi[1], csi, (mode == 2 ? 2 : 1) * sizeof(float));
+    expect_meta_like_cpu(&hm[1], cm);
+    assert_int_equal(hst[1].nan_flags, cst->nan_flags);
+}
+
+/* The producer's amax on the GPU: its output is the plain op's, bitwise; its amax is the bits
+ * of that output's max |x| (what the cast's own pass reads) and the CPU producer's amax within
+ * bf16 rounding; the casts that take it give what their own pass gives */
+static void expect_producer_amax(gpu_env *e, const void *gout, const void *gref,
+                                 const uint32_t *gamax, const float *cout, uint32_t camax, int rows,
+                                 int cols, const char *what) {
+    size_t n = (size_t)rows * cols;
+    float *hout = malloc(n * sizeof *hout), *href = malloc(n * sizeof *href);
+    g_read_act(e, hout, gout, n);
+    g_read_act(e, href, gref, n);
+    assert_memory_equal(hout, href, n * sizeof *hout);
+    uint32_t got;
+    e->gpu->ops->memcpy_d2h(e->gpu, e->gs, &got, gamax, sizeof got);
+    g_sync(e);
+    assert_int_equal(got, host_amax_bits(hout, n));
+    float ga = float_of_bits(got), ca = float_of_bits(camax);
+    printf("    %s %d x %d: amax gpu %.9g cpu %.9g\n", what, rows, cols, (double)ga, (double)ca);
+    if (isnan(ca)) {
+        assert_true(isnan(ga));
+    } else {
+        assert_true(fabsf(ga - ca) <= ca / 128.0f); /* bf16 keeps 8 significant bits */
+        EXPECT_CLOSE(what, hout, cout, n, TOL_BF16);
+    }
+    for (int mode = 0; mode < 3; mode++) {
+        given_amax_cast_case(e, gout, hout, gamax, rows, cols, GT_FP8_E4M3, mode);
+        given_amax_cast_case(e, gout, hout, gamax, rows, cols, GT_FP8_E5M2, mode);
+    }
+    free(hout), free(href);
+}
+
+/* nan_row >= 0: a NaN in that row of the input (the row's output is NaN, the flag goes up) */
+static void norm_amax_case(gpu_env *e, int N, int d, int nan_row) {
+    size_t n = (size_t)N * d;
+    float *x = rand_vec(e, n, 3.0f), *w = rand_vec(e, (size_t)d, 1.5f);
+    if (nan_row >= 0) x[(size_t)nan_row * d + 3] = NAN;
+    void *gx = g_act(e, x, n), *gw = g_act(e, w, (size_t)d);
+    void *gout = g_act(e, NULL, n), *gref = g_act(e, NULL, n);
+    float *grstd = g_f32(e, NULL, (size_t)N), *grstd_ref = g_f32(e, NULL, (size_t)N);
+    uint32_t *gamax = g_alloc(e, sizeof *gamax); /* zeroed */
+    e->gpu->ops->rmsnorm_fwd_amax(e->gpu, e->gs, gout, grstd, gx, gw, N, d, 1e-5f, gamax);
+    e->gpu->ops->rmsnorm_fwd(e->gpu, e->gs, gref, grstd_ref, gx, gw, N, d, 1e-5f);
+    float *cout = c_f32(e, NULL, n), *crstd = c_f32(e, NULL, (size_t)N);
+    uint32_t *camax = c_alloc(e, sizeof *camax);
+    *camax = 0;
+    e->cpu->ops->rmsnorm_fwd_amax(e->cpu, e->cs, cout, crstd, x, w, N, d, 1e-5f, camax);
+    expect_producer_amax(e, gout, gref, gamax, cout, *camax, N, d, "rmsnorm_fwd_amax");
+    free(x), free(w);
+    env_free_all(e);
+}
+
+static void swiglu_amax_case(gpu_env *e, int N, int f, int nan_at) {
+    size_t n = (size_t)N * f;
+    float *gu = rand_vec(e, 2 * n, 4.0f);
+    if (nan_at >= 0) gu[nan_at] = NAN;
+    void *ggu = g_act(e, gu, 2 * n), *gout = g_act(e, NULL, n), *gref = g_act(e, NULL, n);
+    uint32_t *gamax = g_alloc(e, sizeof *gamax);
+    e->gpu->ops->swiglu_fwd_amax(e->gpu, e->gs, gout, ggu, N, f, gamax);
+    e->gpu->ops->swiglu_fwd(e->gpu, e->gs, gref, ggu, N, f);
+    float *cout = c_f32(e, NULL, n);
+    uint32_t *camax = c_alloc(e, sizeof *camax);
+    *camax = 0;
+    e->cpu->ops->swiglu_fwd_amax(e->cpu, e->cs, cout, gu, N, f, camax);
+    expect_producer_amax(e, gout, gref, gamax, cout, *camax, N, f, "swiglu_fwd_amax");
+    free(gu);
+    env_free_all(e);
+}
+
+/* The vector norm (d a multiple of 256 up to 2048: llama1b's 2048 among them) and the scalar one,
+ * row counts off the 8 rows of a block, a NaN; SwiGLU's 8-wide and scalar kernels over many
+ * blocks, a NaN */
+static void test_producer_amax_casts_match_their_own_amax_pass_and_cpu_bitwise(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, rmsnorm_fwd_amax);
+    norm_amax_case(e, 300, 256, -1);
+    norm_amax_case(e, 37, 2048, -1);
+    norm_amax_case(e, 64, 768, 5);
+    norm_amax_case(e, 45, 100, -1);
+    norm_amax_case(e, 9, 40, 2);
+    swiglu_amax_case(e, 64, 512, -1);
+    swiglu_amax_case(e, 37, 333, -1);
+    swiglu_amax_case(e, 16, 128, 700);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_fp8_casts_match_cpu_bitwise, gpu_free_bufs),
@@ -227,6 +416,8 @@ int main(void) {
         cmocka_unit_test_teardown(test_fp8_cast_of_a_nan_sets_the_flag, gpu_free_bufs),
         cmocka_unit_test_teardown(test_fp8_amax_update_matches_cpu_bitwise, gpu_free_bufs),
         cmocka_unit_test_teardown(test_fp8_gemms_match_cpu, gpu_free_bufs),
+        cmocka_unit_test_teardown(
+            test_producer_amax_casts_match_their_own_amax_pass_and_cpu_bitwise, gpu_free_bufs),
     };
     return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
 }

@@ -7,7 +7,7 @@
 #include "graphs_fixture.h"
 
 static gt_fp8_cast_spec spec(gt_fp8_format f) {
-    return (gt_fp8_cast_spec){GT_FP8_TENSORWISE, f, 1, 1};
+    return (gt_fp8_cast_spec){GT_FP8_TENSORWISE, f, 1, 1, NULL};
 }
 
 static gt_fp8_meta meta_of(gt_fp8_format f) {

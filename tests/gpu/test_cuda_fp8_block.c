@@ -8,7 +8,7 @@
 #include "gpu_fixture.h"
 
 static gt_fp8_cast_spec block_spec(gt_fp8_format f, int tile_rows) {
-    return (gt_fp8_cast_spec){GT_FP8_BLOCKWISE, f, tile_rows, 1};
+    return (gt_fp8_cast_spec){GT_FP8_BLOCKWISE, f, tile_rows, 1, NULL};
 }
 
 /* x [rows, cols] in [-1, 1] times 2^(k) with k changing every 128 rows and columns and from

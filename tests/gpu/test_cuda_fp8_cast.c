@@ -80,7 +80,7 @@ static void cast_case(gpu_env *e, const float *x, cast_shape sh, gt_fp8_scaling 
     uint8_t *gq_base = g_alloc(e, (size_t)sh.q_off + n + GUARD);
     uint8_t *gqt_base = g_alloc(e, (size_t)sh.qt_off + n + GUARD);
     uint8_t *gq = gq_base + sh.q_off, *gqt = gqt_base + sh.qt_off;
-    gt_fp8_cast_spec sp = {sc, f, 1, 1};
+    gt_fp8_cast_spec sp = {sc, f, 1, 1, NULL};
     gt_backend *g = e->gpu;
     if (mode == 2) {
         e->cpu->ops->fp8_cast_pair(e->cpu, e->cs, cq, csi, cqt, csi + 1, x, rows, cols, sp, cm,
@@ -221,7 +221,7 @@ static void experts_case(gpu_env *e, int count, int rows, int cols, gt_fp8_scali
     float *hsi = calloc(2 * (size_t)count, sizeof *hsi);
     const void *gx = g_act(e, x, all);
     uint8_t *gq = g_alloc(e, all + GUARD), *gqt = g_alloc(e, all + GUARD);
-    gt_fp8_cast_spec sp = {sc, f, 1, record};
+    gt_fp8_cast_spec sp = {sc, f, 1, record, NULL};
     int wq = which & 1, wt = (which & 2) != 0;
     e->cpu->ops->fp8_cast_experts(e->cpu, e->cs, wq ? cq : NULL, wq ? csi : NULL, wt ? cqt : NULL,
                                   wt ? csi + count : NULL, x, count, rows, cols, sp, cm, cst);

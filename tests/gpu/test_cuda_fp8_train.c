@@ -1,9 +1,11 @@
 /* fp8 training on a real GPU (run by developers on the GPU machine): fp8_cs and fp8_ds models
  * replay one full-iteration graph bitwise like eager steps (the pair casts, the saved fp8
- * inputs and the recorded scales are all device state), blockwise (fp8_sc) ones replay scoped
- * and full-iteration graphs bitwise like eager steps (its tile scales are computed inside each
- * cast), and the losses of all three follow the CPU emulation of the same recipe within bf16
- * rounding (the CPU keeps fp32 activations). Skips when no GPU can be used. */
+ * inputs and the recorded scales are all device state), blockwise (fp8_sc: its tile scales are
+ * computed inside each cast) and current-scaling (fp8_cs: the amaxes its norms and SwiGLU take
+ * for the casts, their slots zeroed inside each unit) ones replay scoped and full-iteration
+ * graphs bitwise like eager steps, and the losses of all three follow the CPU emulation of the
+ * same recipe within bf16 rounding (the CPU keeps fp32 activations). Skips when no GPU can be
+ * used. */
 #include "graphs_fixture.h"
 
 #include <math.h>
@@ -48,6 +50,17 @@ static void test_blockwise_fp8_scoped_and_full_iteration_replay_bitwise_like_eag
     gtf_assert_scoped_and_full_like_eager(&c, STEPS, WARMUP, GT_SCOPE_ATTN | GT_SCOPE_MLP, NULL);
 }
 
+/* Current scaling's norms and SwiGLU take their outputs' amaxes for the casts, their slots
+ * zeroed inside each unit: the per-unit graphs replay that as the eager steps run it */
+static void
+test_current_scaling_fp8_scoped_and_full_iteration_replay_bitwise_like_eager(void **state) {
+    (void)state;
+    if (!g_have_gpu) skip();
+    gt_config c;
+    gpu_fp8(&c, GT_DTYPE_FP8_CS);
+    gtf_assert_scoped_and_full_like_eager(&c, STEPS, WARMUP, GT_SCOPE_ATTN | GT_SCOPE_MLP, NULL);
+}
+
 static void test_fp8_gpu_losses_follow_the_cpu_emulation(void **state) {
     (void)state;
     if (!g_have_gpu) skip();
@@ -79,6 +92,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp8_full_iteration_replays_bitwise_like_eager),
         cmocka_unit_test(test_blockwise_fp8_scoped_and_full_iteration_replay_bitwise_like_eager),
+        cmocka_unit_test(
+            test_current_scaling_fp8_scoped_and_full_iteration_replay_bitwise_like_eager),
         cmocka_unit_test(test_fp8_gpu_losses_follow_the_cpu_emulation),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -10,7 +10,7 @@
 #define TOL_FP8_F32 5e-4
 
 static gt_fp8_cast_spec current(gt_fp8_format f) {
-    return (gt_fp8_cast_spec){GT_FP8_TENSORWISE, f, 1, 1};
+    return (gt_fp8_cast_spec){GT_FP8_TENSORWISE, f, 1, 1, NULL};
 }
 
 /* x [rows, cols] (or its transpose) cast on the CPU: the codes' values into q (host), their

@@ -2,8 +2,9 @@
  * the CPU emulation: the weight cast to both layouts in one pass equals two fresh casts; the
  * backward (the output gradient cast once to both layouts, x^T with the scale the forward
  * recorded) gives the data and weight gradients that fresh current-scaling casts of every
- * operand give; delayed scaling records each tensor's amax; the memory plan keeps the saved
- * inputs in fp8. */
+ * operand give; delayed scaling records each tensor's amax; the amaxes the norms and SwiGLU
+ * take for the casts of their outputs give the step the casts' own amax passes give; the
+ * memory plan keeps the saved inputs in fp8. */
 #include "model/memory_plan.h"
 #include "model_fixture.h"
 
@@ -72,7 +73,7 @@ static gt_fp8_meta fresh_cast(lin_case *c, float *q, float *si, const float *x, 
     gt_backend *b = c->fx.b;
     gt_fp8_meta meta = {1.0f, 1.0f, 0.0f, (int32_t)fmt};
     b->ops->fp8_cast(b, c->fx.s, q, si, x, rows, cols, transpose,
-                     (gt_fp8_cast_spec){GT_FP8_TENSORWISE, fmt, 1, 1}, &meta, c->fx.st);
+                     (gt_fp8_cast_spec){GT_FP8_TENSORWISE, fmt, 1, 1, NULL}, &meta, c->fx.st);
     tm_check(&c->fx);
     return meta;
 }
@@ -196,6 +197,142 @@ static void test_weight_casts_without_the_pair_op_are_the_same(void **state) {
     case_destroy(&c);
 }
 
+/* What a step left that the fp8 casts decide: the losses, the gradients, every scaling slot
+ * and each linear's saved fp8 input with its inverse scale */
+typedef struct step_result {
+    double loss, eval_loss;
+    float *grads;
+    gt_fp8_meta *meta;
+    float *xt; /* every saved x^T, one after the other, then their inverse scales */
+    size_t n_grads, n_meta, n_xt;
+} step_result;
+
+/* Two micro-batches of training (the weights cast first), then an evaluation forward (record
+ * 0), on a fresh model; fused 0: the backend without the producers that take their output's
+ * amax, so each cast takes its own pass. With fused 1, checks that the producers did take
+ * the amaxes of the qkv, gate/up and down inputs: each slot holds the amax the cast
+ * recorded. */
+static void run_fp8_step(const gt_config *cfg, int fused, step_result *r) {
+    tm_fixture fx;
+    tm_fixture_create(&fx, cfg);
+    gt_model *m = fx.m;
+    gt_model_fp8 *f = &m->fp8;
+    const gt_backend_ops *ops = fx.b->ops;
+    gt_backend_ops without = *ops;
+    assert_non_null(without.rmsnorm_fwd_amax);
+    assert_non_null(without.swiglu_fwd_amax);
+    without.rmsnorm_fwd_amax = NULL;
+    without.swiglu_fwd_amax = NULL;
+    if (!fused) fx.b->ops = &without;
+    tm_begin_step(&fx, 0);
+    gt_model_fp8_cast_weights(m, fx.s, 1, fx.st);
+    gt_model_forward_backward(m, fx.s, fx.tokens, fx.targets, 0.5f, 0, fx.st, NULL);
+    fx.st->micro = 1;
+    gt_model_forward_backward(m, fx.s, fx.tokens, fx.targets, 0.5f, 1, fx.st, NULL);
+    tm_check(&fx);
+    assert_int_equal(fx.st->nan_flags, 0);
+    r->loss = fx.st->loss;
+    r->n_grads = fx.info->n_params;
+    r->grads = malloc(r->n_grads * sizeof *r->grads);
+    memcpy(r->grads, fx.info->grads, r->n_grads * sizeof *r->grads);
+    r->n_meta = (size_t)f->n_meta;
+    r->meta = malloc(r->n_meta * sizeof *r->meta);
+    memcpy(r->meta, f->meta, r->n_meta * sizeof *r->meta);
+    r->n_xt = 0;
+    for (int i = 0; i < m->num_layers * GT_LINEARS; i++)
+        if (f->lin[i].xt) r->n_xt += (size_t)m->dm.N * (size_t)f->lin[i].in + 1;
+    r->xt = malloc((r->n_xt ? r->n_xt : 1) * sizeof *r->xt);
+    size_t o = 0;
+    for (int i = 0; i < m->num_layers * GT_LINEARS; i++) {
+        const gt_fp8_linear *li = &f->lin[i];
+        if (!li->xt) continue;
+        size_t n = (size_t)m->dm.N * (size_t)li->in;
+        memcpy(r->xt + o, li->xt, n * sizeof *r->xt);
+        r->xt[o + n] = li->sxt[0];
+        o += n + 1;
+    }
+    int taken = 0;
+    for (int l = 0; fused && l < m->num_layers; l++)
+        for (int lin = 0; lin < GT_LINEARS; lin++) {
+            const gt_fp8_linear *li = &f->lin[(size_t)l * GT_LINEARS + lin];
+            if (!li->on || lin == GT_LIN_O) continue; /* o's input is the attention's */
+            float amax = f->meta[li->slot + GT_FP8_SLOT_X].amax;
+            assert_int_equal(f->x_amax[(size_t)l * GT_LINEARS + lin], gt_fp8_amax_bits(amax));
+            assert_true(amax > 0);
+            taken++;
+        }
+    if (fused) assert_true(taken > 0);
+    gt_step_state *est = fx.st;
+    est->loss = 0;
+    gt_model_forward_loss(m, fx.s, fx.tokens, fx.targets, 1.0f, est);
+    tm_check(&fx);
+    r->eval_loss = est->loss;
+    fx.b->ops = ops;
+    tm_fixture_destroy(&fx);
+}
+
+static void step_result_free(step_result *r) {
+    free(r->grads), free(r->meta), free(r->xt);
+}
+
+static void expect_same_step(const gt_config *cfg, const char *what) {
+    step_result a, b;
+    printf("    %s\n", what);
+    run_fp8_step(cfg, 1, &a);
+    run_fp8_step(cfg, 0, &b);
+    assert_memory_equal(&a.loss, &b.loss, sizeof a.loss);
+    assert_memory_equal(&a.eval_loss, &b.eval_loss, sizeof a.eval_loss);
+    expect_same(a.grads, b.grads, a.n_grads, "the gradients");
+    assert_int_equal(a.n_meta, b.n_meta);
+    assert_memory_equal(a.meta, b.meta, a.n_meta * sizeof *a.meta);
+    assert_int_equal(a.n_xt, b.n_xt);
+    expect_same(a.xt, b.xt, a.n_xt, "the saved fp8 inputs and their scales");
+    step_result_free(&a);
+    step_result_free(&b);
+}
+
+static void test_producer_amax_gives_the_step_of_the_casts_own_amax_pass(void **state) {
+    (void)state;
+    gt_config c;
+    tm_tiny_config(&c);
+    c.model.compute_dtype = GT_DTYPE_FP8_CS;
+    c.model.hidden_dropout = 0.1; /* the down projection's output through dropout */
+    c.train.global_batch_size = c.train.micro_batch_size;
+    expect_same_step(&c, "fp8_cs");
+    c.model.hidden_dropout = 0;
+    c.train.global_batch_size = 2 * c.train.micro_batch_size; /* weight copies kept */
+    expect_same_step(&c, "fp8_cs, two micro-batches a step");
+    /* the recomputed norms take the amax again for the recomputed qkv and gate/up casts */
+    c.model.recompute_granularity = GT_RECOMPUTE_SELECTIVE;
+    c.model.recompute_modules = GT_RECOMPUTE_CORE_ATTN | GT_RECOMPUTE_MLP | GT_RECOMPUTE_LAYERNORM;
+    expect_same_step(&c, "fp8_cs, selective recompute of core_attn, mlp and layernorm");
+    c.model.recompute_granularity = GT_RECOMPUTE_FULL;
+    c.model.recompute_method = GT_RECOMPUTE_METHOD_UNIFORM;
+    c.model.recompute_num_layers = 1;
+    expect_same_step(&c, "fp8_cs, full uniform recompute");
+}
+
+/* Delayed and blockwise scaling cast without any amax pass of their own to save: their
+ * producers run as plain ops and the slots are not planned */
+static void test_only_current_scaling_takes_the_producer_amax(void **state) {
+    (void)state;
+    const gt_compute_dtype dtypes[] = {GT_DTYPE_FP8_DS, GT_DTYPE_FP8_SC, GT_DTYPE_FP8_CS};
+    for (int i = 0; i < 3; i++) {
+        gt_config c;
+        tm_tiny_config(&c);
+        c.model.compute_dtype = dtypes[i];
+        tm_fixture fx;
+        tm_fixture_create(&fx, &c);
+        assert_int_equal(fx.m->fp8.x_amax != NULL, dtypes[i] == GT_DTYPE_FP8_CS);
+        gt_layer *L = &fx.m->layers[0];
+        const uint32_t *got = gt_linear_norm_fwd(fx.m, fx.s, 0, GT_LIN_QKV, L->attn.ln,
+                                                 L->attn.rstd, fx.m->res[0], L->attn.norm_w);
+        assert_int_equal(got != NULL, dtypes[i] == GT_DTYPE_FP8_CS);
+        tm_check(&fx);
+        tm_fixture_destroy(&fx);
+    }
+}
+
 /* On the GPU (2-byte activations, 1-byte fp8): each layer keeps its qkv, gate/up and down
  * inputs as fp8 x^T (half the bytes) and their bf16 copies share one buffer per tensor */
 static void test_fp8_activations_keep_the_linear_inputs_in_half_the_bytes(void **state) {
@@ -253,6 +390,8 @@ int main(void) {
         cmocka_unit_test(test_current_scaling_backward_equals_fresh_casts_of_every_operand),
         cmocka_unit_test(test_delayed_scaling_backward_records_the_amax_of_each_tensor),
         cmocka_unit_test(test_weight_casts_without_the_pair_op_are_the_same),
+        cmocka_unit_test(test_producer_amax_gives_the_step_of_the_casts_own_amax_pass),
+        cmocka_unit_test(test_only_current_scaling_takes_the_producer_amax),
         cmocka_unit_test(test_fp8_activations_keep_the_linear_inputs_in_half_the_bytes),
         cmocka_unit_test(test_one_micro_batch_keeps_no_transposed_weight_copies),
     };
