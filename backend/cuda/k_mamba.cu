@@ -5,6 +5,7 @@
 #include <cooperative_groups.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/mma_sync.cuh"
 #include "config/cuda_limits.h"
 
 namespace cg = cooperative_groups;
@@ -127,9 +128,6 @@ static __device__ __forceinline__ void cluster_sum(float (*part)[W], float *blk)
 #define CONV_BATCH 4         /* forward loads in flight per thread */
 #define CONV_BWD_INFLIGHT 16 /* channel-tokens a backward thread has loads in flight for */
 #define CONV_BWD_THREADS 128 /* runs of a block: enough in flight per SM */
-#define CONV_BWD_V                                                                                 \
-    2 /* channels a backward thread holds: 4 took 127 registers and 8 spilled; 2                   \
-         leave room for 8 tokens' loads in flight (CONV_BWD_INFLIGHT) */
 #define KWIN(KT) ((KT) > 0 ? (KT) : MAXC)
 
 template <int V, int KW>
@@ -333,6 +331,291 @@ __global__ void __cluster_dims__(1, RED_CLUSTER, 1) __launch_bounds__(CONV_BWD_T
     }
 }
 
+/* ---- the convolution on 16-byte rows (C and the row strides multiples of 8, widths 2 to 4):
+ * tiles of CT_TOK tokens by CT_CH channels copied (cp.async) into shared memory in whole
+ * 128-byte rows, with the CT_HALO x rows before the tile the taps reach (and, backward, the
+ * CT_HALO rows of dy after it). A warp takes CT_SPAN consecutive tokens of a tile, a lane two
+ * neighbouring channels: each token's row is read from shared memory and stored to global
+ * memory 128 contiguous bytes a warp, and the loads are whole cache lines (the register-window
+ * kernels above read 4 or 16 bytes a thread from rows far apart, which the memory serves at
+ * well under its bandwidth). ---- */
+#define CT_CH 64   /* channels of a tile: one 128-byte row */
+#define CT_TOK 64  /* tokens of a tile */
+#define CT_WARPS 8 /* warps of a block */
+#define CT_SPAN (CT_TOK / CT_WARPS)
+#define CT_HALO 3 /* K - 1 of the widest width the tile kernels take */
+#define CT_XROWS (CT_TOK + 2 * CT_HALO)
+#define CT_DROWS (CT_TOK + CT_HALO)
+/* backward blocks resident per SM the registers must allow, so that a layer's C / CT_CH x
+ * RED_CLUSTER blocks run in one wave */
+#define CT_BWD_BLOCKS 4
+
+/* sigmoid from the fast exponential and reciprocal (0 where exp(-x) overflows): a few ulp of
+ * fp32, far below the bf16 the convolution stores */
+static __device__ __forceinline__ float sigm_fast(float x) {
+    return __fdividef(1.0f, 1.0f + __expf(-x));
+}
+
+/* rows [r0, r0 + rows) of the CT_CH-channel slab at c0 of src into s; zeros where a row lies
+ * before 0 or past N, or the channels past C */
+static __device__ __forceinline__ void ct_copy(bf16 (*s)[CT_CH], const bf16 *src, int ld, long r0,
+                                               int rows, int N, int c0, int C) {
+    for (int i = threadIdx.x; i < rows * (CT_CH / 8); i += blockDim.x) {
+        int r = i / (CT_CH / 8), j = i % (CT_CH / 8) * 8;
+        long n = r0 + r;
+        bool ok = n >= 0 && n < N && c0 + j < C;
+        gt_cp_async16(&s[r][j], ok ? src + (size_t)n * ld + c0 + j : src, ok);
+    }
+}
+static __device__ __forceinline__ float2 ct_ld2(const bf16 *p) {
+    return __bfloat1622float2(*(const __nv_bfloat162 *)p);
+}
+
+/* The lane's two channels' taps and bias */
+template <int KT>
+static __device__ __forceinline__ void ct_weights(float (*wk)[2], float *b0, const bf16 *w,
+                                                  const bf16 *bias, int c, bool live) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+#pragma unroll
+        for (int k = 0; k < KT; k++)
+            wk[k][i] = live ? ldf(w + (size_t)(c + i) * KT + k) : 0.0f;
+        b0[i] = live && bias ? ldf(bias + c + i) : 0.0f;
+    }
+}
+
+/* MASK: whether a warp's tokens (and the taps they reach) may cross a sequence's start or end,
+ * or the tokens' end; where they cannot (the "plain" spans, nearly all of them), the position
+ * checks are left out: the same values, fewer instructions. */
+
+/* The window before token u0 of the tile in xs (row u + CT_HALO holds token u), as the first
+ * push (ct_push) expects it: win[j] = x[u0 - (KT - j)], zero before the sequence's start (tm0:
+ * u0's position); win[0] is shifted out unread */
+template <int KT, bool MASK>
+static __device__ __forceinline__ void ct_window(float (*win)[2], const bf16 (*xs)[CT_CH], int u0,
+                                                 int tm0, int cl) {
+    win[0][0] = win[0][1] = 0.0f;
+#pragma unroll
+    for (int j = 1; j < KT; j++) {
+        int back = KT - j;
+        float2 v =
+            !MASK || tm0 >= back ? ct_ld2(&xs[u0 + CT_HALO - back][cl]) : make_float2(0.0f, 0.0f);
+        win[j][0] = v.x, win[j][1] = v.y;
+    }
+}
+
+/* pushes token u's x into the window (zeroed first where u starts a sequence: tm, its position) */
+template <int KT, bool MASK>
+static __device__ __forceinline__ void ct_push(float (*win)[2], const bf16 (*xs)[CT_CH], int u,
+                                               int tm, int cl) {
+    if (MASK && tm == 0) win_zero<2, KT>(win);
+    float2 v = ct_ld2(&xs[u + CT_HALO][cl]);
+    const float nv[2] = {v.x, v.y};
+    win_push<2, KT>(win, nv);
+}
+static __device__ __forceinline__ int ct_step(int t, int T) {
+    return t + 1 == T ? 0 : t + 1;
+}
+
+/* The forward of a warp's CT_SPAN tokens from u0 (token n0, position tm) */
+template <int KT, bool MASK>
+static __device__ __forceinline__ void
+ct_fwd_span(bf16 *xbc, const bf16 (*xs)[CT_CH], float (*wk)[2], const float *b0, int u0, int n0,
+            int tm, int cl, int c, int N, int T, int C, bool live) {
+    float win[KT][2];
+    ct_window<KT, MASK>(win, xs, u0, tm, cl);
+#pragma unroll
+    for (int u = 0; u < CT_SPAN; u++) {
+        ct_push<KT, MASK>(win, xs, u0 + u, tm, cl);
+        float o[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float p = win_pre<2, KT>(win, wk, b0, i, KT);
+            o[i] = p * sigm_fast(p);
+        }
+        if (live && (!MASK || n0 + u < N))
+            *(__nv_bfloat162 *)(xbc + (size_t)(n0 + u) * C + c) = __floats2bfloat162_rn(o[0], o[1]);
+        if (MASK) tm = ct_step(tm, T);
+    }
+}
+
+/* Forward: one tile a block (the blocks resident on an SM overlap each other's copies) */
+template <int KT>
+__global__ void __launch_bounds__(CT_WARPS *GT_WARP)
+    k_conv_fwd_tile(bf16 *__restrict__ xbc, const bf16 *__restrict__ x, int ld,
+                    const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int N, int T,
+                    int C) {
+    GT_PDL_ENTRY();
+    __shared__ __align__(16) bf16 xs[CT_TOK + CT_HALO][CT_CH];
+    int c0 = blockIdx.x * CT_CH, t0 = blockIdx.y * CT_TOK;
+    ct_copy(xs, x, ld, (long)t0 - CT_HALO, CT_TOK + CT_HALO, N, c0, C);
+    gt_cp_commit();
+    int lane = threadIdx.x % GT_WARP, u0 = threadIdx.x / GT_WARP * CT_SPAN, cl = 2 * lane;
+    int c = c0 + cl, n0 = t0 + u0, tm = n0 % T;
+    bool live = c < C, plain = tm >= KT - 1 && tm + CT_SPAN <= T && n0 + CT_SPAN <= N;
+    float wk[KT][2], b0[2];
+    ct_weights<KT>(wk, b0, w, bias, c, live);
+    gt_cp_wait<0>();
+    __syncthreads();
+    if (plain)
+        ct_fwd_span<KT, false>(xbc, xs, wk, b0, u0, n0, tm, cl, c, N, T, C, live);
+    else
+        ct_fwd_span<KT, true>(xbc, xs, wk, b0, u0, n0, tm, cl, c, N, T, C, live);
+}
+
+/* dx of token n (tn: its position in its sequence, stepped on) from the g window of its taps'
+ * tokens (gw[KT - 1] = g[n + K-1], so tap k reads g[n + K-1-k] = gw[KT - 1 - k]), none past
+ * the sequence's end */
+template <int KT, bool MASK>
+static __device__ __forceinline__ void ct_emit(bf16 *dx, int lddx, float (*gw)[2], float (*wk)[2],
+                                               int n, int &tn, int ne, int T, int c, bool live) {
+    float s[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        s[i] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < KT; k++)
+            if (!MASK || tn + (KT - 1 - k) < T) s[i] += wk[k][i] * gw[KT - 1 - k][i];
+    }
+    if (live && (!MASK || n < ne))
+        *(__nv_bfloat162 *)(dx + (size_t)n * lddx + c) = __floats2bfloat162_rn(s[0], s[1]);
+    if (MASK) tn = ct_step(tn, T);
+}
+
+/* One tile of a warp's backward up to the block's barrier: g = dy silu'(pre) of its CT_SPAN tokens
+ * from u0 (token n0, position tm0; the last warp also of the CT_HALO after the tile), g x and g
+ * into the weight and bias sums acc, the first K-1 g into gxw (the warp before needs them), dx of
+ * the tokens whose taps' g are the warp's own; gw and tn are left for ct_bwd_rest. */
+template <int KT, bool MASK>
+static __device__ __forceinline__ void
+ct_bwd_span(float (*gw)[2], int &tn, float (*acc)[2], float2 (*gxw)[GT_WARP], bf16 *dx, int lddx,
+            const bf16 (*xs)[CT_CH], const bf16 (*ds)[CT_CH], float (*wk)[2], const float *b0,
+            int u0, int n0, int tm0, int lane, int c, int ne, int T, bool live, bool last) {
+    constexpr int H = KT - 1, NG = CT_SPAN + H;
+    float win[KT][2];
+    int tm = tm0;
+    tn = tm0;
+    ct_window<KT, MASK>(win, xs, u0, tm0, 2 * lane);
+#pragma unroll
+    for (int u = 0; u < NG; u++) {
+        if (u >= CT_SPAN && !last) break; /* the halo's g: the next warp's */
+        ct_push<KT, MASK>(win, xs, u0 + u, tm, 2 * lane);
+        float2 d = ct_ld2(&ds[u0 + u][2 * lane]); /* zero past N: g too */
+        const float dv[2] = {d.x, d.y};
+        float g[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float p = win_pre<2, KT>(win, wk, b0, i, KT), sg = sigm_fast(p);
+            g[i] = dv[i] * (sg * (1.0f + p * (1.0f - sg)));
+        }
+        if (u < CT_SPAN && (!MASK || n0 + u < ne))
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+#pragma unroll
+                for (int k = 0; k < KT; k++)
+                    acc[k][i] += g[i] * win[k][i];
+                acc[KT][i] += g[i];
+            }
+        if (u < H) gxw[u][lane] = make_float2(g[0], g[1]);
+        win_push<2, KT>(gw, g);
+        if (u >= H) ct_emit<KT, MASK>(dx, lddx, gw, wk, n0 + u - H, tn, ne, T, c, live);
+        if (MASK) tm = ct_step(tm, T);
+    }
+}
+/* After the barrier: dx of a warp's last K-1 tokens, from the next warp's first g (gxn) */
+template <int KT, bool MASK>
+static __device__ __forceinline__ void
+ct_bwd_rest(float (*gw)[2], int tn, const float2 (*gxn)[GT_WARP], bf16 *dx, int lddx,
+            float (*wk)[2], int n0, int lane, int c, int ne, int T, bool live) {
+#pragma unroll
+    for (int j = 0; j < KT - 1; j++) {
+        float2 v = gxn[j][lane];
+        const float g[2] = {v.x, v.y};
+        win_push<2, KT>(gw, g);
+        ct_emit<KT, MASK>(dx, lddx, gw, wk, n0 + CT_SPAN - (KT - 1) + j, tn, ne, T, c, live);
+    }
+}
+
+/* Backward: the RED_CLUSTER blocks of a cluster split the tokens in whole tiles, each walking
+ * its tiles with the next one's copies in flight. A warp makes g = dy silu'(pre) of its tokens
+ * (the last warp also of the CT_HALO tokens after the tile), adds g x and g into its lane's
+ * weight and bias sums, hands its first K-1 g to the warp before it (gx), and emits dx[n] =
+ * sum_k w_k g[n + K-1-k]. The sums are added in warp and block order (cluster_sum). */
+template <int KT>
+__global__ void __cluster_dims__(1, RED_CLUSTER, 1)
+    __launch_bounds__(CT_WARPS *GT_WARP, CT_BWD_BLOCKS)
+        k_conv_bwd_tile(bf16 *__restrict__ dx, int lddx, float *dw, float *dbias,
+                        const bf16 *__restrict__ dy, const bf16 *__restrict__ x, int ld,
+                        const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int N, int T,
+                        int C, int accumulate) {
+    GT_PDL_ENTRY();
+    constexpr int SLOTS = KT + 1, W = CT_CH * SLOTS;
+    __shared__ __align__(16) bf16 xs[2][CT_XROWS][CT_CH];
+    __shared__ __align__(16) bf16 ds[2][CT_DROWS][CT_CH];
+    __shared__ float2 gx[CT_WARPS][CT_HALO][GT_WARP];
+    __shared__ float blk[W];
+    static_assert(sizeof(float) * CT_WARPS * W <= sizeof xs, "the warps' sums reuse xs");
+    int lane = threadIdx.x % GT_WARP, wp = threadIdx.x / GT_WARP;
+    int c0 = blockIdx.x * CT_CH, c = c0 + 2 * lane, u0 = wp * CT_SPAN;
+    bool live = c < C, last = wp == CT_WARPS - 1;
+    int per = (N + RED_CLUSTER - 1) / RED_CLUSTER;
+    per = (per + CT_TOK - 1) / CT_TOK * CT_TOK;
+    int nb = (int)blockIdx.y * per, ne = min(nb + per, N);
+    int nt = nb < ne ? (ne - nb + CT_TOK - 1) / CT_TOK : 0;
+    if (nt > 0) {
+        ct_copy(xs[0], x, ld, (long)nb - CT_HALO, CT_XROWS, N, c0, C);
+        ct_copy(ds[0], dy, C, nb, CT_DROWS, N, c0, C);
+    }
+    gt_cp_commit();
+    float wk[KT][2], b0[2], acc[SLOTS][2];
+    ct_weights<KT>(wk, b0, w, bias, c, live);
+#pragma unroll
+    for (int k = 0; k < SLOTS; k++)
+        acc[k][0] = acc[k][1] = 0.0f;
+    for (int it = 0; it < nt; it++) {
+        int t0 = nb + it * CT_TOK, bf = it & 1;
+        if (it + 1 < nt) {
+            ct_copy(xs[bf ^ 1], x, ld, (long)t0 + CT_TOK - CT_HALO, CT_XROWS, N, c0, C);
+            ct_copy(ds[bf ^ 1], dy, C, t0 + CT_TOK, CT_DROWS, N, c0, C);
+        }
+        gt_cp_commit();
+        gt_cp_wait<1>();
+        __syncthreads();
+        int n0 = t0 + u0, tm0 = n0 % T, tn;
+        /* no sequence start or end among the tokens and taps, none past the block's tokens */
+        bool plain = tm0 >= KT - 1 && tm0 + CT_SPAN + KT - 2 < T && n0 + CT_SPAN <= ne;
+        float gw[KT][2]; /* gw[KT - 1 - j] = g of the token j before */
+        win_zero<2, KT>(gw);
+        if (plain)
+            ct_bwd_span<KT, false>(gw, tn, acc, gx[wp], dx, lddx, xs[bf], ds[bf], wk, b0, u0, n0,
+                                   tm0, lane, c, ne, T, live, last);
+        else
+            ct_bwd_span<KT, true>(gw, tn, acc, gx[wp], dx, lddx, xs[bf], ds[bf], wk, b0, u0, n0,
+                                  tm0, lane, c, ne, T, live, last);
+        __syncthreads();
+        if (last) continue; /* its halo's g were its own */
+        if (plain)
+            ct_bwd_rest<KT, false>(gw, tn, gx[wp + 1], dx, lddx, wk, n0, lane, c, ne, T, live);
+        else
+            ct_bwd_rest<KT, true>(gw, tn, gx[wp + 1], dx, lddx, wk, n0, lane, c, ne, T, live);
+    }
+    gt_cp_wait<0>();
+    float(*part)[W] = (float(*)[W]) & xs[0][0][0]; /* the last tile's reads are behind a barrier */
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int k = 0; k < SLOTS; k++)
+            part[wp][(2 * lane + i) * SLOTS + k] = acc[k][i];
+    cluster_sum<CT_WARPS, W>(part, blk);
+    if (cg::this_cluster().block_rank() != 0) return;
+    for (int j = threadIdx.x; j < W; j += blockDim.x) {
+        int ch = c0 + j / SLOTS, k = j % SLOTS;
+        if (ch >= C) continue;
+        float *o = k < KT ? &dw[(size_t)ch * KT + k] : dbias ? &dbias[ch] : NULL;
+        if (o) *o = accumulate ? *o + blk[j] : blk[j];
+    }
+}
+
 /* the kernels' instances: the unrolled widths on 16-byte vectors or scalars, the rest generic */
 typedef void (*conv_fwd_fn)(bf16 *, const bf16 *, int, const bf16 *, const bf16 *, int, int, int,
                             int, int);
@@ -354,17 +637,30 @@ static conv_fwd_fn conv_fwd_kernel(int vec, int K) {
         return k_conv_fwd<1, 0>;
     }
 }
-static conv_bwd_fn conv_bwd_kernel(int vec, int K) {
+/* the scalar backward (the 16-byte rows take the tile kernel) */
+static conv_bwd_fn conv_bwd_kernel(int K) {
     switch (conv_fast_width(K) ? K : 0) {
     case 2:
-        return vec ? k_conv_bwd<CONV_BWD_V, 2> : k_conv_bwd<1, 2>;
+        return k_conv_bwd<1, 2>;
     case 3:
-        return vec ? k_conv_bwd<CONV_BWD_V, 3> : k_conv_bwd<1, 3>;
+        return k_conv_bwd<1, 3>;
     case 4:
-        return vec ? k_conv_bwd<CONV_BWD_V, 4> : k_conv_bwd<1, 4>;
+        return k_conv_bwd<1, 4>;
     default:
         return k_conv_bwd<1, 0>;
     }
+}
+typedef void (*conv_fwd_tile_fn)(bf16 *, const bf16 *, int, const bf16 *, const bf16 *, int, int,
+                                 int);
+typedef void (*conv_bwd_tile_fn)(bf16 *, int, float *, float *, const bf16 *, const bf16 *, int,
+                                 const bf16 *, const bf16 *, int, int, int, int);
+/* the tile kernel of width K (2 to 4: conv_fast_width) */
+template <typename F> static F conv_tile_kernel(int K, F k2, F k3, F k4) {
+    return K == 2 ? k2 : K == 3 ? k3 : k4;
+}
+/* whether the forward's tiles of N tokens fit the grid's second dimension */
+static int conv_tiles_fit(int N) {
+    return (N + CT_TOK - 1) / CT_TOK <= 65535;
 }
 
 /* 16-byte vectors need the channel count, the row strides and the pointers in steps of 8 */
@@ -410,6 +706,17 @@ static void cuda_mamba_conv_fwd(gt_backend *b, gt_stream *s, void *xbc, const vo
     int C = gt_mamba_conv(sh), ld = gt_mamba_in(sh), N = sh.B * sh.T;
     const bf16 *x = (const bf16 *)zxbcdt + gt_mamba_inner(sh);
     int vec = conv_fast_width(sh.K) && conv_vec_ok(C, ld, x, xbc, x);
+    conv_fwd_tile_fn tile =
+        vec ? conv_tile_kernel<conv_fwd_tile_fn>(sh.K, k_conv_fwd_tile<2>, k_conv_fwd_tile<3>,
+                                                 k_conv_fwd_tile<4>)
+            : NULL;
+    if (tile && conv_tiles_fit(N)) {
+        dim3 grid((C + CT_CH - 1) / CT_CH, (N + CT_TOK - 1) / CT_TOK);
+        gt_launch(tile, grid, CT_WARPS * GT_WARP, 0, gt_cuda_ex(b, s), (bf16 *)xbc, x, ld,
+                  (const bf16 *)w, (const bf16 *)bias, N, sh.T, C);
+        GT_CUDA_LAUNCHED(b, "mamba_conv_fwd");
+        return;
+    }
     conv_fwd_fn k = conv_fwd_kernel(vec, sh.K);
     int nv = C / (vec ? VEC : 1), run = conv_fwd_run(b, k, N, nv);
     size_t threads = ((size_t)N + run - 1) / run * (size_t)nv;
@@ -427,10 +734,20 @@ static void cuda_mamba_conv_bwd(gt_backend *b, gt_stream *s, void *dzxbcdt, floa
     bf16 *dx = (bf16 *)dzxbcdt + di;
     const bf16 *x = (const bf16 *)zxbcdt + di;
     int vec = conv_fast_width(sh.K) && conv_vec_ok(C, ld, dx, x, dxbc);
+    if (vec) {
+        dim3 grid((C + CT_CH - 1) / CT_CH, RED_CLUSTER);
+        gt_launch(conv_tile_kernel<conv_bwd_tile_fn>(sh.K, k_conv_bwd_tile<2>, k_conv_bwd_tile<3>,
+                                                     k_conv_bwd_tile<4>),
+                  grid, CT_WARPS * GT_WARP, 0, gt_cuda_ex(b, s), dx, ld, dw, dbias,
+                  (const bf16 *)dxbc, x, ld, (const bf16 *)w, (const bf16 *)bias, N, sh.T, C,
+                  accumulate != 0);
+        GT_CUDA_LAUNCHED(b, "mamba_conv_bwd");
+        return;
+    }
     dim3 grid((C + SLAB_CH - 1) / SLAB_CH, RED_CLUSTER);
-    gt_launch(conv_bwd_kernel(vec, sh.K), grid, CONV_BWD_THREADS, 0, gt_cuda_ex(b, s), dx, ld, dw,
-              dbias, (const bf16 *)dxbc, x, ld, (const bf16 *)w, (const bf16 *)bias, N, sh.T, C,
-              sh.K, accumulate != 0);
+    gt_launch(conv_bwd_kernel(sh.K), grid, CONV_BWD_THREADS, 0, gt_cuda_ex(b, s), dx, ld, dw, dbias,
+              (const bf16 *)dxbc, x, ld, (const bf16 *)w, (const bf16 *)bias, N, sh.T, C, sh.K,
+              accumulate != 0);
     GT_CUDA_LAUNCHED(b, "mamba_conv_bwd");
 }
 
@@ -479,7 +796,9 @@ static __device__ __forceinline__ float gate(float yv, float zv) {
     return yv * zv * sigm(zv);
 }
 
-template <int V>
+/* HOLD: the vectors a lane keeps per row (GN_HOLD, or 1 where a row is at most a warp's
+ * vectors: the registers for 8, 110 a thread on vectors, leave an SM 18 warps of its 64) */
+template <int V, int HOLD>
 __global__ void __launch_bounds__(GN_WARPS *GT_WARP)
     k_gnorm_fwd(bf16 *__restrict__ out, float *__restrict__ rstd, const bf16 *__restrict__ y,
                 const bf16 *__restrict__ z, int ldz, const bf16 *__restrict__ w, int di, int G,
@@ -492,9 +811,9 @@ __global__ void __launch_bounds__(GN_WARPS *GT_WARP)
     const bf16 *yr = y + n * di + (size_t)g * gs, *zr = z + n * ldz + (size_t)g * gs;
     const bf16 *wg = w + (size_t)g * gs;
     bf16 *o = out + n * di + (size_t)g * gs;
-    float u[GN_HOLD][V], ss = 0.0f;
+    float u[HOLD][V], ss = 0.0f;
 #pragma unroll
-    for (int h = 0; h < GN_HOLD; h++) {
+    for (int h = 0; h < HOLD; h++) {
         int j = lane + h * GT_WARP;
         if (j >= nvec) break;
         float yv[V], zv[V];
@@ -506,7 +825,7 @@ __global__ void __launch_bounds__(GN_WARPS *GT_WARP)
             ss += u[h][i] * u[h][i];
         }
     }
-    for (int j = lane + GN_HOLD * GT_WARP; j < nvec; j += GT_WARP) {
+    for (int j = lane + HOLD * GT_WARP; j < nvec; j += GT_WARP) {
         float yv[V], zv[V];
         ldv<V>(yv, yr + (size_t)j * V);
         ldv<V>(zv, zr + (size_t)j * V);
@@ -520,7 +839,7 @@ __global__ void __launch_bounds__(GN_WARPS *GT_WARP)
     float r = rsqrtf(ss / (float)gs + eps);
     if (lane == 0) rstd[row] = r;
 #pragma unroll
-    for (int h = 0; h < GN_HOLD; h++) {
+    for (int h = 0; h < HOLD; h++) {
         int j = lane + h * GT_WARP;
         if (j >= nvec) break;
         float wv[V], ov[V];
@@ -530,7 +849,7 @@ __global__ void __launch_bounds__(GN_WARPS *GT_WARP)
             ov[i] = u[h][i] * r * wv[i];
         stv<V>(o + (size_t)j * V, ov);
     }
-    for (int j = lane + GN_HOLD * GT_WARP; j < nvec; j += GT_WARP) {
+    for (int j = lane + HOLD * GT_WARP; j < nvec; j += GT_WARP) {
         float yv[V], zv[V], wv[V], ov[V];
         ldv<V>(yv, yr + (size_t)j * V);
         ldv<V>(zv, zr + (size_t)j * V);
@@ -795,9 +1114,11 @@ static void cuda_mamba_gated_norm_fwd(gt_backend *b, gt_stream *s, void *out, fl
     int di = gt_mamba_inner(sh), in = gt_mamba_in(sh);
     size_t rows = (size_t)sh.B * sh.T * sh.G;
     int vec = gnorm_vec_ok(di / sh.G, in, out, y, zxbcdt, w);
-    gt_launch(vec ? k_gnorm_fwd<VEC> : k_gnorm_fwd<1>, gnorm_blocks(rows), GN_WARPS * GT_WARP, 0,
-              gt_cuda_ex(b, s), (bf16 *)out, rstd, (const bf16 *)y, (const bf16 *)zxbcdt, in,
-              (const bf16 *)w, di, sh.G, rows, eps);
+    int one = di / sh.G / (vec ? VEC : 1) <= GT_WARP; /* a vector a lane holds the row */
+    gt_launch(vec ? (one ? k_gnorm_fwd<VEC, 1> : k_gnorm_fwd<VEC, GN_HOLD>)
+                  : (one ? k_gnorm_fwd<1, 1> : k_gnorm_fwd<1, GN_HOLD>),
+              gnorm_blocks(rows), GN_WARPS * GT_WARP, 0, gt_cuda_ex(b, s), (bf16 *)out, rstd,
+              (const bf16 *)y, (const bf16 *)zxbcdt, in, (const bf16 *)w, di, sh.G, rows, eps);
     GT_CUDA_LAUNCHED(b, "mamba_gated_norm_fwd");
 }
 

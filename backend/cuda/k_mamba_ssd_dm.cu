@@ -110,6 +110,22 @@ __global__ void __launch_bounds__(MS_THREADS) k_ck_msum(ck_args a, int vec_in, i
         gt_cp_commit();
     };
     if (stages > 0) load(0, 0);
+    /* C B^T at the thread's fragment positions, the group's for all its heads: read once, while
+     * the first slabs are in flight (per head, its loads would stall each head's epilogue) */
+    float cbv[8][4];
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; h2++) {
+            int i = i0 + warp * 16 + g + h2 * 8, j = j0 + nb * 8 + 2 * t;
+            float2 v = make_float2(0.0f, 0.0f);
+            if (live && i < x.Lc && j < i) {
+                const float *p = x.cb + (size_t)i * a.L + j;
+                v = (a.L % 2 == 0) ? *(const float2 *)p
+                                   : make_float2(p[0], j + 1 < i ? p[1] : 0.0f);
+            }
+            cbv[nb][2 * h2] = v.x, cbv[nb][2 * h2 + 1] = j + 1 < i ? v.y : 0.0f;
+        }
     for (int st = 0; st < stages; st++) {
         int q = st / nk, bi = st & 1;
         __syncthreads();    /* the last stage's fragments and the last head's decays are read */
@@ -166,7 +182,7 @@ __global__ void __launch_bounds__(MS_THREADS) k_ck_msum(ck_args a, int vec_in, i
                     m = acc[nb][e] * dtj[cc] * __expf(csi[r] - csj[cc]);
                     sum[nb][e] += m;
                 }
-                acc[nb][e] = j < i && i < x.Lc ? m * x.cb[(size_t)i * a.L + j] : 0.0f;
+                acc[nb][e] = j < i && i < x.Lc ? m * cbv[nb][e] : 0.0f;
             }
         ms_dda(a, x, acc, colw, i0, j0, x.h + q);
     }
