@@ -3,7 +3,7 @@
 #ifndef GT_CONFIG_CUDA_LIMITS_H
 #define GT_CONFIG_CUDA_LIMITS_H
 
-/* Mamba (k_mamba.cu): the convolution's per-thread weight taps */
+/* Mamba (k_mamba_conv.cu): the convolution's per-thread weight taps */
 #define GT_CUDA_MAMBA_MAX_CONV 8
 
 #endif

@@ -155,8 +155,9 @@ void gt_cuda_fp8_cast_blockwise(gt_backend *b, gt_stream *s, void *q, float *sca
 void gt_cuda_fp8_cast_pair_blockwise(gt_backend *b, gt_stream *s, void *q, float *scale_inv,
                                      void *qt, float *scale_inv_t, const void *x, int rows,
                                      int cols, gt_fp8_cast_spec spec, gt_step_state *st);
-void gt_cuda_register_mamba_ops(gt_backend_ops *ops);   /* k_mamba.cu */
-void gt_cuda_register_qk_norm_ops(gt_backend_ops *ops); /* k_qk_norm.cu */
+void gt_cuda_register_mamba_ops(gt_backend_ops *ops);      /* k_mamba.cu */
+void gt_cuda_register_mamba_conv_ops(gt_backend_ops *ops); /* k_mamba_conv.cu */
+void gt_cuda_register_qk_norm_ops(gt_backend_ops *ops);    /* k_qk_norm.cu */
 /* the chunked SSD scan behind the mamba_ssd_* ops, shapes checked (k_mamba_ssd.cu) */
 void gt_cuda_mamba_ssd_fwd(gt_backend *b, gt_stream *s, void *y, const void *xbc,
                            const void *zxbcdt, const void *dt_bias, const void *A_log,

@@ -1,5 +1,5 @@
-/* Times the CUDA backend's Mamba conv1d and gated-RMSNorm ops (k_mamba.cu) alone, eager, on
- * one layer's shape, and prints each op's time per call and the bandwidth of the bytes it
+/* Times the CUDA backend's Mamba conv1d and gated-RMSNorm ops (k_mamba_conv.cu, k_mamba.cu) alone,
+ * eager, on one layer's shape, and prints each op's time per call and the bandwidth of the bytes it
  * must move (every input read once, every output written once), against which the kernels
  * are judged. Usage: mamba_ew_bench [B T H P G S K [reps]] (default: the hybrid workload's
  * layer, 4 2048 32 64 1 128 4, 50 reps). */

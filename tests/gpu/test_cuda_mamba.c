@@ -1,8 +1,8 @@
-/* GPU tests of the Mamba-2 ops (k_mamba.cu, the chunked SSD scan of k_mamba_ssd.cu): conv1d,
- * SSD scan and gated RMSNorm, forward and backward, against the CPU ops (the sequential scan)
- * on the same bf16-rounded inputs (relative L2 error; the scan's tolerance derived from its
- * bf16 tensor-core operands, and shown to catch a wrong decay), with overwritten and
- * accumulated gradients, the conv and norm kernels also on shapes that reach each of their
+/* GPU tests of the Mamba-2 ops (k_mamba_conv.cu, k_mamba.cu, the chunked SSD scan of
+ * k_mamba_ssd.cu): conv1d, SSD scan and gated RMSNorm, forward and backward, against the CPU ops
+ * (the sequential scan) on the same bf16-rounded inputs (relative L2 error; the scan's tolerance
+ * derived from its bf16 tensor-core operands, and shown to catch a wrong decay), with overwritten
+ * and accumulated gradients, the conv and norm kernels also on shapes that reach each of their
  * paths (vector and scalar, unrolled and generic widths); two runs bitwise equal; a captured graph
  * of all six replays bitwise like eager; a shape past the kernels' limits is an error. */
 #include "gpu_fixture.h"
@@ -48,9 +48,9 @@ static const gt_mamba_shape k_shapes[] = {
 };
 #define N_SHAPES (int)(sizeof k_shapes / sizeof k_shapes[0])
 
-/* Shapes for the conv and gated-norm kernels alone (k_mamba.cu picks its path by shape): H = 8
- * or 32 make every row stride a multiple of 8 (the 16-byte path), H = 3 not (the scalar
- * path); conv widths 2 and 3 on vectors across several sequences, a sequence shorter than
+/* Shapes for the conv and gated-norm kernels alone (k_mamba_conv.cu and k_mamba.cu pick their paths
+ * by shape): H = 8 or 32 make every row stride a multiple of 8 (the 16-byte path), H = 3 not (the
+ * scalar path); conv widths 2 and 3 on vectors across several sequences, a sequence shorter than
  * the width, the generic widths 6 and 8; norm rows longer than a warp holds in registers
  * (2560 channels on vectors, 300 scalar); the hybrid workload's layout (d_inner 2048, one
  * group of 128 states, width 4) over a 2048-token sequence; and its 8 norm groups of 256
