@@ -15,7 +15,7 @@
 
 #define GT_BENCH_MAX_MODES 8
 #define GT_BENCH_NAME_MAX 96
-#define GT_BENCH_LOSS_STEPS 10    /* leading steps whose losses must agree across modes */
+#define GT_BENCH_LOSS_STEPS 10    /* steps every mode runs at least, printed side by side */
 #define GT_BENCH_ADAMW_BYTES 20.0 /* bytes AdamW streams per parameter (WORKLOADS.md) */
 #define GT_BENCH_GEMM_PASSES 3    /* forward, backward-data, backward-weight */
 
@@ -90,10 +90,15 @@ typedef struct gt_bench_report {
     gt_bench_workload w;
     int n;
     gt_bench_result results[GT_BENCH_MAX_MODES];
-    int loss_steps_compared; /* leading steps compared across the successful modes */
+    int loss_steps_compared; /* steps compared across the successful modes: all they ran */
     int losses_identical;    /* 1 if they agree bitwise, -1 when fewer than 2 modes ran */
     int first_mismatch_step; /* 1-based, 0 if none */
 } gt_bench_report;
+
+/* Compares the losses of the successful modes bitwise over every step all of them ran (the
+ * pre-capture, warmup and timed steps alike): sets loss_steps_compared, losses_identical and
+ * first_mismatch_step. gt_bench_run calls it. */
+void gt_bench_compare_losses(gt_bench_report *rep);
 
 /* Defaults: 30 timed steps, 3 warmup steps, no modes. */
 void gt_bench_options_init(gt_bench_options *o);

@@ -86,11 +86,13 @@ void gt_bench_print_table(const gt_bench_report *rep, FILE *f) {
         int len = (int)strlen(rep->results[i].mode.name);
         if (rep->results[i].ok && len > width) width = len;
     }
-    fprintf(f, "losses, first %d steps:\n%-6s", rep->loss_steps_compared, "step");
+    int shown = rep->loss_steps_compared < GT_BENCH_LOSS_STEPS ? rep->loss_steps_compared
+                                                               : GT_BENCH_LOSS_STEPS;
+    fprintf(f, "losses, first %d steps:\n%-6s", shown, "step");
     for (int i = 0; i < rep->n; i++)
         if (rep->results[i].ok) fprintf(f, " %*s", width, rep->results[i].mode.name);
     fprintf(f, "\n");
-    for (int s = 0; s < rep->loss_steps_compared; s++) {
+    for (int s = 0; s < shown; s++) {
         fprintf(f, "%-6d", s + 1);
         for (int i = 0; i < rep->n; i++)
             if (rep->results[i].ok) fprintf(f, " %*.9g", width, rep->results[i].losses[s]);

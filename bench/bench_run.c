@@ -2,6 +2,7 @@
  * in every mode (so the learning-rate schedule and the losses line up), timing only the
  * steady-state steps after the eager warmup, the capture step and the bench warmup. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -277,9 +278,8 @@ static void run_mode_in_child(const gt_config *base, const gt_bench_options *o, 
                      r->mode.name, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
 
-/* Compares the leading steps' losses of every successful mode bitwise. */
-static void compare_losses(gt_bench_report *rep) {
-    int n = GT_BENCH_LOSS_STEPS, modes = 0;
+void gt_bench_compare_losses(gt_bench_report *rep) {
+    int n = INT_MAX, modes = 0;
     const gt_bench_result *ref = NULL;
     for (int i = 0; i < rep->n; i++) {
         const gt_bench_result *r = &rep->results[i];
@@ -348,7 +348,7 @@ int gt_bench_run(const gt_config *cfg, const gt_bench_options *o, gt_bench_repor
     for (int i = 0; i < rep->n; i++)
         if (rep->results[i].ok && eager_peak)
             rep->results[i].peak_ratio = (double)rep->results[i].peak_bytes / (double)eager_peak;
-    compare_losses(rep);
+    gt_bench_compare_losses(rep);
     if (!ran) {
         if (err) *err = rep->results[0].error;
         return gt_error_wrap(err, "bench: no mode ran: ");

@@ -556,10 +556,51 @@ static void test_median_of_odd_and_even_counts(void **state) {
     assert_true(gt_median(b, 4) == 2.5);
 }
 
+/* Every step all successful modes ran is compared, not only the ones printed: a 33-step run
+ * whose modes part at step 25 is not identical, a failed mode's losses count for nothing, and
+ * the shortest successful mode bounds the steps compared. */
+static void test_losses_are_compared_over_every_step_the_modes_ran(void **state) {
+    (void)state;
+    enum { STEPS = 33 };
+    static float l[3][STEPS];
+    for (int m = 0; m < 3; m++)
+        for (int s = 0; s < STEPS; s++)
+            l[m][s] = 10.0f - 0.01f * (float)s;
+    static gt_bench_report rep; /* large: not on the stack */
+    memset(&rep, 0, sizeof rep);
+    rep.n = 3;
+    for (int m = 0; m < 3; m++)
+        rep.results[m].ok = 1, rep.results[m].losses = l[m], rep.results[m].n_losses = STEPS;
+    gt_bench_compare_losses(&rep);
+    assert_int_equal(rep.loss_steps_compared, STEPS);
+    assert_int_equal(rep.losses_identical, 1);
+    assert_int_equal(rep.first_mismatch_step, 0);
+
+    l[2][24] = nextafterf(l[2][24], 0.0f); /* one ulp, past the printed steps */
+    gt_bench_compare_losses(&rep);
+    assert_int_equal(rep.losses_identical, 0);
+    assert_int_equal(rep.first_mismatch_step, 25);
+
+    rep.results[2].ok = 0; /* a failed mode: left out */
+    gt_bench_compare_losses(&rep);
+    assert_int_equal(rep.losses_identical, 1);
+
+    rep.results[2].ok = 1;
+    rep.results[2].n_losses = 20; /* the shortest successful mode bounds the comparison */
+    gt_bench_compare_losses(&rep);
+    assert_int_equal(rep.loss_steps_compared, 20);
+    assert_int_equal(rep.losses_identical, 1);
+
+    rep.results[1].ok = rep.results[2].ok = 0; /* one mode: nothing to compare against */
+    gt_bench_compare_losses(&rep);
+    assert_int_equal(rep.losses_identical, -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bench_json_records_the_runtime_cuda_keys),
         cmocka_unit_test(test_bench_json_has_every_field_and_modes_agree_bitwise),
+        cmocka_unit_test(test_losses_are_compared_over_every_step_the_modes_ran),
         cmocka_unit_test(test_mode_whose_capture_fails_is_reported_and_others_still_run),
         cmocka_unit_test(test_modes_in_their_own_processes_match_a_run_in_one_process),
         cmocka_unit_test(test_a_mode_whose_process_dies_is_reported_and_others_still_run),
