@@ -599,6 +599,19 @@ typedef struct gt_backend_ops {
                              const void *w, int N, int d, float eps, uint32_t *amax_bits);
     void (*swiglu_fwd_amax)(gt_backend *b, gt_stream *s, void *out, const void *gu, int N, int f,
                             uint32_t *amax_bits);
+    /* The backward's producers of output gradients: the residual gradient a norm's backward
+     * writes (dout_res, the o or down projection's output gradient) and SwiGLU's gate/up
+     * gradient (dgu, gate/up's) */
+    void (*rmsnorm_bwd_part_amax)(gt_backend *b, gt_stream *s, void *dout_res, const void *din_res,
+                                  float *part, const void *dout, const void *inp, const void *w,
+                                  const float *rstd, int N, int d, uint32_t *amax_bits);
+    void (*swiglu_bwd_amax)(gt_backend *b, gt_stream *s, void *dgu, const void *dout,
+                            const void *gu, int N, int f, uint32_t *amax_bits);
+    /* rope_bwd (factor 0) or rope_scaled_bwd (factor > 0) with the amax of all of dqkv [B T,
+     * (H + 2 KV) hd] as it stands after (the v heads, which rope leaves alone, included): qkv's
+     * output gradient, where nothing changes it before its cast (no qk norm) */
+    void (*rope_bwd_amax)(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
+                          int hd, float theta, float factor, uint32_t *amax_bits);
     /* ---- FP8 grouped expert GEMMs (optional, as the FP8 ops above; per-tensor scaling) ----
      * The MoE counterparts of fp8_gemm over device offsets, both operands K-contiguous.
      * out[R, Nf] (act): rows [offsets[e], offsets[e+1]) of a.q [R, K] times w.q[e] [Nf, K]^T

@@ -49,9 +49,16 @@ const void *gt_model_branch_grad(gt_model *m, gt_stream *s, int res_out, int lay
 void gt_model_norm_bwd(gt_model *m, gt_stream *s, int res_in, int res_out, int norm_w,
                        float *dw_part, const float *rstd) {
     gt_backend *b = m->b;
-    b->ops->rmsnorm_bwd_part(b, s, m->res[res_in], res_out >= 0 ? m->res[res_out] : NULL, dw_part,
-                             m->sc.dln, m->res[res_in], gt_model_param(m, norm_w), rstd, m->dm.N,
-                             m->dm.d);
+    const void *din = res_out >= 0 ? m->res[res_out] : NULL;
+    /* res_in's gradient is the output gradient of the projection that added into it: its
+     * amax for that projection's cast, where the cast needs one */
+    uint32_t *slot = gt_res_grad_amax_slot(m, s, res_in, 1);
+    if (slot)
+        b->ops->rmsnorm_bwd_part_amax(b, s, m->res[res_in], din, dw_part, m->sc.dln, m->res[res_in],
+                                      gt_model_param(m, norm_w), rstd, m->dm.N, m->dm.d, slot);
+    else
+        b->ops->rmsnorm_bwd_part(b, s, m->res[res_in], din, dw_part, m->sc.dln, m->res[res_in],
+                                 gt_model_param(m, norm_w), rstd, m->dm.N, m->dm.d);
 }
 
 void gt_model_rope_fwd(gt_model *m, gt_stream *s, void *qkv) {
@@ -89,18 +96,17 @@ void gt_attn_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
     gt_attn_block *a = &m->layers[layer].attn;
     gt_attn_recompute(m, s, layer, st);
     const void *dy = gt_model_branch_grad(m, s, a->res_out, layer, GT_SITE_ATTN_OUT, st);
-    gt_linear_bwd(m, s, layer, GT_LIN_O, m->sc.a, dy, a->att, a->o_w, a->o_b, !a->defer_o, st);
+    const uint32_t *dy_amax = gt_res_grad_amax_slot(m, s, a->res_out, 0);
+    gt_linear_bwd_amax(m, s, layer, GT_LIN_O, m->sc.a, dy, dy_amax, a->att, a->o_w, a->o_b,
+                       !a->defer_o, st);
     void *dqkv = gt_attn_dqkv(m, layer);
     b->ops->attention_bwd(b, s, dqkv, m->sc.a, a->qkv, a->att, a->lse, dm->B, dm->T, dm->H, dm->KV,
                           dm->hd, dm->p_attn, gt_model_site(m, layer, GT_SITE_ATTN_PROBS), st);
-    if (dm->rope_factor > 0)
-        b->ops->rope_scaled_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta,
-                                dm->rope_factor);
-    else
-        b->ops->rope_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
+    /* with dqkv's amax for the qkv cast where that cast needs one (no qk norm after) */
+    const uint32_t *dqkv_amax = gt_linear_rope_bwd(m, s, layer, dqkv);
     gt_model_qk_norm_bwd(m, s, layer, dqkv);
-    gt_linear_bwd(m, s, layer, GT_LIN_QKV, m->sc.dln, dqkv, a->ln, a->qkv_w, a->qkv_b,
-                  !a->defer_qkv, st);
+    gt_linear_bwd_amax(m, s, layer, GT_LIN_QKV, m->sc.dln, dqkv, dqkv_amax, a->ln, a->qkv_w,
+                       a->qkv_b, !a->defer_qkv, st);
     /* the norm weight's gradient is summed from a->dw_part at the end of the backward */
     gt_model_norm_bwd(m, s, a->res_in, a->res_out, a->norm_w, a->dw_part, a->rstd);
 }
@@ -120,16 +126,16 @@ void gt_mlp_fwd(gt_model *m, gt_stream *s, int layer, int train, gt_step_state *
 }
 
 void gt_mlp_bwd(gt_model *m, gt_stream *s, int layer, gt_step_state *st) {
-    gt_backend *b = m->b;
-    const gt_model_dims *dm = &m->dm;
     gt_mlp_block *p = &m->layers[layer].mlp;
     gt_mlp_recompute(m, s, layer, st);
     const void *dy = gt_model_branch_grad(m, s, p->res_out, layer, GT_SITE_MLP_OUT, st);
-    gt_linear_bwd(m, s, layer, GT_LIN_DOWN, m->sc.a, dy, p->h, p->down_w, p->down_b, !p->defer_down,
-                  st);
-    /* the gate/up gradient over the gate/up activations, which only this reads */
-    b->ops->swiglu_bwd(b, s, p->gu, m->sc.a, p->gu, dm->N, dm->f);
-    gt_linear_bwd(m, s, layer, GT_LIN_GU, m->sc.dln, p->gu, p->ln, p->gu_w, p->gu_b, !p->defer_gu,
-                  st);
+    const uint32_t *dy_amax = gt_res_grad_amax_slot(m, s, p->res_out, 0);
+    gt_linear_bwd_amax(m, s, layer, GT_LIN_DOWN, m->sc.a, dy, dy_amax, p->h, p->down_w, p->down_b,
+                       !p->defer_down, st);
+    /* the gate/up gradient over the gate/up activations, which only this reads (with its amax
+     * where gate/up's cast needs one) */
+    const uint32_t *dgu_amax = gt_linear_swiglu_bwd(m, s, layer, GT_LIN_GU, p->gu, m->sc.a, p->gu);
+    gt_linear_bwd_amax(m, s, layer, GT_LIN_GU, m->sc.dln, p->gu, dgu_amax, p->ln, p->gu_w, p->gu_b,
+                       !p->defer_gu, st);
     gt_model_norm_bwd(m, s, p->res_in, p->res_out, p->norm_w, p->dw_part, p->rstd);
 }

@@ -128,9 +128,12 @@ int gt_model_fp8_plan(gt_model *m, gt_error *err) {
         PLAN(&m->params, "fp8.amax_history",
              (size_t)f->n_meta * (size_t)f->history_len * sizeof(float), &f->history);
     if (wt) PLAN(&m->scratch, "fp8.w_t", wt, &f->wt);
-    if (f->scaling == GT_FP8_TENSORWISE)
+    if (f->scaling == GT_FP8_TENSORWISE) {
         PLAN(&m->scratch, "fp8.x_amax", (size_t)m->num_layers * GT_LINEARS * sizeof(uint32_t),
              &f->x_amax);
+        PLAN(&m->scratch, "fp8.g_amax", (size_t)m->num_layers * GT_LINEARS * sizeof(uint32_t),
+             &f->g_amax);
+    }
     PLAN(&m->scratch, "fp8.cast_a", qa * f->elem, &f->qa);
     PLAN(&m->scratch, "fp8.cast_b", qb * f->elem, &f->qb);
     PLAN(&m->scratch, "fp8.cast_a_scales", sa * sizeof(float), &f->sa);
@@ -277,6 +280,56 @@ static uint32_t *input_amax_slot(gt_model *m, gt_stream *s, int layer, int lin, 
     return slot;
 }
 
+/* The same for the output gradient of linear `lin` (have_op: the backend has the producer's
+ * op) */
+static uint32_t *grad_amax_slot(gt_model *m, gt_stream *s, int layer, int lin, int have_op,
+                                int zero) {
+    gt_model_fp8 *f = &m->fp8;
+    if (!have_op || !fp8_on(m, layer, lin) || f->scaling != GT_FP8_TENSORWISE || !f->g_amax)
+        return NULL;
+    uint32_t *slot = &f->g_amax[(size_t)layer * GT_LINEARS + lin];
+    if (zero) m->b->ops->memset0(m->b, s, slot, sizeof *slot);
+    return slot;
+}
+
+const uint32_t *gt_linear_swiglu_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dgu,
+                                     const void *dout, const void *gu) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    uint32_t *slot = grad_amax_slot(m, s, layer, lin, b->ops->swiglu_bwd_amax != NULL, 1);
+    if (slot)
+        b->ops->swiglu_bwd_amax(b, s, dgu, dout, gu, dm->N, dm->f, slot);
+    else
+        b->ops->swiglu_bwd(b, s, dgu, dout, gu, dm->N, dm->f);
+    return slot;
+}
+
+const uint32_t *gt_linear_rope_bwd(gt_model *m, gt_stream *s, int layer, void *dqkv) {
+    gt_backend *b = m->b;
+    const gt_model_dims *dm = &m->dm;
+    int have = b->ops->rope_bwd_amax != NULL && !dm->qk_norm;
+    uint32_t *slot = grad_amax_slot(m, s, layer, GT_LIN_QKV, have, 1);
+    if (slot)
+        b->ops->rope_bwd_amax(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta,
+                              dm->rope_factor > 0 ? dm->rope_factor : 0.0f, slot);
+    else if (dm->rope_factor > 0)
+        b->ops->rope_scaled_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta,
+                                dm->rope_factor);
+    else
+        b->ops->rope_bwd(b, s, dqkv, dm->B, dm->T, dm->H, dm->KV, dm->hd, dm->theta);
+    return slot;
+}
+
+uint32_t *gt_res_grad_amax_slot(gt_model *m, gt_stream *s, int r, int zero) {
+    if (!m->fp8.g_amax || m->dm.p_hidden > 0 || !m->b->ops->rmsnorm_bwd_part_amax) return NULL;
+    for (int l = 0; l < m->num_layers; l++) {
+        const gt_layer *L = &m->layers[l];
+        if (L->has_attn && L->attn.res_out == r) return grad_amax_slot(m, s, l, GT_LIN_O, 1, zero);
+        if (L->has_mlp && L->mlp.res_out == r) return grad_amax_slot(m, s, l, GT_LIN_DOWN, 1, zero);
+    }
+    return NULL;
+}
+
 const uint32_t *gt_linear_norm_fwd(gt_model *m, gt_stream *s, int layer, int lin, void *out,
                                    float *rstd, const void *inp, int norm_w) {
     gt_backend *b = m->b;
@@ -393,6 +446,12 @@ void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, 
 
 void gt_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
                    const void *x, int w, int bias, int wgrad, gt_step_state *st) {
+    gt_linear_bwd_amax(m, s, layer, lin, dx, dout, NULL, x, w, bias, wgrad, st);
+}
+
+void gt_linear_bwd_amax(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
+                        const uint32_t *dout_amax, const void *x, int w, int bias, int wgrad,
+                        gt_step_state *st) {
     gt_backend *b = m->b;
     const gt_fp8_linear *li = fp8_on(m, layer, lin);
     gt_model_fp8 *f = &m->fp8;
@@ -405,7 +464,9 @@ void gt_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, cons
     int wtile = blockwise ? GT_FP8_TILE : 1;
     weight_t(m, s, li, st);
     /* dout [N, out] for the data gradient and dout^T [out, N] for the weight gradient */
-    cast_both(m, s, f->qa, f->sa, f->qb, f->sb, dout, N, li->out, spec_of(f, f->grad_format, 1),
+    gt_fp8_cast_spec sg = spec_of(f, f->grad_format, 1);
+    sg.amax_bits = dout_amax; /* NULL, or set only under current scaling (grad_amax_slot) */
+    cast_both(m, s, f->qa, f->sa, f->qb, f->sb, dout, N, li->out, sg,
               &f->meta[li->slot + GT_FP8_SLOT_G], st);
     b->ops->fp8_gemm(b, s, dx, 0, 0, (gt_fp8_operand){f->qa, f->sa, 1, f->grad_format},
                      (gt_fp8_operand){li->qwt, li->swt, wtile, f->fwd_format}, f->scaling, NULL,

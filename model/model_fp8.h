@@ -66,6 +66,9 @@ typedef struct gt_model_fp8 {
     uint32_t *x_amax;    /* [num_layers * GT_LINEARS] scratch (current scaling): the bits of a
                           * linear's input amax, which the input's producer folds in for the
                           * cast (gt_linear_norm_fwd, gt_linear_swiglu_fwd); else NULL */
+    uint32_t *g_amax;    /* the same for the output gradients: the bits of a linear's output
+                          * gradient amax, which the backward's producer of that gradient folds
+                          * in (gt_linear_swiglu_bwd, gt_model_norm_bwd); else NULL */
 } gt_model_fp8;
 
 /* 1 when the configuration runs its linear layers in fp8 */
@@ -116,6 +119,21 @@ const uint32_t *gt_linear_swiglu_fwd(gt_model *m, gt_stream *s, int layer, int l
 void gt_linear_fwd_amax(gt_model *m, gt_stream *s, int layer, int lin, void *out, const void *x,
                         const uint32_t *x_amax, int w, int bias, const void *res, int record,
                         gt_step_state *st);
+/* The backward's side of the same: SwiGLU's backward dgu[N, 2f] of gu (in place allowed), the
+ * output gradient of linear `lin` (gate/up) of `layer`, with its amax folded into that
+ * linear's slot where its cast needs one; the slot (for gt_linear_bwd_amax) or NULL. */
+const uint32_t *gt_linear_swiglu_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dgu,
+                                     const void *dout, const void *gu);
+/* The residual gradient's: residual buffer r's gradient is the output gradient of the
+ * projection that added into r in the forward (attention's o, the MLP's down), read as it is
+ * when the branch has no dropout. The slot its amax goes to, zeroed on s when zero is set (by
+ * the norm backward that writes the gradient, right before), or NULL where that projection's
+ * cast takes no amax from its producer. The writer and the reader ask the same question. */
+uint32_t *gt_res_grad_amax_slot(gt_model *m, gt_stream *s, int r, int zero);
+/* The rotary embedding's backward over dqkv (gt_attn_dqkv), qkv's output gradient, with its
+ * amax folded in where qkv's cast needs one and nothing changes dqkv after the rotation (no
+ * qk norm); the slot or NULL */
+const uint32_t *gt_linear_rope_bwd(gt_model *m, gt_stream *s, int layer, void *dqkv);
 /* dx[N, in] = dout[N, out] @ w */
 void gt_linear_bwd_data(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
                         int w, int accumulate, gt_step_state *st);
@@ -129,6 +147,11 @@ void gt_linear_bwd_weight(gt_model *m, gt_stream *s, int layer, int lin, int w, 
  * (it must run before the linear's next forward). */
 void gt_linear_bwd(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
                    const void *x, int w, int bias, int wgrad, gt_step_state *st);
+/* gt_linear_bwd whose dout's amax its producer took (dout_amax from the two above; NULL:
+ * gt_linear_bwd) */
+void gt_linear_bwd_amax(gt_model *m, gt_stream *s, int layer, int lin, void *dx, const void *dout,
+                        const uint32_t *dout_amax, const void *x, int w, int bias, int wgrad,
+                        gt_step_state *st);
 
 /* The experts' grouped GEMMs (model_fp8_moe.c), bf16 or fp8 as the layer's dense linears:
  * out[R, out] = x[R, in] @ w[e]^T over the layer's offsets; record as gt_linear_fwd's */

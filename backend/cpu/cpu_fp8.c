@@ -220,6 +220,33 @@ static void cpu_swiglu_fwd_amax(gt_backend *b, gt_stream *s, void *out, const vo
     if (N > 0 && f > 0) fold_amax(b, s, amax_bits, out, (size_t)N * f);
 }
 
+static void cpu_rmsnorm_bwd_part_amax(gt_backend *b, gt_stream *s, void *dout_res,
+                                      const void *din_res, float *part, const void *dout,
+                                      const void *inp, const void *w, const float *rstd, int N,
+                                      int d, uint32_t *amax_bits) {
+    CPU_REQUIRE(b, amax_bits, "rmsnorm_bwd_part_amax: NULL amax");
+    b->ops->rmsnorm_bwd_part(b, s, dout_res, din_res, part, dout, inp, w, rstd, N, d);
+    if (N > 0 && d > 0) fold_amax(b, s, amax_bits, dout_res, (size_t)N * d);
+}
+
+static void cpu_swiglu_bwd_amax(gt_backend *b, gt_stream *s, void *dgu, const void *dout,
+                                const void *gu, int N, int f, uint32_t *amax_bits) {
+    CPU_REQUIRE(b, amax_bits, "swiglu_bwd_amax: NULL amax");
+    b->ops->swiglu_bwd(b, s, dgu, dout, gu, N, f);
+    if (N > 0 && f > 0) fold_amax(b, s, amax_bits, dgu, (size_t)N * 2 * f);
+}
+
+static void cpu_rope_bwd_amax(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
+                              int hd, float theta, float factor, uint32_t *amax_bits) {
+    CPU_REQUIRE(b, amax_bits, "rope_bwd_amax: NULL amax");
+    if (factor > 0.0f)
+        b->ops->rope_scaled_bwd(b, s, dqkv, B, T, H, KV, hd, theta, factor);
+    else
+        b->ops->rope_bwd(b, s, dqkv, B, T, H, KV, hd, theta);
+    if (B > 0 && T > 0 && H > 0 && KV > 0 && hd > 0)
+        fold_amax(b, s, amax_bits, dqkv, (size_t)B * T * (size_t)(H + 2 * KV) * hd);
+}
+
 typedef struct gemm_args {
     float *out;
     int out_fp32, accumulate;
@@ -322,6 +349,9 @@ void gt_cpu_register_fp8_ops(gt_backend_ops *ops) {
     ops->fp8_amax_update = cpu_fp8_amax_update;
     ops->rmsnorm_fwd_amax = cpu_rmsnorm_fwd_amax;
     ops->swiglu_fwd_amax = cpu_swiglu_fwd_amax;
+    ops->rmsnorm_bwd_part_amax = cpu_rmsnorm_bwd_part_amax;
+    ops->swiglu_bwd_amax = cpu_swiglu_bwd_amax;
+    ops->rope_bwd_amax = cpu_rope_bwd_amax;
     gt_cpu_register_fp8_bias_ops(ops);
     gt_cpu_register_moe_fp8_ops(ops);
 }

@@ -164,6 +164,26 @@ static __device__ __forceinline__ void gt_block_fold_amax(unsigned *amax, unsign
     if (m) atomicMax(amax, m);
 }
 
+/* st8 that, when fold, also returns max(m, the bits of each |value| as stored in bf16): the
+ * amax an fp8 cast of the output would read back (the producers' *_amax ops, backend.h) */
+static __device__ __forceinline__ unsigned st8_fold(bf16 *p, const float *f, unsigned m,
+                                                    bool fold) {
+    bf16 h[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        h[i] = __float2bfloat16(f[i]);
+    uint4 u;
+    memcpy(&u, h, 16);
+    *(uint4 *)p = u;
+    if (fold)
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            unsigned b = gt_abs_bits_bf16(h[i]);
+            m = b > m ? b : m;
+        }
+    return m;
+}
+
 #define GT_GRID_STRIDE(i, n)                                                                       \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
          i += (size_t)gridDim.x * blockDim.x)

@@ -660,15 +660,31 @@ static __device__ __forceinline__ void rope_turn(float *x0, float *x1, float cs,
  * multiple of 8: 64-byte aligned chunks); 32-bit index math. The grid-stride version with
  * 64-bit divisions per element took ~80 us per call at gpt124m size, ten times its memory
  * time; one pair per thread still waited on memory latency. */
+/* amax (or NULL): the amax of all of qkv after the turn folded in, the v heads (read, not
+ * turned) included: rope_bwd_amax */
 __global__ void k_rope8(bf16 *qkv, const float2 *__restrict__ tab, int rows, int T, int H, int KV,
-                        int hd, int inverse) {
+                        int hd, int inverse, unsigned *amax) {
     GT_PDL_ENTRY();
-    int half = hd / 2, chunks = half / 8, heads = H + KV, C = (H + 2 * KV) * hd;
+    __shared__ unsigned sh[ATT_THREADS / GT_WARP];
+    int half = hd / 2, chunks = half / 8, turned = H + KV, C = (H + 2 * KV) * hd;
+    int heads = turned + (amax ? KV : 0);
     int per_row = heads * chunks, total = rows * per_row;
+    unsigned m = 0;
     for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < total; q += gridDim.x * blockDim.x) {
         int row = q / per_row, rem = q - row * per_row, hh = rem / chunks;
         int i = (rem - hh * chunks) * 8, t = row % T;
         bf16 *x = qkv + (size_t)row * C + hh * hd;
+        if (hh >= turned) { /* a v head: its amax only */
+            const uint4 v0 = *(const uint4 *)(x + i), v1 = *(const uint4 *)(x + i + half);
+            const bf16 *h0 = (const bf16 *)&v0, *h1 = (const bf16 *)&v1;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                unsigned a = gt_abs_bits_bf16(h0[u]), c = gt_abs_bits_bf16(h1[u]);
+                m = a > m ? a : m;
+                m = c > m ? c : m;
+            }
+            continue;
+        }
         const float4 *cs4 = (const float4 *)(tab + t * half + i);
         float cs[8], sn[8], x0[8], x1[8];
 #pragma unroll
@@ -681,29 +697,42 @@ __global__ void k_rope8(bf16 *qkv, const float2 *__restrict__ tab, int rows, int
 #pragma unroll
         for (int u = 0; u < 8; u++)
             rope_turn(&x0[u], &x1[u], cs[u], sn[u], inverse);
-        st8(x + i, x0);
-        st8(x + i + half, x1);
+        m = st8_fold(x + i, x0, m, amax != NULL);
+        m = st8_fold(x + i + half, x1, m, amax != NULL);
     }
+    if (amax) gt_block_fold_amax(amax, m, sh);
 }
 
 /* The general case (hd / 2 not a multiple of 8, or unaligned): one pair per thread, one
  * block per token row, same math. */
 __global__ void k_rope_odd(bf16 *qkv, const float2 *__restrict__ tab, int T, int H, int KV, int hd,
-                           int inverse) {
+                           int inverse, unsigned *amax) {
     GT_PDL_ENTRY();
-    int half = hd / 2, heads = H + KV;
+    __shared__ unsigned sh[ATT_THREADS / GT_WARP];
+    int half = hd / 2, turned = H + KV, heads = turned + (amax ? KV : 0);
     int row = blockIdx.x, t = row % T;
     bf16 *base = qkv + (size_t)row * (size_t)((H + 2 * KV) * hd);
     const float2 *trow = tab + t * half;
+    unsigned m = 0;
     for (int q = threadIdx.x; q < heads * half; q += blockDim.x) {
         int hh = q / half, i = q - hh * half;
         bf16 *x = base + hh * hd;
-        float2 p = __ldg(trow + i); /* (cos, sin) */
-        float x0 = ldf(x + i), x1 = ldf(x + i + half);
-        rope_turn(&x0, &x1, p.x, p.y, inverse);
-        x[i] = tobf(x0);
-        x[i + half] = tobf(x1);
+        bf16 v0, v1;
+        if (hh >= turned) { /* a v head: its amax only */
+            v0 = x[i], v1 = x[i + half];
+        } else {
+            float2 p = __ldg(trow + i); /* (cos, sin) */
+            float x0 = ldf(x + i), x1 = ldf(x + i + half);
+            rope_turn(&x0, &x1, p.x, p.y, inverse);
+            v0 = tobf(x0), v1 = tobf(x1);
+            x[i] = v0;
+            x[i + half] = v1;
+        }
+        unsigned a = gt_abs_bits_bf16(v0), c = gt_abs_bits_bf16(v1);
+        m = a > m ? a : m;
+        m = c > m ? c : m;
     }
+    if (amax) gt_block_fold_amax(amax, m, sh);
 }
 
 static gt_cuda_rope_table *rope_table_find(gt_cuda_impl *im, int T, int hd, float theta,
@@ -783,7 +812,7 @@ extern "C" void gt_cuda_rope_destroy(gt_backend *b) {
 }
 
 static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, int B, int T, int H,
-                     int KV, int hd, float theta, float factor, int inverse) {
+                     int KV, int hd, float theta, float factor, int inverse, unsigned *amax) {
     if (B < 0 || T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 != 0 || !(theta > 0.0f) ||
         !(factor >= 0.0f)) {
         gt_backend_fail(b, GT_ERR_INVALID,
@@ -814,31 +843,40 @@ static void rope_run(gt_backend *b, gt_stream *s, const char *what, void *qkv, i
     }
     const float2 *tab = (const float2 *)r->tab;
     unsigned rows = (unsigned)B * (unsigned)T;
-    size_t items = (size_t)rows * (size_t)(H + KV) * (size_t)(hd / 16);
+    size_t items = (size_t)rows * (size_t)(H + KV + (amax ? KV : 0)) * (size_t)(hd / 16);
     if ((hd / 2) % 8 == 0 && al16(qkv) && items < (1u << 30))
         gt_launch(k_rope8, gt_grid(items, ATT_THREADS), ATT_THREADS, 0, gt_cuda_ex(b, s),
-                  (bf16 *)qkv, tab, (int)rows, T, H, KV, hd, inverse);
+                  (bf16 *)qkv, tab, (int)rows, T, H, KV, hd, inverse, amax);
     else
         gt_launch(k_rope_odd, rows, ATT_THREADS, 0, gt_cuda_ex(b, s), (bf16 *)qkv, tab, T, H, KV,
-                  hd, inverse);
+                  hd, inverse, amax);
     GT_CUDA_LAUNCHED(b, what);
 }
 
 static void cuda_rope_fwd(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H, int KV,
                           int hd, float theta) {
-    rope_run(b, s, "rope_fwd", qkv, B, T, H, KV, hd, theta, 0.0f, 0);
+    rope_run(b, s, "rope_fwd", qkv, B, T, H, KV, hd, theta, 0.0f, 0, NULL);
 }
 static void cuda_rope_bwd(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
                           int hd, float theta) {
-    rope_run(b, s, "rope_bwd", dqkv, B, T, H, KV, hd, theta, 0.0f, 1);
+    rope_run(b, s, "rope_bwd", dqkv, B, T, H, KV, hd, theta, 0.0f, 1, NULL);
 }
 static void cuda_rope_scaled_fwd(gt_backend *b, gt_stream *s, void *qkv, int B, int T, int H,
                                  int KV, int hd, float theta, float factor) {
-    rope_run(b, s, "rope_scaled_fwd", qkv, B, T, H, KV, hd, theta, factor, 0);
+    rope_run(b, s, "rope_scaled_fwd", qkv, B, T, H, KV, hd, theta, factor, 0, NULL);
 }
 static void cuda_rope_scaled_bwd(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H,
                                  int KV, int hd, float theta, float factor) {
-    rope_run(b, s, "rope_scaled_bwd", dqkv, B, T, H, KV, hd, theta, factor, 1);
+    rope_run(b, s, "rope_scaled_bwd", dqkv, B, T, H, KV, hd, theta, factor, 1, NULL);
+}
+/* rope_bwd or rope_scaled_bwd with all of dqkv's amax folded in (rope_bwd_amax) */
+static void cuda_rope_bwd_amax(gt_backend *b, gt_stream *s, void *dqkv, int B, int T, int H, int KV,
+                               int hd, float theta, float factor, uint32_t *amax_bits) {
+    if (!amax_bits) {
+        gt_backend_fail(b, GT_ERR_INVALID, "rope_bwd_amax: NULL amax");
+        return;
+    }
+    rope_run(b, s, "rope_bwd_amax", dqkv, B, T, H, KV, hd, theta, factor, 1, (unsigned *)amax_bits);
 }
 
 template <typename K> static cudaError_t allow_smem(K kernel, size_t bytes) {
@@ -868,6 +906,7 @@ extern "C" void gt_cuda_register_attention_ops(gt_backend_ops *ops) {
     ops->rope_bwd = cuda_rope_bwd;
     ops->rope_scaled_fwd = cuda_rope_scaled_fwd;
     ops->rope_scaled_bwd = cuda_rope_scaled_bwd;
+    ops->rope_bwd_amax = cuda_rope_bwd_amax;
     ops->attention_fwd = cuda_attention_fwd;
     ops->attention_bwd = cuda_attention_bwd;
 }

@@ -233,26 +233,6 @@ static void cuda_embedding_bwd(gt_backend *b, gt_stream *s, float *dwte, uint8_t
 
 /* ---- rmsnorm ---- */
 
-/* st8 that, when fold, also returns max(m, the bits of each |value| as stored in bf16): the
- * amax an fp8 cast of the output would read back (rmsnorm_fwd_amax, swiglu_fwd_amax) */
-static __device__ __forceinline__ unsigned st8_fold(bf16 *p, const float *f, unsigned m,
-                                                    bool fold) {
-    bf16 h[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        h[i] = __float2bfloat16(f[i]);
-    uint4 u;
-    memcpy(&u, h, 16);
-    *(uint4 *)p = u;
-    if (fold)
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            unsigned b = gt_abs_bits_bf16(h[i]);
-            m = b > m ? b : m;
-        }
-    return m;
-}
-
 /* One warp per row. amax (or NULL): the output's amax folded in (rmsnorm_fwd_amax), so every
  * thread reaches the block's fold, rows past N included. */
 __global__ void k_rmsnorm_fwd(bf16 *out, float *rstd, const bf16 *inp, const bf16 *w, int N, int d,
@@ -289,9 +269,11 @@ __global__ void k_rmsnorm_fwd(bf16 *out, float *rstd, const bf16 *inp, const bf1
 template <int COLS>
 __global__ void k_rmsnorm_bwd(bf16 *dinp, const bf16 *din, float *dw_part, const bf16 *dout,
                               const bf16 *inp, const bf16 *w, const float *rstd, int N, int d,
-                              int rows) {
+                              int rows, unsigned *amax) {
     GT_PDL_ENTRY();
     __shared__ float sh[32];
+    __shared__ unsigned shm[DENSE_THREADS / GT_WARP];
+    unsigned m = 0;
     float dwp[COLS], wv[COLS];
 #pragma unroll
     for (int k = 0; k < COLS; k++) {
@@ -321,8 +303,13 @@ __global__ void k_rmsnorm_bwd(bf16 *dinp, const bf16 *din, float *dw_part, const
             int c = threadIdx.x + k * blockDim.x;
             if (c < d) {
                 float g = rs * wv[k] * gv[k] - coef * xv[k];
-                dx[c] = tobf((dn ? ldf(dn + c) : 0.0f) + g);
+                bf16 v = tobf((dn ? ldf(dn + c) : 0.0f) + g);
+                dx[c] = v;
                 dwp[k] += gv[k] * xv[k] * rs;
+                if (amax) {
+                    unsigned bits = gt_abs_bits_bf16(v);
+                    m = bits > m ? bits : m;
+                }
             }
         }
     }
@@ -331,6 +318,7 @@ __global__ void k_rmsnorm_bwd(bf16 *dinp, const bf16 *din, float *dw_part, const
         int c = threadIdx.x + k * blockDim.x;
         if (c < d) dw_part[(size_t)blockIdx.x * d + c] = dwp[k];
     }
+    if (amax) gt_block_fold_amax(amax, m, shm);
 }
 
 /* Vector versions for d % 256 == 0 (K = d / 256 chunks of 8 columns per lane): one warp per
@@ -381,10 +369,12 @@ __global__ void k_rmsnorm_fwd_v(bf16 *out, float *rstd, const bf16 *inp, const b
 template <int K>
 __global__ void __launch_bounds__(RMS_BWD_V_WARPS * 32)
     k_rmsnorm_bwd_v(bf16 *dinp, const bf16 *din, float *dw_part, const bf16 *dout, const bf16 *inp,
-                    const bf16 *w, const float *rstd, int N, int rpw) {
+                    const bf16 *w, const float *rstd, int N, int rpw, unsigned *amax) {
     GT_PDL_ENTRY();
     constexpr int d = 256 * K;
     extern __shared__ float sdw[]; /* [RMS_BWD_V_WARPS][d] */
+    __shared__ unsigned shm[RMS_BWD_V_WARPS];
+    unsigned m = 0;
     int wid = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *mine = sdw + wid * d;
 #pragma unroll
@@ -431,7 +421,7 @@ __global__ void __launch_bounds__(RMS_BWD_V_WARPS * 32)
                 dv[j] += rs * wv[j] * gv[j] - coef * xv[j];
                 mine[c + j] += gv[j] * xv[j] * rs;
             }
-            st8(dx + c, dv);
+            m = st8_fold(dx + c, dv, m, amax != NULL);
         }
     }
     __syncthreads();
@@ -442,6 +432,7 @@ __global__ void __launch_bounds__(RMS_BWD_V_WARPS * 32)
             t += sdw[q * d + c];
         dw_part[(size_t)blockIdx.x * d + c] = t;
     }
+    if (amax) gt_block_fold_amax(amax, m, shm);
 }
 
 /* rmsnorm_fwd, and with amax (rmsnorm_fwd_amax) the output's amax folded in as it is stored */
@@ -502,7 +493,7 @@ static void cuda_rmsnorm_fwd_amax(gt_backend *b, gt_stream *s, void *out, float 
  * inp. */
 static void rmsnorm_bwd_parts(gt_cuda_exec cs, void *dinp, const void *din, float *part,
                               const void *dout, const void *inp, const void *w, const float *rstd,
-                              int N, int d) {
+                              int N, int d, unsigned *amax) {
     int blocks = gt_rmsnorm_parts(N);
     int rows = (N + blocks - 1) / blocks;
     rows = (rows + RMS_BWD_V_WARPS - 1) / RMS_BWD_V_WARPS * RMS_BWD_V_WARPS;
@@ -515,7 +506,7 @@ static void rmsnorm_bwd_parts(gt_cuda_exec cs, void *dinp, const void *din, floa
     case K:                                                                                        \
         gt_launch(k_rmsnorm_bwd_v<K>, blocks, RMS_BWD_V_WARPS * 32, shm, cs, (bf16 *)dinp,         \
                   (const bf16 *)din, part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, \
-                  rstd, N, rpw);                                                                   \
+                  rstd, N, rpw, amax);                                                             \
         break
             RMS_BWD_V(1);
             RMS_BWD_V(2);
@@ -534,7 +525,8 @@ static void rmsnorm_bwd_parts(gt_cuda_exec cs, void *dinp, const void *din, floa
     int cols = (d + DENSE_THREADS - 1) / DENSE_THREADS; /* columns per thread */
 #define RMS_BWD(C)                                                                                 \
     gt_launch(k_rmsnorm_bwd<C>, blocks, DENSE_THREADS, 0, cs, (bf16 *)dinp, (const bf16 *)din,     \
-              part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, d, rows)
+              part, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w, rstd, N, d, rows,      \
+              amax)
     if (cols <= 1)
         RMS_BWD(1);
     else if (cols <= 2)
@@ -615,7 +607,7 @@ static void cuda_rmsnorm_bwd(gt_backend *b, gt_stream *s, void *dinp, float *dw,
         b, GT_SCRATCH_RMSNORM, (size_t)(parts > 0 ? parts : 1) * (d > 0 ? d : 1) * sizeof(float),
         "rmsnorm_bwd");
     if (!rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd", N, d) || !part) return;
-    rmsnorm_bwd_parts(gt_cuda_ex(b, s), dinp, dinp, part, dout, inp, w, rstd, N, d);
+    rmsnorm_bwd_parts(gt_cuda_ex(b, s), dinp, dinp, part, dout, inp, w, rstd, N, d, NULL);
     GT_CUDA_LAUNCHED(b, "rmsnorm_bwd");
     gt_colsum_job job = {dw, part, parts, d, accumulate};
     cuda_colsum_many(b, s, &job, 1);
@@ -625,8 +617,23 @@ static void cuda_rmsnorm_bwd_part(gt_backend *b, gt_stream *s, void *dout_res, c
                                   float *part, const void *dout, const void *inp, const void *w,
                                   const float *rstd, int N, int d) {
     if (b->planning || !rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd_part", N, d)) return;
-    rmsnorm_bwd_parts(gt_cuda_ex(b, s), dout_res, din_res, part, dout, inp, w, rstd, N, d);
+    rmsnorm_bwd_parts(gt_cuda_ex(b, s), dout_res, din_res, part, dout, inp, w, rstd, N, d, NULL);
     GT_CUDA_LAUNCHED(b, "rmsnorm_bwd_part");
+}
+
+/* rmsnorm_bwd_part with dout_res's amax folded in as it is stored (rmsnorm_bwd_part_amax) */
+static void cuda_rmsnorm_bwd_part_amax(gt_backend *b, gt_stream *s, void *dout_res,
+                                       const void *din_res, float *part, const void *dout,
+                                       const void *inp, const void *w, const float *rstd, int N,
+                                       int d, uint32_t *amax_bits) {
+    if (!amax_bits) {
+        gt_backend_fail(b, GT_ERR_INVALID, "rmsnorm_bwd_part_amax: NULL amax");
+        return;
+    }
+    if (b->planning || !rmsnorm_bwd_shape_ok(b, "rmsnorm_bwd_part_amax", N, d)) return;
+    rmsnorm_bwd_parts(gt_cuda_ex(b, s), dout_res, din_res, part, dout, inp, w, rstd, N, d,
+                      (unsigned *)amax_bits);
+    GT_CUDA_LAUNCHED(b, "rmsnorm_bwd_part_amax");
 }
 
 /* ---- add, dropout, swiglu ---- */
@@ -727,16 +734,26 @@ __global__ void k_swiglu_fwd(bf16 *out, const bf16 *gu, int N, int f, unsigned *
     }
     if (amax) gt_block_fold_amax(amax, m, sh);
 }
-__global__ void k_swiglu_bwd(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int f) {
+__global__ void k_swiglu_bwd(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int f,
+                             unsigned *amax) {
     GT_PDL_ENTRY();
+    __shared__ unsigned sh[DENSE_THREADS / GT_WARP];
     size_t total = (size_t)N * f;
+    unsigned m = 0;
     GT_GRID_STRIDE(i, total) {
         size_t n = i / f, c = i % f;
         float g = ldf(gu + n * 2 * f + c), u = ldf(gu + n * 2 * f + f + c), dy = ldf(dout + i);
         float sg = fast_sigmoid(g);
-        dgu[n * 2 * f + c] = tobf(dy * u * sg * (1.0f + g * (1.0f - sg)));
-        dgu[n * 2 * f + f + c] = tobf(dy * g * sg);
+        bf16 vg = tobf(dy * u * sg * (1.0f + g * (1.0f - sg))), vu = tobf(dy * g * sg);
+        dgu[n * 2 * f + c] = vg;
+        dgu[n * 2 * f + f + c] = vu;
+        if (amax) {
+            unsigned bg = gt_abs_bits_bf16(vg), bu = gt_abs_bits_bf16(vu);
+            m = bg > m ? bg : m;
+            m = bu > m ? bu : m;
+        }
     }
+    if (amax) gt_block_fold_amax(amax, m, sh);
 }
 
 /* Eight elements a thread; 32-bit indices (the launcher checks N * f / 8 < 2^31). */
@@ -758,9 +775,11 @@ __global__ void k_swiglu_fwd8(bf16 *out, const bf16 *gu, int N, int f, unsigned 
     }
     if (amax) gt_block_fold_amax(amax, m, sh);
 }
-__global__ void k_swiglu_bwd8(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int f) {
+__global__ void k_swiglu_bwd8(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int f,
+                              unsigned *amax) {
     GT_PDL_ENTRY();
-    unsigned f8 = (unsigned)f / 8, total = (unsigned)N * f8;
+    __shared__ unsigned sh[DENSE_THREADS / GT_WARP];
+    unsigned f8 = (unsigned)f / 8, total = (unsigned)N * f8, m = 0;
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += gridDim.x * blockDim.x) {
         unsigned n = i / f8, c = 8 * (i - n * f8);
@@ -775,9 +794,10 @@ __global__ void k_swiglu_bwd8(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N
             dg[k] = dy[k] * u[k] * sg * (1.0f + g[k] * (1.0f - sg));
             du[k] = dy[k] * g[k] * sg;
         }
-        st8(dgu + r, dg);
-        st8(dgu + r + f, du);
+        m = st8_fold(dgu + r, dg, m, amax != NULL);
+        m = st8_fold(dgu + r + f, du, m, amax != NULL);
     }
+    if (amax) gt_block_fold_amax(amax, m, sh);
 }
 
 /* swiglu_fwd, and with amax (swiglu_fwd_amax) the output's amax folded in as it is stored */
@@ -808,19 +828,34 @@ static void cuda_swiglu_fwd_amax(gt_backend *b, gt_stream *s, void *out, const v
     }
     swiglu_fwd_run(b, s, out, gu, N, f, (unsigned *)amax_bits);
 }
-static void cuda_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *dout,
-                            const void *gu, int N, int f) {
+/* swiglu_bwd, and with amax (swiglu_bwd_amax) dgu's amax folded in as it is stored */
+static void swiglu_bwd_run(gt_backend *b, gt_stream *s, void *dgu, const void *dout, const void *gu,
+                           int N, int f, unsigned *amax) {
     if (b->planning || N <= 0 || f <= 0) return;
     size_t total = (size_t)N * f;
     if (f % 8 == 0 && total / 8 < (1u << 31) && al16(dgu) && al16(dout) && al16(gu)) {
         gt_launch(k_swiglu_bwd8, gt_grid(total / 8, DENSE_THREADS), DENSE_THREADS, 0,
-                  gt_cuda_ex(b, s), (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
+                  gt_cuda_ex(b, s), (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f, amax);
         GT_CUDA_LAUNCHED(b, "swiglu_bwd");
         return;
     }
     gt_launch(k_swiglu_bwd, gt_grid(total, DENSE_THREADS), DENSE_THREADS, 0, gt_cuda_ex(b, s),
-              (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f);
+              (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, f, amax);
     GT_CUDA_LAUNCHED(b, "swiglu_bwd");
+}
+
+static void cuda_swiglu_bwd(gt_backend *b, gt_stream *s, void *dgu, const void *dout,
+                            const void *gu, int N, int f) {
+    swiglu_bwd_run(b, s, dgu, dout, gu, N, f, NULL);
+}
+
+static void cuda_swiglu_bwd_amax(gt_backend *b, gt_stream *s, void *dgu, const void *dout,
+                                 const void *gu, int N, int f, uint32_t *amax_bits) {
+    if (!amax_bits) {
+        gt_backend_fail(b, GT_ERR_INVALID, "swiglu_bwd_amax: NULL amax");
+        return;
+    }
+    swiglu_bwd_run(b, s, dgu, dout, gu, N, f, (unsigned *)amax_bits);
 }
 
 extern "C" void gt_cuda_register_dense_ops(gt_backend_ops *ops) {
@@ -840,4 +875,6 @@ extern "C" void gt_cuda_register_dense_ops(gt_backend_ops *ops) {
     /* the producers of fp8 casts' inputs, with the cast's amax (backend.h, FP8 section) */
     ops->rmsnorm_fwd_amax = cuda_rmsnorm_fwd_amax;
     ops->swiglu_fwd_amax = cuda_swiglu_fwd_amax;
+    ops->rmsnorm_bwd_part_amax = cuda_rmsnorm_bwd_part_amax;
+    ops->swiglu_bwd_amax = cuda_swiglu_bwd_amax;
 }

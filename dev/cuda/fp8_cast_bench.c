@@ -1,8 +1,10 @@
 /* The per-tensor fp8 casts of the CUDA backend (backend/cuda/k_fp8.cu) timed outside the
  * engine, to see how near memory bandwidth they run: for each shape the pair (q and q^T in one
  * pass), the transposed and the plain cast, under delayed scaling (the cast alone) and current
- * scaling (the amax pass and the cast), as microseconds per cast and GB/s of bf16 read plus fp8
- * written. Usage: fp8_cast_bench [rows cols ...] (default 8192 2048 2048 8192). */
+ * scaling (the amax pass and the cast), then blockwise (fp8_sc: 1 x 128 tiles and 128 x 128
+ * blocks, backend/cuda/k_fp8_block.cu), as microseconds per cast and GB/s of bf16 read plus fp8
+ * written (scales not counted). Usage: fp8_cast_bench [rows cols ...] (default 8192 2048 2048
+ * 8192). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +21,10 @@
 typedef struct bench {
     gt_backend *b;
     gt_stream *s;
-    void *x;         /* bf16 [rows, cols] */
-    uint8_t *q, *qt; /* fp8 [rows, cols] and [cols, rows] */
-    float *scale_inv;
+    void *x;          /* bf16 [rows, cols] */
+    uint8_t *q, *qt;  /* fp8 [rows, cols] and [cols, rows] */
+    float *scale_inv; /* two halves: q's scales, then qt's (blockwise: one per tile) */
+    size_t scales;    /* floats in each half */
     gt_fp8_meta *meta;
     gt_step_state *st;
 } bench;
@@ -38,8 +41,8 @@ static double now_s(void) {
 static void one_cast(bench *k, int kind, int rows, int cols, gt_fp8_cast_spec spec) {
     const gt_backend_ops *o = k->b->ops;
     if (kind == CAST_PAIR)
-        o->fp8_cast_pair(k->b, k->s, k->q, k->scale_inv, k->qt, k->scale_inv + 1, k->x, rows, cols,
-                         spec, k->meta, k->st);
+        o->fp8_cast_pair(k->b, k->s, k->q, k->scale_inv, k->qt, k->scale_inv + k->scales, k->x,
+                         rows, cols, spec, k->meta, k->st);
     else
         o->fp8_cast(k->b, k->s, kind == CAST_TRANSPOSED ? k->qt : k->q, k->scale_inv, k->x, rows,
                     cols, kind == CAST_TRANSPOSED, spec, k->meta, k->st);
@@ -70,13 +73,19 @@ static double time_cast(bench *k, int kind, int rows, int cols, gt_fp8_cast_spec
     return (now_s() - t0) / TIMED_CASTS;
 }
 
-static int alloc_buffers(bench *k, size_t n) {
+static int alloc_buffers(bench *k, int rows, int cols) {
     gt_error err = {0};
+    size_t n = (size_t)rows * cols;
+    /* the most a blockwise cast writes: 1 x 128 tiles along the longer side */
+    k->scales = gt_fp8_scale_count(rows, cols, 1);
+    if (gt_fp8_scale_count(cols, rows, 1) > k->scales)
+        k->scales = gt_fp8_scale_count(cols, rows, 1);
     void **bufs[] = {
         &k->x,          (void **)&k->q, (void **)&k->qt, (void **)&k->scale_inv, (void **)&k->meta,
         (void **)&k->st};
-    size_t bytes[] = {n * k->b->act_bytes,  n, n, 2 * sizeof(float), sizeof(gt_fp8_meta),
-                      sizeof(gt_step_state)};
+    size_t bytes[] = {
+        n * k->b->act_bytes,  n, n, 2 * k->scales * sizeof(float), sizeof(gt_fp8_meta),
+        sizeof(gt_step_state)};
     for (int i = 0; i < 6; i++)
         if (k->b->ops->alloc(k->b, bytes[i], bufs[i], &err) != GT_OK) {
             fprintf(stderr, "fp8_cast_bench: alloc of %zu bytes: %s\n", bytes[i], err.msg);
@@ -118,7 +127,7 @@ static void free_buffers(bench *k) {
 
 static int bench_shape(bench *k, int rows, int cols) {
     size_t n = (size_t)rows * cols;
-    if (alloc_buffers(k, n)) return -1;
+    if (alloc_buffers(k, rows, cols)) return -1;
     for (int kind = CAST_PAIR; kind <= CAST_PLAIN; kind++)
         for (int current = 0; current < 2; current++) {
             gt_fp8_cast_spec spec = {current ? GT_FP8_TENSORWISE : GT_FP8_DELAYED, GT_FP8_E4M3, 1,
@@ -130,6 +139,18 @@ static int bench_shape(bench *k, int rows, int cols) {
                            (double)n * (kind == CAST_PAIR ? 2.0 : 1.0);
             printf("%6d x %-6d %-10s %-8s %8.1f us %7.0f GB/s\n", rows, cols, cast_names[kind],
                    current ? "current" : "delayed", 1e6 * t, bytes / t * 1e-9);
+        }
+    /* blockwise: 1 x 128 tiles (activations, gradients) and 128 x 128 blocks (weights) */
+    for (int kind = CAST_PAIR; kind <= CAST_PLAIN; kind++)
+        for (int tile = 1; tile <= GT_FP8_TILE; tile += GT_FP8_TILE - 1) {
+            if (rows % GT_FP8_TILE || cols % GT_FP8_TILE) break;
+            gt_fp8_cast_spec spec = {GT_FP8_BLOCKWISE, GT_FP8_E4M3, tile, 1, NULL};
+            double t = time_cast(k, kind, rows, cols, spec);
+            if (t < 0) return -1;
+            double bytes =
+                (double)n * (double)k->b->act_bytes + (double)n * (kind == CAST_PAIR ? 2.0 : 1.0);
+            printf("%6d x %-6d %-10s %-8s %8.1f us %7.0f GB/s\n", rows, cols, cast_names[kind],
+                   tile == 1 ? "1x128" : "128x128", 1e6 * t, bytes / t * 1e-9);
         }
     free_buffers(k);
     return 0;

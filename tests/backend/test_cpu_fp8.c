@@ -285,6 +285,62 @@ static void test_producers_fold_the_amax_of_what_they_store(void **state) {
     free(x), free(out), free(gu), free(h), free(href);
 }
 
+/* The backward's producers: rmsnorm_bwd_part_amax's residual gradient and swiglu_bwd_amax's
+ * gate/up gradient are those of the plain ops, bitwise, and the amax is theirs */
+static void test_backward_producers_fold_the_amax_of_what_they_store(void **state) {
+    fixture *f = *state;
+    int N = 6, d = 40, F = 24, parts = gt_rmsnorm_parts(N);
+    float *x = rand_buf(f, (size_t)N * d, 3.0f), *w = rand_buf(f, (size_t)d, 2.0f);
+    float *dy = rand_buf(f, (size_t)N * d, 1.5f), *din = rand_buf(f, (size_t)N * d, 0.5f);
+    float *rstd = zeros((size_t)N), *tmp = zeros((size_t)N * d);
+    f->b->ops->rmsnorm_fwd(f->b, f->s, tmp, rstd, x, w, N, d, 1e-5f);
+    float *dres = zeros((size_t)N * d), *ref = zeros((size_t)N * d);
+    float *part = zeros((size_t)parts * d), *part_ref = zeros((size_t)parts * d);
+    uint32_t amax = 0;
+    f->b->ops->rmsnorm_bwd_part_amax(f->b, f->s, dres, din, part, dy, x, w, rstd, N, d, &amax);
+    f->b->ops->rmsnorm_bwd_part(f->b, f->s, ref, din, part_ref, dy, x, w, rstd, N, d);
+    assert_bits(dres, ref, (size_t)N * d, "rmsnorm_bwd_part_amax dout_res");
+    assert_bits(part, part_ref, (size_t)parts * d, "rmsnorm_bwd_part_amax part");
+    assert_int_equal(amax, ref_amax_bits(ref, (size_t)N * d));
+    assert_true(amax > 0);
+    float *gu = rand_buf(f, (size_t)N * 2 * F, 4.0f), *dh = rand_buf(f, (size_t)N * F, 2.0f);
+    float *dgu = zeros((size_t)N * 2 * F), *dgu_ref = zeros((size_t)N * 2 * F);
+    amax = 0;
+    f->b->ops->swiglu_bwd_amax(f->b, f->s, dgu, dh, gu, N, F, &amax);
+    f->b->ops->swiglu_bwd(f->b, f->s, dgu_ref, dh, gu, N, F);
+    assert_bits(dgu, dgu_ref, (size_t)N * 2 * F, "swiglu_bwd_amax dgu");
+    /* both halves count: the largest |value| of the up half alone is not enough */
+    assert_int_equal(amax, ref_amax_bits(dgu_ref, (size_t)N * 2 * F));
+    /* rope's backward: the amax of all of dqkv, the v heads it does not turn included (made
+     * the largest values here, so a fold over q and k alone would miss them) */
+    int B = 2, T = 3, H = 2, KV = 1, hd = 8, C = (H + 2 * KV) * hd;
+    size_t nq = (size_t)B * T * C;
+    float *dq = rand_buf(f, nq, 1.0f), *dq_ref = zeros(nq);
+    for (int r = 0; r < B * T; r++)
+        dq[(size_t)r * C + (H + KV) * hd + 1] = 50.0f + (float)r;
+    memcpy(dq_ref, dq, nq * sizeof *dq);
+    for (int scaled = 0; scaled < 2; scaled++) {
+        float *d = zeros(nq);
+        memcpy(d, dq, nq * sizeof *d);
+        float *e = zeros(nq);
+        memcpy(e, dq_ref, nq * sizeof *e);
+        amax = 0;
+        f->b->ops->rope_bwd_amax(f->b, f->s, d, B, T, H, KV, hd, 10000.0f, scaled ? 8.0f : 0.0f,
+                                 &amax);
+        if (scaled)
+            f->b->ops->rope_scaled_bwd(f->b, f->s, e, B, T, H, KV, hd, 10000.0f, 8.0f);
+        else
+            f->b->ops->rope_bwd(f->b, f->s, e, B, T, H, KV, hd, 10000.0f);
+        assert_bits(d, e, nq, "rope_bwd_amax dqkv");
+        assert_int_equal(amax, ref_amax_bits(e, nq));
+        assert_int_equal(amax, gt_fp8_amax_bits(50.0f + (float)(B * T - 1)));
+        free(d), free(e);
+    }
+    free(dq), free(dq_ref);
+    free(x), free(w), free(dy), free(din), free(rstd), free(tmp), free(dres), free(ref);
+    free(part), free(part_ref), free(gu), free(dh), free(dgu), free(dgu_ref);
+}
+
 /* A cast of x [R, C] with and without x's amax given, every layout and scaling state equal */
 static void cast_given_vs_own(fixture *f, const float *x, int R, int C, gt_fp8_format fmt,
                               int record) {
@@ -523,6 +579,7 @@ int main(void) {
         cmocka_unit_test(test_nan_or_inf_amax_sets_the_fp8_nan_flag),
         cmocka_unit_test(test_scale_overflow_sets_the_fp8_nan_flag),
         cmocka_unit_test(test_producers_fold_the_amax_of_what_they_store),
+        cmocka_unit_test(test_backward_producers_fold_the_amax_of_what_they_store),
         cmocka_unit_test(test_cast_with_the_producer_amax_equals_its_own_pass),
         cmocka_unit_test(test_cast_scales_by_the_amax_it_is_given),
         cmocka_unit_test(test_tensorwise_gemm_scales_the_fp32_sum_back),

@@ -3,9 +3,10 @@
  * tiles and both layouts at once, on ragged shapes, with a recorded scale), the NaN flag,
  * delayed scaling's update bitwise, and cuBLASLt's fp8 GEMMs (bf16 out with a residual, fp32
  * out accumulating, an E5M2 operand, the forward's fast accumulation) within fp32
- * summation-order error; and the norm and SwiGLU that take their output's amax for the cast
- * (the amax the bits of the stored output's max, the casts that take it bitwise those of their
- * own amax pass and of the CPU's cast of the same values). */
+ * summation-order error; and the producers that take their output's amax for the cast (the
+ * forward's norm and SwiGLU, the backward's norm, SwiGLU and rope: the amax the bits of the
+ * stored output's max, the casts that take it bitwise those of their own amax pass and of the
+ * CPU's cast of the same values). */
 #include "gpu_fixture.h"
 
 #define R 64
@@ -391,6 +392,101 @@ static void swiglu_amax_case(gpu_env *e, int N, int f, int nan_at) {
     env_free_all(e);
 }
 
+/* The backward's producers (rmsnorm_bwd_part_amax: the residual gradient over din, the o and
+ * down projections' output gradient; swiglu_bwd_amax: gate/up's), as the forward's */
+static void norm_bwd_amax_case(gpu_env *e, int N, int d, int nan_row) {
+    size_t n = (size_t)N * d, np = (size_t)gt_rmsnorm_parts(N) * d;
+    float *x = rand_vec(e, n, 3.0f), *w = rand_vec(e, (size_t)d, 1.5f);
+    float *dy = rand_vec(e, n, 1.0f), *din = rand_vec(e, n, 0.5f);
+    if (nan_row >= 0) dy[(size_t)nan_row * d + 3] = NAN;
+    void *gx = g_act(e, x, n), *gw = g_act(e, w, (size_t)d), *gdy = g_act(e, dy, n);
+    void *gdin = g_act(e, din, n), *gout = g_act(e, NULL, n), *gref = g_act(e, NULL, n);
+    void *gln = g_act(e, NULL, n);
+    float *grstd = g_f32(e, NULL, (size_t)N), *gpart = g_f32(e, NULL, np);
+    float *gpart_ref = g_f32(e, NULL, np);
+    uint32_t *gamax = g_alloc(e, sizeof *gamax); /* zeroed */
+    gt_backend *g = e->gpu;
+    g->ops->rmsnorm_fwd(g, e->gs, gln, grstd, gx, gw, N, d, 1e-5f);
+    g->ops->rmsnorm_bwd_part_amax(g, e->gs, gout, gdin, gpart, gdy, gx, gw, grstd, N, d, gamax);
+    g->ops->rmsnorm_bwd_part(g, e->gs, gref, gdin, gpart_ref, gdy, gx, gw, grstd, N, d);
+    float *hp = malloc(np * sizeof *hp), *hp_ref = malloc(np * sizeof *hp_ref);
+    g->ops->memcpy_d2h(g, e->gs, hp, gpart, np * sizeof *hp);
+    g->ops->memcpy_d2h(g, e->gs, hp_ref, gpart_ref, np * sizeof *hp);
+    g_sync(e);
+    assert_memory_equal(hp, hp_ref, np * sizeof *hp); /* the weight gradient's parts too */
+    float *cln = c_f32(e, NULL, n), *crstd = c_f32(e, NULL, (size_t)N);
+    float *cout = c_f32(e, NULL, n), *cpart = c_f32(e, NULL, np);
+    uint32_t *camax = c_alloc(e, sizeof *camax);
+    *camax = 0;
+    e->cpu->ops->rmsnorm_fwd(e->cpu, e->cs, cln, crstd, x, w, N, d, 1e-5f);
+    e->cpu->ops->rmsnorm_bwd_part_amax(e->cpu, e->cs, cout, din, cpart, dy, x, w, crstd, N, d,
+                                       camax);
+    expect_producer_amax(e, gout, gref, gamax, cout, *camax, N, d, "rmsnorm_bwd_part_amax");
+    free(x), free(w), free(dy), free(din), free(hp), free(hp_ref);
+    env_free_all(e);
+}
+
+static void swiglu_bwd_amax_case(gpu_env *e, int N, int f, int nan_at) {
+    size_t n = (size_t)N * f;
+    float *gu = rand_vec(e, 2 * n, 4.0f), *dh = rand_vec(e, n, 2.0f);
+    if (nan_at >= 0) dh[nan_at] = NAN;
+    void *ggu = g_act(e, gu, 2 * n), *gdh = g_act(e, dh, n);
+    void *gout = g_act(e, NULL, 2 * n), *gref = g_act(e, NULL, 2 * n);
+    uint32_t *gamax = g_alloc(e, sizeof *gamax);
+    e->gpu->ops->swiglu_bwd_amax(e->gpu, e->gs, gout, gdh, ggu, N, f, gamax);
+    e->gpu->ops->swiglu_bwd(e->gpu, e->gs, gref, gdh, ggu, N, f);
+    float *cout = c_f32(e, NULL, 2 * n);
+    uint32_t *camax = c_alloc(e, sizeof *camax);
+    *camax = 0;
+    e->cpu->ops->swiglu_bwd_amax(e->cpu, e->cs, cout, dh, gu, N, f, camax);
+    expect_producer_amax(e, gout, gref, gamax, cout, *camax, N, 2 * f, "swiglu_bwd_amax");
+    free(gu), free(dh);
+    env_free_all(e);
+}
+
+/* rope's backward with the amax of all of dqkv (the v heads it leaves alone included) */
+static void rope_bwd_amax_case(gpu_env *e, int B, int T, int H, int KV, int hd, float factor) {
+    int width = (H + 2 * KV) * hd;
+    size_t n = (size_t)B * T * width;
+    float *x = rand_vec(e, n, 2.0f);
+    x[(size_t)(B * T - 1) * width + (H + KV) * hd + 3] = 30.0f; /* a v value the largest */
+    void *gx = g_act(e, x, n), *gref = g_act(e, x, n);
+    uint32_t *gamax = g_alloc(e, sizeof *gamax);
+    gt_backend *g = e->gpu;
+    GPU_PLAN(e, (g->ops->rope_bwd_amax(g, e->gs, gx, B, T, H, KV, hd, 10000.0f, factor, gamax),
+                 factor > 0
+                     ? g->ops->rope_scaled_bwd(g, e->gs, gref, B, T, H, KV, hd, 10000.0f, factor)
+                     : g->ops->rope_bwd(g, e->gs, gref, B, T, H, KV, hd, 10000.0f)));
+    g->ops->rope_bwd_amax(g, e->gs, gx, B, T, H, KV, hd, 10000.0f, factor, gamax);
+    if (factor > 0)
+        g->ops->rope_scaled_bwd(g, e->gs, gref, B, T, H, KV, hd, 10000.0f, factor);
+    else
+        g->ops->rope_bwd(g, e->gs, gref, B, T, H, KV, hd, 10000.0f);
+    float *cx = c_f32(e, x, n);
+    uint32_t *camax = c_alloc(e, sizeof *camax);
+    *camax = 0;
+    e->cpu->ops->rope_bwd_amax(e->cpu, e->cs, cx, B, T, H, KV, hd, 10000.0f, factor, camax);
+    expect_producer_amax(e, gx, gref, gamax, cx, *camax, B * T, width, "rope_bwd_amax");
+    free(x);
+    env_free_all(e);
+}
+
+static void test_backward_producer_amax_casts_match_their_own_amax_pass_and_cpu(void **state) {
+    gpu_env *e = *state;
+    NEED_CPU(e, rmsnorm_bwd_part_amax);
+    norm_bwd_amax_case(e, 300, 256, -1);
+    norm_bwd_amax_case(e, 37, 2048, -1);
+    norm_bwd_amax_case(e, 64, 768, 5);
+    norm_bwd_amax_case(e, 45, 100, -1);
+    norm_bwd_amax_case(e, 9, 40, 2);
+    swiglu_bwd_amax_case(e, 64, 512, -1);
+    swiglu_bwd_amax_case(e, 37, 333, -1);
+    swiglu_bwd_amax_case(e, 16, 128, 700);
+    rope_bwd_amax_case(e, 2, 64, 4, 2, 64, 0.0f);  /* the 8-pair kernel */
+    rope_bwd_amax_case(e, 1, 48, 4, 4, 128, 8.0f); /* scaled, llama's head size */
+    rope_bwd_amax_case(e, 2, 16, 3, 1, 24, 0.0f);  /* the one-pair kernel (hd / 2 = 12) */
+}
+
 /* The vector norm (d a multiple of 256 up to 2048: llama1b's 2048 among them) and the scalar one,
  * row counts off the 8 rows of a block, a NaN; SwiGLU's 8-wide and scalar kernels over many
  * blocks, a NaN */
@@ -418,6 +514,8 @@ int main(void) {
         cmocka_unit_test_teardown(test_fp8_gemms_match_cpu, gpu_free_bufs),
         cmocka_unit_test_teardown(
             test_producer_amax_casts_match_their_own_amax_pass_and_cpu_bitwise, gpu_free_bufs),
+        cmocka_unit_test_teardown(
+            test_backward_producer_amax_casts_match_their_own_amax_pass_and_cpu, gpu_free_bufs),
     };
     return cmocka_run_group_tests(tests, gpu_group_setup, gpu_group_teardown);
 }

@@ -221,8 +221,14 @@ static void run_fp8_step(const gt_config *cfg, int fused, step_result *r) {
     gt_backend_ops without = *ops;
     assert_non_null(without.rmsnorm_fwd_amax);
     assert_non_null(without.swiglu_fwd_amax);
+    assert_non_null(without.rmsnorm_bwd_part_amax);
+    assert_non_null(without.swiglu_bwd_amax);
+    assert_non_null(without.rope_bwd_amax);
     without.rmsnorm_fwd_amax = NULL;
     without.swiglu_fwd_amax = NULL;
+    without.rmsnorm_bwd_part_amax = NULL;
+    without.swiglu_bwd_amax = NULL;
+    without.rope_bwd_amax = NULL;
     if (!fused) fx.b->ops = &without;
     tm_begin_step(&fx, 0);
     gt_model_fp8_cast_weights(m, fx.s, 1, fx.st);
@@ -262,6 +268,22 @@ static void run_fp8_step(const gt_config *cfg, int fused, step_result *r) {
             taken++;
         }
     if (fused) assert_true(taken > 0);
+    /* the backward's producers: SwiGLU's for gate/up and rope's for qkv always (no qk norm
+     * here), the norms' for o and down (the residual gradients) where their branch has no
+     * dropout */
+    int g_taken = 0;
+    for (int l = 0; fused && l < m->num_layers; l++)
+        for (int lin = 0; lin < GT_LINEARS; lin++) {
+            const gt_fp8_linear *li = &f->lin[(size_t)l * GT_LINEARS + lin];
+            if (!li->on) continue;
+            if ((lin == GT_LIN_O || lin == GT_LIN_DOWN) && m->dm.p_hidden > 0) continue;
+            if (lin == GT_LIN_QKV && m->dm.qk_norm) continue;
+            float amax = f->meta[li->slot + GT_FP8_SLOT_G].amax;
+            assert_int_equal(f->g_amax[(size_t)l * GT_LINEARS + lin], gt_fp8_amax_bits(amax));
+            assert_true(amax > 0);
+            g_taken++;
+        }
+    if (fused) assert_true(g_taken >= (m->dm.qk_norm ? 1 : 2) * m->num_layers);
     gt_step_state *est = fx.st;
     est->loss = 0;
     gt_model_forward_loss(m, fx.s, fx.tokens, fx.targets, 1.0f, est);
@@ -310,6 +332,10 @@ static void test_producer_amax_gives_the_step_of_the_casts_own_amax_pass(void **
     c.model.recompute_method = GT_RECOMPUTE_METHOD_UNIFORM;
     c.model.recompute_num_layers = 1;
     expect_same_step(&c, "fp8_cs, full uniform recompute");
+    /* a qk norm after the rotation: qkv's cast takes its own amax pass */
+    c.model.recompute_granularity = GT_RECOMPUTE_NONE;
+    c.model.qk_layernorm = true;
+    expect_same_step(&c, "fp8_cs, qk norm");
 }
 
 /* Delayed and blockwise scaling cast without any amax pass of their own to save: their
@@ -324,6 +350,7 @@ static void test_only_current_scaling_takes_the_producer_amax(void **state) {
         tm_fixture fx;
         tm_fixture_create(&fx, &c);
         assert_int_equal(fx.m->fp8.x_amax != NULL, dtypes[i] == GT_DTYPE_FP8_CS);
+        assert_int_equal(fx.m->fp8.g_amax != NULL, dtypes[i] == GT_DTYPE_FP8_CS);
         gt_layer *L = &fx.m->layers[0];
         const uint32_t *got = gt_linear_norm_fwd(fx.m, fx.s, 0, GT_LIN_QKV, L->attn.ln,
                                                  L->attn.rstd, fx.m->res[0], L->attn.norm_w);
