@@ -1,9 +1,10 @@
 /* Dense elementwise and row kernels of the CUDA backend: dtype conversion, embedding (with a
  * sort-based deterministic backward), RMSNorm (deterministic dw through per-block partials),
  * add, dropout, SwiGLU, the dbias column sums. bf16 I/O, fp32 math; 16-byte vector kernels
- * where sizes and alignment allow. The forward norm and SwiGLU can also fold their output's
- * amax in for the fp8 cast that reads it next (rmsnorm_fwd_amax, swiglu_fwd_amax). Cross entropy
- * and the loss sum are in k_loss.cu. */
+ * where sizes and alignment allow. The norms and SwiGLU, forward and backward, can also fold
+ * their output's amax in for the fp8 cast that reads it next (rmsnorm_fwd_amax,
+ * swiglu_fwd_amax, rmsnorm_bwd_part_amax, swiglu_bwd_amax). Cross entropy and the loss sum are
+ * in k_loss.cu. */
 #include <string.h>
 
 #include <cub/cub.cuh>
