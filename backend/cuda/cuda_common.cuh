@@ -126,15 +126,6 @@ static __device__ __forceinline__ void unpack8(float *f, uint4 u) {
 static __device__ __forceinline__ void ld8(float *f, const bf16 *p) {
     unpack8(f, *(const uint4 *)p);
 }
-static __device__ __forceinline__ void st8(bf16 *p, const float *f) {
-    bf16 h[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        h[i] = __float2bfloat16(f[i]);
-    uint4 u;
-    memcpy(&u, h, 16);
-    *(uint4 *)p = u;
-}
 
 /* ---- amax for fp8 casts (gt_fp8_cast_spec.amax_bits) ----
  * |v|'s bits (gt_fp8_amax_bits, core/fp8.h): for non-negative floats the integer order is the
@@ -182,6 +173,10 @@ static __device__ __forceinline__ unsigned st8_fold(bf16 *p, const float *f, uns
             m = b > m ? b : m;
         }
     return m;
+}
+/* fp32 -> eight bf16, one 16-byte store */
+static __device__ __forceinline__ void st8(bf16 *p, const float *f) {
+    (void)st8_fold(p, f, 0u, false);
 }
 
 #define GT_GRID_STRIDE(i, n)                                                                       \
